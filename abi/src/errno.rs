@@ -1,0 +1,54 @@
+//! Linux errno values, as the positive numbers of `<asm-generic/errno-base.h>`.
+//!
+//! The kernel returns them negated from an ioctl and stores them negated in a CQE's
+//! result; both sides of the ABI name them through [`Errno`] so a user can recover the
+//! reason for any rejection.
+
+/// A Linux errno value (positive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// Operation not permitted.
+    pub const EPERM: Errno = Errno(1);
+    /// No such entry (an unknown virtual QP, MR or device).
+    pub const ENOENT: Errno = Errno(2);
+    /// I/O error (a completion with a failed work-request status).
+    pub const EIO: Errno = Errno(5);
+    /// No such device or address (nothing mapped at an mmap offset).
+    pub const ENXIO: Errno = Errno(6);
+    /// Argument list too long: a user struct larger than this ABI knows.
+    pub const E2BIG: Errno = Errno(7);
+    /// Try again: a queue is full or credits are exhausted.
+    pub const EAGAIN: Errno = Errno(11);
+    /// Out of memory.
+    pub const ENOMEM: Errno = Errno(12);
+    /// Permission denied: an access outside what a memory region allows.
+    pub const EACCES: Errno = Errno(13);
+    /// Bad address: a user pointer the kernel could not read or write.
+    pub const EFAULT: Errno = Errno(14);
+    /// Device or resource busy.
+    pub const EBUSY: Errno = Errno(16);
+    /// No such device.
+    pub const ENODEV: Errno = Errno(19);
+    /// Invalid argument.
+    pub const EINVAL: Errno = Errno(22);
+    /// Inappropriate ioctl for device: an unknown ioctl command.
+    pub const ENOTTY: Errno = Errno(25);
+    /// No space left: a table of fixed capacity is full.
+    pub const ENOSPC: Errno = Errno(28);
+    /// Result out of range: an index or length beyond its bound.
+    pub const ERANGE: Errno = Errno(34);
+    /// Protocol error: the two sides disagree on the ABI version.
+    pub const EPROTO: Errno = Errno(71);
+    /// Operation not supported.
+    pub const EOPNOTSUPP: Errno = Errno(95);
+    /// Operation canceled: flushed because its ring or QP went away.
+    pub const ECANCELED: Errno = Errno(125);
+
+    /// The value as the kernel returns it: negative.
+    pub const fn to_neg(self) -> i32 {
+        -self.0
+    }
+}

@@ -1,0 +1,93 @@
+//! ioctl command numbers of `/dev/krcore` and their decoding.
+//!
+//! Commands use the kernel's `_IOC` encoding (`<asm-generic/ioctl.h>`): direction, type
+//! `'K'`, number and the size of the argument struct. The kernel decodes every command
+//! with [`decode`] before it touches user memory: an unknown command is `ENOTTY`, a
+//! command naming a smaller struct than this ABI's is `EINVAL`, a larger one `E2BIG`.
+
+use super::device::QueryDevices;
+use super::errno::Errno;
+
+/// The ioctl type byte of every krcore command.
+pub const IOC_MAGIC: u8 = b'K';
+
+const NR_BITS: u32 = 8;
+const TYPE_BITS: u32 = 8;
+const SIZE_BITS: u32 = 14;
+const NR_SHIFT: u32 = 0;
+const TYPE_SHIFT: u32 = NR_SHIFT + NR_BITS;
+const SIZE_SHIFT: u32 = TYPE_SHIFT + TYPE_BITS;
+const DIR_SHIFT: u32 = SIZE_SHIFT + SIZE_BITS;
+/// `_IOC_WRITE`: user space writes the argument (the kernel reads it).
+const DIR_WRITE: u32 = 1;
+/// `_IOC_READ`: user space reads the argument (the kernel writes it).
+const DIR_READ: u32 = 2;
+
+/// `_IOC(dir, type, nr, size)`.
+pub const fn ioc(dir: u32, ty: u8, nr: u8, size: usize) -> u32 {
+    (dir << DIR_SHIFT) | ((ty as u32) << TYPE_SHIFT) | ((nr as u32) << NR_SHIFT) | ((size as u32) << SIZE_SHIFT)
+}
+
+/// `_IOWR(type, nr, T)`.
+pub const fn iowr<T>(nr: u8) -> u32 {
+    ioc(DIR_READ | DIR_WRITE, IOC_MAGIC, nr, core::mem::size_of::<T>())
+}
+
+/// Number of [`IOC_QUERY_DEVICES`].
+pub const NR_QUERY_DEVICES: u8 = 0x01;
+
+/// Query the ABI version and the RDMA devices the module sees, with their ports and GIDs.
+/// Argument: [`QueryDevices`].
+pub const IOC_QUERY_DEVICES: u32 = iowr::<QueryDevices>(NR_QUERY_DEVICES);
+
+/// A decoded, size-checked ioctl command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// [`IOC_QUERY_DEVICES`].
+    QueryDevices,
+}
+
+/// Decodes `cmd`, checking its type, number, direction and argument size.
+pub fn decode(cmd: u32) -> Result<Command, Errno> {
+    let ty = ((cmd >> TYPE_SHIFT) & ((1 << TYPE_BITS) - 1)) as u8;
+    let nr = ((cmd >> NR_SHIFT) & ((1 << NR_BITS) - 1)) as u8;
+    let size = ((cmd >> SIZE_SHIFT) & ((1 << SIZE_BITS) - 1)) as usize;
+    let dir = cmd >> DIR_SHIFT;
+    if ty != IOC_MAGIC {
+        return Err(Errno::ENOTTY);
+    }
+    let (command, want_size) = match nr {
+        NR_QUERY_DEVICES => (Command::QueryDevices, core::mem::size_of::<QueryDevices>()),
+        _ => return Err(Errno::ENOTTY),
+    };
+    if dir != DIR_READ | DIR_WRITE {
+        return Err(Errno::EINVAL);
+    }
+    match size {
+        s if s < want_size => Err(Errno::EINVAL),
+        s if s > want_size => Err(Errno::E2BIG),
+        _ => Ok(command),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding_matches_linux_iowr() {
+        // _IOWR('K', 1, 40-byte struct) computed by hand from <asm-generic/ioctl.h>.
+        assert_eq!(core::mem::size_of::<QueryDevices>(), 40);
+        assert_eq!(IOC_QUERY_DEVICES, (3 << 30) | (40 << 16) | (0x4b << 8) | 1);
+    }
+
+    #[test]
+    fn decode_checks_everything() {
+        assert_eq!(decode(IOC_QUERY_DEVICES), Ok(Command::QueryDevices));
+        assert_eq!(decode(ioc(3, b'K', 0x7f, 40)), Err(Errno::ENOTTY));
+        assert_eq!(decode(ioc(3, b'X', 1, 40)), Err(Errno::ENOTTY));
+        assert_eq!(decode(ioc(3, b'K', 1, 39)), Err(Errno::EINVAL));
+        assert_eq!(decode(ioc(3, b'K', 1, 41)), Err(Errno::E2BIG));
+        assert_eq!(decode(ioc(2, b'K', 1, 40)), Err(Errno::EINVAL));
+    }
+}

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: GPL-2.0
+//! abi's sources, compiled into the module. An out-of-tree module cannot link crates,
+//! so the shared crate's files are included by path; they refer to each other through
+//! `super::`, which resolves to this module here and to the crate root in user space.
+#![allow(dead_code)]
+
+#[path = "../abi/src/device.rs"]
+pub(crate) mod device;
+#[path = "../abi/src/errno.rs"]
+pub(crate) mod errno;
+#[path = "../abi/src/ioctl.rs"]
+pub(crate) mod ioctl;
+
+use kernel::types::{AsBytes, FromBytes};
+
+// SAFETY: `#[repr(C)]` structs of integers and integer arrays with no padding: abi's
+// size/offset asserts pin the layout, and its user build derives zerocopy's FromBytes
+// and IntoBytes for the same types, which fails to compile if any padding existed.
+unsafe impl FromBytes for device::QueryDevices {}
+// SAFETY: as above.
+unsafe impl AsBytes for device::QueryDevices {}
+// SAFETY: as above.
+unsafe impl AsBytes for device::DeviceGid {}
+
+impl From<errno::Errno> for Error {
+    fn from(e: errno::Errno) -> Error {
+        Error::from_errno(e.to_neg())
+    }
+}

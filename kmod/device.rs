@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The registry of RDMA devices, fed by the ib_client's add and remove callbacks.
+//!
+//! Locking: one mutex guards the list. A device pointer in the list is valid while the
+//! mutex is held, because `remove` takes the mutex before the device can go away; so
+//! every use of a device (the query today, device contexts later) happens under it.
+//! Must not be called from an atomic context.
+
+use core::ffi::{c_int, CStr};
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use kernel::new_mutex;
+use kernel::prelude::*;
+use kernel::sync::Mutex;
+
+use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
+use crate::shim::{self, IbDevice, PortAttr};
+
+/// One tracked device.
+struct Device {
+    ib: *mut IbDevice,
+}
+
+// SAFETY: the pointer is only dereferenced (by the shim) under the registry mutex, while
+// the ib core guarantees the device outlives our client's `remove` for it.
+unsafe impl Send for Device {}
+
+/// The devices the module sees.
+#[pin_data]
+pub(crate) struct Registry {
+    #[pin]
+    devices: Mutex<KVec<Device>>,
+}
+
+/// The registry the C callbacks reach. Set in module init before the shim registers
+/// anything, cleared in module exit after it has unregistered everything.
+static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(ptr::null_mut());
+
+impl Registry {
+    /// An empty registry.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Registry { devices <- new_mutex!(KVec::new(), "krcore_devices") })
+    }
+
+    /// Makes `reg` the registry that callbacks see.
+    pub(crate) fn publish(reg: &Pin<KBox<Registry>>) {
+        let p: *const Registry = &**reg;
+        REGISTRY.store(p.cast_mut(), Ordering::Release);
+    }
+
+    /// Forgets the published registry (the module is going away).
+    pub(crate) fn unpublish() {
+        REGISTRY.store(ptr::null_mut(), Ordering::Release);
+    }
+
+    /// The published registry.
+    pub(crate) fn get() -> &'static Registry {
+        let p = REGISTRY.load(Ordering::Acquire);
+        // SAFETY: callbacks and file operations run only between publish and unpublish
+        // (the shim is registered inside that window and the module cannot unload while
+        // a file is open), and the registry lives in the module struct for that window.
+        unsafe { &*p }
+    }
+
+    /// Number of devices tracked.
+    pub(crate) fn len(&self) -> usize {
+        self.devices.lock().len()
+    }
+
+    /// Calls `emit` with one row per (device, port, valid GID), and a `GID_NONE` row for
+    /// a port without any valid GID. Stops at the first error `emit` returns.
+    pub(crate) fn for_each_row(&self, mut emit: impl FnMut(&DeviceGid) -> Result) -> Result {
+        let devices = self.devices.lock();
+        for dev in devices.iter() {
+            let mut row = DeviceGid::ZERO;
+            // SAFETY: `dev.ib` is valid under the registry mutex (see the module doc);
+            // the name is a NUL-terminated string owned by the device.
+            let name = unsafe { CStr::from_ptr(shim::krcore_shim_dev_name(dev.ib)) }.to_bytes();
+            let n = name.len().min(DEVICE_NAME_LEN - 1);
+            row.name[..n].copy_from_slice(&name[..n]);
+            // SAFETY: as above, for each shim call on `dev.ib`.
+            let (first, last) = unsafe {
+                row.dev_index = shim::krcore_shim_dev_index(dev.ib);
+                (shim::krcore_shim_first_port(dev.ib), shim::krcore_shim_last_port(dev.ib))
+            };
+            for port in first..=last {
+                let mut attr = PortAttr::default();
+                // SAFETY: as above; `attr` is a valid out pointer.
+                if unsafe { shim::krcore_shim_query_port(dev.ib, port, &mut attr) } != 0 {
+                    continue;
+                }
+                row.port = port;
+                row.port_state = attr.state as u8;
+                row.link_layer = attr.link_layer as u8;
+                row.active_mtu = attr.active_mtu;
+                let mut any = false;
+                for index in 0..attr.gid_tbl_len {
+                    let mut ty = 0u32;
+                    // SAFETY: as above; `row.gid` is 16 writable bytes.
+                    let ret = unsafe {
+                        shim::krcore_shim_query_gid(dev.ib, port, index, row.gid.as_mut_ptr(), &mut ty)
+                    };
+                    if ret == 0 {
+                        row.gid_index = index;
+                        row.gid_type = ty as u8;
+                        emit(&row)?;
+                        any = true;
+                    }
+                }
+                if !any {
+                    row.gid_index = GID_NONE;
+                    row.gid_type = 0;
+                    row.gid = [0; 16];
+                    emit(&row)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// ib_client `add`: start tracking `dev`.
+#[no_mangle]
+pub extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
+    let mut devices = Registry::get().devices.lock();
+    match devices.push(Device { ib: dev }, GFP_KERNEL) {
+        Ok(()) => 0,
+        Err(_) => ENOMEM.to_errno(),
+    }
+}
+
+/// ib_client `remove`: stop tracking `dev`; it is freed after this returns.
+#[no_mangle]
+pub extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
+    let mut devices = Registry::get().devices.lock();
+    if let Some(i) = devices.iter().position(|d| d.ib == dev) {
+        let last = devices.len() - 1;
+        devices.as_mut_slice().swap(i, last);
+        // SAFETY: shrinking by one; the element past the new length is a `Device`,
+        // which has no drop glue, so forgetting it is correct. (6.12's KVec has no
+        // remove.)
+        unsafe { devices.set_len(last) };
+    }
+}

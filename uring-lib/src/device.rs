@@ -1,0 +1,114 @@
+//! The `/dev/krcore` file and the device query.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
+
+use krcore_abi::device::{DeviceGid, QueryDevices, ABI_VERSION, GID_NONE};
+use krcore_abi::errno::Errno;
+use krcore_abi::ioctl::IOC_QUERY_DEVICES;
+
+use crate::Error;
+
+/// Where the module's misc device appears.
+pub const DEVICE_PATH: &str = "/dev/krcore";
+
+/// An open `/dev/krcore`.
+#[derive(Debug)]
+pub struct Device {
+    file: File,
+}
+
+/// One (device, port, GID) row of the device query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidRow(pub DeviceGid);
+
+impl std::ops::Deref for GidRow {
+    type Target = DeviceGid;
+    fn deref(&self) -> &DeviceGid {
+        &self.0
+    }
+}
+
+impl GidRow {
+    /// The RDMA device's name.
+    pub fn name(&self) -> &str {
+        std::str::from_utf8(self.0.name_bytes()).unwrap_or("?")
+    }
+
+    /// Whether this row carries a GID (not the placeholder row of a GID-less port).
+    pub fn has_gid(&self) -> bool {
+        self.0.gid_index != GID_NONE
+    }
+
+    /// The GID as an IPv6-style string (a RoCE v2 IPv4 GID shows as `::ffff:a.b.c.d`).
+    pub fn gid_string(&self) -> String {
+        if !self.has_gid() {
+            return "-".into();
+        }
+        std::net::Ipv6Addr::from(self.0.gid).to_string()
+    }
+}
+
+/// The answer of the device query.
+#[derive(Clone, Debug)]
+pub struct DeviceList {
+    /// The kernel's ABI version.
+    pub abi_version: u32,
+    /// Every row the kernel reported.
+    pub rows: Vec<GidRow>,
+}
+
+impl Device {
+    /// Opens [`DEVICE_PATH`].
+    pub fn open() -> Result<Device, Error> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(DEVICE_PATH)
+            .map_err(|_| Error::last_os("open /dev/krcore"))?;
+        Ok(Device { file })
+    }
+
+    /// Issues a raw ioctl, returning its non-negative result.
+    ///
+    /// # Safety
+    /// `arg` must be valid for whatever `cmd` reads and writes.
+    pub unsafe fn ioctl_raw(&self, cmd: u32, arg: usize) -> Result<i32, Error> {
+        // SAFETY: the caller vouches for `arg`; the fd is open for our lifetime.
+        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), cmd as _, arg) };
+        if r < 0 {
+            return Err(Error::last_os("ioctl"));
+        }
+        Ok(r)
+    }
+
+    /// Lists the RDMA devices, ports and GIDs the module sees. Checks the ABI version.
+    pub fn query_devices(&self) -> Result<DeviceList, Error> {
+        let mut rows = vec![DeviceGid::ZERO; 8];
+        loop {
+            let mut q = QueryDevices {
+                rows: rows.as_mut_ptr() as u64,
+                capacity: rows.len() as u32,
+                ..QueryDevices::default()
+            };
+            // SAFETY: `q` and `rows` (of `capacity` rows) outlive the call.
+            unsafe { self.ioctl_raw(IOC_QUERY_DEVICES, &mut q as *mut _ as usize) }
+                .map_err(|e| Error::errno("query devices", Errno(e.raw_os_error().unwrap_or(0))))?;
+            if q.abi_version != ABI_VERSION {
+                return Err(Error::errno("query devices: ABI version mismatch", Errno::EPROTO));
+            }
+            if q.n_total as usize <= rows.len() {
+                rows.truncate(q.n_written as usize);
+                return Ok(DeviceList { abi_version: q.abi_version, rows: rows.into_iter().map(GidRow).collect() });
+            }
+            // More rows than room (devices may come and go between calls): grow, retry.
+            rows.resize(q.n_total as usize, DeviceGid::ZERO);
+        }
+    }
+}
+
+impl AsRawFd for Device {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}

@@ -1,0 +1,49 @@
+//! Errors: every failure carries the errno and what krcore was doing.
+
+use std::fmt;
+use std::io;
+
+/// A krcore error: the operation, and the OS error (errno) it failed with.
+#[derive(Debug)]
+pub struct Error {
+    op: &'static str,
+    source: io::Error,
+}
+
+impl Error {
+    /// Wraps the OS error of the last failed call of `op`.
+    pub(crate) fn last_os(op: &'static str) -> Error {
+        Error { op, source: io::Error::last_os_error() }
+    }
+
+    /// An error of `op` with the given errno.
+    pub(crate) fn errno(op: &'static str, errno: krcore_abi::errno::Errno) -> Error {
+        Error { op, source: io::Error::from_raw_os_error(errno.0) }
+    }
+
+    /// The errno, where the failure had one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        self.source.raw_os_error()
+    }
+
+    /// What krcore was doing when it failed.
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.op, self.source)?;
+        if self.source.raw_os_error() == Some(libc::ENOENT) && self.op == "open /dev/krcore" {
+            write!(f, " (is the krcore module loaded?)")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}

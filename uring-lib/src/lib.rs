@@ -1,0 +1,17 @@
+//! krcore's user-space library: a safe API over `/dev/krcore`.
+//!
+//! ```no_run
+//! let dev = krcore_uring::Device::open()?;
+//! for row in dev.query_devices()?.rows {
+//!     println!("{} port {} gid {}", row.name(), row.port, row.gid_string());
+//! }
+//! # Ok::<(), krcore_uring::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+mod device;
+mod error;
+
+pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};
+pub use error::Error;
+pub use krcore_abi as abi;

@@ -1,0 +1,45 @@
+#!/bin/sh
+# PID 1 of the krcore test VM (busybox). Mounts the host root read-only over 9p, sets up
+# rxe on a veth, loads the module, runs /cmd.sh inside the host root, and reports.
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+
+fail() { echo "KRCORE-SETUP-FAILED: $*"; echo "KRCORE-EXIT=125"; reboot -f; }
+
+mkdir -p /mnt
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 hostroot /mnt || fail "9p mount"
+mount --rbind /proc /mnt/proc
+mount --rbind /sys /mnt/sys
+mount --rbind /dev /mnt/dev
+mount -t tmpfs tmpfs /mnt/tmp
+mount -t tmpfs tmpfs /mnt/run
+mkdir -p /mnt/run/krcore
+cp /cmd.sh /mnt/run/krcore/cmd.sh
+
+in_host() { chroot /mnt /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
+
+# Network: loopback, and a veth pair whose first end carries rxe0. RoCE v2 GID index 1
+# is then the IPv4 GID of 192.0.2.1 (TEST-NET-1, inside the guest only).
+in_host ip link set lo up || fail "lo up"
+in_host ip link add veth0 type veth peer name veth1 || fail "veth"
+in_host ip addr add 192.0.2.1/24 dev veth0 || fail "veth addr"
+in_host ip link set veth0 up && in_host ip link set veth1 up || fail "veth up"
+
+# The module goes in before rxe0 exists, so the ib_client sees a device arrive.
+if [ -f /module-path ]; then
+  in_host insmod "$(cat /module-path)" || fail "insmod $(cat /module-path)"
+fi
+in_host rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0"
+
+echo "KRCORE-RUN-START"
+in_host /bin/sh /run/krcore/cmd.sh
+rc=$?
+echo "KRCORE-EXIT=$rc"
+echo "KRCORE-DMESG-START"
+dmesg
+echo "KRCORE-DMESG-END"
+reboot -f

@@ -1,0 +1,90 @@
+//! Reading the guest console: the command's exit marker and the kernel log's verdict.
+
+/// Printed by the guest's init with the command's exit status.
+pub const EXIT_MARKER: &str = "KRCORE-EXIT=";
+/// The guest's init dumps dmesg between these two lines after the command.
+pub const DMESG_START: &str = "KRCORE-DMESG-START";
+/// See [`DMESG_START`].
+pub const DMESG_END: &str = "KRCORE-DMESG-END";
+
+/// Kernel log patterns that fail a run whatever the command returned.
+pub const FAILURE_PATTERNS: &[&str] = &[
+    "WARNING:",
+    "BUG:",
+    "Oops",
+    "Kernel panic",
+    "Call Trace",
+    "general protection fault",
+    "suspected memory leak",
+    "UBSAN:",
+];
+
+/// What a finished console says.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// The command's exit status, if the guest got that far.
+    pub exit: Option<i32>,
+    /// Kernel log lines that match a [`FAILURE_PATTERNS`] entry.
+    pub kernel_problems: Vec<String>,
+    /// The dumped kernel log.
+    pub dmesg: Vec<String>,
+}
+
+/// Reads a whole console transcript.
+pub fn judge(console: &str) -> Verdict {
+    let mut v = Verdict::default();
+    let mut in_dmesg = false;
+    for line in console.lines() {
+        let line = line.trim_end_matches('\r');
+        if let Some(rest) = line.strip_prefix(EXIT_MARKER) {
+            v.exit = rest.trim().parse().ok();
+        } else if line == DMESG_START {
+            in_dmesg = true;
+        } else if line == DMESG_END {
+            in_dmesg = false;
+        } else if in_dmesg {
+            v.dmesg.push(line.to_string());
+        }
+        // A panic may strike before the dump: kernel lines anywhere on the console count,
+        // but only kernel lines (they start with a "[ time]" stamp), so that a test's own
+        // output never trips the scan.
+        let is_kernel_line = in_dmesg || line.starts_with('[');
+        if is_kernel_line && FAILURE_PATTERNS.iter().any(|p| line.contains(p)) && !v.kernel_problems.iter().any(|l| l == line) {
+            v.kernel_problems.push(line.to_string());
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_run() {
+        let v = judge("boot\nKRCORE-EXIT=0\nKRCORE-DMESG-START\n[    1.0] krcore: loaded\nKRCORE-DMESG-END\n");
+        assert_eq!(v.exit, Some(0));
+        assert!(v.kernel_problems.is_empty());
+        assert_eq!(v.dmesg.len(), 1);
+    }
+
+    #[test]
+    fn oops_fails_even_with_exit_zero() {
+        let v = judge("KRCORE-EXIT=0\nKRCORE-DMESG-START\n[ 2.0] BUG: kernel NULL pointer dereference\n[ 2.0] Call Trace:\nKRCORE-DMESG-END\n");
+        assert_eq!(v.kernel_problems.len(), 2);
+    }
+
+    #[test]
+    fn test_output_is_not_kernel_log() {
+        let v = judge("test says WARNING: nothing\nKRCORE-EXIT=1\n");
+        assert_eq!(v.exit, Some(1));
+        assert!(v.kernel_problems.is_empty());
+    }
+
+    #[test]
+    fn panic_without_exit() {
+        let v = judge("[ 3.1] Kernel panic - not syncing: Fatal exception\n");
+        assert_eq!(v.exit, None);
+        assert_eq!(v.kernel_problems.len(), 1);
+    }
+}

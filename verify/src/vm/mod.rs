@@ -1,0 +1,214 @@
+//! The QEMU test bed: boot the test kernel with a busybox initramfs, the host root
+//! read-only over 9p and rxe on a veth; load the module; run one command; judge.
+
+pub mod console;
+pub mod initramfs;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use initramfs::Cpio;
+
+/// The guest's PID 1.
+const INIT: &str = include_str!("../../guest/init.sh");
+/// Where Debian's busybox-static puts its binary.
+const BUSYBOX: &str = "/bin/busybox";
+
+/// One VM run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The kernel image (bzImage).
+    pub kernel: PathBuf,
+    /// The module to load before rxe0 is created, if any; exported to the command as
+    /// `KRCORE_KO`.
+    pub module: Option<PathBuf>,
+    /// The command, run inside the host root at `cwd`.
+    pub command: Vec<String>,
+    /// Working directory of the command (a host path; the host root is mounted).
+    pub cwd: PathBuf,
+    /// Extra environment for the command.
+    pub env: Vec<(String, String)>,
+    /// Hard limit on the whole run, boot included.
+    pub timeout: Duration,
+    /// Guest memory, in MiB.
+    pub memory_mib: u32,
+    /// Guest CPUs.
+    pub cpus: u32,
+    /// Print the whole kernel log even when the run is clean.
+    pub show_dmesg: bool,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The command ran and the kernel log is clean: its exit status.
+    Exited(i32),
+    /// The kernel log shows a WARNING, BUG, Oops, panic or leak (with the command's exit
+    /// status, if it got one).
+    KernelProblem(Option<i32>, Vec<String>),
+    /// The guest never reported an exit status (setup failed or the kernel died).
+    NoExit,
+    /// The hard timeout struck.
+    TimedOut(Duration),
+}
+
+impl Outcome {
+    /// The process exit code for this outcome: the command's own status when clean.
+    pub fn code(&self) -> i32 {
+        match self {
+            Outcome::Exited(c) => *c,
+            Outcome::KernelProblem(..) => 101,
+            Outcome::NoExit => 102,
+            Outcome::TimedOut(_) => 124,
+        }
+    }
+}
+
+/// Whether QEMU can use KVM here: /dev/kvm must open and the CPU must advertise
+/// virtualization (a /dev/kvm without vmx/svm hangs QEMU at boot).
+pub fn kvm_usable() -> bool {
+    let cpu_ok = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| s.lines().any(|l| l.starts_with("flags") && (l.contains(" vmx") || l.contains(" svm"))))
+        .unwrap_or(false);
+    cpu_ok && std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok()
+}
+
+/// Single-quotes `s` for sh.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The script the guest runs inside the host root.
+fn command_script(cfg: &Config) -> String {
+    let mut s = String::from("#!/bin/sh\n");
+    s += &format!("cd {} || exit 125\n", sh_quote(&cfg.cwd.to_string_lossy()));
+    if let Some(m) = &cfg.module {
+        s += &format!("export KRCORE_KO={}\n", sh_quote(&m.to_string_lossy()));
+    }
+    for (k, v) in &cfg.env {
+        s += &format!("export {}={}\n", k, sh_quote(v));
+    }
+    let argv: Vec<String> = cfg.command.iter().map(|a| sh_quote(a)).collect();
+    s += &format!("exec {}\n", argv.join(" "));
+    s
+}
+
+/// Writes the initramfs for `cfg` to `path`.
+fn write_initramfs(cfg: &Config, path: &Path) -> Result<(), String> {
+    let busybox = std::fs::read(BUSYBOX).map_err(|e| format!("{BUSYBOX}: {e} (run 'make deps': busybox-static)"))?;
+    let mut c = Cpio::default();
+    for d in ["/bin", "/dev", "/proc", "/sys", "/mnt", "/tmp", "/run"] {
+        c.dir(d);
+    }
+    // The kernel opens /dev/console for PID 1 before anything is mounted.
+    c.chardev("/dev/console", 5, 1);
+    c.file("/bin/busybox", 0o755, &busybox).symlink("/bin/sh", "busybox");
+    c.file("/init", 0o755, INIT.as_bytes());
+    c.file("/cmd.sh", 0o755, command_script(cfg).as_bytes());
+    if let Some(m) = &cfg.module {
+        let m = std::fs::canonicalize(m).map_err(|e| format!("module {}: {e} (run 'make kmod')", m.display()))?;
+        c.file("/module-path", 0o644, m.to_string_lossy().as_bytes());
+    }
+    let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    c.finish(&mut f).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Boots the VM, streams its console to stdout, and judges the run.
+pub fn run(cfg: &Config) -> Result<Outcome, String> {
+    if !cfg.kernel.is_file() {
+        return Err(format!("kernel image {} not found (run 'make kernel')", cfg.kernel.display()));
+    }
+    let dir = std::env::temp_dir().join(format!("krcore-vm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let initrd = dir.join("initramfs.cpio");
+    write_initramfs(cfg, &initrd)?;
+
+    let kvm = kvm_usable();
+    let mut qemu = Command::new("qemu-system-x86_64");
+    qemu.args(["-nodefaults", "-no-reboot", "-display", "none", "-serial", "stdio"])
+        .args(["-m", &cfg.memory_mib.to_string(), "-smp", &cfg.cpus.to_string()])
+        .arg("-kernel")
+        .arg(&cfg.kernel)
+        .arg("-initrd")
+        .arg(&initrd)
+        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .args(["-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"]);
+    if kvm {
+        qemu.args(["-enable-kvm", "-cpu", "host"]);
+    } else {
+        qemu.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
+    }
+    eprintln!("[vm] booting {} ({}), timeout {}s", cfg.kernel.display(), if kvm { "KVM" } else { "TCG" }, cfg.timeout.as_secs());
+    let mut child = qemu
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("qemu-system-x86_64: {e} (run 'make deps': qemu-system-x86)"))?;
+
+    // Stream the console line by line while keeping a transcript; the dmesg dump is held
+    // back and shown only when asked or when something went wrong.
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        let mut in_dmesg = false;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let t = line.trim_end_matches('\r');
+            in_dmesg |= t == console::DMESG_START;
+            if !in_dmesg {
+                println!("{t}");
+                let _ = std::io::stdout().flush();
+            }
+            in_dmesg &= t != console::DMESG_END;
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    let start = Instant::now();
+    let mut transcript = String::new();
+    let timed_out = loop {
+        while let Ok(line) = rx.try_recv() {
+            transcript.push_str(&line);
+            transcript.push('\n');
+        }
+        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            break false;
+        }
+        if start.elapsed() > cfg.timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = reader.join();
+    transcript.extend(rx.try_iter().map(|l| l + "\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let verdict = console::judge(&transcript);
+    let problem = timed_out || verdict.exit != Some(0) || !verdict.kernel_problems.is_empty();
+    if cfg.show_dmesg || problem {
+        eprintln!("[vm] ---- guest kernel log ----");
+        for l in &verdict.dmesg {
+            eprintln!("{l}");
+        }
+        eprintln!("[vm] ---- end of kernel log ----");
+    } else {
+        for l in verdict.dmesg.iter().filter(|l| l.contains("krcore")) {
+            eprintln!("[vm] dmesg: {l}");
+        }
+    }
+    eprintln!("[vm] {:.1}s wall", start.elapsed().as_secs_f64());
+    Ok(if timed_out {
+        Outcome::TimedOut(cfg.timeout)
+    } else if !verdict.kernel_problems.is_empty() {
+        Outcome::KernelProblem(verdict.exit, verdict.kernel_problems)
+    } else {
+        verdict.exit.map_or(Outcome::NoExit, Outcome::Exited)
+    })
+}
