@@ -2,7 +2,8 @@
 //! abi's sources, compiled into the module. An out-of-tree module cannot link crates,
 //! so the shared crate's files are included by path; they refer to each other through
 //! `super::`, which resolves to this module here and to the crate root in user space.
-#![allow(dead_code)]
+// abi's items are `pub` for user space; inside the module they are crate-internal.
+#![allow(dead_code, unreachable_pub)]
 
 #[path = "../abi/src/device.rs"]
 pub(crate) mod device;
@@ -11,6 +12,7 @@ pub(crate) mod errno;
 #[path = "../abi/src/ioctl.rs"]
 pub(crate) mod ioctl;
 
+use kernel::error::Error;
 use kernel::types::{AsBytes, FromBytes};
 
 // SAFETY: `#[repr(C)]` structs of integers and integer arrays with no padding: abi's

@@ -122,7 +122,7 @@ impl Registry {
 
 /// ib_client `add`: start tracking `dev`.
 #[no_mangle]
-pub extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
+extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
     let mut devices = Registry::get().devices.lock();
     match devices.push(Device { ib: dev }, GFP_KERNEL) {
         Ok(()) => 0,
@@ -132,7 +132,7 @@ pub extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
 
 /// ib_client `remove`: stop tracking `dev`; it is freed after this returns.
 #[no_mangle]
-pub extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
+extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
     let mut devices = Registry::get().devices.lock();
     if let Some(i) = devices.iter().position(|d| d.ib == dev) {
         let last = devices.len() - 1;

@@ -50,7 +50,7 @@ fn query_devices(arg: usize) -> Result<c_long> {
 
 /// open(2): allocate the file's context.
 #[no_mangle]
-pub extern "C" fn krcore_rs_open(out: *mut *mut c_void) -> c_int {
+extern "C" fn krcore_rs_open(out: *mut *mut c_void) -> c_int {
     match KBox::new(FileCtx { _private: () }, GFP_KERNEL) {
         Ok(ctx) => {
             // SAFETY: `out` points at a local of the shim's open handler.
@@ -63,7 +63,7 @@ pub extern "C" fn krcore_rs_open(out: *mut *mut c_void) -> c_int {
 
 /// Last close: free the file's context.
 #[no_mangle]
-pub extern "C" fn krcore_rs_release(ctx: *mut c_void) {
+extern "C" fn krcore_rs_release(ctx: *mut c_void) {
     // SAFETY: `ctx` came from `KBox::into_raw` in `krcore_rs_open`, and release runs
     // once, after every other file operation on this file has returned.
     drop(unsafe { KBox::from_raw(ctx.cast::<FileCtx>()) });
@@ -71,7 +71,7 @@ pub extern "C" fn krcore_rs_release(ctx: *mut c_void) {
 
 /// ioctl(2).
 #[no_mangle]
-pub extern "C" fn krcore_rs_ioctl(ctx: *mut c_void, cmd: c_uint, arg: c_ulong) -> c_long {
+extern "C" fn krcore_rs_ioctl(ctx: *mut c_void, cmd: c_uint, arg: c_ulong) -> c_long {
     // SAFETY: `ctx` is the live context of an open file (see `krcore_rs_release`).
     let ctx = unsafe { &*ctx.cast::<FileCtx>() };
     match ctx.ioctl(cmd, arg as usize) {
@@ -82,6 +82,6 @@ pub extern "C" fn krcore_rs_ioctl(ctx: *mut c_void, cmd: c_uint, arg: c_ulong) -
 
 /// mmap(2): nothing is mappable until a ring is set up.
 #[no_mangle]
-pub extern "C" fn krcore_rs_mmap(_ctx: *mut c_void, _vma: *mut Vma, _pgoff: c_ulong, _len: c_ulong) -> c_int {
+extern "C" fn krcore_rs_mmap(_ctx: *mut c_void, _vma: *mut Vma, _pgoff: c_ulong, _len: c_ulong) -> c_int {
     Errno::ENXIO.to_neg()
 }

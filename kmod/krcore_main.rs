@@ -48,6 +48,11 @@ impl Drop for KrCore {
         // pinned while one is) and the client's remove has run for every device.
         unsafe { shim::krcore_shim_unregister() };
         device::Registry::unpublish();
-        pr_info!("unloaded ({} devices at exit)\n", self.registry.len());
+        // The client's remove has emptied the registry; anything left is a bug.
+        let left = self.registry.len();
+        if left != 0 {
+            pr_warn!("{} devices still tracked at exit\n", left);
+        }
+        pr_info!("unloaded\n");
     }
 }

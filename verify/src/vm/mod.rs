@@ -199,7 +199,12 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
         }
         eprintln!("[vm] ---- end of kernel log ----");
     } else {
-        for l in verdict.dmesg.iter().filter(|l| l.contains("krcore")) {
+        // The module's own lines, the last few of them (load/unload tests print many).
+        let ours: Vec<&String> = verdict.dmesg.iter().filter(|l| l.contains("krcore")).collect();
+        if ours.len() > 6 {
+            eprintln!("[vm] dmesg: ... {} earlier krcore lines", ours.len() - 6);
+        }
+        for l in &ours[ours.len().saturating_sub(6)..] {
             eprintln!("[vm] dmesg: {l}");
         }
     }
