@@ -3,14 +3,29 @@
 //! so the shared crate's files are included by path; they refer to each other through
 //! `super::`, which resolves to this module here and to the crate root in user space.
 // abi's items are `pub` for user space; inside the module they are crate-internal.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
+#[path = "bitflags.rs"]
+pub(crate) mod bitflags;
+
+#[path = "../abi/src/cqe.rs"]
+pub(crate) mod cqe;
 #[path = "../abi/src/device.rs"]
 pub(crate) mod device;
+#[path = "../abi/src/engine/mod.rs"]
+pub(crate) mod engine;
 #[path = "../abi/src/errno.rs"]
 pub(crate) mod errno;
 #[path = "../abi/src/ioctl.rs"]
 pub(crate) mod ioctl;
+#[path = "../abi/src/layout.rs"]
+pub(crate) mod layout;
+#[path = "../abi/src/opcode.rs"]
+pub(crate) mod opcode;
+#[path = "../abi/src/ring.rs"]
+pub(crate) mod ring;
+#[path = "../abi/src/sqe.rs"]
+pub(crate) mod sqe;
 
 use kernel::error::Error;
 use kernel::types::{AsBytes, FromBytes};

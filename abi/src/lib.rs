@@ -2,10 +2,23 @@
 //! that decides, kept here so it is tested, fuzzed and model-checked without a kernel.
 //!
 //! The module compiles these same sources with `#[path]` (an out-of-tree module cannot
-//! link crates), so every file here is `no_std`, allocation-free, refers to its siblings
-//! through `super::`, and names zerocopy and bitflags only behind their features.
+//! link crates; see kmod/abi.rs), so every file here is `no_std`, allocation-free,
+//! refers to its siblings through `super::`, derives zerocopy's traits only behind the
+//! `zerocopy` feature, and names bitflags as `super::bitflags` (the crate here, a
+//! compatible macro in the module).
 #![no_std]
 
+// `super::bitflags::bitflags!` in the modules below resolves to the crate through this.
+extern crate bitflags;
+#[cfg(any(test, feature = "alloc"))]
+extern crate alloc;
+
+pub mod cqe;
 pub mod device;
+pub mod engine;
 pub mod errno;
 pub mod ioctl;
+pub mod layout;
+pub mod opcode;
+pub mod ring;
+pub mod sqe;

@@ -1,5 +1,11 @@
-//! krcore's verification tools: the QEMU test bed ([`vm`]) and user-space verbs helpers
-//! ([`verbs`]) shared by the guest suite, the demo and the baselines.
+//! krcore's verification tools: the QEMU test bed ([`vm`]), user-space verbs helpers
+//! ([`verbs`]) shared by the guest suite, the demo and the baselines, and the engine's
+//! test kit ([`heapring`], [`fake`], [`rig`]) shared by property tests, fuzzing, loom
+//! models and benchmarks.
 
+pub mod fake;
+pub mod heapring;
+pub mod rig;
+pub mod rng;
 pub mod verbs;
 pub mod vm;

@@ -1,0 +1,181 @@
+//! The completion queue entry: 32 bytes, one result, and when it failed, why.
+
+use super::bitflags::bitflags;
+use super::errno::Errno;
+
+/// A completion queue entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[repr(C)]
+pub struct Cqe {
+    /// The submission's `user_data`.
+    pub user_data: u64,
+    /// Bytes transferred, a handle, or a negative errno (see [`opcode`](super::opcode)).
+    pub res: i32,
+    /// [`CqeFlags`] bits.
+    pub flags: u32,
+    /// Opcode-specific result (see [`opcode`](super::opcode)).
+    pub aux: u64,
+    /// When `res < 0`: a [`Reason`] code naming the cause; 0 otherwise.
+    pub reason: u16,
+    /// Reserved, zero.
+    pub resv: [u8; 6],
+}
+
+const _: () = assert!(core::mem::size_of::<Cqe>() == 32);
+const _: () = assert!(core::mem::offset_of!(Cqe, res) == 8);
+const _: () = assert!(core::mem::offset_of!(Cqe, aux) == 16);
+const _: () = assert!(core::mem::offset_of!(Cqe, reason) == 24);
+
+bitflags! {
+    /// Per-completion flags.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct CqeFlags: u32 {
+        /// `aux` holds immediate data (a RECV that matched SEND_IMM or WRITE_IMM).
+        const IMM = 1 << 0;
+    }
+}
+
+/// Why an entry was rejected or failed. Stored in [`Cqe::reason`] beside the errno, so a
+/// user can tell an out-of-range length from an unknown MR though both are `EINVAL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Reason {
+    /// Not a failure.
+    None = 0,
+    /// The opcode byte names no operation.
+    BadOpcode = 1,
+    /// A flag bit this ABI does not define is set.
+    UnknownFlags = 2,
+    /// A reserved field, or a field the opcode does not read, is nonzero.
+    ReservedNonzero = 3,
+    /// The virtual QP handle names no connected virtual QP of this ring.
+    BadVqp = 4,
+    /// The local MR handle names no registered MR of this ring.
+    BadMr = 5,
+    /// The local range is not inside the named MR.
+    LocalRange = 6,
+    /// The remote MR handle names no MR imported for this virtual QP.
+    BadRemoteMr = 7,
+    /// The remote range is not inside the imported MR.
+    RemoteRange = 8,
+    /// An atomic's local or remote address is not 8-byte aligned, or its length is not 8.
+    Misaligned = 9,
+    /// The length is zero where data must move, or over the maximum message size.
+    BadLength = 10,
+    /// The MR's access rights do not allow the operation.
+    MrAccess = 11,
+    /// Operations in flight that only a peer can complete (receives) hold the object.
+    Busy = 12,
+    /// A fixed-capacity table (virtual QPs, MRs, in-flight slots) is full.
+    TableFull = 13,
+    /// No RDMA device can reach the peer, or the device went away.
+    NoDevice = 14,
+    /// The physical QP failed; the operation was flushed.
+    QpError = 15,
+    /// The ring was closed with the operation in flight.
+    RingClosed = 16,
+    /// The verbs layer refused the request.
+    Verbs = 17,
+    /// The work completion reported a transport or remote error.
+    RemoteError = 18,
+}
+
+impl Reason {
+    /// Decodes a [`Cqe::reason`] value.
+    pub fn from_u16(v: u16) -> Option<Reason> {
+        use Reason::*;
+        const ALL: [Reason; 19] = [
+            None, BadOpcode, UnknownFlags, ReservedNonzero, BadVqp, BadMr, LocalRange, BadRemoteMr, RemoteRange,
+            Misaligned, BadLength, MrAccess, Busy, TableFull, NoDevice, QpError, RingClosed, Verbs, RemoteError,
+        ];
+        ALL.get(v as usize).copied()
+    }
+
+    /// The errno a CQE carries for this reason.
+    pub const fn errno(self) -> Errno {
+        match self {
+            Reason::None => Errno(0),
+            Reason::BadOpcode | Reason::UnknownFlags | Reason::ReservedNonzero => Errno::EINVAL,
+            Reason::BadVqp | Reason::BadMr | Reason::BadRemoteMr => Errno::ENOENT,
+            Reason::LocalRange | Reason::RemoteRange | Reason::BadLength => Errno::ERANGE,
+            Reason::Misaligned => Errno::EINVAL,
+            Reason::MrAccess => Errno::EACCES,
+            Reason::Busy => Errno::EBUSY,
+            Reason::TableFull => Errno::ENOSPC,
+            Reason::NoDevice => Errno::ENODEV,
+            Reason::QpError | Reason::RingClosed => Errno::ECANCELED,
+            Reason::Verbs | Reason::RemoteError => Errno::EIO,
+        }
+    }
+
+    /// A short description for messages.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            Reason::None => "no error",
+            Reason::BadOpcode => "unknown opcode",
+            Reason::UnknownFlags => "unknown flag bits",
+            Reason::ReservedNonzero => "reserved or unused field is nonzero",
+            Reason::BadVqp => "no such virtual QP on this ring",
+            Reason::BadMr => "no such local MR on this ring",
+            Reason::LocalRange => "local range outside the MR",
+            Reason::BadRemoteMr => "no such imported remote MR for this virtual QP",
+            Reason::RemoteRange => "remote range outside the imported MR",
+            Reason::Misaligned => "atomic not 8-byte aligned or not 8 bytes long",
+            Reason::BadLength => "length zero or over the maximum",
+            Reason::MrAccess => "MR access rights forbid the operation",
+            Reason::Busy => "receives in flight hold it",
+            Reason::TableFull => "table full",
+            Reason::NoDevice => "no RDMA device for the peer",
+            Reason::QpError => "physical QP failed; operation flushed",
+            Reason::RingClosed => "ring closed with the operation in flight",
+            Reason::Verbs => "verbs refused the request",
+            Reason::RemoteError => "transport or remote error",
+        }
+    }
+}
+
+impl Cqe {
+    /// A successful completion.
+    pub const fn ok(user_data: u64, res: i32, aux: u64) -> Cqe {
+        Cqe { user_data, res, flags: 0, aux, reason: 0, resv: [0; 6] }
+    }
+
+    /// A failed completion with an errno other than the reason's own (a backend error).
+    pub const fn err_errno(user_data: u64, reason: Reason, errno: Errno) -> Cqe {
+        Cqe { user_data, res: errno.to_neg(), flags: 0, aux: 0, reason: reason as u16, resv: [0; 6] }
+    }
+
+    /// A failed completion: `res` is the reason's negative errno.
+    pub const fn err(user_data: u64, reason: Reason) -> Cqe {
+        Cqe { user_data, res: reason.errno().to_neg(), flags: 0, aux: 0, reason: reason as u16, resv: [0; 6] }
+    }
+
+    /// The failure reason, when `res` is negative.
+    pub fn failure(&self) -> Option<Reason> {
+        if self.res < 0 {
+            Some(Reason::from_u16(self.reason).unwrap_or(Reason::None))
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_round_trip_and_carry_an_errno() {
+        for v in 0..=18u16 {
+            let r = Reason::from_u16(v).unwrap();
+            assert_eq!(r as u16, v);
+            assert_eq!(r.errno().0 == 0, r == Reason::None);
+            let c = Cqe::err(1, r);
+            if r != Reason::None {
+                assert_eq!(c.failure(), Some(r));
+            }
+        }
+        assert_eq!(Reason::from_u16(19), None);
+    }
+}

@@ -1,0 +1,159 @@
+//! What the engine needs from an RDMA stack: the [`Backend`] trait, and the work
+//! requests and completions that cross it. kmod implements it with kernel verbs; tests
+//! and benchmarks with a fake NIC.
+
+use super::errno::Errno;
+use super::sqe::{MrAccess, SqeFlags};
+
+/// A local buffer: address, length, local key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    /// Address (user virtual address in the MR's space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Local key of the MR.
+    pub lkey: u32,
+}
+
+/// What a send-queue work request does. Remote targets carry the rkey the engine took
+/// from an imported MR, never one straight from user space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendKind {
+    /// RDMA READ into the local buffer.
+    Read {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// RDMA WRITE from the local buffer.
+    Write {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Immediate data, for WRITE_IMM.
+        imm: Option<u32>,
+    },
+    /// SEND from the local buffer.
+    Send {
+        /// Immediate data, for SEND_IMM.
+        imm: Option<u32>,
+    },
+    /// 8-byte compare-and-swap; the old value lands in the local buffer.
+    Cas {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Compare value.
+        compare: u64,
+        /// Swap value.
+        swap: u64,
+    },
+    /// 8-byte fetch-and-add; the old value lands in the local buffer.
+    Faa {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Addend.
+        add: u64,
+    },
+}
+
+/// A send-queue work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// The encoded [`WrId`](super::wrid::WrId).
+    pub wr_id: u64,
+    /// The operation.
+    pub kind: SendKind,
+    /// The local buffer.
+    pub local: Sge,
+    /// Whether it produces a work completion.
+    pub signaled: bool,
+    /// FENCE / SOLICITED.
+    pub flags: SqeFlags,
+}
+
+/// A receive work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    /// The encoded [`WrId`](super::wrid::WrId).
+    pub wr_id: u64,
+    /// Where the message lands.
+    pub local: Sge,
+}
+
+/// How a work request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcStatus {
+    /// Done.
+    Success,
+    /// Flushed: the QP entered the error state before the request ran.
+    Flushed,
+    /// Failed with the verbs status code (`enum ib_wc_status`).
+    Failed(u32),
+}
+
+/// A work completion, as polled from a CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wc {
+    /// The request's `wr_id`.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// Bytes received (receives).
+    pub byte_len: u32,
+    /// Immediate data carried by the matched SEND_IMM / WRITE_IMM (receives).
+    pub imm: Option<u32>,
+    /// Whether it completes a receive (rather than a send-queue request).
+    pub recv: bool,
+}
+
+/// Keys and identity of a registered MR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrKeys {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+    /// The backend's own handle for deregistration.
+    pub token: u64,
+}
+
+/// A connection the backend made: which pooled physical QP, and its number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connection {
+    /// Index of the physical QP in the [`Fabric`](super::Fabric).
+    pub qp: u32,
+    /// The physical QP's number on the wire.
+    pub qpn: u32,
+}
+
+/// A post that failed after `posted` requests of the chain went out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostError {
+    /// How many requests, from the front of the chain, were posted.
+    pub posted: usize,
+    /// Why the rest were not.
+    pub errno: Errno,
+}
+
+/// The verbs the engine needs.
+pub trait Backend {
+    /// Posts a chain of send requests on physical QP `qp`, in order.
+    fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError>;
+    /// Posts one receive on physical QP `qp`.
+    fn post_recv(&mut self, qp: u32, wr: &RecvWr) -> Result<(), Errno>;
+    /// Registers `[addr, addr + len)` of the calling process with `access`.
+    fn reg_mr(&mut self, addr: u64, len: u32, access: MrAccess) -> Result<MrKeys, Errno>;
+    /// Deregisters an MR; nothing of it is in flight.
+    fn dereg_mr(&mut self, keys: MrKeys);
+    /// Binds to a pooled physical QP connected to `gid`/`service`.
+    fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Connection, Errno>;
+    /// Releases the binding made by [`connect`](Self::connect).
+    fn disconnect(&mut self, qp: u32);
+}

@@ -1,0 +1,50 @@
+//! The multiplexing engine: many rings' virtual QPs on few shared physical QPs.
+//!
+//! ```text
+//! SQE (private copy) ─► validate ─► credit ─► tag wr_id ─► chain ─► Backend::post_send
+//!                                                                        │
+//! CQE ◄─ Ring::complete ◄─ route by wr_id ◄─ complete_wc ◄─ polled Wc ◄──┘
+//! ```
+//!
+//! Everything is allocation-free over storage the caller provides through [`Store`], so
+//! the kernel decides allocation and this logic runs unchanged in tests, fuzzing, loom
+//! models and benchmarks. Concurrency is the caller's: the kernel serializes calls for
+//! one device (physical QPs and the rings bound to them) under one lock, taken before
+//! any ring's lock; verify/'s loom models check the engine under that discipline.
+
+mod backend;
+mod complete;
+mod qp;
+mod ring_state;
+mod submit;
+mod table;
+mod validate;
+mod wrid;
+
+// Siblings of the engine that its modules reach as `super::x`.
+use super::{cqe, errno, layout, opcode, ring, sqe};
+
+pub use backend::{Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, Sge, Wc, WcStatus};
+pub use complete::complete_wc;
+pub use qp::PhysQp;
+pub use ring_state::{Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp};
+pub use submit::{Stall, Submitted, CHAIN};
+pub use table::{Fifo, Slot, Table, MAX_TABLE};
+pub use validate::{validate, Op, MAX_LEN};
+pub use wrid::WrId;
+
+/// Where the engine's fixed-capacity storage comes from: `KVec` in the kernel, `Vec` in
+/// user space. The engine never grows a buffer; its length is the capacity.
+pub trait Store {
+    /// A buffer of `T`.
+    type Buf<T>: AsRef<[T]> + AsMut<[T]>;
+}
+
+/// [`Store`] over `Vec`, for user space (tests, fuzzing, benchmarks).
+#[cfg(any(test, feature = "alloc"))]
+pub struct VecStore;
+
+#[cfg(any(test, feature = "alloc"))]
+impl Store for VecStore {
+    type Buf<T> = alloc::vec::Vec<T>;
+}

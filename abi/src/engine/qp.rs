@@ -1,0 +1,162 @@
+//! A shared physical QP's send-queue accounting: credits, fair shares, signaling, and
+//! the order of posted requests that completions are matched against.
+//!
+//! Credits: a request may be posted only while fewer than `depth` are outstanding on the
+//! QP, and while its virtual QP holds fewer than its fair share, `depth / bound` (at
+//! least 1) with `bound` virtual QPs on the QP. So rings sharing a QP can never post past
+//! its depth, and none can starve the others.
+//!
+//! Signaling: the last request of every posted chain is signaled, and at least every
+//! `depth / 2`-th one; an RC completion implies every earlier request on the QP has
+//! completed, so one signaled completion retires the unsignaled ones before it, whichever
+//! ring posted them. The FIFO of posted `wr_id`s is what makes that routing possible.
+//!
+//! Failure: a QP that reports an error (or whose posted chain stopped after an unsignaled
+//! request, so no completion may ever retire it) is marked failed. Its virtual QPs get
+//! `QpError` for new requests, and once the NIC has flushed it the caller
+//! [`recycle`](PhysQp::recycle)s it: what is still owed is retired as `QpError`, as RDMA
+//! leaves the outcome of requests in flight at an error undefined.
+
+use super::cqe::Reason;
+use super::ring_state::Completion;
+use super::table::Fifo;
+use super::wrid::WrId;
+use super::Store;
+
+/// One physical QP's accounting.
+pub struct PhysQp<S: Store> {
+    depth: u32,
+    recv_depth: u32,
+    /// `wr_id`s posted on the send queue and not yet completed, oldest first.
+    posted: Fifo<u64, S>,
+    recv_outstanding: u32,
+    bound: u32,
+    unsignaled_run: u32,
+    failed: bool,
+}
+
+impl<S: Store> PhysQp<S> {
+    /// A QP with a send queue of `storage.len()` entries and a receive queue of
+    /// `recv_depth`.
+    pub fn new(storage: S::Buf<u64>, recv_depth: u32) -> Self {
+        let posted = Fifo::new(storage);
+        let depth = posted.capacity() as u32;
+        assert!(depth > 0, "a QP needs a send queue");
+        PhysQp { depth, recv_depth, posted, recv_outstanding: 0, bound: 0, unsignaled_run: 0, failed: false }
+    }
+
+    /// Send queue depth.
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Send requests outstanding (credits in use).
+    pub fn outstanding(&self) -> u32 {
+        self.posted.len() as u32
+    }
+
+    /// Receives outstanding.
+    pub fn recv_outstanding(&self) -> u32 {
+        self.recv_outstanding
+    }
+
+    /// Virtual QPs bound to this QP.
+    pub fn bound(&self) -> u32 {
+        self.bound
+    }
+
+    /// A virtual QP's fair share of the send queue.
+    pub fn share(&self) -> u32 {
+        (self.depth / self.bound.max(1)).max(1)
+    }
+
+    /// Whether a virtual QP with `vqp_outstanding` requests in flight may post one more.
+    pub fn may_post(&self, vqp_outstanding: u32) -> bool {
+        !self.failed && self.outstanding() < self.depth && vqp_outstanding < self.share()
+    }
+
+    /// Whether one more receive fits.
+    pub fn may_post_recv(&self) -> bool {
+        !self.failed && self.recv_outstanding < self.recv_depth
+    }
+
+    /// Whether the QP failed (its requests are flushed; it must be recycled).
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Marks the QP failed.
+    pub fn fail(&mut self) {
+        self.failed = true;
+    }
+
+    /// A virtual QP was bound to this QP.
+    pub fn bind(&mut self) {
+        self.bound += 1;
+    }
+
+    /// A virtual QP was released from this QP.
+    pub fn unbind(&mut self) {
+        debug_assert!(self.bound > 0);
+        self.bound = self.bound.saturating_sub(1);
+    }
+
+    /// Takes a credit for `wr_id` (the caller checked [`may_post`](Self::may_post)).
+    pub(crate) fn reserve(&mut self, wr_id: u64) {
+        let r = self.posted.push(wr_id);
+        debug_assert!(r.is_ok(), "reserve past depth");
+    }
+
+    /// Gives back the credits of the last `n` reservations (their post failed).
+    pub(crate) fn unreserve_last(&mut self, n: usize) {
+        self.posted.truncate_back(n);
+    }
+
+    /// Decides whether the next request is signaled; `last` says it ends its chain.
+    pub(crate) fn next_signaled(&mut self, last: bool) -> bool {
+        self.unsignaled_run += 1;
+        let signal = last || self.unsignaled_run >= (self.depth / 2).max(1);
+        if signal {
+            self.unsignaled_run = 0;
+        }
+        signal
+    }
+
+    /// Recycles a failed QP after the NIC flushed it (no completion for it can arrive any
+    /// more): retires every request still owed as `QpError` through `route`, and makes
+    /// the QP usable again.
+    pub fn recycle(&mut self, mut route: impl FnMut(WrId, Completion)) {
+        while let Some(w) = self.posted.pop() {
+            route(WrId::decode(w), Completion::Failed(Reason::QpError));
+        }
+        self.recv_outstanding = 0;
+        self.unsignaled_run = 0;
+        self.failed = false;
+    }
+
+    /// Retires posted requests up to and including `wr_id`, oldest first, calling
+    /// `retire(wr_id, is_the_completed_one)` for each. Returns `false`, retiring none, if
+    /// `wr_id` was never posted here.
+    pub fn retire_through(&mut self, wr_id: u64, mut retire: impl FnMut(u64, bool)) -> bool {
+        if !self.posted.any(|w| w == wr_id) {
+            return false;
+        }
+        while let Some(w) = self.posted.pop() {
+            retire(w, w == wr_id);
+            if w == wr_id {
+                break;
+            }
+        }
+        true
+    }
+
+    /// Counts a posted receive.
+    pub(crate) fn recv_posted(&mut self) {
+        self.recv_outstanding += 1;
+    }
+
+    /// Counts a completed receive.
+    pub(crate) fn recv_done(&mut self) {
+        self.recv_outstanding = self.recv_outstanding.saturating_sub(1);
+    }
+}

@@ -1,0 +1,306 @@
+//! One ring's kernel-side state: its SQ and CQ, its tables, and the overflow list that
+//! keeps every completion when the CQ is full.
+//!
+//! Room rule: an SQE is taken only while `in-flight + overflowed < overflow capacity`.
+//! Each taken SQE owes exactly one CQE, which goes to the CQ or, when that is full, to the
+//! overflow list; so the list can always hold what is owed and no completion is dropped.
+
+use super::backend::{Backend, MrKeys};
+use super::cqe::{Cqe, CqeFlags, Reason};
+use super::errno::Errno;
+use super::layout::SqFlags;
+use super::qp::PhysQp;
+use super::ring::{CqProducer, RingMem, SqConsumer};
+use super::sqe::{MrAccess, Sqe};
+use super::table::{Fifo, Slot, Table};
+use super::wrid::WrId;
+use super::Store;
+
+/// A virtual QP: a ring's handle on a shared physical QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vqp {
+    /// Index of the physical QP.
+    pub qp: u32,
+    /// The physical QP's number.
+    pub qpn: u32,
+    /// Send-queue requests in flight.
+    pub sends: u32,
+    /// Receives posted and not completed.
+    pub recvs: u32,
+}
+
+/// A registered local MR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalMr {
+    /// Start address.
+    pub addr: u64,
+    /// Length.
+    pub len: u32,
+    /// Rights.
+    pub access: MrAccess,
+    /// Keys from the backend.
+    pub keys: MrKeys,
+    /// Send-queue requests in flight that use it.
+    pub sends: u32,
+    /// Receives posted into it.
+    pub recvs: u32,
+}
+
+/// A remote MR imported for one virtual QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteMr {
+    /// The virtual QP whose peer owns it.
+    pub vqp: u32,
+    /// Remote start address.
+    pub addr: u64,
+    /// Length.
+    pub len: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// A request in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inflight {
+    /// The SQE's user_data.
+    pub user_data: u64,
+    /// Virtual QP handle.
+    pub vqp: u32,
+    /// Local MR handle.
+    pub mr: u32,
+    /// Bytes requested.
+    pub len: u32,
+    /// Whether it is a receive.
+    pub recv: bool,
+}
+
+/// A ring's tables.
+pub struct Tables<S: Store> {
+    /// Virtual QPs.
+    pub vqps: Table<Vqp, S>,
+    /// Local MRs.
+    pub mrs: Table<LocalMr, S>,
+    /// Imported remote MRs.
+    pub rmrs: Table<RemoteMr, S>,
+    /// Requests in flight.
+    pub inflight: Table<Inflight, S>,
+}
+
+/// The storage a ring is built from; its sizes are the ring's limits.
+pub struct RingStorage<S: Store> {
+    /// Virtual QP slots.
+    pub vqps: S::Buf<Slot<Vqp>>,
+    /// Local MR slots.
+    pub mrs: S::Buf<Slot<LocalMr>>,
+    /// Remote MR slots.
+    pub rmrs: S::Buf<Slot<RemoteMr>>,
+    /// In-flight slots.
+    pub inflight: S::Buf<Slot<Inflight>>,
+    /// Overflow list; must be larger than `inflight`.
+    pub overflow: S::Buf<Cqe>,
+}
+
+/// How a completion ended, as the engine sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// A send-queue request completed.
+    Done,
+    /// A receive completed.
+    Received {
+        /// Bytes received.
+        byte_len: u32,
+        /// Immediate data.
+        imm: Option<u32>,
+    },
+    /// It failed.
+    Failed(Reason),
+}
+
+/// Counters a ring keeps (the kernel mirrors some into the ring header).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// SQEs taken.
+    pub taken: u64,
+    /// CQEs produced.
+    pub completed: u64,
+    /// CQEs that waited in the overflow list.
+    pub overflowed: u64,
+    /// Completions that named no request of this ring (stale or stray).
+    pub stray: u64,
+}
+
+/// One ring, kernel side.
+pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
+    pub(crate) id: u16,
+    pub(crate) gen: u16,
+    pub(crate) sq: SqConsumer<Q>,
+    pub(crate) cq: CqProducer<C>,
+    /// The ring's tables.
+    pub tables: Tables<S>,
+    overflow: Fifo<Cqe, S>,
+    closed: bool,
+    pub(crate) stats: RingStats,
+}
+
+impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
+    /// A ring with id `id` (generation `gen`) over fresh SQ and CQ memory.
+    pub fn new(id: u16, gen: u16, sq: Q, cq: C, storage: RingStorage<S>) -> Self {
+        let overflow = Fifo::new(storage.overflow);
+        let inflight = Table::new(storage.inflight);
+        assert!(overflow.capacity() > inflight.capacity(), "the overflow list must outsize the in-flight table");
+        Ring {
+            id,
+            gen,
+            sq: SqConsumer::new(sq),
+            cq: CqProducer::new(cq),
+            tables: Tables { vqps: Table::new(storage.vqps), mrs: Table::new(storage.mrs), rmrs: Table::new(storage.rmrs), inflight },
+            overflow,
+            closed: false,
+            stats: RingStats::default(),
+        }
+    }
+
+    /// The ring's id and generation, as its `wr_id`s carry them.
+    pub fn identity(&self) -> (u16, u16) {
+        (self.id, self.gen)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RingStats {
+        self.stats
+    }
+
+    /// The SQ, kernel side.
+    pub fn sq(&mut self) -> &mut SqConsumer<Q> {
+        &mut self.sq
+    }
+
+    /// Completions published and not yet reaped (for waiting on `min_complete`).
+    pub fn cq_unread(&self) -> u32 {
+        self.cq.unread()
+    }
+
+    /// Completions waiting in the overflow list.
+    pub fn overflowed(&self) -> usize {
+        self.overflow.len()
+    }
+
+    /// Whether another SQE may be taken (the room rule).
+    pub(crate) fn has_room(&self) -> bool {
+        self.tables.inflight.len() + self.overflow.len() < self.overflow.capacity()
+    }
+
+    /// Queues a CQE: to the CQ when it has room and nothing overflowed before it (order
+    /// is kept), to the overflow list otherwise.
+    pub(crate) fn emit(&mut self, cqe: Cqe) {
+        self.stats.completed += 1;
+        if self.closed {
+            return;
+        }
+        if self.overflow.is_empty() {
+            if let Err(c) = self.cq.push(cqe) {
+                self.stats.overflowed += 1;
+                let r = self.overflow.push(c);
+                debug_assert!(r.is_ok(), "room rule broken");
+            }
+        } else {
+            self.stats.overflowed += 1;
+            let r = self.overflow.push(cqe);
+            debug_assert!(r.is_ok(), "room rule broken");
+        }
+    }
+
+    /// Moves overflowed CQEs into the CQ as far as it has room.
+    pub(crate) fn flush_overflow(&mut self) {
+        while let Some(c) = self.overflow.front() {
+            if self.cq.push(c).is_err() {
+                break;
+            }
+            self.overflow.pop();
+        }
+    }
+
+    /// Publishes the CQ tail and the overflow flag.
+    pub fn publish(&mut self) {
+        self.flush_overflow();
+        self.cq.publish();
+        self.sq.set_flag(SqFlags::CQ_OVERFLOW, !self.overflow.is_empty());
+    }
+
+    /// Routes a completion to this ring. Returns `false` if it is not for this ring (other
+    /// id or generation) or names no request in flight here.
+    pub fn complete(&mut self, id: WrId, c: Completion) -> bool {
+        if (id.ring, id.ring_gen) != (self.id, self.gen) {
+            return false;
+        }
+        let Some(inf) = self.tables.inflight.remove(id.slot) else {
+            self.stats.stray += 1;
+            return false;
+        };
+        self.release_counts(&inf);
+        let cqe = match c {
+            Completion::Done => Cqe::ok(inf.user_data, inf.len as i32, 0),
+            Completion::Received { byte_len, imm } => {
+                let mut cqe = Cqe::ok(inf.user_data, byte_len as i32, imm.unwrap_or(0) as u64);
+                if imm.is_some() {
+                    cqe.flags = CqeFlags::IMM.bits();
+                }
+                cqe
+            }
+            Completion::Failed(r) => Cqe::err(inf.user_data, r),
+        };
+        self.emit(cqe);
+        true
+    }
+
+    /// Fails an in-flight request that never reached the wire.
+    pub(crate) fn fail_unposted(&mut self, wr_id: u64, reason: Reason, errno: Errno) {
+        if let Some(inf) = self.tables.inflight.remove(WrId::decode(wr_id).slot) {
+            self.release_counts(&inf);
+            self.emit(Cqe::err_errno(inf.user_data, reason, errno));
+        }
+    }
+
+    fn release_counts(&mut self, inf: &Inflight) {
+        if let Some(v) = self.tables.vqps.get_mut(inf.vqp) {
+            if inf.recv { v.recvs -= 1 } else { v.sends -= 1 }
+        }
+        if let Some(m) = self.tables.mrs.get_mut(inf.mr) {
+            if inf.recv { m.recvs -= 1 } else { m.sends -= 1 }
+        }
+    }
+
+    /// Closes the ring: no CQE is written any more; completions still retire its
+    /// requests. Call [`release_idle`](Self::release_idle) until it returns `true`.
+    pub fn close(&mut self) {
+        self.closed = true;
+    }
+
+    /// Whether the ring was closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Releases every virtual QP and MR with nothing in flight; returns `true` when
+    /// nothing is left (the ring's memory may be freed).
+    pub fn release_idle<B: Backend>(&mut self, qps: &mut [PhysQp<S>], backend: &mut B) -> bool {
+        let rmrs = &mut self.tables.rmrs;
+        self.tables.vqps.drain_where(|h, v| {
+            let idle = v.sends == 0 && v.recvs == 0;
+            if idle {
+                rmrs.drain_where(|_, r| r.vqp == h);
+                qps[v.qp as usize].unbind();
+                backend.disconnect(v.qp);
+            }
+            idle
+        });
+        self.tables.mrs.drain_where(|_, m| {
+            let idle = m.sends == 0 && m.recvs == 0;
+            if idle {
+                backend.dereg_mr(m.keys);
+            }
+            idle
+        });
+        self.tables.vqps.is_empty() && self.tables.mrs.is_empty() && self.tables.inflight.is_empty()
+    }
+}

@@ -1,0 +1,254 @@
+//! Submission: take SQEs, validate them, do control operations, and post data
+//! operations to the shared physical QPs in chains.
+//!
+//! An SQE that cannot proceed now (no credit, no in-flight slot, no room for its CQE, or
+//! its object busy with sends in flight) is not taken: it waits in the SQ, and so do all
+//! after it, keeping the ring's order. Everything else is taken and owes one CQE.
+
+use super::backend::{Backend, PostError, RecvWr, SendKind, SendWr, Sge};
+use super::cqe::{Cqe, Reason};
+use super::errno::Errno;
+use super::layout::SqFlags;
+use super::qp::PhysQp;
+use super::ring::{RingError, RingMem};
+use super::ring_state::{Inflight, LocalMr, Ring, Vqp};
+use super::sqe::{Sqe, SqeFlags};
+use super::validate::{validate, Op};
+use super::wrid::WrId;
+use super::Store;
+
+/// Requests gathered into one `post_send` call at most.
+pub const CHAIN: usize = 16;
+
+/// Why submission stopped before the SQ was empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stall {
+    /// The ring owes as many CQEs as its overflow list holds: reap the CQ.
+    CqFull,
+    /// A physical QP has no credit for the virtual QP: completions will return some.
+    NoCredit,
+    /// Every in-flight slot is used.
+    InflightFull,
+    /// DISCONNECT or DEREG_MR waits for its object's sends to complete.
+    Busy,
+}
+
+/// What one submission call did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Submitted {
+    /// SQEs taken.
+    pub taken: u32,
+    /// Why it stopped early, if it did.
+    pub stall: Option<Stall>,
+}
+
+/// Requests for one physical QP, posted together.
+struct Chain {
+    qp: u32,
+    n: usize,
+    wrs: [SendWr; CHAIN],
+}
+
+const NO_WR: SendWr = SendWr {
+    wr_id: 0,
+    kind: SendKind::Send { imm: None },
+    local: Sge { addr: 0, len: 0, lkey: 0 },
+    signaled: false,
+    flags: SqeFlags::empty(),
+};
+
+enum Step {
+    Taken,
+    Wait(Stall),
+}
+
+impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
+    /// Takes up to `max` SQEs. Fails, taking none, when the SQ tail is hostile.
+    pub fn submit<B: Backend>(&mut self, qps: &mut [PhysQp<S>], backend: &mut B, max: u32) -> Result<Submitted, RingError> {
+        self.flush_overflow();
+        let ready = match self.sq.ready() {
+            Ok(n) => n,
+            Err(e) => {
+                self.sq.set_flag(SqFlags::TAIL_OVERRUN, true);
+                return Err(e);
+            }
+        };
+        let mut chain = Chain { qp: 0, n: 0, wrs: [NO_WR; CHAIN] };
+        let (mut taken, mut stall) = (0, None);
+        while taken < ready.min(max) {
+            if !self.has_room() {
+                stall = Some(Stall::CqFull);
+                break;
+            }
+            let Some(sqe) = self.sq.peek(taken) else { break };
+            match self.step(&sqe, qps, backend, &mut chain) {
+                Step::Taken => taken += 1,
+                Step::Wait(s) => {
+                    stall = Some(s);
+                    break;
+                }
+            }
+        }
+        self.flush_chain(&mut chain, qps, backend);
+        self.sq.consume(taken);
+        self.stats.taken += taken as u64;
+        self.publish();
+        Ok(Submitted { taken, stall })
+    }
+
+    fn step<B: Backend>(&mut self, sqe: &Sqe, qps: &mut [PhysQp<S>], backend: &mut B, chain: &mut Chain) -> Step {
+        let ud = sqe.user_data;
+        let op = match validate(sqe, &self.tables) {
+            Ok(op) => op,
+            Err(r) => {
+                self.emit(Cqe::err(ud, r));
+                return Step::Taken;
+            }
+        };
+        let t = &mut self.tables;
+        let cqe = match op {
+            Op::Nop => Cqe::ok(ud, 0, 0),
+            Op::RegMr { addr, len, access } => match backend.reg_mr(addr, len, access) {
+                Err(e) => Cqe::err_errno(ud, Reason::Verbs, e),
+                Ok(keys) => match t.mrs.insert(LocalMr { addr, len, access, keys, sends: 0, recvs: 0 }) {
+                    Ok(h) => Cqe::ok(ud, h as i32, ((keys.rkey as u64) << 32) | keys.lkey as u64),
+                    Err(_) => {
+                        backend.dereg_mr(keys);
+                        Cqe::err(ud, Reason::TableFull)
+                    }
+                },
+            },
+            Op::DeregMr { mr } => {
+                let m = *t.mrs.get(mr).expect("validated");
+                if m.recvs > 0 {
+                    Cqe::err(ud, Reason::Busy)
+                } else if m.sends > 0 {
+                    return self.wait_for_sends(chain, qps, backend);
+                } else {
+                    t.mrs.remove(mr);
+                    backend.dereg_mr(m.keys);
+                    Cqe::ok(ud, 0, 0)
+                }
+            }
+            Op::Connect { gid, service } => match backend.connect(gid, service) {
+                Err(e) => Cqe::err_errno(ud, if e == Errno::ENODEV { Reason::NoDevice } else { Reason::Verbs }, e),
+                Ok(conn) if conn.qp as usize >= qps.len() => {
+                    backend.disconnect(conn.qp);
+                    Cqe::err(ud, Reason::Verbs)
+                }
+                Ok(conn) => match t.vqps.insert(Vqp { qp: conn.qp, qpn: conn.qpn, sends: 0, recvs: 0 }) {
+                    Ok(h) => {
+                        qps[conn.qp as usize].bind();
+                        Cqe::ok(ud, h as i32, conn.qpn as u64)
+                    }
+                    Err(_) => {
+                        backend.disconnect(conn.qp);
+                        Cqe::err(ud, Reason::TableFull)
+                    }
+                },
+            },
+            Op::Disconnect { vqp } => {
+                let v = *t.vqps.get(vqp).expect("validated");
+                if v.recvs > 0 {
+                    Cqe::err(ud, Reason::Busy)
+                } else if v.sends > 0 {
+                    return self.wait_for_sends(chain, qps, backend);
+                } else {
+                    t.vqps.remove(vqp);
+                    t.rmrs.drain_where(|_, r| r.vqp == vqp);
+                    qps[v.qp as usize].unbind();
+                    backend.disconnect(v.qp);
+                    Cqe::ok(ud, 0, 0)
+                }
+            }
+            Op::ImportMr { vqp, addr, len, rkey } => match t.rmrs.insert(super::ring_state::RemoteMr { vqp, addr, len, rkey }) {
+                Ok(h) => Cqe::ok(ud, h as i32, 0),
+                Err(_) => Cqe::err(ud, Reason::TableFull),
+            },
+            Op::Send { vqp, mr, kind, local, flags } => {
+                let v = *t.vqps.get(vqp).expect("validated");
+                let q = &qps[v.qp as usize];
+                if q.failed() {
+                    Cqe::err(ud, Reason::QpError)
+                } else if !q.may_post(v.sends) {
+                    return Step::Wait(Stall::NoCredit);
+                } else {
+                    if chain.n == CHAIN || (chain.n > 0 && chain.qp != v.qp) {
+                        self.flush_chain(chain, qps, backend);
+                    }
+                    let t = &mut self.tables;
+                    let Ok(slot) = t.inflight.insert(Inflight { user_data: ud, vqp, mr, len: local.len, recv: false }) else {
+                        return Step::Wait(Stall::InflightFull);
+                    };
+                    let wr_id = WrId { ring: self.id, ring_gen: self.gen, slot }.encode();
+                    qps[v.qp as usize].reserve(wr_id);
+                    t.vqps.get_mut(vqp).expect("validated").sends += 1;
+                    t.mrs.get_mut(mr).expect("validated").sends += 1;
+                    chain.qp = v.qp;
+                    chain.wrs[chain.n] = SendWr { wr_id, kind, local, signaled: false, flags };
+                    chain.n += 1;
+                    return Step::Taken;
+                }
+            }
+            Op::Recv { vqp, mr, local } => {
+                let v = *t.vqps.get(vqp).expect("validated");
+                let q = &mut qps[v.qp as usize];
+                if q.failed() {
+                    Cqe::err(ud, Reason::QpError)
+                } else if !q.may_post_recv() {
+                    return Step::Wait(Stall::NoCredit);
+                } else {
+                    let Ok(slot) = t.inflight.insert(Inflight { user_data: ud, vqp, mr, len: local.len, recv: true }) else {
+                        return Step::Wait(Stall::InflightFull);
+                    };
+                    let wr_id = WrId { ring: self.id, ring_gen: self.gen, slot }.encode();
+                    match backend.post_recv(v.qp, &RecvWr { wr_id, local }) {
+                        Ok(()) => {
+                            q.recv_posted();
+                            t.vqps.get_mut(vqp).expect("validated").recvs += 1;
+                            t.mrs.get_mut(mr).expect("validated").recvs += 1;
+                            return Step::Taken;
+                        }
+                        Err(e) => {
+                            t.inflight.remove(slot);
+                            Cqe::err_errno(ud, Reason::Verbs, e)
+                        }
+                    }
+                }
+            }
+        };
+        self.emit(cqe);
+        Step::Taken
+    }
+
+    /// The object's sends may be in our own unposted chain: post it, then wait.
+    fn wait_for_sends<B: Backend>(&mut self, chain: &mut Chain, qps: &mut [PhysQp<S>], backend: &mut B) -> Step {
+        self.flush_chain(chain, qps, backend);
+        Step::Wait(Stall::Busy)
+    }
+
+    /// Posts the chain; requests that did not go out fail with the backend's errno.
+    fn flush_chain<B: Backend>(&mut self, chain: &mut Chain, qps: &mut [PhysQp<S>], backend: &mut B) {
+        let n = chain.n;
+        if n == 0 {
+            return;
+        }
+        chain.n = 0;
+        let q = &mut qps[chain.qp as usize];
+        for (i, wr) in chain.wrs[..n].iter_mut().enumerate() {
+            wr.signaled = q.next_signaled(i == n - 1);
+        }
+        if let Err(PostError { posted, errno }) = backend.post_send(chain.qp, &chain.wrs[..n]) {
+            let posted = posted.min(n);
+            q.unreserve_last(n - posted);
+            // An unsignaled request ends what went out: no completion may ever retire
+            // it, so the QP's accounting can only be settled by recycling it.
+            if posted > 0 && !chain.wrs[posted - 1].signaled {
+                q.fail();
+            }
+            for wr in &chain.wrs[posted..n] {
+                self.fail_unposted(wr.wr_id, Reason::Verbs, errno);
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Validation of one submission entry against its ring's own tables.
+//!
+//! The entry is a private copy (the caller copied it out of the shared SQ), so what is
+//! checked here is what is used. Every field an opcode does not read must be zero, every
+//! local range must lie inside one of this ring's MRs with the right access, and every
+//! remote range inside an MR imported for the same virtual QP, whose rkey is the only one
+//! that reaches the wire. A failed check names its [`Reason`].
+
+use super::backend::{SendKind, Sge};
+use super::cqe::Reason;
+use super::opcode::{Opcode, OPCODE_LAST};
+use super::ring_state::{LocalMr, Tables};
+use super::sqe::{MrAccess, Sqe, SqeFlags};
+use super::Store;
+
+/// Largest message or MR length accepted (RoCE's 2 GiB message limit, halved to stay
+/// inside `i32` results).
+pub const MAX_LEN: u32 = 1 << 30;
+
+// Which Sqe fields an opcode reads (io_issue_defs' role): anything else must be zero.
+const VQP: u16 = 1 << 0;
+const ADDR: u16 = 1 << 1;
+const LEN: u16 = 1 << 2;
+const MR: u16 = 1 << 3;
+const RADDR: u16 = 1 << 4;
+const RMR: u16 = 1 << 5;
+const IMM: u16 = 1 << 6;
+const ARG0: u16 = 1 << 7;
+const ARG1: u16 = 1 << 8;
+const FLAGS: u16 = 1 << 9;
+
+const LOCAL: u16 = VQP | ADDR | LEN | MR;
+const ONE_SIDED: u16 = LOCAL | RADDR | RMR | FLAGS;
+
+/// Fields read, indexed by opcode.
+const READS: [u16; OPCODE_LAST as usize] = {
+    let mut t = [0u16; OPCODE_LAST as usize];
+    t[Opcode::Nop as usize] = 0;
+    t[Opcode::RegMr as usize] = ADDR | LEN | IMM;
+    t[Opcode::DeregMr as usize] = MR;
+    t[Opcode::Connect as usize] = RADDR | ARG0 | RMR;
+    t[Opcode::Disconnect as usize] = VQP;
+    t[Opcode::ImportMr as usize] = VQP | RADDR | LEN | RMR;
+    t[Opcode::Read as usize] = ONE_SIDED;
+    t[Opcode::Write as usize] = ONE_SIDED;
+    t[Opcode::WriteImm as usize] = ONE_SIDED | IMM;
+    t[Opcode::Send as usize] = LOCAL | FLAGS;
+    t[Opcode::SendImm as usize] = LOCAL | FLAGS | IMM;
+    t[Opcode::Recv as usize] = LOCAL;
+    t[Opcode::Cas as usize] = ONE_SIDED | ARG0 | ARG1;
+    t[Opcode::Faa as usize] = ONE_SIDED | ARG0;
+    t
+};
+
+/// A validated operation, with everything resolved that the tables can resolve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// NOP.
+    Nop,
+    /// Register `[addr, addr + len)` with `access`.
+    RegMr {
+        /// Start.
+        addr: u64,
+        /// Length.
+        len: u32,
+        /// Rights.
+        access: MrAccess,
+    },
+    /// Deregister MR handle `mr`.
+    DeregMr {
+        /// MR handle.
+        mr: u32,
+    },
+    /// Connect to `gid`/`service`.
+    Connect {
+        /// Peer GID.
+        gid: [u8; 16],
+        /// Peer service.
+        service: u32,
+    },
+    /// Release virtual QP `vqp`.
+    Disconnect {
+        /// Virtual QP handle.
+        vqp: u32,
+    },
+    /// Import a remote MR for `vqp`.
+    ImportMr {
+        /// Virtual QP handle.
+        vqp: u32,
+        /// Remote start.
+        addr: u64,
+        /// Length.
+        len: u32,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// A send-queue request on `vqp` using local MR `mr`.
+    Send {
+        /// Virtual QP handle.
+        vqp: u32,
+        /// Local MR handle.
+        mr: u32,
+        /// What to do.
+        kind: SendKind,
+        /// The local buffer.
+        local: Sge,
+        /// FENCE / SOLICITED.
+        flags: SqeFlags,
+    },
+    /// A receive on `vqp` into local MR `mr`.
+    Recv {
+        /// Virtual QP handle.
+        vqp: u32,
+        /// Local MR handle.
+        mr: u32,
+        /// The local buffer.
+        local: Sge,
+    },
+}
+
+fn reject_unread(sqe: &Sqe, reads: u16) -> Result<(), Reason> {
+    let present = [
+        (sqe.vqp != 0, VQP),
+        (sqe.addr != 0, ADDR),
+        (sqe.len != 0, LEN),
+        (sqe.mr != 0, MR),
+        (sqe.remote_addr != 0, RADDR),
+        (sqe.rmr != 0, RMR),
+        (sqe.imm != 0, IMM),
+        (sqe.arg0 != 0, ARG0),
+        (sqe.arg1 != 0, ARG1),
+        (sqe.flags != 0, FLAGS),
+    ];
+    if sqe.resv != 0 || present.iter().any(|&(set, bit)| set && reads & bit == 0) {
+        return Err(Reason::ReservedNonzero);
+    }
+    Ok(())
+}
+
+/// `[addr, addr + len)` lies inside `[base, base + size)`, without overflow.
+fn inside(addr: u64, len: u32, base: u64, size: u32) -> bool {
+    match (addr.checked_add(len as u64), base.checked_add(size as u64)) {
+        (Some(end), Some(limit)) => addr >= base && end <= limit,
+        _ => false,
+    }
+}
+
+fn local<S: Store>(sqe: &Sqe, t: &Tables<S>, needs_write: bool) -> Result<(LocalMr, Sge), Reason> {
+    let mr = *t.mrs.get(sqe.mr).ok_or(Reason::BadMr)?;
+    if !inside(sqe.addr, sqe.len, mr.addr, mr.len) {
+        return Err(Reason::LocalRange);
+    }
+    if needs_write && !mr.access.contains(MrAccess::LOCAL_WRITE) {
+        return Err(Reason::MrAccess);
+    }
+    Ok((mr, Sge { addr: sqe.addr, len: sqe.len, lkey: mr.keys.lkey }))
+}
+
+fn remote<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<u32, Reason> {
+    let r = t.rmrs.get(sqe.rmr).ok_or(Reason::BadRemoteMr)?;
+    if r.vqp != sqe.vqp {
+        return Err(Reason::BadRemoteMr);
+    }
+    if !inside(sqe.remote_addr, sqe.len, r.addr, r.len) {
+        return Err(Reason::RemoteRange);
+    }
+    Ok(r.rkey)
+}
+
+/// Validates `sqe` against the ring's tables.
+pub fn validate<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<Op, Reason> {
+    let op = Opcode::from_u8(sqe.opcode).ok_or(Reason::BadOpcode)?;
+    let flags = SqeFlags::from_bits(sqe.flags).ok_or(Reason::UnknownFlags)?;
+    reject_unread(sqe, READS[op as usize])?;
+    if op.uses_send_queue() || op == Opcode::Recv {
+        t.vqps.get(sqe.vqp).ok_or(Reason::BadVqp)?;
+        if op.is_atomic() {
+            if sqe.len != 8 || sqe.addr % 8 != 0 || sqe.remote_addr % 8 != 0 {
+                return Err(Reason::Misaligned);
+            }
+        } else if sqe.len == 0 || sqe.len > MAX_LEN {
+            return Err(Reason::BadLength);
+        }
+    }
+    Ok(match op {
+        Opcode::Nop => Op::Nop,
+        Opcode::RegMr => {
+            let access = MrAccess::from_bits(sqe.imm).ok_or(Reason::UnknownFlags)?;
+            if sqe.len == 0 || sqe.len > MAX_LEN || sqe.addr.checked_add(sqe.len as u64).is_none() {
+                return Err(Reason::BadLength);
+            }
+            // Verbs: remote write or atomic access requires local write.
+            if (access.contains(MrAccess::REMOTE_WRITE) || access.contains(MrAccess::REMOTE_ATOMIC))
+                && !access.contains(MrAccess::LOCAL_WRITE)
+            {
+                return Err(Reason::MrAccess);
+            }
+            Op::RegMr { addr: sqe.addr, len: sqe.len, access }
+        }
+        Opcode::DeregMr => {
+            t.mrs.get(sqe.mr).ok_or(Reason::BadMr)?;
+            Op::DeregMr { mr: sqe.mr }
+        }
+        Opcode::Connect => Op::Connect { gid: sqe.connect_gid(), service: sqe.rmr },
+        Opcode::Disconnect => {
+            t.vqps.get(sqe.vqp).ok_or(Reason::BadVqp)?;
+            Op::Disconnect { vqp: sqe.vqp }
+        }
+        Opcode::ImportMr => {
+            t.vqps.get(sqe.vqp).ok_or(Reason::BadVqp)?;
+            if sqe.len == 0 || sqe.len > MAX_LEN || sqe.remote_addr.checked_add(sqe.len as u64).is_none() {
+                return Err(Reason::BadLength);
+            }
+            Op::ImportMr { vqp: sqe.vqp, addr: sqe.remote_addr, len: sqe.len, rkey: sqe.rmr }
+        }
+        Opcode::Recv => {
+            let (_, sge) = local(sqe, t, true)?;
+            Op::Recv { vqp: sqe.vqp, mr: sqe.mr, local: sge }
+        }
+        Opcode::Send | Opcode::SendImm => {
+            let (_, sge) = local(sqe, t, false)?;
+            let imm = (op == Opcode::SendImm).then_some(sqe.imm);
+            Op::Send { vqp: sqe.vqp, mr: sqe.mr, kind: SendKind::Send { imm }, local: sge, flags }
+        }
+        Opcode::Read | Opcode::Write | Opcode::WriteImm | Opcode::Cas | Opcode::Faa => {
+            // READ and atomics write into local memory.
+            let (_, sge) = local(sqe, t, op == Opcode::Read || op.is_atomic())?;
+            let rkey = remote(sqe, t)?;
+            let remote_addr = sqe.remote_addr;
+            let kind = match op {
+                Opcode::Read => SendKind::Read { remote_addr, rkey },
+                Opcode::Write => SendKind::Write { remote_addr, rkey, imm: None },
+                Opcode::WriteImm => SendKind::Write { remote_addr, rkey, imm: Some(sqe.imm) },
+                Opcode::Cas => SendKind::Cas { remote_addr, rkey, compare: sqe.arg0, swap: sqe.arg1 },
+                _ => SendKind::Faa { remote_addr, rkey, add: sqe.arg0 },
+            };
+            Op::Send { vqp: sqe.vqp, mr: sqe.mr, kind, local: sge, flags }
+        }
+    })
+}

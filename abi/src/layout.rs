@@ -1,0 +1,207 @@
+//! Ring memory layout: what user space maps, at which offsets, and who writes what.
+//!
+//! Each ring is one mapping: a [`RingHeader`] then the entry array at
+//! [`ENTRIES_OFFSET`]. The SQ ring (64-byte [`Sqe`](super::sqe::Sqe)s) is mapped at
+//! [`OFF_SQ_RING`], the CQ ring (32-byte [`Cqe`](super::cqe::Cqe)s) at [`OFF_CQ_RING`].
+//! Indices are free-running `u32`s; an entry lives at `index & ring_mask`.
+
+use super::bitflags::bitflags;
+use super::errno::Errno;
+
+/// mmap offset of the SQ ring.
+pub const OFF_SQ_RING: u64 = 0;
+/// mmap offset of the CQ ring.
+pub const OFF_CQ_RING: u64 = 0x800_0000;
+
+/// Largest SQ a ring may ask for.
+pub const MAX_SQ_ENTRIES: u32 = 4096;
+/// Largest CQ a ring may ask for.
+pub const MAX_CQ_ENTRIES: u32 = 8192;
+
+/// The header at the start of each ring mapping. Producer and consumer indices sit on
+/// separate cache lines so the two sides do not false-share.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[repr(C)]
+pub struct RingHeader {
+    /// Consumer index. SQ: written by the kernel. CQ: written by the application.
+    pub head: u32,
+    /// Padding to the next cache line.
+    pub pad0: [u32; 15],
+    /// Producer index. SQ: written by the application. CQ: written by the kernel.
+    pub tail: u32,
+    /// Padding to the next cache line.
+    pub pad1: [u32; 15],
+    /// `ring_entries - 1`. Written by the kernel at setup; the kernel never reads it back.
+    pub ring_mask: u32,
+    /// Number of entries, a power of two. Written by the kernel at setup.
+    pub ring_entries: u32,
+    /// SQ: [`SqFlags`], written by the kernel. CQ: unused.
+    pub flags: u32,
+    /// SQ: entries the kernel could not take (bad tail); CQ: completions dropped because
+    /// their ring was gone. Written by the kernel.
+    pub dropped: u32,
+    /// CQ: completions that waited in the kernel's overflow list. Written by the kernel.
+    pub overflow: u32,
+    /// Reserved.
+    pub resv: [u32; 11],
+}
+
+/// Where the entry array starts in a ring mapping.
+pub const ENTRIES_OFFSET: usize = core::mem::size_of::<RingHeader>();
+
+const _: () = assert!(core::mem::offset_of!(RingHeader, head) == 0);
+const _: () = assert!(core::mem::offset_of!(RingHeader, tail) == 64);
+const _: () = assert!(core::mem::offset_of!(RingHeader, ring_mask) == 128);
+const _: () = assert!(core::mem::offset_of!(RingHeader, flags) == 136);
+const _: () = assert!(ENTRIES_OFFSET == 192);
+
+bitflags! {
+    /// Flags in the SQ ring header, set by the kernel.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct SqFlags: u32 {
+        /// The polling thread sleeps: the enter ioctl with [`EnterFlags::SQ_WAKEUP`] wakes it.
+        const NEED_WAKEUP = 1 << 0;
+        /// Completions are waiting in the kernel's overflow list: reap the CQ and enter.
+        const CQ_OVERFLOW = 1 << 1;
+        /// The SQ tail claimed more entries than the ring holds; nothing was taken.
+        const TAIL_OVERRUN = 1 << 2;
+    }
+}
+
+bitflags! {
+    /// Setup flags.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct SetupFlags: u32 {
+        /// A kernel thread polls the SQ, so submission needs no syscall.
+        const SQPOLL = 1 << 0;
+    }
+}
+
+bitflags! {
+    /// Enter flags.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct EnterFlags: u32 {
+        /// Wait for `min_complete` completions.
+        const GETEVENTS = 1 << 0;
+        /// Wake the polling thread.
+        const SQ_WAKEUP = 1 << 1;
+    }
+}
+
+/// Where each field of a ring lives in its mapping (the setup ioctl's answer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[repr(C)]
+pub struct RingOffsets {
+    /// Offset of the head index.
+    pub head: u32,
+    /// Offset of the tail index.
+    pub tail: u32,
+    /// Offset of the ring mask.
+    pub ring_mask: u32,
+    /// Offset of the entry count.
+    pub ring_entries: u32,
+    /// Offset of the flags word.
+    pub flags: u32,
+    /// Offset of the dropped counter.
+    pub dropped: u32,
+    /// Offset of the entry array.
+    pub entries: u32,
+    /// Length to mmap.
+    pub map_len: u32,
+}
+
+impl RingOffsets {
+    /// The offsets of a ring of `entries` entries of `entry_size` bytes.
+    pub const fn of(entries: u32, entry_size: usize) -> RingOffsets {
+        RingOffsets {
+            head: core::mem::offset_of!(RingHeader, head) as u32,
+            tail: core::mem::offset_of!(RingHeader, tail) as u32,
+            ring_mask: core::mem::offset_of!(RingHeader, ring_mask) as u32,
+            ring_entries: core::mem::offset_of!(RingHeader, ring_entries) as u32,
+            flags: core::mem::offset_of!(RingHeader, flags) as u32,
+            dropped: core::mem::offset_of!(RingHeader, dropped) as u32,
+            entries: ENTRIES_OFFSET as u32,
+            map_len: (ENTRIES_OFFSET + entries as usize * entry_size) as u32,
+        }
+    }
+}
+
+/// Argument of the setup ioctl.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[repr(C)]
+pub struct SetupParams {
+    /// In: SQ entries wanted (rounded up to a power of two). Out: granted.
+    pub sq_entries: u32,
+    /// In: CQ entries wanted, 0 for twice the SQ. Out: granted.
+    pub cq_entries: u32,
+    /// In: [`SetupFlags`].
+    pub flags: u32,
+    /// In: with SQPOLL, idle milliseconds before the poller sleeps (0: 1000).
+    pub sq_idle_ms: u32,
+    /// Out: feature bits (none defined yet).
+    pub features: u32,
+    /// Reserved, must be zero.
+    pub resv: [u32; 3],
+    /// Out: the SQ ring's offsets.
+    pub sq_off: RingOffsets,
+    /// Out: the CQ ring's offsets.
+    pub cq_off: RingOffsets,
+}
+
+const _: () = assert!(core::mem::size_of::<SetupParams>() == 96);
+
+impl SetupParams {
+    /// Validates the request and fills in what the kernel grants: power-of-two sizes,
+    /// the CQ at least as large as the SQ, the offsets.
+    pub fn normalize(&mut self, sqe_size: usize, cqe_size: usize) -> Result<(), Errno> {
+        if self.resv != [0; 3] || self.features != 0 || SetupFlags::from_bits(self.flags).is_none() {
+            return Err(Errno::EINVAL);
+        }
+        if self.sq_entries == 0 || self.sq_entries > MAX_SQ_ENTRIES {
+            return Err(Errno::EINVAL);
+        }
+        let sq = self.sq_entries.next_power_of_two();
+        let cq = if self.cq_entries == 0 { 2 * sq } else { self.cq_entries };
+        if cq > MAX_CQ_ENTRIES {
+            return Err(Errno::EINVAL);
+        }
+        let cq = cq.next_power_of_two().max(sq);
+        self.sq_entries = sq;
+        self.cq_entries = cq;
+        if self.sq_idle_ms == 0 {
+            self.sq_idle_ms = 1000;
+        }
+        self.sq_off = RingOffsets::of(sq, sqe_size);
+        self.cq_off = RingOffsets::of(cq, cqe_size);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_rounds_and_bounds() {
+        let mut p = SetupParams { sq_entries: 100, ..Default::default() };
+        p.normalize(64, 32).unwrap();
+        assert_eq!((p.sq_entries, p.cq_entries), (128, 256));
+        assert_eq!(p.sq_off.map_len, 192 + 128 * 64);
+        let mut p = SetupParams { sq_entries: 8, cq_entries: 2, ..Default::default() };
+        p.normalize(64, 32).unwrap();
+        assert_eq!(p.cq_entries, 8, "the CQ is never smaller than the SQ");
+        for bad in [
+            SetupParams { sq_entries: 0, ..Default::default() },
+            SetupParams { sq_entries: MAX_SQ_ENTRIES + 1, ..Default::default() },
+            SetupParams { sq_entries: 8, cq_entries: MAX_CQ_ENTRIES + 1, ..Default::default() },
+            SetupParams { sq_entries: 8, flags: 1 << 9, ..Default::default() },
+            SetupParams { sq_entries: 8, resv: [0, 1, 0], ..Default::default() },
+        ] {
+            let mut p = bad;
+            assert_eq!(p.normalize(64, 32), Err(Errno::EINVAL), "{bad:?}");
+        }
+    }
+}

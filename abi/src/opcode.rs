@@ -1,0 +1,106 @@
+//! Operation codes of submission entries, and what each one reads from the [`Sqe`].
+//!
+//! | opcode | fields read | CQE `res` | CQE `aux` |
+//! |---|---|---|---|
+//! | NOP | - | 0 | - |
+//! | REG_MR | `addr`, `len`, `imm` = [`MrAccess`](super::sqe::MrAccess) bits | MR handle | `rkey << 32 \| lkey` |
+//! | DEREG_MR | `mr` | 0 | - |
+//! | CONNECT | `remote_addr`+`arg0` = peer GID (16 bytes as laid out), `rmr` = service | virtual QP handle | physical QP number |
+//! | DISCONNECT | `vqp` | 0 | - |
+//! | IMPORT_MR | `vqp`, `remote_addr`, `len`, `rmr` = rkey | remote MR handle | - |
+//! | READ, WRITE | `vqp`, `addr`, `len`, `mr`, `remote_addr`, `rmr` | bytes | - |
+//! | WRITE_IMM | as WRITE, and `imm` | bytes | - |
+//! | SEND | `vqp`, `addr`, `len`, `mr` | bytes | - |
+//! | SEND_IMM | as SEND, and `imm` | bytes | - |
+//! | RECV | `vqp`, `addr`, `len`, `mr` | bytes received | immediate data, when `IMM` is set in `flags` |
+//! | CAS | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = compare, `arg1` = swap | 8 | - |
+//! | FAA | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = add | 8 | - |
+//!
+//! Atomics write the old remote value into the local 8 bytes, as RDMA does.
+//!
+//! [`Sqe`]: super::sqe::Sqe
+
+/// An operation code. The closed set: any other byte is rejected with
+/// [`Reason::BadOpcode`](super::cqe::Reason::BadOpcode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Opcode {
+    /// Does nothing; completes with 0. Measures the ring crossing itself.
+    Nop = 0,
+    /// Registers user memory for local and remote access.
+    RegMr = 1,
+    /// Deregisters a memory region.
+    DeregMr = 2,
+    /// Binds a virtual QP to a pooled physical QP connected to a peer.
+    Connect = 3,
+    /// Releases a virtual QP.
+    Disconnect = 4,
+    /// Imports a peer's memory region so remote ranges can be validated.
+    ImportMr = 5,
+    /// One-sided RDMA READ.
+    Read = 6,
+    /// One-sided RDMA WRITE.
+    Write = 7,
+    /// Two-sided SEND.
+    Send = 8,
+    /// SEND with immediate data.
+    SendImm = 9,
+    /// RDMA WRITE with immediate data.
+    WriteImm = 10,
+    /// Posts a receive buffer.
+    Recv = 11,
+    /// 8-byte remote compare-and-swap.
+    Cas = 12,
+    /// 8-byte remote fetch-and-add.
+    Faa = 13,
+}
+
+/// One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
+pub const OPCODE_LAST: u8 = 14;
+
+impl Opcode {
+    /// Every opcode, in numeric order.
+    pub const ALL: [Opcode; OPCODE_LAST as usize] = [
+        Opcode::Nop,
+        Opcode::RegMr,
+        Opcode::DeregMr,
+        Opcode::Connect,
+        Opcode::Disconnect,
+        Opcode::ImportMr,
+        Opcode::Read,
+        Opcode::Write,
+        Opcode::Send,
+        Opcode::SendImm,
+        Opcode::WriteImm,
+        Opcode::Recv,
+        Opcode::Cas,
+        Opcode::Faa,
+    ];
+
+    /// Decodes a raw opcode byte.
+    pub fn from_u8(v: u8) -> Option<Opcode> {
+        Opcode::ALL.get(v as usize).copied()
+    }
+
+    /// Whether the operation goes to the wire through a virtual QP's send queue (and so
+    /// needs a send credit).
+    pub const fn uses_send_queue(self) -> bool {
+        matches!(
+            self,
+            Opcode::Read | Opcode::Write | Opcode::Send | Opcode::SendImm | Opcode::WriteImm | Opcode::Cas | Opcode::Faa
+        )
+    }
+
+    /// Whether the operation addresses remote memory (and so names an imported MR).
+    pub const fn is_one_sided(self) -> bool {
+        matches!(self, Opcode::Read | Opcode::Write | Opcode::WriteImm | Opcode::Cas | Opcode::Faa)
+    }
+
+    /// Whether the operation is an 8-byte atomic.
+    pub const fn is_atomic(self) -> bool {
+        matches!(self, Opcode::Cas | Opcode::Faa)
+    }
+}
+
+const _: () = assert!(Opcode::ALL.len() == OPCODE_LAST as usize);
+const _: () = assert!(Opcode::Faa as u8 + 1 == OPCODE_LAST);

@@ -1,0 +1,190 @@
+//! The submission queue entry: 64 bytes, one operation.
+//!
+//! Which fields an opcode reads is listed in [`opcode`](super::opcode); every other field
+//! and every reserved field must be zero, so they can carry meaning later.
+
+use super::bitflags::bitflags;
+use super::opcode::Opcode;
+
+/// A submission queue entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[repr(C)]
+pub struct Sqe {
+    /// [`Opcode`] as a byte.
+    pub opcode: u8,
+    /// [`SqeFlags`] bits.
+    pub flags: u8,
+    /// Reserved, must be zero.
+    pub resv: u16,
+    /// Virtual QP handle (data operations, DISCONNECT, IMPORT_MR).
+    pub vqp: u32,
+    /// Copied into the completion untouched.
+    pub user_data: u64,
+    /// Local address (data operations, REG_MR).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Local MR handle (data operations, DEREG_MR).
+    pub mr: u32,
+    /// Remote address; CONNECT: GID bytes 0..8.
+    pub remote_addr: u64,
+    /// Imported remote MR handle; IMPORT_MR: the rkey; CONNECT: the service.
+    pub rmr: u32,
+    /// Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits.
+    pub imm: u32,
+    /// CAS compare value; FAA addend; CONNECT: GID bytes 8..16.
+    pub arg0: u64,
+    /// CAS swap value.
+    pub arg1: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<Sqe>() == 64);
+const _: () = assert!(core::mem::offset_of!(Sqe, vqp) == 4);
+const _: () = assert!(core::mem::offset_of!(Sqe, user_data) == 8);
+const _: () = assert!(core::mem::offset_of!(Sqe, addr) == 16);
+const _: () = assert!(core::mem::offset_of!(Sqe, len) == 24);
+const _: () = assert!(core::mem::offset_of!(Sqe, mr) == 28);
+const _: () = assert!(core::mem::offset_of!(Sqe, remote_addr) == 32);
+const _: () = assert!(core::mem::offset_of!(Sqe, rmr) == 40);
+const _: () = assert!(core::mem::offset_of!(Sqe, imm) == 44);
+const _: () = assert!(core::mem::offset_of!(Sqe, arg0) == 48);
+const _: () = assert!(core::mem::offset_of!(Sqe, arg1) == 56);
+
+bitflags! {
+    /// Per-entry flags.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct SqeFlags: u8 {
+        /// Wait for earlier READs and atomics on the QP before this one (`IBV_SEND_FENCE`).
+        const FENCE = 1 << 0;
+        /// Ask the peer's receive completion to raise an event (`IBV_SEND_SOLICITED`).
+        const SOLICITED = 1 << 1;
+    }
+}
+
+bitflags! {
+    /// Access rights of a registered MR (REG_MR's `imm`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct MrAccess: u32 {
+        /// The local HCA may write it (needed for READ, RECV, atomics).
+        const LOCAL_WRITE = 1 << 0;
+        /// Peers may write it.
+        const REMOTE_WRITE = 1 << 1;
+        /// Peers may read it.
+        const REMOTE_READ = 1 << 2;
+        /// Peers may run atomics on it.
+        const REMOTE_ATOMIC = 1 << 3;
+    }
+}
+
+impl Sqe {
+    /// An entry with `opcode` and `user_data`, every other field zero.
+    pub const fn new(opcode: Opcode, user_data: u64) -> Sqe {
+        Sqe {
+            opcode: opcode as u8,
+            flags: 0,
+            resv: 0,
+            vqp: 0,
+            user_data,
+            addr: 0,
+            len: 0,
+            mr: 0,
+            remote_addr: 0,
+            rmr: 0,
+            imm: 0,
+            arg0: 0,
+            arg1: 0,
+        }
+    }
+
+    /// NOP.
+    pub const fn nop(user_data: u64) -> Sqe {
+        Sqe::new(Opcode::Nop, user_data)
+    }
+
+    /// REG_MR of `[addr, addr + len)` with `access`.
+    pub const fn reg_mr(user_data: u64, addr: u64, len: u32, access: MrAccess) -> Sqe {
+        Sqe { addr, len, imm: access.bits(), ..Sqe::new(Opcode::RegMr, user_data) }
+    }
+
+    /// DEREG_MR of the MR handle `mr`.
+    pub const fn dereg_mr(user_data: u64, mr: u32) -> Sqe {
+        Sqe { mr, ..Sqe::new(Opcode::DeregMr, user_data) }
+    }
+
+    /// CONNECT to `gid` (network byte order) and `service`.
+    pub const fn connect(user_data: u64, gid: [u8; 16], service: u32) -> Sqe {
+        let (a, b) = split_gid(gid);
+        Sqe { remote_addr: a, arg0: b, rmr: service, ..Sqe::new(Opcode::Connect, user_data) }
+    }
+
+    /// The GID a CONNECT entry carries.
+    pub const fn connect_gid(&self) -> [u8; 16] {
+        let a = self.remote_addr.to_ne_bytes();
+        let b = self.arg0.to_ne_bytes();
+        let mut g = [0u8; 16];
+        let mut i = 0;
+        while i < 8 {
+            g[i] = a[i];
+            g[i + 8] = b[i];
+            i += 1;
+        }
+        g
+    }
+
+    /// DISCONNECT of virtual QP `vqp`.
+    pub const fn disconnect(user_data: u64, vqp: u32) -> Sqe {
+        Sqe { vqp, ..Sqe::new(Opcode::Disconnect, user_data) }
+    }
+
+    /// IMPORT_MR: the peer behind `vqp` exposes `[remote_addr, remote_addr + len)` under
+    /// `rkey`.
+    pub const fn import_mr(user_data: u64, vqp: u32, remote_addr: u64, len: u32, rkey: u32) -> Sqe {
+        Sqe { vqp, remote_addr, len, rmr: rkey, ..Sqe::new(Opcode::ImportMr, user_data) }
+    }
+
+    /// A one-sided READ, WRITE or WRITE_IMM of `len` bytes between local `(mr, addr)` and
+    /// remote `(rmr, remote_addr)`.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn one_sided(op: Opcode, user_data: u64, vqp: u32, mr: u32, addr: u64, len: u32, rmr: u32, remote_addr: u64) -> Sqe {
+        Sqe { vqp, mr, addr, len, rmr, remote_addr, ..Sqe::new(op, user_data) }
+    }
+
+    /// SEND, SEND_IMM or RECV of `len` bytes at local `(mr, addr)`.
+    pub const fn two_sided(op: Opcode, user_data: u64, vqp: u32, mr: u32, addr: u64, len: u32) -> Sqe {
+        Sqe { vqp, mr, addr, len, ..Sqe::new(op, user_data) }
+    }
+
+    /// CAS at remote `(rmr, remote_addr)`; the old value lands at local `(mr, addr)`.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn cas(user_data: u64, vqp: u32, mr: u32, addr: u64, rmr: u32, remote_addr: u64, compare: u64, swap: u64) -> Sqe {
+        Sqe { vqp, mr, addr, len: 8, rmr, remote_addr, arg0: compare, arg1: swap, ..Sqe::new(Opcode::Cas, user_data) }
+    }
+
+    /// FAA at remote `(rmr, remote_addr)`; the old value lands at local `(mr, addr)`.
+    pub const fn faa(user_data: u64, vqp: u32, mr: u32, addr: u64, rmr: u32, remote_addr: u64, add: u64) -> Sqe {
+        Sqe { vqp, mr, addr, len: 8, rmr, remote_addr, arg0: add, ..Sqe::new(Opcode::Faa, user_data) }
+    }
+
+    /// With `imm` as immediate data.
+    pub const fn with_imm(self, imm: u32) -> Sqe {
+        Sqe { imm, ..self }
+    }
+
+    /// With `flags`.
+    pub const fn with_flags(self, flags: SqeFlags) -> Sqe {
+        Sqe { flags: flags.bits(), ..self }
+    }
+}
+
+const fn split_gid(gid: [u8; 16]) -> (u64, u64) {
+    let mut a = [0u8; 8];
+    let mut b = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        a[i] = gid[i];
+        b[i] = gid[i + 8];
+        i += 1;
+    }
+    (u64::from_ne_bytes(a), u64::from_ne_bytes(b))
+}

@@ -1,0 +1,182 @@
+//! A fake RDMA NIC implementing the engine's [`Backend`]: queues with real depths, RC
+//! in-order execution, signaled and unsignaled completions, injected failures and
+//! flushes. It moves no bytes (the VM tests check data); it checks the engine's
+//! promises: never post past a queue's depth, never deregister twice.
+
+use std::collections::{HashSet, VecDeque};
+
+use krcore_abi::engine::{Backend, Connection, MrKeys, PostError, RecvWr, SendWr, Wc, WcStatus};
+use krcore_abi::errno::Errno;
+use krcore_abi::sqe::MrAccess;
+
+/// `IB_WC_REM_ACCESS_ERR`, the status an injected failure reports.
+pub const WC_REM_ACCESS_ERR: u32 = 10;
+
+/// One fake physical QP.
+#[derive(Debug, Default)]
+pub struct FakeQp {
+    /// Send queue depth.
+    pub depth: u32,
+    /// Receive queue depth.
+    pub recv_depth: u32,
+    sq: VecDeque<SendWr>,
+    rq: VecDeque<RecvWr>,
+    /// Posted requests whose completion (own or implied) the NIC has not produced.
+    pub outstanding: u32,
+    /// Executed unsignaled requests, retired by the next signaled one.
+    unsignaled_done: u32,
+    /// Whether the QP is in the error state.
+    pub failed: bool,
+    /// Virtual QPs bound by `connect`.
+    pub bound: u32,
+}
+
+/// The fake NIC.
+#[derive(Debug, Default)]
+pub struct FakeNic {
+    /// Its QPs, indexed like the engine's physical QPs.
+    pub qps: Vec<FakeQp>,
+    cq: VecDeque<(u32, Wc)>,
+    next_key: u32,
+    /// Tokens of registered MRs.
+    pub live_mrs: HashSet<u64>,
+    /// Fail the next `post_send` after this many requests of its chain.
+    pub fail_next_post: Option<usize>,
+    /// Fail `connect` with this errno.
+    pub fail_connect: Option<Errno>,
+    /// Fail `reg_mr` with this errno.
+    pub fail_reg: Option<Errno>,
+    rr: u32,
+    /// Requests posted in all.
+    pub posted: u64,
+}
+
+impl FakeNic {
+    /// A NIC with QPs of the given send depths and a receive depth.
+    pub fn new(depths: &[u32], recv_depth: u32) -> FakeNic {
+        FakeNic {
+            qps: depths.iter().map(|&depth| FakeQp { depth, recv_depth, ..Default::default() }).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Executes up to `n` send requests of QP `qp`, in order; `fail` fails the first one
+    /// (the QP then flushes everything after it).
+    pub fn execute(&mut self, qp: u32, n: usize, fail: bool) -> usize {
+        let q = &mut self.qps[qp as usize];
+        let mut done = 0;
+        while done < n {
+            let Some(wr) = q.sq.pop_front() else { break };
+            let status = if q.failed {
+                WcStatus::Flushed
+            } else if fail && done == 0 {
+                q.failed = true;
+                WcStatus::Failed(WC_REM_ACCESS_ERR)
+            } else {
+                WcStatus::Success
+            };
+            q.unsignaled_done += 1;
+            // Failed and flushed requests always complete; successful ones when signaled.
+            if wr.signaled || status != WcStatus::Success {
+                q.outstanding -= q.unsignaled_done;
+                q.unsignaled_done = 0;
+                self.cq.push_back((qp, Wc { wr_id: wr.wr_id, status, byte_len: wr.local.len, imm: None, recv: false }));
+            }
+            done += 1;
+        }
+        if q.failed {
+            while let Some(r) = q.rq.pop_front() {
+                self.cq.push_back((qp, Wc { wr_id: r.wr_id, status: WcStatus::Flushed, byte_len: 0, imm: None, recv: true }));
+            }
+        }
+        done
+    }
+
+    /// Delivers an incoming message of `len` bytes to QP `qp`'s oldest receive.
+    pub fn deliver(&mut self, qp: u32, len: u32, imm: Option<u32>) -> bool {
+        let Some(r) = self.qps[qp as usize].rq.pop_front() else { return false };
+        self.cq.push_back((qp, Wc { wr_id: r.wr_id, status: WcStatus::Success, byte_len: len.min(r.local.len), imm, recv: true }));
+        true
+    }
+
+    /// Resets a failed QP whose send queue was flushed (executed to the end), as the
+    /// kernel resets a QP before reusing it. Returns `false` if it still has work.
+    pub fn recycle(&mut self, qp: u32) -> bool {
+        let q = &mut self.qps[qp as usize];
+        if !q.sq.is_empty() || !q.rq.is_empty() {
+            return false;
+        }
+        q.outstanding = 0;
+        q.unsignaled_done = 0;
+        q.failed = false;
+        true
+    }
+
+    /// Takes the oldest work completion: (physical QP, completion).
+    pub fn poll(&mut self) -> Option<(u32, Wc)> {
+        self.cq.pop_front()
+    }
+
+    /// Requests queued on every QP, not yet executed.
+    pub fn queued(&self) -> usize {
+        self.qps.iter().map(|q| q.sq.len()).sum()
+    }
+}
+
+impl Backend for FakeNic {
+    fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError> {
+        let fail_at = self.fail_next_post.take();
+        let q = &mut self.qps[qp as usize];
+        for (i, wr) in wrs.iter().enumerate() {
+            if fail_at == Some(i) {
+                return Err(PostError { posted: i, errno: Errno::ENOMEM });
+            }
+            assert!(q.outstanding < q.depth, "engine posted past the send queue depth {} of QP {qp}", q.depth);
+            q.outstanding += 1;
+            q.sq.push_back(*wr);
+            self.posted += 1;
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, qp: u32, wr: &RecvWr) -> Result<(), Errno> {
+        let q = &mut self.qps[qp as usize];
+        assert!((q.rq.len() as u32) < q.recv_depth, "engine posted past the receive queue depth");
+        if q.failed {
+            self.cq.push_back((qp, Wc { wr_id: wr.wr_id, status: WcStatus::Flushed, byte_len: 0, imm: None, recv: true }));
+        } else {
+            q.rq.push_back(*wr);
+        }
+        Ok(())
+    }
+
+    fn reg_mr(&mut self, _addr: u64, _len: u32, _access: MrAccess) -> Result<MrKeys, Errno> {
+        if let Some(e) = self.fail_reg.take() {
+            return Err(e);
+        }
+        self.next_key += 1;
+        let token = self.next_key as u64;
+        self.live_mrs.insert(token);
+        Ok(MrKeys { lkey: self.next_key, rkey: self.next_key | 0x8000_0000, token })
+    }
+
+    fn dereg_mr(&mut self, keys: MrKeys) {
+        assert!(self.live_mrs.remove(&keys.token), "MR {} deregistered twice or never registered", keys.token);
+    }
+
+    fn connect(&mut self, _gid: [u8; 16], _service: u32) -> Result<Connection, Errno> {
+        if let Some(e) = self.fail_connect.take() {
+            return Err(e);
+        }
+        let qp = self.rr % self.qps.len() as u32;
+        self.rr += 1;
+        self.qps[qp as usize].bound += 1;
+        Ok(Connection { qp, qpn: 100 + qp })
+    }
+
+    fn disconnect(&mut self, qp: u32) {
+        let q = &mut self.qps[qp as usize];
+        assert!(q.bound > 0, "disconnect without connect on QP {qp}");
+        q.bound -= 1;
+    }
+}

@@ -1,0 +1,209 @@
+//! A test rig: several rings on a fake NIC's shared QPs, with the application side of
+//! each ring, so tests, fuzzing and benchmarks drive the engine as the kernel would.
+
+use krcore_abi::cqe::Cqe;
+use krcore_abi::engine::{complete_wc, Completion, PhysQp, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId};
+use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
+use krcore_abi::sqe::Sqe;
+
+use crate::fake::FakeNic;
+use crate::heapring::{new_ring, SharedRing};
+
+/// The engine's ring type in the rig.
+pub type EngineRing = Ring<VecStore, SharedRing<Sqe>, SharedRing<Cqe>>;
+
+/// Sizes of one ring.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// SQ entries (power of two).
+    pub sq: u32,
+    /// CQ entries (power of two).
+    pub cq: u32,
+    /// Virtual QP slots.
+    pub vqps: usize,
+    /// MR slots (local and remote each).
+    pub mrs: usize,
+    /// In-flight slots.
+    pub inflight: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { sq: 64, cq: 128, vqps: 8, mrs: 8, inflight: 64 }
+    }
+}
+
+/// One ring with both of its sides.
+pub struct TestRing {
+    /// Kernel side: the engine's ring.
+    pub ring: EngineRing,
+    /// Application side of the SQ.
+    pub sq: SqProducer<SharedRing<Sqe>>,
+    /// Application side of the CQ.
+    pub cq: CqConsumer<SharedRing<Cqe>>,
+    /// The SQ memory, for hostile scribbling.
+    pub sq_mem: SharedRing<Sqe>,
+    /// The CQ memory.
+    pub cq_mem: SharedRing<Cqe>,
+}
+
+/// Routes one completion to its ring by id, as the kernel's router does; counts it as
+/// dropped when no live ring of that id and generation takes it.
+fn deliver(rings: &mut [Option<TestRing>], dropped: &mut u64, id: WrId, c: Completion) {
+    let delivered = rings.get_mut(id.ring as usize).and_then(|r| r.as_mut()).is_some_and(|t| t.ring.complete(id, c));
+    if !delivered {
+        *dropped += 1;
+    }
+}
+
+/// Rings on a fake NIC.
+pub struct Rig {
+    /// The NIC.
+    pub nic: FakeNic,
+    /// The engine's physical QP accounting, one per NIC QP.
+    pub qps: Vec<PhysQp<VecStore>>,
+    /// Rings by id; `None` once closed and released.
+    pub rings: Vec<Option<TestRing>>,
+    /// Completions that reached no live ring.
+    pub dropped: u64,
+}
+
+impl Rig {
+    /// A rig with physical QPs of the given send depths.
+    pub fn new(depths: &[u32], recv_depth: u32) -> Rig {
+        Rig {
+            nic: FakeNic::new(depths, recv_depth),
+            qps: depths.iter().map(|&d| PhysQp::new(vec![0; d as usize], recv_depth)).collect(),
+            rings: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    /// Opens a ring; returns its id.
+    pub fn open(&mut self, l: Limits) -> usize {
+        let id = self.rings.len();
+        let (sq_mem, cq_mem) = (new_ring::<Sqe>(l.sq), new_ring::<Cqe>(l.cq));
+        let storage = RingStorage::<VecStore> {
+            vqps: vec![Slot::EMPTY; l.vqps],
+            mrs: vec![Slot::EMPTY; l.mrs],
+            rmrs: vec![Slot::EMPTY; l.mrs],
+            inflight: vec![Slot::EMPTY; l.inflight],
+            overflow: vec![Cqe::default(); l.inflight + l.sq as usize],
+        };
+        let ring = Ring::new(id as u16, 1, sq_mem.clone(), cq_mem.clone(), storage);
+        self.rings.push(Some(TestRing {
+            ring,
+            sq: SqProducer::new(sq_mem.clone()),
+            cq: CqConsumer::new(cq_mem.clone()),
+            sq_mem,
+            cq_mem,
+        }));
+        id
+    }
+
+    /// The live ring `r`.
+    pub fn ring(&mut self, r: usize) -> &mut TestRing {
+        self.rings[r].as_mut().expect("ring closed")
+    }
+
+    /// Pushes and publishes SQEs on ring `r`; returns how many fit.
+    pub fn push(&mut self, r: usize, sqes: &[Sqe]) -> usize {
+        let t = self.ring(r);
+        let n = sqes.iter().take_while(|&&s| t.sq.push(s).is_ok()).count();
+        t.sq.publish();
+        n
+    }
+
+    /// The kernel takes up to `max` SQEs of ring `r`.
+    pub fn submit(&mut self, r: usize, max: u32) -> Result<Submitted, RingError> {
+        let Rig { nic, qps, rings, .. } = self;
+        rings[r].as_mut().expect("ring closed").ring.submit(qps, nic, max)
+    }
+
+    /// Polls every work completion the NIC has and routes it; returns how many.
+    pub fn route(&mut self) -> usize {
+        let Rig { nic, qps, rings, dropped } = self;
+        let mut n = 0;
+        while let Some((qp, wc)) = nic.poll() {
+            n += 1;
+            complete_wc(qps, qp, &wc, |id, c| deliver(rings, dropped, id, c));
+        }
+        for t in rings.iter_mut().flatten() {
+            t.ring.publish();
+        }
+        n
+    }
+
+    /// Reaps up to `max` CQEs of ring `r`.
+    pub fn reap(&mut self, r: usize, max: usize) -> Vec<Cqe> {
+        let t = self.ring(r);
+        let mut out = Vec::new();
+        while out.len() < max {
+            match t.cq.pop() {
+                Some(c) => out.push(c),
+                None => break,
+            }
+        }
+        t.cq.release();
+        out
+    }
+
+    /// Closes ring `r` (the file was closed); it is freed once nothing of it is left.
+    pub fn close(&mut self, r: usize) {
+        self.ring(r).ring.close();
+        self.release_closed();
+    }
+
+    /// Frees closed rings that have nothing left in flight.
+    pub fn release_closed(&mut self) {
+        let Rig { nic, qps, rings, .. } = self;
+        for slot in rings.iter_mut() {
+            if let Some(t) = slot {
+                if t.ring.is_closed() && t.ring.release_idle(qps, nic) {
+                    *slot = None;
+                }
+            }
+        }
+    }
+
+    /// Recycles every failed QP the NIC has flushed, routing what it still owed.
+    pub fn recycle_failed(&mut self) -> usize {
+        let Rig { nic, qps, rings, dropped } = self;
+        let mut n = 0;
+        for (i, q) in qps.iter_mut().enumerate() {
+            if q.failed() && nic.recycle(i as u32) {
+                n += 1;
+                q.recycle(|id, c| deliver(rings, dropped, id, c));
+            }
+        }
+        n
+    }
+
+    /// Runs everything to quiescence: execute all queued requests, route, recycle failed
+    /// QPs, resubmit stalled SQEs, until nothing moves. Returns the last stall per ring.
+    pub fn drain(&mut self) -> Vec<Option<Stall>> {
+        let mut last = vec![None; self.rings.len()];
+        for _ in 0..10_000 {
+            let mut moved = 0;
+            for qp in 0..self.nic.qps.len() as u32 {
+                moved += self.nic.execute(qp, usize::MAX, false);
+            }
+            moved += self.route();
+            moved += self.recycle_failed();
+            moved += self.route();
+            for r in 0..self.rings.len() {
+                if self.rings[r].as_ref().is_some_and(|t| !t.ring.is_closed()) {
+                    if let Ok(s) = self.submit(r, u32::MAX) {
+                        moved += s.taken as usize;
+                        last[r] = s.stall;
+                    }
+                }
+            }
+            self.release_closed();
+            if moved == 0 {
+                break;
+            }
+        }
+        last
+    }
+}
