@@ -42,13 +42,13 @@ unit: deps
 
 loom:
 	@echo "[test] loom models"
-	@RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 $(CARGO) test -q --release -p verify --test loom
+	@RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom $(CARGO) test -q --profile loom -p verify --test loom
 
 vm-test: kmod host
 	@echo "[test] integration suite in the VM (TCG unless KVM is usable)"
 	@$(VM) --timeout 900 -- $(GUEST_SUITE)
 
-test: unit vm-test
+test: unit loom vm-test
 
 demo: kmod host
 	@$(VM) --timeout 600 -- $(CURDIR)/target/release/krcore-demo
