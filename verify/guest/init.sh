@@ -8,19 +8,20 @@ mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 
-fail() { echo "KRCORE-SETUP-FAILED: $*"; echo "KRCORE-EXIT=125"; reboot -f; }
+fail() { echo "KRCORE-SETUP-FAILED: $*"; reboot -f; }
 
 mkdir -p /mnt
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 hostroot /mnt || fail "9p mount"
 mount --rbind /proc /mnt/proc
 mount --rbind /sys /mnt/sys
 mount --rbind /dev /mnt/dev
-mount -t tmpfs tmpfs /mnt/tmp
+# Writable space lives on a tmpfs at /run only: the host's /tmp stays visible (read-only),
+# since the clone being tested may itself live under /tmp. The command gets TMPDIR.
 mount -t tmpfs tmpfs /mnt/run
-mkdir -p /mnt/run/krcore
+mkdir -p /mnt/run/krcore/tmp
 cp /cmd.sh /mnt/run/krcore/cmd.sh
 
-in_host() { chroot /mnt /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
+in_host() { chroot /mnt /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/run/krcore/tmp "$@"; }
 
 # Network: loopback, and a veth pair whose first end carries rxe0. RoCE v2 GID index 1
 # is then the IPv4 GID of 192.0.2.1 (TEST-NET-1, inside the guest only).

@@ -6,7 +6,7 @@
 //! ```
 //! Boots the test VM, runs COMMAND inside it and exits with its status; 101 when the
 //! kernel log shows a WARNING/BUG/Oops/panic/leak, 102 when the guest never reported,
-//! 124 on timeout.
+//! 103 when the guest's setup (mounts, network, insmod, rxe) failed, 124 on timeout.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,7 +84,8 @@ fn main() -> ExitCode {
                 eprintln!("[vm]   {l}");
             }
         }
-        Outcome::NoExit => eprintln!("[vm] FAILED: the guest never reported an exit status (setup failure or kernel death; see above)"),
+        Outcome::SetupFailed(what) => eprintln!("[vm] FAILED: guest setup failed at: {what} (see the console above)"),
+        Outcome::NoExit => eprintln!("[vm] FAILED: the guest never reported an exit status (the kernel died or hung; see above)"),
         Outcome::TimedOut(t) => eprintln!("[vm] FAILED: timed out after {}s", t.as_secs()),
     }
     ExitCode::from(outcome.code().clamp(0, 255) as u8)

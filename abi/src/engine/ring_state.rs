@@ -12,6 +12,7 @@ use super::layout::SqFlags;
 use super::qp::PhysQp;
 use super::ring::{CqProducer, RingMem, SqConsumer};
 use super::sqe::{MrAccess, Sqe};
+use super::submit::Chain;
 use super::table::{Fifo, Slot, Table};
 use super::wrid::WrId;
 use super::Store;
@@ -138,8 +139,11 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     /// The ring's tables.
     pub tables: Tables<S>,
     overflow: Fifo<Cqe, S>,
+    /// Whether CQ_OVERFLOW is set in the SQ flags, so publishing writes it on change only.
+    overflow_flag: bool,
     closed: bool,
     pub(crate) stats: RingStats,
+    pub(crate) chain: Chain,
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
@@ -155,8 +159,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             cq: CqProducer::new(cq),
             tables: Tables { vqps: Table::new(storage.vqps), mrs: Table::new(storage.mrs), rmrs: Table::new(storage.rmrs), inflight },
             overflow,
+            overflow_flag: false,
             closed: false,
             stats: RingStats::default(),
+            chain: Chain::new(),
         }
     }
 
@@ -224,7 +230,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     pub fn publish(&mut self) {
         self.flush_overflow();
         self.cq.publish();
-        self.sq.set_flag(SqFlags::CQ_OVERFLOW, !self.overflow.is_empty());
+        let overflowing = !self.overflow.is_empty();
+        if overflowing != self.overflow_flag {
+            self.overflow_flag = overflowing;
+            self.sq.set_flag(SqFlags::CQ_OVERFLOW, overflowing);
+        }
     }
 
     /// Routes a completion to this ring. Returns `false` if it is not for this ring (other

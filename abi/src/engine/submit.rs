@@ -42,11 +42,25 @@ pub struct Submitted {
     pub stall: Option<Stall>,
 }
 
-/// Requests for one physical QP, posted together.
-struct Chain {
+/// Requests for one physical QP, posted together. Kept in the ring between calls so a
+/// submission does not re-initialize it.
+pub struct Chain {
     qp: u32,
     n: usize,
     wrs: [SendWr; CHAIN],
+}
+
+impl Chain {
+    /// An empty chain.
+    pub const fn new() -> Chain {
+        Chain { qp: 0, n: 0, wrs: [NO_WR; CHAIN] }
+    }
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Chain::new()
+    }
 }
 
 const NO_WR: SendWr = SendWr {
@@ -73,7 +87,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 return Err(e);
             }
         };
-        let mut chain = Chain { qp: 0, n: 0, wrs: [NO_WR; CHAIN] };
+        // The chain is taken out of the ring for the call, so `step` can borrow both.
+        let mut chain = core::mem::take(&mut self.chain);
         let (mut taken, mut stall) = (0, None);
         while taken < ready.min(max) {
             if !self.has_room() {
@@ -90,6 +105,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             }
         }
         self.flush_chain(&mut chain, qps, backend);
+        self.chain = chain;
         self.sq.consume(taken);
         self.stats.taken += taken as u64;
         self.publish();

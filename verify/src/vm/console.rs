@@ -2,6 +2,8 @@
 
 /// Printed by the guest's init with the command's exit status.
 pub const EXIT_MARKER: &str = "KRCORE-EXIT=";
+/// Printed by the guest's init, with what failed, when it could not set the guest up.
+pub const SETUP_FAILED: &str = "KRCORE-SETUP-FAILED: ";
 /// The guest's init dumps dmesg between these two lines after the command.
 pub const DMESG_START: &str = "KRCORE-DMESG-START";
 /// See [`DMESG_START`].
@@ -28,6 +30,8 @@ pub struct Verdict {
     pub kernel_problems: Vec<String>,
     /// The dumped kernel log.
     pub dmesg: Vec<String>,
+    /// What the guest's setup failed at, if it did.
+    pub setup_failed: Option<String>,
 }
 
 /// Reads a whole console transcript.
@@ -38,6 +42,8 @@ pub fn judge(console: &str) -> Verdict {
         let line = line.trim_end_matches('\r');
         if let Some(rest) = line.strip_prefix(EXIT_MARKER) {
             v.exit = rest.trim().parse().ok();
+        } else if let Some(rest) = line.strip_prefix(SETUP_FAILED) {
+            v.setup_failed = Some(rest.to_string());
         } else if line == DMESG_START {
             in_dmesg = true;
         } else if line == DMESG_END {
@@ -79,6 +85,13 @@ mod tests {
         let v = judge("test says WARNING: nothing\nKRCORE-EXIT=1\n");
         assert_eq!(v.exit, Some(1));
         assert!(v.kernel_problems.is_empty());
+    }
+
+    #[test]
+    fn setup_failure_is_named() {
+        let v = judge("KRCORE-SETUP-FAILED: insmod /x/krcore.ko\n");
+        assert_eq!(v.setup_failed.as_deref(), Some("insmod /x/krcore.ko"));
+        assert_eq!(v.exit, None);
     }
 
     #[test]

@@ -49,7 +49,9 @@ pub enum Outcome {
     /// The kernel log shows a WARNING, BUG, Oops, panic or leak (with the command's exit
     /// status, if it got one).
     KernelProblem(Option<i32>, Vec<String>),
-    /// The guest never reported an exit status (setup failed or the kernel died).
+    /// The guest could not be set up (mount, network, insmod, rxe): what failed.
+    SetupFailed(String),
+    /// The guest never reported an exit status (the kernel died or hung).
     NoExit,
     /// The hard timeout struck.
     TimedOut(Duration),
@@ -61,6 +63,7 @@ impl Outcome {
         match self {
             Outcome::Exited(c) => *c,
             Outcome::KernelProblem(..) => 101,
+            Outcome::SetupFailed(_) => 103,
             Outcome::NoExit => 102,
             Outcome::TimedOut(_) => 124,
         }
@@ -211,6 +214,8 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
     eprintln!("[vm] {:.1}s wall", start.elapsed().as_secs_f64());
     Ok(if timed_out {
         Outcome::TimedOut(cfg.timeout)
+    } else if let Some(what) = verdict.setup_failed {
+        Outcome::SetupFailed(what)
     } else if !verdict.kernel_problems.is_empty() {
         Outcome::KernelProblem(verdict.exit, verdict.kernel_problems)
     } else {

@@ -1,0 +1,109 @@
+//! The engine's cost per SQE against io_uring's NOP, side by side in one run.
+//!
+//! - `krcore_nop/B`: B NOPs through a krcore ring: the application pushes and publishes,
+//!   the engine takes, validates and completes them, the application reaps B CQEs. No
+//!   syscall: this is the ring and the engine alone.
+//! - `krcore_write/B`: B 8-byte RDMA WRITEs on a shared QP of a fake NIC: validation,
+//!   credits, wr_id tagging, chained posting, completion routing and reaping.
+//! - `io_uring_nop/B`: B IORING_OP_NOPs through the io-uring crate on the host kernel,
+//!   one `submit_and_wait(B)` per batch.
+//!
+//! Criterion reports time per batch; the per-SQE cost is that over B (the throughput
+//! line, in elements per second, says the same).
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use krcore_abi::opcode::Opcode;
+use krcore_abi::sqe::{MrAccess, Sqe};
+use verify::rig::{Limits, Rig};
+
+const BATCHES: [u32; 4] = [1, 8, 32, 128];
+const MR: u64 = 0x10_0000;
+
+fn rig() -> Rig {
+    let mut rig = Rig::new(&[256], 16);
+    rig.open(Limits { sq: 256, cq: 512, vqps: 4, mrs: 4, inflight: 256 });
+    rig
+}
+
+fn bench_nop(c: &mut Criterion) {
+    let mut g = c.benchmark_group("krcore_nop");
+    for b in BATCHES {
+        g.throughput(Throughput::Elements(b as u64));
+        let mut rig = rig();
+        let sqes: Vec<Sqe> = (0..b as u64).map(Sqe::nop).collect();
+        g.bench_with_input(BenchmarkId::from_parameter(b), &b, |bench, &b| {
+            bench.iter(|| {
+                rig.push(0, black_box(&sqes));
+                let s = rig.submit(0, b).unwrap();
+                debug_assert_eq!(s.taken, b);
+                let t = rig.ring(0);
+                for _ in 0..b {
+                    black_box(t.cq.pop());
+                }
+                t.cq.release();
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_write(c: &mut Criterion) {
+    let mut g = c.benchmark_group("krcore_write");
+    for b in BATCHES {
+        g.throughput(Throughput::Elements(b as u64));
+        let mut rig = rig();
+        // Connect, register and import once, as a warm application would.
+        let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE;
+        rig.push(0, &[Sqe::connect(1, [0; 16], 1), Sqe::reg_mr(2, MR, 4096, access)]);
+        rig.drain();
+        let c = rig.reap(0, 2);
+        let (v, mr) = (c[0].res as u32, c[1].res as u32);
+        rig.push(0, &[Sqe::import_mr(3, v, MR, 4096, 7)]);
+        rig.drain();
+        let rmr = rig.reap(0, 1)[0].res as u32;
+        let sqes: Vec<Sqe> = (0..b as u64).map(|i| Sqe::one_sided(Opcode::Write, i, v, mr, MR + 8 * (i % 64), 8, rmr, MR)).collect();
+        g.bench_with_input(BenchmarkId::from_parameter(b), &b, |bench, &b| {
+            bench.iter(|| {
+                rig.push(0, black_box(&sqes));
+                rig.submit(0, b).unwrap();
+                rig.nic.execute(0, usize::MAX, false);
+                rig.route();
+                let t = rig.ring(0);
+                for _ in 0..b {
+                    black_box(t.cq.pop());
+                }
+                t.cq.release();
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_io_uring(c: &mut Criterion) {
+    let mut g = c.benchmark_group("io_uring_nop");
+    for b in BATCHES {
+        g.throughput(Throughput::Elements(b as u64));
+        let mut ring = io_uring::IoUring::new(256).expect("io_uring_setup");
+        g.bench_with_input(BenchmarkId::from_parameter(b), &b, |bench, &b| {
+            bench.iter(|| {
+                {
+                    let mut sq = ring.submission();
+                    for i in 0..b {
+                        let e = io_uring::opcode::Nop::new().build().user_data(i as u64);
+                        // SAFETY: a NOP references no memory.
+                        unsafe { sq.push(&e).expect("sq full") };
+                    }
+                }
+                ring.submit_and_wait(b as usize).expect("io_uring_enter");
+                for cqe in ring.completion() {
+                    black_box(cqe);
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_nop, bench_write, bench_io_uring);
+criterion_main!(benches);
