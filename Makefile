@@ -17,7 +17,10 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kmod host unit loom vm-test test demo bench clean
+.PHONY: all deps kernel kmod host unit loom fuzz vm-test test demo bench clean
+
+# How long `make fuzz` (and so `make test`) fuzzes the engine.
+FUZZ_SECONDS ?= 60
 
 all: kmod host
 
@@ -44,11 +47,21 @@ loom:
 	@echo "[test] loom models"
 	@RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom $(CARGO) test -q --profile loom -p verify --test loom
 
+# cargo fuzz needs nightly-only flags (-Zsanitizer); RUSTC_BOOTSTRAP lets the machine's
+# stable toolchain accept them, as no other toolchain can be installed here.
+fuzz: deps
+	@echo "[test] fuzzing the engine for $(FUZZ_SECONDS) s (libFuzzer + ASan)"
+	@mkdir -p $(CURDIR)/target
+	@cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run engine --release -- \
+		-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 >$(CURDIR)/target/fuzz.log 2>&1 \
+		|| { tail -60 $(CURDIR)/target/fuzz.log; echo "[test] fuzzing found a failure (artifact in fuzz/artifacts/)"; exit 1; }
+	@grep -E "^Done [0-9]+ runs" $(CURDIR)/target/fuzz.log | sed 's/^/[fuzz] /'
+
 vm-test: kmod host
 	@echo "[test] integration suite in the VM (TCG unless KVM is usable)"
 	@$(VM) --timeout 900 -- $(GUEST_SUITE)
 
-test: unit loom vm-test
+test: unit loom fuzz vm-test
 
 demo: kmod host
 	@$(VM) --timeout 600 -- $(CURDIR)/target/release/krcore-demo

@@ -27,6 +27,10 @@ if ! rustup component list --installed 2>/dev/null | grep -q '^rust-src'; then
   echo "[deps] adding rustup component rust-src"
   rustup component add rust-src >/dev/null
 fi
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+  echo "[deps] installing cargo-fuzz 0.13.2 (a minute or two)"
+  cargo install --locked --quiet cargo-fuzz --version 0.13.2
+fi
 if ! command -v bindgen >/dev/null 2>&1; then
   echo "[deps] installing bindgen-cli 0.73.2 (a few minutes)"
   cargo install --locked --quiet bindgen-cli --version 0.73.2

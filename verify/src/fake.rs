@@ -99,6 +99,12 @@ impl FakeNic {
         true
     }
 
+    /// Moves QP `qp` to the error state (`ib_modify_qp` to IB_QPS_ERR): everything not
+    /// yet executed is flushed by the next [`execute`](Self::execute).
+    pub fn set_error(&mut self, qp: u32) {
+        self.qps[qp as usize].failed = true;
+    }
+
     /// Resets a failed QP whose send queue was flushed (executed to the end), as the
     /// kernel resets a QP before reusing it. Returns `false` if it still has work.
     pub fn recycle(&mut self, qp: u32) -> bool {

@@ -4,6 +4,7 @@
 //! models and benchmarks.
 
 pub mod fake;
+pub mod fuzzprog;
 pub mod heapring;
 pub mod rig;
 pub mod rng;

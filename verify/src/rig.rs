@@ -166,14 +166,22 @@ impl Rig {
         }
     }
 
-    /// Recycles every failed QP the NIC has flushed, routing what it still owed.
+    /// Recycles every QP the engine reports failed, as the kernel does: move it to the
+    /// error state, run the NIC so it flushes, route the flush completions, then reset
+    /// it and let the engine retire what is still owed.
     pub fn recycle_failed(&mut self) -> usize {
+        let failed: Vec<u32> = (0..self.qps.len() as u32).filter(|&i| self.qps[i as usize].failed()).collect();
+        for &i in &failed {
+            self.nic.set_error(i);
+            self.nic.execute(i, usize::MAX, false);
+        }
+        self.route();
         let Rig { nic, qps, rings, dropped } = self;
         let mut n = 0;
-        for (i, q) in qps.iter_mut().enumerate() {
-            if q.failed() && nic.recycle(i as u32) {
+        for &i in &failed {
+            if nic.recycle(i) {
                 n += 1;
-                q.recycle(|id, c| deliver(rings, dropped, id, c));
+                qps[i as usize].recycle(|id, c| deliver(rings, dropped, id, c));
             }
         }
         n

@@ -13,9 +13,12 @@
 //!
 //! Failure: a QP that reports an error (or whose posted chain stopped after an unsignaled
 //! request, so no completion may ever retire it) is marked failed. Its virtual QPs get
-//! `QpError` for new requests, and once the NIC has flushed it the caller
-//! [`recycle`](PhysQp::recycle)s it: what is still owed is retired as `QpError`, as RDMA
-//! leaves the outcome of requests in flight at an error undefined.
+//! `QpError` for new requests. The caller then moves the hardware QP to the error state
+//! (the engine may have failed it on its own, while the hardware thinks it healthy), so
+//! the NIC flushes every request and receive; routes those flush completions; and then
+//! [`recycle`](PhysQp::recycle)s it: what is still owed (executed unsignaled requests,
+//! which get no completion of their own) is retired as `QpError`, as RDMA leaves the
+//! outcome of requests in flight at an error undefined.
 
 use super::cqe::Reason;
 use super::ring_state::Completion;
