@@ -14,7 +14,6 @@ macro_rules! bitflags {
         }
     ) => {
         $(#[$outer])*
-        #[repr(transparent)]
         $vis struct $Name($T);
 
         #[allow(dead_code)]

@@ -30,6 +30,7 @@ const _: () = assert!(core::mem::offset_of!(Cqe, reason) == 24);
 bitflags! {
     /// Per-completion flags.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(transparent)]
     pub struct CqeFlags: u32 {
         /// `aux` holds immediate data (a RECV that matched SEND_IMM or WRITE_IMM).
         const IMM = 1 << 0;

@@ -37,8 +37,10 @@ pub const fn iowr<T>(nr: u8) -> u32 {
 pub const NR_QUERY_DEVICES: u8 = 0x01;
 
 /// Query the ABI version and the RDMA devices the module sees, with their ports and GIDs.
-/// Argument: [`QueryDevices`].
-pub const IOC_QUERY_DEVICES: u32 = iowr::<QueryDevices>(NR_QUERY_DEVICES);
+/// Argument: [`QueryDevices`]. `_IOWR('K', 0x01, struct QueryDevices)`, written out so the
+/// C header carries the number; the assert below pins it to the encoding.
+pub const IOC_QUERY_DEVICES: u32 = 0xc028_4b01;
+const _: () = assert!(IOC_QUERY_DEVICES == iowr::<QueryDevices>(NR_QUERY_DEVICES));
 
 /// A decoded, size-checked ioctl command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

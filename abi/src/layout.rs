@@ -59,6 +59,7 @@ const _: () = assert!(ENTRIES_OFFSET == 192);
 bitflags! {
     /// Flags in the SQ ring header, set by the kernel.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(transparent)]
     pub struct SqFlags: u32 {
         /// The polling thread sleeps: the enter ioctl with [`EnterFlags::SQ_WAKEUP`] wakes it.
         const NEED_WAKEUP = 1 << 0;
@@ -72,6 +73,7 @@ bitflags! {
 bitflags! {
     /// Setup flags.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(transparent)]
     pub struct SetupFlags: u32 {
         /// A kernel thread polls the SQ, so submission needs no syscall.
         const SQPOLL = 1 << 0;
@@ -81,6 +83,7 @@ bitflags! {
 bitflags! {
     /// Enter flags.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(transparent)]
     pub struct EnterFlags: u32 {
         /// Wait for `min_complete` completions.
         const GETEVENTS = 1 << 0;

@@ -54,6 +54,7 @@ const _: () = assert!(core::mem::offset_of!(Sqe, arg1) == 56);
 bitflags! {
     /// Per-entry flags.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(transparent)]
     pub struct SqeFlags: u8 {
         /// Wait for earlier READs and atomics on the QP before this one (`IBV_SEND_FENCE`).
         const FENCE = 1 << 0;
@@ -65,6 +66,7 @@ bitflags! {
 bitflags! {
     /// Access rights of a registered MR (REG_MR's `imm`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(transparent)]
     pub struct MrAccess: u32 {
         /// The local HCA may write it (needed for READ, RECV, atomics).
         const LOCAL_WRITE = 1 << 0;

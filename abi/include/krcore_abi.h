@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* krcore's user/kernel ABI: rings, entries, ioctls. Generated from abi/ by
+ * `KRCORE_BLESS=1 cargo test -p krcore-abi --test c_header`; do not edit. */
+
+#ifndef KRCORE_ABI_H
+#define KRCORE_ABI_H
+
+
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+// The ABI version this crate describes; the kernel reports its own in
+// [`QueryDevices::abi_version`] and user space refuses a mismatch.
+#define krcore_ABI_VERSION 1
+
+// `gid_index` of a row that lists a port without any valid GID.
+#define krcore_GID_NONE UINT32_MAX
+
+// Length of [`DeviceGid::name`], the kernel's `IB_DEVICE_NAME_MAX`.
+#define krcore_DEVICE_NAME_LEN 64
+
+// The ioctl type byte of every krcore command.
+#define krcore_IOC_MAGIC 75
+
+// Number of [`IOC_QUERY_DEVICES`].
+#define krcore_NR_QUERY_DEVICES 1
+
+// Query the ABI version and the RDMA devices the module sees, with their ports and GIDs.
+// Argument: [`QueryDevices`]. `_IOWR('K', 0x01, struct QueryDevices)`, written out so the
+// C header carries the number; the assert below pins it to the encoding.
+#define krcore_IOC_QUERY_DEVICES 3223866113
+
+// mmap offset of the SQ ring.
+#define krcore_OFF_SQ_RING 0
+
+// mmap offset of the CQ ring.
+#define krcore_OFF_CQ_RING 134217728
+
+// Largest SQ a ring may ask for.
+#define krcore_MAX_SQ_ENTRIES 4096
+
+// Largest CQ a ring may ask for.
+#define krcore_MAX_CQ_ENTRIES 8192
+
+// One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
+#define krcore_OPCODE_LAST 14
+
+// An operation code. The closed set: any other byte is rejected with
+// [`Reason::BadOpcode`](super::cqe::Reason::BadOpcode).
+enum krcore_Opcode
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint8_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Does nothing; completes with 0. Measures the ring crossing itself.
+  KRCORE_OPCODE_NOP = 0,
+  // Registers user memory for local and remote access.
+  KRCORE_OPCODE_REG_MR = 1,
+  // Deregisters a memory region.
+  KRCORE_OPCODE_DEREG_MR = 2,
+  // Binds a virtual QP to a pooled physical QP connected to a peer.
+  KRCORE_OPCODE_CONNECT = 3,
+  // Releases a virtual QP.
+  KRCORE_OPCODE_DISCONNECT = 4,
+  // Imports a peer's memory region so remote ranges can be validated.
+  KRCORE_OPCODE_IMPORT_MR = 5,
+  // One-sided RDMA READ.
+  KRCORE_OPCODE_READ = 6,
+  // One-sided RDMA WRITE.
+  KRCORE_OPCODE_WRITE = 7,
+  // Two-sided SEND.
+  KRCORE_OPCODE_SEND = 8,
+  // SEND with immediate data.
+  KRCORE_OPCODE_SEND_IMM = 9,
+  // RDMA WRITE with immediate data.
+  KRCORE_OPCODE_WRITE_IMM = 10,
+  // Posts a receive buffer.
+  KRCORE_OPCODE_RECV = 11,
+  // 8-byte remote compare-and-swap.
+  KRCORE_OPCODE_CAS = 12,
+  // 8-byte remote fetch-and-add.
+  KRCORE_OPCODE_FAA = 13,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum krcore_Opcode krcore_Opcode;
+#else
+typedef uint8_t krcore_Opcode;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Why an entry was rejected or failed. Stored in [`Cqe::reason`] beside the errno, so a
+// user can tell an out-of-range length from an unknown MR though both are `EINVAL`.
+enum krcore_Reason
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint16_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Not a failure.
+  KRCORE_REASON_NONE = 0,
+  // The opcode byte names no operation.
+  KRCORE_REASON_BAD_OPCODE = 1,
+  // A flag bit this ABI does not define is set.
+  KRCORE_REASON_UNKNOWN_FLAGS = 2,
+  // A reserved field, or a field the opcode does not read, is nonzero.
+  KRCORE_REASON_RESERVED_NONZERO = 3,
+  // The virtual QP handle names no connected virtual QP of this ring.
+  KRCORE_REASON_BAD_VQP = 4,
+  // The local MR handle names no registered MR of this ring.
+  KRCORE_REASON_BAD_MR = 5,
+  // The local range is not inside the named MR.
+  KRCORE_REASON_LOCAL_RANGE = 6,
+  // The remote MR handle names no MR imported for this virtual QP.
+  KRCORE_REASON_BAD_REMOTE_MR = 7,
+  // The remote range is not inside the imported MR.
+  KRCORE_REASON_REMOTE_RANGE = 8,
+  // An atomic's local or remote address is not 8-byte aligned, or its length is not 8.
+  KRCORE_REASON_MISALIGNED = 9,
+  // The length is zero where data must move, or over the maximum message size.
+  KRCORE_REASON_BAD_LENGTH = 10,
+  // The MR's access rights do not allow the operation.
+  KRCORE_REASON_MR_ACCESS = 11,
+  // Operations in flight that only a peer can complete (receives) hold the object.
+  KRCORE_REASON_BUSY = 12,
+  // A fixed-capacity table (virtual QPs, MRs, in-flight slots) is full.
+  KRCORE_REASON_TABLE_FULL = 13,
+  // No RDMA device can reach the peer, or the device went away.
+  KRCORE_REASON_NO_DEVICE = 14,
+  // The physical QP failed; the operation was flushed.
+  KRCORE_REASON_QP_ERROR = 15,
+  // The ring was closed with the operation in flight.
+  KRCORE_REASON_RING_CLOSED = 16,
+  // The verbs layer refused the request.
+  KRCORE_REASON_VERBS = 17,
+  // The work completion reported a transport or remote error.
+  KRCORE_REASON_REMOTE_ERROR = 18,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum krcore_Reason krcore_Reason;
+#else
+typedef uint16_t krcore_Reason;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// A submission queue entry.
+struct krcore_Sqe {
+  // [`Opcode`] as a byte.
+  uint8_t opcode;
+  // [`SqeFlags`] bits.
+  uint8_t flags;
+  // Reserved, must be zero.
+  uint16_t resv;
+  // Virtual QP handle (data operations, DISCONNECT, IMPORT_MR).
+  uint32_t vqp;
+  // Copied into the completion untouched.
+  uint64_t user_data;
+  // Local address (data operations, REG_MR).
+  uint64_t addr;
+  // Length in bytes.
+  uint32_t len;
+  // Local MR handle (data operations, DEREG_MR).
+  uint32_t mr;
+  // Remote address; CONNECT: GID bytes 0..8.
+  uint64_t remote_addr;
+  // Imported remote MR handle; IMPORT_MR: the rkey; CONNECT: the service.
+  uint32_t rmr;
+  // Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits.
+  uint32_t imm;
+  // CAS compare value; FAA addend; CONNECT: GID bytes 8..16.
+  uint64_t arg0;
+  // CAS swap value.
+  uint64_t arg1;
+};
+
+// A completion queue entry.
+struct krcore_Cqe {
+  // The submission's `user_data`.
+  uint64_t user_data;
+  // Bytes transferred, a handle, or a negative errno (see [`opcode`](super::opcode)).
+  int32_t res;
+  // [`CqeFlags`] bits.
+  uint32_t flags;
+  // Opcode-specific result (see [`opcode`](super::opcode)).
+  uint64_t aux;
+  // When `res < 0`: a [`Reason`] code naming the cause; 0 otherwise.
+  uint16_t reason;
+  // Reserved, zero.
+  uint8_t resv[6];
+};
+
+// The header at the start of each ring mapping. Producer and consumer indices sit on
+// separate cache lines so the two sides do not false-share.
+struct krcore_RingHeader {
+  // Consumer index. SQ: written by the kernel. CQ: written by the application.
+  uint32_t head;
+  // Padding to the next cache line.
+  uint32_t pad0[15];
+  // Producer index. SQ: written by the application. CQ: written by the kernel.
+  uint32_t tail;
+  // Padding to the next cache line.
+  uint32_t pad1[15];
+  // `ring_entries - 1`. Written by the kernel at setup; the kernel never reads it back.
+  uint32_t ring_mask;
+  // Number of entries, a power of two. Written by the kernel at setup.
+  uint32_t ring_entries;
+  // SQ: [`SqFlags`], written by the kernel. CQ: unused.
+  uint32_t flags;
+  // SQ: entries the kernel could not take (bad tail); CQ: completions dropped because
+  // their ring was gone. Written by the kernel.
+  uint32_t dropped;
+  // CQ: completions that waited in the kernel's overflow list. Written by the kernel.
+  uint32_t overflow;
+  // Reserved.
+  uint32_t resv[11];
+};
+
+// Where each field of a ring lives in its mapping (the setup ioctl's answer).
+struct krcore_RingOffsets {
+  // Offset of the head index.
+  uint32_t head;
+  // Offset of the tail index.
+  uint32_t tail;
+  // Offset of the ring mask.
+  uint32_t ring_mask;
+  // Offset of the entry count.
+  uint32_t ring_entries;
+  // Offset of the flags word.
+  uint32_t flags;
+  // Offset of the dropped counter.
+  uint32_t dropped;
+  // Offset of the entry array.
+  uint32_t entries;
+  // Length to mmap.
+  uint32_t map_len;
+};
+
+// Argument of the setup ioctl.
+struct krcore_SetupParams {
+  // In: SQ entries wanted (rounded up to a power of two). Out: granted.
+  uint32_t sq_entries;
+  // In: CQ entries wanted, 0 for twice the SQ. Out: granted.
+  uint32_t cq_entries;
+  // In: [`SetupFlags`].
+  uint32_t flags;
+  // In: with SQPOLL, idle milliseconds before the poller sleeps (0: 1000).
+  uint32_t sq_idle_ms;
+  // Out: feature bits (none defined yet).
+  uint32_t features;
+  // Reserved, must be zero.
+  uint32_t resv[3];
+  // Out: the SQ ring's offsets.
+  struct krcore_RingOffsets sq_off;
+  // Out: the CQ ring's offsets.
+  struct krcore_RingOffsets cq_off;
+};
+
+// Argument of the device query.
+struct krcore_QueryDevices {
+  // Out: the kernel's [`ABI_VERSION`].
+  uint32_t abi_version;
+  // Out: how many rows the kernel has, whether or not they all fit.
+  uint32_t n_total;
+  // In: user address of an array of `capacity` [`DeviceGid`] rows.
+  uint64_t rows;
+  // In: capacity of `rows`, in rows.
+  uint32_t capacity;
+  // Out: how many rows were written (`min(n_total, capacity)`).
+  uint32_t n_written;
+  // Reserved, must be zero.
+  uint32_t resv[4];
+};
+
+// One (device, port, GID) row of the device query.
+struct krcore_DeviceGid {
+  // Device name (e.g. `rxe0`), NUL-padded.
+  uint8_t name[krcore_DEVICE_NAME_LEN];
+  // The kernel's index of the device (`ib_device.index`).
+  uint32_t dev_index;
+  // Port number (1-based).
+  uint32_t port;
+  // `enum ib_port_state` (4 is ACTIVE).
+  uint8_t port_state;
+  // Link layer: 1 InfiniBand, 2 Ethernet (RoCE).
+  uint8_t link_layer;
+  // `enum ib_gid_type` (2 is RoCE v2).
+  uint8_t gid_type;
+  // Reserved, zero.
+  uint8_t resv0;
+  // `enum ib_mtu` of the port's active MTU.
+  uint32_t active_mtu;
+  // Index in the port's GID table, or [`GID_NONE`].
+  uint32_t gid_index;
+  // Reserved, zero.
+  uint32_t resv1;
+  // The GID, network byte order.
+  uint8_t gid[16];
+};
+
+// Per-entry flags.
+typedef uint8_t krcore_SqeFlags;
+// Wait for earlier READs and atomics on the QP before this one (`IBV_SEND_FENCE`).
+#define krcore_SqeFlags_FENCE (uint8_t)(1 << 0)
+// Ask the peer's receive completion to raise an event (`IBV_SEND_SOLICITED`).
+#define krcore_SqeFlags_SOLICITED (uint8_t)(1 << 1)
+
+// Access rights of a registered MR (REG_MR's `imm`).
+typedef uint32_t krcore_MrAccess;
+// The local HCA may write it (needed for READ, RECV, atomics).
+#define krcore_MrAccess_LOCAL_WRITE (uint32_t)(1 << 0)
+// Peers may write it.
+#define krcore_MrAccess_REMOTE_WRITE (uint32_t)(1 << 1)
+// Peers may read it.
+#define krcore_MrAccess_REMOTE_READ (uint32_t)(1 << 2)
+// Peers may run atomics on it.
+#define krcore_MrAccess_REMOTE_ATOMIC (uint32_t)(1 << 3)
+
+// Per-completion flags.
+typedef uint32_t krcore_CqeFlags;
+// `aux` holds immediate data (a RECV that matched SEND_IMM or WRITE_IMM).
+#define krcore_CqeFlags_IMM (uint32_t)(1 << 0)
+
+// Flags in the SQ ring header, set by the kernel.
+typedef uint32_t krcore_SqFlags;
+// The polling thread sleeps: the enter ioctl with [`EnterFlags::SQ_WAKEUP`] wakes it.
+#define krcore_SqFlags_NEED_WAKEUP (uint32_t)(1 << 0)
+// Completions are waiting in the kernel's overflow list: reap the CQ and enter.
+#define krcore_SqFlags_CQ_OVERFLOW (uint32_t)(1 << 1)
+// The SQ tail claimed more entries than the ring holds; nothing was taken.
+#define krcore_SqFlags_TAIL_OVERRUN (uint32_t)(1 << 2)
+
+// Setup flags.
+typedef uint32_t krcore_SetupFlags;
+// A kernel thread polls the SQ, so submission needs no syscall.
+#define krcore_SetupFlags_SQPOLL (uint32_t)(1 << 0)
+
+// Enter flags.
+typedef uint32_t krcore_EnterFlags;
+// Wait for `min_complete` completions.
+#define krcore_EnterFlags_GETEVENTS (uint32_t)(1 << 0)
+// Wake the polling thread.
+#define krcore_EnterFlags_SQ_WAKEUP (uint32_t)(1 << 1)
+
+
+
+// Every opcode, in numeric order.
+#define krcore_Opcode_ALL { krcore_Opcode_Nop, krcore_Opcode_RegMr, krcore_Opcode_DeregMr, krcore_Opcode_Connect, krcore_Opcode_Disconnect, krcore_Opcode_ImportMr, krcore_Opcode_Read, krcore_Opcode_Write, krcore_Opcode_Send, krcore_Opcode_SendImm, krcore_Opcode_WriteImm, krcore_Opcode_Recv, krcore_Opcode_Cas, krcore_Opcode_Faa, }
+
+#endif  /* KRCORE_ABI_H */
