@@ -102,6 +102,40 @@ pub trait RingMem {
     unsafe fn write(&self, i: u32, e: Self::Entry);
 }
 
+/// Copies an entry out of shared memory as volatile 8-byte words (READ_ONCE per word):
+/// the copy is taken exactly once and the compiler cannot re-read the source later, so
+/// what was validated is what is used. Word-wise because a volatile read of a whole
+/// struct is lowered field by field, several times slower.
+///
+/// # Safety
+/// `src` is valid for reads of `E` and 8-byte aligned.
+#[inline(always)]
+pub unsafe fn read_entry<E: Copy>(src: *const E) -> E {
+    const { assert!(core::mem::size_of::<E>() % 8 == 0 && core::mem::align_of::<E>() >= 8) };
+    let mut out = core::mem::MaybeUninit::<E>::uninit();
+    let (s, d) = (src.cast::<u64>(), out.as_mut_ptr().cast::<u64>());
+    for i in 0..core::mem::size_of::<E>() / 8 {
+        // SAFETY: within `E` on both sides (caller's contract for `src`, ours for `out`).
+        unsafe { d.add(i).write(s.add(i).read_volatile()) };
+    }
+    // SAFETY: every byte written; entries are plain integers (any bits are valid).
+    unsafe { out.assume_init() }
+}
+
+/// Writes an entry into shared memory as volatile 8-byte words (WRITE_ONCE per word).
+///
+/// # Safety
+/// `dst` is valid for writes of `E` and 8-byte aligned.
+#[inline(always)]
+pub unsafe fn write_entry<E: Copy>(dst: *mut E, e: E) {
+    const { assert!(core::mem::size_of::<E>() % 8 == 0 && core::mem::align_of::<E>() >= 8) };
+    let (s, d) = ((&e as *const E).cast::<u64>(), dst.cast::<u64>());
+    for i in 0..core::mem::size_of::<E>() / 8 {
+        // SAFETY: within `E` on both sides.
+        unsafe { d.add(i).write_volatile(s.add(i).read()) };
+    }
+}
+
 /// Protocol violations by the other side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RingError {

@@ -3,6 +3,9 @@
 //! - `krcore_nop/B`: B NOPs through a krcore ring: the application pushes and publishes,
 //!   the engine takes, validates and completes them, the application reaps B CQEs. No
 //!   syscall: this is the ring and the engine alone.
+//! - `krcore_engine_nop/B`: the same, timing only the engine's `submit` (the kernel
+//!   side): push and reap happen outside the timed region. Includes one `Instant` pair
+//!   per batch (about 20-25 ns), so small batches read high.
 //! - `krcore_write/B`: B 8-byte RDMA WRITEs on a shared QP of a fake NIC: validation,
 //!   credits, wr_id tagging, chained posting, completion routing and reaping.
 //! - `io_uring_nop/B`: B IORING_OP_NOPs through the io-uring crate on the host kernel,
@@ -11,6 +14,7 @@
 //! Criterion reports time per batch; the per-SQE cost is that over B (the throughput
 //! line, in elements per second, says the same).
 use std::hint::black_box;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use krcore_abi::opcode::Opcode;
@@ -42,6 +46,29 @@ fn bench_nop(c: &mut Criterion) {
                     black_box(t.cq.pop());
                 }
                 t.cq.release();
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_engine_only(c: &mut Criterion) {
+    let mut g = c.benchmark_group("krcore_engine_nop");
+    for b in BATCHES {
+        g.throughput(Throughput::Elements(b as u64));
+        let mut rig = rig();
+        let sqes: Vec<Sqe> = (0..b as u64).map(Sqe::nop).collect();
+        g.bench_with_input(BenchmarkId::from_parameter(b), &b, |bench, &b| {
+            bench.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    rig.push(0, &sqes);
+                    let t = Instant::now();
+                    black_box(rig.submit(0, b).unwrap());
+                    total += t.elapsed();
+                    rig.reap(0, b as usize);
+                }
+                total
             })
         });
     }
@@ -105,5 +132,5 @@ fn bench_io_uring(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_nop, bench_write, bench_io_uring);
+criterion_group!(benches, bench_nop, bench_engine_only, bench_write, bench_io_uring);
 criterion_main!(benches);

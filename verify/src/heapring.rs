@@ -4,7 +4,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
-use krcore_abi::ring::RingMem;
+use krcore_abi::ring::{read_entry, write_entry, RingMem};
 
 /// The memory of one ring.
 pub struct HeapRing<E> {
@@ -53,9 +53,9 @@ impl<E: Copy> HeapRing<E> {
 
     /// Overwrites slot `i` directly, bypassing the protocol (hostile application).
     pub fn scribble(&self, i: u32, e: E) {
-        // SAFETY: tests only; the engine reads slots volatile-by-copy, so a changed slot
-        // is a changed value.
-        unsafe { std::ptr::write_volatile(self.slots[i as usize].get(), e) }
+        // SAFETY: tests only; the engine copies slots out once, so a changed slot is a
+        // changed value.
+        unsafe { write_entry(self.slots[i as usize].get(), e) }
     }
 }
 
@@ -75,11 +75,11 @@ impl<E: Copy> RingMem for SharedRing<E> {
         self.0.slots.len() as u32
     }
     unsafe fn read(&self, i: u32) -> E {
-        // SAFETY: the caller holds the slot per the protocol; volatile, as the kernel reads.
-        unsafe { std::ptr::read_volatile(self.0.slots[i as usize].get()) }
+        // SAFETY: the caller holds the slot per the protocol; read as the kernel reads.
+        unsafe { read_entry(self.0.slots[i as usize].get()) }
     }
     unsafe fn write(&self, i: u32, e: E) {
         // SAFETY: as above.
-        unsafe { std::ptr::write_volatile(self.0.slots[i as usize].get(), e) }
+        unsafe { write_entry(self.0.slots[i as usize].get(), e) }
     }
 }
