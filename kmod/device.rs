@@ -82,7 +82,10 @@ impl Registry {
             // SAFETY: as above, for each shim call on `dev.ib`.
             let (first, last) = unsafe {
                 row.dev_index = shim::krcore_shim_dev_index(dev.ib);
-                (shim::krcore_shim_first_port(dev.ib), shim::krcore_shim_last_port(dev.ib))
+                (
+                    shim::krcore_shim_first_port(dev.ib),
+                    shim::krcore_shim_last_port(dev.ib),
+                )
             };
             for port in first..=last {
                 let mut attr = PortAttr::default();
@@ -99,7 +102,13 @@ impl Registry {
                     let mut ty = 0u32;
                     // SAFETY: as above; `row.gid` is 16 writable bytes.
                     let ret = unsafe {
-                        shim::krcore_shim_query_gid(dev.ib, port, index, row.gid.as_mut_ptr(), &mut ty)
+                        shim::krcore_shim_query_gid(
+                            dev.ib,
+                            port,
+                            index,
+                            row.gid.as_mut_ptr(),
+                            &mut ty,
+                        )
                     };
                     if ret == 0 {
                         row.gid_index = index;

@@ -82,6 +82,11 @@ extern "C" fn krcore_rs_ioctl(ctx: *mut c_void, cmd: c_uint, arg: c_ulong) -> c_
 
 /// mmap(2): nothing is mappable until a ring is set up.
 #[no_mangle]
-extern "C" fn krcore_rs_mmap(_ctx: *mut c_void, _vma: *mut Vma, _pgoff: c_ulong, _len: c_ulong) -> c_int {
+extern "C" fn krcore_rs_mmap(
+    _ctx: *mut c_void,
+    _vma: *mut Vma,
+    _pgoff: c_ulong,
+    _len: c_ulong,
+) -> c_int {
     Errno::ENXIO.to_neg()
 }

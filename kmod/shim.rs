@@ -32,7 +32,11 @@ extern "C" {
     pub(crate) fn krcore_shim_dev_index(dev: *mut IbDevice) -> u32;
     pub(crate) fn krcore_shim_first_port(dev: *mut IbDevice) -> u32;
     pub(crate) fn krcore_shim_last_port(dev: *mut IbDevice) -> u32;
-    pub(crate) fn krcore_shim_query_port(dev: *mut IbDevice, port: u32, out: *mut PortAttr) -> c_int;
+    pub(crate) fn krcore_shim_query_port(
+        dev: *mut IbDevice,
+        port: u32,
+        out: *mut PortAttr,
+    ) -> c_int;
     pub(crate) fn krcore_shim_query_gid(
         dev: *mut IbDevice,
         port: u32,

@@ -5,7 +5,15 @@ use super::errno::Errno;
 
 /// A completion queue entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[cfg_attr(
+    feature = "zerocopy",
+    derive(
+        zerocopy::FromBytes,
+        zerocopy::IntoBytes,
+        zerocopy::KnownLayout,
+        zerocopy::Immutable
+    )
+)]
 #[repr(C)]
 pub struct Cqe {
     /// The submission's `user_data`.
@@ -87,8 +95,25 @@ impl Reason {
     pub fn from_u16(v: u16) -> Option<Reason> {
         use Reason::*;
         const ALL: [Reason; 19] = [
-            None, BadOpcode, UnknownFlags, ReservedNonzero, BadVqp, BadMr, LocalRange, BadRemoteMr, RemoteRange,
-            Misaligned, BadLength, MrAccess, Busy, TableFull, NoDevice, QpError, RingClosed, Verbs, RemoteError,
+            None,
+            BadOpcode,
+            UnknownFlags,
+            ReservedNonzero,
+            BadVqp,
+            BadMr,
+            LocalRange,
+            BadRemoteMr,
+            RemoteRange,
+            Misaligned,
+            BadLength,
+            MrAccess,
+            Busy,
+            TableFull,
+            NoDevice,
+            QpError,
+            RingClosed,
+            Verbs,
+            RemoteError,
         ];
         ALL.get(v as usize).copied()
     }
@@ -139,17 +164,38 @@ impl Reason {
 impl Cqe {
     /// A successful completion.
     pub const fn ok(user_data: u64, res: i32, aux: u64) -> Cqe {
-        Cqe { user_data, res, flags: 0, aux, reason: 0, resv: [0; 6] }
+        Cqe {
+            user_data,
+            res,
+            flags: 0,
+            aux,
+            reason: 0,
+            resv: [0; 6],
+        }
     }
 
     /// A failed completion with an errno other than the reason's own (a backend error).
     pub const fn err_errno(user_data: u64, reason: Reason, errno: Errno) -> Cqe {
-        Cqe { user_data, res: errno.to_neg(), flags: 0, aux: 0, reason: reason as u16, resv: [0; 6] }
+        Cqe {
+            user_data,
+            res: errno.to_neg(),
+            flags: 0,
+            aux: 0,
+            reason: reason as u16,
+            resv: [0; 6],
+        }
     }
 
     /// A failed completion: `res` is the reason's negative errno.
     pub const fn err(user_data: u64, reason: Reason) -> Cqe {
-        Cqe { user_data, res: reason.errno().to_neg(), flags: 0, aux: 0, reason: reason as u16, resv: [0; 6] }
+        Cqe {
+            user_data,
+            res: reason.errno().to_neg(),
+            flags: 0,
+            aux: 0,
+            reason: reason as u16,
+            resv: [0; 6],
+        }
     }
 
     /// The failure reason, when `res` is negative.

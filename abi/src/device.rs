@@ -18,7 +18,15 @@ pub const DEVICE_NAME_LEN: usize = 64;
 
 /// Argument of the device query.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[cfg_attr(
+    feature = "zerocopy",
+    derive(
+        zerocopy::FromBytes,
+        zerocopy::IntoBytes,
+        zerocopy::KnownLayout,
+        zerocopy::Immutable
+    )
+)]
 #[repr(C)]
 pub struct QueryDevices {
     /// Out: the kernel's [`ABI_VERSION`].
@@ -48,7 +56,15 @@ impl QueryDevices {
 
 /// One (device, port, GID) row of the device query.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[cfg_attr(
+    feature = "zerocopy",
+    derive(
+        zerocopy::FromBytes,
+        zerocopy::IntoBytes,
+        zerocopy::KnownLayout,
+        zerocopy::Immutable
+    )
+)]
 #[repr(C)]
 pub struct DeviceGid {
     /// Device name (e.g. `rxe0`), NUL-padded.
@@ -93,7 +109,11 @@ impl DeviceGid {
 
     /// The device name up to its first NUL.
     pub fn name_bytes(&self) -> &[u8] {
-        let end = self.name.iter().position(|&b| b == 0).unwrap_or(DEVICE_NAME_LEN);
+        let end = self
+            .name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(DEVICE_NAME_LEN);
         &self.name[..end]
     }
 }

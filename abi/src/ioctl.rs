@@ -25,12 +25,20 @@ const DIR_READ: u32 = 2;
 
 /// `_IOC(dir, type, nr, size)`.
 pub const fn ioc(dir: u32, ty: u8, nr: u8, size: usize) -> u32 {
-    (dir << DIR_SHIFT) | ((ty as u32) << TYPE_SHIFT) | ((nr as u32) << NR_SHIFT) | ((size as u32) << SIZE_SHIFT)
+    (dir << DIR_SHIFT)
+        | ((ty as u32) << TYPE_SHIFT)
+        | ((nr as u32) << NR_SHIFT)
+        | ((size as u32) << SIZE_SHIFT)
 }
 
 /// `_IOWR(type, nr, T)`.
 pub const fn iowr<T>(nr: u8) -> u32 {
-    ioc(DIR_READ | DIR_WRITE, IOC_MAGIC, nr, core::mem::size_of::<T>())
+    ioc(
+        DIR_READ | DIR_WRITE,
+        IOC_MAGIC,
+        nr,
+        core::mem::size_of::<T>(),
+    )
 }
 
 /// Number of [`IOC_QUERY_DEVICES`].

@@ -21,7 +21,15 @@ pub const MAX_CQ_ENTRIES: u32 = 8192;
 /// The header at the start of each ring mapping. Producer and consumer indices sit on
 /// separate cache lines so the two sides do not false-share.
 #[derive(Clone, Copy, Debug)]
-#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[cfg_attr(
+    feature = "zerocopy",
+    derive(
+        zerocopy::FromBytes,
+        zerocopy::IntoBytes,
+        zerocopy::KnownLayout,
+        zerocopy::Immutable
+    )
+)]
 #[repr(C)]
 pub struct RingHeader {
     /// Consumer index. SQ: written by the kernel. CQ: written by the application.
@@ -94,7 +102,15 @@ bitflags! {
 
 /// Where each field of a ring lives in its mapping (the setup ioctl's answer).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[cfg_attr(
+    feature = "zerocopy",
+    derive(
+        zerocopy::FromBytes,
+        zerocopy::IntoBytes,
+        zerocopy::KnownLayout,
+        zerocopy::Immutable
+    )
+)]
 #[repr(C)]
 pub struct RingOffsets {
     /// Offset of the head index.
@@ -133,7 +149,15 @@ impl RingOffsets {
 
 /// Argument of the setup ioctl.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[cfg_attr(
+    feature = "zerocopy",
+    derive(
+        zerocopy::FromBytes,
+        zerocopy::IntoBytes,
+        zerocopy::KnownLayout,
+        zerocopy::Immutable
+    )
+)]
 #[repr(C)]
 pub struct SetupParams {
     /// In: SQ entries wanted (rounded up to a power of two). Out: granted.
@@ -160,14 +184,19 @@ impl SetupParams {
     /// Validates the request and fills in what the kernel grants: power-of-two sizes,
     /// the CQ at least as large as the SQ, the offsets.
     pub fn normalize(&mut self, sqe_size: usize, cqe_size: usize) -> Result<(), Errno> {
-        if self.resv != [0; 3] || self.features != 0 || SetupFlags::from_bits(self.flags).is_none() {
+        if self.resv != [0; 3] || self.features != 0 || SetupFlags::from_bits(self.flags).is_none()
+        {
             return Err(Errno::EINVAL);
         }
         if self.sq_entries == 0 || self.sq_entries > MAX_SQ_ENTRIES {
             return Err(Errno::EINVAL);
         }
         let sq = self.sq_entries.next_power_of_two();
-        let cq = if self.cq_entries == 0 { 2 * sq } else { self.cq_entries };
+        let cq = if self.cq_entries == 0 {
+            2 * sq
+        } else {
+            self.cq_entries
+        };
         if cq > MAX_CQ_ENTRIES {
             return Err(Errno::EINVAL);
         }
@@ -189,19 +218,44 @@ mod tests {
 
     #[test]
     fn normalize_rounds_and_bounds() {
-        let mut p = SetupParams { sq_entries: 100, ..Default::default() };
+        let mut p = SetupParams {
+            sq_entries: 100,
+            ..Default::default()
+        };
         p.normalize(64, 32).unwrap();
         assert_eq!((p.sq_entries, p.cq_entries), (128, 256));
         assert_eq!(p.sq_off.map_len, 192 + 128 * 64);
-        let mut p = SetupParams { sq_entries: 8, cq_entries: 2, ..Default::default() };
+        let mut p = SetupParams {
+            sq_entries: 8,
+            cq_entries: 2,
+            ..Default::default()
+        };
         p.normalize(64, 32).unwrap();
         assert_eq!(p.cq_entries, 8, "the CQ is never smaller than the SQ");
         for bad in [
-            SetupParams { sq_entries: 0, ..Default::default() },
-            SetupParams { sq_entries: MAX_SQ_ENTRIES + 1, ..Default::default() },
-            SetupParams { sq_entries: 8, cq_entries: MAX_CQ_ENTRIES + 1, ..Default::default() },
-            SetupParams { sq_entries: 8, flags: 1 << 9, ..Default::default() },
-            SetupParams { sq_entries: 8, resv: [0, 1, 0], ..Default::default() },
+            SetupParams {
+                sq_entries: 0,
+                ..Default::default()
+            },
+            SetupParams {
+                sq_entries: MAX_SQ_ENTRIES + 1,
+                ..Default::default()
+            },
+            SetupParams {
+                sq_entries: 8,
+                cq_entries: MAX_CQ_ENTRIES + 1,
+                ..Default::default()
+            },
+            SetupParams {
+                sq_entries: 8,
+                flags: 1 << 9,
+                ..Default::default()
+            },
+            SetupParams {
+                sq_entries: 8,
+                resv: [0, 1, 0],
+                ..Default::default()
+            },
         ] {
             let mut p = bad;
             assert_eq!(p.normalize(64, 32), Err(Errno::EINVAL), "{bad:?}");

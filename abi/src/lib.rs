@@ -9,9 +9,9 @@
 #![no_std]
 
 // `super::bitflags::bitflags!` in the modules below resolves to the crate through this.
-extern crate bitflags;
 #[cfg(any(test, feature = "alloc"))]
 extern crate alloc;
+extern crate bitflags;
 
 pub mod cqe;
 pub mod device;

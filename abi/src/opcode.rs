@@ -87,13 +87,22 @@ impl Opcode {
     pub const fn uses_send_queue(self) -> bool {
         matches!(
             self,
-            Opcode::Read | Opcode::Write | Opcode::Send | Opcode::SendImm | Opcode::WriteImm | Opcode::Cas | Opcode::Faa
+            Opcode::Read
+                | Opcode::Write
+                | Opcode::Send
+                | Opcode::SendImm
+                | Opcode::WriteImm
+                | Opcode::Cas
+                | Opcode::Faa
         )
     }
 
     /// Whether the operation addresses remote memory (and so names an imported MR).
     pub const fn is_one_sided(self) -> bool {
-        matches!(self, Opcode::Read | Opcode::Write | Opcode::WriteImm | Opcode::Cas | Opcode::Faa)
+        matches!(
+            self,
+            Opcode::Read | Opcode::Write | Opcode::WriteImm | Opcode::Cas | Opcode::Faa
+        )
     }
 
     /// Whether the operation is an 8-byte atomic.

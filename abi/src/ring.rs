@@ -158,7 +158,11 @@ pub struct SqConsumer<M: RingMem> {
 impl<M: RingMem> SqConsumer<M> {
     /// A consumer over fresh memory (both indices zero).
     pub fn new(mem: M) -> Self {
-        SqConsumer { mem, head: 0, tail: 0 }
+        SqConsumer {
+            mem,
+            head: 0,
+            tail: 0,
+        }
     }
 
     /// The ring memory.
@@ -206,7 +210,9 @@ impl<M: RingMem> SqConsumer<M> {
     /// more. Returns `true` when it is safe to sleep; `false` (with the flag cleared)
     /// when entries arrived meanwhile.
     pub fn prepare_sleep(&mut self) -> bool {
-        self.mem.flags().fetch_or(SqFlags::NEED_WAKEUP.bits(), Ordering::Relaxed);
+        self.mem
+            .flags()
+            .fetch_or(SqFlags::NEED_WAKEUP.bits(), Ordering::Relaxed);
         M::Cell::fence(Ordering::SeqCst);
         if self.mem.tail().load(Ordering::Relaxed) != self.head {
             self.woken();
@@ -217,7 +223,9 @@ impl<M: RingMem> SqConsumer<M> {
 
     /// Clears `NEED_WAKEUP` (the poller runs again).
     pub fn woken(&mut self) {
-        self.mem.flags().fetch_and(!SqFlags::NEED_WAKEUP.bits(), Ordering::Relaxed);
+        self.mem
+            .flags()
+            .fetch_and(!SqFlags::NEED_WAKEUP.bits(), Ordering::Relaxed);
     }
 
     /// Sets or clears a kernel-owned SQ flag.
@@ -230,17 +238,27 @@ impl<M: RingMem> SqConsumer<M> {
     }
 }
 
-/// Application side of the SQ: publishes entries.
-pub struct SqProducer<M: RingMem> {
+/// The producing side of a ring: the application on the SQ ([`SqProducer`]), the kernel
+/// on the CQ ([`CqProducer`]).
+pub struct Producer<M: RingMem> {
     mem: M,
     tail: u32,
     cached_head: u32,
 }
 
-impl<M: RingMem> SqProducer<M> {
+/// The application's side of the SQ.
+pub type SqProducer<M> = Producer<M>;
+/// The kernel's side of the CQ.
+pub type CqProducer<M> = Producer<M>;
+
+impl<M: RingMem> Producer<M> {
     /// A producer over fresh memory (both indices zero).
     pub fn new(mem: M) -> Self {
-        SqProducer { mem, tail: 0, cached_head: 0 }
+        Producer {
+            mem,
+            tail: 0,
+            cached_head: 0,
+        }
     }
 
     /// The ring memory.
@@ -248,71 +266,9 @@ impl<M: RingMem> SqProducer<M> {
         &self.mem
     }
 
-    /// Free slots, refreshing the kernel's head (acquire: pair 2) only when needed.
-    pub fn space(&mut self) -> u32 {
-        let n = self.mem.entries();
-        if self.tail.wrapping_sub(self.cached_head) >= n {
-            self.cached_head = self.mem.head().load(Ordering::Acquire);
-        }
-        n - self.tail.wrapping_sub(self.cached_head).min(n)
-    }
-
-    /// Writes an entry; it becomes visible to the kernel at the next
-    /// [`publish`](Self::publish). Gives the entry back when the ring is full.
-    pub fn push(&mut self, e: M::Entry) -> Result<(), M::Entry> {
-        if self.space() == 0 {
-            return Err(e);
-        }
-        let i = self.tail & (self.mem.entries() - 1);
-        // SAFETY: masked; the slot is free (the kernel's head is past it: pair 2).
-        unsafe { self.mem.write(i, e) };
-        self.tail = self.tail.wrapping_add(1);
-        Ok(())
-    }
-
-    /// Publishes every pushed entry (release: pair 1).
-    pub fn publish(&mut self) {
-        self.mem.tail().store(self.tail, Ordering::Release);
-    }
-
-    /// Published entries the kernel has not taken yet.
-    pub fn pending(&self) -> u32 {
-        self.tail.wrapping_sub(self.mem.head().load(Ordering::Acquire))
-    }
-
-    /// Need-wakeup, application side (pair 5): after [`publish`](Self::publish), whether
-    /// the poller sleeps and must be woken.
-    pub fn needs_wakeup(&self) -> bool {
-        M::Cell::fence(Ordering::SeqCst);
-        self.flags().contains(SqFlags::NEED_WAKEUP)
-    }
-
-    /// The kernel's SQ flags.
-    pub fn flags(&self) -> SqFlags {
-        SqFlags::from_bits_truncate(self.mem.flags().load(Ordering::Acquire))
-    }
-}
-
-/// Kernel side of the CQ: publishes completions.
-pub struct CqProducer<M: RingMem> {
-    mem: M,
-    tail: u32,
-    cached_head: u32,
-}
-
-impl<M: RingMem> CqProducer<M> {
-    /// A producer over fresh memory (both indices zero).
-    pub fn new(mem: M) -> Self {
-        CqProducer { mem, tail: 0, cached_head: 0 }
-    }
-
-    /// The ring memory.
-    pub fn mem(&self) -> &M {
-        &self.mem
-    }
-
-    /// Free slots. Reads the application's head (acquire: pair 4); a head that ran past
-    /// our tail is hostile and counts as a full ring.
+    /// Free slots. Refreshes the consumer's head (acquire: pairs 2 and 4) only when the
+    /// cached one says full. A head that ran past our tail is hostile and counts as a
+    /// full ring, so nothing unread is overwritten.
     pub fn space(&mut self) -> u32 {
         let n = self.mem.entries();
         if self.tail.wrapping_sub(self.cached_head) >= n {
@@ -325,29 +281,41 @@ impl<M: RingMem> CqProducer<M> {
         n - self.tail.wrapping_sub(self.cached_head)
     }
 
-    /// Writes a completion, visible at the next [`publish`](Self::publish); gives it back
-    /// when the ring is full.
+    /// Writes an entry, visible to the consumer at the next [`publish`](Self::publish);
+    /// gives it back when the ring is full.
     pub fn push(&mut self, e: M::Entry) -> Result<(), M::Entry> {
         if self.space() == 0 {
             return Err(e);
         }
         let i = self.tail & (self.mem.entries() - 1);
-        // SAFETY: masked; the application released the slot (pair 4).
+        // SAFETY: masked; the consumer released the slot (pairs 2 and 4).
         unsafe { self.mem.write(i, e) };
         self.tail = self.tail.wrapping_add(1);
         Ok(())
     }
 
-    /// Publishes every pushed completion (release: pair 3).
+    /// Publishes every pushed entry (release: pairs 1 and 3).
     pub fn publish(&mut self) {
         self.mem.tail().store(self.tail, Ordering::Release);
     }
 
-    /// Completions published and not yet released by the application, as far as a
-    /// well-behaved application's head says (for waiting on `min_complete`).
+    /// Published entries the consumer has not released, as its head says (SQ: not yet
+    /// taken by the kernel; CQ: not yet reaped, for waiting on `min_complete`).
     pub fn unread(&self) -> u32 {
         let head = self.mem.head().load(Ordering::Acquire);
         self.tail.wrapping_sub(head).min(self.mem.entries())
+    }
+
+    /// Need-wakeup, application side (pair 5): after [`publish`](Self::publish) on the
+    /// SQ, whether the poller sleeps and must be woken.
+    pub fn needs_wakeup(&self) -> bool {
+        M::Cell::fence(Ordering::SeqCst);
+        self.flags().contains(SqFlags::NEED_WAKEUP)
+    }
+
+    /// The kernel's SQ flags.
+    pub fn flags(&self) -> SqFlags {
+        SqFlags::from_bits_truncate(self.mem.flags().load(Ordering::Acquire))
     }
 }
 
@@ -361,7 +329,11 @@ pub struct CqConsumer<M: RingMem> {
 impl<M: RingMem> CqConsumer<M> {
     /// A consumer over fresh memory (both indices zero).
     pub fn new(mem: M) -> Self {
-        CqConsumer { mem, head: 0, cached_tail: 0 }
+        CqConsumer {
+            mem,
+            head: 0,
+            cached_tail: 0,
+        }
     }
 
     /// The ring memory.
@@ -459,7 +431,7 @@ mod tests {
             assert_eq!(c.peek(1), Some(round * 10 + 1));
             assert_eq!(c.peek(4), None);
             c.consume(4);
-            assert_eq!(p.pending(), 0);
+            assert_eq!(p.unread(), 0);
         }
     }
 
@@ -470,7 +442,10 @@ mod tests {
         m.tail.store(9, Ordering::Relaxed);
         assert_eq!(c.ready(), Err(RingError::TailOverrun { claimed: 9 }));
         m.tail.store(u32::MAX, Ordering::Relaxed);
-        assert!(c.ready().is_err(), "a tail behind the head is an overrun too");
+        assert!(
+            c.ready().is_err(),
+            "a tail behind the head is an overrun too"
+        );
         m.tail.store(8, Ordering::Relaxed);
         assert_eq!(c.ready(), Ok(8));
     }

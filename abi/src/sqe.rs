@@ -8,7 +8,15 @@ use super::opcode::Opcode;
 
 /// A submission queue entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "zerocopy", derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable))]
+#[cfg_attr(
+    feature = "zerocopy",
+    derive(
+        zerocopy::FromBytes,
+        zerocopy::IntoBytes,
+        zerocopy::KnownLayout,
+        zerocopy::Immutable
+    )
+)]
 #[repr(C)]
 pub struct Sqe {
     /// [`Opcode`] as a byte.
@@ -106,18 +114,31 @@ impl Sqe {
 
     /// REG_MR of `[addr, addr + len)` with `access`.
     pub const fn reg_mr(user_data: u64, addr: u64, len: u32, access: MrAccess) -> Sqe {
-        Sqe { addr, len, imm: access.bits(), ..Sqe::new(Opcode::RegMr, user_data) }
+        Sqe {
+            addr,
+            len,
+            imm: access.bits(),
+            ..Sqe::new(Opcode::RegMr, user_data)
+        }
     }
 
     /// DEREG_MR of the MR handle `mr`.
     pub const fn dereg_mr(user_data: u64, mr: u32) -> Sqe {
-        Sqe { mr, ..Sqe::new(Opcode::DeregMr, user_data) }
+        Sqe {
+            mr,
+            ..Sqe::new(Opcode::DeregMr, user_data)
+        }
     }
 
     /// CONNECT to `gid` (network byte order) and `service`.
     pub const fn connect(user_data: u64, gid: [u8; 16], service: u32) -> Sqe {
         let (a, b) = split_gid(gid);
-        Sqe { remote_addr: a, arg0: b, rmr: service, ..Sqe::new(Opcode::Connect, user_data) }
+        Sqe {
+            remote_addr: a,
+            arg0: b,
+            rmr: service,
+            ..Sqe::new(Opcode::Connect, user_data)
+        }
     }
 
     /// The GID a CONNECT entry carries.
@@ -136,36 +157,111 @@ impl Sqe {
 
     /// DISCONNECT of virtual QP `vqp`.
     pub const fn disconnect(user_data: u64, vqp: u32) -> Sqe {
-        Sqe { vqp, ..Sqe::new(Opcode::Disconnect, user_data) }
+        Sqe {
+            vqp,
+            ..Sqe::new(Opcode::Disconnect, user_data)
+        }
     }
 
     /// IMPORT_MR: the peer behind `vqp` exposes `[remote_addr, remote_addr + len)` under
     /// `rkey`.
     pub const fn import_mr(user_data: u64, vqp: u32, remote_addr: u64, len: u32, rkey: u32) -> Sqe {
-        Sqe { vqp, remote_addr, len, rmr: rkey, ..Sqe::new(Opcode::ImportMr, user_data) }
+        Sqe {
+            vqp,
+            remote_addr,
+            len,
+            rmr: rkey,
+            ..Sqe::new(Opcode::ImportMr, user_data)
+        }
     }
 
     /// A one-sided READ, WRITE or WRITE_IMM of `len` bytes between local `(mr, addr)` and
     /// remote `(rmr, remote_addr)`.
     #[allow(clippy::too_many_arguments)]
-    pub const fn one_sided(op: Opcode, user_data: u64, vqp: u32, mr: u32, addr: u64, len: u32, rmr: u32, remote_addr: u64) -> Sqe {
-        Sqe { vqp, mr, addr, len, rmr, remote_addr, ..Sqe::new(op, user_data) }
+    pub const fn one_sided(
+        op: Opcode,
+        user_data: u64,
+        vqp: u32,
+        mr: u32,
+        addr: u64,
+        len: u32,
+        rmr: u32,
+        remote_addr: u64,
+    ) -> Sqe {
+        Sqe {
+            vqp,
+            mr,
+            addr,
+            len,
+            rmr,
+            remote_addr,
+            ..Sqe::new(op, user_data)
+        }
     }
 
     /// SEND, SEND_IMM or RECV of `len` bytes at local `(mr, addr)`.
-    pub const fn two_sided(op: Opcode, user_data: u64, vqp: u32, mr: u32, addr: u64, len: u32) -> Sqe {
-        Sqe { vqp, mr, addr, len, ..Sqe::new(op, user_data) }
+    pub const fn two_sided(
+        op: Opcode,
+        user_data: u64,
+        vqp: u32,
+        mr: u32,
+        addr: u64,
+        len: u32,
+    ) -> Sqe {
+        Sqe {
+            vqp,
+            mr,
+            addr,
+            len,
+            ..Sqe::new(op, user_data)
+        }
     }
 
     /// CAS at remote `(rmr, remote_addr)`; the old value lands at local `(mr, addr)`.
     #[allow(clippy::too_many_arguments)]
-    pub const fn cas(user_data: u64, vqp: u32, mr: u32, addr: u64, rmr: u32, remote_addr: u64, compare: u64, swap: u64) -> Sqe {
-        Sqe { vqp, mr, addr, len: 8, rmr, remote_addr, arg0: compare, arg1: swap, ..Sqe::new(Opcode::Cas, user_data) }
+    pub const fn cas(
+        user_data: u64,
+        vqp: u32,
+        mr: u32,
+        addr: u64,
+        rmr: u32,
+        remote_addr: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Sqe {
+        Sqe {
+            vqp,
+            mr,
+            addr,
+            len: 8,
+            rmr,
+            remote_addr,
+            arg0: compare,
+            arg1: swap,
+            ..Sqe::new(Opcode::Cas, user_data)
+        }
     }
 
     /// FAA at remote `(rmr, remote_addr)`; the old value lands at local `(mr, addr)`.
-    pub const fn faa(user_data: u64, vqp: u32, mr: u32, addr: u64, rmr: u32, remote_addr: u64, add: u64) -> Sqe {
-        Sqe { vqp, mr, addr, len: 8, rmr, remote_addr, arg0: add, ..Sqe::new(Opcode::Faa, user_data) }
+    pub const fn faa(
+        user_data: u64,
+        vqp: u32,
+        mr: u32,
+        addr: u64,
+        rmr: u32,
+        remote_addr: u64,
+        add: u64,
+    ) -> Sqe {
+        Sqe {
+            vqp,
+            mr,
+            addr,
+            len: 8,
+            rmr,
+            remote_addr,
+            arg0: add,
+            ..Sqe::new(Opcode::Faa, user_data)
+        }
     }
 
     /// With `imm` as immediate data.
@@ -175,7 +271,10 @@ impl Sqe {
 
     /// With `flags`.
     pub const fn with_flags(self, flags: SqeFlags) -> Sqe {
-        Sqe { flags: flags.bits(), ..self }
+        Sqe {
+            flags: flags.bits(),
+            ..self
+        }
     }
 }
 

@@ -47,25 +47,45 @@ fn c_sees_the_rust_layout() {
     let checks = [
         ("struct krcore_Sqe", "", size_of::<Sqe>()),
         ("struct krcore_Sqe", "user_data", offset_of!(Sqe, user_data)),
-        ("struct krcore_Sqe", "remote_addr", offset_of!(Sqe, remote_addr)),
+        (
+            "struct krcore_Sqe",
+            "remote_addr",
+            offset_of!(Sqe, remote_addr),
+        ),
         ("struct krcore_Sqe", "arg1", offset_of!(Sqe, arg1)),
         ("struct krcore_Cqe", "", size_of::<Cqe>()),
         ("struct krcore_Cqe", "res", offset_of!(Cqe, res)),
         ("struct krcore_Cqe", "aux", offset_of!(Cqe, aux)),
         ("struct krcore_Cqe", "reason", offset_of!(Cqe, reason)),
         ("struct krcore_RingHeader", "", size_of::<RingHeader>()),
-        ("struct krcore_RingHeader", "tail", offset_of!(RingHeader, tail)),
-        ("struct krcore_RingHeader", "flags", offset_of!(RingHeader, flags)),
+        (
+            "struct krcore_RingHeader",
+            "tail",
+            offset_of!(RingHeader, tail),
+        ),
+        (
+            "struct krcore_RingHeader",
+            "flags",
+            offset_of!(RingHeader, flags),
+        ),
         ("struct krcore_RingOffsets", "", size_of::<RingOffsets>()),
         ("struct krcore_SetupParams", "", size_of::<SetupParams>()),
-        ("struct krcore_SetupParams", "cq_off", offset_of!(SetupParams, cq_off)),
+        (
+            "struct krcore_SetupParams",
+            "cq_off",
+            offset_of!(SetupParams, cq_off),
+        ),
         ("struct krcore_QueryDevices", "", size_of::<QueryDevices>()),
         ("struct krcore_DeviceGid", "", size_of::<DeviceGid>()),
         ("struct krcore_DeviceGid", "gid", offset_of!(DeviceGid, gid)),
     ];
     let mut c = String::from("#include <stddef.h>\n#include \"krcore_abi.h\"\n");
     for (ty, field, want) in checks {
-        let expr = if field.is_empty() { format!("sizeof({ty})") } else { format!("offsetof({ty}, {field})") };
+        let expr = if field.is_empty() {
+            format!("sizeof({ty})")
+        } else {
+            format!("offsetof({ty}, {field})")
+        };
         c += &format!("_Static_assert({expr} == {want}, \"{ty} {field}\");\n");
     }
     let dir = std::env::temp_dir().join(format!("krcore-c-header-{}", std::process::id()));
@@ -79,5 +99,9 @@ fn c_sees_the_rust_layout() {
         .output()
         .expect("cc");
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(out.status.success(), "C disagrees with Rust:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "C disagrees with Rust:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -16,7 +16,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Bencher, BenchmarkId, Criterion, Throughput};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
 use verify::rig::{Limits, Rig};
@@ -26,17 +26,31 @@ const MR: u64 = 0x10_0000;
 
 fn rig() -> Rig {
     let mut rig = Rig::new(&[256], 16);
-    rig.open(Limits { sq: 256, cq: 512, vqps: 4, mrs: 4, inflight: 256 });
+    rig.open(Limits {
+        sq: 256,
+        cq: 512,
+        vqps: 4,
+        mrs: 4,
+        inflight: 256,
+    });
     rig
 }
 
-fn bench_nop(c: &mut Criterion) {
-    let mut g = c.benchmark_group("krcore_nop");
+/// Runs `f(bench, batch)` as group `name` at every batch size, in SQEs per second.
+fn group(c: &mut Criterion, name: &str, mut f: impl FnMut(&mut Bencher<'_>, u32)) {
+    let mut g = c.benchmark_group(name);
     for b in BATCHES {
         g.throughput(Throughput::Elements(b as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(b), &b, |bench, &b| f(bench, b));
+    }
+    g.finish();
+}
+
+fn bench_nop(c: &mut Criterion) {
+    group(c, "krcore_nop", |bench, b| {
         let mut rig = rig();
         let sqes: Vec<Sqe> = (0..b as u64).map(Sqe::nop).collect();
-        g.bench_with_input(BenchmarkId::from_parameter(b), &b, |bench, &b| {
+        {
             bench.iter(|| {
                 rig.push(0, black_box(&sqes));
                 let s = rig.submit(0, b).unwrap();
@@ -47,18 +61,15 @@ fn bench_nop(c: &mut Criterion) {
                 }
                 t.cq.release();
             })
-        });
-    }
-    g.finish();
+        }
+    });
 }
 
 fn bench_engine_only(c: &mut Criterion) {
-    let mut g = c.benchmark_group("krcore_engine_nop");
-    for b in BATCHES {
-        g.throughput(Throughput::Elements(b as u64));
+    group(c, "krcore_engine_nop", |bench, b| {
         let mut rig = rig();
         let sqes: Vec<Sqe> = (0..b as u64).map(Sqe::nop).collect();
-        g.bench_with_input(BenchmarkId::from_parameter(b), &b, |bench, &b| {
+        {
             bench.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -70,27 +81,32 @@ fn bench_engine_only(c: &mut Criterion) {
                 }
                 total
             })
-        });
-    }
-    g.finish();
+        }
+    });
 }
 
 fn bench_write(c: &mut Criterion) {
-    let mut g = c.benchmark_group("krcore_write");
-    for b in BATCHES {
-        g.throughput(Throughput::Elements(b as u64));
+    group(c, "krcore_write", |bench, b| {
         let mut rig = rig();
         // Connect, register and import once, as a warm application would.
         let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE;
-        rig.push(0, &[Sqe::connect(1, [0; 16], 1), Sqe::reg_mr(2, MR, 4096, access)]);
+        rig.push(
+            0,
+            &[
+                Sqe::connect(1, [0; 16], 1),
+                Sqe::reg_mr(2, MR, 4096, access),
+            ],
+        );
         rig.drain();
         let c = rig.reap(0, 2);
         let (v, mr) = (c[0].res as u32, c[1].res as u32);
         rig.push(0, &[Sqe::import_mr(3, v, MR, 4096, 7)]);
         rig.drain();
         let rmr = rig.reap(0, 1)[0].res as u32;
-        let sqes: Vec<Sqe> = (0..b as u64).map(|i| Sqe::one_sided(Opcode::Write, i, v, mr, MR + 8 * (i % 64), 8, rmr, MR)).collect();
-        g.bench_with_input(BenchmarkId::from_parameter(b), &b, |bench, &b| {
+        let sqes: Vec<Sqe> = (0..b as u64)
+            .map(|i| Sqe::one_sided(Opcode::Write, i, v, mr, MR + 8 * (i % 64), 8, rmr, MR))
+            .collect();
+        {
             bench.iter(|| {
                 rig.push(0, black_box(&sqes));
                 rig.submit(0, b).unwrap();
@@ -102,17 +118,14 @@ fn bench_write(c: &mut Criterion) {
                 }
                 t.cq.release();
             })
-        });
-    }
-    g.finish();
+        }
+    });
 }
 
 fn bench_io_uring(c: &mut Criterion) {
-    let mut g = c.benchmark_group("io_uring_nop");
-    for b in BATCHES {
-        g.throughput(Throughput::Elements(b as u64));
+    group(c, "io_uring_nop", |bench, b| {
         let mut ring = io_uring::IoUring::new(256).expect("io_uring_setup");
-        g.bench_with_input(BenchmarkId::from_parameter(b), &b, |bench, &b| {
+        {
             bench.iter(|| {
                 {
                     let mut sq = ring.submission();
@@ -127,10 +140,15 @@ fn bench_io_uring(c: &mut Criterion) {
                     black_box(cqe);
                 }
             })
-        });
-    }
-    g.finish();
+        }
+    });
 }
 
-criterion_group!(benches, bench_nop, bench_engine_only, bench_write, bench_io_uring);
+criterion_group!(
+    benches,
+    bench_nop,
+    bench_engine_only,
+    bench_write,
+    bench_io_uring
+);
 criterion_main!(benches);

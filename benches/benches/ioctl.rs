@@ -4,7 +4,9 @@ use krcore_abi::ioctl::{decode, IOC_QUERY_DEVICES};
 use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {
-    c.bench_function("ioctl_decode", |b| b.iter(|| decode(black_box(IOC_QUERY_DEVICES))));
+    c.bench_function("ioctl_decode", |b| {
+        b.iter(|| decode(black_box(IOC_QUERY_DEVICES)))
+    });
 }
 
 criterion_group!(benches, bench);

@@ -4,7 +4,14 @@ fn main() -> Result<(), krcore_uring::Error> {
     let list = dev.query_devices()?;
     println!("krcore ABI version {}", list.abi_version);
     for row in &list.rows {
-        println!("{:8} port {} state {} gid[{}] {}", row.name(), row.port, row.port_state, row.gid_index as i32, row.gid_string());
+        println!(
+            "{:8} port {} state {} gid[{}] {}",
+            row.name(),
+            row.port,
+            row.port_state,
+            row.gid_index as i32,
+            row.gid_string()
+        );
     }
     Ok(())
 }

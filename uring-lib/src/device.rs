@@ -95,11 +95,17 @@ impl Device {
             unsafe { self.ioctl_raw(IOC_QUERY_DEVICES, &mut q as *mut _ as usize) }
                 .map_err(|e| Error::errno("query devices", Errno(e.raw_os_error().unwrap_or(0))))?;
             if q.abi_version != ABI_VERSION {
-                return Err(Error::errno("query devices: ABI version mismatch", Errno::EPROTO));
+                return Err(Error::errno(
+                    "query devices: ABI version mismatch",
+                    Errno::EPROTO,
+                ));
             }
             if q.n_total as usize <= rows.len() {
                 rows.truncate(q.n_written as usize);
-                return Ok(DeviceList { abi_version: q.abi_version, rows: rows.into_iter().map(GidRow).collect() });
+                return Ok(DeviceList {
+                    abi_version: q.abi_version,
+                    rows: rows.into_iter().map(GidRow).collect(),
+                });
             }
             // More rows than room (devices may come and go between calls): grow, retry.
             rows.resize(q.n_total as usize, DeviceGid::ZERO);

@@ -13,12 +13,18 @@ pub struct Error {
 impl Error {
     /// Wraps the OS error of the last failed call of `op`.
     pub(crate) fn last_os(op: &'static str) -> Error {
-        Error { op, source: io::Error::last_os_error() }
+        Error {
+            op,
+            source: io::Error::last_os_error(),
+        }
     }
 
     /// An error of `op` with the given errno.
     pub(crate) fn errno(op: &'static str, errno: krcore_abi::errno::Errno) -> Error {
-        Error { op, source: io::Error::from_raw_os_error(errno.0) }
+        Error {
+            op,
+            source: io::Error::from_raw_os_error(errno.0),
+        }
     }
 
     /// The errno, where the failure had one.

@@ -55,7 +55,14 @@ impl FakeNic {
     /// A NIC with QPs of the given send depths and a receive depth.
     pub fn new(depths: &[u32], recv_depth: u32) -> FakeNic {
         FakeNic {
-            qps: depths.iter().map(|&depth| FakeQp { depth, recv_depth, ..Default::default() }).collect(),
+            qps: depths
+                .iter()
+                .map(|&depth| FakeQp {
+                    depth,
+                    recv_depth,
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         }
     }
@@ -80,13 +87,31 @@ impl FakeNic {
             if wr.signaled || status != WcStatus::Success {
                 q.outstanding -= q.unsignaled_done;
                 q.unsignaled_done = 0;
-                self.cq.push_back((qp, Wc { wr_id: wr.wr_id, status, byte_len: wr.local.len, imm: None, recv: false }));
+                self.cq.push_back((
+                    qp,
+                    Wc {
+                        wr_id: wr.wr_id,
+                        status,
+                        byte_len: wr.local.len,
+                        imm: None,
+                        recv: false,
+                    },
+                ));
             }
             done += 1;
         }
         if q.failed {
             while let Some(r) = q.rq.pop_front() {
-                self.cq.push_back((qp, Wc { wr_id: r.wr_id, status: WcStatus::Flushed, byte_len: 0, imm: None, recv: true }));
+                self.cq.push_back((
+                    qp,
+                    Wc {
+                        wr_id: r.wr_id,
+                        status: WcStatus::Flushed,
+                        byte_len: 0,
+                        imm: None,
+                        recv: true,
+                    },
+                ));
             }
         }
         done
@@ -94,8 +119,19 @@ impl FakeNic {
 
     /// Delivers an incoming message of `len` bytes to QP `qp`'s oldest receive.
     pub fn deliver(&mut self, qp: u32, len: u32, imm: Option<u32>) -> bool {
-        let Some(r) = self.qps[qp as usize].rq.pop_front() else { return false };
-        self.cq.push_back((qp, Wc { wr_id: r.wr_id, status: WcStatus::Success, byte_len: len.min(r.local.len), imm, recv: true }));
+        let Some(r) = self.qps[qp as usize].rq.pop_front() else {
+            return false;
+        };
+        self.cq.push_back((
+            qp,
+            Wc {
+                wr_id: r.wr_id,
+                status: WcStatus::Success,
+                byte_len: len.min(r.local.len),
+                imm,
+                recv: true,
+            },
+        ));
         true
     }
 
@@ -135,9 +171,16 @@ impl Backend for FakeNic {
         let q = &mut self.qps[qp as usize];
         for (i, wr) in wrs.iter().enumerate() {
             if fail_at == Some(i) {
-                return Err(PostError { posted: i, errno: Errno::ENOMEM });
+                return Err(PostError {
+                    posted: i,
+                    errno: Errno::ENOMEM,
+                });
             }
-            assert!(q.outstanding < q.depth, "engine posted past the send queue depth {} of QP {qp}", q.depth);
+            assert!(
+                q.outstanding < q.depth,
+                "engine posted past the send queue depth {} of QP {qp}",
+                q.depth
+            );
             q.outstanding += 1;
             q.sq.push_back(*wr);
             self.posted += 1;
@@ -147,9 +190,21 @@ impl Backend for FakeNic {
 
     fn post_recv(&mut self, qp: u32, wr: &RecvWr) -> Result<(), Errno> {
         let q = &mut self.qps[qp as usize];
-        assert!((q.rq.len() as u32) < q.recv_depth, "engine posted past the receive queue depth");
+        assert!(
+            (q.rq.len() as u32) < q.recv_depth,
+            "engine posted past the receive queue depth"
+        );
         if q.failed {
-            self.cq.push_back((qp, Wc { wr_id: wr.wr_id, status: WcStatus::Flushed, byte_len: 0, imm: None, recv: true }));
+            self.cq.push_back((
+                qp,
+                Wc {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::Flushed,
+                    byte_len: 0,
+                    imm: None,
+                    recv: true,
+                },
+            ));
         } else {
             q.rq.push_back(*wr);
         }
@@ -163,11 +218,19 @@ impl Backend for FakeNic {
         self.next_key += 1;
         let token = self.next_key as u64;
         self.live_mrs.insert(token);
-        Ok(MrKeys { lkey: self.next_key, rkey: self.next_key | 0x8000_0000, token })
+        Ok(MrKeys {
+            lkey: self.next_key,
+            rkey: self.next_key | 0x8000_0000,
+            token,
+        })
     }
 
     fn dereg_mr(&mut self, keys: MrKeys) {
-        assert!(self.live_mrs.remove(&keys.token), "MR {} deregistered twice or never registered", keys.token);
+        assert!(
+            self.live_mrs.remove(&keys.token),
+            "MR {} deregistered twice or never registered",
+            keys.token
+        );
     }
 
     fn connect(&mut self, _gid: [u8; 16], _service: u32) -> Result<Connection, Errno> {

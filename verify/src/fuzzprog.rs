@@ -47,8 +47,17 @@ struct Handles {
 }
 
 fn setup(rig: &mut Rig, r: usize) -> Handles {
-    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
-    rig.push(r, &[Sqe::connect(1, [1; 16], 1), Sqe::reg_mr(2, MR, 4096, access)]);
+    let access = MrAccess::LOCAL_WRITE
+        | MrAccess::REMOTE_READ
+        | MrAccess::REMOTE_WRITE
+        | MrAccess::REMOTE_ATOMIC;
+    rig.push(
+        r,
+        &[
+            Sqe::connect(1, [1; 16], 1),
+            Sqe::reg_mr(2, MR, 4096, access),
+        ],
+    );
     rig.drain();
     let c = rig.reap(r, 2);
     let (vqp, mr) = (c[0].res as u32, c[1].res as u32);
@@ -81,7 +90,13 @@ pub fn run(data: &[u8]) {
     let nrings = 1 + inp.byte() as usize % 3;
     let mut handles = Vec::new();
     for r in 0..nrings {
-        let l = Limits { sq: 1 << (1 + inp.byte() % 4), cq: 1 << (1 + inp.byte() % 4), vqps: 2, mrs: 2, inflight: 1 + inp.byte() as usize % 8 };
+        let l = Limits {
+            sq: 1 << (1 + inp.byte() % 4),
+            cq: 1 << (1 + inp.byte() % 4),
+            vqps: 2,
+            mrs: 2,
+            inflight: 1 + inp.byte() as usize % 8,
+        };
         rig.open(l);
         handles.push(setup(&mut rig, r));
     }
@@ -147,7 +162,12 @@ pub fn run(data: &[u8]) {
     rig.drain();
     for (i, q) in rig.qps.iter().enumerate() {
         if q.outstanding() != 0 {
-            eprintln!("QP {i}: engine {} failed {} nic {:?}", q.outstanding(), q.failed(), rig.nic.qps[i]);
+            eprintln!(
+                "QP {i}: engine {} failed {} nic {:?}",
+                q.outstanding(),
+                q.failed(),
+                rig.nic.qps[i]
+            );
         }
         assert_eq!(q.outstanding(), 0, "QP {i} credits leaked");
     }
@@ -171,9 +191,15 @@ pub fn run(data: &[u8]) {
         }
     }
     rig.drain();
-    assert!(rig.rings.iter().all(|r| r.is_none()), "a closed ring was never released");
+    assert!(
+        rig.rings.iter().all(|r| r.is_none()),
+        "a closed ring was never released"
+    );
     assert!(rig.nic.live_mrs.is_empty(), "MRs left registered");
-    assert!(rig.nic.qps.iter().all(|q| q.bound == 0), "connections left bound");
+    assert!(
+        rig.nic.qps.iter().all(|q| q.bound == 0),
+        "connections left bound"
+    );
 }
 
 #[cfg(test)]
@@ -182,7 +208,10 @@ mod tests {
 
     #[test]
     fn random_programs() {
-        let n: u64 = std::env::var("KRCORE_FUZZ_SMOKE").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
+        let n: u64 = std::env::var("KRCORE_FUZZ_SMOKE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(3000);
         for seed in 0..n {
             let mut rng = Rng::new(seed);
             let len = rng.below(600) as usize;

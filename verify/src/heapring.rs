@@ -41,7 +41,9 @@ pub fn new_ring<E: Copy + Default>(entries: u32) -> SharedRing<E> {
         head: AtomicU32::new(0),
         tail: AtomicU32::new(0),
         flags: AtomicU32::new(0),
-        slots: (0..entries).map(|_| UnsafeCell::new(E::default())).collect(),
+        slots: (0..entries)
+            .map(|_| UnsafeCell::new(E::default()))
+            .collect(),
     }))
 }
 

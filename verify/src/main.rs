@@ -34,9 +34,23 @@ fn parse_vm(args: &[String]) -> Result<vm::Config, String> {
         match a.as_str() {
             "--kernel" => cfg.kernel = value("--kernel")?.into(),
             "--module" => cfg.module = Some(value("--module")?.into()),
-            "--timeout" => cfg.timeout = Duration::from_secs(value("--timeout")?.parse().map_err(|_| "--timeout takes seconds")?),
-            "--memory" => cfg.memory_mib = value("--memory")?.parse().map_err(|_| "--memory takes MiB")?,
-            "--cpus" => cfg.cpus = value("--cpus")?.parse().map_err(|_| "--cpus takes a number")?,
+            "--timeout" => {
+                cfg.timeout = Duration::from_secs(
+                    value("--timeout")?
+                        .parse()
+                        .map_err(|_| "--timeout takes seconds")?,
+                )
+            }
+            "--memory" => {
+                cfg.memory_mib = value("--memory")?
+                    .parse()
+                    .map_err(|_| "--memory takes MiB")?
+            }
+            "--cpus" => {
+                cfg.cpus = value("--cpus")?
+                    .parse()
+                    .map_err(|_| "--cpus takes a number")?
+            }
             "--env" => {
                 let kv = value("--env")?;
                 let (k, v) = kv.split_once('=').ok_or("--env takes K=V")?;

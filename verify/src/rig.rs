@@ -2,7 +2,9 @@
 //! each ring, so tests, fuzzing and benchmarks drive the engine as the kernel would.
 
 use krcore_abi::cqe::Cqe;
-use krcore_abi::engine::{complete_wc, Completion, PhysQp, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId};
+use krcore_abi::engine::{
+    complete_wc, Completion, PhysQp, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId,
+};
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
 
@@ -29,7 +31,13 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { sq: 64, cq: 128, vqps: 8, mrs: 8, inflight: 64 }
+        Limits {
+            sq: 64,
+            cq: 128,
+            vqps: 8,
+            mrs: 8,
+            inflight: 64,
+        }
     }
 }
 
@@ -50,7 +58,10 @@ pub struct TestRing {
 /// Routes one completion to its ring by id, as the kernel's router does; counts it as
 /// dropped when no live ring of that id and generation takes it.
 fn deliver(rings: &mut [Option<TestRing>], dropped: &mut u64, id: WrId, c: Completion) {
-    let delivered = rings.get_mut(id.ring as usize).and_then(|r| r.as_mut()).is_some_and(|t| t.ring.complete(id, c));
+    let delivered = rings
+        .get_mut(id.ring as usize)
+        .and_then(|r| r.as_mut())
+        .is_some_and(|t| t.ring.complete(id, c));
     if !delivered {
         *dropped += 1;
     }
@@ -73,7 +84,10 @@ impl Rig {
     pub fn new(depths: &[u32], recv_depth: u32) -> Rig {
         Rig {
             nic: FakeNic::new(depths, recv_depth),
-            qps: depths.iter().map(|&d| PhysQp::new(vec![0; d as usize], recv_depth)).collect(),
+            qps: depths
+                .iter()
+                .map(|&d| PhysQp::new(vec![0; d as usize], recv_depth))
+                .collect(),
             rings: Vec::new(),
             dropped: 0,
         }
@@ -116,13 +130,24 @@ impl Rig {
 
     /// The kernel takes up to `max` SQEs of ring `r`.
     pub fn submit(&mut self, r: usize, max: u32) -> Result<Submitted, RingError> {
-        let Rig { nic, qps, rings, .. } = self;
-        rings[r].as_mut().expect("ring closed").ring.submit(qps, nic, max)
+        let Rig {
+            nic, qps, rings, ..
+        } = self;
+        rings[r]
+            .as_mut()
+            .expect("ring closed")
+            .ring
+            .submit(qps, nic, max)
     }
 
     /// Polls every work completion the NIC has and routes it; returns how many.
     pub fn route(&mut self) -> usize {
-        let Rig { nic, qps, rings, dropped } = self;
+        let Rig {
+            nic,
+            qps,
+            rings,
+            dropped,
+        } = self;
         let mut n = 0;
         while let Some((qp, wc)) = nic.poll() {
             n += 1;
@@ -156,7 +181,9 @@ impl Rig {
 
     /// Frees closed rings that have nothing left in flight.
     pub fn release_closed(&mut self) {
-        let Rig { nic, qps, rings, .. } = self;
+        let Rig {
+            nic, qps, rings, ..
+        } = self;
         for slot in rings.iter_mut() {
             if let Some(t) = slot {
                 if t.ring.is_closed() && t.ring.release_idle(qps, nic) {
@@ -170,13 +197,20 @@ impl Rig {
     /// error state, run the NIC so it flushes, route the flush completions, then reset
     /// it and let the engine retire what is still owed.
     pub fn recycle_failed(&mut self) -> usize {
-        let failed: Vec<u32> = (0..self.qps.len() as u32).filter(|&i| self.qps[i as usize].failed()).collect();
+        let failed: Vec<u32> = (0..self.qps.len() as u32)
+            .filter(|&i| self.qps[i as usize].failed())
+            .collect();
         for &i in &failed {
             self.nic.set_error(i);
             self.nic.execute(i, usize::MAX, false);
         }
         self.route();
-        let Rig { nic, qps, rings, dropped } = self;
+        let Rig {
+            nic,
+            qps,
+            rings,
+            dropped,
+        } = self;
         let mut n = 0;
         for &i in &failed {
             if nic.recycle(i) {

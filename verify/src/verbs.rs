@@ -29,11 +29,17 @@ impl std::error::Error for VerbsError {}
 pub type Result<T> = std::result::Result<T, VerbsError>;
 
 fn fail<T>(call: &'static str) -> Result<T> {
-    Err(VerbsError { call, source: io::Error::last_os_error() })
+    Err(VerbsError {
+        call,
+        source: io::Error::last_os_error(),
+    })
 }
 
 fn fail_code<T>(call: &'static str, code: i32) -> Result<T> {
-    Err(VerbsError { call, source: io::Error::from_raw_os_error(code) })
+    Err(VerbsError {
+        call,
+        source: io::Error::from_raw_os_error(code),
+    })
 }
 
 /// The RoCE v2 IPv4 GID index on rxe in the test VM.
@@ -69,9 +75,16 @@ impl Context {
             }
             ibv_free_device_list(list);
             if ctx.is_null() {
-                return fail_code("ibv_open_device (no such device or open failed)", libc::ENODEV);
+                return fail_code(
+                    "ibv_open_device (no such device or open failed)",
+                    libc::ENODEV,
+                );
             }
-            let mut c = Context { ctx, pd: ptr::null_mut(), cq: ptr::null_mut() };
+            let mut c = Context {
+                ctx,
+                pd: ptr::null_mut(),
+                cq: ptr::null_mut(),
+            };
             c.pd = ibv_alloc_pd(ctx);
             if c.pd.is_null() {
                 return fail("ibv_alloc_pd");
@@ -112,7 +125,10 @@ impl Context {
             }
             if r == 1 {
                 if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
-                    return fail_code("work completion (status in errno position)", wc.status as i32);
+                    return fail_code(
+                        "work completion (status in errno position)",
+                        wc.status as i32,
+                    );
                 }
                 done.push((wc.wr_id, wc.byte_len));
             }
@@ -164,7 +180,13 @@ impl<'c> RcQp<'c> {
             let mut attr: ibv_qp_init_attr = std::mem::zeroed();
             attr.send_cq = ctx.cq;
             attr.recv_cq = ctx.cq;
-            attr.cap = ibv_qp_cap { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+            attr.cap = ibv_qp_cap {
+                max_send_wr: depth,
+                max_recv_wr: depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            };
             attr.qp_type = ibv_qp_type::IBV_QPT_RC;
             let qp = ibv_create_qp(ctx.pd, &mut attr);
             if qp.is_null() {
@@ -177,10 +199,18 @@ impl<'c> RcQp<'c> {
     /// This QP's endpoint, with the GID at `gid_index`.
     pub fn endpoint(&self, gid_index: u8) -> Result<Endpoint> {
         // SAFETY: the QP is alive.
-        Ok(Endpoint { qpn: unsafe { (*self.qp).qp_num }, gid: self.ctx.gid(gid_index)? })
+        Ok(Endpoint {
+            qpn: unsafe { (*self.qp).qp_num },
+            gid: self.ctx.gid(gid_index)?,
+        })
     }
 
-    fn modify(&self, attr: &mut ibv_qp_attr, mask: ibv_qp_attr_mask, call: &'static str) -> Result<()> {
+    fn modify(
+        &self,
+        attr: &mut ibv_qp_attr,
+        mask: ibv_qp_attr_mask,
+        call: &'static str,
+    ) -> Result<()> {
         // SAFETY: `attr` is fully initialised for the bits in `mask`.
         let r = unsafe { ibv_modify_qp(self.qp, attr, mask.0 as i32) };
         if r != 0 {
@@ -201,7 +231,11 @@ impl<'c> RcQp<'c> {
             | ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC)
             .0;
         use ibv_qp_attr_mask as M;
-        self.modify(&mut a, M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS, "ibv_modify_qp(INIT)")?;
+        self.modify(
+            &mut a,
+            M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
+            "ibv_modify_qp(INIT)",
+        )?;
 
         // SAFETY: as above.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
@@ -217,7 +251,13 @@ impl<'c> RcQp<'c> {
         a.ah_attr.port_num = PORT;
         self.modify(
             &mut a,
-            M::IBV_QP_STATE | M::IBV_QP_AV | M::IBV_QP_PATH_MTU | M::IBV_QP_DEST_QPN | M::IBV_QP_RQ_PSN | M::IBV_QP_MAX_DEST_RD_ATOMIC | M::IBV_QP_MIN_RNR_TIMER,
+            M::IBV_QP_STATE
+                | M::IBV_QP_AV
+                | M::IBV_QP_PATH_MTU
+                | M::IBV_QP_DEST_QPN
+                | M::IBV_QP_RQ_PSN
+                | M::IBV_QP_MAX_DEST_RD_ATOMIC
+                | M::IBV_QP_MIN_RNR_TIMER,
             "ibv_modify_qp(RTR)",
         )?;
 
@@ -230,16 +270,36 @@ impl<'c> RcQp<'c> {
         a.max_rd_atomic = 16;
         self.modify(
             &mut a,
-            M::IBV_QP_STATE | M::IBV_QP_TIMEOUT | M::IBV_QP_RETRY_CNT | M::IBV_QP_RNR_RETRY | M::IBV_QP_SQ_PSN | M::IBV_QP_MAX_QP_RD_ATOMIC,
+            M::IBV_QP_STATE
+                | M::IBV_QP_TIMEOUT
+                | M::IBV_QP_RETRY_CNT
+                | M::IBV_QP_RNR_RETRY
+                | M::IBV_QP_SQ_PSN
+                | M::IBV_QP_MAX_QP_RD_ATOMIC,
             "ibv_modify_qp(RTS)",
         )
     }
 
     /// Posts one signaled RDMA READ of `len` bytes from `(raddr, rkey)` into `local` at
     /// `offset`.
-    pub fn post_read(&self, wr_id: u64, local: &Mr, offset: usize, len: u32, raddr: u64, rkey: u32) -> Result<()> {
-        assert!(offset + len as usize <= local.len(), "local range outside the MR");
-        let mut sge = ibv_sge { addr: local.addr() + offset as u64, length: len, lkey: local.lkey() };
+    pub fn post_read(
+        &self,
+        wr_id: u64,
+        local: &Mr,
+        offset: usize,
+        len: u32,
+        raddr: u64,
+        rkey: u32,
+    ) -> Result<()> {
+        assert!(
+            offset + len as usize <= local.len(),
+            "local range outside the MR"
+        );
+        let mut sge = ibv_sge {
+            addr: local.addr() + offset as u64,
+            length: len,
+            lkey: local.lkey(),
+        };
         // SAFETY: ibv_send_wr is plain data; `sge` and `wr` live across the post, which
         // copies them; the MR outlives the operation (the caller polls before dropping).
         unsafe {
@@ -249,7 +309,10 @@ impl<'c> RcQp<'c> {
             wr.num_sge = 1;
             wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
             wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-            wr.wr.rdma = rdma_t { remote_addr: raddr, rkey };
+            wr.wr.rdma = rdma_t {
+                remote_addr: raddr,
+                rkey,
+            };
             let mut bad = ptr::null_mut();
             let r = ibv_post_send(self.qp, &mut wr, &mut bad);
             if r != 0 {
@@ -341,7 +404,10 @@ pub fn loopback_read(device: &str) -> Result<[u8; 8]> {
     let ctx = Context::open(device, 64)?;
     let a = RcQp::create(&ctx, 16)?;
     let b = RcQp::create(&ctx, 16)?;
-    let (ea, eb) = (a.endpoint(ROCE_V2_GID_INDEX)?, b.endpoint(ROCE_V2_GID_INDEX)?);
+    let (ea, eb) = (
+        a.endpoint(ROCE_V2_GID_INDEX)?,
+        b.endpoint(ROCE_V2_GID_INDEX)?,
+    );
     a.connect(eb, ROCE_V2_GID_INDEX)?;
     b.connect(ea, ROCE_V2_GID_INDEX)?;
     let mut src = Mr::new(&ctx, 64)?;

@@ -8,11 +8,11 @@
 use std::collections::{HashMap, HashSet};
 
 use krcore_abi::cqe::{Cqe, Reason};
+use krcore_abi::engine::Stall;
 use krcore_abi::layout::SqFlags;
 use krcore_abi::opcode::Opcode;
 use krcore_abi::ring::RingError;
 use krcore_abi::sqe::{MrAccess, Sqe};
-use krcore_abi::engine::Stall;
 use verify::rig::{Limits, Rig};
 use verify::rng::Rng;
 
@@ -50,18 +50,38 @@ fn run_sync(rig: &mut Rig, r: usize, sqes: &[Sqe]) -> Vec<Cqe> {
 }
 
 fn setup(rig: &mut Rig, r: usize, vqps: usize) -> App {
-    let mut sqes: Vec<Sqe> = (0..vqps as u64).map(|i| Sqe::connect(i, [i as u8; 16], 7)).collect();
-    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
+    let mut sqes: Vec<Sqe> = (0..vqps as u64)
+        .map(|i| Sqe::connect(i, [i as u8; 16], 7))
+        .collect();
+    let access = MrAccess::LOCAL_WRITE
+        | MrAccess::REMOTE_READ
+        | MrAccess::REMOTE_WRITE
+        | MrAccess::REMOTE_ATOMIC;
     sqes.push(Sqe::reg_mr(99, MR_BASE, MR_LEN, access));
     let cqes = run_sync(rig, r, &sqes);
     assert_eq!(cqes.len(), vqps + 1);
     assert!(cqes.iter().all(|c| c.res > 0), "setup failed: {cqes:?}");
     let vqp_handles: Vec<u32> = cqes[..vqps].iter().map(|c| c.res as u32).collect();
     let mr = cqes[vqps].res as u32;
-    let imports: Vec<Sqe> = vqp_handles.iter().map(|&v| Sqe::import_mr(v as u64, v, REMOTE_BASE, MR_LEN, 0x1234)).collect();
+    let imports: Vec<Sqe> = vqp_handles
+        .iter()
+        .map(|&v| Sqe::import_mr(v as u64, v, REMOTE_BASE, MR_LEN, 0x1234))
+        .collect();
     let cqes = run_sync(rig, r, &imports);
-    let rmr = cqes.iter().map(|c| (c.user_data as u32, c.res as u32)).collect();
-    App { vqps: vqp_handles, mr, rmr, next: 0, submitted: HashSet::new(), completed: HashSet::new(), rejected: HashMap::new(), closed: false }
+    let rmr = cqes
+        .iter()
+        .map(|c| (c.user_data as u32, c.res as u32))
+        .collect();
+    App {
+        vqps: vqp_handles,
+        mr,
+        rmr,
+        next: 0,
+        submitted: HashSet::new(),
+        completed: HashSet::new(),
+        rejected: HashMap::new(),
+        closed: false,
+    }
 }
 
 /// A random entry for ring `r`: mostly valid data operations, some built to be rejected.
@@ -72,26 +92,95 @@ fn random_sqe(rng: &mut Rng, r: usize, app: &mut App) -> Sqe {
     let rmr = app.rmr[&vqp];
     let off = rng.below(MR_LEN as u64 / 8 - 2) * 8;
     let len = 8 * (1 + rng.below(2) as u32);
-    let op = rng.pick(&[Opcode::Nop, Opcode::Read, Opcode::Write, Opcode::WriteImm, Opcode::Send, Opcode::Cas, Opcode::Faa]);
+    let op = rng.pick(&[
+        Opcode::Nop,
+        Opcode::Read,
+        Opcode::Write,
+        Opcode::WriteImm,
+        Opcode::Send,
+        Opcode::Cas,
+        Opcode::Faa,
+    ]);
     let mut s = match op {
         Opcode::Nop => Sqe::nop(ud),
         Opcode::Send => Sqe::two_sided(op, ud, vqp, app.mr, MR_BASE + off, len),
         Opcode::Cas => Sqe::cas(ud, vqp, app.mr, MR_BASE + off, rmr, REMOTE_BASE + off, 1, 2),
         Opcode::Faa => Sqe::faa(ud, vqp, app.mr, MR_BASE + off, rmr, REMOTE_BASE + off, 1),
-        Opcode::WriteImm => Sqe::one_sided(op, ud, vqp, app.mr, MR_BASE + off, len, rmr, REMOTE_BASE + off).with_imm(5),
-        _ => Sqe::one_sided(op, ud, vqp, app.mr, MR_BASE + off, len, rmr, REMOTE_BASE + off),
+        Opcode::WriteImm => Sqe::one_sided(
+            op,
+            ud,
+            vqp,
+            app.mr,
+            MR_BASE + off,
+            len,
+            rmr,
+            REMOTE_BASE + off,
+        )
+        .with_imm(5),
+        _ => Sqe::one_sided(
+            op,
+            ud,
+            vqp,
+            app.mr,
+            MR_BASE + off,
+            len,
+            rmr,
+            REMOTE_BASE + off,
+        ),
     };
     if rng.chance(15) {
         let (bad, reason) = match rng.below(8) {
-            0 => (Sqe { opcode: 14 + rng.below(200) as u8, ..s }, Reason::BadOpcode),
+            0 => (
+                Sqe {
+                    opcode: 14 + rng.below(200) as u8,
+                    ..s
+                },
+                Reason::BadOpcode,
+            ),
             1 => (Sqe { flags: 0x80, ..s }, Reason::UnknownFlags),
             2 => (Sqe { resv: 1, ..s }, Reason::ReservedNonzero),
-            3 if op != Opcode::Nop => (Sqe { vqp: vqp ^ 0x0100_0000, ..s }, Reason::BadVqp),
-            4 if op != Opcode::Nop => (Sqe { mr: 0x7f00_0000, ..s }, Reason::BadMr),
-            5 if op.is_one_sided() && !op.is_atomic() => (Sqe { addr: MR_BASE + MR_LEN as u64 - 4, ..s }, Reason::LocalRange),
-            6 if op.is_one_sided() && !op.is_atomic() => (Sqe { remote_addr: REMOTE_BASE - 8, ..s }, Reason::RemoteRange),
-            7 if op.is_atomic() => (Sqe { remote_addr: s.remote_addr + 4, ..s }, Reason::Misaligned),
-            _ => (Sqe { arg1: 9, ..Sqe::nop(ud) }, Reason::ReservedNonzero),
+            3 if op != Opcode::Nop => (
+                Sqe {
+                    vqp: vqp ^ 0x0100_0000,
+                    ..s
+                },
+                Reason::BadVqp,
+            ),
+            4 if op != Opcode::Nop => (
+                Sqe {
+                    mr: 0x7f00_0000,
+                    ..s
+                },
+                Reason::BadMr,
+            ),
+            5 if op.is_one_sided() && !op.is_atomic() => (
+                Sqe {
+                    addr: MR_BASE + MR_LEN as u64 - 4,
+                    ..s
+                },
+                Reason::LocalRange,
+            ),
+            6 if op.is_one_sided() && !op.is_atomic() => (
+                Sqe {
+                    remote_addr: REMOTE_BASE - 8,
+                    ..s
+                },
+                Reason::RemoteRange,
+            ),
+            7 if op.is_atomic() => (
+                Sqe {
+                    remote_addr: s.remote_addr + 4,
+                    ..s
+                },
+                Reason::Misaligned,
+            ),
+            _ => (
+                Sqe {
+                    arg1: 9,
+                    ..Sqe::nop(ud)
+                },
+                Reason::ReservedNonzero,
+            ),
         };
         s = bad;
         app.rejected.insert(ud, reason);
@@ -100,22 +189,44 @@ fn random_sqe(rng: &mut Rng, r: usize, app: &mut App) -> Sqe {
 }
 
 fn check_cqe(r: usize, app: &mut App, c: &Cqe) {
-    assert_eq!((c.user_data >> 32) as usize, r, "CQE of another ring reached ring {r}: {c:?}");
-    assert!(app.submitted.contains(&c.user_data), "CQE for an entry never taken: {c:?}");
-    assert!(app.completed.insert(c.user_data), "second CQE for one entry: {c:?}");
+    assert_eq!(
+        (c.user_data >> 32) as usize,
+        r,
+        "CQE of another ring reached ring {r}: {c:?}"
+    );
+    assert!(
+        app.submitted.contains(&c.user_data),
+        "CQE for an entry never taken: {c:?}"
+    );
+    assert!(
+        app.completed.insert(c.user_data),
+        "second CQE for one entry: {c:?}"
+    );
     if let Some(&reason) = app.rejected.get(&c.user_data) {
-        assert_eq!(c.failure(), Some(reason), "rejected entry carries the wrong reason: {c:?}");
+        assert_eq!(
+            c.failure(),
+            Some(reason),
+            "rejected entry carries the wrong reason: {c:?}"
+        );
     }
 }
 
 fn scenario(seed: u64) {
     let mut rng = Rng::new(seed);
-    let depths: Vec<u32> = (0..1 + rng.below(3)).map(|_| rng.pick(&[1, 2, 3, 4, 8, 16])).collect();
+    let depths: Vec<u32> = (0..1 + rng.below(3))
+        .map(|_| rng.pick(&[1, 2, 3, 4, 8, 16]))
+        .collect();
     let mut rig = Rig::new(&depths, 8);
     let nrings = 1 + rng.below(4) as usize;
     let mut apps = Vec::new();
     for r in 0..nrings {
-        let l = Limits { sq: rng.pick(&[4, 8, 16]), cq: rng.pick(&[2, 4, 8, 16]), vqps: 4, mrs: 4, inflight: rng.pick(&[2, 4, 16]) as usize };
+        let l = Limits {
+            sq: rng.pick(&[4, 8, 16]),
+            cq: rng.pick(&[2, 4, 8, 16]),
+            vqps: 4,
+            mrs: 4,
+            inflight: rng.pick(&[2, 4, 16]) as usize,
+        };
         assert_eq!(rig.open(l), r);
         let nv = 1 + rng.below(3) as usize;
         apps.push(setup(&mut rig, r, nv));
@@ -124,10 +235,14 @@ fn scenario(seed: u64) {
         let r = rng.below(nrings as u64) as usize;
         match rng.below(100) {
             0..=29 if !apps[r].closed => {
-                let batch: Vec<Sqe> = (0..1 + rng.below(8)).map(|_| random_sqe(&mut rng, r, &mut apps[r])).collect();
+                let batch: Vec<Sqe> = (0..1 + rng.below(8))
+                    .map(|_| random_sqe(&mut rng, r, &mut apps[r]))
+                    .collect();
                 let n = rig.push(r, &batch);
                 // What did not fit is simply not submitted.
-                apps[r].submitted.extend(batch[..n].iter().map(|s| s.user_data));
+                apps[r]
+                    .submitted
+                    .extend(batch[..n].iter().map(|s| s.user_data));
             }
             30..=49 if !apps[r].closed => {
                 let max = 1 + rng.below(16) as u32;
@@ -174,12 +289,19 @@ fn scenario(seed: u64) {
     for (r, app) in apps.iter().enumerate() {
         if !app.closed {
             let missing: Vec<_> = app.submitted.difference(&app.completed).collect();
-            assert!(missing.is_empty(), "seed {seed}: ring {r}: {} entries never completed: {missing:?}", missing.len());
+            assert!(
+                missing.is_empty(),
+                "seed {seed}: ring {r}: {} entries never completed: {missing:?}",
+                missing.len()
+            );
         }
     }
     for (i, q) in rig.qps.iter().enumerate() {
         assert_eq!(q.outstanding(), 0, "seed {seed}: QP {i} credits leaked");
-        assert_eq!(rig.nic.qps[i].outstanding, 0, "seed {seed}: NIC QP {i} still busy");
+        assert_eq!(
+            rig.nic.qps[i].outstanding, 0,
+            "seed {seed}: NIC QP {i} still busy"
+        );
     }
     for r in 0..nrings {
         if !apps[r].closed {
@@ -187,15 +309,30 @@ fn scenario(seed: u64) {
         }
     }
     rig.release_closed();
-    assert!(rig.rings.iter().all(|r| r.is_none()), "seed {seed}: a closed ring was never released");
-    assert!(rig.nic.live_mrs.is_empty(), "seed {seed}: MRs left registered");
-    assert!(rig.nic.qps.iter().all(|q| q.bound == 0), "seed {seed}: connections left bound");
-    assert!(rig.qps.iter().all(|q| q.bound() == 0), "seed {seed}: engine still counts bound virtual QPs");
+    assert!(
+        rig.rings.iter().all(|r| r.is_none()),
+        "seed {seed}: a closed ring was never released"
+    );
+    assert!(
+        rig.nic.live_mrs.is_empty(),
+        "seed {seed}: MRs left registered"
+    );
+    assert!(
+        rig.nic.qps.iter().all(|q| q.bound == 0),
+        "seed {seed}: connections left bound"
+    );
+    assert!(
+        rig.qps.iter().all(|q| q.bound() == 0),
+        "seed {seed}: engine still counts bound virtual QPs"
+    );
 }
 
 #[test]
 fn random_interleavings_keep_every_promise() {
-    let seeds: u64 = std::env::var("KRCORE_PROP_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(400);
+    let seeds: u64 = std::env::var("KRCORE_PROP_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
     for seed in 0..seeds {
         if let Err(e) = std::panic::catch_unwind(|| scenario(seed)) {
             eprintln!("failing seed: {seed}");
@@ -209,10 +346,20 @@ fn hostile_tail_takes_nothing() {
     let mut rig = Rig::new(&[4], 4);
     rig.open(Limits::default());
     rig.push(0, &[Sqe::nop(1)]);
-    rig.ring(0).sq_mem.raw().1.store(1000, std::sync::atomic::Ordering::Release);
-    assert!(matches!(rig.submit(0, 64), Err(RingError::TailOverrun { .. })));
+    rig.ring(0)
+        .sq_mem
+        .raw()
+        .1
+        .store(1000, std::sync::atomic::Ordering::Release);
+    assert!(matches!(
+        rig.submit(0, 64),
+        Err(RingError::TailOverrun { .. })
+    ));
     assert!(rig.ring(0).sq.flags().contains(SqFlags::TAIL_OVERRUN));
-    assert!(rig.reap(0, 8).is_empty(), "nothing taken, nothing completed");
+    assert!(
+        rig.reap(0, 8).is_empty(),
+        "nothing taken, nothing completed"
+    );
 }
 
 #[test]
@@ -222,12 +369,29 @@ fn fair_share_splits_the_send_queue() {
     let apps = [setup(&mut rig, a.0, 1), setup(&mut rig, a.1, 1)];
     for (r, app) in apps.iter().enumerate() {
         let v = app.vqps[0];
-        let writes: Vec<Sqe> = (0..20).map(|i| Sqe::one_sided(Opcode::Write, i, v, app.mr, MR_BASE, 8, app.rmr[&v], REMOTE_BASE)).collect();
+        let writes: Vec<Sqe> = (0..20)
+            .map(|i| {
+                Sqe::one_sided(
+                    Opcode::Write,
+                    i,
+                    v,
+                    app.mr,
+                    MR_BASE,
+                    8,
+                    app.rmr[&v],
+                    REMOTE_BASE,
+                )
+            })
+            .collect();
         rig.push(r, &writes);
     }
     let s0 = rig.submit(0, 64).unwrap();
     let s1 = rig.submit(1, 64).unwrap();
-    assert_eq!((s0.taken, s0.stall), (4, Some(Stall::NoCredit)), "share is depth / bound = 4");
+    assert_eq!(
+        (s0.taken, s0.stall),
+        (4, Some(Stall::NoCredit)),
+        "share is depth / bound = 4"
+    );
     assert_eq!((s1.taken, s1.stall), (4, Some(Stall::NoCredit)));
     assert_eq!(rig.qps[0].outstanding(), 8);
     rig.drain();
@@ -237,7 +401,12 @@ fn fair_share_splits_the_send_queue() {
 #[test]
 fn full_cq_overflows_and_loses_nothing() {
     let mut rig = Rig::new(&[4], 4);
-    rig.open(Limits { sq: 16, cq: 4, inflight: 4, ..Limits::default() });
+    rig.open(Limits {
+        sq: 16,
+        cq: 4,
+        inflight: 4,
+        ..Limits::default()
+    });
     let nops: Vec<Sqe> = (0..16).map(Sqe::nop).collect();
     rig.push(0, &nops);
     let s = rig.submit(0, 64).unwrap();
@@ -250,7 +419,11 @@ fn full_cq_overflows_and_loses_nothing() {
         got.extend(c.iter().map(|c| c.user_data));
         rig.submit(0, 0).unwrap();
     }
-    assert_eq!(got, (0..16).collect::<Vec<_>>(), "overflowed CQEs keep their order");
+    assert_eq!(
+        got,
+        (0..16).collect::<Vec<_>>(),
+        "overflowed CQEs keep their order"
+    );
     assert!(!rig.ring(0).sq.flags().contains(SqFlags::CQ_OVERFLOW));
     assert_eq!(rig.ring(0).ring.stats().overflowed, 12);
 }
@@ -263,15 +436,35 @@ fn closed_ring_requests_retire_without_cqes() {
     let apps = [setup(&mut rig, 0, 1), setup(&mut rig, 1, 1)];
     for (r, app) in apps.iter().enumerate() {
         let v = app.vqps[0];
-        let reads: Vec<Sqe> = (0..4).map(|i| Sqe::one_sided(Opcode::Read, i, v, app.mr, MR_BASE, 8, app.rmr[&v], REMOTE_BASE)).collect();
+        let reads: Vec<Sqe> = (0..4)
+            .map(|i| {
+                Sqe::one_sided(
+                    Opcode::Read,
+                    i,
+                    v,
+                    app.mr,
+                    MR_BASE,
+                    8,
+                    app.rmr[&v],
+                    REMOTE_BASE,
+                )
+            })
+            .collect();
         rig.push(r, &reads);
         rig.submit(r, 64).unwrap();
     }
     rig.close(0);
-    assert!(rig.rings[0].is_some(), "a ring with requests in flight is kept until they retire");
+    assert!(
+        rig.rings[0].is_some(),
+        "a ring with requests in flight is kept until they retire"
+    );
     rig.drain();
     assert!(rig.rings[0].is_none(), "released once drained");
-    assert_eq!(rig.reap(1, 64).len(), 4, "the other ring gets exactly its own");
+    assert_eq!(
+        rig.reap(1, 64).len(),
+        4,
+        "the other ring gets exactly its own"
+    );
     assert_eq!(rig.qps[0].outstanding(), 0);
     assert_eq!(rig.nic.live_mrs.len(), 1, "only ring 1's MR is left");
 }
@@ -282,20 +475,57 @@ fn busy_objects_wait_and_receives_block_disconnect() {
     rig.open(Limits::default());
     let app = setup(&mut rig, 0, 1);
     let v = app.vqps[0];
-    rig.push(0, &[Sqe::one_sided(Opcode::Write, 1, v, app.mr, MR_BASE, 8, app.rmr[&v], REMOTE_BASE), Sqe::dereg_mr(2, app.mr)]);
+    rig.push(
+        0,
+        &[
+            Sqe::one_sided(
+                Opcode::Write,
+                1,
+                v,
+                app.mr,
+                MR_BASE,
+                8,
+                app.rmr[&v],
+                REMOTE_BASE,
+            ),
+            Sqe::dereg_mr(2, app.mr),
+        ],
+    );
     let s = rig.submit(0, 64).unwrap();
-    assert_eq!((s.taken, s.stall), (1, Some(Stall::Busy)), "DEREG_MR waits for the WRITE");
+    assert_eq!(
+        (s.taken, s.stall),
+        (1, Some(Stall::Busy)),
+        "DEREG_MR waits for the WRITE"
+    );
     rig.drain();
     let c = rig.reap(0, 8);
-    assert_eq!(c.iter().map(|c| (c.user_data, c.res)).collect::<Vec<_>>(), vec![(1, 8), (2, 0)]);
+    assert_eq!(
+        c.iter().map(|c| (c.user_data, c.res)).collect::<Vec<_>>(),
+        vec![(1, 8), (2, 0)]
+    );
     // A receive only a peer can complete makes DISCONNECT fail rather than hang.
-    let run = run_sync(&mut rig, 0, &[Sqe::reg_mr(3, MR_BASE, 64, MrAccess::LOCAL_WRITE)]);
+    let run = run_sync(
+        &mut rig,
+        0,
+        &[Sqe::reg_mr(3, MR_BASE, 64, MrAccess::LOCAL_WRITE)],
+    );
     let mr = run[0].res as u32;
-    let c = run_sync(&mut rig, 0, &[Sqe::two_sided(Opcode::Recv, 4, v, mr, MR_BASE, 64), Sqe::disconnect(5, v)]);
+    let c = run_sync(
+        &mut rig,
+        0,
+        &[
+            Sqe::two_sided(Opcode::Recv, 4, v, mr, MR_BASE, 64),
+            Sqe::disconnect(5, v),
+        ],
+    );
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].failure(), Some(Reason::Busy));
     assert!(rig.nic.deliver(0, 16, Some(0xabcd)));
     rig.drain();
     let c = rig.reap(0, 8);
-    assert_eq!((c[0].user_data, c[0].res, c[0].aux), (4, 16, 0xabcd), "RECV completes with length and immediate");
+    assert_eq!(
+        (c[0].user_data, c[0].res, c[0].aux),
+        (4, 16, 0xabcd),
+        "RECV completes with length and immediate"
+    );
 }

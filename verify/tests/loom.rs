@@ -13,12 +13,12 @@ use loom::sync::atomic::AtomicU32;
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
+use core::sync::atomic::Ordering;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{complete_wc, PhysQp, Ring, RingStorage, Slot, VecStore};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::ring::{CqConsumer, CqProducer, IndexCell, RingMem, SqConsumer, SqProducer};
 use krcore_abi::sqe::{MrAccess, Sqe};
-use core::sync::atomic::Ordering;
 use verify::fake::FakeNic;
 
 /// Weakens every `fence` call in the current model (need-wakeup twin).
@@ -32,7 +32,11 @@ struct Cell {
 
 impl Cell {
     fn o(&self, o: Ordering) -> Ordering {
-        if self.weak { Ordering::Relaxed } else { o }
+        if self.weak {
+            Ordering::Relaxed
+        } else {
+            o
+        }
     }
 }
 
@@ -73,8 +77,16 @@ impl<E> Clone for LoomRing<E> {
 }
 
 fn ring<E: Default>(n: u32, weak: bool) -> LoomRing<E> {
-    let cell = || Cell { a: AtomicU32::new(0), weak };
-    LoomRing(Arc::new(Inner { head: cell(), tail: cell(), flags: cell(), slots: (0..n).map(|_| UnsafeCell::new(E::default())).collect() }))
+    let cell = || Cell {
+        a: AtomicU32::new(0),
+        weak,
+    };
+    LoomRing(Arc::new(Inner {
+        head: cell(),
+        tail: cell(),
+        flags: cell(),
+        slots: (0..n).map(|_| UnsafeCell::new(E::default())).collect(),
+    }))
 }
 
 impl<E: Copy> RingMem for LoomRing<E> {
@@ -205,7 +217,10 @@ fn wakeup_model(weak_fence: bool) {
         });
         let slept = poller.prepare_sleep() && poller.ready().unwrap() == 0;
         let woke = submitter.join().unwrap();
-        assert!(!slept || woke, "lost wakeup: the poller sleeps and the app did not wake it");
+        assert!(
+            !slept || woke,
+            "lost wakeup: the poller sleeps and the app did not wake it"
+        );
     });
 }
 
@@ -244,7 +259,12 @@ fn new_ring(id: u16, sq: LoomRing<Sqe>, cq: LoomRing<Cqe>) -> LRing {
 
 /// Sets up ring `r` (connect, register, import) synchronously, before the threads run;
 /// returns its virtual QP, MR and remote MR handles.
-fn setup(d: &mut Device, r: usize, app: &mut SqProducer<LoomRing<Sqe>>, cq: &mut CqConsumer<LoomRing<Cqe>>) -> (u32, u32, u32) {
+fn setup(
+    d: &mut Device,
+    r: usize,
+    app: &mut SqProducer<LoomRing<Sqe>>,
+    cq: &mut CqConsumer<LoomRing<Cqe>>,
+) -> (u32, u32, u32) {
     let mut run = |sqe: Sqe| -> i32 {
         app.push(sqe).unwrap();
         app.publish();
@@ -256,7 +276,12 @@ fn setup(d: &mut Device, r: usize, app: &mut SqProducer<LoomRing<Sqe>>, cq: &mut
         c.res
     };
     let v = run(Sqe::connect(1, [0; 16], 1)) as u32;
-    let mr = run(Sqe::reg_mr(2, MR, 64, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)) as u32;
+    let mr = run(Sqe::reg_mr(
+        2,
+        MR,
+        64,
+        MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ,
+    )) as u32;
     let rmr = run(Sqe::import_mr(3, v, MR, 64, 9)) as u32;
     (v, mr, rmr)
 }
@@ -282,15 +307,21 @@ fn run_nic(d: &mut Device) {
 /// reaps its CQ without a lock. Each application gets exactly its own completions.
 fn shared_qp_model(weak: bool) {
     model(move || {
-        let mems: Vec<(LoomRing<Sqe>, LoomRing<Cqe>)> = (0..2).map(|_| (ring(4, false), ring(4, weak))).collect();
-        let mut d = Device { nic: FakeNic::new(&[2], 2), qps: vec![PhysQp::new(vec![0; 2], 2)], rings: Vec::new() };
+        let mems: Vec<(LoomRing<Sqe>, LoomRing<Cqe>)> =
+            (0..2).map(|_| (ring(4, false), ring(4, weak))).collect();
+        let mut d = Device {
+            nic: FakeNic::new(&[2], 2),
+            qps: vec![PhysQp::new(vec![0; 2], 2)],
+            rings: Vec::new(),
+        };
         let mut apps = Vec::new();
         for (r, (sq, cq)) in mems.iter().enumerate() {
             d.rings.push(new_ring(r as u16, sq.clone(), cq.clone()));
             let (mut p, mut c) = (SqProducer::new(sq.clone()), CqConsumer::new(cq.clone()));
             let (v, mr, rmr) = setup(&mut d, r, &mut p, &mut c);
             let ud = (r as u64 + 1) * 100;
-            p.push(Sqe::one_sided(Opcode::Read, ud, v, mr, MR, 8, rmr, MR)).unwrap();
+            p.push(Sqe::one_sided(Opcode::Read, ud, v, mr, MR, 8, rmr, MR))
+                .unwrap();
             p.publish();
             apps.push(c);
         }
@@ -332,9 +363,18 @@ fn shared_qp_model(weak: bool) {
                 got[r].push(cqe.user_data);
             }
             c.release();
-            assert_eq!(got[r], vec![(r as u64 + 1) * 100], "ring {r} got {:?}", got[r]);
+            assert_eq!(
+                got[r],
+                vec![(r as u64 + 1) * 100],
+                "ring {r} got {:?}",
+                got[r]
+            );
         }
-        assert_eq!(dev.lock().unwrap().qps[0].outstanding(), 0, "credits leaked");
+        assert_eq!(
+            dev.lock().unwrap().qps[0].outstanding(),
+            0,
+            "credits leaked"
+        );
     });
 }
 
@@ -355,14 +395,29 @@ fn weakened_shared_qp_concurrent_completions() {
 #[test]
 fn ring_closed_in_flight() {
     model(|| {
-        let mems: Vec<(LoomRing<Sqe>, LoomRing<Cqe>)> = (0..2).map(|_| (ring(4, false), ring(4, false))).collect();
-        let mut d = Device { nic: FakeNic::new(&[2], 2), qps: vec![PhysQp::new(vec![0; 2], 2)], rings: Vec::new() };
+        let mems: Vec<(LoomRing<Sqe>, LoomRing<Cqe>)> =
+            (0..2).map(|_| (ring(4, false), ring(4, false))).collect();
+        let mut d = Device {
+            nic: FakeNic::new(&[2], 2),
+            qps: vec![PhysQp::new(vec![0; 2], 2)],
+            rings: Vec::new(),
+        };
         let mut apps = Vec::new();
         for (r, (sq, cq)) in mems.iter().enumerate() {
             d.rings.push(new_ring(r as u16, sq.clone(), cq.clone()));
             let (mut p, mut c) = (SqProducer::new(sq.clone()), CqConsumer::new(cq.clone()));
             let (v, mr, rmr) = setup(&mut d, r, &mut p, &mut c);
-            p.push(Sqe::one_sided(Opcode::Read, 50 + r as u64, v, mr, MR, 8, rmr, MR)).unwrap();
+            p.push(Sqe::one_sided(
+                Opcode::Read,
+                50 + r as u64,
+                v,
+                mr,
+                MR,
+                8,
+                rmr,
+                MR,
+            ))
+            .unwrap();
             p.publish();
             let Device { nic, qps, rings } = &mut d;
             rings[r].submit(qps, nic, 8).unwrap();
@@ -391,16 +446,30 @@ fn ring_closed_in_flight() {
         let closed_first = poller.join().unwrap();
         let mut g = dev.lock().unwrap();
         let Device { nic, qps, rings } = &mut *g;
-        assert!(rings[0].release_idle(qps, nic), "closed ring not released once idle");
-        assert!(!released_at_close || !closed_first, "released with a request in flight");
+        assert!(
+            rings[0].release_idle(qps, nic),
+            "closed ring not released once idle"
+        );
+        assert!(
+            !released_at_close || !closed_first,
+            "released with a request in flight"
+        );
         assert_eq!(qps[0].outstanding(), 0, "credits leaked");
         let got = apps[0].pop().map(|c| c.user_data);
         if closed_first {
             assert_eq!(got, None, "a CQE was written into the closed ring");
         } else {
-            assert_eq!(got, Some(50), "completed before the close: the CQE is delivered");
+            assert_eq!(
+                got,
+                Some(50),
+                "completed before the close: the CQE is delivered"
+            );
         }
         assert_eq!(apps[1].pop().map(|c| c.user_data), Some(51));
-        assert_eq!(nic.live_mrs.len(), 1, "the closed ring's MR was deregistered, the other's kept");
+        assert_eq!(
+            nic.live_mrs.len(),
+            1,
+            "the closed ring's MR was deregistered, the other's kept"
+        );
     });
 }

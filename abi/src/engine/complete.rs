@@ -12,7 +12,10 @@ use super::Store;
 fn outcome(wc: &Wc) -> Completion {
     match (wc.status, wc.recv) {
         (WcStatus::Success, false) => Completion::Done,
-        (WcStatus::Success, true) => Completion::Received { byte_len: wc.byte_len, imm: wc.imm },
+        (WcStatus::Success, true) => Completion::Received {
+            byte_len: wc.byte_len,
+            imm: wc.imm,
+        },
         (WcStatus::Flushed, _) => Completion::Failed(Reason::QpError),
         (WcStatus::Failed(_), _) => Completion::Failed(Reason::RemoteError),
     }
@@ -23,8 +26,15 @@ fn outcome(wc: &Wc) -> Completion {
 /// completion also completes the unsignaled requests posted before it on the QP (RC
 /// completes in order), whichever rings posted them. A failed status marks the QP failed.
 /// Returns `false` if the completion matched no posted request.
-pub fn complete_wc<S: Store>(qps: &mut [PhysQp<S>], qp: u32, wc: &Wc, mut route: impl FnMut(WrId, Completion)) -> bool {
-    let Some(q) = qps.get_mut(qp as usize) else { return false };
+pub fn complete_wc<S: Store>(
+    qps: &mut [PhysQp<S>],
+    qp: u32,
+    wc: &Wc,
+    mut route: impl FnMut(WrId, Completion),
+) -> bool {
+    let Some(q) = qps.get_mut(qp as usize) else {
+        return false;
+    };
     if wc.status != WcStatus::Success {
         q.fail();
     }
@@ -34,5 +44,10 @@ pub fn complete_wc<S: Store>(qps: &mut [PhysQp<S>], qp: u32, wc: &Wc, mut route:
         route(WrId::decode(wc.wr_id), result);
         return true;
     }
-    q.retire_through(wc.wr_id, |w, this_one| route(WrId::decode(w), if this_one { result } else { Completion::Done }))
+    q.retire_through(wc.wr_id, |w, this_one| {
+        route(
+            WrId::decode(w),
+            if this_one { result } else { Completion::Done },
+        )
+    })
 }

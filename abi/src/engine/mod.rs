@@ -24,10 +24,14 @@ mod wrid;
 // Siblings of the engine that its modules reach as `super::x`.
 use super::{cqe, errno, layout, opcode, ring, sqe};
 
-pub use backend::{Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, Sge, Wc, WcStatus};
+pub use backend::{
+    Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, Sge, Wc, WcStatus,
+};
 pub use complete::complete_wc;
 pub use qp::PhysQp;
-pub use ring_state::{Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp};
+pub use ring_state::{
+    Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,
+};
 pub use submit::{Stall, Submitted, CHAIN};
 pub use table::{Fifo, Slot, Table, MAX_TABLE};
 pub use validate::{validate, Op, MAX_LEN};

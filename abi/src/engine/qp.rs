@@ -45,7 +45,15 @@ impl<S: Store> PhysQp<S> {
         let posted = Fifo::new(storage);
         let depth = posted.capacity() as u32;
         assert!(depth > 0, "a QP needs a send queue");
-        PhysQp { depth, recv_depth, posted, recv_outstanding: 0, bound: 0, unsignaled_run: 0, failed: false }
+        PhysQp {
+            depth,
+            recv_depth,
+            posted,
+            recv_outstanding: 0,
+            bound: 0,
+            unsignaled_run: 0,
+            failed: false,
+        }
     }
 
     /// Send queue depth.

@@ -151,13 +151,21 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     pub fn new(id: u16, gen: u16, sq: Q, cq: C, storage: RingStorage<S>) -> Self {
         let overflow = Fifo::new(storage.overflow);
         let inflight = Table::new(storage.inflight);
-        assert!(overflow.capacity() > inflight.capacity(), "the overflow list must outsize the in-flight table");
+        assert!(
+            overflow.capacity() > inflight.capacity(),
+            "the overflow list must outsize the in-flight table"
+        );
         Ring {
             id,
             gen,
             sq: SqConsumer::new(sq),
             cq: CqProducer::new(cq),
-            tables: Tables { vqps: Table::new(storage.vqps), mrs: Table::new(storage.mrs), rmrs: Table::new(storage.rmrs), inflight },
+            tables: Tables {
+                vqps: Table::new(storage.vqps),
+                mrs: Table::new(storage.mrs),
+                rmrs: Table::new(storage.rmrs),
+                inflight,
+            },
             overflow,
             overflow_flag: false,
             closed: false,
@@ -273,10 +281,18 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
 
     fn release_counts(&mut self, inf: &Inflight) {
         if let Some(v) = self.tables.vqps.get_mut(inf.vqp) {
-            if inf.recv { v.recvs -= 1 } else { v.sends -= 1 }
+            if inf.recv {
+                v.recvs -= 1
+            } else {
+                v.sends -= 1
+            }
         }
         if let Some(m) = self.tables.mrs.get_mut(inf.mr) {
-            if inf.recv { m.recvs -= 1 } else { m.sends -= 1 }
+            if inf.recv {
+                m.recvs -= 1
+            } else {
+                m.sends -= 1
+            }
         }
     }
 

@@ -53,7 +53,11 @@ pub struct Chain {
 impl Chain {
     /// An empty chain.
     pub const fn new() -> Chain {
-        Chain { qp: 0, n: 0, wrs: [NO_WR; CHAIN] }
+        Chain {
+            qp: 0,
+            n: 0,
+            wrs: [NO_WR; CHAIN],
+        }
     }
 }
 
@@ -66,7 +70,11 @@ impl Default for Chain {
 const NO_WR: SendWr = SendWr {
     wr_id: 0,
     kind: SendKind::Send { imm: None },
-    local: Sge { addr: 0, len: 0, lkey: 0 },
+    local: Sge {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    },
     signaled: false,
     flags: SqeFlags::empty(),
 };
@@ -78,7 +86,12 @@ enum Step {
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Takes up to `max` SQEs. Fails, taking none, when the SQ tail is hostile.
-    pub fn submit<B: Backend>(&mut self, qps: &mut [PhysQp<S>], backend: &mut B, max: u32) -> Result<Submitted, RingError> {
+    pub fn submit<B: Backend>(
+        &mut self,
+        qps: &mut [PhysQp<S>],
+        backend: &mut B,
+        max: u32,
+    ) -> Result<Submitted, RingError> {
         self.flush_overflow();
         let ready = match self.sq.ready() {
             Ok(n) => n,
@@ -95,7 +108,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 stall = Some(Stall::CqFull);
                 break;
             }
-            let Some(sqe) = self.sq.peek(taken) else { break };
+            let Some(sqe) = self.sq.peek(taken) else {
+                break;
+            };
             match self.step(&sqe, qps, backend, &mut chain) {
                 Step::Taken => taken += 1,
                 Step::Wait(s) => {
@@ -112,7 +127,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         Ok(Submitted { taken, stall })
     }
 
-    fn step<B: Backend>(&mut self, sqe: &Sqe, qps: &mut [PhysQp<S>], backend: &mut B, chain: &mut Chain) -> Step {
+    fn step<B: Backend>(
+        &mut self,
+        sqe: &Sqe,
+        qps: &mut [PhysQp<S>],
+        backend: &mut B,
+        chain: &mut Chain,
+    ) -> Step {
         let ud = sqe.user_data;
         let op = match validate(sqe, &self.tables) {
             Ok(op) => op,
@@ -126,7 +147,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Op::Nop => Cqe::ok(ud, 0, 0),
             Op::RegMr { addr, len, access } => match backend.reg_mr(addr, len, access) {
                 Err(e) => Cqe::err_errno(ud, Reason::Verbs, e),
-                Ok(keys) => match t.mrs.insert(LocalMr { addr, len, access, keys, sends: 0, recvs: 0 }) {
+                Ok(keys) => match t.mrs.insert(LocalMr {
+                    addr,
+                    len,
+                    access,
+                    keys,
+                    sends: 0,
+                    recvs: 0,
+                }) {
                     Ok(h) => Cqe::ok(ud, h as i32, ((keys.rkey as u64) << 32) | keys.lkey as u64),
                     Err(_) => {
                         backend.dereg_mr(keys);
@@ -147,12 +175,25 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 }
             }
             Op::Connect { gid, service } => match backend.connect(gid, service) {
-                Err(e) => Cqe::err_errno(ud, if e == Errno::ENODEV { Reason::NoDevice } else { Reason::Verbs }, e),
+                Err(e) => Cqe::err_errno(
+                    ud,
+                    if e == Errno::ENODEV {
+                        Reason::NoDevice
+                    } else {
+                        Reason::Verbs
+                    },
+                    e,
+                ),
                 Ok(conn) if conn.qp as usize >= qps.len() => {
                     backend.disconnect(conn.qp);
                     Cqe::err(ud, Reason::Verbs)
                 }
-                Ok(conn) => match t.vqps.insert(Vqp { qp: conn.qp, qpn: conn.qpn, sends: 0, recvs: 0 }) {
+                Ok(conn) => match t.vqps.insert(Vqp {
+                    qp: conn.qp,
+                    qpn: conn.qpn,
+                    sends: 0,
+                    recvs: 0,
+                }) {
                     Ok(h) => {
                         qps[conn.qp as usize].bind();
                         Cqe::ok(ud, h as i32, conn.qpn as u64)
@@ -177,11 +218,27 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     Cqe::ok(ud, 0, 0)
                 }
             }
-            Op::ImportMr { vqp, addr, len, rkey } => match t.rmrs.insert(super::ring_state::RemoteMr { vqp, addr, len, rkey }) {
+            Op::ImportMr {
+                vqp,
+                addr,
+                len,
+                rkey,
+            } => match t.rmrs.insert(super::ring_state::RemoteMr {
+                vqp,
+                addr,
+                len,
+                rkey,
+            }) {
                 Ok(h) => Cqe::ok(ud, h as i32, 0),
                 Err(_) => Cqe::err(ud, Reason::TableFull),
             },
-            Op::Send { vqp, mr, kind, local, flags } => {
+            Op::Send {
+                vqp,
+                mr,
+                kind,
+                local,
+                flags,
+            } => {
                 let v = *t.vqps.get(vqp).expect("validated");
                 let q = &qps[v.qp as usize];
                 if q.failed() {
@@ -193,15 +250,32 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         self.flush_chain(chain, qps, backend);
                     }
                     let t = &mut self.tables;
-                    let Ok(slot) = t.inflight.insert(Inflight { user_data: ud, vqp, mr, len: local.len, recv: false }) else {
+                    let Ok(slot) = t.inflight.insert(Inflight {
+                        user_data: ud,
+                        vqp,
+                        mr,
+                        len: local.len,
+                        recv: false,
+                    }) else {
                         return Step::Wait(Stall::InflightFull);
                     };
-                    let wr_id = WrId { ring: self.id, ring_gen: self.gen, slot }.encode();
+                    let wr_id = WrId {
+                        ring: self.id,
+                        ring_gen: self.gen,
+                        slot,
+                    }
+                    .encode();
                     qps[v.qp as usize].reserve(wr_id);
                     t.vqps.get_mut(vqp).expect("validated").sends += 1;
                     t.mrs.get_mut(mr).expect("validated").sends += 1;
                     chain.qp = v.qp;
-                    chain.wrs[chain.n] = SendWr { wr_id, kind, local, signaled: false, flags };
+                    chain.wrs[chain.n] = SendWr {
+                        wr_id,
+                        kind,
+                        local,
+                        signaled: false,
+                        flags,
+                    };
                     chain.n += 1;
                     return Step::Taken;
                 }
@@ -214,10 +288,21 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 } else if !q.may_post_recv() {
                     return Step::Wait(Stall::NoCredit);
                 } else {
-                    let Ok(slot) = t.inflight.insert(Inflight { user_data: ud, vqp, mr, len: local.len, recv: true }) else {
+                    let Ok(slot) = t.inflight.insert(Inflight {
+                        user_data: ud,
+                        vqp,
+                        mr,
+                        len: local.len,
+                        recv: true,
+                    }) else {
                         return Step::Wait(Stall::InflightFull);
                     };
-                    let wr_id = WrId { ring: self.id, ring_gen: self.gen, slot }.encode();
+                    let wr_id = WrId {
+                        ring: self.id,
+                        ring_gen: self.gen,
+                        slot,
+                    }
+                    .encode();
                     match backend.post_recv(v.qp, &RecvWr { wr_id, local }) {
                         Ok(()) => {
                             q.recv_posted();
@@ -238,13 +323,23 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// The object's sends may be in our own unposted chain: post it, then wait.
-    fn wait_for_sends<B: Backend>(&mut self, chain: &mut Chain, qps: &mut [PhysQp<S>], backend: &mut B) -> Step {
+    fn wait_for_sends<B: Backend>(
+        &mut self,
+        chain: &mut Chain,
+        qps: &mut [PhysQp<S>],
+        backend: &mut B,
+    ) -> Step {
         self.flush_chain(chain, qps, backend);
         Step::Wait(Stall::Busy)
     }
 
     /// Posts the chain; requests that did not go out fail with the backend's errno.
-    fn flush_chain<B: Backend>(&mut self, chain: &mut Chain, qps: &mut [PhysQp<S>], backend: &mut B) {
+    fn flush_chain<B: Backend>(
+        &mut self,
+        chain: &mut Chain,
+        qps: &mut [PhysQp<S>],
+        backend: &mut B,
+    ) {
         let n = chain.n;
         if n == 0 {
             return;

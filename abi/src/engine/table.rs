@@ -37,11 +37,18 @@ impl<T, S: Store> Table<T, S> {
     /// A table over `storage` (its slots are reset to empty).
     pub fn new(mut storage: S::Buf<Slot<T>>) -> Self {
         let slots = storage.as_mut();
-        assert!(slots.len() <= MAX_TABLE, "table too large for 24-bit handles");
+        assert!(
+            slots.len() <= MAX_TABLE,
+            "table too large for 24-bit handles"
+        );
         for s in slots.iter_mut() {
             *s = Slot::EMPTY;
         }
-        Table { slots: storage, len: 0, hint: 0 }
+        Table {
+            slots: storage,
+            len: 0,
+            hint: 0,
+        }
     }
 
     /// Values stored.
@@ -107,11 +114,11 @@ impl<T, S: Store> Table<T, S> {
 
     /// Every (handle, value).
     pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
-        self.slots
-            .as_ref()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.val.as_ref().map(|v| (((s.gen as u32) << 24) | i as u32, v)))
+        self.slots.as_ref().iter().enumerate().filter_map(|(i, s)| {
+            s.val
+                .as_ref()
+                .map(|v| (((s.gen as u32) << 24) | i as u32, v))
+        })
     }
 
     /// Removes every value for which `f` says so, calling `f` with each.
@@ -136,7 +143,11 @@ pub struct Fifo<T: Copy, S: Store> {
 impl<T: Copy, S: Store> Fifo<T, S> {
     /// A FIFO over `storage`, empty.
     pub fn new(storage: S::Buf<T>) -> Self {
-        Fifo { buf: storage, head: 0, len: 0 }
+        Fifo {
+            buf: storage,
+            head: 0,
+            len: 0,
+        }
     }
 
     /// Entries queued.

@@ -208,7 +208,14 @@ fn local<S: Store>(sqe: &Sqe, t: &Tables<S>, needs_write: bool) -> Result<(Local
     if needs_write && !mr.access.contains(MrAccess::LOCAL_WRITE) {
         return Err(Reason::MrAccess);
     }
-    Ok((mr, Sge { addr: sqe.addr, len: sqe.len, lkey: mr.keys.lkey }))
+    Ok((
+        mr,
+        Sge {
+            addr: sqe.addr,
+            len: sqe.len,
+            lkey: mr.keys.lkey,
+        },
+    ))
 }
 
 fn remote<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<u32, Reason> {
@@ -251,32 +258,57 @@ pub fn validate<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<Op, Reason> {
             {
                 return Err(Reason::MrAccess);
             }
-            Op::RegMr { addr: sqe.addr, len: sqe.len, access }
+            Op::RegMr {
+                addr: sqe.addr,
+                len: sqe.len,
+                access,
+            }
         }
         Opcode::DeregMr => {
             t.mrs.get(sqe.mr).ok_or(Reason::BadMr)?;
             Op::DeregMr { mr: sqe.mr }
         }
-        Opcode::Connect => Op::Connect { gid: sqe.connect_gid(), service: sqe.rmr },
+        Opcode::Connect => Op::Connect {
+            gid: sqe.connect_gid(),
+            service: sqe.rmr,
+        },
         Opcode::Disconnect => {
             t.vqps.get(sqe.vqp).ok_or(Reason::BadVqp)?;
             Op::Disconnect { vqp: sqe.vqp }
         }
         Opcode::ImportMr => {
             t.vqps.get(sqe.vqp).ok_or(Reason::BadVqp)?;
-            if sqe.len == 0 || sqe.len > MAX_LEN || sqe.remote_addr.checked_add(sqe.len as u64).is_none() {
+            if sqe.len == 0
+                || sqe.len > MAX_LEN
+                || sqe.remote_addr.checked_add(sqe.len as u64).is_none()
+            {
                 return Err(Reason::BadLength);
             }
-            Op::ImportMr { vqp: sqe.vqp, addr: sqe.remote_addr, len: sqe.len, rkey: sqe.rmr }
+            Op::ImportMr {
+                vqp: sqe.vqp,
+                addr: sqe.remote_addr,
+                len: sqe.len,
+                rkey: sqe.rmr,
+            }
         }
         Opcode::Recv => {
             let (_, sge) = local(sqe, t, true)?;
-            Op::Recv { vqp: sqe.vqp, mr: sqe.mr, local: sge }
+            Op::Recv {
+                vqp: sqe.vqp,
+                mr: sqe.mr,
+                local: sge,
+            }
         }
         Opcode::Send | Opcode::SendImm => {
             let (_, sge) = local(sqe, t, false)?;
             let imm = (op == Opcode::SendImm).then_some(sqe.imm);
-            Op::Send { vqp: sqe.vqp, mr: sqe.mr, kind: SendKind::Send { imm }, local: sge, flags }
+            Op::Send {
+                vqp: sqe.vqp,
+                mr: sqe.mr,
+                kind: SendKind::Send { imm },
+                local: sge,
+                flags,
+            }
         }
         Opcode::Read | Opcode::Write | Opcode::WriteImm | Opcode::Cas | Opcode::Faa => {
             // READ and atomics write into local memory.
@@ -285,12 +317,35 @@ pub fn validate<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<Op, Reason> {
             let remote_addr = sqe.remote_addr;
             let kind = match op {
                 Opcode::Read => SendKind::Read { remote_addr, rkey },
-                Opcode::Write => SendKind::Write { remote_addr, rkey, imm: None },
-                Opcode::WriteImm => SendKind::Write { remote_addr, rkey, imm: Some(sqe.imm) },
-                Opcode::Cas => SendKind::Cas { remote_addr, rkey, compare: sqe.arg0, swap: sqe.arg1 },
-                _ => SendKind::Faa { remote_addr, rkey, add: sqe.arg0 },
+                Opcode::Write => SendKind::Write {
+                    remote_addr,
+                    rkey,
+                    imm: None,
+                },
+                Opcode::WriteImm => SendKind::Write {
+                    remote_addr,
+                    rkey,
+                    imm: Some(sqe.imm),
+                },
+                Opcode::Cas => SendKind::Cas {
+                    remote_addr,
+                    rkey,
+                    compare: sqe.arg0,
+                    swap: sqe.arg1,
+                },
+                _ => SendKind::Faa {
+                    remote_addr,
+                    rkey,
+                    add: sqe.arg0,
+                },
             };
-            Op::Send { vqp: sqe.vqp, mr: sqe.mr, kind, local: sge, flags }
+            Op::Send {
+                vqp: sqe.vqp,
+                mr: sqe.mr,
+                kind,
+                local: sge,
+                flags,
+            }
         }
     })
 }

@@ -25,7 +25,11 @@ impl WrId {
 
     /// Unpacks a `wr_id`.
     pub const fn decode(v: u64) -> WrId {
-        WrId { ring: (v >> 48) as u16, ring_gen: (v >> 32) as u16, slot: v as u32 }
+        WrId {
+            ring: (v >> 48) as u16,
+            ring_gen: (v >> 32) as u16,
+            slot: v as u32,
+        }
     }
 }
 
@@ -36,9 +40,21 @@ mod tests {
     #[test]
     fn round_trip() {
         for id in [
-            WrId { ring: 0, ring_gen: 0, slot: 0 },
-            WrId { ring: u16::MAX, ring_gen: 7, slot: 0x01ff_ffff },
-            WrId { ring: 3, ring_gen: u16::MAX, slot: u32::MAX },
+            WrId {
+                ring: 0,
+                ring_gen: 0,
+                slot: 0,
+            },
+            WrId {
+                ring: u16::MAX,
+                ring_gen: 7,
+                slot: 0x01ff_ffff,
+            },
+            WrId {
+                ring: 3,
+                ring_gen: u16::MAX,
+                slot: u32::MAX,
+            },
         ] {
             assert_eq!(WrId::decode(id.encode()), id);
         }

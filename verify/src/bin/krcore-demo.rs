@@ -20,11 +20,30 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    println!("krcore ABI version {}: {} row(s) in {:.0} us", list.abi_version, list.rows.len(), t.elapsed().as_secs_f64() * 1e6);
-    println!("  {:<8} {:>4} {:>6} {:>5}  gid", "device", "port", "state", "index");
+    println!(
+        "krcore ABI version {}: {} row(s) in {:.0} us",
+        list.abi_version,
+        list.rows.len(),
+        t.elapsed().as_secs_f64() * 1e6
+    );
+    println!(
+        "  {:<8} {:>4} {:>6} {:>5}  gid",
+        "device", "port", "state", "index"
+    );
     for r in &list.rows {
-        let idx = if r.has_gid() { r.gid_index.to_string() } else { "-".into() };
-        println!("  {:<8} {:>4} {:>6} {:>5}  {}", r.name(), r.port, r.port_state, idx, r.gid_string());
+        let idx = if r.has_gid() {
+            r.gid_index.to_string()
+        } else {
+            "-".into()
+        };
+        println!(
+            "  {:<8} {:>4} {:>6} {:>5}  {}",
+            r.name(),
+            r.port,
+            r.port_state,
+            idx,
+            r.gid_string()
+        );
     }
     let t = Instant::now();
     match verify::verbs::loopback_read("rxe0") {

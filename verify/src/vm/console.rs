@@ -55,7 +55,10 @@ pub fn judge(console: &str) -> Verdict {
         // but only kernel lines (they start with a "[ time]" stamp), so that a test's own
         // output never trips the scan.
         let is_kernel_line = in_dmesg || line.starts_with('[');
-        if is_kernel_line && FAILURE_PATTERNS.iter().any(|p| line.contains(p)) && !v.kernel_problems.iter().any(|l| l == line) {
+        if is_kernel_line
+            && FAILURE_PATTERNS.iter().any(|p| line.contains(p))
+            && !v.kernel_problems.iter().any(|l| l == line)
+        {
             v.kernel_problems.push(line.to_string());
         }
     }
@@ -68,7 +71,9 @@ mod tests {
 
     #[test]
     fn clean_run() {
-        let v = judge("boot\nKRCORE-EXIT=0\nKRCORE-DMESG-START\n[    1.0] krcore: loaded\nKRCORE-DMESG-END\n");
+        let v = judge(
+            "boot\nKRCORE-EXIT=0\nKRCORE-DMESG-START\n[    1.0] krcore: loaded\nKRCORE-DMESG-END\n",
+        );
         assert_eq!(v.exit, Some(0));
         assert!(v.kernel_problems.is_empty());
         assert_eq!(v.dmesg.len(), 1);

@@ -42,8 +42,19 @@ impl Cpio {
         let name = path.trim_start_matches('/');
         let nlink = if mode & S_IFDIR != 0 { 2 } else { 1 };
         let fields = [
-            self.ino, mode, 0, 0, nlink, 0, data.len() as u32, 0, 0, rdev.0, rdev.1,
-            name.len() as u32 + 1, 0,
+            self.ino,
+            mode,
+            0,
+            0,
+            nlink,
+            0,
+            data.len() as u32,
+            0,
+            0,
+            rdev.0,
+            rdev.1,
+            name.len() as u32 + 1,
+            0,
         ];
         self.buf.extend_from_slice(b"070701");
         for f in fields {

@@ -74,9 +74,17 @@ impl Outcome {
 /// virtualization (a /dev/kvm without vmx/svm hangs QEMU at boot).
 pub fn kvm_usable() -> bool {
     let cpu_ok = std::fs::read_to_string("/proc/cpuinfo")
-        .map(|s| s.lines().any(|l| l.starts_with("flags") && (l.contains(" vmx") || l.contains(" svm"))))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("flags") && (l.contains(" vmx") || l.contains(" svm")))
+        })
         .unwrap_or(false);
-    cpu_ok && std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok()
+    cpu_ok
+        && std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_ok()
 }
 
 /// Single-quotes `s` for sh.
@@ -101,28 +109,35 @@ fn command_script(cfg: &Config) -> String {
 
 /// Writes the initramfs for `cfg` to `path`.
 fn write_initramfs(cfg: &Config, path: &Path) -> Result<(), String> {
-    let busybox = std::fs::read(BUSYBOX).map_err(|e| format!("{BUSYBOX}: {e} (run 'make deps': busybox-static)"))?;
+    let busybox = std::fs::read(BUSYBOX)
+        .map_err(|e| format!("{BUSYBOX}: {e} (run 'make deps': busybox-static)"))?;
     let mut c = Cpio::default();
     for d in ["/bin", "/dev", "/proc", "/sys", "/mnt", "/tmp", "/run"] {
         c.dir(d);
     }
     // The kernel opens /dev/console for PID 1 before anything is mounted.
     c.chardev("/dev/console", 5, 1);
-    c.file("/bin/busybox", 0o755, &busybox).symlink("/bin/sh", "busybox");
+    c.file("/bin/busybox", 0o755, &busybox)
+        .symlink("/bin/sh", "busybox");
     c.file("/init", 0o755, INIT.as_bytes());
     c.file("/cmd.sh", 0o755, command_script(cfg).as_bytes());
     if let Some(m) = &cfg.module {
-        let m = std::fs::canonicalize(m).map_err(|e| format!("module {}: {e} (run 'make kmod')", m.display()))?;
+        let m = std::fs::canonicalize(m)
+            .map_err(|e| format!("module {}: {e} (run 'make kmod')", m.display()))?;
         c.file("/module-path", 0o644, m.to_string_lossy().as_bytes());
     }
     let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    c.finish(&mut f).map_err(|e| format!("{}: {e}", path.display()))
+    c.finish(&mut f)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Boots the VM, streams its console to stdout, and judges the run.
 pub fn run(cfg: &Config) -> Result<Outcome, String> {
     if !cfg.kernel.is_file() {
-        return Err(format!("kernel image {} not found (run 'make kernel')", cfg.kernel.display()));
+        return Err(format!(
+            "kernel image {} not found (run 'make kernel')",
+            cfg.kernel.display()
+        ));
     }
     let dir = std::env::temp_dir().join(format!("krcore-vm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -131,20 +146,40 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
 
     let kvm = kvm_usable();
     let mut qemu = Command::new("qemu-system-x86_64");
-    qemu.args(["-nodefaults", "-no-reboot", "-display", "none", "-serial", "stdio"])
-        .args(["-m", &cfg.memory_mib.to_string(), "-smp", &cfg.cpus.to_string()])
-        .arg("-kernel")
-        .arg(&cfg.kernel)
-        .arg("-initrd")
-        .arg(&initrd)
-        .args(["-append", "console=ttyS0 panic=-1 quiet"])
-        .args(["-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"]);
+    qemu.args([
+        "-nodefaults",
+        "-no-reboot",
+        "-display",
+        "none",
+        "-serial",
+        "stdio",
+    ])
+    .args([
+        "-m",
+        &cfg.memory_mib.to_string(),
+        "-smp",
+        &cfg.cpus.to_string(),
+    ])
+    .arg("-kernel")
+    .arg(&cfg.kernel)
+    .arg("-initrd")
+    .arg(&initrd)
+    .args(["-append", "console=ttyS0 panic=-1 quiet"])
+    .args([
+        "-virtfs",
+        "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+    ]);
     if kvm {
         qemu.args(["-enable-kvm", "-cpu", "host"]);
     } else {
         qemu.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
     }
-    eprintln!("[vm] booting {} ({}), timeout {}s", cfg.kernel.display(), if kvm { "KVM" } else { "TCG" }, cfg.timeout.as_secs());
+    eprintln!(
+        "[vm] booting {} ({}), timeout {}s",
+        cfg.kernel.display(),
+        if kvm { "KVM" } else { "TCG" },
+        cfg.timeout.as_secs()
+    );
     let mut child = qemu
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -203,7 +238,11 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
         eprintln!("[vm] ---- end of kernel log ----");
     } else {
         // The module's own lines, the last few of them (load/unload tests print many).
-        let ours: Vec<&String> = verdict.dmesg.iter().filter(|l| l.contains("krcore")).collect();
+        let ours: Vec<&String> = verdict
+            .dmesg
+            .iter()
+            .filter(|l| l.contains("krcore"))
+            .collect();
         if ours.len() > 6 {
             eprintln!("[vm] dmesg: ... {} earlier krcore lines", ours.len() - 6);
         }

@@ -13,7 +13,11 @@ const LINK_LAYER_ETHERNET: u8 = 2;
 
 fn rxe0_rows(dev: &Device) -> Result<Vec<GidRow>, String> {
     let list = dev.query_devices().map_err(|e| e.to_string())?;
-    Ok(list.rows.into_iter().filter(|r| r.name() == "rxe0").collect())
+    Ok(list
+        .rows
+        .into_iter()
+        .filter(|r| r.name() == "rxe0")
+        .collect())
 }
 
 /// Waits until rxe0 shows its RoCE v2 GID (GIDs are added shortly after the device).
@@ -25,7 +29,9 @@ fn wait_for_rxe0_gid(dev: &Device) -> Result<GidRow, String> {
             return Ok(*r);
         }
         if start.elapsed() > Duration::from_secs(10) {
-            return Err(format!("rxe0 with GID ::ffff:192.0.2.1 not listed after 10 s; rows: {rows:?}"));
+            return Err(format!(
+                "rxe0 with GID ::ffff:192.0.2.1 not listed after 10 s; rows: {rows:?}"
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -34,11 +40,23 @@ fn wait_for_rxe0_gid(dev: &Device) -> Result<GidRow, String> {
 pub fn query_sees_rxe0() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let row = wait_for_rxe0_gid(&dev)?;
-    println!("  rxe0 port {} state {} gid[{}] {}", row.port, row.port_state, row.gid_index, row.gid_string());
+    println!(
+        "  rxe0 port {} state {} gid[{}] {}",
+        row.port,
+        row.port_state,
+        row.gid_index,
+        row.gid_string()
+    );
     check(row.port == 1, || format!("port {} != 1", row.port))?;
-    check(row.port_state == IB_PORT_ACTIVE, || format!("port state {} != ACTIVE", row.port_state))?;
-    check(row.link_layer == LINK_LAYER_ETHERNET, || format!("link layer {} != Ethernet", row.link_layer))?;
-    check(row.gid_type == 2, || format!("gid type {} != RoCE v2", row.gid_type))
+    check(row.port_state == IB_PORT_ACTIVE, || {
+        format!("port state {} != ACTIVE", row.port_state)
+    })?;
+    check(row.link_layer == LINK_LAYER_ETHERNET, || {
+        format!("link layer {} != Ethernet", row.link_layer)
+    })?;
+    check(row.gid_type == 2, || {
+        format!("gid type {} != RoCE v2", row.gid_type)
+    })
 }
 
 pub fn hotplug_under_open_file() -> Result<(), String> {
@@ -47,7 +65,11 @@ pub fn hotplug_under_open_file() -> Result<(), String> {
     sh(&["rdma", "link", "delete", "rxe0"])?;
     let gone = rxe0_rows(&dev);
     // Put the device back before judging, so later tests find it either way.
-    sh(&["rdma", "link", "add", "rxe0", "type", "rxe", "netdev", "veth0"])?;
-    check(gone?.is_empty(), || "rxe0 still listed after its removal".into())?;
+    sh(&[
+        "rdma", "link", "add", "rxe0", "type", "rxe", "netdev", "veth0",
+    ])?;
+    check(gone?.is_empty(), || {
+        "rxe0 still listed after its removal".into()
+    })?;
     wait_for_rxe0_gid(&dev).map(|_| ())
 }

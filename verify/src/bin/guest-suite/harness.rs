@@ -13,10 +13,17 @@ pub struct Test {
 /// test and the closing `N passed, N failed` line.
 pub fn run_all(tests: &[Test], filters: &[String]) -> ExitCode {
     let (mut passed, mut failed) = (0, 0);
-    for t in tests.iter().filter(|t| filters.is_empty() || filters.iter().any(|f| t.name.contains(f.as_str()))) {
+    for t in tests
+        .iter()
+        .filter(|t| filters.is_empty() || filters.iter().any(|f| t.name.contains(f.as_str())))
+    {
         let start = Instant::now();
         let result = std::panic::catch_unwind(t.run).unwrap_or_else(|p| {
-            Err(p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())
+            Err(p
+                .downcast_ref::<String>()
+                .cloned()
+                .or(p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default())
         });
         let ms = start.elapsed().as_millis();
         match result {
@@ -40,9 +47,17 @@ pub fn run_all(tests: &[Test], filters: &[String]) -> ExitCode {
 
 /// Runs a command; returns its stdout, or its stderr as the error when it fails.
 pub fn sh(argv: &[&str]) -> Result<String, String> {
-    let out = Command::new(argv[0]).args(&argv[1..]).output().map_err(|e| format!("{}: {e}", argv[0]))?;
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", argv[0]))?;
     if !out.status.success() {
-        return Err(format!("`{}` failed ({}): {}", argv.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "`{}` failed ({}): {}",
+            argv.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -29,44 +29,134 @@ pub fn rejects_bad_commands() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut q = QueryDevices::default();
     let arg = &mut q as *mut _ as usize;
-    expect(&dev, "unknown number", ioc(RW, b'K', 0x7f, SIZE), arg, libc::ENOTTY)?;
-    expect(&dev, "foreign type", ioc(RW, b'T', NR_QUERY_DEVICES, SIZE), arg, libc::ENOTTY)?;
-    expect(&dev, "short struct", ioc(RW, b'K', NR_QUERY_DEVICES, SIZE - 8), arg, libc::EINVAL)?;
-    expect(&dev, "oversized struct", ioc(RW, b'K', NR_QUERY_DEVICES, SIZE + 8), arg, libc::E2BIG)?;
-    expect(&dev, "write-only direction", ioc(1, b'K', NR_QUERY_DEVICES, SIZE), arg, libc::EINVAL)?;
+    expect(
+        &dev,
+        "unknown number",
+        ioc(RW, b'K', 0x7f, SIZE),
+        arg,
+        libc::ENOTTY,
+    )?;
+    expect(
+        &dev,
+        "foreign type",
+        ioc(RW, b'T', NR_QUERY_DEVICES, SIZE),
+        arg,
+        libc::ENOTTY,
+    )?;
+    expect(
+        &dev,
+        "short struct",
+        ioc(RW, b'K', NR_QUERY_DEVICES, SIZE - 8),
+        arg,
+        libc::EINVAL,
+    )?;
+    expect(
+        &dev,
+        "oversized struct",
+        ioc(RW, b'K', NR_QUERY_DEVICES, SIZE + 8),
+        arg,
+        libc::E2BIG,
+    )?;
+    expect(
+        &dev,
+        "write-only direction",
+        ioc(1, b'K', NR_QUERY_DEVICES, SIZE),
+        arg,
+        libc::EINVAL,
+    )?;
     // Nothing may have been written back by a rejected command.
-    check(q == QueryDevices::default(), || format!("rejected ioctl wrote {q:?}"))?;
+    check(q == QueryDevices::default(), || {
+        format!("rejected ioctl wrote {q:?}")
+    })?;
     // mmap has nothing to map before a ring exists.
     // SAFETY: a fresh shared mapping request; the result is unmapped if it succeeds.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_SHARED, std::os::fd::AsRawFd::as_raw_fd(&dev), 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&dev),
+            0,
+        )
+    };
     let err = std::io::Error::last_os_error().raw_os_error();
     if p != libc::MAP_FAILED {
         // SAFETY: mapped just above.
         unsafe { libc::munmap(p, 4096) };
     }
-    check(p == libc::MAP_FAILED && err == Some(libc::ENXIO), || format!("mmap without rings: {err:?}, want ENXIO"))
+    check(p == libc::MAP_FAILED && err == Some(libc::ENXIO), || {
+        format!("mmap without rings: {err:?}, want ENXIO")
+    })
 }
 
 pub fn rejects_bad_arguments() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     expect(&dev, "null argument", IOC_QUERY_DEVICES, 0, libc::EFAULT)?;
-    expect(&dev, "kernel-space argument", IOC_QUERY_DEVICES, 0xffff_8880_0000_0000, libc::EFAULT)?;
-    let mut q = QueryDevices { resv: [0, 0, 1, 0], ..Default::default() };
-    expect(&dev, "nonzero reserved", IOC_QUERY_DEVICES, &mut q as *mut _ as usize, libc::EINVAL)?;
-    let mut q = QueryDevices { rows: 0x10, capacity: 4, ..Default::default() };
-    expect(&dev, "unmapped rows pointer", IOC_QUERY_DEVICES, &mut q as *mut _ as usize, libc::EFAULT)?;
+    expect(
+        &dev,
+        "kernel-space argument",
+        IOC_QUERY_DEVICES,
+        0xffff_8880_0000_0000,
+        libc::EFAULT,
+    )?;
+    let mut q = QueryDevices {
+        resv: [0, 0, 1, 0],
+        ..Default::default()
+    };
+    expect(
+        &dev,
+        "nonzero reserved",
+        IOC_QUERY_DEVICES,
+        &mut q as *mut _ as usize,
+        libc::EINVAL,
+    )?;
+    let mut q = QueryDevices {
+        rows: 0x10,
+        capacity: 4,
+        ..Default::default()
+    };
+    expect(
+        &dev,
+        "unmapped rows pointer",
+        IOC_QUERY_DEVICES,
+        &mut q as *mut _ as usize,
+        libc::EFAULT,
+    )?;
     // The device still answers normally afterwards.
     let list = dev.query_devices().map_err(|e| e.to_string())?;
-    check(!list.rows.is_empty(), || "no rows after the bad calls".into())
+    check(!list.rows.is_empty(), || {
+        "no rows after the bad calls".into()
+    })
 }
 
 pub fn truncates_to_capacity() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut q = QueryDevices::default();
-    expect(&dev, "capacity 0", IOC_QUERY_DEVICES, &mut q as *mut _ as usize, 0)?;
-    check(q.n_total >= 1 && q.n_written == 0, || format!("capacity 0: {q:?}"))?;
+    expect(
+        &dev,
+        "capacity 0",
+        IOC_QUERY_DEVICES,
+        &mut q as *mut _ as usize,
+        0,
+    )?;
+    check(q.n_total >= 1 && q.n_written == 0, || {
+        format!("capacity 0: {q:?}")
+    })?;
     let mut one = [DeviceGid::ZERO; 1];
-    let mut q = QueryDevices { rows: one.as_mut_ptr() as u64, capacity: 1, ..Default::default() };
-    expect(&dev, "capacity 1", IOC_QUERY_DEVICES, &mut q as *mut _ as usize, 0)?;
-    check(q.n_written == 1 && one[0].name_bytes() == b"rxe0", || format!("capacity 1: {q:?} {:?}", one[0]))
+    let mut q = QueryDevices {
+        rows: one.as_mut_ptr() as u64,
+        capacity: 1,
+        ..Default::default()
+    };
+    expect(
+        &dev,
+        "capacity 1",
+        IOC_QUERY_DEVICES,
+        &mut q as *mut _ as usize,
+        0,
+    )?;
+    check(q.n_written == 1 && one[0].name_bytes() == b"rxe0", || {
+        format!("capacity 1: {q:?} {:?}", one[0])
+    })
 }

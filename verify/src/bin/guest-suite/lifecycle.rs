@@ -15,15 +15,23 @@ fn loaded() -> bool {
 }
 
 fn module_path() -> Result<String, String> {
-    std::env::var("KRCORE_KO").map_err(|_| "KRCORE_KO is not set (the VM runner sets it with --module)".into())
+    std::env::var("KRCORE_KO")
+        .map_err(|_| "KRCORE_KO is not set (the VM runner sets it with --module)".into())
 }
 
 /// kB figures of /proc/meminfo that a leaking module would grow.
 fn meminfo() -> Result<[(String, i64); 3], String> {
     let s = std::fs::read_to_string("/proc/meminfo").map_err(|e| e.to_string())?;
     let get = |key: &str| -> Result<(String, i64), String> {
-        let line = s.lines().find(|l| l.starts_with(&format!("{key}:"))).ok_or(format!("{key} not in meminfo"))?;
-        let kb = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or(format!("bad line {line}"))?;
+        let line = s
+            .lines()
+            .find(|l| l.starts_with(&format!("{key}:")))
+            .ok_or(format!("{key} not in meminfo"))?;
+        let kb = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .ok_or(format!("bad line {line}"))?;
         Ok((key.to_string(), kb))
     };
     Ok([get("SUnreclaim")?, get("VmallocUsed")?, get("Percpu")?])
@@ -50,20 +58,28 @@ fn check_kmemleak(what: &str) -> Result<(), String> {
     let leaks = report.matches("unreferenced object").count();
     println!("  kmemleak after {what}: {leaks} reports");
     let head: Vec<&str> = report.lines().take(24).collect();
-    check(leaks == 0, || format!("kmemleak found {leaks} leaked objects after {what}; first reports:\n{}", head.join("\n")))
+    check(leaks == 0, || {
+        format!(
+            "kmemleak found {leaks} leaked objects after {what}; first reports:\n{}",
+            head.join("\n")
+        )
+    })
 }
 
 pub fn unload_refused_while_open() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let r = sh(&["rmmod", "krcore"]);
-    check(r.is_err() && loaded(), || "rmmod succeeded while /dev/krcore was open".into())?;
+    check(r.is_err() && loaded(), || {
+        "rmmod succeeded while /dev/krcore was open".into()
+    })?;
     println!("  rmmod refused: {}", r.unwrap_err());
     drop(dev);
     check(loaded(), || "module gone".into())
 }
 
 pub fn open_close_no_kmemleak() -> Result<(), String> {
-    std::fs::write(KMEMLEAK, "clear").map_err(|e| format!("{KMEMLEAK}: {e} (kernel without DEBUG_KMEMLEAK?)"))?;
+    std::fs::write(KMEMLEAK, "clear")
+        .map_err(|e| format!("{KMEMLEAK}: {e} (kernel without DEBUG_KMEMLEAK?)"))?;
     for _ in 0..200 {
         let dev = Device::open().map_err(|e| e.to_string())?;
         dev.query_devices().map_err(|e| e.to_string())?;
@@ -95,8 +111,13 @@ pub fn load_unload_50_cycles() -> Result<(), String> {
     // would be 5 MB) yet above the noise of unrelated kernel activity.
     let budget_kb = [256i64, 256, 64];
     for ((name, b), ((_, a), budget)) in before.iter().zip(after.iter().zip(budget_kb)) {
-        println!("  {name}: {b} kB -> {a} kB ({:+} kB over 50 cycles, budget {budget} kB)", a - b);
-        check(a - b <= budget, || format!("{name} grew by {} kB over 50 load/unload cycles", a - b))?;
+        println!(
+            "  {name}: {b} kB -> {a} kB ({:+} kB over 50 cycles, budget {budget} kB)",
+            a - b
+        );
+        check(a - b <= budget, || {
+            format!("{name} grew by {} kB over 50 load/unload cycles", a - b)
+        })?;
     }
     check_kmemleak("50 load/unload cycles")
 }

@@ -12,15 +12,42 @@ mod verbs;
 use harness::Test;
 
 const TESTS: &[Test] = &[
-    Test { name: "device::query_sees_rxe0", run: device::query_sees_rxe0 },
-    Test { name: "ioctl::rejects_bad_commands", run: ioctl::rejects_bad_commands },
-    Test { name: "ioctl::rejects_bad_arguments", run: ioctl::rejects_bad_arguments },
-    Test { name: "ioctl::truncates_to_capacity", run: ioctl::truncates_to_capacity },
-    Test { name: "verbs::loopback_read_8b", run: verbs::loopback_read_8b },
-    Test { name: "device::hotplug_under_open_file", run: device::hotplug_under_open_file },
-    Test { name: "lifecycle::unload_refused_while_open", run: lifecycle::unload_refused_while_open },
-    Test { name: "lifecycle::open_close_no_kmemleak", run: lifecycle::open_close_no_kmemleak },
-    Test { name: "lifecycle::load_unload_50_cycles", run: lifecycle::load_unload_50_cycles },
+    Test {
+        name: "device::query_sees_rxe0",
+        run: device::query_sees_rxe0,
+    },
+    Test {
+        name: "ioctl::rejects_bad_commands",
+        run: ioctl::rejects_bad_commands,
+    },
+    Test {
+        name: "ioctl::rejects_bad_arguments",
+        run: ioctl::rejects_bad_arguments,
+    },
+    Test {
+        name: "ioctl::truncates_to_capacity",
+        run: ioctl::truncates_to_capacity,
+    },
+    Test {
+        name: "verbs::loopback_read_8b",
+        run: verbs::loopback_read_8b,
+    },
+    Test {
+        name: "device::hotplug_under_open_file",
+        run: device::hotplug_under_open_file,
+    },
+    Test {
+        name: "lifecycle::unload_refused_while_open",
+        run: lifecycle::unload_refused_while_open,
+    },
+    Test {
+        name: "lifecycle::open_close_no_kmemleak",
+        run: lifecycle::open_close_no_kmemleak,
+    },
+    Test {
+        name: "lifecycle::load_unload_50_cycles",
+        run: lifecycle::load_unload_50_cycles,
+    },
 ];
 
 fn main() -> std::process::ExitCode {
