@@ -38,6 +38,12 @@ unsafe impl FromBytes for device::QueryDevices {}
 unsafe impl AsBytes for device::QueryDevices {}
 // SAFETY: as above.
 unsafe impl AsBytes for device::DeviceGid {}
+// SAFETY: as above.
+unsafe impl FromBytes for layout::SetupParams {}
+// SAFETY: as above.
+unsafe impl AsBytes for layout::SetupParams {}
+// SAFETY: as above.
+unsafe impl FromBytes for layout::EnterArgs {}
 
 impl From<errno::Errno> for Error {
     fn from(e: errno::Errno) -> Error {

@@ -3,25 +3,56 @@
 
 use core::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
 
+use kernel::new_mutex;
 use kernel::prelude::*;
+use kernel::sync::Mutex;
 use kernel::uaccess::UserSlice;
 
 use crate::abi::device::{DeviceGid, QueryDevices, ABI_VERSION};
 use crate::abi::errno::Errno;
 use crate::abi::ioctl::{self, Command};
+use crate::abi::layout::{EnterArgs, SetupParams};
 use crate::device::Registry;
+use crate::ring_ctx::RingCtx;
 use crate::shim::Vma;
 
-/// State of one open file. Rings and virtual QPs hang off it in later issues.
+/// State of one open file: its rings, once set up.
+#[pin_data]
 pub(crate) struct FileCtx {
-    _private: (),
+    #[pin]
+    ring: Mutex<Option<KBox<RingCtx>>>,
 }
 
 impl FileCtx {
     fn ioctl(&self, cmd: u32, arg: usize) -> Result<c_long> {
         match ioctl::decode(cmd)? {
             Command::QueryDevices => query_devices(arg),
+            Command::Setup => self.setup(arg),
+            Command::Enter => {
+                let args: EnterArgs = UserSlice::new(arg, size_of::<EnterArgs>())
+                    .reader()
+                    .read()?;
+                match self.ring.lock().as_mut() {
+                    Some(r) => r.enter(&args),
+                    None => Err(Errno::ENXIO.into()),
+                }
+            }
         }
+    }
+
+    /// `IOC_SETUP`: once per file.
+    fn setup(&self, arg: usize) -> Result<c_long> {
+        let (mut reader, mut writer) =
+            UserSlice::new(arg, size_of::<SetupParams>()).reader_writer();
+        let mut p: SetupParams = reader.read()?;
+        let mut ring = self.ring.lock();
+        if ring.is_some() {
+            return Err(EBUSY);
+        }
+        let ctx = RingCtx::setup(&mut p)?;
+        writer.write(&p)?;
+        *ring = Some(ctx);
+        Ok(0)
     }
 }
 
@@ -51,10 +82,13 @@ fn query_devices(arg: usize) -> Result<c_long> {
 /// open(2): allocate the file's context.
 #[no_mangle]
 extern "C" fn krcore_rs_open(out: *mut *mut c_void) -> c_int {
-    match KBox::new(FileCtx { _private: () }, GFP_KERNEL) {
+    let init = pin_init!(FileCtx { ring <- new_mutex!(None, "krcore_file_ring") });
+    match KBox::pin_init(init, GFP_KERNEL) {
         Ok(ctx) => {
-            // SAFETY: `out` points at a local of the shim's open handler.
-            unsafe { *out = KBox::into_raw(ctx).cast() };
+            // SAFETY: the context stays pinned: it is only ever used through this pointer
+            // and freed in place by `krcore_rs_release`. `out` points at a local of the
+            // shim's open handler.
+            unsafe { *out = KBox::into_raw(Pin::into_inner_unchecked(ctx)).cast() };
             0
         }
         Err(_) => ENOMEM.to_errno(),
@@ -80,13 +114,22 @@ extern "C" fn krcore_rs_ioctl(ctx: *mut c_void, cmd: c_uint, arg: c_ulong) -> c_
     }
 }
 
-/// mmap(2): nothing is mappable until a ring is set up.
+/// mmap(2) of a ring at its documented offset; `ENXIO` before setup.
 #[no_mangle]
 extern "C" fn krcore_rs_mmap(
-    _ctx: *mut c_void,
-    _vma: *mut Vma,
-    _pgoff: c_ulong,
-    _len: c_ulong,
+    ctx: *mut c_void,
+    vma: *mut Vma,
+    pgoff: c_ulong,
+    len: c_ulong,
 ) -> c_int {
-    Errno::ENXIO.to_neg()
+    // SAFETY: `ctx` is the live context of an open file (see `krcore_rs_release`).
+    let ctx = unsafe { &*ctx.cast::<FileCtx>() };
+    let r = match ctx.ring.lock().as_ref() {
+        Some(r) => r.mmap(vma, pgoff as usize, len as usize),
+        None => Err(Errno::ENXIO.into()),
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
 }

@@ -8,9 +8,13 @@
 use kernel::prelude::*;
 
 mod abi;
+mod backend;
 mod device;
 mod file;
+mod ring_ctx;
+mod ring_mem;
 mod shim;
+mod store;
 
 module! {
     type: KrCore,

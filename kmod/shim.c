@@ -7,6 +7,7 @@
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/vmalloc.h>
 #include <rdma/ib_cache.h>
 #include <rdma/ib_verbs.h>
 
@@ -72,6 +73,21 @@ static struct ib_client krcore_client = {
 	.add = krcore_client_add,
 	.remove = krcore_client_remove,
 };
+
+void *krcore_shim_ring_alloc(size_t size)
+{
+	return vmalloc_user(size);
+}
+
+void krcore_shim_ring_free(void *mem)
+{
+	vfree(mem);
+}
+
+int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem)
+{
+	return remap_vmalloc_range(vma, mem, 0);
+}
 
 int krcore_shim_register(void)
 {

@@ -40,6 +40,12 @@ struct krcore_port_attr {
 	u32 link_layer;
 };
 
+/* Ring memory: zeroed, page-aligned, mappable to user space (vmalloc_user), or NULL. */
+void *krcore_shim_ring_alloc(size_t size);
+void krcore_shim_ring_free(void *mem);
+/* Map ring memory into a VMA (remap_vmalloc_range); the VMA may not exceed it. */
+int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem);
+
 /* Register the misc device /dev/krcore and the ib_client; undo both. */
 int krcore_shim_register(void);
 void krcore_shim_unregister(void);

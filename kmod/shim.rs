@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The C shim's functions as Rust sees them (declared in shim.h).
 
-use core::ffi::{c_char, c_int};
+use core::ffi::{c_char, c_int, c_void};
 
 /// An RDMA device (`struct ib_device`), opaque to Rust.
 #[repr(C)]
@@ -26,6 +26,9 @@ pub(crate) struct PortAttr {
 }
 
 extern "C" {
+    pub(crate) fn krcore_shim_ring_alloc(size: usize) -> *mut c_void;
+    pub(crate) fn krcore_shim_ring_free(mem: *mut c_void);
+    pub(crate) fn krcore_shim_ring_mmap(vma: *mut Vma, mem: *mut c_void) -> c_int;
     pub(crate) fn krcore_shim_register() -> c_int;
     pub(crate) fn krcore_shim_unregister();
     pub(crate) fn krcore_shim_dev_name(dev: *mut IbDevice) -> *const c_char;

@@ -34,6 +34,21 @@
 // C header carries the number; the assert below pins it to the encoding.
 #define krcore_IOC_QUERY_DEVICES 3223866113
 
+// Number of [`IOC_SETUP`].
+#define krcore_NR_SETUP 2
+
+// Set up this file's rings. Argument: [`SetupParams`] (sizes in, offsets out). Once per
+// file: a second setup is `EBUSY`. `_IOWR('K', 0x02, struct SetupParams)`.
+#define krcore_IOC_SETUP 3227536130
+
+// Number of [`IOC_ENTER`].
+#define krcore_NR_ENTER 3
+
+// Submit and wait. Argument: [`EnterArgs`]. Returns the number of SQEs taken, or
+// `EINVAL` (with `TAIL_OVERRUN` set) when the SQ tail is hostile.
+// `_IOW('K', 0x03, struct EnterArgs)`.
+#define krcore_IOC_ENTER 1075858179
+
 // mmap offset of the SQ ring.
 #define krcore_OFF_SQ_RING 0
 
@@ -344,6 +359,18 @@ typedef uint32_t krcore_EnterFlags;
 #define krcore_EnterFlags_GETEVENTS (uint32_t)(1 << 0)
 // Wake the polling thread.
 #define krcore_EnterFlags_SQ_WAKEUP (uint32_t)(1 << 1)
+
+// Argument of the enter ioctl.
+struct krcore_EnterArgs {
+  // SQEs to take at most.
+  uint32_t to_submit;
+  // With [`EnterFlags::GETEVENTS`]: completions to wait for.
+  uint32_t min_complete;
+  // [`EnterFlags`].
+  uint32_t flags;
+  // Reserved, must be zero.
+  uint32_t resv[5];
+};
 
 
 

@@ -7,6 +7,7 @@
 
 use super::device::QueryDevices;
 use super::errno::Errno;
+use super::layout::{EnterArgs, SetupParams};
 
 /// The ioctl type byte of every krcore command.
 pub const IOC_MAGIC: u8 = b'K';
@@ -41,6 +42,11 @@ pub const fn iowr<T>(nr: u8) -> u32 {
     )
 }
 
+/// `_IOW(type, nr, T)`.
+pub const fn iow<T>(nr: u8) -> u32 {
+    ioc(DIR_WRITE, IOC_MAGIC, nr, core::mem::size_of::<T>())
+}
+
 /// Number of [`IOC_QUERY_DEVICES`].
 pub const NR_QUERY_DEVICES: u8 = 0x01;
 
@@ -50,11 +56,32 @@ pub const NR_QUERY_DEVICES: u8 = 0x01;
 pub const IOC_QUERY_DEVICES: u32 = 0xc028_4b01;
 const _: () = assert!(IOC_QUERY_DEVICES == iowr::<QueryDevices>(NR_QUERY_DEVICES));
 
+/// Number of [`IOC_SETUP`].
+pub const NR_SETUP: u8 = 0x02;
+
+/// Set up this file's rings. Argument: [`SetupParams`] (sizes in, offsets out). Once per
+/// file: a second setup is `EBUSY`. `_IOWR('K', 0x02, struct SetupParams)`.
+pub const IOC_SETUP: u32 = 0xc060_4b02;
+const _: () = assert!(IOC_SETUP == iowr::<SetupParams>(NR_SETUP));
+
+/// Number of [`IOC_ENTER`].
+pub const NR_ENTER: u8 = 0x03;
+
+/// Submit and wait. Argument: [`EnterArgs`]. Returns the number of SQEs taken, or
+/// `EINVAL` (with `TAIL_OVERRUN` set) when the SQ tail is hostile.
+/// `_IOW('K', 0x03, struct EnterArgs)`.
+pub const IOC_ENTER: u32 = 0x4020_4b03;
+const _: () = assert!(IOC_ENTER == iow::<EnterArgs>(NR_ENTER));
+
 /// A decoded, size-checked ioctl command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
     /// [`IOC_QUERY_DEVICES`].
     QueryDevices,
+    /// [`IOC_SETUP`].
+    Setup,
+    /// [`IOC_ENTER`].
+    Enter,
 }
 
 /// Decodes `cmd`, checking its type, number, direction and argument size.
@@ -66,11 +93,21 @@ pub fn decode(cmd: u32) -> Result<Command, Errno> {
     if ty != IOC_MAGIC {
         return Err(Errno::ENOTTY);
     }
-    let (command, want_size) = match nr {
-        NR_QUERY_DEVICES => (Command::QueryDevices, core::mem::size_of::<QueryDevices>()),
+    let (command, want_dir, want_size) = match nr {
+        NR_QUERY_DEVICES => (
+            Command::QueryDevices,
+            DIR_READ | DIR_WRITE,
+            core::mem::size_of::<QueryDevices>(),
+        ),
+        NR_SETUP => (
+            Command::Setup,
+            DIR_READ | DIR_WRITE,
+            core::mem::size_of::<SetupParams>(),
+        ),
+        NR_ENTER => (Command::Enter, DIR_WRITE, core::mem::size_of::<EnterArgs>()),
         _ => return Err(Errno::ENOTTY),
     };
-    if dir != DIR_READ | DIR_WRITE {
+    if dir != want_dir {
         return Err(Errno::EINVAL);
     }
     match size {
@@ -99,5 +136,12 @@ mod tests {
         assert_eq!(decode(ioc(3, b'K', 1, 39)), Err(Errno::EINVAL));
         assert_eq!(decode(ioc(3, b'K', 1, 41)), Err(Errno::E2BIG));
         assert_eq!(decode(ioc(2, b'K', 1, 40)), Err(Errno::EINVAL));
+        assert_eq!(decode(IOC_SETUP), Ok(Command::Setup));
+        assert_eq!(decode(IOC_ENTER), Ok(Command::Enter));
+        assert_eq!(
+            decode(ioc(3, b'K', NR_ENTER, 32)),
+            Err(Errno::EINVAL),
+            "enter is write-only"
+        );
     }
 }

@@ -180,6 +180,41 @@ pub struct SetupParams {
 
 const _: () = assert!(core::mem::size_of::<SetupParams>() == 96);
 
+/// Argument of the enter ioctl.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "zerocopy",
+    derive(
+        zerocopy::FromBytes,
+        zerocopy::IntoBytes,
+        zerocopy::KnownLayout,
+        zerocopy::Immutable
+    )
+)]
+#[repr(C)]
+pub struct EnterArgs {
+    /// SQEs to take at most.
+    pub to_submit: u32,
+    /// With [`EnterFlags::GETEVENTS`]: completions to wait for.
+    pub min_complete: u32,
+    /// [`EnterFlags`].
+    pub flags: u32,
+    /// Reserved, must be zero.
+    pub resv: [u32; 5],
+}
+
+const _: () = assert!(core::mem::size_of::<EnterArgs>() == 32);
+
+impl EnterArgs {
+    /// Checks the fields user space sets.
+    pub fn validate(&self) -> Result<EnterFlags, Errno> {
+        if self.resv != [0; 5] {
+            return Err(Errno::EINVAL);
+        }
+        EnterFlags::from_bits(self.flags).ok_or(Errno::EINVAL)
+    }
+}
+
 impl SetupParams {
     /// Validates the request and fills in what the kernel grants: power-of-two sizes,
     /// the CQ at least as large as the SQ, the offsets.

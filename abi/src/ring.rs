@@ -136,6 +136,83 @@ pub unsafe fn write_entry<E: Copy>(dst: *mut E, e: E) {
     }
 }
 
+/// A ring laid out as [`layout`](super::layout) says, at a raw address: a
+/// [`RingHeader`](super::layout::RingHeader) then the entries. The kernel uses it over
+/// its ring pages, the application over its mapping of them. The entry count is this
+/// side's own record; the header's `ring_entries` is never read back.
+///
+/// # Invariants
+/// `base` points at a live ring area holding a header and `entries` entries of `E`,
+/// page-aligned.
+pub struct RawRing<E> {
+    base: *mut u8,
+    entries: u32,
+    _e: core::marker::PhantomData<E>,
+}
+
+// SAFETY: the area is plain shared memory; every access goes through the protocol.
+unsafe impl<E> Send for RawRing<E> {}
+
+impl<E> RawRing<E> {
+    /// A view of the ring at `base` with `entries` entries (a power of two).
+    ///
+    /// # Safety
+    /// `base` is 8-byte aligned, valid for reads and writes of the header and `entries`
+    /// entries of `E`, and stays so for the life of the view.
+    pub unsafe fn new(base: *mut u8, entries: u32) -> Self {
+        debug_assert!(entries.is_power_of_two() && base as usize % 8 == 0);
+        // INVARIANT: the caller's promise.
+        RawRing {
+            base,
+            entries,
+            _e: core::marker::PhantomData,
+        }
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        // SAFETY: `offset` is a u32 field of the header at the start of the live area
+        // (invariant), 4-byte aligned. The other side may write it concurrently, which
+        // is what atomics are for.
+        unsafe { AtomicU32::from_ptr(self.base.add(offset).cast::<u32>()) }
+    }
+
+    fn slot(&self, i: u32) -> *mut E {
+        // SAFETY: callers pass i < entries, inside the live area (invariant); the
+        // entries start 8-byte aligned at ENTRIES_OFFSET.
+        unsafe {
+            self.base
+                .add(super::layout::ENTRIES_OFFSET)
+                .cast::<E>()
+                .add(i as usize)
+        }
+    }
+}
+
+impl<E: Copy> RingMem for RawRing<E> {
+    type Cell = AtomicU32;
+    type Entry = E;
+    fn head(&self) -> &AtomicU32 {
+        self.word(core::mem::offset_of!(super::layout::RingHeader, head))
+    }
+    fn tail(&self) -> &AtomicU32 {
+        self.word(core::mem::offset_of!(super::layout::RingHeader, tail))
+    }
+    fn flags(&self) -> &AtomicU32 {
+        self.word(core::mem::offset_of!(super::layout::RingHeader, flags))
+    }
+    fn entries(&self) -> u32 {
+        self.entries
+    }
+    unsafe fn read(&self, i: u32) -> E {
+        // SAFETY: i < entries per the caller; read once, word by word.
+        unsafe { read_entry(self.slot(i)) }
+    }
+    unsafe fn write(&self, i: u32, e: E) {
+        // SAFETY: as in `read`.
+        unsafe { write_entry(self.slot(i), e) }
+    }
+}
+
 /// Protocol violations by the other side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RingError {

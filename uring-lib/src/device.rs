@@ -93,7 +93,7 @@ impl Device {
             };
             // SAFETY: `q` and `rows` (of `capacity` rows) outlive the call.
             unsafe { self.ioctl_raw(IOC_QUERY_DEVICES, &mut q as *mut _ as usize) }
-                .map_err(|e| Error::errno("query devices", Errno(e.raw_os_error().unwrap_or(0))))?;
+                .map_err(|e| e.context("query devices"))?;
             if q.abi_version != ABI_VERSION {
                 return Err(Error::errno(
                     "query devices: ABI version mismatch",

@@ -27,6 +27,14 @@ impl Error {
         }
     }
 
+    /// The same OS error under a more specific operation name.
+    pub(crate) fn context(self, op: &'static str) -> Error {
+        Error {
+            op,
+            source: self.source,
+        }
+    }
+
     /// The errno, where the failure had one.
     pub fn raw_os_error(&self) -> Option<i32> {
         self.source.raw_os_error()

@@ -11,7 +11,10 @@
 
 mod device;
 mod error;
+mod mmap;
+mod ring;
 
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};
 pub use error::Error;
 pub use krcore_abi as abi;
+pub use ring::{describe_failure, Builder, Completions, PushError, Ring};

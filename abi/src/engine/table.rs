@@ -7,6 +7,17 @@
 
 use super::Store;
 
+/// `i mod n` for `i < 2n`, by comparison: no division, so no divide-by-zero panic path
+/// in the kernel build (and cheaper).
+#[inline]
+fn wrap(i: u32, n: u32) -> u32 {
+    if i >= n {
+        i - n
+    } else {
+        i
+    }
+}
+
 /// Largest generation, so handles stay below 2^31.
 const MAX_GEN: u8 = 127;
 
@@ -74,13 +85,13 @@ impl<T, S: Store> Table<T, S> {
         }
         let slots = self.slots.as_mut();
         for k in 0..n {
-            let i = (self.hint + k) % n;
+            let i = wrap(self.hint + k, n);
             let s = &mut slots[i as usize];
             if s.val.is_none() {
                 s.gen = if s.gen >= MAX_GEN { 1 } else { s.gen + 1 };
                 s.val = Some(v);
                 self.len += 1;
-                self.hint = (i + 1) % n;
+                self.hint = wrap(i + 1, n);
                 return Ok(((s.gen as u32) << 24) | i);
             }
         }
@@ -171,7 +182,7 @@ impl<T: Copy, S: Store> Fifo<T, S> {
         if self.len == cap {
             return Err(v);
         }
-        let i = (self.head + self.len) % cap;
+        let i = wrap(self.head + self.len, cap);
         self.buf.as_mut()[i as usize] = v;
         self.len += 1;
         Ok(())
@@ -185,7 +196,7 @@ impl<T: Copy, S: Store> Fifo<T, S> {
     /// Removes the oldest entry.
     pub fn pop(&mut self) -> Option<T> {
         let v = self.front()?;
-        self.head = (self.head + 1) % self.capacity() as u32;
+        self.head = wrap(self.head + 1, self.capacity() as u32);
         self.len -= 1;
         Some(v)
     }
@@ -198,6 +209,6 @@ impl<T: Copy, S: Store> Fifo<T, S> {
     /// Whether `pred` holds for some queued entry.
     pub fn any(&self, mut pred: impl FnMut(T) -> bool) -> bool {
         let cap = self.capacity() as u32;
-        (0..self.len).any(|k| pred(self.buf.as_ref()[((self.head + k) % cap) as usize]))
+        (0..self.len).any(|k| pred(self.buf.as_ref()[wrap(self.head + k, cap) as usize]))
     }
 }

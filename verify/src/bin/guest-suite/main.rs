@@ -7,6 +7,7 @@ mod device;
 mod harness;
 mod ioctl;
 mod lifecycle;
+mod rings;
 mod verbs;
 
 use harness::Test;
@@ -31,6 +32,26 @@ const TESTS: &[Test] = &[
     Test {
         name: "verbs::loopback_read_8b",
         run: verbs::loopback_read_8b,
+    },
+    Test {
+        name: "rings::nop_batches_complete_in_order",
+        run: rings::nop_batches_complete_in_order,
+    },
+    Test {
+        name: "rings::bad_entries_get_reasons",
+        run: rings::bad_entries_get_reasons,
+    },
+    Test {
+        name: "rings::full_cq_overflows_without_loss",
+        run: rings::full_cq_overflows_without_loss,
+    },
+    Test {
+        name: "rings::hostile_tail_is_rejected",
+        run: rings::hostile_tail_is_rejected,
+    },
+    Test {
+        name: "rings::setup_and_mmap_errors",
+        run: rings::setup_and_mmap_errors,
     },
     Test {
         name: "device::hotplug_under_open_file",

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-2.0
+//! One file's rings: the SQ and CQ areas the application maps, and the engine's ring
+//! over them.
+
+use core::ffi::c_long;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use kernel::page::PAGE_SIZE;
+use kernel::prelude::*;
+
+use crate::abi::cqe::Cqe;
+use crate::abi::engine::{PhysQp, Ring, RingStorage, Slot};
+use crate::abi::errno::Errno;
+use crate::abi::layout::{EnterArgs, SetupFlags, SetupParams, OFF_CQ_RING, OFF_SQ_RING};
+use crate::abi::ring::RawRing;
+use crate::abi::sqe::Sqe;
+use crate::backend::NoDevice;
+use crate::ring_mem::RingArea;
+use crate::shim::Vma;
+use crate::store::{KBuf, KStore};
+
+/// Virtual QP and MR slots per ring.
+const TABLE_SLOTS: usize = 64;
+
+type EngineRing = Ring<KStore, RawRing<Sqe>, RawRing<Cqe>>;
+
+/// Ring ids and generations: the low 16 bits name the ring, the high 16 its generation,
+/// so a reused id comes back with a new generation.
+static NEXT_RING: AtomicU32 = AtomicU32::new(0);
+
+/// A file's rings.
+pub(crate) struct RingCtx {
+    // Declared before the areas: fields drop in order, so the engine's ring, which
+    // points into them, goes first.
+    ring: KBox<EngineRing>,
+    sq: RingArea,
+    cq: RingArea,
+}
+
+fn page_round(n: usize) -> usize {
+    n.div_ceil(PAGE_SIZE) * PAGE_SIZE
+}
+
+impl RingCtx {
+    /// Sizes and allocates the rings for `p`, filling in what the kernel grants.
+    /// Must not be called from an atomic context.
+    pub(crate) fn setup(p: &mut SetupParams) -> Result<KBox<RingCtx>> {
+        p.normalize(size_of::<Sqe>(), size_of::<Cqe>())?;
+        if SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL) {
+            // The polling thread comes with the data path.
+            return Err(Errno::EOPNOTSUPP.into());
+        }
+        let sq = RingArea::new(page_round(p.sq_off.map_len as usize))?;
+        let cq = RingArea::new(page_round(p.cq_off.map_len as usize))?;
+        sq.init_header(p.sq_entries);
+        cq.init_header(p.cq_entries);
+        let inflight = 2 * p.sq_entries as usize;
+        let storage = RingStorage::<KStore> {
+            vqps: KBuf::filled(TABLE_SLOTS, Slot::EMPTY)?,
+            mrs: KBuf::filled(TABLE_SLOTS, Slot::EMPTY)?,
+            rmrs: KBuf::filled(TABLE_SLOTS, Slot::EMPTY)?,
+            inflight: KBuf::filled(inflight, Slot::EMPTY)?,
+            // Room rule: larger than the in-flight table (see engine/ring_state.rs).
+            overflow: KBuf::filled(inflight + p.sq_entries as usize, Cqe::default())?,
+        };
+        let n = NEXT_RING.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the rings point into `sq` and `cq`, which the RingCtx owns and drops
+        // after the engine's ring (field order).
+        let (sq_ring, cq_ring) =
+            unsafe { (sq.ring::<Sqe>(p.sq_entries), cq.ring::<Cqe>(p.cq_entries)) };
+        let ring = KBox::new(
+            Ring::new(n as u16, (n >> 16) as u16, sq_ring, cq_ring, storage),
+            GFP_KERNEL,
+        )?;
+        Ok(KBox::new(RingCtx { ring, sq, cq }, GFP_KERNEL)?)
+    }
+
+    /// Maps the ring at page offset `pgoff` into `vma`.
+    pub(crate) fn mmap(&self, vma: *mut Vma, pgoff: usize, len: usize) -> Result {
+        let area = match pgoff.checked_mul(PAGE_SIZE).map(|o| o as u64) {
+            Some(OFF_SQ_RING) => &self.sq,
+            Some(OFF_CQ_RING) => &self.cq,
+            _ => return Err(EINVAL),
+        };
+        if len > area.size() {
+            return Err(EINVAL);
+        }
+        area.map(vma)
+    }
+
+    /// Takes up to `to_submit` SQEs; returns how many. A hostile SQ tail is `EINVAL`
+    /// (and sets `TAIL_OVERRUN` in the SQ flags).
+    pub(crate) fn enter(&mut self, args: &EnterArgs) -> Result<c_long> {
+        args.validate()?;
+        let qps: &mut [PhysQp<KStore>] = &mut [];
+        let s = self
+            .ring
+            .submit(qps, &mut NoDevice, args.to_submit)
+            .map_err(|_| EINVAL)?;
+        // Every completion is produced synchronously while no device context exists, so
+        // there is never anything to wait for: GETEVENTS returns at once.
+        Ok(s.taken as c_long)
+    }
+}
