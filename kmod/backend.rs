@@ -1,34 +1,410 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The engine's [`Backend`] in the kernel.
+//! The engine's [`Backend`] over kernel verbs: one device's PD, CQ and pool of
+//! connected RC QPs.
 //!
-//! Device contexts (PD, CQs, the pool of connected RC QPs) are not built yet, so there
-//! is no physical QP to bind: CONNECT and REG_MR fail with `ENODEV`, and with no virtual
-//! QP no data operation passes validation. NOP, validation and the ring protocol run for
-//! real. Verbs arrive with the device contexts.
+//! The pool is [`POOL_QPS`] QPs in pairs connected to each other over the device's own
+//! RoCE GID (loopback: the peer a CONNECT names must be this device's GID; reaching
+//! other nodes needs the MetaServer, not built yet). It is built by the first CONNECT
+//! (the cold path) and reused by every later one (the warm path). The service picks a
+//! pair (`service % pairs`) and consecutive CONNECTs to it alternate between its two
+//! ends, so an application connecting twice holds both ends of one connection, as
+//! loopback SEND/RECV needs. Many virtual QPs share each pooled QP.
 
-use crate::abi::engine::{Backend, Connection, MrKeys, PostError, RecvWr, SendWr};
+use core::ffi::c_void;
+
+use kernel::prelude::*;
+
+use crate::abi::engine::{Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, CHAIN};
 use crate::abi::errno::Errno;
-use crate::abi::sqe::MrAccess;
+use crate::abi::sqe::{MrAccess, SqeFlags};
+use crate::shim::{self, IbCq, IbDevice, IbMr, IbPd, IbQp, Scratch, SendWrC};
 
-/// A backend with no device context.
-pub(crate) struct NoDevice;
+/// QPs in the pool: pairs, so an even number.
+pub(crate) const POOL_QPS: usize = 4;
+const _: () = assert!(POOL_QPS % 2 == 0 && POOL_QPS <= 64);
+/// Send queue depth of a pooled QP.
+pub(crate) const SEND_DEPTH: u32 = 64;
+/// Receive queue depth of a pooled QP.
+pub(crate) const RECV_DEPTH: u32 = 64;
+/// CQ entries: room for every request the pool can have outstanding.
+const CQ_DEPTH: i32 = (POOL_QPS as i32) * (SEND_DEPTH + RECV_DEPTH) as i32;
+/// GID table entries searched for the local RoCE v2 GID.
+const GID_SEARCH: u32 = 16;
+/// The port krcore uses.
+const PORT: u32 = 1;
 
-impl Backend for NoDevice {
-    fn post_send(&mut self, _qp: u32, _wrs: &[SendWr]) -> Result<(), PostError> {
-        Err(PostError {
-            posted: 0,
-            errno: Errno::ENODEV,
+/// Errno of an ERR_PTR-encoded pointer, or `None` for a real one.
+fn ptr_err<T>(p: *mut T) -> Option<Errno> {
+    // SAFETY: the shim only inspects the pointer value.
+    let e = unsafe { shim::krcore_shim_ptr_err(p.cast::<c_void>()) };
+    (e != 0).then_some(Errno(-e as i32))
+}
+
+/// A pooled QP.
+struct PoolQp {
+    qp: *mut IbQp,
+    qpn: u32,
+}
+
+/// One device's verbs objects.
+///
+/// # Invariants
+/// `ib` is valid until [`Hw::destroy`] (the ib_client's remove calls it first); `pd`,
+/// `cq` and `scratch` were allocated for it and are released only by `destroy`.
+pub(crate) struct Hw {
+    ib: *mut IbDevice,
+    pd: *mut IbPd,
+    cq: *mut IbCq,
+    scratch: *mut Scratch,
+    /// Pool QPs already moved to the error state.
+    errored: u64,
+    pool: KVec<PoolQp>,
+    /// The GID the pool is connected over.
+    pool_gid: [u8; 16],
+    /// Which end of each pair the next CONNECT gets, one bit per pair.
+    next_end: u64,
+    dead: bool,
+}
+
+// SAFETY: the verbs objects are used only under the device context's mutex.
+unsafe impl Send for Hw {}
+
+impl Hw {
+    /// Allocates the device's PD and CQ. Must not be called from an atomic context.
+    pub(crate) fn new(ib: *mut IbDevice) -> Result<Hw> {
+        // SAFETY: `ib` is a live device (ib_client add).
+        let pd = unsafe { shim::krcore_shim_alloc_pd(ib) };
+        if let Some(e) = ptr_err(pd) {
+            return Err(e.into());
+        }
+        // SAFETY: as above.
+        let cq = unsafe { shim::krcore_shim_alloc_cq(ib, CQ_DEPTH) };
+        if let Some(e) = ptr_err(cq) {
+            // SAFETY: allocated just above, released once.
+            unsafe { shim::krcore_shim_dealloc_pd(pd) };
+            return Err(e.into());
+        }
+        // SAFETY: plain allocation.
+        let scratch = unsafe { shim::krcore_shim_scratch_alloc() };
+        if scratch.is_null() {
+            // SAFETY: allocated just above, released once.
+            unsafe {
+                shim::krcore_shim_free_cq(cq);
+                shim::krcore_shim_dealloc_pd(pd);
+            }
+            return Err(ENOMEM);
+        }
+        // INVARIANT: all allocated for `ib`.
+        Ok(Hw {
+            ib,
+            pd,
+            cq,
+            scratch,
+            errored: 0,
+            pool: KVec::new(),
+            pool_gid: [0; 16],
+            next_end: 0,
+            dead: false,
         })
     }
-    fn post_recv(&mut self, _qp: u32, _wr: &RecvWr) -> Result<(), Errno> {
-        Err(Errno::ENODEV)
+
+    /// Whether the device is gone.
+    pub(crate) fn dead(&self) -> bool {
+        self.dead
     }
-    fn reg_mr(&mut self, _addr: u64, _len: u32, _access: MrAccess) -> Result<MrKeys, Errno> {
-        Err(Errno::ENODEV)
+
+    /// Moves pool QP `i` to the error state, once, so the NIC flushes its requests and
+    /// receives (the engine's contract for a QP it reports failed). Recycling it into
+    /// service is not built yet: until then its virtual QPs get `QpError`.
+    pub(crate) fn fail_qp(&mut self, i: usize) {
+        let Some(q) = self.pool.get(i) else { return };
+        if self.dead || self.errored & (1 << i) != 0 {
+            return;
+        }
+        self.errored |= 1 << i;
+        // SAFETY: live pooled QP.
+        unsafe { shim::krcore_shim_qp_to_error(q.qp) };
     }
-    fn dereg_mr(&mut self, _keys: MrKeys) {}
-    fn connect(&mut self, _gid: [u8; 16], _service: u32) -> Result<Connection, Errno> {
-        Err(Errno::ENODEV)
+
+    /// Index in the pool of the QP numbered `qpn`.
+    pub(crate) fn qp_index(&self, qpn: u32) -> Option<u32> {
+        self.pool
+            .iter()
+            .position(|q| q.qpn == qpn)
+            .map(|i| i as u32)
     }
-    fn disconnect(&mut self, _qp: u32) {}
+
+    /// Polls up to `out.len()` completions.
+    pub(crate) fn poll(&mut self, out: &mut [shim::WcC]) -> usize {
+        if self.dead {
+            return 0;
+        }
+        // SAFETY: the CQ is live (invariant, not dead); `out` has room for the count.
+        let n = unsafe {
+            shim::krcore_shim_poll_cq(
+                self.scratch,
+                self.cq,
+                out.as_mut_ptr(),
+                out.len().min(16) as i32,
+            )
+        };
+        n.max(0) as usize
+    }
+
+    /// The index of the local RoCE v2 GID equal to `gid`.
+    fn local_gid_index(&self, gid: &[u8; 16]) -> Option<u32> {
+        (0..GID_SEARCH).find(|&i| {
+            let (mut g, mut ty) = ([0u8; 16], 0u32);
+            // SAFETY: live device; `g` has 16 bytes.
+            let r =
+                unsafe { shim::krcore_shim_query_gid(self.ib, PORT, i, g.as_mut_ptr(), &mut ty) };
+            r == 0 && &g == gid
+        })
+    }
+
+    /// Builds the pool: create every QP, then connect each to its partner.
+    fn build_pool(&mut self, gid: &[u8; 16], sgid_index: u32) -> Result<(), Errno> {
+        let mut pool = KVec::with_capacity(POOL_QPS, GFP_KERNEL).map_err(|_| Errno::ENOMEM)?;
+        let mut result = Ok(());
+        for _ in 0..POOL_QPS {
+            // SAFETY: live PD and CQ (invariant).
+            let qp =
+                unsafe { shim::krcore_shim_create_rc_qp(self.pd, self.cq, SEND_DEPTH, RECV_DEPTH) };
+            if let Some(e) = ptr_err(qp) {
+                result = Err(e);
+                break;
+            }
+            // SAFETY: just created.
+            let qpn = unsafe { shim::krcore_shim_qp_num(qp) };
+            pool.push(PoolQp { qp, qpn }, GFP_KERNEL)
+                .map_err(|_| Errno::ENOMEM)?;
+        }
+        // Loopback: the destination is this GID's own netdev, so its MAC is the DMAC (the
+        // core resolves DMACs for user QPs only).
+        let mut mac = [0u8; 6];
+        if result.is_ok() {
+            // SAFETY: live device; `mac` has the 6 bytes of an Ethernet address.
+            let r =
+                unsafe { shim::krcore_shim_gid_mac(self.ib, PORT, sgid_index, mac.as_mut_ptr()) };
+            if r != 0 {
+                result = Err(Errno(-r));
+            }
+        }
+        if result.is_ok() {
+            for i in 0..pool.len() {
+                let partner = pool[i ^ 1].qpn;
+                // SAFETY: live QP; `gid` is 16 bytes, `mac` 6.
+                let r = unsafe {
+                    shim::krcore_shim_connect_rc_qp(
+                        pool[i].qp,
+                        PORT,
+                        sgid_index,
+                        gid.as_ptr(),
+                        mac.as_ptr(),
+                        partner,
+                    )
+                };
+                if r != 0 {
+                    result = Err(Errno(-r));
+                    break;
+                }
+            }
+        }
+        if result.is_err() {
+            for q in pool.iter() {
+                // SAFETY: created above, destroyed once.
+                unsafe { shim::krcore_shim_destroy_qp(q.qp) };
+            }
+            return result;
+        }
+        self.pool = pool;
+        self.pool_gid = *gid;
+        Ok(())
+    }
+
+    /// Releases every verbs object; the device is going away. Rings' MRs must have been
+    /// deregistered first (their QPs are destroyed here, so nothing touches them).
+    pub(crate) fn destroy_qps(&mut self) {
+        for q in self.pool.iter() {
+            // SAFETY: pooled QPs are live until here, destroyed once.
+            unsafe { shim::krcore_shim_destroy_qp(q.qp) };
+        }
+        self.pool = KVec::new();
+    }
+
+    /// Frees the CQ and PD; marks the device gone.
+    pub(crate) fn destroy(&mut self) {
+        if self.dead {
+            return;
+        }
+        self.destroy_qps();
+        // SAFETY: allocated in `new`, released once (dead is set below).
+        unsafe {
+            shim::krcore_shim_free_cq(self.cq);
+            shim::krcore_shim_dealloc_pd(self.pd);
+            shim::krcore_shim_scratch_free(self.scratch);
+        }
+        self.dead = true;
+    }
+}
+
+impl Drop for Hw {
+    fn drop(&mut self) {
+        self.destroy();
+    }
+}
+
+fn to_c(wr: &SendWr) -> SendWrC {
+    let mut c = SendWrC {
+        wr_id: wr.wr_id,
+        local_addr: wr.local.addr,
+        length: wr.local.len,
+        lkey: wr.local.lkey,
+        signaled: wr.signaled as u8,
+        fence: wr.flags.contains(SqeFlags::FENCE) as u8,
+        solicited: wr.flags.contains(SqeFlags::SOLICITED) as u8,
+        ..SendWrC::default()
+    };
+    let imm = match wr.kind {
+        SendKind::Read { remote_addr, rkey } => {
+            (c.kind, c.remote_addr, c.rkey) = (shim::WR_READ, remote_addr, rkey);
+            None
+        }
+        SendKind::Write {
+            remote_addr,
+            rkey,
+            imm,
+        } => {
+            (c.kind, c.remote_addr, c.rkey) = (shim::WR_WRITE, remote_addr, rkey);
+            imm
+        }
+        SendKind::Send { imm } => {
+            c.kind = shim::WR_SEND;
+            imm
+        }
+        SendKind::Cas {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            (c.kind, c.remote_addr, c.rkey, c.compare_add, c.swap) =
+                (shim::WR_CAS, remote_addr, rkey, compare, swap);
+            None
+        }
+        SendKind::Faa {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            (c.kind, c.remote_addr, c.rkey, c.compare_add) = (shim::WR_FAA, remote_addr, rkey, add);
+            None
+        }
+    };
+    if let Some(v) = imm {
+        (c.has_imm, c.imm) = (1, v);
+    }
+    c
+}
+
+impl Backend for Hw {
+    fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError> {
+        let dead = PostError {
+            posted: 0,
+            errno: Errno::ENODEV,
+        };
+        let q = self
+            .pool
+            .get(qp as usize)
+            .filter(|_| !self.dead)
+            .ok_or(dead)?;
+        let mut c = [SendWrC::default(); CHAIN];
+        for (d, w) in c.iter_mut().zip(wrs) {
+            *d = to_c(w);
+        }
+        let mut posted = 0u32;
+        // SAFETY: live QP; `c` holds `wrs.len()` (<= CHAIN = 16) requests.
+        let r = unsafe {
+            shim::krcore_shim_post_send(
+                self.scratch,
+                q.qp,
+                c.as_ptr(),
+                wrs.len() as u32,
+                &mut posted,
+            )
+        };
+        if r != 0 {
+            return Err(PostError {
+                posted: posted as usize,
+                errno: Errno(-r),
+            });
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, qp: u32, wr: &RecvWr) -> Result<(), Errno> {
+        let q = self
+            .pool
+            .get(qp as usize)
+            .filter(|_| !self.dead)
+            .ok_or(Errno::ENODEV)?;
+        // SAFETY: live QP.
+        let r = unsafe {
+            shim::krcore_shim_post_recv(q.qp, wr.wr_id, wr.local.addr, wr.local.len, wr.local.lkey)
+        };
+        if r != 0 {
+            return Err(Errno(-r));
+        }
+        Ok(())
+    }
+
+    fn reg_mr(&mut self, addr: u64, len: u32, access: MrAccess) -> Result<MrKeys, Errno> {
+        if self.dead {
+            return Err(Errno::ENODEV);
+        }
+        // SAFETY: live PD; called from the enter ioctl, so `current` owns the memory, as
+        // ib_reg_user_mr requires. The pages stay pinned until dereg.
+        let mr = unsafe { shim::krcore_shim_reg_user_mr(self.pd, addr, len as u64, access.bits()) };
+        if let Some(e) = ptr_err(mr) {
+            return Err(e);
+        }
+        // SAFETY: just registered.
+        let (lkey, rkey) =
+            unsafe { (shim::krcore_shim_mr_lkey(mr), shim::krcore_shim_mr_rkey(mr)) };
+        Ok(MrKeys {
+            lkey,
+            rkey,
+            token: mr as u64,
+        })
+    }
+
+    fn dereg_mr(&mut self, keys: MrKeys) {
+        // SAFETY: `token` is the ib_mr registered by `reg_mr`; the engine deregisters each
+        // once, with nothing in flight (or with the device's QPs destroyed).
+        unsafe { shim::krcore_shim_dereg_mr(keys.token as *mut IbMr) };
+    }
+
+    fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Connection, Errno> {
+        if self.dead {
+            return Err(Errno::ENODEV);
+        }
+        if self.pool.is_empty() {
+            let index = self.local_gid_index(&gid).ok_or(Errno::ENETUNREACH)?;
+            self.build_pool(&gid, index)?;
+        } else if gid != self.pool_gid {
+            return Err(Errno::ENETUNREACH);
+        }
+        let pair = service as usize % (self.pool.len() / 2);
+        let end = (self.next_end >> pair) as usize & 1;
+        self.next_end ^= 1 << pair;
+        let qp = 2 * pair + end;
+        Ok(Connection {
+            qp: qp as u32,
+            qpn: self.pool[qp].qpn,
+        })
+    }
+
+    fn disconnect(&mut self, _qp: u32) {
+        // Pooled QPs stay connected for the next CONNECT; the engine tracks bindings.
+    }
 }

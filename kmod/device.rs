@@ -12,14 +12,16 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 
 use kernel::new_mutex;
 use kernel::prelude::*;
-use kernel::sync::Mutex;
+use kernel::sync::{Arc, Mutex};
 
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
+use crate::devctx::DevCtx;
 use crate::shim::{self, IbDevice, PortAttr};
 
 /// One tracked device.
 struct Device {
     ib: *mut IbDevice,
+    ctx: Arc<DevCtx>,
 }
 
 // SAFETY: the pointer is only dereferenced (by the shim) under the registry mutex, while
@@ -61,6 +63,11 @@ impl Registry {
         // (the shim is registered inside that window and the module cannot unload while
         // a file is open), and the registry lives in the module struct for that window.
         unsafe { &*p }
+    }
+
+    /// The first device's context (rings bind to it).
+    pub(crate) fn first(&self) -> Option<Arc<DevCtx>> {
+        self.devices.lock().first().map(|d| d.ctx.clone())
     }
 
     /// Number of devices tracked.
@@ -132,8 +139,12 @@ impl Registry {
 /// ib_client `add`: start tracking `dev`.
 #[no_mangle]
 extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
+    let ctx = match DevCtx::new(dev) {
+        Ok(c) => c,
+        Err(e) => return e.to_errno(),
+    };
     let mut devices = Registry::get().devices.lock();
-    match devices.push(Device { ib: dev }, GFP_KERNEL) {
+    match devices.push(Device { ib: dev, ctx }, GFP_KERNEL) {
         Ok(()) => 0,
         Err(_) => ENOMEM.to_errno(),
     }
@@ -144,11 +155,14 @@ extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
 extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
     let mut devices = Registry::get().devices.lock();
     if let Some(i) = devices.iter().position(|d| d.ib == dev) {
+        devices[i].ctx.remove();
         let last = devices.len() - 1;
         devices.as_mut_slice().swap(i, last);
-        // SAFETY: shrinking by one; the element past the new length is a `Device`,
-        // which has no drop glue, so forgetting it is correct. (6.12's KVec has no
-        // remove.)
-        unsafe { devices.set_len(last) };
+        // SAFETY: shrinking by one; the element past the new length is read out and
+        // dropped exactly once here (6.12's KVec has no remove).
+        unsafe {
+            devices.set_len(last);
+            drop(core::ptr::read(devices.as_ptr().add(last)));
+        }
     }
 }

@@ -5,22 +5,30 @@ use core::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
 
 use kernel::new_mutex;
 use kernel::prelude::*;
-use kernel::sync::Mutex;
+use kernel::sync::{Arc, Mutex};
 use kernel::uaccess::UserSlice;
 
 use crate::abi::device::{DeviceGid, QueryDevices, ABI_VERSION};
 use crate::abi::errno::Errno;
 use crate::abi::ioctl::{self, Command};
 use crate::abi::layout::{EnterArgs, SetupParams};
+use crate::devctx::DevCtx;
 use crate::device::Registry;
-use crate::ring_ctx::RingCtx;
 use crate::shim::Vma;
 
-/// State of one open file: its rings, once set up.
+/// Which device and ring slot a file's rings live in.
+#[derive(Clone)]
+struct Binding {
+    dev: Arc<DevCtx>,
+    slot: u16,
+}
+
+/// State of one open file: where its rings are, once set up. Its mutex is never held
+/// while the device's is taken.
 #[pin_data]
 pub(crate) struct FileCtx {
     #[pin]
-    ring: Mutex<Option<KBox<RingCtx>>>,
+    binding: Mutex<Option<Binding>>,
 }
 
 impl FileCtx {
@@ -32,26 +40,33 @@ impl FileCtx {
                 let args: EnterArgs = UserSlice::new(arg, size_of::<EnterArgs>())
                     .reader()
                     .read()?;
-                match self.ring.lock().as_mut() {
-                    Some(r) => r.enter(&args),
-                    None => Err(Errno::ENXIO.into()),
-                }
+                let b = self.bound()?;
+                b.dev.enter(b.slot, &args)
             }
         }
     }
 
-    /// `IOC_SETUP`: once per file.
+    /// The binding, cloned, so the file's mutex is not held across device work.
+    fn bound(&self) -> Result<Binding> {
+        self.binding.lock().clone().ok_or(Errno::ENXIO.into())
+    }
+
+    /// `IOC_SETUP`: once per file; binds the rings to the first RDMA device.
     fn setup(&self, arg: usize) -> Result<c_long> {
         let (mut reader, mut writer) =
             UserSlice::new(arg, size_of::<SetupParams>()).reader_writer();
         let mut p: SetupParams = reader.read()?;
-        let mut ring = self.ring.lock();
-        if ring.is_some() {
+        let mut binding = self.binding.lock();
+        if binding.is_some() {
             return Err(EBUSY);
         }
-        let ctx = RingCtx::setup(&mut p)?;
-        writer.write(&p)?;
-        *ring = Some(ctx);
+        let dev = Registry::get().first().ok_or(ENODEV)?;
+        let slot = dev.attach(&mut p)?;
+        if let Err(e) = writer.write(&p) {
+            dev.detach(slot);
+            return Err(e);
+        }
+        *binding = Some(Binding { dev, slot });
         Ok(0)
     }
 }
@@ -82,7 +97,7 @@ fn query_devices(arg: usize) -> Result<c_long> {
 /// open(2): allocate the file's context.
 #[no_mangle]
 extern "C" fn krcore_rs_open(out: *mut *mut c_void) -> c_int {
-    let init = pin_init!(FileCtx { ring <- new_mutex!(None, "krcore_file_ring") });
+    let init = pin_init!(FileCtx { binding <- new_mutex!(None, "krcore_file") });
     match KBox::pin_init(init, GFP_KERNEL) {
         Ok(ctx) => {
             // SAFETY: the context stays pinned: it is only ever used through this pointer
@@ -95,12 +110,18 @@ extern "C" fn krcore_rs_open(out: *mut *mut c_void) -> c_int {
     }
 }
 
-/// Last close: free the file's context.
+/// Last close: detach the rings (they are freed once nothing of theirs is in flight)
+/// and free the file's context.
 #[no_mangle]
 extern "C" fn krcore_rs_release(ctx: *mut c_void) {
     // SAFETY: `ctx` came from `KBox::into_raw` in `krcore_rs_open`, and release runs
-    // once, after every other file operation on this file has returned.
-    drop(unsafe { KBox::from_raw(ctx.cast::<FileCtx>()) });
+    // once, after every other file operation on this file has returned (mappings hold
+    // the file, so none is left either).
+    let ctx = unsafe { KBox::from_raw(ctx.cast::<FileCtx>()) };
+    let binding = ctx.binding.lock().take();
+    if let Some(b) = binding {
+        b.dev.detach(b.slot);
+    }
 }
 
 /// ioctl(2).
@@ -124,11 +145,10 @@ extern "C" fn krcore_rs_mmap(
 ) -> c_int {
     // SAFETY: `ctx` is the live context of an open file (see `krcore_rs_release`).
     let ctx = unsafe { &*ctx.cast::<FileCtx>() };
-    let r = match ctx.ring.lock().as_ref() {
-        Some(r) => r.mmap(vma, pgoff as usize, len as usize),
-        None => Err(Errno::ENXIO.into()),
-    };
-    match r {
+    match ctx
+        .bound()
+        .and_then(|b| b.dev.mmap(b.slot, vma, pgoff as usize, len as usize))
+    {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }

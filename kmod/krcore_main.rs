@@ -9,6 +9,7 @@ use kernel::prelude::*;
 
 mod abi;
 mod backend;
+mod devctx;
 mod device;
 mod file;
 mod ring_ctx;

@@ -2,19 +2,15 @@
 //! One file's rings: the SQ and CQ areas the application maps, and the engine's ring
 //! over them.
 
-use core::ffi::c_long;
-use core::sync::atomic::{AtomicU32, Ordering};
-
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 
 use crate::abi::cqe::Cqe;
-use crate::abi::engine::{PhysQp, Ring, RingStorage, Slot};
+use crate::abi::engine::{Ring, RingStorage, Slot};
 use crate::abi::errno::Errno;
-use crate::abi::layout::{EnterArgs, SetupFlags, SetupParams, OFF_CQ_RING, OFF_SQ_RING};
+use crate::abi::layout::{SetupFlags, SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::RawRing;
 use crate::abi::sqe::Sqe;
-use crate::backend::NoDevice;
 use crate::ring_mem::RingArea;
 use crate::shim::Vma;
 use crate::store::{KBuf, KStore};
@@ -22,11 +18,7 @@ use crate::store::{KBuf, KStore};
 /// Virtual QP and MR slots per ring.
 const TABLE_SLOTS: usize = 64;
 
-type EngineRing = Ring<KStore, RawRing<Sqe>, RawRing<Cqe>>;
-
-/// Ring ids and generations: the low 16 bits name the ring, the high 16 its generation,
-/// so a reused id comes back with a new generation.
-static NEXT_RING: AtomicU32 = AtomicU32::new(0);
+pub(crate) type EngineRing = Ring<KStore, RawRing<Sqe>, RawRing<Cqe>>;
 
 /// A file's rings.
 pub(crate) struct RingCtx {
@@ -44,7 +36,7 @@ fn page_round(n: usize) -> usize {
 impl RingCtx {
     /// Sizes and allocates the rings for `p`, filling in what the kernel grants.
     /// Must not be called from an atomic context.
-    pub(crate) fn setup(p: &mut SetupParams) -> Result<KBox<RingCtx>> {
+    pub(crate) fn setup(p: &mut SetupParams, id: u16, gen: u16) -> Result<KBox<RingCtx>> {
         p.normalize(size_of::<Sqe>(), size_of::<Cqe>())?;
         if SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL) {
             // The polling thread comes with the data path.
@@ -63,15 +55,11 @@ impl RingCtx {
             // Room rule: larger than the in-flight table (see engine/ring_state.rs).
             overflow: KBuf::filled(inflight + p.sq_entries as usize, Cqe::default())?,
         };
-        let n = NEXT_RING.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the rings point into `sq` and `cq`, which the RingCtx owns and drops
         // after the engine's ring (field order).
         let (sq_ring, cq_ring) =
             unsafe { (sq.ring::<Sqe>(p.sq_entries), cq.ring::<Cqe>(p.cq_entries)) };
-        let ring = KBox::new(
-            Ring::new(n as u16, (n >> 16) as u16, sq_ring, cq_ring, storage),
-            GFP_KERNEL,
-        )?;
+        let ring = KBox::new(Ring::new(id, gen, sq_ring, cq_ring, storage), GFP_KERNEL)?;
         Ok(KBox::new(RingCtx { ring, sq, cq }, GFP_KERNEL)?)
     }
 
@@ -88,17 +76,8 @@ impl RingCtx {
         area.map(vma)
     }
 
-    /// Takes up to `to_submit` SQEs; returns how many. A hostile SQ tail is `EINVAL`
-    /// (and sets `TAIL_OVERRUN` in the SQ flags).
-    pub(crate) fn enter(&mut self, args: &EnterArgs) -> Result<c_long> {
-        args.validate()?;
-        let qps: &mut [PhysQp<KStore>] = &mut [];
-        let s = self
-            .ring
-            .submit(qps, &mut NoDevice, args.to_submit)
-            .map_err(|_| EINVAL)?;
-        // Every completion is produced synchronously while no device context exists, so
-        // there is never anything to wait for: GETEVENTS returns at once.
-        Ok(s.taken as c_long)
+    /// The engine's ring.
+    pub(crate) fn engine(&mut self) -> &mut EngineRing {
+        &mut self.ring
     }
 }

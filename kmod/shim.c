@@ -6,6 +6,8 @@
 #include <linux/fs.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
+#include <linux/sched.h>
+#include <linux/slab.h>
 #include <linux/module.h>
 #include <linux/vmalloc.h>
 #include <rdma/ib_cache.h>
@@ -87,6 +89,283 @@ void krcore_shim_ring_free(void *mem)
 int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem)
 {
 	return remap_vmalloc_range(vma, mem, 0);
+}
+
+long krcore_shim_ptr_err(const void *p)
+{
+	return IS_ERR(p) ? PTR_ERR(p) : 0;
+}
+
+struct ib_pd *krcore_shim_alloc_pd(struct ib_device *dev)
+{
+	return ib_alloc_pd(dev, 0);
+}
+
+void krcore_shim_dealloc_pd(struct ib_pd *pd)
+{
+	ib_dealloc_pd(pd);
+}
+
+struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe)
+{
+	return ib_alloc_cq(dev, NULL, nr_cqe, 0, IB_POLL_DIRECT);
+}
+
+void krcore_shim_free_cq(struct ib_cq *cq)
+{
+	ib_free_cq(cq);
+}
+
+struct ib_qp *krcore_shim_create_rc_qp(struct ib_pd *pd, struct ib_cq *cq, u32 send_depth,
+				       u32 recv_depth)
+{
+	struct ib_qp_init_attr attr = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = {
+			.max_send_wr = send_depth,
+			.max_recv_wr = recv_depth,
+			.max_send_sge = 1,
+			.max_recv_sge = 1,
+		},
+		.sq_sig_type = IB_SIGNAL_REQ_WR,
+		.qp_type = IB_QPT_RC,
+	};
+
+	return ib_create_qp(pd, &attr);
+}
+
+u32 krcore_shim_qp_num(struct ib_qp *qp)
+{
+	return qp->qp_num;
+}
+
+int krcore_shim_gid_mac(struct ib_device *dev, u32 port, u32 index, u8 *mac)
+{
+	const struct ib_gid_attr *attr = rdma_get_gid_attr(dev, port, index);
+	int ret;
+
+	if (IS_ERR(attr))
+		return PTR_ERR(attr);
+	ret = rdma_read_gid_l2_fields(attr, NULL, mac);
+	rdma_put_gid_attr(attr);
+	return ret;
+}
+
+int krcore_shim_connect_rc_qp(struct ib_qp *qp, u32 port, u32 sgid_index, const u8 *dgid,
+			      const u8 *dmac, u32 dqpn)
+{
+	struct ib_qp_attr attr = {};
+	union ib_gid gid;
+	int ret;
+
+	attr.qp_state = IB_QPS_INIT;
+	attr.port_num = port;
+	attr.pkey_index = 0;
+	attr.qp_access_flags = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_READ |
+			       IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_ATOMIC;
+	ret = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_PKEY_INDEX | IB_QP_PORT |
+				      IB_QP_ACCESS_FLAGS);
+	if (ret)
+		return ret;
+
+	memset(&attr, 0, sizeof(attr));
+	memcpy(gid.raw, dgid, sizeof(gid.raw));
+	attr.qp_state = IB_QPS_RTR;
+	attr.path_mtu = IB_MTU_1024;
+	attr.dest_qp_num = dqpn;
+	attr.rq_psn = 0;
+	attr.max_dest_rd_atomic = 16;
+	attr.min_rnr_timer = 12;
+	attr.ah_attr.type = rdma_ah_find_type(qp->device, port);
+	rdma_ah_set_port_num(&attr.ah_attr, port);
+	rdma_ah_set_grh(&attr.ah_attr, &gid, 0, sgid_index, 1, 0);
+	memcpy(attr.ah_attr.roce.dmac, dmac, ETH_ALEN);
+	ret = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_AV | IB_QP_PATH_MTU |
+				      IB_QP_DEST_QPN | IB_QP_RQ_PSN |
+				      IB_QP_MAX_DEST_RD_ATOMIC | IB_QP_MIN_RNR_TIMER);
+	if (ret)
+		return ret;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IB_QPS_RTS;
+	attr.timeout = 14;
+	attr.retry_cnt = 7;
+	attr.rnr_retry = 7;
+	attr.sq_psn = 0;
+	attr.max_rd_atomic = 16;
+	return ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_TIMEOUT | IB_QP_RETRY_CNT |
+				       IB_QP_RNR_RETRY | IB_QP_SQ_PSN |
+				       IB_QP_MAX_QP_RD_ATOMIC);
+}
+
+int krcore_shim_qp_to_error(struct ib_qp *qp)
+{
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+
+	return ib_modify_qp(qp, &attr, IB_QP_STATE);
+}
+
+void krcore_shim_destroy_qp(struct ib_qp *qp)
+{
+	ib_destroy_qp(qp);
+}
+
+struct krcore_scratch {
+	union {
+		struct ib_atomic_wr atomic;
+		struct ib_rdma_wr rdma;
+	} wr[16];
+	struct ib_sge sge[16];
+	struct ib_wc wc[16];
+};
+
+struct krcore_scratch *krcore_shim_scratch_alloc(void)
+{
+	return kzalloc(sizeof(struct krcore_scratch), GFP_KERNEL);
+}
+
+void krcore_shim_scratch_free(struct krcore_scratch *s)
+{
+	kfree(s);
+}
+
+int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
+			  const struct krcore_send_wr *wrs, u32 n, u32 *posted)
+{
+	struct ib_sge *sge = s->sge;
+	struct ib_send_wr *head = NULL, **link = &head;
+	const struct ib_send_wr *bad = NULL;
+	u32 i;
+	int ret;
+
+	if (n > 16)
+		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		const struct krcore_send_wr *w = &wrs[i];
+		struct ib_send_wr *wr;
+
+		sge[i] = (struct ib_sge){ .addr = w->local_addr, .length = w->length,
+					  .lkey = w->lkey };
+		switch (w->kind) {
+		case KRCORE_WR_CAS:
+		case KRCORE_WR_FAA:
+			s->wr[i].atomic = (struct ib_atomic_wr){
+				.remote_addr = w->remote_addr, .rkey = w->rkey,
+				.compare_add = w->compare_add, .swap = w->swap };
+			s->wr[i].atomic.wr.opcode = w->kind == KRCORE_WR_CAS ?
+				IB_WR_ATOMIC_CMP_AND_SWP : IB_WR_ATOMIC_FETCH_AND_ADD;
+			wr = &s->wr[i].atomic.wr;
+			break;
+		case KRCORE_WR_READ:
+		case KRCORE_WR_WRITE:
+			s->wr[i].rdma = (struct ib_rdma_wr){ .remote_addr = w->remote_addr,
+							     .rkey = w->rkey };
+			if (w->kind == KRCORE_WR_READ)
+				s->wr[i].rdma.wr.opcode = IB_WR_RDMA_READ;
+			else
+				s->wr[i].rdma.wr.opcode = w->has_imm ?
+					IB_WR_RDMA_WRITE_WITH_IMM : IB_WR_RDMA_WRITE;
+			wr = &s->wr[i].rdma.wr;
+			break;
+		case KRCORE_WR_SEND:
+			s->wr[i].rdma = (struct ib_rdma_wr){};
+			s->wr[i].rdma.wr.opcode = w->has_imm ? IB_WR_SEND_WITH_IMM : IB_WR_SEND;
+			wr = &s->wr[i].rdma.wr;
+			break;
+		default:
+			return -EINVAL;
+		}
+		wr->wr_id = w->wr_id;
+		wr->sg_list = &sge[i];
+		wr->num_sge = 1;
+		wr->send_flags = (w->signaled ? IB_SEND_SIGNALED : 0) |
+				 (w->fence ? IB_SEND_FENCE : 0) |
+				 (w->solicited ? IB_SEND_SOLICITED : 0);
+		if (w->has_imm)
+			wr->ex.imm_data = cpu_to_be32(w->imm);
+		wr->next = NULL;
+		*link = wr;
+		link = &wr->next;
+	}
+	ret = ib_post_send(qp, head, &bad);
+	*posted = n;
+	if (ret) {
+		/* Everything before `bad` went out. */
+		const struct ib_send_wr *w;
+
+		*posted = 0;
+		for (w = head; w && w != bad; w = w->next)
+			(*posted)++;
+	}
+	return ret;
+}
+
+int krcore_shim_post_recv(struct ib_qp *qp, u64 wr_id, u64 addr, u32 len, u32 lkey)
+{
+	struct ib_sge sge = { .addr = addr, .length = len, .lkey = lkey };
+	struct ib_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 };
+	const struct ib_recv_wr *bad;
+
+	return ib_post_recv(qp, &wr, &bad);
+}
+
+int krcore_shim_poll_cq(struct krcore_scratch *s, struct ib_cq *cq, struct krcore_wc *out,
+			int n)
+{
+	struct ib_wc *wc = s->wc;
+	int i, got;
+
+	got = ib_poll_cq(cq, min(n, 16), wc);
+	for (i = 0; i < got; i++) {
+		out[i] = (struct krcore_wc){
+			.wr_id = wc[i].wr_id,
+			.status = wc[i].status,
+			.byte_len = wc[i].byte_len,
+			.has_imm = !!(wc[i].wc_flags & IB_WC_WITH_IMM),
+			.imm = (wc[i].wc_flags & IB_WC_WITH_IMM) ?
+				       be32_to_cpu(wc[i].ex.imm_data) : 0,
+			.qp_num = wc[i].qp->qp_num,
+			.recv = !!(wc[i].opcode & IB_WC_RECV),
+		};
+	}
+	return got;
+}
+
+struct ib_mr *krcore_shim_reg_user_mr(struct ib_pd *pd, u64 addr, u64 len, u32 access)
+{
+	int flags = 0;
+
+	/* krcore's MrAccess bits (abi/src/sqe.rs). */
+	if (access & (1 << 0))
+		flags |= IB_ACCESS_LOCAL_WRITE;
+	if (access & (1 << 1))
+		flags |= IB_ACCESS_REMOTE_WRITE;
+	if (access & (1 << 2))
+		flags |= IB_ACCESS_REMOTE_READ;
+	if (access & (1 << 3))
+		flags |= IB_ACCESS_REMOTE_ATOMIC;
+	return ib_reg_user_mr(pd, addr, len, addr, flags);
+}
+
+u32 krcore_shim_mr_lkey(struct ib_mr *mr)
+{
+	return mr->lkey;
+}
+
+u32 krcore_shim_mr_rkey(struct ib_mr *mr)
+{
+	return mr->rkey;
+}
+
+int krcore_shim_dereg_mr(struct ib_mr *mr)
+{
+	return ib_dereg_mr(mr);
+}
+
+void krcore_shim_cond_resched(void)
+{
+	cond_resched();
 }
 
 int krcore_shim_register(void)

@@ -46,6 +46,93 @@ void krcore_shim_ring_free(void *mem);
 /* Map ring memory into a VMA (remap_vmalloc_range); the VMA may not exceed it. */
 int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem);
 
+/* ---- Verbs: one-line wrappers and struct translation, no decisions ---- */
+
+struct ib_pd;
+struct ib_cq;
+struct ib_qp;
+struct ib_mr;
+
+/* Send work request kinds (Rust's SendKind). */
+enum krcore_wr_kind {
+	KRCORE_WR_READ = 1,
+	KRCORE_WR_WRITE = 2,
+	KRCORE_WR_SEND = 3,
+	KRCORE_WR_CAS = 4,
+	KRCORE_WR_FAA = 5,
+};
+
+/* A send work request, flat. */
+struct krcore_send_wr {
+	u64 wr_id;
+	u64 local_addr;
+	u64 remote_addr;
+	u64 compare_add;
+	u64 swap;
+	u32 length;
+	u32 lkey;
+	u32 rkey;
+	u32 imm;		/* network order is the caller's business */
+	u8 kind;		/* enum krcore_wr_kind */
+	u8 has_imm;
+	u8 signaled;
+	u8 fence;
+	u8 solicited;
+	u8 pad[3];
+};
+
+/* A work completion, flat. */
+struct krcore_wc {
+	u64 wr_id;
+	u32 status;		/* enum ib_wc_status */
+	u32 byte_len;
+	u32 imm;
+	u32 has_imm;
+	u32 qp_num;
+	u32 recv;		/* completes a receive */
+};
+
+/* Pointer results are ERR_PTR-encoded: this gives the errno, or 0 for a pointer. */
+long krcore_shim_ptr_err(const void *p);
+
+struct ib_pd *krcore_shim_alloc_pd(struct ib_device *dev);
+void krcore_shim_dealloc_pd(struct ib_pd *pd);
+/* A CQ polled directly (IB_POLL_DIRECT). */
+struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe);
+void krcore_shim_free_cq(struct ib_cq *cq);
+struct ib_qp *krcore_shim_create_rc_qp(struct ib_pd *pd, struct ib_cq *cq, u32 send_depth,
+				       u32 recv_depth);
+u32 krcore_shim_qp_num(struct ib_qp *qp);
+/* The MAC address of the netdev behind GID table entry `index` (6 bytes). */
+int krcore_shim_gid_mac(struct ib_device *dev, u32 port, u32 index, u8 *mac);
+/* RESET -> INIT -> RTR -> RTS, connected over RoCE to dgid/dqpn at dmac. Kernel QPs get
+ * no DMAC resolution from the core (only user QPs do), so the caller supplies it. */
+int krcore_shim_connect_rc_qp(struct ib_qp *qp, u32 port, u32 sgid_index, const u8 *dgid,
+			      const u8 *dmac, u32 dqpn);
+int krcore_shim_qp_to_error(struct ib_qp *qp);
+void krcore_shim_destroy_qp(struct ib_qp *qp);
+/* Per-device scratch for building and polling work requests (too large for the
+ * stack); used under the device's mutex. */
+struct krcore_scratch;
+struct krcore_scratch *krcore_shim_scratch_alloc(void);
+void krcore_shim_scratch_free(struct krcore_scratch *s);
+
+/* Posts n (<= 16) requests in order; *posted says how many went out. */
+int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
+			  const struct krcore_send_wr *wrs, u32 n, u32 *posted);
+int krcore_shim_post_recv(struct ib_qp *qp, u64 wr_id, u64 addr, u32 len, u32 lkey);
+/* Polls up to n (<= 16) completions. */
+int krcore_shim_poll_cq(struct krcore_scratch *s, struct ib_cq *cq, struct krcore_wc *out,
+			int n);
+/* Registers user memory of the current process; access is krcore's MrAccess bits. */
+struct ib_mr *krcore_shim_reg_user_mr(struct ib_pd *pd, u64 addr, u64 len, u32 access);
+u32 krcore_shim_mr_lkey(struct ib_mr *mr);
+u32 krcore_shim_mr_rkey(struct ib_mr *mr);
+int krcore_shim_dereg_mr(struct ib_mr *mr);
+
+/* Yield the CPU if needed (cond_resched is a macro on some configs). */
+void krcore_shim_cond_resched(void);
+
 /* Register the misc device /dev/krcore and the ib_client; undo both. */
 int krcore_shim_register(void);
 void krcore_shim_unregister(void);

@@ -15,6 +15,77 @@ pub(crate) struct Vma {
     _opaque: [u8; 0],
 }
 
+/// `struct ib_pd`, opaque.
+#[repr(C)]
+pub(crate) struct IbPd {
+    _opaque: [u8; 0],
+}
+
+/// `struct ib_cq`, opaque.
+#[repr(C)]
+pub(crate) struct IbCq {
+    _opaque: [u8; 0],
+}
+
+/// `struct ib_qp`, opaque.
+#[repr(C)]
+pub(crate) struct IbQp {
+    _opaque: [u8; 0],
+}
+
+/// `struct ib_mr`, opaque.
+#[repr(C)]
+pub(crate) struct IbMr {
+    _opaque: [u8; 0],
+}
+
+/// `struct krcore_scratch`, opaque.
+#[repr(C)]
+pub(crate) struct Scratch {
+    _opaque: [u8; 0],
+}
+
+/// `enum krcore_wr_kind`.
+pub(crate) const WR_READ: u8 = 1;
+pub(crate) const WR_WRITE: u8 = 2;
+pub(crate) const WR_SEND: u8 = 3;
+pub(crate) const WR_CAS: u8 = 4;
+pub(crate) const WR_FAA: u8 = 5;
+
+/// `struct krcore_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct SendWrC {
+    pub(crate) wr_id: u64,
+    pub(crate) local_addr: u64,
+    pub(crate) remote_addr: u64,
+    pub(crate) compare_add: u64,
+    pub(crate) swap: u64,
+    pub(crate) length: u32,
+    pub(crate) lkey: u32,
+    pub(crate) rkey: u32,
+    pub(crate) imm: u32,
+    pub(crate) kind: u8,
+    pub(crate) has_imm: u8,
+    pub(crate) signaled: u8,
+    pub(crate) fence: u8,
+    pub(crate) solicited: u8,
+    pub(crate) pad: [u8; 3],
+}
+
+/// `struct krcore_wc`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct WcC {
+    pub(crate) wr_id: u64,
+    pub(crate) status: u32,
+    pub(crate) byte_len: u32,
+    pub(crate) imm: u32,
+    pub(crate) has_imm: u32,
+    pub(crate) qp_num: u32,
+    pub(crate) recv: u32,
+}
+
 /// `struct krcore_port_attr`.
 #[repr(C)]
 #[derive(Default)]
@@ -26,6 +97,66 @@ pub(crate) struct PortAttr {
 }
 
 extern "C" {
+    pub(crate) fn krcore_shim_ptr_err(p: *const c_void) -> core::ffi::c_long;
+    pub(crate) fn krcore_shim_alloc_pd(dev: *mut IbDevice) -> *mut IbPd;
+    pub(crate) fn krcore_shim_dealloc_pd(pd: *mut IbPd);
+    pub(crate) fn krcore_shim_alloc_cq(dev: *mut IbDevice, nr_cqe: c_int) -> *mut IbCq;
+    pub(crate) fn krcore_shim_free_cq(cq: *mut IbCq);
+    pub(crate) fn krcore_shim_create_rc_qp(
+        pd: *mut IbPd,
+        cq: *mut IbCq,
+        send_depth: u32,
+        recv_depth: u32,
+    ) -> *mut IbQp;
+    pub(crate) fn krcore_shim_qp_num(qp: *mut IbQp) -> u32;
+    pub(crate) fn krcore_shim_gid_mac(
+        dev: *mut IbDevice,
+        port: u32,
+        index: u32,
+        mac: *mut u8,
+    ) -> c_int;
+    pub(crate) fn krcore_shim_connect_rc_qp(
+        qp: *mut IbQp,
+        port: u32,
+        sgid_index: u32,
+        dgid: *const u8,
+        dmac: *const u8,
+        dqpn: u32,
+    ) -> c_int;
+    pub(crate) fn krcore_shim_qp_to_error(qp: *mut IbQp) -> c_int;
+    pub(crate) fn krcore_shim_destroy_qp(qp: *mut IbQp);
+    pub(crate) fn krcore_shim_scratch_alloc() -> *mut Scratch;
+    pub(crate) fn krcore_shim_scratch_free(s: *mut Scratch);
+    pub(crate) fn krcore_shim_post_send(
+        s: *mut Scratch,
+        qp: *mut IbQp,
+        wrs: *const SendWrC,
+        n: u32,
+        posted: *mut u32,
+    ) -> c_int;
+    pub(crate) fn krcore_shim_post_recv(
+        qp: *mut IbQp,
+        wr_id: u64,
+        addr: u64,
+        len: u32,
+        lkey: u32,
+    ) -> c_int;
+    pub(crate) fn krcore_shim_poll_cq(
+        s: *mut Scratch,
+        cq: *mut IbCq,
+        out: *mut WcC,
+        n: c_int,
+    ) -> c_int;
+    pub(crate) fn krcore_shim_reg_user_mr(
+        pd: *mut IbPd,
+        addr: u64,
+        len: u64,
+        access: u32,
+    ) -> *mut IbMr;
+    pub(crate) fn krcore_shim_mr_lkey(mr: *mut IbMr) -> u32;
+    pub(crate) fn krcore_shim_mr_rkey(mr: *mut IbMr) -> u32;
+    pub(crate) fn krcore_shim_dereg_mr(mr: *mut IbMr) -> c_int;
+    pub(crate) fn krcore_shim_cond_resched();
     pub(crate) fn krcore_shim_ring_alloc(size: usize) -> *mut c_void;
     pub(crate) fn krcore_shim_ring_free(mem: *mut c_void);
     pub(crate) fn krcore_shim_ring_mmap(vma: *mut Vma, mem: *mut c_void) -> c_int;

@@ -42,8 +42,12 @@ impl Errno {
     pub const ERANGE: Errno = Errno(34);
     /// Protocol error: the two sides disagree on the ABI version.
     pub const EPROTO: Errno = Errno(71);
+    /// Network unreachable: no pooled connection reaches that peer.
+    pub const ENETUNREACH: Errno = Errno(101);
     /// Operation not supported.
     pub const EOPNOTSUPP: Errno = Errno(95);
+    /// Interrupted by a signal while waiting.
+    pub const EINTR: Errno = Errno(4);
     /// Operation canceled: flushed because its ring or QP went away.
     pub const ECANCELED: Errno = Errno(125);
 

@@ -307,6 +307,26 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.closed
     }
 
+    /// Releases everything at once, in flight or not, writing no CQE: for when the
+    /// device is gone. The caller guarantees the hardware can no longer touch the ring's
+    /// memory (its QPs are destroyed); the ring may be freed afterwards.
+    pub fn abandon<B: Backend>(&mut self, qps: &mut [PhysQp<S>], backend: &mut B) {
+        self.closed = true;
+        self.tables.inflight.drain_where(|_, _| true);
+        self.tables.rmrs.drain_where(|_, _| true);
+        self.tables.vqps.drain_where(|_, v| {
+            if let Some(q) = qps.get_mut(v.qp as usize) {
+                q.unbind();
+            }
+            backend.disconnect(v.qp);
+            true
+        });
+        self.tables.mrs.drain_where(|_, m| {
+            backend.dereg_mr(m.keys);
+            true
+        });
+    }
+
     /// Releases every virtual QP and MR with nothing in flight; returns `true` when
     /// nothing is left (the ring's memory may be freed).
     pub fn release_idle<B: Backend>(&mut self, qps: &mut [PhysQp<S>], backend: &mut B) -> bool {

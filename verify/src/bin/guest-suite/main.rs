@@ -3,6 +3,7 @@
 //! failure; arguments select tests by substring, as `require!` does in io-uring-test.
 //! The last line is `N passed, N failed`.
 
+mod datapath;
 mod device;
 mod harness;
 mod ioctl;
@@ -32,6 +33,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "verbs::loopback_read_8b",
         run: verbs::loopback_read_8b,
+    },
+    Test {
+        name: "datapath::every_opcode_moves_the_right_bytes",
+        run: datapath::every_opcode_moves_the_right_bytes,
     },
     Test {
         name: "rings::nop_batches_complete_in_order",

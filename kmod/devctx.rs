@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0
+//! A device context: one RDMA device's verbs objects, the engine's accounting of its
+//! physical QPs, and the rings bound to it, all under one mutex.
+//!
+//! Locking: the device mutex serializes every engine call for the device (submission,
+//! completion routing, ring close) — the discipline verify/'s loom models check. A
+//! file's own mutex only guards which device and ring slot it is bound to, and is never
+//! held while the device mutex is taken. Must not be called from an atomic context.
+
+use core::ffi::c_long;
+
+use kernel::new_mutex;
+use kernel::prelude::*;
+use kernel::sync::{Arc, Mutex};
+
+use crate::abi::engine::{complete_wc, PhysQp, Wc, WcStatus};
+use crate::abi::errno::Errno;
+use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
+use crate::backend::{Hw, POOL_QPS, RECV_DEPTH, SEND_DEPTH};
+use crate::ring_ctx::RingCtx;
+use crate::shim::{self, IbDevice, Vma, WcC};
+use crate::store::{KBuf, KStore};
+
+/// Work completions taken from the CQ per poll.
+const POLL_BATCH: usize = 16;
+
+/// What the device mutex guards.
+pub(crate) struct DevState {
+    hw: Hw,
+    qps: KVec<PhysQp<KStore>>,
+    /// Rings by id; a closed ring stays until its requests have retired.
+    rings: KVec<Option<KBox<RingCtx>>>,
+    /// Generation of each ring slot, bumped on reuse.
+    gens: KVec<u16>,
+}
+
+/// A device context.
+#[pin_data]
+pub(crate) struct DevCtx {
+    #[pin]
+    state: Mutex<DevState>,
+}
+
+impl DevCtx {
+    /// Allocates the context of `ib`: PD, CQ, the engine's pool accounting.
+    pub(crate) fn new(ib: *mut IbDevice) -> Result<Arc<DevCtx>> {
+        let hw = Hw::new(ib)?;
+        let mut qps = KVec::with_capacity(POOL_QPS, GFP_KERNEL)?;
+        for _ in 0..POOL_QPS {
+            qps.push(
+                PhysQp::new(KBuf::filled(SEND_DEPTH as usize, 0u64)?, RECV_DEPTH),
+                GFP_KERNEL,
+            )?;
+        }
+        let state = DevState {
+            hw,
+            qps,
+            rings: KVec::new(),
+            gens: KVec::new(),
+        };
+        Arc::pin_init(
+            pin_init!(DevCtx { state <- new_mutex!(state, "krcore_device") }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Sets up a ring on this device; returns its slot.
+    pub(crate) fn attach(&self, p: &mut SetupParams) -> Result<u16> {
+        let mut st = self.state.lock();
+        if st.hw.dead() {
+            return Err(ENODEV);
+        }
+        let slot = match st.rings.iter().position(|r| r.is_none()) {
+            Some(i) => i,
+            None if st.rings.len() < u16::MAX as usize => {
+                st.rings.push(None, GFP_KERNEL)?;
+                st.gens.push(0, GFP_KERNEL)?;
+                st.rings.len() - 1
+            }
+            None => return Err(EMFILE),
+        };
+        let gen = st.gens[slot].wrapping_add(1);
+        let ring = RingCtx::setup(p, slot as u16, gen)?;
+        st.gens[slot] = gen;
+        st.rings[slot] = Some(ring);
+        Ok(slot as u16)
+    }
+
+    /// Maps ring `slot` at page offset `pgoff`.
+    pub(crate) fn mmap(&self, slot: u16, vma: *mut Vma, pgoff: usize, len: usize) -> Result {
+        let st = self.state.lock();
+        st.rings
+            .get(slot as usize)
+            .and_then(|r| r.as_ref())
+            .ok_or(ENXIO)?
+            .mmap(vma, pgoff, len)
+    }
+
+    /// Submits for ring `slot`, routes completions, and with GETEVENTS waits (polling,
+    /// yielding between polls) until `min_complete` CQEs are ready. Returns SQEs taken.
+    pub(crate) fn enter(&self, slot: u16, args: &EnterArgs) -> Result<c_long> {
+        let flags = args.validate()?;
+        let mut st = self.state.lock();
+        let mut taken = 0u32;
+        loop {
+            taken += Self::submit(&mut st, slot, args.to_submit - taken)?;
+            Self::poll_and_route(&mut st);
+            let ring = st.rings[slot as usize].as_mut().ok_or(ENXIO)?;
+            if !flags.contains(EnterFlags::GETEVENTS)
+                || ring.engine().cq_unread() >= args.min_complete
+            {
+                return Ok(taken as c_long);
+            }
+            drop(st);
+            if kernel::current!().signal_pending() {
+                return if taken > 0 {
+                    Ok(taken as c_long)
+                } else {
+                    Err(Errno::EINTR.into())
+                };
+            }
+            // SAFETY: plain scheduling point, no locks held.
+            unsafe { shim::krcore_shim_cond_resched() };
+            st = self.state.lock();
+        }
+    }
+
+    fn submit(st: &mut DevState, slot: u16, max: u32) -> Result<u32> {
+        let DevState { hw, qps, rings, .. } = st;
+        if hw.dead() {
+            return Err(ENODEV);
+        }
+        let ring = rings
+            .get_mut(slot as usize)
+            .and_then(|r| r.as_mut())
+            .ok_or(ENXIO)?;
+        match ring.engine().submit(qps.as_mut_slice(), hw, max) {
+            Ok(s) => Ok(s.taken),
+            Err(_) => Err(EINVAL),
+        }
+    }
+
+    /// Drains the CQ, routing each completion to its ring; frees closed rings that have
+    /// nothing left; publishes every ring's CQ.
+    fn poll_and_route(st: &mut DevState) {
+        let DevState { hw, qps, rings, .. } = st;
+        let mut wcs = [WcC::default(); POLL_BATCH];
+        loop {
+            let n = hw.poll(&mut wcs);
+            for c in &wcs[..n] {
+                let Some(qp) = hw.qp_index(c.qp_num) else {
+                    continue;
+                };
+                let wc = Wc {
+                    wr_id: c.wr_id,
+                    status: if c.status == 0 {
+                        WcStatus::Success
+                    } else if c.status == 5 {
+                        WcStatus::Flushed
+                    } else {
+                        WcStatus::Failed(c.status)
+                    },
+                    byte_len: c.byte_len,
+                    imm: (c.has_imm != 0).then_some(c.imm),
+                    recv: c.recv != 0,
+                };
+                complete_wc(qps.as_mut_slice(), qp, &wc, |id, done| {
+                    if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
+                        r.engine().complete(id, done);
+                    }
+                });
+            }
+            if n < POLL_BATCH {
+                break;
+            }
+        }
+        for (i, q) in qps.iter().enumerate() {
+            if q.failed() {
+                hw.fail_qp(i);
+            }
+        }
+        for slot in rings.iter_mut() {
+            if let Some(r) = slot {
+                let e = r.engine();
+                if e.is_closed() {
+                    if e.release_idle(qps.as_mut_slice(), hw) {
+                        *slot = None;
+                    }
+                } else {
+                    e.publish();
+                }
+            }
+        }
+    }
+
+    /// The file of ring `slot` was closed: no more CQEs; freed once idle.
+    pub(crate) fn detach(&self, slot: u16) {
+        let mut st = self.state.lock();
+        if let Some(Some(r)) = st.rings.get_mut(slot as usize) {
+            r.engine().close();
+        }
+        Self::poll_and_route(&mut st);
+    }
+
+    /// The device is going away: destroy its QPs (nothing touches memory any more), then
+    /// release every ring's MRs and bindings, then the CQ and PD.
+    pub(crate) fn remove(&self) {
+        let mut st = self.state.lock();
+        let DevState { hw, qps, rings, .. } = &mut *st;
+        hw.destroy_qps();
+        for slot in rings.iter_mut() {
+            if let Some(r) = slot {
+                r.engine().abandon(qps.as_mut_slice(), hw);
+            }
+        }
+        hw.destroy();
+    }
+}
