@@ -9,6 +9,7 @@ mod harness;
 mod ioctl;
 mod lifecycle;
 mod rings;
+mod sharing;
 mod verbs;
 
 use harness::Test;
@@ -37,6 +38,18 @@ const TESTS: &[Test] = &[
     Test {
         name: "datapath::every_opcode_moves_the_right_bytes",
         run: datapath::every_opcode_moves_the_right_bytes,
+    },
+    Test {
+        name: "sharing::processes_share_pooled_qps",
+        run: sharing::processes_share_pooled_qps,
+    },
+    Test {
+        name: "sharing::kill_9_in_flight_cleans_up",
+        run: sharing::kill_9_in_flight_cleans_up,
+    },
+    Test {
+        name: "sharing::thousand_connect_disconnect_cycles",
+        run: sharing::thousand_connect_disconnect_cycles,
     },
     Test {
         name: "rings::nop_batches_complete_in_order",
@@ -78,5 +91,16 @@ const TESTS: &[Test] = &[
 
 fn main() -> std::process::ExitCode {
     let filters: Vec<String> = std::env::args().skip(1).collect();
+    // `worker ID run|hang`: a child process of the sharing tests.
+    if filters.first().map(String::as_str) == Some("worker") {
+        let id = filters.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        return match sharing::worker(id, filters.get(2).map(String::as_str) == Some("hang")) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("worker {id}: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     harness::run_all(TESTS, &filters)
 }
