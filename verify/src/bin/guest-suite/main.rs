@@ -8,6 +8,7 @@ mod device;
 mod harness;
 mod ioctl;
 mod lifecycle;
+mod python;
 mod rings;
 mod sharing;
 mod verbs;
@@ -38,6 +39,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "datapath::every_opcode_moves_the_right_bytes",
         run: datapath::every_opcode_moves_the_right_bytes,
+    },
+    Test {
+        name: "python::ctypes_client_nop_and_write",
+        run: python::ctypes_client_nop_and_write,
     },
     Test {
         name: "sharing::processes_share_pooled_qps",
