@@ -140,13 +140,41 @@ impl DevCtx {
         }
     }
 
+    /// One step of ring `slot`'s polling thread: take SQEs, route completions. Whether
+    /// anything happened; `None` when the ring or the device is gone.
+    pub(crate) fn poll_step(&self, slot: u16) -> Option<bool> {
+        let mut st = self.state.lock();
+        let taken = Self::submit(&mut st, slot, u32::MAX).ok()?;
+        let routed = Self::poll_and_route(&mut st);
+        Some(taken > 0 || routed > 0)
+    }
+
+    /// Need-wakeup, poller side: `true` when ring `slot`'s poller may sleep.
+    pub(crate) fn prepare_sleep(&self, slot: u16) -> bool {
+        let mut st = self.state.lock();
+        match st.rings.get_mut(slot as usize) {
+            Some(Some(r)) => r.engine().sq().prepare_sleep(),
+            _ => true,
+        }
+    }
+
+    /// The poller of ring `slot` runs again: clear NEED_WAKEUP.
+    pub(crate) fn woken(&self, slot: u16) {
+        let mut st = self.state.lock();
+        if let Some(Some(r)) = st.rings.get_mut(slot as usize) {
+            r.engine().sq().woken();
+        }
+    }
+
     /// Drains the CQ, routing each completion to its ring; frees closed rings that have
-    /// nothing left; publishes every ring's CQ.
-    fn poll_and_route(st: &mut DevState) {
+    /// nothing left; publishes every ring's CQ. Returns the completions polled.
+    fn poll_and_route(st: &mut DevState) -> usize {
         let DevState { hw, qps, rings, .. } = st;
         let mut wcs = [WcC::default(); POLL_BATCH];
+        let mut polled = 0;
         loop {
             let n = hw.poll(&mut wcs);
+            polled += n;
             for c in &wcs[..n] {
                 let Some(qp) = hw.qp_index(c.qp_num) else {
                     continue;
@@ -191,6 +219,7 @@ impl DevCtx {
                 }
             }
         }
+        polled
     }
 
     /// The file of ring `slot` was closed: no more CQEs; freed once idle.

@@ -11,16 +11,18 @@ use kernel::uaccess::UserSlice;
 use crate::abi::device::{DeviceGid, QueryDevices, ABI_VERSION};
 use crate::abi::errno::Errno;
 use crate::abi::ioctl::{self, Command};
-use crate::abi::layout::{EnterArgs, SetupParams};
+use crate::abi::layout::{EnterArgs, EnterFlags, SetupFlags, SetupParams};
 use crate::devctx::DevCtx;
 use crate::device::Registry;
 use crate::shim::Vma;
+use crate::sqpoll::Poller;
 
-/// Which device and ring slot a file's rings live in.
+/// Which device and ring slot a file's rings live in, and their polling thread.
 #[derive(Clone)]
 struct Binding {
     dev: Arc<DevCtx>,
     slot: u16,
+    poller: Option<Arc<Poller>>,
 }
 
 /// State of one open file: where its rings are, once set up. Its mutex is never held
@@ -41,6 +43,11 @@ impl FileCtx {
                     .reader()
                     .read()?;
                 let b = self.bound()?;
+                if EnterFlags::from_bits_truncate(args.flags).contains(EnterFlags::SQ_WAKEUP) {
+                    if let Some(p) = &b.poller {
+                        p.wake();
+                    }
+                }
                 b.dev.enter(b.slot, &args)
             }
         }
@@ -62,11 +69,25 @@ impl FileCtx {
         }
         let dev = Registry::get().first().ok_or(ENODEV)?;
         let slot = dev.attach(&mut p)?;
+        let poller = if SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL) {
+            match Poller::start(dev.clone(), slot, p.sq_idle_ms)
+                .and_then(|p| Ok(Arc::new(p, GFP_KERNEL)?))
+            {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    dev.detach(slot);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         if let Err(e) = writer.write(&p) {
+            drop(poller);
             dev.detach(slot);
             return Err(e);
         }
-        *binding = Some(Binding { dev, slot });
+        *binding = Some(Binding { dev, slot, poller });
         Ok(0)
     }
 }
@@ -120,6 +141,8 @@ extern "C" fn krcore_rs_release(ctx: *mut c_void) {
     let ctx = unsafe { KBox::from_raw(ctx.cast::<FileCtx>()) };
     let binding = ctx.binding.lock().take();
     if let Some(b) = binding {
+        // The polling thread stops first (it takes the device lock itself).
+        drop(b.poller);
         b.dev.detach(b.slot);
     }
 }

@@ -15,6 +15,7 @@ mod file;
 mod ring_ctx;
 mod ring_mem;
 mod shim;
+mod sqpoll;
 mod store;
 
 module! {

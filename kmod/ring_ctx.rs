@@ -7,8 +7,7 @@ use kernel::prelude::*;
 
 use crate::abi::cqe::Cqe;
 use crate::abi::engine::{Ring, RingStorage, Slot};
-use crate::abi::errno::Errno;
-use crate::abi::layout::{SetupFlags, SetupParams, OFF_CQ_RING, OFF_SQ_RING};
+use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::RawRing;
 use crate::abi::sqe::Sqe;
 use crate::ring_mem::RingArea;
@@ -38,10 +37,6 @@ impl RingCtx {
     /// Must not be called from an atomic context.
     pub(crate) fn setup(p: &mut SetupParams, id: u16, gen: u16) -> Result<KBox<RingCtx>> {
         p.normalize(size_of::<Sqe>(), size_of::<Cqe>())?;
-        if SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL) {
-            // The polling thread comes with the data path.
-            return Err(Errno::EOPNOTSUPP.into());
-        }
         let sq = RingArea::new(page_round(p.sq_off.map_len as usize))?;
         let cq = RingArea::new(page_round(p.cq_off.map_len as usize))?;
         sq.init_header(p.sq_entries);

@@ -4,6 +4,8 @@
  * wrappers of static inline verbs. No logic lives here; see shim.h.
  */
 #include <linux/fs.h>
+#include <linux/kthread.h>
+#include <linux/wait.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/sched.h>
@@ -361,6 +363,57 @@ u32 krcore_shim_mr_rkey(struct ib_mr *mr)
 int krcore_shim_dereg_mr(struct ib_mr *mr)
 {
 	return ib_dereg_mr(mr);
+}
+
+struct krcore_poller {
+	struct task_struct *task;
+	wait_queue_head_t wq;
+	atomic_t wake;
+	void *ctx;
+};
+
+static int krcore_poller_fn(void *data)
+{
+	struct krcore_poller *p = data;
+
+	while (!kthread_should_stop()) {
+		if (krcore_rs_sqpoll_step(p->ctx))
+			wait_event_interruptible(p->wq, atomic_xchg(&p->wake, 0) ||
+							kthread_should_stop());
+		else
+			cond_resched();
+	}
+	return 0;
+}
+
+struct krcore_poller *krcore_shim_poller_start(void *ctx)
+{
+	struct krcore_poller *p = kzalloc(sizeof(*p), GFP_KERNEL);
+
+	if (!p)
+		return ERR_PTR(-ENOMEM);
+	init_waitqueue_head(&p->wq);
+	p->ctx = ctx;
+	p->task = kthread_run(krcore_poller_fn, p, "krcore-sqpoll");
+	if (IS_ERR(p->task)) {
+		long err = PTR_ERR(p->task);
+
+		kfree(p);
+		return ERR_PTR(err);
+	}
+	return p;
+}
+
+void krcore_shim_poller_wake(struct krcore_poller *p)
+{
+	atomic_set(&p->wake, 1);
+	wake_up_interruptible(&p->wq);
+}
+
+void krcore_shim_poller_stop(struct krcore_poller *p)
+{
+	kthread_stop(p->task);
+	kfree(p);
 }
 
 void krcore_shim_cond_resched(void)

@@ -30,7 +30,19 @@ int krcore_rs_mmap(void *priv, struct vm_area_struct *vma, unsigned long pgoff,
 int krcore_rs_dev_add(struct ib_device *dev);
 void krcore_rs_dev_remove(struct ib_device *dev);
 
+/* One step of an SQ polling thread: 0 keep polling, 1 sleep until woken (Rust has set
+ * NEED_WAKEUP and rechecked the SQ). */
+int krcore_rs_sqpoll_step(void *ctx);
+
 /* ---- Implemented in C (shim.c) ---- */
+
+/* An SQ polling thread running krcore_rs_sqpoll_step(ctx). */
+struct krcore_poller;
+struct krcore_poller *krcore_shim_poller_start(void *ctx);
+/* Wakes the thread if it sleeps (the enter ioctl's SQ_WAKEUP). */
+void krcore_shim_poller_wake(struct krcore_poller *p);
+/* Stops the thread and waits for it; ctx is no longer used afterwards. */
+void krcore_shim_poller_stop(struct krcore_poller *p);
 
 /* Port attributes Rust needs, copied out of struct ib_port_attr. */
 struct krcore_port_attr {

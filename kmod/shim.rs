@@ -45,6 +45,12 @@ pub(crate) struct Scratch {
     _opaque: [u8; 0],
 }
 
+/// `struct krcore_poller`, opaque.
+#[repr(C)]
+pub(crate) struct PollerC {
+    _opaque: [u8; 0],
+}
+
 /// `enum krcore_wr_kind`.
 pub(crate) const WR_READ: u8 = 1;
 pub(crate) const WR_WRITE: u8 = 2;
@@ -157,6 +163,9 @@ extern "C" {
     pub(crate) fn krcore_shim_mr_rkey(mr: *mut IbMr) -> u32;
     pub(crate) fn krcore_shim_dereg_mr(mr: *mut IbMr) -> c_int;
     pub(crate) fn krcore_shim_cond_resched();
+    pub(crate) fn krcore_shim_poller_start(ctx: *mut c_void) -> *mut PollerC;
+    pub(crate) fn krcore_shim_poller_wake(p: *mut PollerC);
+    pub(crate) fn krcore_shim_poller_stop(p: *mut PollerC);
     pub(crate) fn krcore_shim_ring_alloc(size: usize) -> *mut c_void;
     pub(crate) fn krcore_shim_ring_free(mem: *mut c_void);
     pub(crate) fn krcore_shim_ring_mmap(vma: *mut Vma, mem: *mut c_void) -> c_int;

@@ -4,7 +4,9 @@
 use krcore_abi::cqe::Cqe;
 use krcore_abi::errno::Errno;
 use krcore_abi::ioctl::{IOC_ENTER, IOC_SETUP};
-use krcore_abi::layout::{EnterArgs, EnterFlags, SetupParams, SqFlags, OFF_CQ_RING, OFF_SQ_RING};
+use krcore_abi::layout::{
+    EnterArgs, EnterFlags, SetupFlags, SetupParams, SqFlags, OFF_CQ_RING, OFF_SQ_RING,
+};
 use krcore_abi::ring::{CqConsumer, RawRing, SqProducer};
 use krcore_abi::sqe::Sqe;
 use std::os::fd::AsRawFd;
@@ -30,6 +32,14 @@ impl Builder {
         }
     }
 
+    /// A kernel thread polls the SQ: submitting needs no syscall while it runs; it sleeps
+    /// after `idle_ms` without work and [`Ring::submit`] wakes it when needed.
+    pub fn sqpoll(mut self, idle_ms: u32) -> Builder {
+        self.params.flags |= SetupFlags::SQPOLL.bits();
+        self.params.sq_idle_ms = idle_ms;
+        self
+    }
+
     /// Completion queue entries (rounded up; at least the SQ's).
     pub fn cq_entries(mut self, n: u32) -> Builder {
         self.params.cq_entries = n;
@@ -53,10 +63,13 @@ impl Builder {
                 RawRing::new(cq_map.as_ptr(), p.cq_entries),
             )
         };
+        let sqpoll = SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL);
         Ok(Ring {
             sq: SqProducer::new(sq),
             cq: CqConsumer::new(cq),
             params: p,
+            sqpoll,
+            enters: 0,
             _sq_map: sq_map,
             _cq_map: cq_map,
             dev,
@@ -83,6 +96,8 @@ pub struct Ring {
     sq: SqProducer<RawRing<Sqe>>,
     cq: CqConsumer<RawRing<Cqe>>,
     params: SetupParams,
+    sqpoll: bool,
+    enters: u64,
     _sq_map: Mmap,
     _cq_map: Mmap,
     dev: Device,
@@ -119,17 +134,39 @@ impl Ring {
     }
 
     /// Publishes queued entries and has the kernel take them; returns how many it took
-    /// (fewer than queued when credits or CQ room ran out: the rest stay queued).
+    /// (fewer than queued when credits or CQ room ran out: the rest stay queued). With
+    /// [`Builder::sqpoll`] the polling thread takes them: no syscall unless it sleeps,
+    /// and the count returned is how many were published.
     pub fn submit(&mut self) -> Result<u32, Error> {
+        if self.sqpoll {
+            self.sq.publish();
+            let n = self.sq.unread();
+            if self.sq.needs_wakeup() {
+                self.enter(0, EnterFlags::SQ_WAKEUP)?;
+            }
+            return Ok(n);
+        }
         self.enter(0, EnterFlags::empty())
     }
 
     /// As [`submit`](Self::submit), then waits until `want` completions are ready.
     pub fn submit_and_wait(&mut self, want: u32) -> Result<u32, Error> {
-        self.enter(want, EnterFlags::GETEVENTS)
+        self.sq.publish();
+        let wake = if self.sqpoll && self.sq.needs_wakeup() {
+            EnterFlags::SQ_WAKEUP
+        } else {
+            EnterFlags::empty()
+        };
+        self.enter(want, EnterFlags::GETEVENTS | wake)
+    }
+
+    /// Enter ioctls this ring has made: its syscalls on the data path.
+    pub fn enters(&self) -> u64 {
+        self.enters
     }
 
     fn enter(&mut self, min_complete: u32, flags: EnterFlags) -> Result<u32, Error> {
+        self.enters += 1;
         self.sq.publish();
         let args = EnterArgs {
             to_submit: self.sq.unread(),

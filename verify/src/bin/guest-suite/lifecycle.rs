@@ -38,23 +38,29 @@ fn meminfo() -> Result<[(String, i64); 3], String> {
     Ok([get("SUnreclaim")?, get("VmallocUsed")?, get("Percpu")?])
 }
 
-/// Opens the device, queries it, sets up and maps a ring, runs a NOP through it, and
-/// closes everything: every object a file can own today.
-fn use_device() -> Result<(), String> {
+/// Opens the device, queries it, sets up and maps a ring (with a polling thread when
+/// `sqpoll`), runs a NOP through it, and closes everything.
+fn use_device(sqpoll: bool) -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     dev.query_devices().map_err(|e| e.to_string())?;
-    let mut ring = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+    let b = if sqpoll {
+        Builder::new(16).sqpoll(100)
+    } else {
+        Builder::new(16)
+    };
+    let mut ring = b.build(dev).map_err(|e| e.to_string())?;
     // SAFETY: a NOP names no memory.
     unsafe { ring.push(&Sqe::nop(1)) }.map_err(|e| e.to_string())?;
-    ring.submit().map_err(|e| e.to_string())?;
+    // With a polling thread the CQE may come after submit returns: wait for it.
+    ring.submit_and_wait(1).map_err(|e| e.to_string())?;
     check(ring.completions().count() == 1, || {
         "NOP did not complete".into()
     })
 }
 
-fn cycle(ko: &str) -> Result<(), String> {
+fn cycle(ko: &str, sqpoll: bool) -> Result<(), String> {
     sh(&["insmod", ko])?;
-    use_device()?;
+    use_device(sqpoll)?;
     sh(&["rmmod", "krcore"]).map(|_| ())
 }
 
@@ -93,8 +99,8 @@ pub fn unload_refused_while_open() -> Result<(), String> {
 pub fn open_close_no_kmemleak() -> Result<(), String> {
     std::fs::write(KMEMLEAK, "clear")
         .map_err(|e| format!("{KMEMLEAK}: {e} (kernel without DEBUG_KMEMLEAK?)"))?;
-    for _ in 0..200 {
-        use_device()?;
+    for i in 0..200 {
+        use_device(i % 20 == 0)?;
     }
     check_kmemleak("200 open/query/ring/close")
 }
@@ -103,14 +109,14 @@ pub fn load_unload_50_cycles() -> Result<(), String> {
     let ko = module_path()?;
     sh(&["rmmod", "krcore"])?;
     // Warm-up cycles first, so one-time allocations (sysfs nodes, caches) are not counted.
-    for _ in 0..3 {
-        cycle(&ko)?;
+    for i in 0..3 {
+        cycle(&ko, i == 0)?;
     }
     std::fs::write(KMEMLEAK, "clear").map_err(|e| format!("{KMEMLEAK}: {e}"))?;
     let before = meminfo()?;
     let mut result = Ok(());
     for i in 0..50 {
-        if let Err(e) = cycle(&ko) {
+        if let Err(e) = cycle(&ko, i % 10 == 0) {
             result = Err(format!("cycle {i}: {e}"));
             break;
         }

@@ -11,6 +11,7 @@ mod lifecycle;
 mod python;
 mod rings;
 mod sharing;
+mod sqpoll;
 mod verbs;
 
 use harness::Test;
@@ -39,6 +40,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "datapath::every_opcode_moves_the_right_bytes",
         run: datapath::every_opcode_moves_the_right_bytes,
+    },
+    Test {
+        name: "sqpoll::no_syscalls_in_steady_state",
+        run: sqpoll::no_syscalls_in_steady_state,
     },
     Test {
         name: "python::ctypes_client_nop_and_write",

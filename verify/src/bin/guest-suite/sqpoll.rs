@@ -1,0 +1,77 @@
+//! Polling mode: no syscall in the steady state, one wakeup after the poller slept.
+
+use std::time::{Duration, Instant};
+
+use krcore_uring::abi::layout::SqFlags;
+use krcore_uring::abi::sqe::Sqe;
+use krcore_uring::{Builder, Device, Ring};
+
+use crate::harness::check;
+
+/// Spins (no syscall) until `n` completions arrived; their user_data in order.
+fn reap_spinning(r: &mut Ring, n: usize) -> Result<Vec<u64>, String> {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < n {
+        got.extend(r.completions().map(|c| c.user_data));
+        if start.elapsed() > Duration::from_secs(20) {
+            return Err(format!("only {} of {n} completions after 20 s", got.len()));
+        }
+        std::hint::spin_loop();
+    }
+    Ok(got)
+}
+
+pub fn no_syscalls_in_steady_state() -> Result<(), String> {
+    let dev = Device::open().map_err(|e| e.to_string())?;
+    let mut r = Builder::new(64)
+        .sqpoll(2000)
+        .build(dev)
+        .map_err(|e| e.to_string())?;
+    let mut next = 0u64;
+    let t = Instant::now();
+    for _ in 0..100 {
+        for _ in 0..10 {
+            // SAFETY: NOPs name no memory.
+            unsafe { r.push(&Sqe::nop(next)) }.map_err(|e| e.to_string())?;
+            next += 1;
+        }
+        r.submit().map_err(|e| e.to_string())?;
+        let got = reap_spinning(&mut r, 10)?;
+        check(got == (next - 10..next).collect::<Vec<_>>(), || {
+            format!("out of order: {got:?}")
+        })?;
+    }
+    let steady = r.enters();
+    println!(
+        "  1000 NOPs in batches of 10 through the polling thread: {steady} enter syscalls in {:?}",
+        t.elapsed()
+    );
+    check(steady == 0, || {
+        format!("{steady} syscalls in the steady state")
+    })?;
+    // Idle past the timeout: the poller sleeps, and the next submit wakes it, once.
+    let t = Instant::now();
+    while !r.sq_flags().contains(SqFlags::NEED_WAKEUP) {
+        check(t.elapsed() < Duration::from_secs(10), || {
+            "the poller never went to sleep".into()
+        })?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "  poller asleep after {:?} idle (sq_idle_ms 2000)",
+        t.elapsed()
+    );
+    // SAFETY: a NOP names no memory.
+    unsafe { r.push(&Sqe::nop(next)) }.map_err(|e| e.to_string())?;
+    r.submit().map_err(|e| e.to_string())?;
+    let got = reap_spinning(&mut r, 1)?;
+    println!(
+        "  after a wakeup: {} enter syscall(s), completion {:?}",
+        r.enters() - steady,
+        got
+    );
+    check(r.enters() - steady == 1 && got == [next], || {
+        format!("wakeup: {} enters, {got:?}", r.enters() - steady)
+    })
+}
