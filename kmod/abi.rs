@@ -44,6 +44,8 @@ unsafe impl FromBytes for layout::SetupParams {}
 unsafe impl AsBytes for layout::SetupParams {}
 // SAFETY: as above.
 unsafe impl FromBytes for layout::EnterArgs {}
+// SAFETY: as above.
+unsafe impl FromBytes for layout::EventfdArgs {}
 
 impl From<errno::Errno> for Error {
     fn from(e: errno::Errno) -> Error {

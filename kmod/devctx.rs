@@ -140,6 +140,16 @@ impl DevCtx {
         }
     }
 
+    /// Registers eventfd `fd` for ring `slot`.
+    pub(crate) fn set_eventfd(&self, slot: u16, fd: i32) -> Result {
+        let mut st = self.state.lock();
+        st.rings
+            .get_mut(slot as usize)
+            .and_then(|r| r.as_mut())
+            .ok_or(ENXIO)?
+            .set_eventfd(fd)
+    }
+
     /// One step of ring `slot`'s polling thread: take SQEs, route completions. Whether
     /// anything happened; `None` when the ring or the device is gone.
     pub(crate) fn poll_step(&self, slot: u16) -> Option<bool> {
@@ -216,6 +226,7 @@ impl DevCtx {
                     }
                 } else {
                     e.publish();
+                    r.notify();
                 }
             }
         }

@@ -11,7 +11,7 @@ use kernel::uaccess::UserSlice;
 use crate::abi::device::{DeviceGid, QueryDevices, ABI_VERSION};
 use crate::abi::errno::Errno;
 use crate::abi::ioctl::{self, Command};
-use crate::abi::layout::{EnterArgs, EnterFlags, SetupFlags, SetupParams};
+use crate::abi::layout::{EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams};
 use crate::devctx::DevCtx;
 use crate::device::Registry;
 use crate::shim::Vma;
@@ -38,6 +38,14 @@ impl FileCtx {
         match ioctl::decode(cmd)? {
             Command::QueryDevices => query_devices(arg),
             Command::Setup => self.setup(arg),
+            Command::RegisterEventfd => {
+                let args: EventfdArgs = UserSlice::new(arg, size_of::<EventfdArgs>())
+                    .reader()
+                    .read()?;
+                args.validate()?;
+                let b = self.bound()?;
+                b.dev.set_eventfd(b.slot, args.fd).map(|()| 0)
+            }
             Command::Enter => {
                 let args: EnterArgs = UserSlice::new(arg, size_of::<EnterArgs>())
                     .reader()

@@ -11,13 +11,29 @@ use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::RawRing;
 use crate::abi::sqe::Sqe;
 use crate::ring_mem::RingArea;
-use crate::shim::Vma;
+use crate::shim::{self, EventfdCtx, Vma};
 use crate::store::{KBuf, KStore};
 
 /// Virtual QP and MR slots per ring.
 const TABLE_SLOTS: usize = 64;
 
 pub(crate) type EngineRing = Ring<KStore, RawRing<Sqe>, RawRing<Cqe>>;
+
+/// An eventfd reference, put on drop.
+///
+/// # Invariants
+/// `0` came from `krcore_shim_eventfd_get` and holds one reference.
+struct EventFd(*mut EventfdCtx);
+
+// SAFETY: eventfd contexts are refcounted and signalled from any context.
+unsafe impl Send for EventFd {}
+
+impl Drop for EventFd {
+    fn drop(&mut self) {
+        // SAFETY: one reference held (invariant), put once.
+        unsafe { shim::krcore_shim_eventfd_put(self.0) };
+    }
+}
 
 /// A file's rings.
 pub(crate) struct RingCtx {
@@ -26,6 +42,9 @@ pub(crate) struct RingCtx {
     ring: KBox<EngineRing>,
     sq: RingArea,
     cq: RingArea,
+    eventfd: Option<EventFd>,
+    /// CQEs produced when the eventfd was last signalled.
+    signalled: u64,
 }
 
 fn page_round(n: usize) -> usize {
@@ -55,7 +74,16 @@ impl RingCtx {
         let (sq_ring, cq_ring) =
             unsafe { (sq.ring::<Sqe>(p.sq_entries), cq.ring::<Cqe>(p.cq_entries)) };
         let ring = KBox::new(Ring::new(id, gen, sq_ring, cq_ring, storage), GFP_KERNEL)?;
-        Ok(KBox::new(RingCtx { ring, sq, cq }, GFP_KERNEL)?)
+        Ok(KBox::new(
+            RingCtx {
+                ring,
+                sq,
+                cq,
+                eventfd: None,
+                signalled: 0,
+            },
+            GFP_KERNEL,
+        )?)
     }
 
     /// Maps the ring at page offset `pgoff` into `vma`.
@@ -69,6 +97,35 @@ impl RingCtx {
             return Err(EINVAL);
         }
         area.map(vma)
+    }
+
+    /// Registers the eventfd `fd` of the calling process (-1: none).
+    pub(crate) fn set_eventfd(&mut self, fd: i32) -> Result {
+        self.eventfd = None;
+        if fd >= 0 {
+            // SAFETY: plain lookup in the calling process's file table.
+            let ctx = unsafe { shim::krcore_shim_eventfd_get(fd) };
+            // SAFETY: pointer inspection only.
+            let err = unsafe { shim::krcore_shim_ptr_err(ctx.cast::<core::ffi::c_void>()) };
+            if err != 0 {
+                return Err(Error::from_errno(err as i32));
+            }
+            // INVARIANT: one reference from eventfd_ctx_fdget.
+            self.eventfd = Some(EventFd(ctx));
+        }
+        Ok(())
+    }
+
+    /// Signals the eventfd if completions were produced since the last signal.
+    pub(crate) fn notify(&mut self) {
+        let produced = self.ring.stats().completed;
+        if let Some(e) = &self.eventfd {
+            if produced != self.signalled {
+                // SAFETY: live reference (invariant of EventFd).
+                unsafe { shim::krcore_shim_eventfd_signal(e.0) };
+            }
+        }
+        self.signalled = produced;
     }
 
     /// The engine's ring.

@@ -3,6 +3,7 @@
  * krcore's C shim: the misc device, file operations, mmap entry, ib_client, and
  * wrappers of static inline verbs. No logic lives here; see shim.h.
  */
+#include <linux/eventfd.h>
 #include <linux/fs.h>
 #include <linux/kthread.h>
 #include <linux/wait.h>
@@ -414,6 +415,21 @@ void krcore_shim_poller_stop(struct krcore_poller *p)
 {
 	kthread_stop(p->task);
 	kfree(p);
+}
+
+struct eventfd_ctx *krcore_shim_eventfd_get(int fd)
+{
+	return eventfd_ctx_fdget(fd);
+}
+
+void krcore_shim_eventfd_signal(struct eventfd_ctx *ctx)
+{
+	eventfd_signal(ctx);
+}
+
+void krcore_shim_eventfd_put(struct eventfd_ctx *ctx)
+{
+	eventfd_ctx_put(ctx);
 }
 
 void krcore_shim_cond_resched(void)

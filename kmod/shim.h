@@ -142,6 +142,12 @@ u32 krcore_shim_mr_lkey(struct ib_mr *mr);
 u32 krcore_shim_mr_rkey(struct ib_mr *mr);
 int krcore_shim_dereg_mr(struct ib_mr *mr);
 
+/* An eventfd of the calling process by fd (eventfd_ctx_fdget), ERR_PTR-encoded. */
+struct eventfd_ctx;
+struct eventfd_ctx *krcore_shim_eventfd_get(int fd);
+void krcore_shim_eventfd_signal(struct eventfd_ctx *ctx);
+void krcore_shim_eventfd_put(struct eventfd_ctx *ctx);
+
 /* Yield the CPU if needed (cond_resched is a macro on some configs). */
 void krcore_shim_cond_resched(void);
 

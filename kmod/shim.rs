@@ -51,6 +51,12 @@ pub(crate) struct PollerC {
     _opaque: [u8; 0],
 }
 
+/// `struct eventfd_ctx`, opaque.
+#[repr(C)]
+pub(crate) struct EventfdCtx {
+    _opaque: [u8; 0],
+}
+
 /// `enum krcore_wr_kind`.
 pub(crate) const WR_READ: u8 = 1;
 pub(crate) const WR_WRITE: u8 = 2;
@@ -163,6 +169,9 @@ extern "C" {
     pub(crate) fn krcore_shim_mr_rkey(mr: *mut IbMr) -> u32;
     pub(crate) fn krcore_shim_dereg_mr(mr: *mut IbMr) -> c_int;
     pub(crate) fn krcore_shim_cond_resched();
+    pub(crate) fn krcore_shim_eventfd_get(fd: c_int) -> *mut EventfdCtx;
+    pub(crate) fn krcore_shim_eventfd_signal(ctx: *mut EventfdCtx);
+    pub(crate) fn krcore_shim_eventfd_put(ctx: *mut EventfdCtx);
     pub(crate) fn krcore_shim_poller_start(ctx: *mut c_void) -> *mut PollerC;
     pub(crate) fn krcore_shim_poller_wake(p: *mut PollerC);
     pub(crate) fn krcore_shim_poller_stop(p: *mut PollerC);

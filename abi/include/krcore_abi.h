@@ -49,6 +49,13 @@
 // `_IOW('K', 0x03, struct EnterArgs)`.
 #define krcore_IOC_ENTER 1075858179
 
+// Number of [`IOC_REGISTER_EVENTFD`].
+#define krcore_NR_REGISTER_EVENTFD 4
+
+// Register an eventfd signalled when the ring gains completions. Argument:
+// [`EventfdArgs`]. `_IOW('K', 0x04, struct EventfdArgs)`.
+#define krcore_IOC_REGISTER_EVENTFD 1074809604
+
 // mmap offset of the SQ ring.
 #define krcore_OFF_SQ_RING 0
 
@@ -370,6 +377,14 @@ struct krcore_EnterArgs {
   uint32_t flags;
   // Reserved, must be zero.
   uint32_t resv[5];
+};
+
+// Argument of the eventfd registration ioctl.
+struct krcore_EventfdArgs {
+  // An eventfd(2) to signal whenever the ring gains completions; -1 unregisters.
+  int32_t fd;
+  // Reserved, must be zero.
+  uint32_t resv[3];
 };
 
 

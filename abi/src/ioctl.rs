@@ -7,7 +7,7 @@
 
 use super::device::QueryDevices;
 use super::errno::Errno;
-use super::layout::{EnterArgs, SetupParams};
+use super::layout::{EnterArgs, EventfdArgs, SetupParams};
 
 /// The ioctl type byte of every krcore command.
 pub const IOC_MAGIC: u8 = b'K';
@@ -73,6 +73,14 @@ pub const NR_ENTER: u8 = 0x03;
 pub const IOC_ENTER: u32 = 0x4020_4b03;
 const _: () = assert!(IOC_ENTER == iow::<EnterArgs>(NR_ENTER));
 
+/// Number of [`IOC_REGISTER_EVENTFD`].
+pub const NR_REGISTER_EVENTFD: u8 = 0x04;
+
+/// Register an eventfd signalled when the ring gains completions. Argument:
+/// [`EventfdArgs`]. `_IOW('K', 0x04, struct EventfdArgs)`.
+pub const IOC_REGISTER_EVENTFD: u32 = 0x4010_4b04;
+const _: () = assert!(IOC_REGISTER_EVENTFD == iow::<EventfdArgs>(NR_REGISTER_EVENTFD));
+
 /// A decoded, size-checked ioctl command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -82,6 +90,8 @@ pub enum Command {
     Setup,
     /// [`IOC_ENTER`].
     Enter,
+    /// [`IOC_REGISTER_EVENTFD`].
+    RegisterEventfd,
 }
 
 /// Decodes `cmd`, checking its type, number, direction and argument size.
@@ -105,6 +115,11 @@ pub fn decode(cmd: u32) -> Result<Command, Errno> {
             core::mem::size_of::<SetupParams>(),
         ),
         NR_ENTER => (Command::Enter, DIR_WRITE, core::mem::size_of::<EnterArgs>()),
+        NR_REGISTER_EVENTFD => (
+            Command::RegisterEventfd,
+            DIR_WRITE,
+            core::mem::size_of::<EventfdArgs>(),
+        ),
         _ => return Err(Errno::ENOTTY),
     };
     if dir != want_dir {

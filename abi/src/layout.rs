@@ -205,6 +205,37 @@ pub struct EnterArgs {
 
 const _: () = assert!(core::mem::size_of::<EnterArgs>() == 32);
 
+/// Argument of the eventfd registration ioctl.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "zerocopy",
+    derive(
+        zerocopy::FromBytes,
+        zerocopy::IntoBytes,
+        zerocopy::KnownLayout,
+        zerocopy::Immutable
+    )
+)]
+#[repr(C)]
+pub struct EventfdArgs {
+    /// An eventfd(2) to signal whenever the ring gains completions; -1 unregisters.
+    pub fd: i32,
+    /// Reserved, must be zero.
+    pub resv: [u32; 3],
+}
+
+const _: () = assert!(core::mem::size_of::<EventfdArgs>() == 16);
+
+impl EventfdArgs {
+    /// Checks the fields user space sets.
+    pub fn validate(&self) -> Result<(), Errno> {
+        if self.resv != [0; 3] || self.fd < -1 {
+            return Err(Errno::EINVAL);
+        }
+        Ok(())
+    }
+}
+
 impl EnterArgs {
     /// Checks the fields user space sets.
     pub fn validate(&self) -> Result<EnterFlags, Errno> {

@@ -3,9 +3,9 @@
 
 use krcore_abi::cqe::Cqe;
 use krcore_abi::errno::Errno;
-use krcore_abi::ioctl::{IOC_ENTER, IOC_SETUP};
+use krcore_abi::ioctl::{IOC_ENTER, IOC_REGISTER_EVENTFD, IOC_SETUP};
 use krcore_abi::layout::{
-    EnterArgs, EnterFlags, SetupFlags, SetupParams, SqFlags, OFF_CQ_RING, OFF_SQ_RING,
+    EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams, SqFlags, OFF_CQ_RING, OFF_SQ_RING,
 };
 use krcore_abi::ring::{CqConsumer, RawRing, SqProducer};
 use krcore_abi::sqe::Sqe;
@@ -158,6 +158,22 @@ impl Ring {
             EnterFlags::empty()
         };
         self.enter(want, EnterFlags::GETEVENTS | wake)
+    }
+
+    /// Has the kernel signal `fd`, an eventfd(2), whenever the ring gains completions;
+    /// `None` unregisters.
+    pub fn register_eventfd(&mut self, fd: Option<std::os::fd::RawFd>) -> Result<(), Error> {
+        let args = EventfdArgs {
+            fd: fd.unwrap_or(-1),
+            resv: [0; 3],
+        };
+        // SAFETY: `args` is an EventfdArgs the kernel only reads.
+        unsafe {
+            self.dev
+                .ioctl_raw(IOC_REGISTER_EVENTFD, &args as *const EventfdArgs as usize)
+        }
+        .map_err(|e| e.context("register eventfd"))?;
+        Ok(())
     }
 
     /// Enter ioctls this ring has made: its syscalls on the data path.

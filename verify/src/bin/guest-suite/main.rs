@@ -46,6 +46,10 @@ const TESTS: &[Test] = &[
         run: sqpoll::no_syscalls_in_steady_state,
     },
     Test {
+        name: "sqpoll::eventfd_wakes_the_application",
+        run: sqpoll::eventfd_wakes_the_application,
+    },
+    Test {
         name: "python::ctypes_client_nop_and_write",
         run: python::ctypes_client_nop_and_write,
     },

@@ -75,3 +75,40 @@ pub fn no_syscalls_in_steady_state() -> Result<(), String> {
         format!("wakeup: {} enters, {got:?}", r.enters() - steady)
     })
 }
+
+pub fn eventfd_wakes_the_application() -> Result<(), String> {
+    let dev = Device::open().map_err(|e| e.to_string())?;
+    let mut r = Builder::new(16)
+        .sqpoll(2000)
+        .build(dev)
+        .map_err(|e| e.to_string())?;
+    // SAFETY: plain syscall; the fd is closed below.
+    let efd = unsafe { libc::eventfd(0, 0) };
+    check(efd >= 0, || "eventfd failed".into())?;
+    r.register_eventfd(Some(efd)).map_err(|e| e.to_string())?;
+    let before = r.enters();
+    // SAFETY: a NOP names no memory.
+    unsafe { r.push(&Sqe::nop(5)) }.map_err(|e| e.to_string())?;
+    r.submit().map_err(|e| e.to_string())?;
+    // Block on the eventfd: the kernel signals it once the poller produced the CQE.
+    let mut count = 0u64;
+    // SAFETY: reads 8 bytes into `count`.
+    let n = unsafe { libc::read(efd, (&mut count as *mut u64).cast(), 8) };
+    let got: Vec<u64> = r.completions().map(|c| c.user_data).collect();
+    // SAFETY: opened above.
+    unsafe { libc::close(efd) };
+    println!(
+        "  eventfd read {n} bytes, count {count}; CQEs {got:?}; enter syscalls {}",
+        r.enters() - before
+    );
+    check(n == 8 && count >= 1 && got == [5], || {
+        format!("eventfd {n}/{count}, CQEs {got:?}")
+    })?;
+    let bad = r
+        .register_eventfd(Some(0))
+        .err()
+        .and_then(|e| e.raw_os_error());
+    check(bad == Some(libc::EINVAL), || {
+        format!("stdin registered as an eventfd: {bad:?}")
+    })
+}
