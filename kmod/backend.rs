@@ -4,8 +4,9 @@
 //!
 //! The pool is [`POOL_QPS`] QPs in pairs connected to each other over the device's own
 //! RoCE GID (loopback: the peer a CONNECT names must be this device's GID; reaching
-//! other nodes needs the MetaServer, not built yet). It is built by the first CONNECT
-//! (the cold path) and reused by every later one (the warm path). The service picks a
+//! other nodes needs the MetaServer, not built yet). It is built as soon as the device
+//! has a RoCE v2 IPv4 GID (devctx's watch; the `prewarm` module parameter), so no
+//! application pays for it, and otherwise by the first CONNECT (the cold path). The service picks a
 //! pair (`service % pairs`) and consecutive CONNECTs to it alternate between its two
 //! ends, so an application connecting twice holds both ends of one connection, as
 //! loopback SEND/RECV needs. Many virtual QPs share each pooled QP.
@@ -149,6 +150,30 @@ impl Hw {
             )
         };
         n.max(0) as usize
+    }
+
+    /// Builds the pool on the port's RoCE v2 IPv4 GID, if there is one and no pool yet
+    /// (so no application pays for it). Returns whether a pool exists afterwards.
+    pub(crate) fn prewarm(&mut self) -> bool {
+        if self.dead {
+            return false;
+        }
+        if !self.pool.is_empty() {
+            return true;
+        }
+        const ROCE_V2: u32 = 2;
+        let v4_mapped =
+            |g: &[u8; 16]| g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff;
+        for i in 0..GID_SEARCH {
+            let (mut g, mut ty) = ([0u8; 16], 0u32);
+            // SAFETY: live device; `g` has 16 bytes.
+            let r =
+                unsafe { shim::krcore_shim_query_gid(self.ib, PORT, i, g.as_mut_ptr(), &mut ty) };
+            if r == 0 && ty == ROCE_V2 && v4_mapped(&g) {
+                return self.build_pool(&g, i).is_ok();
+            }
+        }
+        false
     }
 
     /// The index of the local RoCE v2 GID equal to `gid`.

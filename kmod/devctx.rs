@@ -64,6 +64,17 @@ impl DevCtx {
         )
     }
 
+    /// Builds the QP pool if the device can have one now (the prewarm work item).
+    pub(crate) fn prewarm(&self) {
+        // SAFETY: reads a module parameter.
+        if unsafe { shim::krcore_shim_prewarm_enabled() } {
+            let built = self.state.lock().hw.prewarm();
+            if built {
+                pr_debug!("QP pool ready\n");
+            }
+        }
+    }
+
     /// Sets up a ring on this device; returns its slot.
     pub(crate) fn attach(&self, p: &mut SetupParams) -> Result<u16> {
         let mut st = self.state.lock();
@@ -255,4 +266,13 @@ impl DevCtx {
         }
         hw.destroy();
     }
+}
+
+/// The prewarm work item of a device context.
+#[no_mangle]
+extern "C" fn krcore_rs_dev_prewarm(ctx: *mut core::ffi::c_void) {
+    // SAFETY: `ctx` is the DevCtx the watch was started on; the registry keeps it alive
+    // and stops the watch (waiting for this work) before dropping it.
+    let dev = unsafe { &*ctx.cast::<DevCtx>() };
+    dev.prewarm();
 }

@@ -16,12 +16,16 @@ use kernel::sync::{Arc, Mutex};
 
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::devctx::DevCtx;
-use crate::shim::{self, IbDevice, PortAttr};
+use crate::shim::{self, DevWatch, IbDevice, PortAttr};
 
 /// One tracked device.
+///
+/// # Invariants
+/// `watch` was started on `ctx` and is stopped (on removal) before `ctx` is dropped.
 struct Device {
     ib: *mut IbDevice,
     ctx: Arc<DevCtx>,
+    watch: *mut DevWatch,
 }
 
 // SAFETY: the pointer is only dereferenced (by the shim) under the registry mutex, while
@@ -143,10 +147,29 @@ extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
         Ok(c) => c,
         Err(e) => return e.to_errno(),
     };
+    let ctx_ptr: *const DevCtx = &*ctx;
+    // SAFETY: `dev` is live; the context outlives the watch (Device invariant).
+    let watch = unsafe { shim::krcore_shim_devwatch_start(dev, ctx_ptr.cast_mut().cast()) };
+    // SAFETY: pointer inspection only.
+    let err = unsafe { shim::krcore_shim_ptr_err(watch.cast()) };
+    if err != 0 {
+        return err as c_int;
+    }
     let mut devices = Registry::get().devices.lock();
-    match devices.push(Device { ib: dev, ctx }, GFP_KERNEL) {
+    match devices.push(
+        Device {
+            ib: dev,
+            ctx,
+            watch,
+        },
+        GFP_KERNEL,
+    ) {
         Ok(()) => 0,
-        Err(_) => ENOMEM.to_errno(),
+        Err(_) => {
+            // SAFETY: started above, stopped once.
+            unsafe { shim::krcore_shim_devwatch_stop(watch) };
+            ENOMEM.to_errno()
+        }
     }
 }
 
@@ -155,6 +178,8 @@ extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
 extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
     let mut devices = Registry::get().devices.lock();
     if let Some(i) = devices.iter().position(|d| d.ib == dev) {
+        // SAFETY: started in add (invariant), stopped once, before the context goes.
+        unsafe { shim::krcore_shim_devwatch_stop(devices[i].watch) };
         devices[i].ctx.remove();
         let last = devices.len() - 1;
         devices.as_mut_slice().swap(i, last);

@@ -6,6 +6,8 @@
 #include <linux/eventfd.h>
 #include <linux/fs.h>
 #include <linux/kthread.h>
+#include <linux/moduleparam.h>
+#include <linux/workqueue.h>
 #include <linux/wait.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
@@ -430,6 +432,58 @@ void krcore_shim_eventfd_signal(struct eventfd_ctx *ctx)
 void krcore_shim_eventfd_put(struct eventfd_ctx *ctx)
 {
 	eventfd_ctx_put(ctx);
+}
+
+static bool prewarm = true;
+module_param(prewarm, bool, 0444);
+MODULE_PARM_DESC(prewarm, "Build each device's QP pool as soon as it has a RoCE v2 GID (default: yes)");
+
+bool krcore_shim_prewarm_enabled(void)
+{
+	return prewarm;
+}
+
+struct krcore_devwatch {
+	struct ib_event_handler eh;
+	struct work_struct work;
+	void *ctx;
+};
+
+static void krcore_devwatch_work(struct work_struct *work)
+{
+	struct krcore_devwatch *w = container_of(work, struct krcore_devwatch, work);
+
+	krcore_rs_dev_prewarm(w->ctx);
+}
+
+/* Runs in atomic context: defer to the work item. */
+static void krcore_devwatch_event(struct ib_event_handler *eh, struct ib_event *ev)
+{
+	struct krcore_devwatch *w = container_of(eh, struct krcore_devwatch, eh);
+
+	if (ev->event == IB_EVENT_GID_CHANGE || ev->event == IB_EVENT_PORT_ACTIVE)
+		schedule_work(&w->work);
+}
+
+struct krcore_devwatch *krcore_shim_devwatch_start(struct ib_device *dev, void *ctx)
+{
+	struct krcore_devwatch *w = kzalloc(sizeof(*w), GFP_KERNEL);
+
+	if (!w)
+		return ERR_PTR(-ENOMEM);
+	w->ctx = ctx;
+	INIT_WORK(&w->work, krcore_devwatch_work);
+	INIT_IB_EVENT_HANDLER(&w->eh, dev, krcore_devwatch_event);
+	ib_register_event_handler(&w->eh);
+	schedule_work(&w->work);
+	return w;
+}
+
+void krcore_shim_devwatch_stop(struct krcore_devwatch *w)
+{
+	ib_unregister_event_handler(&w->eh);
+	cancel_work_sync(&w->work);
+	kfree(w);
 }
 
 void krcore_shim_cond_resched(void)

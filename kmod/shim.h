@@ -34,7 +34,18 @@ void krcore_rs_dev_remove(struct ib_device *dev);
  * NEED_WAKEUP and rechecked the SQ). */
 int krcore_rs_sqpoll_step(void *ctx);
 
+/* Build the device's QP pool now if it can (work context; ctx is the device context). */
+void krcore_rs_dev_prewarm(void *ctx);
+
 /* ---- Implemented in C (shim.c) ---- */
+
+/* Watches a device's GID and port events, running krcore_rs_dev_prewarm(ctx) from a
+ * work item after each (and once at start). Stopping waits for a running one. */
+struct krcore_devwatch;
+struct krcore_devwatch *krcore_shim_devwatch_start(struct ib_device *dev, void *ctx);
+void krcore_shim_devwatch_stop(struct krcore_devwatch *w);
+/* The `prewarm` module parameter. */
+bool krcore_shim_prewarm_enabled(void);
 
 /* An SQ polling thread running krcore_rs_sqpoll_step(ctx). */
 struct krcore_poller;

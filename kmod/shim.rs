@@ -57,6 +57,12 @@ pub(crate) struct EventfdCtx {
     _opaque: [u8; 0],
 }
 
+/// `struct krcore_devwatch`, opaque.
+#[repr(C)]
+pub(crate) struct DevWatch {
+    _opaque: [u8; 0],
+}
+
 /// `enum krcore_wr_kind`.
 pub(crate) const WR_READ: u8 = 1;
 pub(crate) const WR_WRITE: u8 = 2;
@@ -169,6 +175,10 @@ extern "C" {
     pub(crate) fn krcore_shim_mr_rkey(mr: *mut IbMr) -> u32;
     pub(crate) fn krcore_shim_dereg_mr(mr: *mut IbMr) -> c_int;
     pub(crate) fn krcore_shim_cond_resched();
+    pub(crate) fn krcore_shim_devwatch_start(dev: *mut IbDevice, ctx: *mut c_void)
+        -> *mut DevWatch;
+    pub(crate) fn krcore_shim_devwatch_stop(w: *mut DevWatch);
+    pub(crate) fn krcore_shim_prewarm_enabled() -> bool;
     pub(crate) fn krcore_shim_eventfd_get(fd: c_int) -> *mut EventfdCtx;
     pub(crate) fn krcore_shim_eventfd_signal(ctx: *mut EventfdCtx);
     pub(crate) fn krcore_shim_eventfd_put(ctx: *mut EventfdCtx);

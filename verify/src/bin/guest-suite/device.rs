@@ -73,3 +73,25 @@ pub fn hotplug_under_open_file() -> Result<(), String> {
     })?;
     wait_for_rxe0_gid(&dev).map(|_| ())
 }
+
+/// The pooled QPs exist as soon as rxe0 has its GID, before any application connects.
+pub fn pool_ready_before_any_application() -> Result<(), String> {
+    let dev = Device::open().map_err(|e| e.to_string())?;
+    wait_for_rxe0_gid(&dev)?;
+    let start = Instant::now();
+    loop {
+        let qps = sh(&["rdma", "res", "show", "qp"])?;
+        let pooled = qps.lines().filter(|l| l.contains("comm [krcore]")).count();
+        if pooled == 4 {
+            println!(
+                "  {pooled} pooled RC QPs after {:?} (no CONNECT issued)",
+                start.elapsed()
+            );
+            return Ok(());
+        }
+        check(start.elapsed() < Duration::from_secs(10), || {
+            format!("{pooled} krcore QPs after 10 s:\n{qps}")
+        })?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

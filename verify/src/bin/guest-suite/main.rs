@@ -22,6 +22,10 @@ const TESTS: &[Test] = &[
         run: device::query_sees_rxe0,
     },
     Test {
+        name: "device::pool_ready_before_any_application",
+        run: device::pool_ready_before_any_application,
+    },
+    Test {
         name: "ioctl::rejects_bad_commands",
         run: ioctl::rejects_bad_commands,
     },
