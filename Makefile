@@ -37,7 +37,7 @@ kmod: kernel
 
 # Host-side binaries the guest runs (over the read-only 9p root).
 host: deps
-	@$(CARGO) build -q --release --workspace --bins
+	@$(CARGO) build -q --release --workspace --bins --examples
 
 unit: deps
 	@echo "[test] unit and property tests"

@@ -8,6 +8,7 @@ use std::io;
 pub struct Error {
     op: &'static str,
     source: io::Error,
+    reason: Option<krcore_abi::cqe::Reason>,
 }
 
 impl Error {
@@ -16,6 +17,7 @@ impl Error {
         Error {
             op,
             source: io::Error::last_os_error(),
+            reason: None,
         }
     }
 
@@ -24,6 +26,7 @@ impl Error {
         Error {
             op,
             source: io::Error::from_raw_os_error(errno.0),
+            reason: None,
         }
     }
 
@@ -32,7 +35,22 @@ impl Error {
         Error {
             op,
             source: self.source,
+            reason: self.reason,
         }
+    }
+
+    /// The failure a completion reported: its errno and its reason.
+    pub(crate) fn failed(op: &'static str, cqe: &krcore_abi::cqe::Cqe) -> Error {
+        Error {
+            op,
+            source: io::Error::from_raw_os_error(-cqe.res),
+            reason: cqe.failure(),
+        }
+    }
+
+    /// Why the kernel rejected or failed the operation, when a completion said so.
+    pub fn reason(&self) -> Option<krcore_abi::cqe::Reason> {
+        self.reason
     }
 
     /// The errno, where the failure had one.
@@ -49,6 +67,9 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.op, self.source)?;
+        if let Some(r) = self.reason {
+            write!(f, " ({})", r.describe())?;
+        }
         if self.source.raw_os_error() == Some(libc::ENOENT) && self.op == "open /dev/krcore" {
             write!(f, " (is the krcore module loaded?)")?;
         }

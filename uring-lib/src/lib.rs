@@ -9,12 +9,17 @@
 //! ```
 #![warn(missing_docs)]
 
+mod batch;
 mod device;
 mod error;
 mod mmap;
+mod region;
 mod ring;
+
+pub use batch::Batch;
+pub use region::{MemoryRegion, RemoteRegion, Vqp};
 
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};
 pub use error::Error;
 pub use krcore_abi as abi;
-pub use ring::{describe_failure, Builder, Completions, PushError, Ring};
+pub use ring::{describe_failure, Builder, Completions, PushError, Ring, LIB_TAG};

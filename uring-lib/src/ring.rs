@@ -8,11 +8,12 @@ use krcore_abi::layout::{
     EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams, SqFlags, OFF_CQ_RING, OFF_SQ_RING,
 };
 use krcore_abi::ring::{CqConsumer, RawRing, SqProducer};
-use krcore_abi::sqe::Sqe;
+use krcore_abi::sqe::{MrAccess, Sqe};
+use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 
 use crate::mmap::Mmap;
-use crate::{Device, Error};
+use crate::{Batch, Device, Error, MemoryRegion, RemoteRegion, Vqp};
 
 /// Sizes and options of a ring.
 #[derive(Clone, Copy, Debug)]
@@ -70,6 +71,8 @@ impl Builder {
             params: p,
             sqpoll,
             enters: 0,
+            next_tag: 0,
+            stash: VecDeque::new(),
             _sq_map: sq_map,
             _cq_map: cq_map,
             dev,
@@ -98,6 +101,10 @@ pub struct Ring {
     params: SetupParams,
     sqpoll: bool,
     enters: u64,
+    /// Tags of the library's own entries (control operations, batches).
+    next_tag: u64,
+    /// Completions of raw entries met while waiting for the library's own.
+    stash: VecDeque<Cqe>,
     _sq_map: Mmap,
     _cq_map: Mmap,
     dev: Device,
@@ -176,6 +183,130 @@ impl Ring {
         Ok(())
     }
 
+    /// Runs one control entry tagged by the library and waits for its completion.
+    fn control(&mut self, op: &'static str, mut sqe: Sqe) -> Result<Cqe, Error> {
+        self.next_tag += 1;
+        sqe.user_data = LIB_TAG | self.next_tag;
+        let mut got = self.wait_tagged(op, &[sqe])?;
+        let c = got.pop().expect("one completion");
+        if c.res < 0 {
+            return Err(Error::failed(op, &c));
+        }
+        Ok(c)
+    }
+
+    /// Pushes `sqes` (tagged), submits, and waits until each has completed; returns
+    /// their completions in order. Completions of other entries are kept for
+    /// [`completions`](Self::completions).
+    fn wait_tagged(&mut self, op: &'static str, sqes: &[Sqe]) -> Result<Vec<Cqe>, Error> {
+        let first = sqes.first().map_or(0, |s| s.user_data);
+        let mut got: Vec<Option<Cqe>> = vec![None; sqes.len()];
+        let (mut pushed, mut done) = (0, 0);
+        while done < sqes.len() {
+            while pushed < sqes.len() && self.sq.push(sqes[pushed]).is_ok() {
+                pushed += 1;
+            }
+            self.submit_and_wait(1).map_err(|e| e.context(op))?;
+            while let Some(c) = self.cq.pop() {
+                let k = c.user_data.wrapping_sub(first) as usize;
+                if c.user_data & LIB_TAG != 0 && k < got.len() && got[k].is_none() {
+                    got[k] = Some(c);
+                    done += 1;
+                } else {
+                    self.stash.push_back(c);
+                }
+            }
+            self.cq.release();
+        }
+        Ok(got.into_iter().map(|c| c.expect("counted")).collect())
+    }
+
+    /// Connects to the peer at `gid` (its service), binding a virtual QP to a pooled
+    /// kernel QP. On one machine, the device's own GID reaches the loopback pool.
+    pub fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
+        let c = self.control("connect", Sqe::connect(0, gid, service))?;
+        Ok(Vqp {
+            handle: c.res as u32,
+            qpn: c.aux as u32,
+        })
+    }
+
+    /// Releases a virtual QP. Receives still posted on it make this fail (`EBUSY`).
+    pub fn disconnect(&mut self, vqp: Vqp) -> Result<(), Error> {
+        self.control("disconnect", Sqe::disconnect(0, vqp.handle))
+            .map(|_| ())
+    }
+
+    /// Allocates `len` bytes (rounded up to 8), zeroed, and registers them with
+    /// `access`: the pages are pinned, no copy is ever made.
+    pub fn register(&mut self, len: usize, access: MrAccess) -> Result<MemoryRegion, Error> {
+        let buf = MemoryRegion::alloc(len);
+        let sqe = Sqe::reg_mr(0, buf.as_ptr() as u64, (buf.len() * 8) as u32, access);
+        let c = self.control("register memory", sqe)?;
+        Ok(MemoryRegion {
+            buf,
+            handle: c.res as u32,
+            lkey: c.aux as u32,
+            rkey: (c.aux >> 32) as u32,
+            registered: true,
+        })
+    }
+
+    /// Deregisters a region (waiting for sends that use it) and frees its buffer.
+    pub fn deregister(&mut self, mut mr: MemoryRegion) -> Result<(), Error> {
+        self.control("deregister memory", Sqe::dereg_mr(0, mr.handle))?;
+        mr.registered = false;
+        Ok(())
+    }
+
+    /// Imports the peer's memory `[addr, addr + len)` under `rkey`, for `vqp` only.
+    pub fn import(
+        &mut self,
+        vqp: &Vqp,
+        addr: u64,
+        len: u32,
+        rkey: u32,
+    ) -> Result<RemoteRegion, Error> {
+        let c = self.control(
+            "import memory",
+            Sqe::import_mr(0, vqp.handle, addr, len, rkey),
+        )?;
+        Ok(RemoteRegion {
+            handle: c.res as u32,
+            vqp: vqp.handle,
+            addr,
+            len,
+        })
+    }
+
+    /// Runs a batch: submits every operation and waits for all of them, then releases
+    /// the regions it borrowed. Returns each operation's completion, in batch order;
+    /// a failed one carries its errno and [`Reason`](krcore_abi::cqe::Reason).
+    pub fn run(&mut self, batch: Batch<'_>) -> Result<Vec<Result<Cqe, Error>>, Error> {
+        let base = LIB_TAG | (self.next_tag + 1);
+        self.next_tag += batch.sqes.len() as u64;
+        let sqes: Vec<Sqe> = batch
+            .sqes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Sqe {
+                user_data: base + i as u64,
+                ..*s
+            })
+            .collect();
+        let got = self.wait_tagged("batch", &sqes)?;
+        Ok(got
+            .into_iter()
+            .map(|c| {
+                if c.res < 0 {
+                    Err(Error::failed("batch operation", &c))
+                } else {
+                    Ok(c)
+                }
+            })
+            .collect())
+    }
+
     /// Enter ioctls this ring has made: its syscalls on the data path.
     pub fn enters(&self) -> u64 {
         self.enters
@@ -199,21 +330,29 @@ impl Ring {
         Ok(n as u32)
     }
 
-    /// The completions ready now; the slots go back to the kernel when the iterator drops.
+    /// The completions of raw entries ready now; the slots go back to the kernel when
+    /// the iterator drops.
     pub fn completions(&mut self) -> Completions<'_> {
-        Completions { cq: &mut self.cq }
+        Completions {
+            cq: &mut self.cq,
+            stash: &mut self.stash,
+        }
     }
 }
+
+/// The bit marking `user_data` of the library's own entries; raw entries keep it clear.
+pub const LIB_TAG: u64 = 1 << 63;
 
 /// Ready completions, oldest first.
 pub struct Completions<'a> {
     cq: &'a mut CqConsumer<RawRing<Cqe>>,
+    stash: &'a mut VecDeque<Cqe>,
 }
 
 impl Iterator for Completions<'_> {
     type Item = Cqe;
     fn next(&mut self) -> Option<Cqe> {
-        self.cq.pop()
+        self.stash.pop_front().or_else(|| self.cq.pop())
     }
 }
 

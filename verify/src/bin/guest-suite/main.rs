@@ -3,6 +3,7 @@
 //! failure; arguments select tests by substring, as `require!` does in io-uring-test.
 //! The last line is `N passed, N failed`.
 
+mod api;
 mod datapath;
 mod device;
 mod harness;
@@ -52,6 +53,14 @@ const TESTS: &[Test] = &[
     Test {
         name: "sqpoll::eventfd_wakes_the_application",
         run: sqpoll::eventfd_wakes_the_application,
+    },
+    Test {
+        name: "api::safe_batches_and_reasons",
+        run: api::safe_batches_and_reasons,
+    },
+    Test {
+        name: "api::example_read_write_runs",
+        run: api::example_read_write_runs,
     },
     Test {
         name: "python::ctypes_client_nop_and_write",

@@ -1,0 +1,187 @@
+//! A batch of data operations, built against typed handles and checked for range on
+//! the spot (the kernel checks again: it trusts nothing).
+
+use std::marker::PhantomData;
+
+use krcore_abi::errno::Errno;
+use krcore_abi::opcode::Opcode;
+use krcore_abi::sqe::Sqe;
+
+use crate::{Error, MemoryRegion, RemoteRegion, Vqp};
+
+/// Data operations to run together with [`Ring::run`](crate::Ring::run). It borrows the
+/// local regions it uses, so they stay alive and untouched until their completions.
+/// Completions come back in the order the operations were added.
+#[derive(Debug, Default)]
+pub struct Batch<'a> {
+    pub(crate) sqes: Vec<Sqe>,
+    _regions: PhantomData<&'a MemoryRegion>,
+}
+
+fn range(what: &'static str, off: u64, len: u32, size: u64) -> Result<(), Error> {
+    match off.checked_add(len as u64) {
+        Some(end) if end <= size && len > 0 => Ok(()),
+        _ => Err(Error::errno(what, Errno::ERANGE)),
+    }
+}
+
+impl<'a> Batch<'a> {
+    /// An empty batch.
+    pub fn new() -> Batch<'a> {
+        Batch::default()
+    }
+
+    /// Operations in the batch.
+    pub fn len(&self) -> usize {
+        self.sqes.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.sqes.is_empty()
+    }
+
+    fn one_sided(
+        &mut self,
+        op: Opcode,
+        vqp: &Vqp,
+        local: &'a MemoryRegion,
+        local_off: u64,
+        remote: &RemoteRegion,
+        remote_off: u64,
+        len: u32,
+    ) -> Result<&mut Self, Error> {
+        range("local range", local_off, len, local.len() as u64)?;
+        range("remote range", remote_off, len, remote.len as u64)?;
+        let ud = self.sqes.len() as u64;
+        self.sqes.push(Sqe::one_sided(
+            op,
+            ud,
+            vqp.handle,
+            local.handle,
+            local.addr() + local_off,
+            len,
+            remote.handle,
+            remote.addr + remote_off,
+        ));
+        Ok(self)
+    }
+
+    /// RDMA READ of `len` bytes at `remote_off` into `local` at `local_off`.
+    pub fn read(
+        &mut self,
+        vqp: &Vqp,
+        local: &'a MemoryRegion,
+        local_off: u64,
+        remote: &RemoteRegion,
+        remote_off: u64,
+        len: u32,
+    ) -> Result<&mut Self, Error> {
+        self.one_sided(Opcode::Read, vqp, local, local_off, remote, remote_off, len)
+    }
+
+    /// RDMA WRITE of `len` bytes of `local` at `local_off` to `remote_off`.
+    pub fn write(
+        &mut self,
+        vqp: &Vqp,
+        local: &'a MemoryRegion,
+        local_off: u64,
+        remote: &RemoteRegion,
+        remote_off: u64,
+        len: u32,
+    ) -> Result<&mut Self, Error> {
+        self.one_sided(
+            Opcode::Write,
+            vqp,
+            local,
+            local_off,
+            remote,
+            remote_off,
+            len,
+        )
+    }
+
+    /// 8-byte compare-and-swap at `remote_off`; the old value lands at `local_off`.
+    pub fn cas(
+        &mut self,
+        vqp: &Vqp,
+        local: &'a MemoryRegion,
+        local_off: u64,
+        remote: &RemoteRegion,
+        remote_off: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<&mut Self, Error> {
+        self.one_sided(Opcode::Cas, vqp, local, local_off, remote, remote_off, 8)?;
+        let s = self.sqes.last_mut().expect("just pushed");
+        (s.arg0, s.arg1) = (compare, swap);
+        Ok(self)
+    }
+
+    /// 8-byte fetch-and-add at `remote_off`; the old value lands at `local_off`.
+    pub fn faa(
+        &mut self,
+        vqp: &Vqp,
+        local: &'a MemoryRegion,
+        local_off: u64,
+        remote: &RemoteRegion,
+        remote_off: u64,
+        add: u64,
+    ) -> Result<&mut Self, Error> {
+        self.one_sided(Opcode::Faa, vqp, local, local_off, remote, remote_off, 8)?;
+        self.sqes.last_mut().expect("just pushed").arg0 = add;
+        Ok(self)
+    }
+
+    /// SEND of `len` bytes of `local` at `local_off`, with immediate data if given.
+    pub fn send(
+        &mut self,
+        vqp: &Vqp,
+        local: &'a MemoryRegion,
+        local_off: u64,
+        len: u32,
+        imm: Option<u32>,
+    ) -> Result<&mut Self, Error> {
+        range("local range", local_off, len, local.len() as u64)?;
+        let ud = self.sqes.len() as u64;
+        let op = if imm.is_some() {
+            Opcode::SendImm
+        } else {
+            Opcode::Send
+        };
+        self.sqes.push(
+            Sqe::two_sided(
+                op,
+                ud,
+                vqp.handle,
+                local.handle,
+                local.addr() + local_off,
+                len,
+            )
+            .with_imm(imm.unwrap_or(0)),
+        );
+        Ok(self)
+    }
+
+    /// RECV into `local` at `local_off`, up to `len` bytes. Its completion needs the
+    /// peer's SEND, in this batch or from another process.
+    pub fn recv(
+        &mut self,
+        vqp: &Vqp,
+        local: &'a MemoryRegion,
+        local_off: u64,
+        len: u32,
+    ) -> Result<&mut Self, Error> {
+        range("local range", local_off, len, local.len() as u64)?;
+        let ud = self.sqes.len() as u64;
+        self.sqes.push(Sqe::two_sided(
+            Opcode::Recv,
+            ud,
+            vqp.handle,
+            local.handle,
+            local.addr() + local_off,
+            len,
+        ));
+        Ok(self)
+    }
+}
