@@ -3,66 +3,6 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
-/// An RDMA device (`struct ib_device`), opaque to Rust.
-#[repr(C)]
-pub(crate) struct IbDevice {
-    _opaque: [u8; 0],
-}
-
-/// A VMA (`struct vm_area_struct`), opaque to Rust.
-#[repr(C)]
-pub(crate) struct Vma {
-    _opaque: [u8; 0],
-}
-
-/// `struct ib_pd`, opaque.
-#[repr(C)]
-pub(crate) struct IbPd {
-    _opaque: [u8; 0],
-}
-
-/// `struct ib_cq`, opaque.
-#[repr(C)]
-pub(crate) struct IbCq {
-    _opaque: [u8; 0],
-}
-
-/// `struct ib_qp`, opaque.
-#[repr(C)]
-pub(crate) struct IbQp {
-    _opaque: [u8; 0],
-}
-
-/// `struct ib_mr`, opaque.
-#[repr(C)]
-pub(crate) struct IbMr {
-    _opaque: [u8; 0],
-}
-
-/// `struct krcore_scratch`, opaque.
-#[repr(C)]
-pub(crate) struct Scratch {
-    _opaque: [u8; 0],
-}
-
-/// `struct krcore_poller`, opaque.
-#[repr(C)]
-pub(crate) struct PollerC {
-    _opaque: [u8; 0],
-}
-
-/// `struct eventfd_ctx`, opaque.
-#[repr(C)]
-pub(crate) struct EventfdCtx {
-    _opaque: [u8; 0],
-}
-
-/// `struct krcore_devwatch`, opaque.
-#[repr(C)]
-pub(crate) struct DevWatch {
-    _opaque: [u8; 0],
-}
-
 /// `enum krcore_wr_kind`.
 pub(crate) const WR_READ: u8 = 1;
 pub(crate) const WR_WRITE: u8 = 2;
@@ -102,6 +42,42 @@ pub(crate) struct WcC {
     pub(crate) has_imm: u32,
     pub(crate) qp_num: u32,
     pub(crate) recv: u32,
+}
+
+/// C types Rust only ever holds pointers to.
+macro_rules! opaque {
+    ($($(#[$doc:meta])* $name:ident;)*) => {
+        $(
+            $(#[$doc])*
+            #[repr(C)]
+            pub(crate) struct $name {
+                _opaque: [u8; 0],
+            }
+        )*
+    };
+}
+
+opaque! {
+    /// An RDMA device (`struct ib_device`), opaque to Rust.
+    IbDevice;
+    /// A VMA (`struct vm_area_struct`), opaque to Rust.
+    Vma;
+    /// `struct ib_pd`, opaque.
+    IbPd;
+    /// `struct ib_cq`, opaque.
+    IbCq;
+    /// `struct ib_qp`, opaque.
+    IbQp;
+    /// `struct ib_mr`, opaque.
+    IbMr;
+    /// `struct krcore_scratch`, opaque.
+    Scratch;
+    /// `struct krcore_poller`, opaque.
+    PollerC;
+    /// `struct eventfd_ctx`, opaque.
+    EventfdCtx;
+    /// `struct krcore_devwatch`, opaque.
+    DevWatch;
 }
 
 /// `struct krcore_port_attr`.
