@@ -164,7 +164,27 @@ impl Ring {
         } else {
             EnterFlags::empty()
         };
-        self.enter(want, EnterFlags::GETEVENTS | wake)
+        let taken = self.retrying(want, EnterFlags::GETEVENTS | wake)?;
+        // The kernel returns early when a signal or task work (io_uring's, for one) is
+        // pending, as io_uring_enter does: enter again until `want` are visible.
+        while (self.cq.ready() as usize + self.stash.len()) < want as usize {
+            self.retrying(
+                want - self.stash.len().min(want as usize) as u32,
+                EnterFlags::GETEVENTS,
+            )?;
+        }
+        Ok(taken)
+    }
+
+    /// Enters, retrying when interrupted before anything was taken (EINTR): returning to
+    /// user space between tries runs the signal handler or task work that interrupted.
+    fn retrying(&mut self, min_complete: u32, flags: EnterFlags) -> Result<u32, Error> {
+        loop {
+            match self.enter(min_complete, flags) {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                r => return r,
+            }
+        }
     }
 
     /// Has the kernel signal `fd`, an eventfd(2), whenever the ring gains completions;

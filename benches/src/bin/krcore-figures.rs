@@ -5,8 +5,8 @@
 //!
 //! WORK IN PROGRESS (issue 5): not yet part of `make bench`. Open: under heavy host load
 //! the guest fell back to the jiffies clocksource (4 ms resolution), which the guard in
-//! `main` now refuses; and twice a `submit_and_wait(1)` for a READ returned before its
-//! CQE was visible, not reproduced in the VM suite, to be investigated.
+//! `main` now refuses. (Its early `submit_and_wait` returns were io_uring's task work
+//! interrupting the wait; uring-lib now re-enters, see api::wait_survives_signals.)
 //!
 //! Figures: ring crossing (NOP per op at batch 1..128, krcore enter ioctl vs io_uring
 //! enter), 8 B READ latency (krcore enter, krcore SQPOLL, verbs posted directly), and

@@ -77,3 +77,85 @@ pub fn example_read_write_runs() -> Result<(), String> {
         || format!("output: {out}"),
     )
 }
+
+extern "C" fn ignore(_: libc::c_int) {}
+
+/// A handled signal (or io_uring's task work) makes the kernel return from a wait early,
+/// as io_uring_enter does; `submit_and_wait` must still return with the CQE visible.
+pub fn wait_survives_signals() -> Result<(), String> {
+    // SAFETY: a no-op handler for SIGUSR1, without SA_RESTART.
+    unsafe {
+        libc::signal(
+            libc::SIGUSR1,
+            ignore as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        )
+    };
+    let dev = Device::open().map_err(|e| e.to_string())?;
+    let mut r = Builder::new(8).build(dev).map_err(|e| e.to_string())?;
+    let (v, _) = crate::datapath::ok(&mut r, Sqe::connect(1, LOCAL_GID, 0))?;
+    let buf = crate::datapath::Buf::new(512);
+    let a = buf.addr();
+    let (mr, keys) = crate::datapath::ok(
+        &mut r,
+        Sqe::reg_mr(2, a, 4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ),
+    )?;
+    let (rmr, _) = crate::datapath::ok(
+        &mut r,
+        Sqe::import_mr(3, v as u32, a, 4096, (keys >> 32) as u32),
+    )?;
+    // SAFETY: plain call.
+    let main = unsafe { libc::pthread_self() };
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let (s2, n2) = (stop.clone(), sent.clone());
+    let pelter = std::thread::spawn(move || {
+        while !s2.load(Relaxed) {
+            // SAFETY: the main thread outlives this loop (joined below).
+            unsafe { libc::pthread_kill(main, libc::SIGUSR1) };
+            n2.fetch_add(1, Relaxed);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    });
+    let mut result = Ok(());
+    let mut reads = 0u64;
+    // At least 200 READs, and until 50 signals have landed during them.
+    for i in 0..20_000u64 {
+        if i >= 200 && sent.load(Relaxed) >= 50 {
+            break;
+        }
+        reads += 1;
+        let read = Sqe::one_sided(
+            krcore_uring::abi::opcode::Opcode::Read,
+            100 + i,
+            v as u32,
+            mr as u32,
+            a + 2048,
+            8,
+            rmr as u32,
+            a,
+        );
+        // SAFETY: the buffer is registered and outlives the wait.
+        unsafe { r.push(&read) }.map_err(|e| e.to_string())?;
+        if let Err(e) = r.submit_and_wait(1) {
+            result = Err(format!("READ {i}: {e}"));
+            break;
+        }
+        if r.completions().next().map(|c| c.user_data) != Some(100 + i) {
+            result = Err(format!(
+                "READ {i}: submit_and_wait(1) returned without its completion"
+            ));
+            break;
+        }
+    }
+    stop.store(true, Relaxed);
+    pelter.join().map_err(|_| "pelter panicked")?;
+    // SAFETY: restore the default disposition.
+    unsafe { libc::signal(libc::SIGUSR1, libc::SIG_DFL) };
+    println!(
+        "  {reads} READs with submit_and_wait(1) under {} SIGUSR1s",
+        sent.load(Relaxed)
+    );
+    drop(buf);
+    result
+}

@@ -59,6 +59,10 @@ const TESTS: &[Test] = &[
         run: api::safe_batches_and_reasons,
     },
     Test {
+        name: "api::wait_survives_signals",
+        run: api::wait_survives_signals,
+    },
+    Test {
         name: "api::example_read_write_runs",
         run: api::example_read_write_runs,
     },
