@@ -66,8 +66,16 @@ test: unit loom fuzz vm-test
 demo: kmod host
 	@$(VM) --timeout 600 -- $(CURDIR)/target/release/krcore-demo
 
-bench: deps
+# Native criterion benches, then the in-VM figures (one run, medians and p99), saved
+# under benches/results/ with the date.
+bench: kmod host
 	@$(CARGO) bench -q -p krcore-benches
+	@mkdir -p benches/results
+	@$(VM) --timeout 900 -- $(CURDIR)/target/release/krcore-figures | tee $(CURDIR)/target/figures.log
+	@{ echo "# In-VM figures, $$(date -u +%Y-%m-%d) (TCG guest, 2 vCPUs: ratios, not absolutes)"; echo; \
+	   echo '```'; sed -n '/^figure (per op)/,/^  connect:/p' $(CURDIR)/target/figures.log; echo '```'; } > benches/results/vm-figures.md
+	@sed -n '/^FIGURES-BEGIN/,/^FIGURES-END/p' $(CURDIR)/target/figures.log | grep '^{' > benches/results/vm-figures.jsonl
+	@echo "[bench] wrote benches/results/vm-figures.md and vm-figures.jsonl"
 
 clean:
 	@$(CARGO) clean

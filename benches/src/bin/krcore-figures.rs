@@ -3,10 +3,10 @@
 //! `FIGURES-BEGIN` and `FIGURES-END` (the guest root is read-only; the host writes the
 //! results), and a table.
 //!
-//! WORK IN PROGRESS (issue 5): not yet part of `make bench`. Open: under heavy host load
-//! the guest fell back to the jiffies clocksource (4 ms resolution), which the guard in
-//! `main` now refuses. (Its early `submit_and_wait` returns were io_uring's task work
-//! interrupting the wait; uring-lib now re-enters, see api::wait_survives_signals.)
+//! Part of `make bench` (issue 5, first slice: the one-ioctl-per-op path, multi-process
+//! and cold-pool connects, memory figures and plots are still to come). The VM boots
+//! with tsc=nowatchdog: under host load the TSC watchdog otherwise demotes the guest to
+//! the jiffies clocksource (4 ms resolution), which `main` refuses to time with.
 //!
 //! Figures: ring crossing (NOP per op at batch 1..128, krcore enter ioctl vs io_uring
 //! enter), 8 B READ latency (krcore enter, krcore SQPOLL, verbs posted directly), and

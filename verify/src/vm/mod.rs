@@ -164,7 +164,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
     .arg(&cfg.kernel)
     .arg("-initrd")
     .arg(&initrd)
-    .args(["-append", "console=ttyS0 panic=-1 quiet tsc=reliable"])
+    .args(["-append", "console=ttyS0 panic=-1 quiet tsc=nowatchdog"])
     .args([
         "-virtfs",
         "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
