@@ -22,6 +22,8 @@ pub(crate) mod ioctl;
 pub(crate) mod layout;
 #[path = "../abi/src/opcode.rs"]
 pub(crate) mod opcode;
+#[path = "../abi/src/poller.rs"]
+pub(crate) mod poller;
 #[path = "../abi/src/ring.rs"]
 pub(crate) mod ring;
 #[path = "../abi/src/sqe.rs"]

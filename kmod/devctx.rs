@@ -196,7 +196,9 @@ impl DevCtx {
         // Every posted request and receive is counted on its QP until its completion is
         // routed, so with none outstanding the CQ holds nothing for us: skip the poll
         // (pure NOP and control traffic then never touches the NIC).
-        let busy = qps.iter().any(|q| q.outstanding() > 0 || q.recv_outstanding() > 0);
+        let busy = qps
+            .iter()
+            .any(|q| q.outstanding() > 0 || q.recv_outstanding() > 0);
         while busy {
             let n = hw.poll(&mut wcs);
             polled += n;
@@ -206,13 +208,7 @@ impl DevCtx {
                 };
                 let wc = Wc {
                     wr_id: c.wr_id,
-                    status: if c.status == 0 {
-                        WcStatus::Success
-                    } else if c.status == 5 {
-                        WcStatus::Flushed
-                    } else {
-                        WcStatus::Failed(c.status)
-                    },
+                    status: WcStatus::from_ib(c.status),
                     byte_len: c.byte_len,
                     imm: (c.has_imm != 0).then_some(c.imm),
                     recv: c.recv != 0,

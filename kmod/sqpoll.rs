@@ -2,14 +2,15 @@
 //! SQ polling: a kernel thread per SQPOLL ring takes SQEs and routes completions with no
 //! syscall from the application, and sleeps after `sq_idle_ms` without work, using the
 //! need-wakeup handshake (abi::ring, pair 5; loom-checked). The shim runs the thread and
-//! its wait queue; this file decides when it works and when it sleeps.
+//! its wait queue; abi's `PollPolicy` decides when it works and when it sleeps.
 
 use core::ffi::{c_int, c_void};
 
 use kernel::prelude::*;
 use kernel::sync::Arc;
-use kernel::time::{ktime_ms_delta, Ktime};
+use kernel::time::Ktime;
 
+use crate::abi::poller::{Next, PollPolicy};
 use crate::devctx::DevCtx;
 use crate::shim::{self, PollerC};
 
@@ -17,9 +18,7 @@ use crate::shim::{self, PollerC};
 struct SqPoll {
     dev: Arc<DevCtx>,
     slot: u16,
-    idle_ms: u32,
-    last_work: Ktime,
-    slept: bool,
+    policy: PollPolicy,
 }
 
 /// A running polling thread, stopped on drop.
@@ -45,9 +44,7 @@ impl Poller {
             SqPoll {
                 dev,
                 slot,
-                idle_ms,
-                last_work: Ktime::ktime_get(),
-                slept: false,
+                policy: PollPolicy::new(idle_ms, Ktime::ktime_get().to_ms()),
             },
             GFP_KERNEL,
         )?);
@@ -88,27 +85,14 @@ extern "C" fn krcore_rs_sqpoll_step(ctx: *mut c_void) -> c_int {
     // SAFETY: `ctx` is the SqPoll this thread was started on, alive until it stops, and
     // only this thread uses it.
     let p = unsafe { &mut *ctx.cast::<SqPoll>() };
-    let now = Ktime::ktime_get();
-    if p.slept {
+    let now = Ktime::ktime_get().to_ms();
+    if p.policy.resume(now) {
         p.dev.woken(p.slot);
-        p.slept = false;
-        p.last_work = now;
     }
-    match p.dev.poll_step(p.slot) {
-        Some(true) => {
-            p.last_work = now;
-            0
-        }
-        Some(false) if ktime_ms_delta(now, p.last_work) < p.idle_ms as i64 => 0,
-        Some(false) => {
-            if p.dev.prepare_sleep(p.slot) {
-                p.slept = true;
-                1
-            } else {
-                0
-            }
-        }
-        // The ring or the device is gone: sleep until stopped.
-        None => 1,
+    let worked = p.dev.poll_step(p.slot);
+    let (dev, slot) = (&p.dev, p.slot);
+    match p.policy.after(now, worked, || dev.prepare_sleep(slot)) {
+        Next::Run => 0,
+        Next::Sleep => 1,
     }
 }

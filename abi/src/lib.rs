@@ -20,5 +20,6 @@ pub mod errno;
 pub mod ioctl;
 pub mod layout;
 pub mod opcode;
+pub mod poller;
 pub mod ring;
 pub mod sqe;

@@ -98,6 +98,30 @@ pub enum WcStatus {
     Failed(u32),
 }
 
+impl WcStatus {
+    /// From `enum ib_wc_status` (0 `IB_WC_SUCCESS`, 5 `IB_WC_WR_FLUSH_ERR`, anything
+    /// else a failure).
+    pub const fn from_ib(status: u32) -> WcStatus {
+        match status {
+            0 => WcStatus::Success,
+            5 => WcStatus::Flushed,
+            s => WcStatus::Failed(s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WcStatus;
+
+    #[test]
+    fn ib_status_codes() {
+        assert_eq!(WcStatus::from_ib(0), WcStatus::Success);
+        assert_eq!(WcStatus::from_ib(5), WcStatus::Flushed);
+        assert_eq!(WcStatus::from_ib(10), WcStatus::Failed(10));
+    }
+}
+
 /// A work completion, as polled from a CQ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Wc {

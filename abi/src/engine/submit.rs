@@ -249,25 +249,17 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     if chain.n == CHAIN || (chain.n > 0 && chain.qp != v.qp) {
                         self.flush_chain(chain, qps, backend);
                     }
-                    let t = &mut self.tables;
-                    let Ok(slot) = t.inflight.insert(Inflight {
+                    let inf = Inflight {
                         user_data: ud,
                         vqp,
                         mr,
                         len: local.len,
                         recv: false,
-                    }) else {
+                    };
+                    let Some(wr_id) = self.track(inf) else {
                         return Step::Wait(Stall::InflightFull);
                     };
-                    let wr_id = WrId {
-                        ring: self.id,
-                        ring_gen: self.gen,
-                        slot,
-                    }
-                    .encode();
                     qps[v.qp as usize].reserve(wr_id);
-                    t.vqps.get_mut(vqp).expect("validated").sends += 1;
-                    t.mrs.get_mut(mr).expect("validated").sends += 1;
                     chain.qp = v.qp;
                     chain.wrs[chain.n] = SendWr {
                         wr_id,
@@ -288,38 +280,53 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 } else if !q.may_post_recv() {
                     return Step::Wait(Stall::NoCredit);
                 } else {
-                    let Ok(slot) = t.inflight.insert(Inflight {
+                    let inf = Inflight {
                         user_data: ud,
                         vqp,
                         mr,
                         len: local.len,
                         recv: true,
-                    }) else {
+                    };
+                    let Some(wr_id) = self.track(inf) else {
                         return Step::Wait(Stall::InflightFull);
                     };
-                    let wr_id = WrId {
-                        ring: self.id,
-                        ring_gen: self.gen,
-                        slot,
-                    }
-                    .encode();
                     match backend.post_recv(v.qp, &RecvWr { wr_id, local }) {
-                        Ok(()) => {
-                            q.recv_posted();
-                            t.vqps.get_mut(vqp).expect("validated").recvs += 1;
-                            t.mrs.get_mut(mr).expect("validated").recvs += 1;
-                            return Step::Taken;
-                        }
-                        Err(e) => {
-                            t.inflight.remove(slot);
-                            Cqe::err_errno(ud, Reason::Verbs, e)
-                        }
+                        Ok(()) => qps[v.qp as usize].recv_posted(),
+                        Err(e) => self.fail_unposted(wr_id, Reason::Verbs, e),
                     }
+                    return Step::Taken;
                 }
             }
         };
         self.emit(cqe);
         Step::Taken
+    }
+
+    /// Takes an in-flight slot for `inf` and counts it on its virtual QP and MR (undone by
+    /// `release_counts` when it completes); returns its `wr_id`, or `None` when every
+    /// slot is in use.
+    fn track(&mut self, inf: Inflight) -> Option<u64> {
+        let t = &mut self.tables;
+        let slot = t.inflight.insert(inf).ok()?;
+        let (v, m) = (
+            t.vqps.get_mut(inf.vqp).expect("validated"),
+            t.mrs.get_mut(inf.mr).expect("validated"),
+        );
+        if inf.recv {
+            v.recvs += 1;
+            m.recvs += 1;
+        } else {
+            v.sends += 1;
+            m.sends += 1;
+        }
+        Some(
+            WrId {
+                ring: self.id,
+                ring_gen: self.gen,
+                slot,
+            }
+            .encode(),
+        )
     }
 
     /// The object's sends may be in our own unposted chain: post it, then wait.
