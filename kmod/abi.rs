@@ -8,6 +8,8 @@
 #[path = "bitflags.rs"]
 pub(crate) mod bitflags;
 
+#[path = "../abi/src/compat.rs"]
+pub(crate) mod compat;
 #[path = "../abi/src/cqe.rs"]
 pub(crate) mod cqe;
 #[path = "../abi/src/device.rs"]
@@ -48,6 +50,10 @@ unsafe impl AsBytes for layout::SetupParams {}
 unsafe impl FromBytes for layout::EnterArgs {}
 // SAFETY: as above.
 unsafe impl FromBytes for layout::EventfdArgs {}
+// SAFETY: as above.
+unsafe impl FromBytes for compat::OneOp {}
+// SAFETY: as above.
+unsafe impl AsBytes for compat::OneOp {}
 
 impl From<errno::Errno> for Error {
     fn from(e: errno::Errno) -> Error {

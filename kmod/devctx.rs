@@ -14,6 +14,7 @@ use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::engine::{complete_wc, PhysQp, Wc, WcStatus};
+use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
 use crate::backend::{Hw, POOL_QPS, RECV_DEPTH, SEND_DEPTH};
@@ -111,29 +112,73 @@ impl DevCtx {
     /// yielding between polls) until `min_complete` CQEs are ready. Returns SQEs taken.
     pub(crate) fn enter(&self, slot: u16, args: &EnterArgs) -> Result<c_long> {
         let flags = args.validate()?;
-        let mut st = self.state.lock();
         let mut taken = 0u32;
-        loop {
-            taken += Self::submit(&mut st, slot, args.to_submit - taken)?;
-            Self::poll_and_route(&mut st);
-            let ring = st.rings[slot as usize].as_mut().ok_or(ENXIO)?;
-            if !flags.contains(EnterFlags::GETEVENTS)
-                || ring.engine().cq_unread() >= args.min_complete
-            {
-                return Ok(taken as c_long);
+        let done = self.until(|st| {
+            taken += Self::submit(st, slot, args.to_submit - taken)?;
+            Self::poll_and_route(st);
+            let ring = Self::ring(st, slot)?;
+            Ok((!flags.contains(EnterFlags::GETEVENTS)
+                || ring.engine().cq_unread() >= args.min_complete)
+                .then_some(()))
+        })?;
+        match done {
+            None if taken == 0 => Err(Errno::EINTR.into()),
+            _ => Ok(taken as c_long),
+        }
+    }
+
+    /// The one-op ioctl (abi/src/compat.rs): pushes `op.sqe` into ring `slot`'s SQ and
+    /// runs the same submission as enter, then pops one CQE into `op.cqe`, waiting for
+    /// it with `WAIT`. A wait interrupted after a push returns with `popped` 0.
+    pub(crate) fn one(&self, slot: u16, op: &mut OneOp) -> Result {
+        let flags = op.validate()?;
+        let pushed = flags.contains(OneFlags::PUSH);
+        if pushed && !Self::ring(&mut self.state.lock(), slot)?.app_push(op.sqe) {
+            return Err(EAGAIN);
+        }
+        op.popped = 0;
+        let popped = self.until(|st| {
+            Self::submit(st, slot, u32::MAX)?;
+            Self::poll_and_route(st);
+            if !flags.contains(OneFlags::POP) {
+                return Ok(Some(None));
             }
-            drop(st);
+            let c = Self::ring(st, slot)?.app_pop();
+            Ok((c.is_some() || !flags.contains(OneFlags::WAIT)).then_some(c))
+        })?;
+        match popped {
+            None if !pushed => Err(Errno::EINTR.into()),
+            None | Some(None) => Ok(()),
+            Some(Some(c)) => {
+                op.cqe = c;
+                op.popped = 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs `step` under the device lock until it yields a value, giving up the CPU
+    /// between tries; `None` when a signal arrived first.
+    fn until<T>(&self, mut step: impl FnMut(&mut DevState) -> Result<Option<T>>) -> Result<Option<T>> {
+        loop {
+            if let Some(v) = step(&mut self.state.lock())? {
+                return Ok(Some(v));
+            }
             if kernel::current!().signal_pending() {
-                return if taken > 0 {
-                    Ok(taken as c_long)
-                } else {
-                    Err(Errno::EINTR.into())
-                };
+                return Ok(None);
             }
             // SAFETY: plain scheduling point, no locks held.
             unsafe { shim::krcore_shim_cond_resched() };
-            st = self.state.lock();
         }
+    }
+
+    /// Ring `slot`, or `ENXIO` when it is gone.
+    fn ring(st: &mut DevState, slot: u16) -> Result<&mut RingCtx> {
+        st.rings
+            .get_mut(slot as usize)
+            .and_then(|r| r.as_mut())
+            .map(|r| &mut **r)
+            .ok_or(ENXIO)
     }
 
     fn submit(st: &mut DevState, slot: u16, max: u32) -> Result<u32> {
@@ -153,12 +198,7 @@ impl DevCtx {
 
     /// Registers eventfd `fd` for ring `slot`.
     pub(crate) fn set_eventfd(&self, slot: u16, fd: i32) -> Result {
-        let mut st = self.state.lock();
-        st.rings
-            .get_mut(slot as usize)
-            .and_then(|r| r.as_mut())
-            .ok_or(ENXIO)?
-            .set_eventfd(fd)
+        Self::ring(&mut self.state.lock(), slot)?.set_eventfd(fd)
     }
 
     /// One step of ring `slot`'s polling thread: take SQEs, route completions. Whether

@@ -8,6 +8,7 @@ use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 use kernel::uaccess::UserSlice;
 
+use crate::abi::compat::OneOp;
 use crate::abi::device::{DeviceGid, QueryDevices, ABI_VERSION};
 use crate::abi::errno::Errno;
 use crate::abi::ioctl::{self, Command};
@@ -45,6 +46,15 @@ impl FileCtx {
                 args.validate()?;
                 let b = self.bound()?;
                 b.dev.set_eventfd(b.slot, args.fd).map(|()| 0)
+            }
+            Command::One => {
+                let (mut reader, mut writer) =
+                    UserSlice::new(arg, size_of::<OneOp>()).reader_writer();
+                let mut op: OneOp = reader.read()?;
+                let b = self.bound()?;
+                b.dev.one(b.slot, &mut op)?;
+                writer.write(&op)?;
+                Ok(0)
             }
             Command::Enter => {
                 let args: EnterArgs = UserSlice::new(arg, size_of::<EnterArgs>())

@@ -8,7 +8,7 @@ use kernel::prelude::*;
 use crate::abi::cqe::Cqe;
 use crate::abi::engine::{Ring, RingStorage, Slot};
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
-use crate::abi::ring::RawRing;
+use crate::abi::ring::{CqConsumer, RawRing, SqProducer};
 use crate::abi::sqe::Sqe;
 use crate::ring_mem::RingArea;
 use crate::shim::{self, EventfdCtx, Vma};
@@ -40,6 +40,10 @@ pub(crate) struct RingCtx {
     // Declared before the areas: fields drop in order, so the engine's ring, which
     // points into them, goes first.
     ring: KBox<EngineRing>,
+    /// The application's side of the rings, driven by the kernel for the one-op ioctl
+    /// (abi/src/compat.rs). Views into the same areas, so also declared before them.
+    app_sq: SqProducer<RawRing<Sqe>>,
+    app_cq: CqConsumer<RawRing<Cqe>>,
     sq: RingArea,
     cq: RingArea,
     eventfd: Option<EventFd>,
@@ -69,14 +73,22 @@ impl RingCtx {
             // Room rule: larger than the in-flight table (see engine/ring_state.rs).
             overflow: KBuf::filled(inflight + p.sq_entries as usize, Cqe::default())?,
         };
-        // SAFETY: the rings point into `sq` and `cq`, which the RingCtx owns and drops
-        // after the engine's ring (field order).
-        let (sq_ring, cq_ring) =
-            unsafe { (sq.ring::<Sqe>(p.sq_entries), cq.ring::<Cqe>(p.cq_entries)) };
+        // SAFETY: the views point into `sq` and `cq`, which the RingCtx owns and drops
+        // after every view (field order).
+        let (sq_ring, cq_ring, app_sq, app_cq) = unsafe {
+            (
+                sq.ring::<Sqe>(p.sq_entries),
+                cq.ring::<Cqe>(p.cq_entries),
+                sq.ring::<Sqe>(p.sq_entries),
+                cq.ring::<Cqe>(p.cq_entries),
+            )
+        };
         let ring = KBox::new(Ring::new(id, gen, sq_ring, cq_ring, storage), GFP_KERNEL)?;
         Ok(KBox::new(
             RingCtx {
                 ring,
+                app_sq: SqProducer::new(app_sq),
+                app_cq: CqConsumer::new(app_cq),
                 sq,
                 cq,
                 eventfd: None,
@@ -131,5 +143,20 @@ impl RingCtx {
     /// The engine's ring.
     pub(crate) fn engine(&mut self) -> &mut EngineRing {
         &mut self.ring
+    }
+
+    /// One-op ioctl, application side: pushes `sqe` into the SQ and publishes it.
+    /// `false` when the SQ is full.
+    pub(crate) fn app_push(&mut self, sqe: Sqe) -> bool {
+        let ok = self.app_sq.push(sqe).is_ok();
+        self.app_sq.publish();
+        ok
+    }
+
+    /// One-op ioctl, application side: takes the next CQE, releasing its slot.
+    pub(crate) fn app_pop(&mut self) -> Option<Cqe> {
+        let c = self.app_cq.pop();
+        self.app_cq.release();
+        c
     }
 }

@@ -56,6 +56,14 @@
 // [`EventfdArgs`]. `_IOW('K', 0x04, struct EventfdArgs)`.
 #define krcore_IOC_REGISTER_EVENTFD 1074809604
 
+// Number of [`IOC_ONE`].
+#define krcore_NR_ONE 5
+
+// The one-ioctl-per-op path (see [`compat`](super::compat)): push one SQE and/or pop
+// one CQE through the file's rings. Argument: [`OneOp`].
+// `_IOWR('K', 0x05, struct OneOp)`.
+#define krcore_IOC_ONE 3229633285
+
 // mmap offset of the SQ ring.
 #define krcore_OFF_SQ_RING 0
 
@@ -386,6 +394,29 @@ struct krcore_EventfdArgs {
   // Reserved, must be zero.
   uint32_t resv[3];
 };
+
+// Argument of the one-op ioctl.
+struct krcore_OneOp {
+  // In, with [`OneFlags::PUSH`]: the request.
+  struct krcore_Sqe sqe;
+  // Out, when `popped` is 1: the completion.
+  struct krcore_Cqe cqe;
+  // [`OneFlags`].
+  uint32_t flags;
+  // Out: 1 when `cqe` holds a completion, else 0.
+  uint32_t popped;
+  // Reserved, must be zero.
+  uint32_t resv[6];
+};
+
+// What one [`OneOp`] call does, in this order.
+typedef uint32_t krcore_OneFlags;
+// Submit [`OneOp::sqe`]. `EAGAIN` when the SQ is full (reap first).
+#define krcore_OneFlags_PUSH (uint32_t)(1 << 0)
+// Return one completion in [`OneOp::cqe`] if there is one.
+#define krcore_OneFlags_POP (uint32_t)(1 << 1)
+// With `POP`: wait until there is one (interruptible: `EINTR`).
+#define krcore_OneFlags_WAIT (uint32_t)(1 << 2)
 
 
 

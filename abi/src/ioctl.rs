@@ -5,6 +5,7 @@
 //! with [`decode`] before it touches user memory: an unknown command is `ENOTTY`, a
 //! command naming a smaller struct than this ABI's is `EINVAL`, a larger one `E2BIG`.
 
+use super::compat::OneOp;
 use super::device::QueryDevices;
 use super::errno::Errno;
 use super::layout::{EnterArgs, EventfdArgs, SetupParams};
@@ -81,6 +82,15 @@ pub const NR_REGISTER_EVENTFD: u8 = 0x04;
 pub const IOC_REGISTER_EVENTFD: u32 = 0x4010_4b04;
 const _: () = assert!(IOC_REGISTER_EVENTFD == iow::<EventfdArgs>(NR_REGISTER_EVENTFD));
 
+/// Number of [`IOC_ONE`].
+pub const NR_ONE: u8 = 0x05;
+
+/// The one-ioctl-per-op path (see [`compat`](super::compat)): push one SQE and/or pop
+/// one CQE through the file's rings. Argument: [`OneOp`].
+/// `_IOWR('K', 0x05, struct OneOp)`.
+pub const IOC_ONE: u32 = 0xc080_4b05;
+const _: () = assert!(IOC_ONE == iowr::<OneOp>(NR_ONE));
+
 /// A decoded, size-checked ioctl command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -92,6 +102,8 @@ pub enum Command {
     Enter,
     /// [`IOC_REGISTER_EVENTFD`].
     RegisterEventfd,
+    /// [`IOC_ONE`].
+    One,
 }
 
 /// Decodes `cmd`, checking its type, number, direction and argument size.
@@ -119,6 +131,11 @@ pub fn decode(cmd: u32) -> Result<Command, Errno> {
             Command::RegisterEventfd,
             DIR_WRITE,
             core::mem::size_of::<EventfdArgs>(),
+        ),
+        NR_ONE => (
+            Command::One,
+            DIR_READ | DIR_WRITE,
+            core::mem::size_of::<OneOp>(),
         ),
         _ => return Err(Errno::ENOTTY),
     };
@@ -153,6 +170,7 @@ mod tests {
         assert_eq!(decode(ioc(2, b'K', 1, 40)), Err(Errno::EINVAL));
         assert_eq!(decode(IOC_SETUP), Ok(Command::Setup));
         assert_eq!(decode(IOC_ENTER), Ok(Command::Enter));
+        assert_eq!(decode(IOC_ONE), Ok(Command::One));
         assert_eq!(
             decode(ioc(3, b'K', NR_ENTER, 32)),
             Err(Errno::EINVAL),

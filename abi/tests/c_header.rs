@@ -6,6 +6,7 @@ use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Command;
 
+use krcore_abi::compat::OneOp;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::device::{DeviceGid, QueryDevices};
 use krcore_abi::layout::{RingHeader, RingOffsets, SetupParams};
@@ -78,6 +79,9 @@ fn c_sees_the_rust_layout() {
         ("struct krcore_QueryDevices", "", size_of::<QueryDevices>()),
         ("struct krcore_DeviceGid", "", size_of::<DeviceGid>()),
         ("struct krcore_DeviceGid", "gid", offset_of!(DeviceGid, gid)),
+        ("struct krcore_OneOp", "", size_of::<OneOp>()),
+        ("struct krcore_OneOp", "cqe", offset_of!(OneOp, cqe)),
+        ("struct krcore_OneOp", "popped", offset_of!(OneOp, popped)),
     ];
     let mut c = String::from("#include <stddef.h>\n#include \"krcore_abi.h\"\n");
     for (ty, field, want) in checks {

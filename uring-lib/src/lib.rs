@@ -13,10 +13,12 @@ mod batch;
 mod device;
 mod error;
 mod mmap;
+mod per_op;
 mod region;
 mod ring;
 
 pub use batch::Batch;
+pub use per_op::PerOp;
 pub use region::{MemoryRegion, RemoteRegion, Vqp};
 
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};

@@ -47,6 +47,11 @@ impl Builder {
         self
     }
 
+    /// The setup request this builder makes.
+    pub(crate) fn params(&self) -> SetupParams {
+        self.params
+    }
+
     /// Sets the rings up on `dev` (once per open file) and maps them.
     pub fn build(self, dev: Device) -> Result<Ring, Error> {
         let mut p = self.params;

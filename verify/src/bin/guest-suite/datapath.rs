@@ -6,22 +6,38 @@ use std::time::Instant;
 use krcore_uring::abi::cqe::{Cqe, CqeFlags, Reason};
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
-use krcore_uring::{Builder, Device, Ring};
+use krcore_uring::{Builder, Device, PerOp, Ring};
 
 use crate::harness::check;
 
 /// ::ffff:192.0.2.1, rxe0's RoCE v2 GID in the test VM.
 pub const LOCAL_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
 
+/// A way into the kernel: the mapped rings or the one-ioctl-per-op path.
+pub trait Submit {
+    /// Submits `sqe` and waits for a completion.
+    fn submit_one(&mut self, sqe: &Sqe) -> Result<Option<Cqe>, String>;
+}
+
+impl Submit for Ring {
+    fn submit_one(&mut self, sqe: &Sqe) -> Result<Option<Cqe>, String> {
+        // SAFETY: the memory the tests' entries name is registered and outlives the wait.
+        unsafe { self.push(sqe) }.map_err(|e| e.to_string())?;
+        self.submit_and_wait(1).map_err(|e| e.to_string())?;
+        Ok(self.completions().next())
+    }
+}
+
+impl Submit for PerOp {
+    fn submit_one(&mut self, sqe: &Sqe) -> Result<Option<Cqe>, String> {
+        // SAFETY: as above.
+        unsafe { self.push_pop(sqe, true) }.map_err(|e| e.to_string())
+    }
+}
+
 /// Runs one entry and waits for its completion.
-pub fn run(r: &mut Ring, sqe: Sqe) -> Result<Cqe, String> {
-    // SAFETY: the memory the tests' entries name is registered and outlives the wait.
-    unsafe { r.push(&sqe) }.map_err(|e| e.to_string())?;
-    r.submit_and_wait(1).map_err(|e| e.to_string())?;
-    let c = r
-        .completions()
-        .next()
-        .ok_or("no completion after waiting")?;
+pub fn run(r: &mut impl Submit, sqe: Sqe) -> Result<Cqe, String> {
+    let c = r.submit_one(&sqe)?.ok_or("no completion after waiting")?;
     check(c.user_data == sqe.user_data, || {
         format!(
             "CQE for {} while waiting for {}",
@@ -44,7 +60,7 @@ pub fn collect(r: &mut Ring, n: usize) -> Result<Vec<Cqe>, String> {
 }
 
 /// Runs an entry that must succeed; returns its result and aux.
-pub fn ok(r: &mut Ring, sqe: Sqe) -> Result<(i32, u64), String> {
+pub fn ok(r: &mut impl Submit, sqe: Sqe) -> Result<(i32, u64), String> {
     let c = run(r, sqe)?;
     if let Some(why) = krcore_uring::describe_failure(&c) {
         return Err(format!("opcode {} failed: {why}", sqe.opcode));

@@ -9,6 +9,7 @@ mod device;
 mod harness;
 mod ioctl;
 mod lifecycle;
+mod per_op;
 mod python;
 mod rings;
 mod sharing;
@@ -45,6 +46,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "datapath::every_opcode_moves_the_right_bytes",
         run: datapath::every_opcode_moves_the_right_bytes,
+    },
+    Test {
+        name: "per_op::reads_and_rejects_like_the_ring",
+        run: per_op::reads_and_rejects_like_the_ring,
     },
     Test {
         name: "sqpoll::no_syscalls_in_steady_state",
