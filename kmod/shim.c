@@ -380,11 +380,17 @@ static int krcore_poller_fn(void *data)
 	struct krcore_poller *p = data;
 
 	while (!kthread_should_stop()) {
-		if (krcore_rs_sqpoll_step(p->ctx))
+		switch (krcore_rs_sqpoll_step(p->ctx)) {
+		case 1:
 			wait_event_interruptible(p->wq, atomic_xchg(&p->wake, 0) ||
 							kthread_should_stop());
-		else
+			break;
+		case 2:
+			yield();
+			break;
+		default:
 			cond_resched();
+		}
 	}
 	return 0;
 }

@@ -31,7 +31,7 @@ int krcore_rs_dev_add(struct ib_device *dev);
 void krcore_rs_dev_remove(struct ib_device *dev);
 
 /* One step of an SQ polling thread: 0 keep polling, 1 sleep until woken (Rust has set
- * NEED_WAKEUP and rechecked the SQ). */
+ * NEED_WAKEUP and rechecked the SQ), 2 nothing to do: yield, then keep polling. */
 int krcore_rs_sqpoll_step(void *ctx);
 
 /* Build the device's QP pool now if it can (work context; ctx is the device context). */

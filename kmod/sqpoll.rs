@@ -79,7 +79,7 @@ impl Drop for Poller {
     }
 }
 
-/// One step of the polling thread.
+/// One step of the polling thread: 0 run again, 1 sleep, 2 yield then run again.
 #[no_mangle]
 extern "C" fn krcore_rs_sqpoll_step(ctx: *mut c_void) -> c_int {
     // SAFETY: `ctx` is the SqPoll this thread was started on, alive until it stops, and
@@ -94,5 +94,6 @@ extern "C" fn krcore_rs_sqpoll_step(ctx: *mut c_void) -> c_int {
     match p.policy.after(now, worked, || dev.prepare_sleep(slot)) {
         Next::Run => 0,
         Next::Sleep => 1,
+        Next::Yield => 2,
     }
 }

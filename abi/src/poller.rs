@@ -10,6 +10,10 @@
 pub enum Next {
     /// Poll again.
     Run,
+    /// Nothing to do this step: poll again, but give the CPU to anything else runnable
+    /// first. On a software NIC (rxe) the work that completes our requests runs on
+    /// these CPUs; a poller that only yields at the tick delays it by a tick.
+    Yield,
     /// Sleep until woken (or stopped).
     Sleep,
 }
@@ -57,7 +61,7 @@ impl PollPolicy {
                 self.last_work_ms = now_ms;
                 Next::Run
             }
-            Some(false) if now_ms - self.last_work_ms < self.idle_ms as i64 => Next::Run,
+            Some(false) if now_ms - self.last_work_ms < self.idle_ms as i64 => Next::Yield,
             Some(false) if handshake() => {
                 self.slept = true;
                 Next::Sleep
@@ -77,12 +81,12 @@ mod tests {
         let mut p = PollPolicy::new(100, 0);
         assert_eq!(
             p.after(50, Some(false), || panic!("handshake before the idle time")),
-            Next::Run
+            Next::Yield
         );
         assert_eq!(p.after(60, Some(true), || unreachable!()), Next::Run);
         assert_eq!(
             p.after(150, Some(false), || panic!("idle time restarts with work")),
-            Next::Run
+            Next::Yield
         );
         assert_eq!(
             p.after(170, Some(false), || false),
@@ -94,7 +98,7 @@ mod tests {
         assert!(p.resume(5000), "back from sleep: clear NEED_WAKEUP");
         assert_eq!(
             p.after(5001, Some(false), || panic!("idle time restarts on waking")),
-            Next::Run
+            Next::Yield
         );
         assert_eq!(
             p.after(5002, None, || unreachable!()),

@@ -1,1 +1,4 @@
-//! Shared helpers for krcore benchmarks.
+//! Shared pieces of krcore's benchmarks: the figure record the guest prints and the
+//! host turns into tables and plots.
+
+pub mod record;

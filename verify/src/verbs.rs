@@ -291,15 +291,24 @@ impl<'c> RcQp<'c> {
         raddr: u64,
         rkey: u32,
     ) -> Result<()> {
-        assert!(
-            offset + len as usize <= local.len(),
-            "local range outside the MR"
-        );
-        let mut sge = ibv_sge {
-            addr: local.addr() + offset as u64,
-            length: len,
-            lkey: local.lkey(),
-        };
+        self.post_send(wr_id, local, offset, len, Some((raddr, rkey)))
+    }
+
+    /// Posts one signaled SEND of `len` bytes of `local` at `offset`.
+    pub fn post_send_msg(&self, wr_id: u64, local: &Mr, offset: usize, len: u32) -> Result<()> {
+        self.post_send(wr_id, local, offset, len, None)
+    }
+
+    /// Posts a READ from `remote` (address, rkey), or a SEND when `remote` is `None`.
+    fn post_send(
+        &self,
+        wr_id: u64,
+        local: &Mr,
+        offset: usize,
+        len: u32,
+        remote: Option<(u64, u32)>,
+    ) -> Result<()> {
+        let mut sge = local.sge(offset, len);
         // SAFETY: ibv_send_wr is plain data; `sge` and `wr` live across the post, which
         // copies them; the MR outlives the operation (the caller polls before dropping).
         unsafe {
@@ -307,16 +316,36 @@ impl<'c> RcQp<'c> {
             wr.wr_id = wr_id;
             wr.sg_list = &mut sge;
             wr.num_sge = 1;
-            wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
             wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-            wr.wr.rdma = rdma_t {
-                remote_addr: raddr,
-                rkey,
-            };
+            match remote {
+                Some((remote_addr, rkey)) => {
+                    wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+                    wr.wr.rdma = rdma_t { remote_addr, rkey };
+                }
+                None => wr.opcode = ibv_wr_opcode::IBV_WR_SEND,
+            }
             let mut bad = ptr::null_mut();
             let r = ibv_post_send(self.qp, &mut wr, &mut bad);
             if r != 0 {
                 return fail_code("ibv_post_send", r.abs());
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts one receive of up to `len` bytes into `local` at `offset`.
+    pub fn post_recv(&self, wr_id: u64, local: &Mr, offset: usize, len: u32) -> Result<()> {
+        let mut sge = local.sge(offset, len);
+        // SAFETY: as for post_send: plain data, copied by the post; the MR outlives it.
+        unsafe {
+            let mut wr: ibv_recv_wr = std::mem::zeroed();
+            wr.wr_id = wr_id;
+            wr.sg_list = &mut sge;
+            wr.num_sge = 1;
+            let mut bad = ptr::null_mut();
+            let r = ibv_post_recv(self.qp, &mut wr, &mut bad);
+            if r != 0 {
+                return fail_code("ibv_post_recv", r.abs());
             }
         }
         Ok(())
@@ -338,6 +367,19 @@ pub struct Mr<'c> {
 }
 
 impl<'c> Mr<'c> {
+    /// The scatter entry for `len` bytes at `offset`.
+    fn sge(&self, offset: usize, len: u32) -> ibv_sge {
+        assert!(
+            offset + len as usize <= self.len(),
+            "local range outside the MR"
+        );
+        ibv_sge {
+            addr: self.addr() + offset as u64,
+            length: len,
+            lkey: self.lkey(),
+        }
+    }
+
     /// Registers a zeroed buffer of `len` bytes.
     pub fn new(ctx: &'c Context, len: usize) -> Result<Mr<'c>> {
         let mut buf = vec![0u8; len].into_boxed_slice();

@@ -1,0 +1,217 @@
+//! Control plane (the paper's Figure 8a): connect latency and connections per second
+//! from 1, 2, 4 and 8 processes at once, for krcore's CONNECT on a warm pool and on a
+//! cold one (module loaded with `prewarm=0`, so the first CONNECT builds the pool), and
+//! for user-space verbs: open the device, PD, CQ, create an RC QP, exchange metadata with
+//! the peer over a local socket, INIT/RTR/RTS — and the same without the device open.
+//!
+//! Each process is a `krcore-figures worker MODE N` child: it prepares, says `ready`,
+//! waits for `go` on stdin, times N connects, and prints `lat NS NS ...`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use krcore_benches::record::Record;
+use krcore_uring::abi::sqe::Sqe;
+use krcore_uring::{Builder, Device};
+use verify::verbs::{Context, Endpoint, RcQp, ROCE_V2_GID_INDEX};
+
+use crate::paths::{run, GID};
+
+/// Process counts measured.
+pub const PROCS: [u32; 4] = [1, 2, 4, 8];
+
+/// What a worker connects with.
+#[derive(Clone, Copy)]
+enum Mode {
+    Krcore,
+    Verbs { open_device: bool },
+}
+
+impl Mode {
+    fn parse(s: &str) -> Mode {
+        match s {
+            "krcore" => Mode::Krcore,
+            "verbs" => Mode::Verbs { open_device: true },
+            "verbs-no-open" => Mode::Verbs { open_device: false },
+            _ => panic!("unknown worker mode {s}"),
+        }
+    }
+}
+
+fn leak<T>(v: T) -> &'static T {
+    // Benchmark workers exit right after measuring; the kernel reclaims everything.
+    Box::leak(Box::new(v))
+}
+
+/// The peer side of a verbs connection: for each endpoint it receives, creates a QP,
+/// connects it, and answers with its own endpoint (the metadata exchange).
+fn meta_server(mut s: UnixStream) {
+    let ctx = leak(Context::open("rxe0", 64).expect("verbs peer"));
+    let mut buf = [0u8; 20];
+    while s.read_exact(&mut buf).is_ok() {
+        let remote = Endpoint {
+            qpn: u32::from_le_bytes(buf[..4].try_into().unwrap()),
+            gid: buf[4..].try_into().unwrap(),
+        };
+        let q = leak(RcQp::create(ctx, 16).expect("peer QP"));
+        q.connect(remote, ROCE_V2_GID_INDEX).expect("peer connect");
+        s.write_all(&encode(q.endpoint(ROCE_V2_GID_INDEX).unwrap()))
+            .unwrap();
+    }
+}
+
+fn encode(e: Endpoint) -> [u8; 20] {
+    let mut b = [0u8; 20];
+    b[..4].copy_from_slice(&e.qpn.to_le_bytes());
+    b[4..].copy_from_slice(&e.gid);
+    b
+}
+
+/// `krcore-figures worker MODE N`.
+pub fn worker(mode: &str, n: usize) {
+    let mode = Mode::parse(mode);
+    let mut samples = Vec::with_capacity(n);
+    let go = || {
+        println!("ready");
+        std::io::stdout().flush().unwrap();
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+    };
+    match mode {
+        Mode::Krcore => {
+            let mut r = Builder::new(64)
+                .build(Device::open().expect("open /dev/krcore"))
+                .expect("ring");
+            go();
+            for _ in 0..n {
+                let t = Instant::now();
+                let c = run(&mut r, Sqe::connect(1, GID, 0));
+                samples.push(t.elapsed());
+                assert!(
+                    c.res >= 0,
+                    "CONNECT: {:?}",
+                    krcore_uring::describe_failure(&c)
+                );
+                assert_eq!(run(&mut r, Sqe::disconnect(2, c.res as u32)).res, 0);
+            }
+        }
+        Mode::Verbs { open_device } => {
+            let (mut sock, peer) = UnixStream::pair().unwrap();
+            std::thread::spawn(move || meta_server(peer));
+            let shared = (!open_device).then(|| leak(Context::open("rxe0", 64).expect("verbs")));
+            go();
+            for _ in 0..n {
+                let t = Instant::now();
+                let ctx = shared.unwrap_or_else(|| leak(Context::open("rxe0", 64).expect("verbs")));
+                let q = leak(RcQp::create(ctx, 16).expect("QP"));
+                sock.write_all(&encode(q.endpoint(ROCE_V2_GID_INDEX).unwrap()))
+                    .unwrap();
+                let mut b = [0u8; 20];
+                sock.read_exact(&mut b).unwrap();
+                let peer = Endpoint {
+                    qpn: u32::from_le_bytes(b[..4].try_into().unwrap()),
+                    gid: b[4..].try_into().unwrap(),
+                };
+                q.connect(peer, ROCE_V2_GID_INDEX).expect("connect");
+                samples.push(t.elapsed());
+            }
+        }
+    }
+    let ns: Vec<String> = samples.iter().map(|d| d.as_nanos().to_string()).collect();
+    println!("lat {}", ns.join(" "));
+}
+
+/// Runs `procs` workers at once; their latencies and the wall time from `go` to the
+/// last one's answer.
+fn round(mode: &str, procs: u32, n: usize) -> (Vec<Duration>, Duration) {
+    let exe = std::env::current_exe().unwrap();
+    let mut kids: Vec<(Child, BufReader<std::process::ChildStdout>)> = (0..procs)
+        .map(|_| {
+            let mut c = Command::new(&exe)
+                .args(["worker", mode, &n.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn worker");
+            let out = BufReader::new(c.stdout.take().unwrap());
+            (c, out)
+        })
+        .collect();
+    let mut line = String::new();
+    for (_, out) in &mut kids {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "worker {mode} did not get ready");
+    }
+    let t = Instant::now();
+    for (c, _) in &mut kids {
+        c.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    }
+    let mut samples = Vec::new();
+    for (_, out) in &mut kids {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let rest = line
+            .trim()
+            .strip_prefix("lat ")
+            .unwrap_or_else(|| panic!("worker {mode} said {line:?}"));
+        samples.extend(
+            rest.split(' ')
+                .map(|v| Duration::from_nanos(v.parse().unwrap())),
+        );
+    }
+    let wall = t.elapsed();
+    for (mut c, _) in kids {
+        assert!(c.wait().unwrap().success(), "worker {mode} failed");
+    }
+    (samples, wall)
+}
+
+fn record(series: &str, procs: u32, rounds: Vec<(Vec<Duration>, Duration)>) -> Record {
+    let ops: usize = rounds.iter().map(|r| r.0.len()).sum();
+    let wall: Duration = rounds.iter().map(|r| r.1).sum();
+    let samples = rounds.into_iter().flat_map(|r| r.0).collect();
+    Record::times("connect", series, procs, samples, 1).with_rate(ops as f64 / wall.as_secs_f64())
+}
+
+/// Warm krcore and both verbs variants.
+pub fn figures(out: &mut Vec<Record>) {
+    for procs in PROCS {
+        for (series, mode, n) in [
+            ("krcore-warm", "krcore", 200),
+            ("verbs-with-device-open", "verbs", 12),
+            ("verbs-no-device-open", "verbs-no-open", 12),
+        ] {
+            out.push(record(series, procs, vec![round(mode, procs, n)]));
+        }
+    }
+}
+
+fn sh(args: &[&str]) {
+    let st = Command::new(args[0])
+        .args(&args[1..])
+        .status()
+        .expect(args[0]);
+    assert!(st.success(), "{args:?} failed: {st}");
+}
+
+/// krcore with a cold pool: before each round the module is reloaded with `prewarm=0`,
+/// so the round's first CONNECT creates and connects the pool while the others wait on
+/// it. Leaves the module loaded as the VM runner loaded it.
+pub fn cold_figures(out: &mut Vec<Record>) {
+    let ko = std::env::var("KRCORE_KO").expect("KRCORE_KO (set by the VM runner)");
+    for procs in PROCS {
+        let rounds = (0..3)
+            .map(|_| {
+                sh(&["rmmod", "krcore"]);
+                sh(&["insmod", &ko, "prewarm=0"]);
+                round("krcore", procs, 1)
+            })
+            .collect();
+        out.push(record("krcore-cold", procs, rounds));
+    }
+    sh(&["rmmod", "krcore"]);
+    sh(&["insmod", &ko]);
+}

@@ -1,0 +1,70 @@
+//! Ring crossing: NOPs per operation at batch 1, 8, 32 and 128 through krcore's ring
+//! (one enter ioctl per batch), krcore's one-ioctl-per-op path, and io_uring's own NOP
+//! through the io-uring crate, in the same guest.
+
+use std::time::Instant;
+
+use krcore_benches::record::Record;
+use krcore_uring::abi::sqe::Sqe;
+use krcore_uring::{Builder, Device};
+
+/// Batch sizes measured.
+pub const BATCHES: [u32; 4] = [1, 8, 32, 128];
+
+fn time_batches(iters: usize, mut f: impl FnMut()) -> Vec<std::time::Duration> {
+    (0..iters)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect()
+}
+
+/// Every ring-crossing figure.
+pub fn figures(out: &mut Vec<Record>) {
+    for batch in BATCHES {
+        let iters = (4000 / batch as usize).max(30);
+        let mut r = Builder::new(256)
+            .build(Device::open().expect("open /dev/krcore"))
+            .expect("ring");
+        let s = time_batches(iters, || {
+            for i in 0..batch {
+                // SAFETY: NOPs name no memory.
+                unsafe { r.push(&Sqe::nop(i as u64)) }.unwrap();
+            }
+            r.submit_and_wait(batch).unwrap();
+            assert_eq!(r.completions().count(), batch as usize);
+        });
+        out.push(Record::times("nop", "krcore-enter", batch, s, batch));
+
+        let mut p = Builder::new(256)
+            .build_per_op(Device::open().expect("open /dev/krcore"))
+            .expect("per-op setup");
+        let s = time_batches(iters, || {
+            for i in 0..batch {
+                // SAFETY: NOPs name no memory.
+                let c = unsafe { p.push_pop(&Sqe::nop(i as u64), true) }.unwrap();
+                assert!(c.is_some_and(|c| c.res == 0));
+            }
+        });
+        out.push(Record::times("nop", "krcore-per-op", batch, s, batch));
+
+        let mut u = io_uring::IoUring::new(256).expect("io_uring in the guest");
+        let s = time_batches(iters, || {
+            {
+                let mut sq = u.submission();
+                for i in 0..batch {
+                    // SAFETY: a NOP references no memory.
+                    unsafe {
+                        sq.push(&io_uring::opcode::Nop::new().build().user_data(i as u64))
+                            .unwrap()
+                    };
+                }
+            }
+            u.submit_and_wait(batch as usize).unwrap();
+            assert_eq!(u.completion().count(), batch as usize);
+        });
+        out.push(Record::times("nop", "io_uring", batch, s, batch));
+    }
+}

@@ -1,0 +1,59 @@
+//! In-VM figures (`make bench`): krcore beside user-space verbs, its own one-ioctl-per-op
+//! path and io_uring, in the same guest, in one run. Prints one JSON record per figure
+//! (krcore_benches::record) between `FIGURES-BEGIN` and `FIGURES-END`; the guest root is
+//! read-only, so the host's `bench-report` writes the results, table and plots.
+//!
+//! Sections: ring crossing (NOPs), data plane (8 B READ and SEND/RECV latency and
+//! throughput with 12 in flight), memory per ring / virtual QP / RC QP, control plane
+//! (connects from 1-8 processes: krcore warm and cold, verbs with and without the device
+//! open). `krcore-figures worker ...` is a control-plane child process.
+//!
+//! The VM boots with tsc=nowatchdog: under host load the TSC watchdog otherwise demotes
+//! the guest to the jiffies clocksource (4 ms resolution), which this refuses to time
+//! with (exit 2, and `make bench` boots again).
+
+mod control;
+mod crossing;
+mod dataplane;
+mod memory;
+mod paths;
+
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        control::worker(&args[1], args[2].parse().expect("worker N"));
+        return;
+    }
+    let cs =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default();
+    if cs.contains("jiffies") {
+        eprintln!("krcore-figures: the guest clocksource is {} (tick resolution); refusing to time anything", cs.trim());
+        std::process::exit(2);
+    }
+    let mut out = Vec::new();
+    let sections: [(&str, fn(&mut Vec<_>)); 5] = [
+        ("ring crossing", crossing::figures),
+        ("data plane", dataplane::figures),
+        ("memory", memory::figures),
+        ("control plane", control::figures),
+        ("control plane, cold pool", control::cold_figures),
+    ];
+    for (name, f) in sections {
+        let t = Instant::now();
+        let before = out.len();
+        f(&mut out);
+        eprintln!(
+            "[figures] {name}: {} figures in {:.1} s",
+            out.len() - before,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    println!("FIGURES-BEGIN");
+    for r in &out {
+        println!("{}", r.to_json());
+    }
+    println!("FIGURES-END");
+}

@@ -1,0 +1,304 @@
+//! The ways an application reaches the NIC, behind one interface so every data-plane
+//! figure runs the same loop over each: krcore's ring with the enter ioctl, krcore's
+//! ring with a polling thread, krcore's one-ioctl-per-op path, and verbs posted directly
+//! on rxe from user space.
+
+use krcore_uring::abi::cqe::Cqe;
+use krcore_uring::abi::opcode::Opcode;
+use krcore_uring::abi::sqe::{MrAccess, Sqe};
+use krcore_uring::{Builder, Device, PerOp, Ring};
+use verify::verbs::{Context, Mr, RcQp, ROCE_V2_GID_INDEX};
+
+/// The local RoCE v2 GID of rxe0 in the test VM (::ffff:192.0.2.1).
+pub const GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
+
+/// An 8-byte operation the figures repeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// RDMA READ of 8 bytes.
+    Read,
+    /// An 8-byte SEND into a posted RECV on the other end of the connection.
+    SendRecv,
+}
+
+impl Op {
+    /// Completions one operation produces.
+    pub fn cqes(self) -> usize {
+        match self {
+            Op::Read => 1,
+            Op::SendRecv => 2,
+        }
+    }
+}
+
+/// A connected path with registered memory.
+pub trait Path {
+    /// Queues operation number `i` (not yet submitted on the batching paths).
+    fn post(&mut self, op: Op, i: u64);
+    /// Submits what is queued and reaps completions, at least `min`; returns how many.
+    fn reap(&mut self, min: usize) -> usize;
+}
+
+/// Fails loudly on a failed completion: a figure over errors would be meaningless.
+fn checked(c: Cqe) {
+    assert!(c.res >= 0, "{:?}", krcore_uring::describe_failure(&c));
+}
+
+/// The krcore objects an operation names: two virtual QPs on the two ends of one pooled
+/// connection, a registered buffer and its import on the first.
+struct Names {
+    v1: u32,
+    v2: u32,
+    mr: u32,
+    rmr: u32,
+    addr: u64,
+    _buf: Vec<u64>,
+}
+
+impl Names {
+    /// Connects twice (both ends of one pooled pair) and registers a 4 KiB buffer,
+    /// through `run`, which submits one entry and returns its completion.
+    fn new(mut run: impl FnMut(Sqe) -> Cqe) -> Names {
+        let mut ok = |s: Sqe| {
+            let c = run(s);
+            checked(c);
+            (c.res as u32, c.aux)
+        };
+        let (v1, _) = ok(Sqe::connect(1, GID, 0));
+        let (v2, _) = ok(Sqe::connect(2, GID, 0));
+        let buf = vec![0u64; 512];
+        let addr = buf.as_ptr() as u64;
+        let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+        let (mr, keys) = ok(Sqe::reg_mr(3, addr, 4096, access));
+        let (rmr, _) = ok(Sqe::import_mr(4, v1, addr, 4096, (keys >> 32) as u32));
+        Names {
+            v1,
+            v2,
+            mr,
+            rmr,
+            addr,
+            _buf: buf,
+        }
+    }
+
+    /// The entries of operation `i` (8-byte slots in distinct places, modulo 64).
+    fn sqes(&self, op: Op, i: u64) -> ([Sqe; 2], usize) {
+        let off = (i % 64) * 8;
+        let a = self.addr;
+        match op {
+            Op::Read => (
+                [
+                    Sqe::one_sided(
+                        Opcode::Read,
+                        i,
+                        self.v1,
+                        self.mr,
+                        a + 2048 + off,
+                        8,
+                        self.rmr,
+                        a + off,
+                    ),
+                    Sqe::nop(0),
+                ],
+                1,
+            ),
+            Op::SendRecv => (
+                [
+                    Sqe::two_sided(Opcode::Recv, i, self.v2, self.mr, a + 2048 + off, 8),
+                    Sqe::two_sided(Opcode::Send, i, self.v1, self.mr, a + off, 8),
+                ],
+                2,
+            ),
+        }
+    }
+}
+
+/// krcore's mapped rings, entered with the enter ioctl or fed to a polling thread.
+pub struct KrRing {
+    ring: Ring,
+    names: Names,
+    sqpoll: bool,
+}
+
+impl KrRing {
+    /// A ring of 256 entries on a fresh open of the device, connected and registered.
+    pub fn new(sqpoll: bool) -> KrRing {
+        let b = Builder::new(256).cq_entries(512);
+        let b = if sqpoll { b.sqpoll(5000) } else { b };
+        let mut ring = b
+            .build(Device::open().expect("open /dev/krcore"))
+            .expect("ring");
+        let names = Names::new(|s| run(&mut ring, s));
+        KrRing {
+            ring,
+            names,
+            sqpoll,
+        }
+    }
+}
+
+/// Runs one entry through `r` and returns its completion.
+pub fn run(r: &mut Ring, sqe: Sqe) -> Cqe {
+    // SAFETY: the memory entries name is registered and outlives the wait.
+    unsafe { r.push(&sqe) }.expect("sq");
+    r.submit_and_wait(1).expect("enter");
+    r.completions().next().expect("a CQE after waiting for one")
+}
+
+impl Path for KrRing {
+    fn post(&mut self, op: Op, i: u64) {
+        let (sqes, n) = self.names.sqes(op, i);
+        for s in &sqes[..n] {
+            // SAFETY: the buffer is registered and outlives every operation.
+            unsafe { self.ring.push(s) }.expect("SQ full: the figures keep it shallow");
+        }
+    }
+
+    fn reap(&mut self, min: usize) -> usize {
+        let mut got = 0;
+        if self.sqpoll {
+            self.ring.submit().expect("submit");
+            while got < min {
+                let before = got;
+                for c in self.ring.completions() {
+                    checked(c);
+                    got += 1;
+                }
+                if got == before {
+                    // Two vCPUs: give the CPU to rxe's work and the poller.
+                    std::thread::yield_now();
+                }
+            }
+        } else {
+            while got < min {
+                self.ring
+                    .submit_and_wait((min - got) as u32)
+                    .expect("enter");
+                for c in self.ring.completions() {
+                    checked(c);
+                    got += 1;
+                }
+            }
+        }
+        got
+    }
+}
+
+/// krcore's one-ioctl-per-op path: every entry pushed by its own ioctl, which also pops
+/// a completion when one is ready.
+pub struct KrPerOp {
+    p: PerOp,
+    names: Names,
+    /// Completions popped by pushes, not yet reported by `reap`.
+    popped: usize,
+}
+
+impl KrPerOp {
+    /// A per-op file, connected and registered.
+    pub fn new() -> KrPerOp {
+        let mut p = Builder::new(256)
+            .cq_entries(512)
+            .build_per_op(Device::open().expect("open /dev/krcore"))
+            .expect("per-op setup");
+        // SAFETY: the memory entries name is registered and outlives the wait.
+        let names = Names::new(|s| {
+            unsafe { p.push_pop(&s, true) }
+                .expect("ioctl")
+                .expect("a CQE")
+        });
+        KrPerOp {
+            p,
+            names,
+            popped: 0,
+        }
+    }
+}
+
+impl Path for KrPerOp {
+    fn post(&mut self, op: Op, i: u64) {
+        let (sqes, n) = self.names.sqes(op, i);
+        for s in &sqes[..n] {
+            // SAFETY: the buffer is registered and outlives every operation.
+            if let Some(c) = unsafe { self.p.push_pop(s, false) }.expect("one-op ioctl") {
+                checked(c);
+                self.popped += 1;
+            }
+        }
+    }
+
+    fn reap(&mut self, min: usize) -> usize {
+        while self.popped < min {
+            checked(
+                self.p
+                    .pop(true)
+                    .expect("pop")
+                    .expect("WAIT returned nothing"),
+            );
+            self.popped += 1;
+        }
+        std::mem::take(&mut self.popped)
+    }
+}
+
+/// User-space verbs on rxe: two connected RC QPs on one context, posted directly.
+pub struct Verbs {
+    // Declared first: QPs and MRs borrow the context, which is leaked for the process's
+    // life (a benchmark process; the kernel reclaims it at exit).
+    qa: RcQp<'static>,
+    qb: RcQp<'static>,
+    src: Mr<'static>,
+    dst: Mr<'static>,
+    ctx: &'static Context,
+}
+
+impl Verbs {
+    /// Opens rxe0 and connects two QPs to each other.
+    pub fn new() -> Verbs {
+        let ctx: &'static Context = Box::leak(Box::new(Context::open("rxe0", 256).expect("verbs")));
+        let (qa, qb) = (
+            RcQp::create(ctx, 64).unwrap(),
+            RcQp::create(ctx, 64).unwrap(),
+        );
+        let (ea, eb) = (
+            qa.endpoint(ROCE_V2_GID_INDEX).unwrap(),
+            qb.endpoint(ROCE_V2_GID_INDEX).unwrap(),
+        );
+        qa.connect(eb, ROCE_V2_GID_INDEX).unwrap();
+        qb.connect(ea, ROCE_V2_GID_INDEX).unwrap();
+        let (src, dst) = (Mr::new(ctx, 4096).unwrap(), Mr::new(ctx, 4096).unwrap());
+        Verbs {
+            qa,
+            qb,
+            src,
+            dst,
+            ctx,
+        }
+    }
+}
+
+impl Path for Verbs {
+    fn post(&mut self, op: Op, i: u64) {
+        let off = (i % 64) as usize * 8;
+        match op {
+            Op::Read => self
+                .qa
+                .post_read(
+                    i,
+                    &self.dst,
+                    off,
+                    8,
+                    self.src.addr() + off as u64,
+                    self.src.rkey(),
+                )
+                .unwrap(),
+            Op::SendRecv => {
+                self.qb.post_recv(i, &self.dst, off, 8).unwrap();
+                self.qa.post_send_msg(i, &self.src, off, 8).unwrap();
+            }
+        }
+    }
+
+    fn reap(&mut self, min: usize) -> usize {
+        self.ctx.poll(min, u64::MAX).unwrap().len()
+    }
+}
