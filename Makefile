@@ -66,20 +66,25 @@ test: unit loom fuzz vm-test
 demo: kmod host
 	@$(VM) --timeout 600 -- $(CURDIR)/target/release/krcore-demo
 
-# Native criterion benches, then the in-VM figures (one run, medians and p99), saved
-# under benches/results/ with the date.
+# Native criterion benches (abi engine, uring-lib's user side, io_uring on the host),
+# then the in-VM figures (one run: krcore beside verbs, the one-ioctl-per-op path,
+# the kernel-direct baseline and io_uring), written under benches/results/ by
+# bench-report: native.md, vm-figures.md/.jsonl and SVG plots, dated.
+BENCH_LOG = $(CURDIR)/target/figures.log
 bench: kmod host
-	@$(CARGO) bench -q -p krcore-benches
+	@echo "[bench] native: abi engine and io_uring (criterion)"
+	@$(CARGO) bench -q -p krcore-benches -- --warm-up-time 1 --measurement-time 3 | grep -E '^[a-z_/0-9]+ +time:|^ +time:|^[a-z_/0-9]+$$' || true
+	@echo "[bench] native: uring-lib's user-side costs (criterion)"
+	@$(CARGO) bench -q -p krcore-uring --features bench-support -- --warm-up-time 1 --measurement-time 3 | grep -E '^[a-z_/0-9]+ +time:|^ +time:|^[a-z_/0-9]+$$' || true
 	@mkdir -p benches/results
+	@$(CURDIR)/target/release/bench-report native $(CURDIR)/target/criterion benches/results
+	@echo "[bench] in-VM figures (TCG: a few minutes)"
 	@for try in 1 2 3; do \
-	   rc=0; $(VM) --timeout 900 -- $(CURDIR)/target/release/krcore-figures > $(CURDIR)/target/figures.log || rc=$$?; \
-	   cat $(CURDIR)/target/figures.log; \
+	   rc=0; $(VM) --module-param bench_direct=1 --timeout 1200 -- $(CURDIR)/target/release/krcore-figures > $(BENCH_LOG) || rc=$$?; \
+	   grep -E '^\[figures\]|^\[vm\]' $(BENCH_LOG) || true; \
 	   [ $$rc = 2 ] || break; echo "[bench] the guest booted without a usable TSC; booting again ($$try/3)"; \
-	 done; [ $$rc = 0 ] || { echo "[bench] in-VM figures failed (exit $$rc)"; exit 1; }
-	@{ echo "# In-VM figures, $$(date -u +%Y-%m-%d) (TCG guest, 2 vCPUs: ratios, not absolutes)"; echo; \
-	   echo '```'; sed -n '/^figure (per op)/,/^  connect:/p' $(CURDIR)/target/figures.log; echo '```'; } > benches/results/vm-figures.md
-	@sed -n '/^FIGURES-BEGIN/,/^FIGURES-END/p' $(CURDIR)/target/figures.log | grep '^{' > benches/results/vm-figures.jsonl
-	@echo "[bench] wrote benches/results/vm-figures.md and vm-figures.jsonl"
+	 done; [ $$rc = 0 ] || { tail -40 $(BENCH_LOG); echo "[bench] in-VM figures failed (exit $$rc; log: $(BENCH_LOG))"; exit 1; }
+	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) benches/results
 
 clean:
 	@$(CARGO) clean

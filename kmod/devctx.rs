@@ -13,7 +13,7 @@ use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 
-use crate::abi::engine::{complete_wc, PhysQp, Wc, WcStatus};
+use crate::abi::engine::{complete_wc, direct_complete, PhysQp, Wc, WcStatus, DIRECT_WR_ID};
 use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
@@ -115,7 +115,7 @@ impl DevCtx {
         let mut taken = 0u32;
         let done = self.until(|st| {
             taken += Self::submit(st, slot, args.to_submit - taken)?;
-            Self::poll_and_route(st);
+            Self::poll_and_route(st, Some(slot));
             let ring = Self::ring(st, slot)?;
             Ok((!flags.contains(EnterFlags::GETEVENTS)
                 || ring.engine().cq_unread() >= args.min_complete)
@@ -139,7 +139,7 @@ impl DevCtx {
         op.popped = 0;
         let popped = self.until(|st| {
             Self::submit(st, slot, u32::MAX)?;
-            Self::poll_and_route(st);
+            Self::poll_and_route(st, Some(slot));
             if !flags.contains(OneFlags::POP) {
                 return Ok(Some(None));
             }
@@ -206,7 +206,7 @@ impl DevCtx {
     pub(crate) fn poll_step(&self, slot: u16) -> Option<bool> {
         let mut st = self.state.lock();
         let taken = Self::submit(&mut st, slot, u32::MAX).ok()?;
-        let routed = Self::poll_and_route(&mut st);
+        let routed = Self::poll_and_route(&mut st, Some(slot));
         Some(taken > 0 || routed > 0)
     }
 
@@ -227,9 +227,11 @@ impl DevCtx {
         }
     }
 
-    /// Drains the CQ, routing each completion to its ring; frees closed rings that have
-    /// nothing left; publishes every ring's CQ. Returns the completions polled.
-    fn poll_and_route(st: &mut DevState) -> usize {
+    /// Drains the CQ, routing each completion to its ring, then publishes: when nothing
+    /// was routed only ring `me` can have new CQEs (from its own submission), so only it
+    /// is published; otherwise every ring is, and closed rings with nothing left are
+    /// freed. Returns the completions polled.
+    fn poll_and_route(st: &mut DevState, me: Option<u16>) -> usize {
         let DevState { hw, qps, rings, .. } = st;
         let mut wcs = [WcC::default(); POLL_BATCH];
         let mut polled = 0;
@@ -243,21 +245,9 @@ impl DevCtx {
             let n = hw.poll(&mut wcs);
             polled += n;
             for c in &wcs[..n] {
-                let Some(qp) = hw.qp_index(c.qp_num) else {
-                    continue;
-                };
-                let wc = Wc {
-                    wr_id: c.wr_id,
-                    status: WcStatus::from_ib(c.status),
-                    byte_len: c.byte_len,
-                    imm: (c.has_imm != 0).then_some(c.imm),
-                    recv: c.recv != 0,
-                };
-                complete_wc(qps.as_mut_slice(), qp, &wc, |id, done| {
-                    if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
-                        r.engine().complete(id, done);
-                    }
-                });
+                if let Some((qp, wc)) = Self::wc(hw, c) {
+                    Self::route(qps, rings, qp, &wc);
+                }
             }
             if n < POLL_BATCH {
                 break;
@@ -267,6 +257,13 @@ impl DevCtx {
             if q.failed() {
                 hw.fail_qp(i);
             }
+        }
+        if let (0, Some(me)) = (polled, me) {
+            if let Some(Some(r)) = rings.get_mut(me as usize) {
+                r.engine().publish();
+                r.notify();
+            }
+            return 0;
         }
         for slot in rings.iter_mut() {
             if let Some(r) = slot {
@@ -284,13 +281,86 @@ impl DevCtx {
         polled
     }
 
+    /// A polled work completion in the engine's terms, with its physical QP's index.
+    fn wc(hw: &Hw, c: &WcC) -> Option<(u32, Wc)> {
+        let qp = hw.qp_index(c.qp_num)?;
+        Some((
+            qp,
+            Wc {
+                wr_id: c.wr_id,
+                status: WcStatus::from_ib(c.status),
+                byte_len: c.byte_len,
+                imm: (c.has_imm != 0).then_some(c.imm),
+                recv: c.recv != 0,
+            },
+        ))
+    }
+
+    /// Routes one work completion of physical QP `qp` to the rings it completes.
+    fn route(qps: &mut KVec<PhysQp<KStore>>, rings: &mut KVec<Option<KBox<RingCtx>>>, qp: u32, wc: &Wc) {
+        complete_wc(qps.as_mut_slice(), qp, wc, |id, done| {
+            if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
+                r.engine().complete(id, done);
+            }
+        });
+    }
+
+    /// `IOC_DIRECT` (engine/direct.rs): posts `op.sqe` straight to its physical QP and
+    /// polls for its completion, holding the device lock so nothing else is posted
+    /// meanwhile; `op.cqe` gets the CQE the ring path would have produced.
+    pub(crate) fn direct(&self, slot: u16, op: &mut OneOp) -> Result {
+        op.validate()?;
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        if st.hw.dead() {
+            return Err(ENODEV);
+        }
+        let DevState { hw, qps, rings, .. } = st;
+        let ring = rings.get_mut(slot as usize).and_then(|r| r.as_mut()).ok_or(ENXIO)?;
+        op.popped = 1;
+        let posted_on = match ring.engine().direct(&op.sqe, qps.as_slice(), hw) {
+            Ok(qp) => qp,
+            Err(c) => {
+                op.cqe = c;
+                return Ok(());
+            }
+        };
+        let mut wcs = [WcC::default(); POLL_BATCH];
+        loop {
+            let n = hw.poll(&mut wcs);
+            for c in &wcs[..n] {
+                let Some((qp, wc)) = Self::wc(hw, c) else {
+                    continue;
+                };
+                if wc.wr_id == DIRECT_WR_ID {
+                    op.cqe = direct_complete(qps.as_mut_slice(), qp, op.sqe.user_data, op.sqe.len, &wc);
+                    return Ok(());
+                }
+                // Flushes of a recycled QP, say: route them as usual.
+                Self::route(qps, rings, qp, &wc);
+            }
+            if n == 0 {
+                if kernel::current!().signal_pending() {
+                    // Give up waiting: the QP goes to error, so the request flushes and
+                    // its completion arrives soon (the QP is recycled later, as any
+                    // failed one).
+                    qps[posted_on as usize].fail();
+                    hw.fail_qp(posted_on as usize);
+                }
+                // Lock held on purpose (see above); rxe's work runs on these CPUs too.
+                // SAFETY: plain scheduling point; sleeping under a mutex is allowed.
+                unsafe { shim::krcore_shim_cond_resched() };
+            }
+        }
+    }
+
     /// The file of ring `slot` was closed: no more CQEs; freed once idle.
     pub(crate) fn detach(&self, slot: u16) {
         let mut st = self.state.lock();
         if let Some(Some(r)) = st.rings.get_mut(slot as usize) {
             r.engine().close();
         }
-        Self::poll_and_route(&mut st);
+        Self::poll_and_route(&mut st, None);
     }
 
     /// The device is going away: destroy its QPs (nothing touches memory any more), then

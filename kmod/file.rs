@@ -2,6 +2,7 @@
 //! The per-file context of `/dev/krcore` and the file operations the shim forwards.
 
 use core::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use kernel::new_mutex;
 use kernel::prelude::*;
@@ -15,23 +16,29 @@ use crate::abi::ioctl::{self, Command};
 use crate::abi::layout::{EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams};
 use crate::devctx::DevCtx;
 use crate::device::Registry;
-use crate::shim::Vma;
+use crate::shim::{self, Vma};
 use crate::sqpoll::Poller;
 
 /// Which device and ring slot a file's rings live in, and their polling thread.
-#[derive(Clone)]
 struct Binding {
     dev: Arc<DevCtx>,
     slot: u16,
-    poller: Option<Arc<Poller>>,
+    poller: Option<Poller>,
 }
 
-/// State of one open file: where its rings are, once set up. Its mutex is never held
-/// while the device's is taken.
+/// State of one open file: where its rings are, once set up.
+///
+/// The binding is written once, by setup, and read by every ioctl on the data path, so
+/// it is published through an atomic pointer (release on setup, acquire on use) instead
+/// of behind a lock: an enter costs no lock and no reference count beyond the device's.
+/// Only setups serialize, on `setup_lock`, which is never held while the device's lock
+/// is taken.
 #[pin_data]
 pub(crate) struct FileCtx {
     #[pin]
-    binding: Mutex<Option<Binding>>,
+    setup_lock: Mutex<()>,
+    /// Null until setup; then a `KBox<Binding>` owned by this context, freed in release.
+    binding: AtomicPtr<Binding>,
 }
 
 impl FileCtx {
@@ -47,12 +54,20 @@ impl FileCtx {
                 let b = self.bound()?;
                 b.dev.set_eventfd(b.slot, args.fd).map(|()| 0)
             }
-            Command::One => {
+            Command::One | Command::Direct => {
+                // SAFETY: reads a module parameter.
+                if cmd == ioctl::IOC_DIRECT && !unsafe { shim::krcore_shim_bench_direct_enabled() } {
+                    return Err(EPERM);
+                }
                 let (mut reader, mut writer) =
                     UserSlice::new(arg, size_of::<OneOp>()).reader_writer();
                 let mut op: OneOp = reader.read()?;
                 let b = self.bound()?;
-                b.dev.one(b.slot, &mut op)?;
+                if cmd == ioctl::IOC_DIRECT {
+                    b.dev.direct(b.slot, &mut op)?;
+                } else {
+                    b.dev.one(b.slot, &mut op)?;
+                }
                 writer.write(&op)?;
                 Ok(0)
             }
@@ -71,9 +86,13 @@ impl FileCtx {
         }
     }
 
-    /// The binding, cloned, so the file's mutex is not held across device work.
-    fn bound(&self) -> Result<Binding> {
-        self.binding.lock().clone().ok_or(Errno::ENXIO.into())
+    /// The binding; `ENXIO` before setup.
+    fn bound(&self) -> Result<&Binding> {
+        let b = self.binding.load(Ordering::Acquire);
+        // SAFETY: non-null only once setup stored a fully built binding (release, paired
+        // with the acquire above); it lives until release, which runs after every other
+        // file operation has returned, so it outlives `&self`'s use here.
+        unsafe { b.as_ref() }.ok_or(Errno::ENXIO.into())
     }
 
     /// `IOC_SETUP`: once per file; binds the rings to the first RDMA device.
@@ -81,16 +100,14 @@ impl FileCtx {
         let (mut reader, mut writer) =
             UserSlice::new(arg, size_of::<SetupParams>()).reader_writer();
         let mut p: SetupParams = reader.read()?;
-        let mut binding = self.binding.lock();
-        if binding.is_some() {
+        let _setup = self.setup_lock.lock();
+        if !self.binding.load(Ordering::Relaxed).is_null() {
             return Err(EBUSY);
         }
         let dev = Registry::get().first().ok_or(ENODEV)?;
         let slot = dev.attach(&mut p)?;
         let poller = if SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL) {
-            match Poller::start(dev.clone(), slot, p.sq_idle_ms)
-                .and_then(|p| Ok(Arc::new(p, GFP_KERNEL)?))
-            {
+            match Poller::start(dev.clone(), slot, p.sq_idle_ms) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     dev.detach(slot);
@@ -100,13 +117,28 @@ impl FileCtx {
         } else {
             None
         };
-        if let Err(e) = writer.write(&p) {
-            drop(poller);
-            dev.detach(slot);
-            return Err(e);
+        let written = writer.write(&p);
+        let binding = written.and_then(|()| {
+            Ok(KBox::new(
+                Binding {
+                    dev: dev.clone(),
+                    slot,
+                    poller,
+                },
+                GFP_KERNEL,
+            )?)
+        });
+        match binding {
+            Ok(b) => {
+                self.binding.store(KBox::into_raw(b), Ordering::Release);
+                Ok(0)
+            }
+            Err(e) => {
+                // The poller (if any) was moved into the failed closure and is stopped.
+                dev.detach(slot);
+                Err(e)
+            }
         }
-        *binding = Some(Binding { dev, slot, poller });
-        Ok(0)
     }
 }
 
@@ -136,7 +168,10 @@ fn query_devices(arg: usize) -> Result<c_long> {
 /// open(2): allocate the file's context.
 #[no_mangle]
 extern "C" fn krcore_rs_open(out: *mut *mut c_void) -> c_int {
-    let init = pin_init!(FileCtx { binding <- new_mutex!(None, "krcore_file") });
+    let init = pin_init!(FileCtx {
+        setup_lock <- new_mutex!((), "krcore_file"),
+        binding: AtomicPtr::new(core::ptr::null_mut()),
+    });
     match KBox::pin_init(init, GFP_KERNEL) {
         Ok(ctx) => {
             // SAFETY: the context stays pinned: it is only ever used through this pointer
@@ -157,11 +192,13 @@ extern "C" fn krcore_rs_release(ctx: *mut c_void) {
     // once, after every other file operation on this file has returned (mappings hold
     // the file, so none is left either).
     let ctx = unsafe { KBox::from_raw(ctx.cast::<FileCtx>()) };
-    let binding = ctx.binding.lock().take();
-    if let Some(b) = binding {
+    let b = ctx.binding.swap(core::ptr::null_mut(), Ordering::Acquire);
+    if !b.is_null() {
+        // SAFETY: stored by setup from `KBox::into_raw`, taken back once here.
+        let Binding { dev, slot, poller } = KBox::into_inner(unsafe { KBox::from_raw(b) });
         // The polling thread stops first (it takes the device lock itself).
-        drop(b.poller);
-        b.dev.detach(b.slot);
+        drop(poller);
+        dev.detach(slot);
     }
 }
 

@@ -449,6 +449,15 @@ bool krcore_shim_prewarm_enabled(void)
 	return prewarm;
 }
 
+static bool bench_direct;
+module_param(bench_direct, bool, 0444);
+MODULE_PARM_DESC(bench_direct, "Serve IOC_DIRECT, the kernel-direct benchmark baseline (default: no)");
+
+bool krcore_shim_bench_direct_enabled(void)
+{
+	return bench_direct;
+}
+
 struct krcore_devwatch {
 	struct ib_event_handler eh;
 	struct work_struct work;

@@ -46,6 +46,8 @@ struct krcore_devwatch *krcore_shim_devwatch_start(struct ib_device *dev, void *
 void krcore_shim_devwatch_stop(struct krcore_devwatch *w);
 /* The `prewarm` module parameter. */
 bool krcore_shim_prewarm_enabled(void);
+/* Whether IOC_DIRECT is served (module parameter bench_direct). */
+bool krcore_shim_bench_direct_enabled(void);
 
 /* An SQ polling thread running krcore_rs_sqpoll_step(ctx). */
 struct krcore_poller;

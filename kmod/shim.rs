@@ -155,6 +155,7 @@ extern "C" {
         -> *mut DevWatch;
     pub(crate) fn krcore_shim_devwatch_stop(w: *mut DevWatch);
     pub(crate) fn krcore_shim_prewarm_enabled() -> bool;
+    pub(crate) fn krcore_shim_bench_direct_enabled() -> bool;
     pub(crate) fn krcore_shim_eventfd_get(fd: c_int) -> *mut EventfdCtx;
     pub(crate) fn krcore_shim_eventfd_signal(ctx: *mut EventfdCtx);
     pub(crate) fn krcore_shim_eventfd_put(ctx: *mut EventfdCtx);

@@ -23,6 +23,10 @@
 // Length of [`DeviceGid::name`], the kernel's `IB_DEVICE_NAME_MAX`.
 #define krcore_DEVICE_NAME_LEN 64
 
+// The wr_id of a direct request. No [`WrId`](super::WrId) encodes to it: slot handles
+// stay far below `u32::MAX`.
+#define krcore_DIRECT_WR_ID UINT64_MAX
+
 // The ioctl type byte of every krcore command.
 #define krcore_IOC_MAGIC 75
 
@@ -63,6 +67,17 @@
 // one CQE through the file's rings. Argument: [`OneOp`].
 // `_IOWR('K', 0x05, struct OneOp)`.
 #define krcore_IOC_ONE 3229633285
+
+// Number of [`IOC_DIRECT`].
+#define krcore_NR_DIRECT 6
+
+// Benchmark baseline, served only when the module is loaded with `bench_direct=1`
+// (`EPERM` otherwise): validate one send-queue SQE against the file's tables and post
+// it straight to its physical QP, bypassing rings, in-flight tracking and credits, then
+// wait for it and return its CQE (engine/direct.rs). `EBUSY`-like `Busy` CQE while
+// anything else is outstanding on the device. Argument: [`OneOp`] (`sqe` in, `cqe`
+// out). `_IOWR('K', 0x06, struct OneOp)`.
+#define krcore_IOC_DIRECT 3229633286
 
 // mmap offset of the SQ ring.
 #define krcore_OFF_SQ_RING 0

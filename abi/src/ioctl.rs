@@ -91,6 +91,18 @@ pub const NR_ONE: u8 = 0x05;
 pub const IOC_ONE: u32 = 0xc080_4b05;
 const _: () = assert!(IOC_ONE == iowr::<OneOp>(NR_ONE));
 
+/// Number of [`IOC_DIRECT`].
+pub const NR_DIRECT: u8 = 0x06;
+
+/// Benchmark baseline, served only when the module is loaded with `bench_direct=1`
+/// (`EPERM` otherwise): validate one send-queue SQE against the file's tables and post
+/// it straight to its physical QP, bypassing rings, in-flight tracking and credits, then
+/// wait for it and return its CQE (engine/direct.rs); a `Busy` CQE while
+/// anything else is outstanding on the device. Argument: [`OneOp`] (`sqe` in, `cqe`
+/// out). `_IOWR('K', 0x06, struct OneOp)`.
+pub const IOC_DIRECT: u32 = 0xc080_4b06;
+const _: () = assert!(IOC_DIRECT == iowr::<OneOp>(NR_DIRECT));
+
 /// A decoded, size-checked ioctl command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -104,6 +116,8 @@ pub enum Command {
     RegisterEventfd,
     /// [`IOC_ONE`].
     One,
+    /// [`IOC_DIRECT`].
+    Direct,
 }
 
 /// Decodes `cmd`, checking its type, number, direction and argument size.
@@ -134,6 +148,11 @@ pub fn decode(cmd: u32) -> Result<Command, Errno> {
         ),
         NR_ONE => (
             Command::One,
+            DIR_READ | DIR_WRITE,
+            core::mem::size_of::<OneOp>(),
+        ),
+        NR_DIRECT => (
+            Command::Direct,
             DIR_READ | DIR_WRITE,
             core::mem::size_of::<OneOp>(),
         ),

@@ -69,6 +69,12 @@ impl Device {
         Ok(Device { file })
     }
 
+    /// A device over an already open file (the benchmarks' stand-in for the device).
+    #[cfg(feature = "bench-support")]
+    pub(crate) fn from_file(file: File) -> Device {
+        Device { file }
+    }
+
     /// Issues a raw ioctl, returning its non-negative result.
     ///
     /// # Safety

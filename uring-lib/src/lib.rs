@@ -10,6 +10,9 @@
 #![warn(missing_docs)]
 
 mod batch;
+#[cfg(feature = "bench-support")]
+#[doc(hidden)]
+pub mod bench_support;
 mod device;
 mod error;
 mod mmap;

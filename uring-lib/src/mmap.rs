@@ -31,6 +31,27 @@ impl Mmap {
         Ok(Mmap { addr, len })
     }
 
+    /// Anonymous shared memory of `len` bytes, zeroed: ring memory with no kernel
+    /// behind it (the benchmarks' stand-in).
+    #[cfg(feature = "bench-support")]
+    pub(crate) fn anonymous(len: usize) -> Result<Mmap, Error> {
+        // SAFETY: a fresh anonymous mapping; nothing aliases it yet.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(Error::last_os("mmap anonymous ring"));
+        }
+        Ok(Mmap { addr, len })
+    }
+
     /// Start of the mapping.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.addr.cast()

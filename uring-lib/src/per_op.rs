@@ -77,6 +77,11 @@ impl PerOp {
         }
     }
 
+    /// The device file.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
     /// ioctls made so far: this interface's syscalls on the data path.
     pub fn ioctls(&self) -> u64 {
         self.ioctls

@@ -61,8 +61,15 @@ impl Builder {
         let fd = dev.as_raw_fd();
         let sq_map = Mmap::new(fd, p.sq_off.map_len as usize, OFF_SQ_RING)?;
         let cq_map = Mmap::new(fd, p.cq_off.map_len as usize, OFF_CQ_RING)?;
-        // SAFETY: the kernel laid the rings out as `p` says; the maps are page-aligned,
-        // at least map_len long, and outlive the views (field order in Ring).
+        Ok(Ring::over(dev, p, sq_map, cq_map))
+    }
+}
+
+impl Ring {
+    /// The ring laid out as `p` says in `sq_map` and `cq_map`.
+    pub(crate) fn over(dev: Device, p: SetupParams, sq_map: Mmap, cq_map: Mmap) -> Ring {
+        // SAFETY: the rings are laid out as `p` says; the maps are page-aligned, at
+        // least map_len long, and outlive the views (field order in Ring).
         let (sq, cq) = unsafe {
             (
                 RawRing::new(sq_map.as_ptr(), p.sq_entries),
@@ -70,7 +77,7 @@ impl Builder {
             )
         };
         let sqpoll = SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL);
-        Ok(Ring {
+        Ring {
             sq: SqProducer::new(sq),
             cq: CqConsumer::new(cq),
             params: p,
@@ -81,7 +88,7 @@ impl Builder {
             _sq_map: sq_map,
             _cq_map: cq_map,
             dev,
-        })
+        }
     }
 }
 
@@ -330,6 +337,12 @@ impl Ring {
                 }
             })
             .collect())
+    }
+
+    /// Makes pushed entries visible to the kernel side.
+    #[cfg(feature = "bench-support")]
+    pub(crate) fn publish_sq(&mut self) {
+        self.sq.publish();
     }
 
     /// Enter ioctls this ring has made: its syscalls on the data path.

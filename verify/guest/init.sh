@@ -32,7 +32,9 @@ in_host ip link set veth0 up && in_host ip link set veth1 up || fail "veth up"
 
 # The module goes in before rxe0 exists, so the ib_client sees a device arrive.
 if [ -f /module-path ]; then
-  in_host insmod "$(cat /module-path)" || fail "insmod $(cat /module-path)"
+  # Parameters are K=V words without spaces (the runner checks): split them here.
+  # shellcheck disable=SC2046
+  in_host insmod "$(cat /module-path)" $(cat /module-params) || fail "insmod $(cat /module-path) $(cat /module-params)"
 fi
 in_host rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0"
 

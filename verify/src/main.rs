@@ -1,7 +1,7 @@
 //! `verify`: krcore's test-bed command.
 //!
 //! ```text
-//! verify vm --kernel BZIMAGE [--module KO] [--timeout SECS] [--memory MIB] [--cpus N]
+//! verify vm --kernel BZIMAGE [--module KO] [--module-param K=V]... [--timeout SECS] [--memory MIB] [--cpus N]
 //!           [--env K=V]... [--dmesg] -- COMMAND [ARGS...]
 //! ```
 //! Boots the test VM, runs COMMAND inside it and exits with its status; 101 when the
@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use verify::vm::{self, Outcome};
 
-const USAGE: &str = "usage: verify vm --kernel BZIMAGE [--module KO] [--timeout SECS] [--memory MIB] [--cpus N] [--env K=V]... [--dmesg] -- COMMAND [ARGS...]";
+const USAGE: &str = "usage: verify vm --kernel BZIMAGE [--module KO] [--module-param K=V]... [--timeout SECS] [--memory MIB] [--cpus N] [--env K=V]... [--dmesg] -- COMMAND [ARGS...]";
 
 fn parse_vm(args: &[String]) -> Result<vm::Config, String> {
     let mut cfg = vm::Config {
         kernel: PathBuf::new(),
         module: None,
+        module_params: Vec::new(),
         command: Vec::new(),
         cwd: std::env::current_dir().map_err(|e| e.to_string())?,
         env: Vec::new(),
@@ -34,6 +35,15 @@ fn parse_vm(args: &[String]) -> Result<vm::Config, String> {
         match a.as_str() {
             "--kernel" => cfg.kernel = value("--kernel")?.into(),
             "--module" => cfg.module = Some(value("--module")?.into()),
+            "--module-param" => {
+                let kv = value("--module-param")?;
+                if !kv.contains('=') || kv.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "--module-param takes K=V without spaces, not {kv:?}"
+                    ));
+                }
+                cfg.module_params.push(kv);
+            }
             "--timeout" => {
                 cfg.timeout = Duration::from_secs(
                     value("--timeout")?

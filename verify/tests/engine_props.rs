@@ -529,3 +529,64 @@ fn busy_objects_wait_and_receives_block_disconnect() {
         "RECV completes with length and immediate"
     );
 }
+
+#[test]
+fn direct_posts_only_validated_requests_on_an_idle_device() {
+    let mut rig = Rig::new(&[4], 4);
+    rig.open(Limits::default());
+    let app = setup(&mut rig, 0, 1);
+    let v = app.vqps[0];
+    let read = |ud, v, len| {
+        Sqe::one_sided(
+            Opcode::Read,
+            ud,
+            v,
+            app.mr,
+            MR_BASE,
+            len,
+            app.rmr[&app.vqps[0]],
+            REMOTE_BASE,
+        )
+    };
+    let direct = |rig: &mut Rig, s: &Sqe| {
+        let Rig {
+            nic, qps, rings, ..
+        } = rig;
+        rings[0].as_ref().unwrap().ring.direct(s, qps, nic)
+    };
+    // Rejected exactly as the ring path would, and nothing reaches the NIC.
+    let posted = rig.nic.posted;
+    assert_eq!(
+        direct(&mut rig, &read(1, v + 1, 8)).unwrap_err().failure(),
+        Some(Reason::BadVqp)
+    );
+    assert_eq!(
+        direct(&mut rig, &read(2, v, 8192)).unwrap_err().failure(),
+        Some(Reason::LocalRange)
+    );
+    assert_eq!(
+        direct(&mut rig, &Sqe::nop(3)).unwrap_err().failure(),
+        Some(Reason::BadOpcode)
+    );
+    assert_eq!(rig.nic.posted, posted);
+    // A valid request goes out signaled, tagged so no ring claims its completion.
+    assert_eq!(
+        direct(&mut rig, &read(4, v, 8)),
+        Ok(0),
+        "posted on physical QP 0"
+    );
+    assert_eq!(rig.nic.execute(0, 1, false), 1);
+    let (_, wc) = rig.nic.poll().expect("signaled: it completes on its own");
+    assert_eq!(
+        (wc.wr_id, wc.byte_len),
+        (krcore_abi::engine::DIRECT_WR_ID, 8)
+    );
+    assert_eq!(rig.nic.qps[0].outstanding, 0);
+    // While the ring path has a request outstanding the device is not idle.
+    rig.push(0, &[read(5, v, 8)]);
+    rig.submit(0, 1).unwrap();
+    assert_eq!(
+        direct(&mut rig, &read(6, v, 8)).unwrap_err().failure(),
+        Some(Reason::Busy)
+    );
+}

@@ -9,7 +9,7 @@ use super::wrid::WrId;
 use super::Store;
 
 /// What a work completion's status means for its request.
-fn outcome(wc: &Wc) -> Completion {
+pub(super) fn outcome(wc: &Wc) -> Completion {
     match (wc.status, wc.recv) {
         (WcStatus::Success, false) => Completion::Done,
         (WcStatus::Success, true) => Completion::Received {

@@ -14,6 +14,7 @@
 
 mod backend;
 mod complete;
+mod direct;
 mod qp;
 mod ring_state;
 mod submit;
@@ -28,6 +29,7 @@ pub use backend::{
     Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, Sge, Wc, WcStatus,
 };
 pub use complete::complete_wc;
+pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use qp::PhysQp;
 pub use ring_state::{
     Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,

@@ -25,6 +25,8 @@ pub struct Config {
     /// The module to load before rxe0 is created, if any; exported to the command as
     /// `KRCORE_KO`.
     pub module: Option<PathBuf>,
+    /// Parameters for loading it (`K=V`); exported to the command as `KRCORE_PARAMS`.
+    pub module_params: Vec<String>,
     /// The command, run inside the host root at `cwd`.
     pub command: Vec<String>,
     /// Working directory of the command (a host path; the host root is mounted).
@@ -98,6 +100,10 @@ fn command_script(cfg: &Config) -> String {
     s += &format!("cd {} || exit 125\n", sh_quote(&cfg.cwd.to_string_lossy()));
     if let Some(m) = &cfg.module {
         s += &format!("export KRCORE_KO={}\n", sh_quote(&m.to_string_lossy()));
+        s += &format!(
+            "export KRCORE_PARAMS={}\n",
+            sh_quote(&cfg.module_params.join(" "))
+        );
     }
     for (k, v) in &cfg.env {
         s += &format!("export {}={}\n", k, sh_quote(v));
@@ -125,6 +131,11 @@ fn write_initramfs(cfg: &Config, path: &Path) -> Result<(), String> {
         let m = std::fs::canonicalize(m)
             .map_err(|e| format!("module {}: {e} (run 'make kmod')", m.display()))?;
         c.file("/module-path", 0o644, m.to_string_lossy().as_bytes());
+        c.file(
+            "/module-params",
+            0o644,
+            cfg.module_params.join(" ").as_bytes(),
+        );
     }
     let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
     c.finish(&mut f)

@@ -180,9 +180,9 @@ fn record(series: &str, procs: u32, rounds: Vec<(Vec<Duration>, Duration)>) -> R
 pub fn figures(out: &mut Vec<Record>) {
     for procs in PROCS {
         for (series, mode, n) in [
-            ("krcore-warm", "krcore", 200),
-            ("verbs-with-device-open", "verbs", 12),
-            ("verbs-no-device-open", "verbs-no-open", 12),
+            ("krcore-warm", "krcore", 1000),
+            ("verbs-with-device-open", "verbs", 20),
+            ("verbs-no-device-open", "verbs-no-open", 20),
         ] {
             out.push(record(series, procs, vec![round(mode, procs, n)]));
         }
@@ -199,11 +199,11 @@ fn sh(args: &[&str]) {
 
 /// krcore with a cold pool: before each round the module is reloaded with `prewarm=0`,
 /// so the round's first CONNECT creates and connects the pool while the others wait on
-/// it. Leaves the module loaded as the VM runner loaded it.
+/// it. Leaves the module loaded as the VM runner loaded it (`KRCORE_PARAMS`).
 pub fn cold_figures(out: &mut Vec<Record>) {
     let ko = std::env::var("KRCORE_KO").expect("KRCORE_KO (set by the VM runner)");
     for procs in PROCS {
-        let rounds = (0..3)
+        let rounds = (0..5)
             .map(|_| {
                 sh(&["rmmod", "krcore"]);
                 sh(&["insmod", &ko, "prewarm=0"]);
@@ -213,5 +213,8 @@ pub fn cold_figures(out: &mut Vec<Record>) {
         out.push(record("krcore-cold", procs, rounds));
     }
     sh(&["rmmod", "krcore"]);
-    sh(&["insmod", &ko]);
+    let params = std::env::var("KRCORE_PARAMS").unwrap_or_default();
+    let mut insmod = vec!["insmod", &ko];
+    insmod.extend(params.split_whitespace());
+    sh(&insmod);
 }

@@ -24,7 +24,7 @@ fn time_batches(iters: usize, mut f: impl FnMut()) -> Vec<std::time::Duration> {
 /// Every ring-crossing figure.
 pub fn figures(out: &mut Vec<Record>) {
     for batch in BATCHES {
-        let iters = (4000 / batch as usize).max(30);
+        let iters = (40_000 / batch as usize).max(300);
         let mut r = Builder::new(256)
             .build(Device::open().expect("open /dev/krcore"))
             .expect("ring");

@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use krcore_benches::record::Record;
 
-use crate::paths::{KrPerOp, KrRing, Op, Path, Verbs};
+use crate::paths::{KrDirect, KrPerOp, KrRing, Op, Path, Verbs};
 
 /// Operations in flight for the throughput figures (the paper's setting).
 pub const IN_FLIGHT: u32 = 12;
-const LATENCY_SAMPLES: usize = 300;
-const THROUGHPUT_REPS: usize = 9;
+const LATENCY_SAMPLES: usize = 2000;
+const THROUGHPUT_REPS: usize = 31;
 const THROUGHPUT_OPS: u64 = 240;
 
 fn name(op: Op) -> &'static str {
@@ -70,6 +70,14 @@ pub fn figures(out: &mut Vec<Record>) {
         ("krcore-per-op", || Box::new(KrPerOp::new())),
         ("verbs-direct", || Box::new(Verbs::new())),
     ];
+    // The kernel-direct baseline: READ latency only (see paths::KrDirect).
+    match KrDirect::new() {
+        Some(mut d) => {
+            let l = latency(&mut d, Op::Read);
+            out.push(Record::times("read8-latency", "kernel-direct", 1, l, 1));
+        }
+        None => eprintln!("[figures] IOC_DIRECT not served (load krcore with bench_direct=1): no kernel-direct figure"),
+    }
     for (series, make) in paths {
         let mut p = make();
         for op in [Op::Read, Op::SendRecv] {

@@ -51,6 +51,8 @@ fn main() {
             t.elapsed().as_secs_f64()
         );
     }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    println!("guest-kernel: {}", release.trim());
     println!("FIGURES-BEGIN");
     for r in &out {
         println!("{}", r.to_json());

@@ -8,7 +8,7 @@ use verify::verbs::{Context, RcQp, ROCE_V2_GID_INDEX};
 
 use crate::paths::{run, GID};
 
-const REPS: usize = 3;
+const REPS: usize = 5;
 
 /// Kernel memory in bytes that objects like these grow: unreclaimable slab, vmalloc,
 /// page tables (of ring mappings) and kernel stacks.

@@ -3,7 +3,9 @@
 //! ring with a polling thread, krcore's one-ioctl-per-op path, and verbs posted directly
 //! on rxe from user space.
 
+use krcore_uring::abi::compat::OneOp;
 use krcore_uring::abi::cqe::Cqe;
+use krcore_uring::abi::ioctl::IOC_DIRECT;
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::{Builder, Device, PerOp, Ring};
@@ -237,6 +239,49 @@ impl Path for KrPerOp {
             self.popped += 1;
         }
         std::mem::take(&mut self.popped)
+    }
+}
+
+/// The kernel-direct baseline (`IOC_DIRECT`, module loaded with `bench_direct=1`): the
+/// same validation, then a bare post and poll in the kernel; one operation per ioctl,
+/// READ only (it has no receives and nothing in flight beside itself).
+pub struct KrDirect(KrPerOp);
+
+impl KrDirect {
+    /// A per-op file for setup, or `None` when the module does not serve IOC_DIRECT.
+    pub fn new() -> Option<KrDirect> {
+        let mut d = KrDirect(KrPerOp::new());
+        d.run(&d.0.names.sqes(Op::Read, 0).0[0]).ok()?;
+        Some(d)
+    }
+
+    fn run(&mut self, sqe: &Sqe) -> Result<Cqe, krcore_uring::Error> {
+        let mut op = OneOp {
+            sqe: *sqe,
+            ..OneOp::default()
+        };
+        // SAFETY: `op` is a OneOp the kernel reads and writes back; the memory the
+        // entry names is registered and outlives the call, which waits for it.
+        unsafe {
+            self.0
+                .p
+                .device()
+                .ioctl_raw(IOC_DIRECT, &mut op as *mut OneOp as usize)
+        }?;
+        Ok(op.cqe)
+    }
+}
+
+impl Path for KrDirect {
+    fn post(&mut self, op: Op, i: u64) {
+        assert_eq!(op, Op::Read, "the kernel-direct path serves READ only");
+        let sqe = self.0.names.sqes(op, i).0[0];
+        checked(self.run(&sqe).expect("IOC_DIRECT"));
+        self.0.popped += 1;
+    }
+
+    fn reap(&mut self, min: usize) -> usize {
+        self.0.reap(min)
     }
 }
 

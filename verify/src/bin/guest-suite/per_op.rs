@@ -1,7 +1,9 @@
 //! The one-ioctl-per-op path (abi/src/compat.rs): the same engine as the rings, one
 //! operation per ioctl, with 12 requests in flight.
 
+use krcore_uring::abi::compat::OneOp;
 use krcore_uring::abi::cqe::Reason;
+use krcore_uring::abi::ioctl::IOC_DIRECT;
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::{Builder, Device};
@@ -84,6 +86,34 @@ pub fn reads_and_rejects_like_the_ring() -> Result<(), String> {
     check(c.failure() == Some(Reason::BadVqp), || {
         format!("bad vQP: {c:?}")
     })?;
-    println!("  READ, 12 pipelined READs (24 ioctls), and a bad vQP (BadVqp) through IOC_ONE");
+    // The kernel-direct benchmark baseline is off unless the module was loaded for it.
+    let mut op = OneOp {
+        sqe: Sqe::one_sided(Opcode::Read, 10, v, mr, a + 2048, 8, rmr, a),
+        ..OneOp::default()
+    };
+    // SAFETY: `op` is a OneOp the kernel reads and writes back.
+    let r = unsafe {
+        p.device()
+            .ioctl_raw(IOC_DIRECT, &mut op as *mut OneOp as usize)
+    };
+    let direct_on = std::env::var("KRCORE_PARAMS").is_ok_and(|p| p.contains("bench_direct=1"));
+    if direct_on {
+        check(r.is_ok() && op.cqe.res == 8, || {
+            format!("IOC_DIRECT: {r:?}, {:?}", op.cqe)
+        })?;
+    } else {
+        check(
+            r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EPERM),
+            || format!("IOC_DIRECT without bench_direct=1: {r:?}"),
+        )?;
+    }
+    println!(
+        "  READ, 12 pipelined READs (24 ioctls), a bad vQP (BadVqp) through IOC_ONE; IOC_DIRECT {}",
+        if direct_on {
+            "served"
+        } else {
+            "refused (EPERM)"
+        }
+    );
     Ok(())
 }

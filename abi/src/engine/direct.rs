@@ -1,0 +1,88 @@
+//! The kernel-direct baseline: one request validated exactly as the ring path validates
+//! it, then posted straight to its physical QP, with no ring, no in-flight slot and no
+//! credit accounting. It exists to measure what the rings and the engine add on top of a
+//! bare post (the module serves it only when loaded with `bench_direct=1`), so it
+//! refuses to run while anything is outstanding on the device: it must not share a QP's
+//! depth with accounted requests.
+
+use super::backend::{Backend, SendWr, Wc, WcStatus};
+use super::complete::outcome;
+use super::cqe::{Cqe, Reason};
+use super::qp::PhysQp;
+use super::ring::RingMem;
+use super::ring_state::{Completion, Ring};
+use super::sqe::Sqe;
+use super::validate::{validate, Op};
+use super::Store;
+
+/// The wr_id of a direct request. No [`WrId`](super::WrId) encodes to it: slot handles
+/// stay far below `u32::MAX`.
+pub const DIRECT_WR_ID: u64 = u64::MAX;
+
+impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
+    /// Validates `sqe` against this ring's tables and posts it, signaled, with
+    /// [`DIRECT_WR_ID`]; returns the physical QP, on which the caller polls for that
+    /// completion. A rejected request is
+    /// answered with the error CQE the ring path would produce (`Busy` while anything
+    /// is outstanding; `BadOpcode` for anything but a send-queue request).
+    pub fn direct<B: Backend>(
+        &self,
+        sqe: &Sqe,
+        qps: &[PhysQp<S>],
+        backend: &mut B,
+    ) -> Result<u32, Cqe> {
+        let ud = sqe.user_data;
+        let Op::Send {
+            vqp,
+            kind,
+            local,
+            flags,
+            ..
+        } = validate(sqe, &self.tables).map_err(|r| Cqe::err(ud, r))?
+        else {
+            return Err(Cqe::err(ud, Reason::BadOpcode));
+        };
+        if qps
+            .iter()
+            .any(|q| q.outstanding() > 0 || q.recv_outstanding() > 0)
+        {
+            return Err(Cqe::err(ud, Reason::Busy));
+        }
+        let qp = self.tables.vqps.get(vqp).expect("validated").qp;
+        if qps[qp as usize].failed() {
+            return Err(Cqe::err(ud, Reason::QpError));
+        }
+        let wr = SendWr {
+            wr_id: DIRECT_WR_ID,
+            kind,
+            local,
+            signaled: true,
+            flags,
+        };
+        backend
+            .post_send(qp, &[wr])
+            .map(|()| qp)
+            .map_err(|e| Cqe::err_errno(ud, Reason::Verbs, e.errno))
+    }
+}
+
+/// The CQE of a direct request of `len` bytes whose work completion on physical QP `qp`
+/// is `wc`, as the ring path would write it; a failed status marks the QP failed, as
+/// routing does.
+pub fn direct_complete<S: Store>(
+    qps: &mut [PhysQp<S>],
+    qp: u32,
+    user_data: u64,
+    len: u32,
+    wc: &Wc,
+) -> Cqe {
+    if wc.status != WcStatus::Success {
+        if let Some(q) = qps.get_mut(qp as usize) {
+            q.fail();
+        }
+    }
+    match outcome(wc) {
+        Completion::Failed(r) => Cqe::err(user_data, r),
+        _ => Cqe::ok(user_data, len as i32, 0),
+    }
+}

@@ -1,0 +1,95 @@
+//! `bench-report vm LOG DIR`: turns the guest log of `krcore-figures` into
+//! DIR/vm-figures.jsonl, DIR/vm-figures.md (tables and the goals, titled with the date
+//! and the machine) and SVG plots.
+//! `bench-report native CRITERION-DIR DIR`: criterion's medians into DIR/native.md.
+//! Both are part of `make bench`.
+
+use std::path::PathBuf;
+
+use krcore_benches::figures::Figures;
+use krcore_benches::{plot, report};
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpu}, {cores} cores")
+}
+
+fn date() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["vm", log, dir] => vm(log, PathBuf::from(dir)),
+        ["native", criterion, dir] => {
+            let title = format!("# Native figures (criterion), {}
+
+Host: {}; no kernel involved: the abi engine over a fake NIC, uring-lib over anonymous ring memory, io_uring on the host kernel.", date(), machine());
+            let md = krcore_benches::native::markdown(std::path::Path::new(criterion), &title)
+                .unwrap_or_else(|e| {
+                    eprintln!("bench-report: {e}");
+                    std::process::exit(1);
+                });
+            std::fs::write(PathBuf::from(dir).join("native.md"), md).unwrap();
+            println!("[bench] wrote {dir}/native.md");
+        }
+        _ => {
+            eprintln!("usage: bench-report vm GUEST-LOG RESULTS-DIR | bench-report native CRITERION-DIR RESULTS-DIR");
+            std::process::exit(64);
+        }
+    }
+}
+
+fn vm(log: &str, dir: PathBuf) {
+    let log = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("reading {log}: {e}"));
+    let figs = Figures::from_log(&log).unwrap_or_else(|e| {
+        eprintln!("bench-report: {e}");
+        std::process::exit(1);
+    });
+    let guest = log
+        .lines()
+        .find_map(|l| l.strip_prefix("guest-kernel: "))
+        .unwrap_or("unknown")
+        .trim();
+    let date = date();
+    std::fs::create_dir_all(&dir).unwrap();
+    let jsonl: String = figs.0.iter().map(|r| r.to_json() + "\n").collect();
+    std::fs::write(dir.join("vm-figures.jsonl"), jsonl).unwrap();
+    let plots = plot::all(&figs, &dir).unwrap_or_else(|e| panic!("{e}"));
+    let title = format!(
+        "# In-VM figures, {date}\n\nHost: {}. Guest: Linux {guest} under QEMU TCG (no KVM), 2 vCPUs, rdma_rxe.\nEmulation makes absolute times large; compare ratios within this run.",
+        machine()
+    );
+    std::fs::write(
+        dir.join("vm-figures.md"),
+        report::markdown(&figs, &title, &plots),
+    )
+    .unwrap();
+    for g in report::goals(&figs) {
+        println!(
+            "[bench] {}: {:.2}× (bar {:.2}×) {}",
+            g.what,
+            g.ratio,
+            g.bar,
+            if g.met() { "met" } else { "MISSED" }
+        );
+    }
+    println!(
+        "[bench] wrote {}/vm-figures.md, vm-figures.jsonl and {} plots",
+        dir.display(),
+        plots.len()
+    );
+}

@@ -1,0 +1,154 @@
+//! SVG plots of a run (plotters' SVG backend: no fonts or native libraries).
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::figures::Figures;
+
+const COLORS: [RGBColor; 5] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+];
+
+/// A line plot with categorical x (`labels`) and a log y axis; one line per series.
+pub fn lines(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    labels: &[String],
+    series: &[(String, Vec<f64>)],
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    let ys = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|v| v.is_finite() && *v > 0.0);
+    let (lo, hi) = ys.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
+    if lo > hi {
+        return Err(format!("{title}: nothing to plot"));
+    }
+    let root = SVGBackend::new(path, (760, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let n = labels.len().max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(72)
+        .build_cartesian_2d(-0.3f64..(n as f64 - 0.7), (lo / 2.0..hi * 2.0).log_scale())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|v| {
+            let i = v.round();
+            if (v - i).abs() < 0.01 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (k, (name, v)) in series.iter().enumerate() {
+        let c = COLORS[k % COLORS.len()];
+        let pts: Vec<(f64, f64)> = v
+            .iter()
+            .enumerate()
+            .filter(|(_, y)| y.is_finite() && **y > 0.0)
+            .map(|(i, y)| (i as f64, *y))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
+            .map_err(|x| e(&x))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))
+}
+
+/// Every plot of a run into `dir`; returns the file names written.
+pub fn all(f: &Figures, dir: &Path) -> Result<Vec<&'static str>, String> {
+    let by_x = |group: &str, value: &dyn Fn(&str, u32) -> f64| {
+        let xs = f.xs(group);
+        let labels = xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let series = f
+            .series(group)
+            .into_iter()
+            .map(|s| {
+                let v = xs.iter().map(|&x| value(&s, x)).collect();
+                (s, v)
+            })
+            .collect::<Vec<_>>();
+        (labels, series)
+    };
+    let (labels, series) = by_x("nop", &|s, x| f.median("nop", s, x));
+    lines(
+        &dir.join("nop.svg"),
+        "NOP per operation vs batch size",
+        "ns per NOP (median)",
+        &labels,
+        &series,
+    )?;
+    let (labels, series) = by_x("connect", &|s, x| f.median("connect", s, x) / 1e3);
+    lines(
+        &dir.join("connect-latency.svg"),
+        "Connect latency vs processes",
+        "µs (median)",
+        &labels,
+        &series,
+    )?;
+    let (labels, series) = by_x("connect", &|s, x| f.rate("connect", s, x));
+    lines(
+        &dir.join("connect-rate.svg"),
+        "Connections per second vs processes",
+        "connects/s",
+        &labels,
+        &series,
+    )?;
+    let paths = f.series("read8-throughput");
+    let groups = [
+        "read8-latency",
+        "sendrecv8-latency",
+        "read8-throughput",
+        "sendrecv8-throughput",
+    ];
+    let series = groups
+        .iter()
+        .map(|g| {
+            let x = f.xs(g).first().copied().unwrap_or(0);
+            (
+                g.to_string(),
+                paths.iter().map(|p| f.median(g, p, x) / 1e3).collect(),
+            )
+        })
+        .collect::<Vec<_>>();
+    lines(
+        &dir.join("dataplane.svg"),
+        "8 B data plane by path (throughput: time per op, 12 in flight)",
+        "µs per op (median)",
+        &paths,
+        &series,
+    )?;
+    Ok(vec![
+        "nop.svg",
+        "connect-latency.svg",
+        "connect-rate.svg",
+        "dataplane.svg",
+    ])
+}

@@ -1,0 +1,224 @@
+//! The markdown report of one in-VM run: every figure in tables, and the goals
+//! with the measured ratio and whether each was met.
+
+use std::fmt::Write;
+
+use crate::figures::Figures;
+
+/// A duration in ns, in a readable unit.
+pub fn time(ns: f64) -> String {
+    if ns.is_nan() {
+        "—".into()
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// A goal: what was asked, the measured ratio, the bar.
+pub struct Goal {
+    /// What the goal asks.
+    pub what: &'static str,
+    /// How the ratio is computed, with the figures it came from.
+    pub measured: String,
+    /// The ratio (higher is better).
+    pub ratio: f64,
+    /// The ratio that meets the goal.
+    pub bar: f64,
+}
+
+impl Goal {
+    /// Whether the measured ratio reaches the bar.
+    pub fn met(&self) -> bool {
+        self.ratio >= self.bar
+    }
+}
+
+/// The goals against this run.
+pub fn goals(f: &Figures) -> Vec<Goal> {
+    let warm = f.median("connect", "krcore-warm", 1);
+    let verbs = f.median("connect", "verbs-with-device-open", 1);
+    let verbs_qp = f.median("connect", "verbs-no-device-open", 1);
+    let nop_ring = f.median("nop", "krcore-enter", 32);
+    let nop_one = f.median("nop", "krcore-per-op", 32);
+    let nop_io = f.median("nop", "io_uring", 32);
+    let read_ring = f.median("read8-latency", "krcore-enter", 1);
+    let (direct_series, direct) = match f.get("read8-latency", "kernel-direct", 1) {
+        Some(r) => ("kernel-direct", r.median),
+        None => (
+            "verbs-direct (no kernel-direct figure)",
+            f.median("read8-latency", "verbs-direct", 1),
+        ),
+    };
+    vec![
+        Goal {
+            what: "connect with a warm pool ≥ 1,000× faster than verbs (1 process)",
+            measured: format!(
+                "verbs with device open {} / krcore warm {} (without the device open: {:.0}×)",
+                time(verbs),
+                time(warm),
+                verbs_qp / warm
+            ),
+            ratio: verbs / warm,
+            bar: 1000.0,
+        },
+        Goal {
+            what: "batched small ops ≥ 5× the throughput of one ioctl per op (NOP, batch 32)",
+            measured: format!(
+                "one-ioctl-per-op {} / ring {} per NOP",
+                time(nop_one),
+                time(nop_ring)
+            ),
+            ratio: nop_one / nop_ring,
+            bar: 5.0,
+        },
+        Goal {
+            what: "krcore NOP at batch 32 at least as fast as io_uring's NOP",
+            measured: format!(
+                "io_uring {} / krcore {} per NOP",
+                time(nop_io),
+                time(nop_ring)
+            ),
+            ratio: nop_io / nop_ring,
+            bar: 1.0,
+        },
+        Goal {
+            what: "8 B READ latency through the ring within 10% of a kernel-direct post",
+            measured: format!(
+                "{direct_series} {} / ring {}",
+                time(direct),
+                time(read_ring)
+            ),
+            ratio: direct / read_ring,
+            bar: 1.0 / 1.1,
+        },
+    ]
+}
+
+/// The markdown report: `title` (date and machine) then every table.
+pub fn markdown(f: &Figures, title: &str, plots: &[&str]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{title}\n");
+    let _ = writeln!(
+        s,
+        "## Against the goals\n\n| goal | measured | ratio | met |\n|---|---|---|---|"
+    );
+    for g in goals(f) {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2}× (bar {:.2}×) | {} |",
+            g.what,
+            g.measured,
+            g.ratio,
+            g.bar,
+            if g.met() { "yes" } else { "**no**" }
+        );
+    }
+
+    let _ = writeln!(s, "\n## Ring crossing: NOP, per operation (median / p99)\n");
+    table_by_x(&mut s, f, "nop", "batch", false);
+
+    for (group, what) in [
+        ("read8-latency", "8 B READ, one at a time"),
+        (
+            "sendrecv8-latency",
+            "8 B SEND into a posted RECV, one at a time",
+        ),
+        (
+            "read8-throughput",
+            "8 B READ, 12 in flight (time per op; ops/s)",
+        ),
+        (
+            "sendrecv8-throughput",
+            "8 B SEND/RECV, 12 in flight (time per op; ops/s)",
+        ),
+    ] {
+        let _ = writeln!(
+            s,
+            "\n## Data plane: {what}\n\n| path | median | p99 | ops/s |\n|---|---|---|---|"
+        );
+        for series in f.series(group) {
+            let x = f.xs(group)[0];
+            let r = f.get(group, &series, x).expect("listed");
+            let rate = if r.rate > 0.0 {
+                format!("{:.0}", r.rate)
+            } else {
+                "—".into()
+            };
+            let _ = writeln!(
+                s,
+                "| {series} | {} | {} | {rate} |",
+                time(r.median),
+                time(r.p99)
+            );
+        }
+    }
+
+    let _ = writeln!(
+        s,
+        "\n## Control plane: connect from N processes at once (median / p99; connects/s overall)\n"
+    );
+    table_by_x(&mut s, f, "connect", "processes", true);
+
+    let _ = writeln!(s, "\n## Kernel memory per object\n\n| object | bytes (median) | largest | objects per measurement | repetitions |\n|---|---|---|---|---|");
+    for series in f.series("memory") {
+        let x = f
+            .xs("memory")
+            .into_iter()
+            .find(|&x| f.get("memory", &series, x).is_some())
+            .expect("listed");
+        let r = f.get("memory", &series, x).expect("listed");
+        let _ = writeln!(
+            s,
+            "| {series} | {:.0} | {:.0} | {} | {} |",
+            r.median, r.p99, r.x, r.samples
+        );
+    }
+    if !plots.is_empty() {
+        let _ = writeln!(s, "\n## Plots\n");
+        for p in plots {
+            let _ = writeln!(s, "![{p}]({p})");
+        }
+    }
+    s
+}
+
+/// One row per x, one column per series: `median / p99`, and the rate if asked.
+fn table_by_x(s: &mut String, f: &Figures, group: &str, xname: &str, rate: bool) {
+    let series = f.series(group);
+    let _ = write!(s, "| {xname} |");
+    for name in &series {
+        let _ = write!(s, " {name} |");
+    }
+    let _ = write!(s, "\n|---|");
+    for _ in &series {
+        let _ = write!(s, "---|");
+    }
+    let _ = writeln!(s);
+    for x in f.xs(group) {
+        let _ = write!(s, "| {x} |");
+        for name in &series {
+            match f.get(group, name, x) {
+                Some(r) if rate => {
+                    let _ = write!(
+                        s,
+                        " {} / {}; {:.0}/s |",
+                        time(r.median),
+                        time(r.p99),
+                        r.rate
+                    );
+                }
+                Some(r) => {
+                    let _ = write!(s, " {} / {} |", time(r.median), time(r.p99));
+                }
+                None => {
+                    let _ = write!(s, " — |");
+                }
+            }
+        }
+        let _ = writeln!(s);
+    }
+}
