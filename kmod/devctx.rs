@@ -12,6 +12,7 @@ use core::ffi::c_long;
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
+use kernel::time::Ktime;
 
 use crate::abi::engine::{complete_wc, direct_complete, PhysQp, Wc, WcStatus, DIRECT_WR_ID};
 use crate::abi::compat::{OneFlags, OneOp};
@@ -21,6 +22,9 @@ use crate::backend::{Hw, POOL_QPS, RECV_DEPTH, SEND_DEPTH};
 use crate::ring_ctx::RingCtx;
 use crate::shim::{self, IbDevice, Vma, WcC};
 use crate::store::{KBuf, KStore};
+
+/// How long `IOC_DIRECT` waits for its completion before failing the QP.
+const DIRECT_PATIENCE_MS: i64 = 1000;
 
 /// Work completions taken from the CQ per poll.
 const POLL_BATCH: usize = 16;
@@ -233,26 +237,13 @@ impl DevCtx {
     /// freed. Returns the completions polled.
     fn poll_and_route(st: &mut DevState, me: Option<u16>) -> usize {
         let DevState { hw, qps, rings, .. } = st;
-        let mut wcs = [WcC::default(); POLL_BATCH];
-        let mut polled = 0;
         // Every posted request and receive is counted on its QP until its completion is
         // routed, so with none outstanding the CQ holds nothing for us: skip the poll
         // (pure NOP and control traffic then never touches the NIC).
         let busy = qps
             .iter()
             .any(|q| q.outstanding() > 0 || q.recv_outstanding() > 0);
-        while busy {
-            let n = hw.poll(&mut wcs);
-            polled += n;
-            for c in &wcs[..n] {
-                if let Some((qp, wc)) = Self::wc(hw, c) {
-                    Self::route(qps, rings, qp, &wc);
-                }
-            }
-            if n < POLL_BATCH {
-                break;
-            }
-        }
+        let polled = if busy { Self::drain(hw, qps, rings) } else { 0 };
         for (i, q) in qps.iter().enumerate() {
             if q.failed() {
                 hw.fail_qp(i);
@@ -279,6 +270,26 @@ impl DevCtx {
             }
         }
         polled
+    }
+
+    /// Polls the CQ dry, routing every completion. Returns how many it polled.
+    fn drain(hw: &mut Hw, qps: &mut KVec<PhysQp<KStore>>, rings: &mut KVec<Option<KBox<RingCtx>>>) -> usize {
+        // Initializing this buffer is a visible part of an empty enter under emulation:
+        // only callers with something outstanding come here.
+        let mut wcs = [WcC::default(); POLL_BATCH];
+        let mut polled = 0;
+        loop {
+            let n = hw.poll(&mut wcs);
+            polled += n;
+            for c in &wcs[..n] {
+                if let Some((qp, wc)) = Self::wc(hw, c) {
+                    Self::route(qps, rings, qp, &wc);
+                }
+            }
+            if n < POLL_BATCH {
+                return polled;
+            }
+        }
     }
 
     /// A polled work completion in the engine's terms, with its physical QP's index.
@@ -325,6 +336,7 @@ impl DevCtx {
                 return Ok(());
             }
         };
+        let started = Ktime::ktime_get().to_ms();
         let mut wcs = [WcC::default(); POLL_BATCH];
         loop {
             let n = hw.poll(&mut wcs);
@@ -340,10 +352,13 @@ impl DevCtx {
                 Self::route(qps, rings, qp, &wc);
             }
             if n == 0 {
-                if kernel::current!().signal_pending() {
-                    // Give up waiting: the QP goes to error, so the request flushes and
-                    // its completion arrives soon (the QP is recycled later, as any
-                    // failed one).
+                // Not interruptible: a pending "signal" is often only task work (an
+                // io_uring of the same process tearing down), and giving up means
+                // failing the QP. A request that has not completed within a second is
+                // given up on: the QP goes to error, so it flushes and completes.
+                if Ktime::ktime_get().to_ms() - started > DIRECT_PATIENCE_MS
+                    && !qps[posted_on as usize].failed()
+                {
                     qps[posted_on as usize].fail();
                     hw.fail_qp(posted_on as usize);
                 }

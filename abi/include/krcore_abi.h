@@ -74,7 +74,7 @@
 // Benchmark baseline, served only when the module is loaded with `bench_direct=1`
 // (`EPERM` otherwise): validate one send-queue SQE against the file's tables and post
 // it straight to its physical QP, bypassing rings, in-flight tracking and credits, then
-// wait for it and return its CQE (engine/direct.rs). `EBUSY`-like `Busy` CQE while
+// wait for it and return its CQE (engine/direct.rs); a `Busy` CQE while
 // anything else is outstanding on the device. Argument: [`OneOp`] (`sqe` in, `cqe`
 // out). `_IOWR('K', 0x06, struct OneOp)`.
 #define krcore_IOC_DIRECT 3229633286

@@ -79,6 +79,7 @@ pub fn figures(out: &mut Vec<Record>) {
         None => eprintln!("[figures] IOC_DIRECT not served (load krcore with bench_direct=1): no kernel-direct figure"),
     }
     for (series, make) in paths {
+        eprintln!("[figures] data plane: {series}");
         let mut p = make();
         for op in [Op::Read, Op::SendRecv] {
             let l = latency(&mut *p, op);

@@ -7,6 +7,7 @@
 //! throughput with 12 in flight), memory per ring / virtual QP / RC QP, control plane
 //! (connects from 1-8 processes: krcore warm and cold, verbs with and without the device
 //! open). `krcore-figures worker ...` is a control-plane child process.
+//! `KRCORE_FIGURES=data,memory` runs only the sections whose names contain a word given.
 //!
 //! The VM boots with tsc=nowatchdog: under host load the TSC watchdog otherwise demotes
 //! the guest to the jiffies clocksource (4 ms resolution), which this refuses to time
@@ -41,7 +42,12 @@ fn main() {
         ("control plane", control::figures),
         ("control plane, cold pool", control::cold_figures),
     ];
+    // KRCORE_FIGURES=a,b runs only the sections whose names contain a or b.
+    let only = std::env::var("KRCORE_FIGURES").unwrap_or_default();
     for (name, f) in sections {
+        if !only.is_empty() && !only.split(',').any(|o| name.contains(o)) {
+            continue;
+        }
         let t = Instant::now();
         let before = out.len();
         f(&mut out);

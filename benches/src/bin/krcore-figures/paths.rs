@@ -42,8 +42,13 @@ pub trait Path {
 }
 
 /// Fails loudly on a failed completion: a figure over errors would be meaningless.
+#[track_caller]
 fn checked(c: Cqe) {
-    assert!(c.res >= 0, "{:?}", krcore_uring::describe_failure(&c));
+    assert!(
+        c.res >= 0,
+        "{c:?}: {:?}",
+        krcore_uring::describe_failure(&c)
+    );
 }
 
 /// The krcore objects an operation names: two virtual QPs on the two ends of one pooled
@@ -251,7 +256,8 @@ impl KrDirect {
     /// A per-op file for setup, or `None` when the module does not serve IOC_DIRECT.
     pub fn new() -> Option<KrDirect> {
         let mut d = KrDirect(KrPerOp::new());
-        d.run(&d.0.names.sqes(Op::Read, 0).0[0]).ok()?;
+        let c = d.run(&d.0.names.sqes(Op::Read, 0).0[0]).ok()?;
+        checked(c);
         Some(d)
     }
 
