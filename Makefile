@@ -73,9 +73,11 @@ demo: kmod host
 BENCH_LOG = $(CURDIR)/target/figures.log
 bench: kmod host
 	@echo "[bench] native: abi engine and io_uring (criterion)"
-	@$(CARGO) bench -q -p krcore-benches -- --warm-up-time 1 --measurement-time 3 | grep -E '^[a-z_/0-9]+ +time:|^ +time:|^[a-z_/0-9]+$$' || true
+	@$(CARGO) bench -q -p krcore-benches --bench engine --bench ioctl -- --warm-up-time 1 --measurement-time 3 > $(CURDIR)/target/criterion-abi.log 2>&1 \
+	  || { tail -30 $(CURDIR)/target/criterion-abi.log; exit 1; }
 	@echo "[bench] native: uring-lib's user-side costs (criterion)"
-	@$(CARGO) bench -q -p krcore-uring --features bench-support -- --warm-up-time 1 --measurement-time 3 | grep -E '^[a-z_/0-9]+ +time:|^ +time:|^[a-z_/0-9]+$$' || true
+	@$(CARGO) bench -q -p krcore-uring --features bench-support --bench user_side -- --warm-up-time 1 --measurement-time 3 > $(CURDIR)/target/criterion-uring.log 2>&1 \
+	  || { tail -30 $(CURDIR)/target/criterion-uring.log; exit 1; }
 	@mkdir -p benches/results
 	@$(CURDIR)/target/release/bench-report native $(CURDIR)/target/criterion benches/results
 	@echo "[bench] in-VM figures (TCG: a few minutes)"

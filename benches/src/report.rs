@@ -222,3 +222,48 @@ fn table_by_x(s: &mut String, f: &Figures, group: &str, xname: &str, rate: bool)
         let _ = writeln!(s);
     }
 }
+
+/// Where `make bench` puts the latest run into the README.
+pub const README_BEGIN: &str = "<!-- bench:begin (written by bench-report; do not edit) -->";
+/// End of that block.
+pub const README_END: &str = "<!-- bench:end -->";
+
+/// `readme` with the block between the markers replaced by `report` (headings one level
+/// down, images relative to `results`), or `None` when the markers are missing.
+pub fn readme_with(readme: &str, report: &str, results: &str) -> Option<String> {
+    let start = readme.find(README_BEGIN)? + README_BEGIN.len();
+    let end = start + readme[start..].find(README_END)?;
+    let body: String = report
+        .lines()
+        .map(|l| {
+            let l = if l.starts_with('#') {
+                format!("#{l}")
+            } else {
+                l.to_string()
+            };
+            match l.strip_prefix("![").and_then(|r| r.split_once("](")) {
+                Some((alt, path)) => format!("![{alt}]({results}/{path}"),
+                None => l,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    Some(format!("{}\n{body}\n{}", &readme[..start], &readme[end..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readme_block_is_replaced_in_place() {
+        let readme = format!("intro\n{README_BEGIN}\nold\n{README_END}\noutro\n");
+        let out =
+            readme_with(&readme, "# Title\n\n![nop.svg](nop.svg)", "benches/results").unwrap();
+        assert_eq!(
+            out,
+            format!("intro\n{README_BEGIN}\n## Title\n\n![nop.svg](benches/results/nop.svg)\n{README_END}\noutro\n")
+        );
+        assert!(readme_with("no markers", "x", "r").is_none());
+    }
+}

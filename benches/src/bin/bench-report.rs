@@ -1,6 +1,6 @@
 //! `bench-report vm LOG DIR`: turns the guest log of `krcore-figures` into
 //! DIR/vm-figures.jsonl, DIR/vm-figures.md (tables and the goals, titled with the date
-//! and the machine) and SVG plots.
+//! and the machine) and SVG plots, and puts that report into README.md's bench block.
 //! `bench-report native CRITERION-DIR DIR`: criterion's medians into DIR/native.md.
 //! Both are part of `make bench`.
 
@@ -73,11 +73,18 @@ fn vm(log: &str, dir: PathBuf) {
         "# In-VM figures, {date}\n\nHost: {}. Guest: Linux {guest} under QEMU TCG (no KVM), 2 vCPUs, rdma_rxe.\nEmulation makes absolute times large; compare ratios within this run.",
         machine()
     );
-    std::fs::write(
-        dir.join("vm-figures.md"),
-        report::markdown(&figs, &title, &plots),
-    )
-    .unwrap();
+    let md = report::markdown(&figs, &title, &plots);
+    std::fs::write(dir.join("vm-figures.md"), &md).unwrap();
+    // The README shows the latest run: its marked block is rewritten from this one.
+    if let Ok(readme) = std::fs::read_to_string("README.md") {
+        match report::readme_with(&readme, &md, &dir.to_string_lossy()) {
+            Some(new) => {
+                std::fs::write("README.md", new).unwrap();
+                println!("[bench] README.md shows this run");
+            }
+            None => eprintln!("[bench] README.md has no bench block; left alone"),
+        }
+    }
     for g in report::goals(&figs) {
         println!(
             "[bench] {}: {:.2}× (bar {:.2}×) {}",

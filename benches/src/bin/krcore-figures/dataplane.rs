@@ -1,5 +1,10 @@
 //! Data plane (the paper's Figures 10 and 11): 8-byte READ and SEND/RECV, one at a time
 //! (latency) and with 12 operations in flight (throughput), over every path.
+//!
+//! The paths are measured interleaved, one sample (or repetition) of each in turn, so
+//! drift in the emulator's speed falls on all of them alike and the ratios hold. The
+//! SQPOLL ring is measured on its own afterwards: its polling thread spins while the
+//! ring is live and would take a CPU from the others.
 
 use std::time::{Duration, Instant};
 
@@ -21,79 +26,74 @@ fn name(op: Op) -> &'static str {
 }
 
 /// One operation at a time: post, wait for its completions.
-fn latency(p: &mut dyn Path, op: Op) -> Vec<Duration> {
-    (0..LATENCY_SAMPLES as u64)
-        .map(|i| {
-            let t = Instant::now();
-            p.post(op, i);
-            let mut got = 0;
-            while got < op.cqes() {
-                got += p.reap(op.cqes() - got);
-            }
-            t.elapsed()
-        })
-        .collect()
-}
-
-/// Keeps `IN_FLIGHT` operations outstanding for `THROUGHPUT_OPS` operations; one
-/// sample per repetition (its time for all of them).
-fn throughput(p: &mut dyn Path, op: Op) -> Vec<Duration> {
-    let per = op.cqes();
-    (0..THROUGHPUT_REPS)
-        .map(|_| {
-            let t = Instant::now();
-            let (mut posted, mut cqes) = (0u64, 0usize);
-            while posted < IN_FLIGHT as u64 {
-                p.post(op, posted);
-                posted += 1;
-            }
-            while cqes < THROUGHPUT_OPS as usize * per {
-                cqes += p.reap(1);
-                // Refill to IN_FLIGHT operations outstanding.
-                while posted < THROUGHPUT_OPS
-                    && (posted as usize * per - cqes) < (IN_FLIGHT as usize * per)
-                {
-                    p.post(op, posted);
-                    posted += 1;
-                }
-            }
-            t.elapsed()
-        })
-        .collect()
-}
-
-/// Every data-plane figure.
-pub fn figures(out: &mut Vec<Record>) {
-    let paths: [(&str, fn() -> Box<dyn Path>); 4] = [
-        ("krcore-enter", || Box::new(KrRing::new(false))),
-        ("krcore-sqpoll", || Box::new(KrRing::new(true))),
-        ("krcore-per-op", || Box::new(KrPerOp::new())),
-        ("verbs-direct", || Box::new(Verbs::new())),
-    ];
-    // The kernel-direct baseline: READ latency only (see paths::KrDirect).
-    match KrDirect::new() {
-        Some(mut d) => {
-            let l = latency(&mut d, Op::Read);
-            out.push(Record::times("read8-latency", "kernel-direct", 1, l, 1));
-        }
-        None => eprintln!("[figures] IOC_DIRECT not served (load krcore with bench_direct=1): no kernel-direct figure"),
+fn one(p: &mut dyn Path, op: Op, i: u64) -> Duration {
+    let t = Instant::now();
+    p.post(op, i);
+    let mut got = 0;
+    while got < op.cqes() {
+        got += p.reap(op.cqes() - got);
     }
-    for (series, make) in paths {
-        eprintln!("[figures] data plane: {series}");
-        let mut p = make();
-        for op in [Op::Read, Op::SendRecv] {
-            let l = latency(&mut *p, op);
+    t.elapsed()
+}
+
+/// `THROUGHPUT_OPS` operations with `IN_FLIGHT` outstanding: the time for all of them.
+fn window(p: &mut dyn Path, op: Op) -> Duration {
+    let per = op.cqes();
+    let t = Instant::now();
+    let (mut posted, mut cqes) = (0u64, 0usize);
+    while cqes < THROUGHPUT_OPS as usize * per {
+        // Refill to IN_FLIGHT operations outstanding.
+        while posted < THROUGHPUT_OPS && (posted as usize * per - cqes) < IN_FLIGHT as usize * per {
+            p.post(op, posted);
+            posted += 1;
+        }
+        cqes += p.reap(1);
+    }
+    t.elapsed()
+}
+
+/// A path under measurement and its samples per figure.
+struct Measured {
+    series: &'static str,
+    path: Box<dyn Path>,
+    /// Serves READ latency only (the kernel-direct baseline).
+    read_latency_only: bool,
+}
+
+/// Latency and throughput of `op` over `paths`, interleaved.
+fn measure(paths: &mut [Measured], op: Op, out: &mut Vec<Record>) {
+    let mut lat: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
+    for i in 0..LATENCY_SAMPLES as u64 {
+        for (k, m) in paths.iter_mut().enumerate() {
+            if op == Op::Read || !m.read_latency_only {
+                lat[k].push(one(&mut *m.path, op, i));
+            }
+        }
+    }
+    let mut tput: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
+    for _ in 0..THROUGHPUT_REPS {
+        for (k, m) in paths.iter_mut().enumerate() {
+            if !m.read_latency_only {
+                tput[k].push(window(&mut *m.path, op));
+            }
+        }
+    }
+    for (k, m) in paths.iter().enumerate() {
+        if !lat[k].is_empty() {
+            let l = std::mem::take(&mut lat[k]);
             out.push(Record::times(
                 &format!("{}-latency", name(op)),
-                series,
+                m.series,
                 1,
                 l,
                 1,
             ));
-            let t = throughput(&mut *p, op);
+        }
+        if !tput[k].is_empty() {
+            let t = std::mem::take(&mut tput[k]);
             let r = Record::times(
                 &format!("{}-throughput", name(op)),
-                series,
+                m.series,
                 IN_FLIGHT,
                 t,
                 THROUGHPUT_OPS as u32,
@@ -101,5 +101,45 @@ pub fn figures(out: &mut Vec<Record>) {
             let rate = 1e9 / r.median;
             out.push(r.with_rate(rate));
         }
+    }
+}
+
+/// Every data-plane figure.
+pub fn figures(out: &mut Vec<Record>) {
+    let mut paths = Vec::new();
+    match KrDirect::new() {
+        Some(d) => paths.push(Measured {
+            series: "kernel-direct",
+            path: Box::new(d),
+            read_latency_only: true,
+        }),
+        None => eprintln!("[figures] IOC_DIRECT not served (load krcore with bench_direct=1): no kernel-direct figure"),
+    }
+    paths.push(Measured {
+        series: "krcore-enter",
+        path: Box::new(KrRing::new(false)),
+        read_latency_only: false,
+    });
+    paths.push(Measured {
+        series: "krcore-per-op",
+        path: Box::new(KrPerOp::new()),
+        read_latency_only: false,
+    });
+    paths.push(Measured {
+        series: "verbs-direct",
+        path: Box::new(Verbs::new()),
+        read_latency_only: false,
+    });
+    for op in [Op::Read, Op::SendRecv] {
+        measure(&mut paths, op, out);
+    }
+    drop(paths);
+    let mut sqpoll = [Measured {
+        series: "krcore-sqpoll",
+        path: Box::new(KrRing::new(true)),
+        read_latency_only: false,
+    }];
+    for op in [Op::Read, Op::SendRecv] {
+        measure(&mut sqpoll, op, out);
     }
 }
