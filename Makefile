@@ -86,7 +86,7 @@ bench: kmod host
 	   grep -E '^\[figures\]|^\[vm\]' $(BENCH_LOG) || true; \
 	   [ $$rc = 2 ] || break; echo "[bench] the guest booted without a usable TSC; booting again ($$try/3)"; \
 	 done; [ $$rc = 0 ] || { tail -40 $(BENCH_LOG); echo "[bench] in-VM figures failed (exit $$rc; log: $(BENCH_LOG))"; exit 1; }
-	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) benches/results
+	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) benches/results --readme README.md
 
 clean:
 	@$(CARGO) clean

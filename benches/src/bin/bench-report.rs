@@ -1,6 +1,7 @@
 //! `bench-report vm LOG DIR`: turns the guest log of `krcore-figures` into
 //! DIR/vm-figures.jsonl, DIR/vm-figures.md (tables and the goals, titled with the date
-//! and the machine) and SVG plots, and puts that report into README.md's bench block.
+//! and the machine) and SVG plots; with `--readme FILE` it also puts that report into
+//! FILE's bench block.
 //! `bench-report native CRITERION-DIR DIR`: criterion's medians into DIR/native.md.
 //! Both are part of `make bench`.
 
@@ -33,7 +34,8 @@ fn date() -> String {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["vm", log, dir] => vm(log, PathBuf::from(dir)),
+        ["vm", log, dir] => vm(log, PathBuf::from(dir), None),
+        ["vm", log, dir, "--readme", readme] => vm(log, PathBuf::from(dir), Some(readme)),
         ["native", criterion, dir] => {
             let title = format!("# Native figures (criterion), {}
 
@@ -47,13 +49,13 @@ Host: {}; no kernel involved: the abi engine over a fake NIC, uring-lib over ano
             println!("[bench] wrote {dir}/native.md");
         }
         _ => {
-            eprintln!("usage: bench-report vm GUEST-LOG RESULTS-DIR | bench-report native CRITERION-DIR RESULTS-DIR");
+            eprintln!("usage: bench-report vm GUEST-LOG RESULTS-DIR [--readme README.md] | bench-report native CRITERION-DIR RESULTS-DIR");
             std::process::exit(64);
         }
     }
 }
 
-fn vm(log: &str, dir: PathBuf) {
+fn vm(log: &str, dir: PathBuf, readme_path: Option<&str>) {
     let log = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("reading {log}: {e}"));
     let figs = Figures::from_log(&log).unwrap_or_else(|e| {
         eprintln!("bench-report: {e}");
@@ -76,14 +78,17 @@ fn vm(log: &str, dir: PathBuf) {
     let md = report::markdown(&figs, &title, &plots);
     std::fs::write(dir.join("vm-figures.md"), &md).unwrap();
     // The README shows the latest run: its marked block is rewritten from this one.
-    if let Ok(readme) = std::fs::read_to_string("README.md") {
-        match report::readme_with(&readme, &md, &dir.to_string_lossy()) {
-            Some(new) => {
-                std::fs::write("README.md", new).unwrap();
-                println!("[bench] README.md shows this run");
-            }
-            None => eprintln!("[bench] README.md has no bench block; left alone"),
-        }
+    if let Some(path) = readme_path {
+        let readme = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let Some(new) = report::readme_with(&readme, &md, &dir.to_string_lossy()) else {
+            eprintln!(
+                "bench-report: {path} has no bench block ({})",
+                report::README_BEGIN
+            );
+            std::process::exit(1);
+        };
+        std::fs::write(path, new).unwrap();
+        println!("[bench] {path} shows this run");
     }
     for g in report::goals(&figs) {
         println!(
