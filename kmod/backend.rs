@@ -10,12 +10,20 @@
 //! pair (`service % pairs`) and consecutive CONNECTs to it alternate between its two
 //! ends, so an application connecting twice holds both ends of one connection, as
 //! loopback SEND/RECV needs. Many virtual QPs share each pooled QP.
+//!
+//! A pooled QP that fails (a request completed in error: a bad rkey, say) is recovered
+//! with its partner, since an RC pair restarts together: both go to the error state,
+//! their requests flush (a marker posted behind them tells when), the engine retires
+//! what is owed, and both are reset and connected again.
 
 use core::ffi::c_void;
 
 use kernel::prelude::*;
 
-use crate::abi::engine::{Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, CHAIN};
+use crate::abi::engine::{
+    backend_wr_id, is_backend_wr_id, Backend, Connection, MrKeys, PostError, RecvWr, SendKind,
+    SendWr, CHAIN,
+};
 use crate::abi::errno::Errno;
 use crate::abi::sqe::{MrAccess, SqeFlags};
 use crate::shim::{self, IbCq, IbDevice, IbMr, IbPd, IbQp, Scratch, SendWrC};
@@ -33,6 +41,13 @@ const CQ_DEPTH: i32 = (POOL_QPS as i32) * (SEND_DEPTH + RECV_DEPTH) as i32;
 const GID_SEARCH: u32 = 16;
 /// The port krcore uses.
 const PORT: u32 = 1;
+/// How long a failed pool QP may take to flush before it is re-armed anyway.
+const FLUSH_PATIENCE_MS: i64 = 500;
+
+/// The wr_id of pool QP `i`'s flush marker (the backend's request 0 is IOC_DIRECT's).
+fn marker(i: usize) -> u64 {
+    backend_wr_id(1 + i as u32)
+}
 
 /// Errno of an ERR_PTR-encoded pointer, or `None` for a real one.
 fn ptr_err<T>(p: *mut T) -> Option<Errno> {
@@ -57,11 +72,20 @@ pub(crate) struct Hw {
     pd: *mut IbPd,
     cq: *mut IbCq,
     scratch: *mut Scratch,
-    /// Pool QPs already moved to the error state.
+    /// Pool QPs moved to the error state and not yet re-armed, one bit each.
     errored: u64,
+    /// Of those, the ones whose flush marker completed: everything posted before it
+    /// has completed or flushed.
+    flushed: u64,
+    /// Pairs whose re-arming failed: left in the error state.
+    broken: u64,
+    /// When each pool QP was moved to the error state, in ms.
+    errored_at: [i64; POOL_QPS],
     pool: KVec<PoolQp>,
-    /// The GID the pool is connected over.
+    /// The GID the pool is connected over, its index and its netdev's MAC.
     pool_gid: [u8; 16],
+    sgid_index: u32,
+    mac: [u8; 6],
     /// Which end of each pair the next CONNECT gets, one bit per pair.
     next_end: u64,
     dead: bool,
@@ -102,8 +126,13 @@ impl Hw {
             cq,
             scratch,
             errored: 0,
+            flushed: 0,
+            broken: 0,
+            errored_at: [0; POOL_QPS],
             pool: KVec::new(),
             pool_gid: [0; 16],
+            sgid_index: 0,
+            mac: [0; 6],
             next_end: 0,
             dead: false,
         })
@@ -115,16 +144,91 @@ impl Hw {
     }
 
     /// Moves pool QP `i` to the error state, once, so the NIC flushes its requests and
-    /// receives (the engine's contract for a QP it reports failed). Recycling it into
-    /// service is not built yet: until then its virtual QPs get `QpError`.
-    pub(crate) fn fail_qp(&mut self, i: usize) {
+    /// receives (the engine's contract for a QP it reports failed), and posts its flush
+    /// marker behind them. [`settled`](Self::settled) says when it may be re-armed.
+    pub(crate) fn fail_qp(&mut self, i: usize, now_ms: i64) {
         let Some(q) = self.pool.get(i) else { return };
-        if self.dead || self.errored & (1 << i) != 0 {
+        if self.dead || (self.errored | self.broken) & (1 << i) != 0 {
             return;
         }
         self.errored |= 1 << i;
+        self.errored_at[i] = now_ms;
         // SAFETY: live pooled QP.
-        unsafe { shim::krcore_shim_qp_to_error(q.qp) };
+        let posted = unsafe {
+            shim::krcore_shim_qp_to_error(q.qp);
+            shim::krcore_shim_post_marker(q.qp, marker(i))
+        };
+        if posted != 0 {
+            // No marker: only the patience below tells when the flush is over.
+            pr_warn!("pool QP {}: flush marker not posted ({posted})\n", q.qpn);
+        }
+    }
+
+    /// Takes a completion of the backend's own request `wr_id` on pool QP `qp` (a flush
+    /// marker); `false` if it is not one of ours.
+    pub(crate) fn own_completion(&mut self, qp: u32, wr_id: u64) -> bool {
+        if !is_backend_wr_id(wr_id) {
+            return false;
+        }
+        if wr_id == marker(qp as usize) {
+            self.flushed |= 1 << qp;
+        }
+        true
+    }
+
+    /// Whether some pool QP waits to be re-armed: its flush must be polled for.
+    pub(crate) fn rearming(&self) -> bool {
+        self.errored != 0
+    }
+
+    /// Whether failed pool QP `i` is done flushing: its marker completed and `receives`
+    /// (still counted as posted) is zero, or it has been waiting for longer than the NIC
+    /// can take to flush.
+    pub(crate) fn settled(&self, i: usize, receives: u32, now_ms: i64) -> bool {
+        self.errored & (1 << i) != 0
+            && ((self.flushed & (1 << i) != 0 && receives == 0)
+                || now_ms - self.errored_at[i] > FLUSH_PATIENCE_MS)
+    }
+
+    /// Re-arms pair `p` after both ends settled: resets both QPs (emptying their queues)
+    /// and connects them to each other again, both restarting at PSN 0. A pair that
+    /// cannot be re-armed is left in the error state for good.
+    pub(crate) fn rearm_pair(&mut self, p: usize) -> Result<(), Errno> {
+        let ends = [2 * p, 2 * p + 1];
+        let bits = (1u64 << ends[0]) | (1 << ends[1]);
+        self.errored &= !bits;
+        self.flushed &= !bits;
+        for e in ends {
+            // SAFETY: live pooled QP.
+            let r = unsafe { shim::krcore_shim_qp_reset(self.pool[e].qp) };
+            if r != 0 {
+                self.broken |= bits;
+                return Err(Errno(-r));
+            }
+        }
+        for e in ends {
+            // SAFETY: live QP; `pool_gid` is 16 bytes, `mac` 6.
+            let r = unsafe {
+                shim::krcore_shim_connect_rc_qp(
+                    self.pool[e].qp,
+                    PORT,
+                    self.sgid_index,
+                    self.pool_gid.as_ptr(),
+                    self.mac.as_ptr(),
+                    self.pool[e ^ 1].qpn,
+                )
+            };
+            if r != 0 {
+                self.broken |= bits;
+                return Err(Errno(-r));
+            }
+        }
+        Ok(())
+    }
+
+    /// Pairs in the pool.
+    pub(crate) fn pairs(&self) -> usize {
+        self.pool.len() / 2
     }
 
     /// Index in the pool of the QP numbered `qpn`.
@@ -244,6 +348,8 @@ impl Hw {
         }
         self.pool = pool;
         self.pool_gid = *gid;
+        self.sgid_index = sgid_index;
+        self.mac = mac;
         Ok(())
     }
 

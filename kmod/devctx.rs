@@ -240,16 +240,13 @@ impl DevCtx {
         // Every posted request and receive is counted on its QP until its completion is
         // routed, so with none outstanding the CQ holds nothing for us: skip the poll
         // (pure NOP and control traffic then never touches the NIC).
-        let busy = qps
-            .iter()
-            .any(|q| q.outstanding() > 0 || q.recv_outstanding() > 0);
+        let busy = hw.rearming()
+            || qps
+                .iter()
+                .any(|q| q.outstanding() > 0 || q.recv_outstanding() > 0);
         let polled = if busy { Self::drain(hw, qps, rings) } else { 0 };
-        for (i, q) in qps.iter().enumerate() {
-            if q.failed() {
-                hw.fail_qp(i);
-            }
-        }
-        if let (0, Some(me)) = (polled, me) {
+        let recycled = Self::recover(hw, qps, rings);
+        if let (0, 0, Some(me)) = (polled, recycled, me) {
             if let Some(Some(r)) = rings.get_mut(me as usize) {
                 r.engine().publish();
                 r.notify();
@@ -272,6 +269,45 @@ impl DevCtx {
         polled
     }
 
+    /// Recovers failed pooled QPs, a connected pair at a time (an RC pair restarts
+    /// together): both ends go to the error state with a flush marker behind their
+    /// requests; once both have settled, the engine retires what is still owed as
+    /// `QpError` and the pair is reset and connected again. Returns the QPs recycled.
+    fn recover(hw: &mut Hw, qps: &mut KVec<PhysQp<KStore>>, rings: &mut KVec<Option<KBox<RingCtx>>>) -> usize {
+        if !hw.rearming() && !qps.iter().any(|q| q.failed()) {
+            return 0;
+        }
+        let now = Ktime::ktime_get().to_ms();
+        let mut recycled = 0;
+        for p in 0..hw.pairs() {
+            let ends = [2 * p, 2 * p + 1];
+            if ends.iter().any(|&e| qps[e].failed()) {
+                for e in ends {
+                    qps[e].fail();
+                    hw.fail_qp(e, now);
+                }
+            }
+            if ends.iter().all(|&e| hw.settled(e, qps[e].recv_outstanding(), now)) {
+                for e in ends {
+                    qps[e].recycle(|id, done| {
+                        if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
+                            r.engine().complete(id, done);
+                        }
+                    });
+                }
+                recycled += 2;
+                if let Err(e) = hw.rearm_pair(p) {
+                    // Its QPs stay in the error state: their virtual QPs get QpError.
+                    pr_warn!("pool pair {p} could not be re-armed ({e:?}); left failed\n");
+                    for e in ends {
+                        qps[e].fail();
+                    }
+                }
+            }
+        }
+        recycled
+    }
+
     /// Polls the CQ dry, routing every completion. Returns how many it polled.
     fn drain(hw: &mut Hw, qps: &mut KVec<PhysQp<KStore>>, rings: &mut KVec<Option<KBox<RingCtx>>>) -> usize {
         // Initializing this buffer is a visible part of an empty enter under emulation:
@@ -283,7 +319,7 @@ impl DevCtx {
             polled += n;
             for c in &wcs[..n] {
                 if let Some((qp, wc)) = Self::wc(hw, c) {
-                    Self::route(qps, rings, qp, &wc);
+                    Self::route(hw, qps, rings, qp, &wc);
                 }
             }
             if n < POLL_BATCH {
@@ -307,8 +343,12 @@ impl DevCtx {
         ))
     }
 
-    /// Routes one work completion of physical QP `qp` to the rings it completes.
-    fn route(qps: &mut KVec<PhysQp<KStore>>, rings: &mut KVec<Option<KBox<RingCtx>>>, qp: u32, wc: &Wc) {
+    /// Routes one work completion of physical QP `qp` to the rings it completes (or to
+    /// the backend, for its own requests).
+    fn route(hw: &mut Hw, qps: &mut KVec<PhysQp<KStore>>, rings: &mut KVec<Option<KBox<RingCtx>>>, qp: u32, wc: &Wc) {
+        if hw.own_completion(qp, wc.wr_id) {
+            return;
+        }
         complete_wc(qps.as_mut_slice(), qp, wc, |id, done| {
             if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
                 r.engine().complete(id, done);
@@ -349,7 +389,7 @@ impl DevCtx {
                     return Ok(());
                 }
                 // Flushes of a recycled QP, say: route them as usual.
-                Self::route(qps, rings, qp, &wc);
+                Self::route(hw, qps, rings, qp, &wc);
             }
             if n == 0 {
                 // Not interruptible: a pending "signal" is often only task work (an
@@ -360,7 +400,7 @@ impl DevCtx {
                     && !qps[posted_on as usize].failed()
                 {
                     qps[posted_on as usize].fail();
-                    hw.fail_qp(posted_on as usize);
+                    hw.fail_qp(posted_on as usize, Ktime::ktime_get().to_ms());
                 }
                 // Lock held on purpose (see above); rxe's work runs on these CPUs too.
                 // SAFETY: plain scheduling point; sleeping under a mutex is allowed.

@@ -211,6 +211,25 @@ int krcore_shim_qp_to_error(struct ib_qp *qp)
 	return ib_modify_qp(qp, &attr, IB_QP_STATE);
 }
 
+int krcore_shim_qp_reset(struct ib_qp *qp)
+{
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_RESET };
+
+	return ib_modify_qp(qp, &attr, IB_QP_STATE);
+}
+
+int krcore_shim_post_marker(struct ib_qp *qp, u64 wr_id)
+{
+	struct ib_send_wr wr = {
+		.wr_id = wr_id,
+		.opcode = IB_WR_SEND,
+		.send_flags = IB_SEND_SIGNALED,
+	};
+	const struct ib_send_wr *bad = NULL;
+
+	return ib_post_send(qp, &wr, &bad);
+}
+
 void krcore_shim_destroy_qp(struct ib_qp *qp)
 {
 	ib_destroy_qp(qp);

@@ -135,6 +135,11 @@ int krcore_shim_gid_mac(struct ib_device *dev, u32 port, u32 index, u8 *mac);
 int krcore_shim_connect_rc_qp(struct ib_qp *qp, u32 port, u32 sgid_index, const u8 *dgid,
 			      const u8 *dmac, u32 dqpn);
 int krcore_shim_qp_to_error(struct ib_qp *qp);
+/* Any state -> RESET: the queues are emptied, ready for krcore_shim_connect_rc_qp. */
+int krcore_shim_qp_reset(struct ib_qp *qp);
+/* Posts a signaled zero-length SEND tagged wr_id: on a QP in the error state it is
+ * flushed after every request posted before it, so its completion marks the end. */
+int krcore_shim_post_marker(struct ib_qp *qp, u64 wr_id);
 void krcore_shim_destroy_qp(struct ib_qp *qp);
 /* Per-device scratch for building and polling work requests (too large for the
  * stack); used under the device's mutex. */

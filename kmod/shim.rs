@@ -118,6 +118,8 @@ extern "C" {
         dqpn: u32,
     ) -> c_int;
     pub(crate) fn krcore_shim_qp_to_error(qp: *mut IbQp) -> c_int;
+    pub(crate) fn krcore_shim_qp_reset(qp: *mut IbQp) -> c_int;
+    pub(crate) fn krcore_shim_post_marker(qp: *mut IbQp, wr_id: u64) -> c_int;
     pub(crate) fn krcore_shim_destroy_qp(qp: *mut IbQp);
     pub(crate) fn krcore_shim_scratch_alloc() -> *mut Scratch;
     pub(crate) fn krcore_shim_scratch_free(s: *mut Scratch);

@@ -13,11 +13,11 @@ use super::ring::RingMem;
 use super::ring_state::{Completion, Ring};
 use super::sqe::Sqe;
 use super::validate::{validate, Op};
+use super::wrid::backend_wr_id;
 use super::Store;
 
-/// The wr_id of a direct request. No [`WrId`](super::WrId) encodes to it: slot handles
-/// stay far below `u32::MAX`.
-pub const DIRECT_WR_ID: u64 = u64::MAX;
+/// The wr_id of a direct request: the backend's own request 0 (no ring's).
+pub const DIRECT_WR_ID: u64 = backend_wr_id(0);
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Validates `sqe` against this ring's tables and posts it, signaled, with

@@ -6,6 +6,19 @@
 //! the new ring; the slot handle (itself generation-tagged, see [`table`](super::table))
 //! picks the in-flight request.
 
+/// The `wr_id` of the backend's own request number `n` (`n < 2^31`): a flush marker, the
+/// kernel-direct baseline. Its slot field has bit 31 set, which no table handle has
+/// (handles stay below 2^31, see [`table`](super::table)), so a completion for one is
+/// never taken for a ring's request.
+pub const fn backend_wr_id(n: u32) -> u64 {
+    u64::MAX - n as u64
+}
+
+/// Whether `wr_id` is one of [`backend_wr_id`]'s.
+pub const fn is_backend_wr_id(wr_id: u64) -> bool {
+    wr_id as u32 & 0x8000_0000 != 0
+}
+
 /// A decoded work-request ID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WrId {
@@ -35,6 +48,21 @@ impl WrId {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn backend_ids_are_not_ring_ids() {
+        assert!(super::is_backend_wr_id(super::backend_wr_id(0)));
+        assert!(super::is_backend_wr_id(super::backend_wr_id((1 << 31) - 1)));
+        let ring = super::WrId {
+            ring: 0xffff,
+            ring_gen: 0xffff,
+            slot: (127 << 24) | 0xff_ffff,
+        };
+        assert!(
+            !super::is_backend_wr_id(ring.encode()),
+            "the largest table handle"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -11,6 +11,7 @@ mod ioctl;
 mod lifecycle;
 mod per_op;
 mod python;
+mod recovery;
 mod rings;
 mod sharing;
 mod sqpoll;
@@ -86,6 +87,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "sharing::thousand_connect_disconnect_cycles",
         run: sharing::thousand_connect_disconnect_cycles,
+    },
+    Test {
+        name: "recovery::bad_rkey_fails_the_pair_which_recovers",
+        run: recovery::bad_rkey_fails_the_pair_which_recovers,
     },
     Test {
         name: "rings::nop_batches_complete_in_order",
