@@ -23,10 +23,6 @@
 // Length of [`DeviceGid::name`], the kernel's `IB_DEVICE_NAME_MAX`.
 #define krcore_DEVICE_NAME_LEN 64
 
-// The wr_id of a direct request. No [`WrId`](super::WrId) encodes to it: slot handles
-// stay far below `u32::MAX`.
-#define krcore_DIRECT_WR_ID UINT64_MAX
-
 // The ioctl type byte of every krcore command.
 #define krcore_IOC_MAGIC 75
 
@@ -432,6 +428,8 @@ typedef uint32_t krcore_OneFlags;
 #define krcore_OneFlags_POP (uint32_t)(1 << 1)
 // With `POP`: wait until there is one (interruptible: `EINTR`).
 #define krcore_OneFlags_WAIT (uint32_t)(1 << 2)
+
+
 
 
 
