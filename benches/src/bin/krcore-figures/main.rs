@@ -21,6 +21,11 @@ mod paths;
 
 use std::time::Instant;
 
+use krcore_benches::record::Record;
+
+/// A named group of figures.
+type Section = (&'static str, fn(&mut Vec<Record>));
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("worker") {
@@ -35,7 +40,7 @@ fn main() {
         std::process::exit(2);
     }
     let mut out = Vec::new();
-    let sections: [(&str, fn(&mut Vec<_>)); 5] = [
+    let sections: [Section; 5] = [
         ("ring crossing", crossing::figures),
         ("data plane", dataplane::figures),
         ("memory", memory::figures),
