@@ -12,17 +12,15 @@
 //! loopback SEND/RECV needs. Many virtual QPs share each pooled QP.
 //!
 //! A pooled QP that fails (a request completed in error: a bad rkey, say) is recovered
-//! with its partner, since an RC pair restarts together: both go to the error state,
-//! their requests flush (a marker posted behind them tells when), the engine retires
-//! what is owed, and both are reset and connected again.
+//! with its partner, as abi's engine/recovery.rs decides; this backend only moves QPs to
+//! the error state behind a flush marker and resets and reconnects a pair ([`Rearm`]).
 
 use core::ffi::c_void;
 
 use kernel::prelude::*;
 
 use crate::abi::engine::{
-    backend_wr_id, is_backend_wr_id, Backend, Connection, MrKeys, PostError, RecvWr, SendKind,
-    SendWr, CHAIN,
+    Backend, Connection, MrKeys, PostError, Rearm, RecvWr, SendKind, SendWr, CHAIN,
 };
 use crate::abi::errno::Errno;
 use crate::abi::sqe::{MrAccess, SqeFlags};
@@ -41,13 +39,7 @@ const CQ_DEPTH: i32 = (POOL_QPS as i32) * (SEND_DEPTH + RECV_DEPTH) as i32;
 const GID_SEARCH: u32 = 16;
 /// The port krcore uses.
 const PORT: u32 = 1;
-/// How long a failed pool QP may take to flush before it is re-armed anyway.
-const FLUSH_PATIENCE_MS: i64 = 500;
 
-/// The wr_id of pool QP `i`'s flush marker (the backend's request 0 is IOC_DIRECT's).
-fn marker(i: usize) -> u64 {
-    backend_wr_id(1 + i as u32)
-}
 
 /// Errno of an ERR_PTR-encoded pointer, or `None` for a real one.
 fn ptr_err<T>(p: *mut T) -> Option<Errno> {
@@ -72,15 +64,6 @@ pub(crate) struct Hw {
     pd: *mut IbPd,
     cq: *mut IbCq,
     scratch: *mut Scratch,
-    /// Pool QPs moved to the error state and not yet re-armed, one bit each.
-    errored: u64,
-    /// Of those, the ones whose flush marker completed: everything posted before it
-    /// has completed or flushed.
-    flushed: u64,
-    /// Pairs whose re-arming failed: left in the error state.
-    broken: u64,
-    /// When each pool QP was moved to the error state, in ms.
-    errored_at: [i64; POOL_QPS],
     pool: KVec<PoolQp>,
     /// The GID the pool is connected over, its index and its netdev's MAC.
     pool_gid: [u8; 16],
@@ -125,10 +108,6 @@ impl Hw {
             pd,
             cq,
             scratch,
-            errored: 0,
-            flushed: 0,
-            broken: 0,
-            errored_at: [0; POOL_QPS],
             pool: KVec::new(),
             pool_gid: [0; 16],
             sgid_index: 0,
@@ -143,93 +122,6 @@ impl Hw {
         self.dead
     }
 
-    /// Moves pool QP `i` to the error state, once, so the NIC flushes its requests and
-    /// receives (the engine's contract for a QP it reports failed), and posts its flush
-    /// marker behind them. [`settled`](Self::settled) says when it may be re-armed.
-    pub(crate) fn fail_qp(&mut self, i: usize, now_ms: i64) {
-        let Some(q) = self.pool.get(i) else { return };
-        if self.dead || (self.errored | self.broken) & (1 << i) != 0 {
-            return;
-        }
-        self.errored |= 1 << i;
-        self.errored_at[i] = now_ms;
-        // SAFETY: live pooled QP.
-        let posted = unsafe {
-            shim::krcore_shim_qp_to_error(q.qp);
-            shim::krcore_shim_post_marker(q.qp, marker(i))
-        };
-        if posted != 0 {
-            // No marker: only the patience below tells when the flush is over.
-            pr_warn!("pool QP {}: flush marker not posted ({posted})\n", q.qpn);
-        }
-    }
-
-    /// Takes a completion of the backend's own request `wr_id` on pool QP `qp` (a flush
-    /// marker); `false` if it is not one of ours.
-    pub(crate) fn own_completion(&mut self, qp: u32, wr_id: u64) -> bool {
-        if !is_backend_wr_id(wr_id) {
-            return false;
-        }
-        if wr_id == marker(qp as usize) {
-            self.flushed |= 1 << qp;
-        }
-        true
-    }
-
-    /// Whether some pool QP waits to be re-armed: its flush must be polled for.
-    pub(crate) fn rearming(&self) -> bool {
-        self.errored != 0
-    }
-
-    /// Whether failed pool QP `i` is done flushing: its marker completed and `receives`
-    /// (still counted as posted) is zero, or it has been waiting for longer than the NIC
-    /// can take to flush.
-    pub(crate) fn settled(&self, i: usize, receives: u32, now_ms: i64) -> bool {
-        self.errored & (1 << i) != 0
-            && ((self.flushed & (1 << i) != 0 && receives == 0)
-                || now_ms - self.errored_at[i] > FLUSH_PATIENCE_MS)
-    }
-
-    /// Re-arms pair `p` after both ends settled: resets both QPs (emptying their queues)
-    /// and connects them to each other again, both restarting at PSN 0. A pair that
-    /// cannot be re-armed is left in the error state for good.
-    pub(crate) fn rearm_pair(&mut self, p: usize) -> Result<(), Errno> {
-        let ends = [2 * p, 2 * p + 1];
-        let bits = (1u64 << ends[0]) | (1 << ends[1]);
-        self.errored &= !bits;
-        self.flushed &= !bits;
-        for e in ends {
-            // SAFETY: live pooled QP.
-            let r = unsafe { shim::krcore_shim_qp_reset(self.pool[e].qp) };
-            if r != 0 {
-                self.broken |= bits;
-                return Err(Errno(-r));
-            }
-        }
-        for e in ends {
-            // SAFETY: live QP; `pool_gid` is 16 bytes, `mac` 6.
-            let r = unsafe {
-                shim::krcore_shim_connect_rc_qp(
-                    self.pool[e].qp,
-                    PORT,
-                    self.sgid_index,
-                    self.pool_gid.as_ptr(),
-                    self.mac.as_ptr(),
-                    self.pool[e ^ 1].qpn,
-                )
-            };
-            if r != 0 {
-                self.broken |= bits;
-                return Err(Errno(-r));
-            }
-        }
-        Ok(())
-    }
-
-    /// Pairs in the pool.
-    pub(crate) fn pairs(&self) -> usize {
-        self.pool.len() / 2
-    }
 
     /// Index in the pool of the QP numbered `qpn`.
     pub(crate) fn qp_index(&self, qpn: u32) -> Option<u32> {
@@ -376,6 +268,59 @@ impl Hw {
             shim::krcore_shim_scratch_free(self.scratch);
         }
         self.dead = true;
+    }
+}
+
+impl Rearm for Hw {
+    fn to_error(&mut self, qp: u32, marker: u64) -> bool {
+        let Some(q) = self.pool.get(qp as usize) else {
+            return false;
+        };
+        if self.dead {
+            return false;
+        }
+        // SAFETY: live pooled QP.
+        let posted = unsafe {
+            shim::krcore_shim_qp_to_error(q.qp);
+            shim::krcore_shim_post_marker(q.qp, marker)
+        };
+        if posted != 0 {
+            pr_warn!("pool QP {}: flush marker not posted ({posted})\n", q.qpn);
+        }
+        posted == 0
+    }
+
+    /// Resets the pairs' QPs (emptying their queues) and connects each to its partner
+    /// again, both restarting at PSN 0.
+    fn rearm(&mut self, first: u32, n: u32) -> Result<(), Errno> {
+        let ends = first as usize..(first + n) as usize;
+        if self.dead || ends.end > self.pool.len() {
+            return Err(Errno::ENODEV);
+        }
+        for e in ends.clone() {
+            // SAFETY: live pooled QP.
+            let r = unsafe { shim::krcore_shim_qp_reset(self.pool[e].qp) };
+            if r != 0 {
+                return Err(Errno(-r));
+            }
+        }
+        for e in ends {
+            // SAFETY: live QP; `pool_gid` is 16 bytes, `mac` 6.
+            let r = unsafe {
+                shim::krcore_shim_connect_rc_qp(
+                    self.pool[e].qp,
+                    PORT,
+                    self.sgid_index,
+                    self.pool_gid.as_ptr(),
+                    self.mac.as_ptr(),
+                    self.pool[e ^ 1].qpn,
+                )
+            };
+            if r != 0 {
+                return Err(Errno(-r));
+            }
+        }
+        Ok(())
     }
 }
 

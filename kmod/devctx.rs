@@ -14,8 +14,11 @@ use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
 
-use crate::abi::engine::{complete_wc, direct_complete, PhysQp, Wc, WcStatus, DIRECT_WR_ID};
+use crate::abi::engine::{
+    complete_wc, direct_complete, PhysQp, Recovery, Wc, WcStatus, DIRECT_WR_ID,
+};
 use crate::abi::compat::{OneFlags, OneOp};
+use crate::abi::cqe::{Cqe, Reason};
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
 use crate::backend::{Hw, POOL_QPS, RECV_DEPTH, SEND_DEPTH};
@@ -33,6 +36,8 @@ const POLL_BATCH: usize = 16;
 pub(crate) struct DevState {
     hw: Hw,
     qps: KVec<PhysQp<KStore>>,
+    /// Recovery of failed pooled QPs, a connected pair at a time.
+    recovery: Recovery,
     /// Rings by id; a closed ring stays until its requests have retired.
     rings: KVec<Option<KBox<RingCtx>>>,
     /// Generation of each ring slot, bumped on reuse.
@@ -62,6 +67,7 @@ impl DevCtx {
             qps,
             rings: KVec::new(),
             gens: KVec::new(),
+            recovery: Recovery::new(2),
         };
         Arc::pin_init(
             pin_init!(DevCtx { state <- new_mutex!(state, "krcore_device") }),
@@ -236,16 +242,26 @@ impl DevCtx {
     /// is published; otherwise every ring is, and closed rings with nothing left are
     /// freed. Returns the completions polled.
     fn poll_and_route(st: &mut DevState, me: Option<u16>) -> usize {
-        let DevState { hw, qps, rings, .. } = st;
+        let DevState {
+            hw,
+            qps,
+            rings,
+            recovery,
+            ..
+        } = st;
         // Every posted request and receive is counted on its QP until its completion is
         // routed, so with none outstanding the CQ holds nothing for us: skip the poll
         // (pure NOP and control traffic then never touches the NIC).
-        let busy = hw.rearming()
+        let busy = recovery.busy()
             || qps
                 .iter()
                 .any(|q| q.outstanding() > 0 || q.recv_outstanding() > 0);
-        let polled = if busy { Self::drain(hw, qps, rings) } else { 0 };
-        let recycled = Self::recover(hw, qps, rings);
+        let polled = if busy {
+            Self::drain(recovery, hw, qps, rings)
+        } else {
+            0
+        };
+        let recycled = Self::recover(recovery, hw, qps, rings);
         if let (0, 0, Some(me)) = (polled, recycled, me) {
             if let Some(Some(r)) = rings.get_mut(me as usize) {
                 r.engine().publish();
@@ -269,47 +285,29 @@ impl DevCtx {
         polled
     }
 
-    /// Recovers failed pooled QPs, a connected pair at a time (an RC pair restarts
-    /// together): both ends go to the error state with a flush marker behind their
-    /// requests; once both have settled, the engine retires what is still owed as
-    /// `QpError` and the pair is reset and connected again. Returns the QPs recycled.
-    fn recover(hw: &mut Hw, qps: &mut KVec<PhysQp<KStore>>, rings: &mut KVec<Option<KBox<RingCtx>>>) -> usize {
-        if !hw.rearming() && !qps.iter().any(|q| q.failed()) {
-            return 0;
-        }
+    /// One step of abi's recovery of failed pooled QPs (engine/recovery.rs): pairs fail,
+    /// flush and are re-armed together. Returns the QPs recycled.
+    fn recover(
+        recovery: &mut Recovery,
+        hw: &mut Hw,
+        qps: &mut KVec<PhysQp<KStore>>,
+        rings: &mut KVec<Option<KBox<RingCtx>>>,
+    ) -> usize {
         let now = Ktime::ktime_get().to_ms();
-        let mut recycled = 0;
-        for p in 0..hw.pairs() {
-            let ends = [2 * p, 2 * p + 1];
-            if ends.iter().any(|&e| qps[e].failed()) {
-                for e in ends {
-                    qps[e].fail();
-                    hw.fail_qp(e, now);
-                }
+        recovery.step(qps.as_mut_slice(), hw, now, |id, done| {
+            if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
+                r.engine().complete(id, done);
             }
-            if ends.iter().all(|&e| hw.settled(e, qps[e].recv_outstanding(), now)) {
-                for e in ends {
-                    qps[e].recycle(|id, done| {
-                        if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
-                            r.engine().complete(id, done);
-                        }
-                    });
-                }
-                recycled += 2;
-                if let Err(e) = hw.rearm_pair(p) {
-                    // Its QPs stay in the error state: their virtual QPs get QpError.
-                    pr_warn!("pool pair {p} could not be re-armed ({e:?}); left failed\n");
-                    for e in ends {
-                        qps[e].fail();
-                    }
-                }
-            }
-        }
-        recycled
+        })
     }
 
     /// Polls the CQ dry, routing every completion. Returns how many it polled.
-    fn drain(hw: &mut Hw, qps: &mut KVec<PhysQp<KStore>>, rings: &mut KVec<Option<KBox<RingCtx>>>) -> usize {
+    fn drain(
+        recovery: &mut Recovery,
+        hw: &mut Hw,
+        qps: &mut KVec<PhysQp<KStore>>,
+        rings: &mut KVec<Option<KBox<RingCtx>>>,
+    ) -> usize {
         // Initializing this buffer is a visible part of an empty enter under emulation:
         // only callers with something outstanding come here.
         let mut wcs = [WcC::default(); POLL_BATCH];
@@ -319,7 +317,7 @@ impl DevCtx {
             polled += n;
             for c in &wcs[..n] {
                 if let Some((qp, wc)) = Self::wc(hw, c) {
-                    Self::route(hw, qps, rings, qp, &wc);
+                    Self::route(recovery, qps, rings, qp, &wc);
                 }
             }
             if n < POLL_BATCH {
@@ -345,8 +343,14 @@ impl DevCtx {
 
     /// Routes one work completion of physical QP `qp` to the rings it completes (or to
     /// the backend, for its own requests).
-    fn route(hw: &mut Hw, qps: &mut KVec<PhysQp<KStore>>, rings: &mut KVec<Option<KBox<RingCtx>>>, qp: u32, wc: &Wc) {
-        if hw.own_completion(qp, wc.wr_id) {
+    fn route(
+        recovery: &mut Recovery,
+        qps: &mut KVec<PhysQp<KStore>>,
+        rings: &mut KVec<Option<KBox<RingCtx>>>,
+        qp: u32,
+        wc: &Wc,
+    ) {
+        if recovery.on_completion(qp, wc.wr_id) {
             return;
         }
         complete_wc(qps.as_mut_slice(), qp, wc, |id, done| {
@@ -366,7 +370,13 @@ impl DevCtx {
         if st.hw.dead() {
             return Err(ENODEV);
         }
-        let DevState { hw, qps, rings, .. } = st;
+        let DevState {
+            hw,
+            qps,
+            rings,
+            recovery,
+            ..
+        } = st;
         let ring = rings.get_mut(slot as usize).and_then(|r| r.as_mut()).ok_or(ENXIO)?;
         op.popped = 1;
         let posted_on = match ring.engine().direct(&op.sqe, qps.as_slice(), hw) {
@@ -377,6 +387,7 @@ impl DevCtx {
             }
         };
         let started = Ktime::ktime_get().to_ms();
+        let mut gave_up = false;
         let mut wcs = [WcC::default(); POLL_BATCH];
         loop {
             let n = hw.poll(&mut wcs);
@@ -389,18 +400,27 @@ impl DevCtx {
                     return Ok(());
                 }
                 // Flushes of a recycled QP, say: route them as usual.
-                Self::route(hw, qps, rings, qp, &wc);
+                Self::route(recovery, qps, rings, qp, &wc);
             }
             if n == 0 {
                 // Not interruptible: a pending "signal" is often only task work (an
                 // io_uring of the same process tearing down), and giving up means
                 // failing the QP. A request that has not completed within a second is
-                // given up on: the QP goes to error, so it flushes and completes.
-                if Ktime::ktime_get().to_ms() - started > DIRECT_PATIENCE_MS
-                    && !qps[posted_on as usize].failed()
-                {
+                // given up on: the QP fails and recovery moves it to the error state, so
+                // the request flushes and completes (before its flush marker, so before
+                // the pair can be re-armed).
+                if !gave_up && Ktime::ktime_get().to_ms() - started > DIRECT_PATIENCE_MS {
+                    gave_up = true;
                     qps[posted_on as usize].fail();
-                    hw.fail_qp(posted_on as usize, Ktime::ktime_get().to_ms());
+                }
+                if gave_up {
+                    Self::recover(recovery, hw, qps, rings);
+                    if !qps[posted_on as usize].failed() {
+                        // Re-armed without its flush (the marker was lost too): the
+                        // queues were emptied, nothing more will come.
+                        op.cqe = Cqe::err(op.sqe.user_data, Reason::QpError);
+                        return Ok(());
+                    }
                 }
                 // Lock held on purpose (see above); rxe's work runs on these CPUs too.
                 // SAFETY: plain scheduling point; sleeping under a mutex is allowed.

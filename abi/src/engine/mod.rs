@@ -16,6 +16,7 @@ mod backend;
 mod complete;
 mod direct;
 mod qp;
+mod recovery;
 mod ring_state;
 mod submit;
 mod table;
@@ -31,6 +32,7 @@ pub use backend::{
 pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use qp::PhysQp;
+pub use recovery::{Rearm, Recovery, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS};
 pub use ring_state::{
     Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,
 };

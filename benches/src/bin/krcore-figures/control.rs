@@ -17,7 +17,7 @@ use krcore_uring::abi::sqe::Sqe;
 use krcore_uring::{Builder, Device};
 use verify::verbs::{Context, Endpoint, RcQp, ROCE_V2_GID_INDEX};
 
-use crate::paths::{run, GID};
+use crate::paths::{leak, run, GID};
 
 /// Process counts measured.
 pub const PROCS: [u32; 4] = [1, 2, 4, 8];
@@ -38,11 +38,6 @@ impl Mode {
             _ => panic!("unknown worker mode {s}"),
         }
     }
-}
-
-fn leak<T>(v: T) -> &'static T {
-    // Benchmark workers exit right after measuring; the kernel reclaims everything.
-    Box::leak(Box::new(v))
 }
 
 /// The peer side of a verbs connection: for each endpoint it receives, creates a QP,

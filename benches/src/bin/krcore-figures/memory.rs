@@ -6,7 +6,7 @@ use krcore_uring::abi::sqe::Sqe;
 use krcore_uring::{Builder, Device, Ring};
 use verify::verbs::{Context, RcQp, ROCE_V2_GID_INDEX};
 
-use crate::paths::{run, GID};
+use crate::paths::{leak, run, GID};
 
 const REPS: usize = 5;
 
@@ -88,7 +88,7 @@ pub fn figures(out: &mut Vec<Record>) {
             krcore_uring::describe_failure(&c)
         );
     }));
-    let ctx: &'static Context = Box::leak(Box::new(Context::open("rxe0", 64).expect("verbs")));
+    let ctx = leak(Context::open("rxe0", 64).expect("verbs"));
     let peer = RcQp::create(ctx, 64).unwrap();
     let pe = peer.endpoint(ROCE_V2_GID_INDEX).unwrap();
     out.push(per_object(

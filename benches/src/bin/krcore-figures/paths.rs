@@ -14,6 +14,12 @@ use verify::verbs::{Context, Mr, RcQp, ROCE_V2_GID_INDEX};
 /// The local RoCE v2 GID of rxe0 in the test VM (::ffff:192.0.2.1).
 pub const GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
 
+/// Keeps `v` for the life of the process: verbs objects borrow their context, and a
+/// figures process exits right after measuring (the kernel reclaims everything).
+pub fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
 /// An 8-byte operation the figures repeat.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -293,8 +299,7 @@ impl Path for KrDirect {
 
 /// User-space verbs on rxe: two connected RC QPs on one context, posted directly.
 pub struct Verbs {
-    // Declared first: QPs and MRs borrow the context, which is leaked for the process's
-    // life (a benchmark process; the kernel reclaims it at exit).
+    // QPs and MRs borrow the context, leaked for the process's life (see `leak`).
     qa: RcQp<'static>,
     qb: RcQp<'static>,
     src: Mr<'static>,
@@ -305,7 +310,7 @@ pub struct Verbs {
 impl Verbs {
     /// Opens rxe0 and connects two QPs to each other.
     pub fn new() -> Verbs {
-        let ctx: &'static Context = Box::leak(Box::new(Context::open("rxe0", 256).expect("verbs")));
+        let ctx = leak(Context::open("rxe0", 256).expect("verbs"));
         let (qa, qb) = (
             RcQp::create(ctx, 64).unwrap(),
             RcQp::create(ctx, 64).unwrap(),
