@@ -434,26 +434,6 @@ impl Backend for Hw {
         Ok(())
     }
 
-    fn reg_mr(&mut self, addr: u64, len: u32, access: MrAccess) -> Result<MrKeys, Errno> {
-        if self.dead {
-            return Err(Errno::ENODEV);
-        }
-        // SAFETY: live PD; called from the enter ioctl, so `current` owns the memory, as
-        // ib_reg_user_mr requires. The pages stay pinned until dereg.
-        let mr = unsafe { shim::krcore_shim_reg_user_mr(self.pd, addr, len as u64, access.bits()) };
-        if let Some(e) = ptr_err(mr) {
-            return Err(e);
-        }
-        // SAFETY: just registered.
-        let (lkey, rkey) =
-            unsafe { (shim::krcore_shim_mr_lkey(mr), shim::krcore_shim_mr_rkey(mr)) };
-        Ok(MrKeys {
-            lkey,
-            rkey,
-            token: mr as u64,
-        })
-    }
-
     fn dereg_mr(&mut self, keys: MrKeys) {
         // SAFETY: `token` is the ib_mr registered by `reg_mr`; the engine deregisters each
         // once, with nothing in flight (or with the device's QPs destroyed).
@@ -483,4 +463,45 @@ impl Backend for Hw {
     fn disconnect(&mut self, _qp: u32) {
         // Pooled QPs stay connected for the next CONNECT; the engine tracks bindings.
     }
+
+    fn descriptor(&mut self) -> u64 {
+        // SAFETY: plain call.
+        unsafe { shim::krcore_shim_random_u64() }
+    }
+}
+
+/// A device's PD, lent to a registration that runs without the device lock.
+///
+/// # Invariants
+/// Valid while the device context counts the registration in progress: its removal
+/// waits for that count to drop to zero before it frees the PD.
+#[derive(Clone, Copy)]
+pub(crate) struct PdRef(*mut IbPd);
+
+impl Hw {
+    /// The PD, for a registration the caller counts (see [`PdRef`]); `None` once the
+    /// device is gone.
+    pub(crate) fn pd(&self) -> Option<PdRef> {
+        // INVARIANT: the caller counts the registration before releasing the lock.
+        (!self.dead).then_some(PdRef(self.pd))
+    }
+}
+
+/// Pins and registers `[addr, addr + len)` of the calling process with `access`. Called
+/// with no lock held: pinning can fault pages in and sleep. Must run in the process
+/// whose memory it is (the engine's `Caller::Owner`): the pages are charged to
+/// `current`'s address space and its RLIMIT_MEMLOCK, and stay pinned until dereg.
+pub(crate) fn register(pd: PdRef, addr: u64, len: u32, access: MrAccess) -> Result<MrKeys, Errno> {
+    // SAFETY: the PD is live (invariant of PdRef); `current` owns the memory range.
+    let mr = unsafe { shim::krcore_shim_reg_user_mr(pd.0, addr, len as u64, access.bits()) };
+    if let Some(e) = ptr_err(mr) {
+        return Err(e);
+    }
+    // SAFETY: just registered.
+    let (lkey, rkey) = unsafe { (shim::krcore_shim_mr_lkey(mr), shim::krcore_shim_mr_rkey(mr)) };
+    Ok(MrKeys {
+        lkey,
+        rkey,
+        token: mr as u64,
+    })
 }

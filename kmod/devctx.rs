@@ -1,11 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0
 //! A device context: one RDMA device's verbs objects, the engine's accounting of its
-//! physical QPs, and the rings bound to it, all under one mutex.
+//! physical QPs, its exported MRs, and the rings bound to it, all under one mutex.
 //!
-//! Locking: the device mutex serializes every engine call for the device (submission,
-//! completion routing, ring close) — the discipline verify/'s loom models check. A
-//! file's own mutex only guards which device and ring slot it is bound to, and is never
-//! held while the device mutex is taken. Must not be called from an atomic context.
+//! # Lock order
+//!
+//! krcore has three locks, always taken in this order and never the other way:
+//!
+//! 1. a file's `setup_lock` (file.rs): serializes IOC_SETUP on one file;
+//! 2. the registry's `devices` mutex (device.rs): which devices exist;
+//! 3. a device's `state` mutex (here): serializes every engine call for the device
+//!    (submission, completion routing, ring close), as verify/'s loom models assume.
+//!
+//! None is held while user memory is touched: ioctl arguments are copied in before and
+//! out after (the device query collects its rows first), REG_MR pins with no lock held
+//! (the engine's `register` protocol; the registration is counted so the device's
+//! removal waits for it instead of freeing the PD under it), and mmap takes no lock at
+//! all (a file's ring areas are reference-counted and reached through its binding).
+//! None is held across a wait for a peer either, except IOC_DIRECT's bounded benchmark
+//! wait. Every function here must be called from a context that may sleep.
 
 use core::ffi::c_long;
 
@@ -15,15 +27,16 @@ use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
 
 use crate::abi::engine::{
-    complete_wc, direct_complete, PhysQp, Recovery, Wc, WcStatus, DIRECT_WR_ID,
+    complete_wc, direct_complete, Caller, ExportSlot, Exports, PhysQp, Recovery, Registration,
+    Stall, Wc, WcStatus, DIRECT_WR_ID,
 };
 use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::cqe::{Cqe, Reason};
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
-use crate::backend::{Hw, POOL_QPS, RECV_DEPTH, SEND_DEPTH};
-use crate::ring_ctx::RingCtx;
-use crate::shim::{self, IbDevice, Vma, WcC};
+use crate::backend::{self, Hw, POOL_QPS, RECV_DEPTH, SEND_DEPTH};
+use crate::ring_ctx::{RingAreas, RingCtx};
+use crate::shim::{self, IbDevice, WcC};
 use crate::store::{KBuf, KStore};
 
 /// How long `IOC_DIRECT` waits for its completion before failing the QP.
@@ -32,10 +45,27 @@ const DIRECT_PATIENCE_MS: i64 = 1000;
 /// Work completions taken from the CQ per poll.
 const POLL_BATCH: usize = 16;
 
+/// Exported MRs a device can hold (a power of two; one slot always stays free).
+const EXPORTS: usize = 1024;
+
+/// What a step of [`DevCtx::until`] asks for next.
+enum Next<T> {
+    /// Finished with a value.
+    Done(T),
+    /// Poll again (after a scheduling point).
+    Again,
+    /// Register memory for the ring without the lock, then step again.
+    Register(Registration),
+}
+
 /// What the device mutex guards.
 pub(crate) struct DevState {
     hw: Hw,
     qps: KVec<PhysQp<KStore>>,
+    /// The MRs the device's rings export (the only source of rkeys on the wire).
+    exports: Exports<KStore>,
+    /// Registrations pinning memory without the lock, each holding a [`backend::PdRef`].
+    registering: u32,
     /// Recovery of failed pooled QPs, a connected pair at a time.
     recovery: Recovery,
     /// Rings by id; a closed ring stays until its requests have retired.
@@ -65,6 +95,8 @@ impl DevCtx {
         let state = DevState {
             hw,
             qps,
+            exports: Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY)?),
+            registering: 0,
             rings: KVec::new(),
             gens: KVec::new(),
             recovery: Recovery::new(2),
@@ -86,8 +118,9 @@ impl DevCtx {
         }
     }
 
-    /// Sets up a ring on this device; returns its slot.
-    pub(crate) fn attach(&self, p: &mut SetupParams) -> Result<u16> {
+    /// Sets up a ring on this device; returns its slot and its areas (which the file
+    /// maps without the device lock).
+    pub(crate) fn attach(&self, p: &mut SetupParams) -> Result<(u16, RingAreas)> {
         let mut st = self.state.lock();
         if st.hw.dead() {
             return Err(ENODEV);
@@ -95,6 +128,10 @@ impl DevCtx {
         let slot = match st.rings.iter().position(|r| r.is_none()) {
             Some(i) => i,
             None if st.rings.len() < u16::MAX as usize => {
+                // Both tables grow together or not at all: a failure between two pushes
+                // would leave them of different lengths.
+                st.rings.reserve(1, GFP_KERNEL)?;
+                st.gens.reserve(1, GFP_KERNEL)?;
                 st.rings.push(None, GFP_KERNEL)?;
                 st.gens.push(0, GFP_KERNEL)?;
                 st.rings.len() - 1
@@ -103,33 +140,35 @@ impl DevCtx {
         };
         let gen = st.gens[slot].wrapping_add(1);
         let ring = RingCtx::setup(p, slot as u16, gen)?;
+        let areas = ring.areas();
         st.gens[slot] = gen;
         st.rings[slot] = Some(ring);
-        Ok(slot as u16)
+        Ok((slot as u16, areas))
     }
 
-    /// Maps ring `slot` at page offset `pgoff`.
-    pub(crate) fn mmap(&self, slot: u16, vma: *mut Vma, pgoff: usize, len: usize) -> Result {
-        let st = self.state.lock();
-        st.rings
-            .get(slot as usize)
-            .and_then(|r| r.as_ref())
-            .ok_or(ENXIO)?
-            .mmap(vma, pgoff, len)
-    }
-
-    /// Submits for ring `slot`, routes completions, and with GETEVENTS waits (polling,
-    /// yielding between polls) until `min_complete` CQEs are ready. Returns SQEs taken.
-    pub(crate) fn enter(&self, slot: u16, args: &EnterArgs) -> Result<c_long> {
+    /// Submits for ring `slot` as `caller`, routes completions, and with GETEVENTS waits
+    /// (polling, yielding between polls) until `min_complete` CQEs are ready. Returns
+    /// SQEs taken.
+    pub(crate) fn enter(&self, slot: u16, args: &EnterArgs, caller: Caller) -> Result<c_long> {
         let flags = args.validate()?;
         let mut taken = 0u32;
-        let done = self.until(|st| {
-            taken += Self::submit(st, slot, args.to_submit - taken)?;
+        let done = self.until(slot, |st| {
+            let (n, reg) = Self::submit(st, slot, args.to_submit - taken, caller)?;
+            taken += n;
+            if let Some(r) = reg {
+                return Ok(Next::Register(r));
+            }
             Self::poll_and_route(st, Some(slot));
             let ring = Self::ring(st, slot)?;
-            Ok((!flags.contains(EnterFlags::GETEVENTS)
-                || ring.engine().cq_unread() >= args.min_complete)
-                .then_some(()))
+            Ok(
+                if !flags.contains(EnterFlags::GETEVENTS)
+                    || ring.engine().cq_unread() >= args.min_complete
+                {
+                    Next::Done(())
+                } else {
+                    Next::Again
+                },
+            )
         })?;
         match done {
             None if taken == 0 => Err(Errno::EINTR.into()),
@@ -140,21 +179,27 @@ impl DevCtx {
     /// The one-op ioctl (abi/src/compat.rs): pushes `op.sqe` into ring `slot`'s SQ and
     /// runs the same submission as enter, then pops one CQE into `op.cqe`, waiting for
     /// it with `WAIT`. A wait interrupted after a push returns with `popped` 0.
-    pub(crate) fn one(&self, slot: u16, op: &mut OneOp) -> Result {
+    pub(crate) fn one(&self, slot: u16, op: &mut OneOp, caller: Caller) -> Result {
         let flags = op.validate()?;
         let pushed = flags.contains(OneFlags::PUSH);
         if pushed && !Self::ring(&mut self.state.lock(), slot)?.app_push(op.sqe) {
             return Err(EAGAIN);
         }
         op.popped = 0;
-        let popped = self.until(|st| {
-            Self::submit(st, slot, u32::MAX)?;
+        let popped = self.until(slot, |st| {
+            if let (_, Some(r)) = Self::submit(st, slot, u32::MAX, caller)? {
+                return Ok(Next::Register(r));
+            }
             Self::poll_and_route(st, Some(slot));
             if !flags.contains(OneFlags::POP) {
-                return Ok(Some(None));
+                return Ok(Next::Done(None));
             }
             let c = Self::ring(st, slot)?.app_pop();
-            Ok((c.is_some() || !flags.contains(OneFlags::WAIT)).then_some(c))
+            Ok(if c.is_some() || !flags.contains(OneFlags::WAIT) {
+                Next::Done(c)
+            } else {
+                Next::Again
+            })
         })?;
         match popped {
             None if !pushed => Err(Errno::EINTR.into()),
@@ -167,12 +212,25 @@ impl DevCtx {
         }
     }
 
-    /// Runs `step` under the device lock until it yields a value, giving up the CPU
-    /// between tries; `None` when a signal arrived first.
-    fn until<T>(&self, mut step: impl FnMut(&mut DevState) -> Result<Option<T>>) -> Result<Option<T>> {
+    /// Runs `step` under the device lock until it yields a value, registering memory
+    /// for ring `slot` without the lock when it asks, and giving up the CPU between
+    /// tries; `None` when a signal arrived first.
+    fn until<T>(
+        &self,
+        slot: u16,
+        mut step: impl FnMut(&mut DevState) -> Result<Next<T>>,
+    ) -> Result<Option<T>> {
         loop {
-            if let Some(v) = step(&mut self.state.lock())? {
-                return Ok(Some(v));
+            // The guard is dropped at the end of this statement: registering takes the
+            // lock again.
+            let next = step(&mut self.state.lock())?;
+            match next {
+                Next::Done(v) => return Ok(Some(v)),
+                Next::Register(r) => {
+                    self.register(slot, r);
+                    continue;
+                }
+                Next::Again => {}
             }
             if kernel::current!().signal_pending() {
                 return Ok(None);
@@ -191,18 +249,71 @@ impl DevCtx {
             .ok_or(ENXIO)
     }
 
-    fn submit(st: &mut DevState, slot: u16, max: u32) -> Result<u32> {
-        let DevState { hw, qps, rings, .. } = st;
+    /// Takes up to `max` SQEs of ring `slot` for `caller`; returns how many, and the
+    /// registration it stopped at, claimed for this caller to carry out.
+    fn submit(
+        st: &mut DevState,
+        slot: u16,
+        max: u32,
+        caller: Caller,
+    ) -> Result<(u32, Option<Registration>)> {
+        let DevState {
+            hw,
+            qps,
+            exports,
+            rings,
+            ..
+        } = st;
         if hw.dead() {
             return Err(ENODEV);
         }
         let ring = rings
             .get_mut(slot as usize)
             .and_then(|r| r.as_mut())
-            .ok_or(ENXIO)?;
-        match ring.engine().submit(qps.as_mut_slice(), hw, max) {
-            Ok(s) => Ok(s.taken),
+            .ok_or(ENXIO)?
+            .engine();
+        match ring.submit(qps.as_mut_slice(), exports, hw, max, caller) {
+            Ok(s) if s.stall == Some(Stall::Register) => Ok((s.taken, ring.claim_registration())),
+            Ok(s) => Ok((s.taken, None)),
             Err(_) => Err(EINVAL),
+        }
+    }
+
+    /// Pins and registers `r` for ring `slot` with no lock held, then records it.
+    fn register(&self, slot: u16, r: Registration) {
+        let pd = {
+            let mut st = self.state.lock();
+            let pd = st.hw.pd();
+            if pd.is_some() {
+                st.registering += 1;
+            }
+            pd
+        };
+        let result = match pd {
+            Some(pd) => backend::register(pd, r.addr, r.len, r.access),
+            None => Err(Errno::ENODEV),
+        };
+        let mut st = self.state.lock();
+        if pd.is_some() {
+            st.registering -= 1;
+        }
+        let DevState {
+            hw, exports, rings, ..
+        } = &mut *st;
+        match rings.get_mut(slot as usize).and_then(|r| r.as_mut()) {
+            Some(ring) => {
+                let e = ring.engine();
+                e.finish_registration(r, result, exports, hw);
+                e.publish();
+                ring.notify();
+            }
+            // Unreachable while the file is open (rings outlive their files' ioctls),
+            // kept so an MR can never leak.
+            None => {
+                if let Ok(keys) = result {
+                    crate::abi::engine::Backend::dereg_mr(hw, keys);
+                }
+            }
         }
     }
 
@@ -213,9 +324,19 @@ impl DevCtx {
 
     /// One step of ring `slot`'s polling thread: take SQEs, route completions. Whether
     /// anything happened; `None` when the ring or the device is gone.
+    /// The polling thread is not the ring owner: a REG_MR it takes fails with
+    /// `NotOwner` (it has no user address space to pin from). A hostile SQ tail parks
+    /// the ring (NEED_WAKEUP set) until the application repairs it and wakes the thread.
     pub(crate) fn poll_step(&self, slot: u16) -> Option<bool> {
         let mut st = self.state.lock();
-        let taken = Self::submit(&mut st, slot, u32::MAX).ok()?;
+        let taken = match Self::submit(&mut st, slot, u32::MAX, Caller::Other) {
+            Ok((n, _)) => n,
+            Err(e) if e == EINVAL => {
+                Self::ring(&mut st, slot).ok()?.engine().sq().park();
+                return None;
+            }
+            Err(_) => return None,
+        };
         let routed = Self::poll_and_route(&mut st, Some(slot));
         Some(taken > 0 || routed > 0)
     }
@@ -245,6 +366,7 @@ impl DevCtx {
         let DevState {
             hw,
             qps,
+            exports,
             rings,
             recovery,
             ..
@@ -273,7 +395,7 @@ impl DevCtx {
             if let Some(r) = slot {
                 let e = r.engine();
                 if e.is_closed() {
-                    if e.release_idle(qps.as_mut_slice(), hw) {
+                    if e.release_idle(qps.as_mut_slice(), exports, hw) {
                         *slot = None;
                     }
                 } else {
@@ -373,13 +495,14 @@ impl DevCtx {
         let DevState {
             hw,
             qps,
+            exports,
             rings,
             recovery,
             ..
         } = st;
         let ring = rings.get_mut(slot as usize).and_then(|r| r.as_mut()).ok_or(ENXIO)?;
         op.popped = 1;
-        let posted_on = match ring.engine().direct(&op.sqe, qps.as_slice(), hw) {
+        let posted_on = match ring.engine().direct(&op.sqe, qps.as_slice(), exports, hw) {
             Ok(qp) => qp,
             Err(c) => {
                 op.cqe = c;
@@ -409,7 +532,10 @@ impl DevCtx {
                 // given up on: the QP fails and recovery moves it to the error state, so
                 // the request flushes and completes (before its flush marker, so before
                 // the pair can be re-armed).
-                if !gave_up && Ktime::ktime_get().to_ms() - started > DIRECT_PATIENCE_MS {
+                // SIGKILL is never task work: a dying caller gives up at once.
+                // SAFETY: plain query of current.
+                let dying = unsafe { shim::krcore_shim_fatal_signal_pending() };
+                if !gave_up && (dying || Ktime::ktime_get().to_ms() - started > DIRECT_PATIENCE_MS) {
                     gave_up = true;
                     qps[posted_on as usize].fail();
                 }
@@ -432,21 +558,38 @@ impl DevCtx {
     /// The file of ring `slot` was closed: no more CQEs; freed once idle.
     pub(crate) fn detach(&self, slot: u16) {
         let mut st = self.state.lock();
-        if let Some(Some(r)) = st.rings.get_mut(slot as usize) {
-            r.engine().close();
+        let DevState { exports, rings, .. } = &mut *st;
+        if let Some(Some(r)) = rings.get_mut(slot as usize) {
+            r.engine().close(exports);
         }
         Self::poll_and_route(&mut st, None);
     }
 
-    /// The device is going away: destroy its QPs (nothing touches memory any more), then
-    /// release every ring's MRs and bindings, then the CQ and PD.
+    /// The device is going away: wait for registrations pinning without the lock (they
+    /// hold the PD), destroy its QPs (nothing touches memory any more), then release
+    /// every ring's MRs and bindings, then the CQ and PD.
     pub(crate) fn remove(&self) {
-        let mut st = self.state.lock();
-        let DevState { hw, qps, rings, .. } = &mut *st;
+        let mut st = loop {
+            let st = self.state.lock();
+            if st.registering == 0 {
+                break st;
+            }
+            drop(st);
+            // A registration pins a bounded range; it ends within its page faults.
+            // SAFETY: plain sleep, no lock held.
+            unsafe { shim::krcore_shim_msleep(1) };
+        };
+        let DevState {
+            hw,
+            qps,
+            exports,
+            rings,
+            ..
+        } = &mut *st;
         hw.destroy_qps();
         for slot in rings.iter_mut() {
             if let Some(r) = slot {
-                r.engine().abandon(qps.as_mut_slice(), hw);
+                r.engine().abandon(qps.as_mut_slice(), exports, hw);
             }
         }
         hw.destroy();

@@ -10,19 +10,62 @@ use kernel::sync::{Arc, Mutex};
 use kernel::uaccess::UserSlice;
 
 use crate::abi::compat::OneOp;
+use crate::abi::engine::Caller;
 use crate::abi::device::{DeviceGid, QueryDevices, ABI_VERSION};
 use crate::abi::errno::Errno;
 use crate::abi::ioctl::{self, Command};
 use crate::abi::layout::{EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams};
 use crate::devctx::DevCtx;
 use crate::device::Registry;
-use crate::shim::{self, Vma};
+use crate::ring_ctx::RingAreas;
+use crate::shim::{self, MmStruct, Vma};
 use crate::sqpoll::Poller;
 
-/// Which device and ring slot a file's rings live in, and their polling thread.
+/// The address space of the process that set up a file's rings: the only one REG_MR
+/// may pin from (the engine's `Caller::Owner`).
+///
+/// # Invariants
+/// `0` is null or holds one `mmgrab` reference (so the identity is never reused while
+/// held), dropped once.
+struct OwnerMm(*mut MmStruct);
+
+// SAFETY: only compared with `current->mm` and dropped; mm_struct references may be
+// dropped from any context that may sleep.
+unsafe impl Send for OwnerMm {}
+// SAFETY: as above.
+unsafe impl Sync for OwnerMm {}
+
+impl OwnerMm {
+    fn current() -> OwnerMm {
+        // SAFETY: plain call; returns a grabbed reference or null.
+        OwnerMm(unsafe { shim::krcore_shim_mm_grab_current() })
+    }
+
+    /// Who the calling thread is to the ring.
+    fn caller(&self) -> Caller {
+        // SAFETY: compares pointers only; the reference keeps the identity unique.
+        if unsafe { shim::krcore_shim_mm_is_current(self.0) } {
+            Caller::Owner
+        } else {
+            Caller::Other
+        }
+    }
+}
+
+impl Drop for OwnerMm {
+    fn drop(&mut self) {
+        // SAFETY: one reference held (invariant), dropped once.
+        unsafe { shim::krcore_shim_mm_drop(self.0) };
+    }
+}
+
+/// Which device and ring slot a file's rings live in, their areas, their owner, and
+/// their polling thread.
 struct Binding {
     dev: Arc<DevCtx>,
     slot: u16,
+    areas: RingAreas,
+    owner: OwnerMm,
     poller: Option<Poller>,
 }
 
@@ -66,7 +109,7 @@ impl FileCtx {
                 if cmd == ioctl::IOC_DIRECT {
                     b.dev.direct(b.slot, &mut op)?;
                 } else {
-                    b.dev.one(b.slot, &mut op)?;
+                    b.dev.one(b.slot, &mut op, b.owner.caller())?;
                 }
                 writer.write(&op)?;
                 Ok(0)
@@ -81,7 +124,7 @@ impl FileCtx {
                         p.wake();
                     }
                 }
-                b.dev.enter(b.slot, &args)
+                b.dev.enter(b.slot, &args, b.owner.caller())
             }
         }
     }
@@ -105,7 +148,7 @@ impl FileCtx {
             return Err(EBUSY);
         }
         let dev = Registry::get().first().ok_or(ENODEV)?;
-        let slot = dev.attach(&mut p)?;
+        let (slot, areas) = dev.attach(&mut p)?;
         let poller = if SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL) {
             match Poller::start(dev.clone(), slot, p.sq_idle_ms) {
                 Ok(p) => Some(p),
@@ -123,6 +166,8 @@ impl FileCtx {
                 Binding {
                     dev: dev.clone(),
                     slot,
+                    areas,
+                    owner: OwnerMm::current(),
                     poller,
                 },
                 GFP_KERNEL,
@@ -142,22 +187,27 @@ impl FileCtx {
     }
 }
 
-/// `IOC_QUERY_DEVICES`: read the argument, write up to `capacity` rows, write it back.
+/// `IOC_QUERY_DEVICES`: read the argument, collect up to `capacity` rows under the
+/// registry lock, write them and the argument back after releasing it.
 fn query_devices(arg: usize) -> Result<c_long> {
     let (mut reader, mut writer) = UserSlice::new(arg, size_of::<QueryDevices>()).reader_writer();
     let mut q: QueryDevices = reader.read()?;
     q.validate()?;
     let cap = q.capacity as usize;
-    let mut rows = UserSlice::new(q.rows as usize, cap * size_of::<DeviceGid>()).writer();
-    let (mut total, mut written) = (0u32, 0u32);
+    let mut collected = KVec::new();
+    let mut total = 0u32;
     Registry::get().for_each_row(|row| {
-        if (written as usize) < cap {
-            rows.write(row)?;
-            written += 1;
+        if collected.len() < cap {
+            collected.push(*row, GFP_KERNEL)?;
         }
         total += 1;
         Ok(())
     })?;
+    let mut rows = UserSlice::new(q.rows as usize, cap * size_of::<DeviceGid>()).writer();
+    for row in collected.iter() {
+        rows.write(row)?;
+    }
+    let written = collected.len() as u32;
     q.abi_version = ABI_VERSION;
     q.n_total = total;
     q.n_written = written;
@@ -195,7 +245,9 @@ extern "C" fn krcore_rs_release(ctx: *mut c_void) {
     let b = ctx.binding.swap(core::ptr::null_mut(), Ordering::Acquire);
     if !b.is_null() {
         // SAFETY: stored by setup from `KBox::into_raw`, taken back once here.
-        let Binding { dev, slot, poller } = KBox::into_inner(unsafe { KBox::from_raw(b) });
+        let Binding {
+            dev, slot, poller, ..
+        } = KBox::into_inner(unsafe { KBox::from_raw(b) });
         // The polling thread stops first (it takes the device lock itself).
         drop(poller);
         dev.detach(slot);
@@ -225,7 +277,7 @@ extern "C" fn krcore_rs_mmap(
     let ctx = unsafe { &*ctx.cast::<FileCtx>() };
     match ctx
         .bound()
-        .and_then(|b| b.dev.mmap(b.slot, vma, pgoff as usize, len as usize))
+        .and_then(|b| b.areas.mmap(vma, pgoff as usize, len as usize))
     {
         Ok(()) => 0,
         Err(e) => e.to_errno(),

@@ -4,6 +4,7 @@
 
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
+use kernel::sync::Arc;
 
 use crate::abi::cqe::Cqe;
 use crate::abi::engine::{Ring, RingStorage, Slot};
@@ -44,11 +45,34 @@ pub(crate) struct RingCtx {
     /// (abi/src/compat.rs). Views into the same areas, so also declared before them.
     app_sq: SqProducer<RawRing<Sqe>>,
     app_cq: CqConsumer<RawRing<Cqe>>,
-    sq: RingArea,
-    cq: RingArea,
+    areas: RingAreas,
     eventfd: Option<EventFd>,
     /// CQEs produced when the eventfd was last signalled.
     signalled: u64,
+}
+
+/// A ring's two areas, reference-counted: the ring holds them until its requests have
+/// retired, the file's binding for mmap (which so needs no device lock), and each
+/// mapping keeps the file, so an area outlives every view of it.
+#[derive(Clone)]
+pub(crate) struct RingAreas {
+    sq: Arc<RingArea>,
+    cq: Arc<RingArea>,
+}
+
+impl RingAreas {
+    /// Maps the area at page offset `pgoff` into `vma`.
+    pub(crate) fn mmap(&self, vma: *mut Vma, pgoff: usize, len: usize) -> Result {
+        let area = match pgoff.checked_mul(PAGE_SIZE).map(|o| o as u64) {
+            Some(OFF_SQ_RING) => &self.sq,
+            Some(OFF_CQ_RING) => &self.cq,
+            _ => return Err(EINVAL),
+        };
+        if len > area.size() {
+            return Err(EINVAL);
+        }
+        area.map(vma)
+    }
 }
 
 fn page_round(n: usize) -> usize {
@@ -60,8 +84,8 @@ impl RingCtx {
     /// Must not be called from an atomic context.
     pub(crate) fn setup(p: &mut SetupParams, id: u16, gen: u16) -> Result<KBox<RingCtx>> {
         p.normalize(size_of::<Sqe>(), size_of::<Cqe>())?;
-        let sq = RingArea::new(page_round(p.sq_off.map_len as usize))?;
-        let cq = RingArea::new(page_round(p.cq_off.map_len as usize))?;
+        let sq = Arc::new(RingArea::new(page_round(p.sq_off.map_len as usize))?, GFP_KERNEL)?;
+        let cq = Arc::new(RingArea::new(page_round(p.cq_off.map_len as usize))?, GFP_KERNEL)?;
         sq.init_header(p.sq_entries);
         cq.init_header(p.cq_entries);
         let inflight = 2 * p.sq_entries as usize;
@@ -73,8 +97,8 @@ impl RingCtx {
             // Room rule: larger than the in-flight table (see engine/ring_state.rs).
             overflow: KBuf::filled(inflight + p.sq_entries as usize, Cqe::default())?,
         };
-        // SAFETY: the views point into `sq` and `cq`, which the RingCtx owns and drops
-        // after every view (field order).
+        // SAFETY: the views point into `sq` and `cq`, which the RingCtx holds references
+        // to and drops after every view (field order).
         let (sq_ring, cq_ring, app_sq, app_cq) = unsafe {
             (
                 sq.ring::<Sqe>(p.sq_entries),
@@ -89,8 +113,7 @@ impl RingCtx {
                 ring,
                 app_sq: SqProducer::new(app_sq),
                 app_cq: CqConsumer::new(app_cq),
-                sq,
-                cq,
+                areas: RingAreas { sq, cq },
                 eventfd: None,
                 signalled: 0,
             },
@@ -98,17 +121,9 @@ impl RingCtx {
         )?)
     }
 
-    /// Maps the ring at page offset `pgoff` into `vma`.
-    pub(crate) fn mmap(&self, vma: *mut Vma, pgoff: usize, len: usize) -> Result {
-        let area = match pgoff.checked_mul(PAGE_SIZE).map(|o| o as u64) {
-            Some(OFF_SQ_RING) => &self.sq,
-            Some(OFF_CQ_RING) => &self.cq,
-            _ => return Err(EINVAL),
-        };
-        if len > area.size() {
-            return Err(EINVAL);
-        }
-        area.map(vma)
+    /// Another reference to the ring's areas.
+    pub(crate) fn areas(&self) -> RingAreas {
+        self.areas.clone()
     }
 
     /// Registers the eventfd `fd` of the calling process (-1: none).

@@ -3,7 +3,10 @@
  * krcore's C shim: the misc device, file operations, mmap entry, ib_client, and
  * wrappers of static inline verbs. No logic lives here; see shim.h.
  */
+#include <linux/delay.h>
 #include <linux/eventfd.h>
+#include <linux/random.h>
+#include <linux/sched/mm.h>
 #include <linux/fs.h>
 #include <linux/kthread.h>
 #include <linux/moduleparam.h>
@@ -93,7 +96,48 @@ void krcore_shim_ring_free(void *mem)
 
 int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem)
 {
+	/*
+	 * A forked child gets no copy of the rings: it shares the parent's file but not
+	 * its address space, and two processes producing into one SQ would break the ring
+	 * protocol's single producer. The child maps the rings itself if it wants them.
+	 */
+	vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND);
 	return remap_vmalloc_range(vma, mem, 0);
+}
+
+struct mm_struct *krcore_shim_mm_grab_current(void)
+{
+	struct mm_struct *mm = current->mm;
+
+	if (mm)
+		mmgrab(mm);
+	return mm;
+}
+
+bool krcore_shim_mm_is_current(struct mm_struct *mm)
+{
+	return mm && current->mm == mm;
+}
+
+void krcore_shim_mm_drop(struct mm_struct *mm)
+{
+	if (mm)
+		mmdrop(mm);
+}
+
+bool krcore_shim_fatal_signal_pending(void)
+{
+	return fatal_signal_pending(current);
+}
+
+u64 krcore_shim_random_u64(void)
+{
+	return get_random_u64();
+}
+
+void krcore_shim_msleep(unsigned int ms)
+{
+	msleep(ms);
 }
 
 long krcore_shim_ptr_err(const void *p)
@@ -157,6 +201,19 @@ int krcore_shim_gid_mac(struct ib_device *dev, u32 port, u32 index, u8 *mac)
 	return ret;
 }
 
+/*
+ * Nothing waits forever on the wire: a pooled QP retries a lost packet and a receiver
+ * without a posted receive (RNR) a bounded number of times, then fails with an error
+ * completion, and recovery re-arms the pair (abi/src/engine/recovery.rs). An rnr_retry
+ * of 7 would mean "retry forever": one user's SEND to a peer that never posts a receive
+ * would then hold the shared QP's send queue for good. min_rnr_timer 14 asks the sender
+ * to wait 1.28 ms between RNR retries, so a receiver has about 8 ms to post one.
+ */
+#define KRCORE_MIN_RNR_TIMER 14
+#define KRCORE_RNR_RETRY 6
+#define KRCORE_RETRY_CNT 7
+#define KRCORE_ACK_TIMEOUT 14 /* 4.096 us * 2^14 = 67 ms per transport retry */
+
 int krcore_shim_connect_rc_qp(struct ib_qp *qp, u32 port, u32 sgid_index, const u8 *dgid,
 			      const u8 *dmac, u32 dqpn)
 {
@@ -181,7 +238,7 @@ int krcore_shim_connect_rc_qp(struct ib_qp *qp, u32 port, u32 sgid_index, const 
 	attr.dest_qp_num = dqpn;
 	attr.rq_psn = 0;
 	attr.max_dest_rd_atomic = 16;
-	attr.min_rnr_timer = 12;
+	attr.min_rnr_timer = KRCORE_MIN_RNR_TIMER;
 	attr.ah_attr.type = rdma_ah_find_type(qp->device, port);
 	rdma_ah_set_port_num(&attr.ah_attr, port);
 	rdma_ah_set_grh(&attr.ah_attr, &gid, 0, sgid_index, 1, 0);
@@ -194,9 +251,9 @@ int krcore_shim_connect_rc_qp(struct ib_qp *qp, u32 port, u32 sgid_index, const 
 
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IB_QPS_RTS;
-	attr.timeout = 14;
-	attr.retry_cnt = 7;
-	attr.rnr_retry = 7;
+	attr.timeout = KRCORE_ACK_TIMEOUT;
+	attr.retry_cnt = KRCORE_RETRY_CNT;
+	attr.rnr_retry = KRCORE_RNR_RETRY;
 	attr.sq_psn = 0;
 	attr.max_rd_atomic = 16;
 	return ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_TIMEOUT | IB_QP_RETRY_CNT |

@@ -65,10 +65,24 @@ struct krcore_port_attr {
 	u32 link_layer;
 };
 
+/* The calling task's address space, pinned as an identity (mmgrab), or NULL for a
+ * kernel thread; krcore_shim_mm_is_current tells whether current runs in it. */
+struct mm_struct;
+struct mm_struct *krcore_shim_mm_grab_current(void);
+bool krcore_shim_mm_is_current(struct mm_struct *mm);
+void krcore_shim_mm_drop(struct mm_struct *mm);
+/* Whether current has SIGKILL pending (fatal_signal_pending). */
+bool krcore_shim_fatal_signal_pending(void);
+/* 64 bits from the kernel's CSPRNG (get_random_u64). */
+u64 krcore_shim_random_u64(void);
+/* Sleeps about ms milliseconds (msleep). */
+void krcore_shim_msleep(unsigned int ms);
+
 /* Ring memory: zeroed, page-aligned, mappable to user space (vmalloc_user), or NULL. */
 void *krcore_shim_ring_alloc(size_t size);
 void krcore_shim_ring_free(void *mem);
-/* Map ring memory into a VMA (remap_vmalloc_range); the VMA may not exceed it. */
+/* Map ring memory into a VMA (remap_vmalloc_range); the VMA may not exceed it. The
+ * mapping is not inherited across fork (VM_DONTCOPY) nor grown (VM_DONTEXPAND). */
 int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem);
 
 /* ---- Verbs: one-line wrappers and struct translation, no decisions ---- */

@@ -78,6 +78,8 @@ opaque! {
     EventfdCtx;
     /// `struct krcore_devwatch`, opaque.
     DevWatch;
+    /// `struct mm_struct`, opaque: only compared and reference-counted.
+    MmStruct;
 }
 
 /// `struct krcore_port_attr`.
@@ -164,6 +166,12 @@ extern "C" {
     pub(crate) fn krcore_shim_poller_start(ctx: *mut c_void) -> *mut PollerC;
     pub(crate) fn krcore_shim_poller_wake(p: *mut PollerC);
     pub(crate) fn krcore_shim_poller_stop(p: *mut PollerC);
+    pub(crate) fn krcore_shim_mm_grab_current() -> *mut MmStruct;
+    pub(crate) fn krcore_shim_mm_is_current(mm: *mut MmStruct) -> bool;
+    pub(crate) fn krcore_shim_mm_drop(mm: *mut MmStruct);
+    pub(crate) fn krcore_shim_random_u64() -> u64;
+    pub(crate) fn krcore_shim_fatal_signal_pending() -> bool;
+    pub(crate) fn krcore_shim_msleep(ms: u32);
     pub(crate) fn krcore_shim_ring_alloc(size: usize) -> *mut c_void;
     pub(crate) fn krcore_shim_ring_free(mem: *mut c_void);
     pub(crate) fn krcore_shim_ring_mmap(vma: *mut Vma, mem: *mut c_void) -> c_int;

@@ -2,16 +2,23 @@
 # Builds the krcore test kernel (Linux 6.12 from Debian's linux-source-6.12, with Rust and
 # rxe) into a cache outside the clone, and reuses it when the key matches.
 #
-#   scripts/kernel.sh dir     print the cache directory for the current key (no build)
-#   scripts/kernel.sh build   build it unless already built; prints progress
+#   scripts/kernel.sh dir [VARIANT]     print the cache directory for the current key
+#   scripts/kernel.sh build [VARIANT]   build it unless already built; prints progress
 #
+# VARIANT is `normal` (the default: kernel/krcore.config) or `debug` (that fragment plus
+# kernel/debug.config: lockdep, sleep-in-atomic checks, KASAN; the suite runs on both).
 # The key covers everything that changes the built tree: the kernel version, the config
-# fragment, this script, and the rustc/clang versions (a Rust module must be built by the
+# fragments, this script, and the rustc/clang versions (a Rust module must be built by the
 # same rustc as the kernel it loads into).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-fragment="$here/kernel/krcore.config"
+variant="${2:-normal}"
+case "$variant" in
+  normal) fragments=("$here/kernel/krcore.config"); suffix="" ;;
+  debug) fragments=("$here/kernel/krcore.config" "$here/kernel/debug.config"); suffix="-debug" ;;
+  *) echo "kernel.sh: unknown variant '$variant' (normal or debug)" >&2; exit 1 ;;
+esac
 tarball=/usr/src/linux-source-6.12.tar.xz
 cache_root="${KRCORE_CACHE:-$HOME/.cache/krcore}"
 
@@ -20,14 +27,14 @@ die() { echo "kernel.sh: $*" >&2; exit 1; }
 [ -f "$tarball" ] || die "$tarball is missing; run 'make deps' (Debian package linux-source-6.12)"
 
 version=$(dpkg-query -W -f='${Version}' linux-source-6.12 2>/dev/null || echo unknown)
-key=$( { cat "$fragment" "$0"; echo "$version"; rustc --version; clang --version | head -1; } \
+key=$( { cat "${fragments[@]}" "$0"; echo "$version"; rustc --version; clang --version | head -1; } \
        | sha256sum | cut -c1-12)
-dir="$cache_root/linux-$version-$key"
+dir="$cache_root/linux-$version$suffix-$key"
 
 case "${1:-build}" in
   dir) echo "$dir"; exit 0 ;;
   build) ;;
-  *) die "usage: kernel.sh dir|build" ;;
+  *) die "usage: kernel.sh dir|build [normal|debug]" ;;
 esac
 
 if [ -f "$dir/.krcore-built" ]; then
@@ -41,8 +48,8 @@ flock 9
 [ -f "$dir/.krcore-built" ] && { echo "[kernel] cached: $dir"; exit 0; }
 
 start=$(date +%s)
-echo "[kernel] building Linux $version (key $key) into $dir"
-echo "[kernel] this takes about 7-10 minutes on 2 cores; progress every 30 s"
+echo "[kernel] building Linux $version, $variant (key $key) into $dir"
+echo "[kernel] this takes about 10-15 minutes on 2 cores; progress every 30 s"
 # Built in place: a kernel tree has absolute paths baked in, so it is never moved. The
 # marker file, written last, says the tree is complete.
 rm -rf "$dir"
@@ -53,7 +60,7 @@ cd "$dir"
 mk() { make LLVM=1 -s "$@"; }
 mk rustavailable >/dev/null || { mk rustavailable || true; die "Rust toolchain not usable for the kernel (see above); run 'make deps'"; }
 mk tinyconfig >/dev/null
-scripts/kconfig/merge_config.sh -m .config "$fragment" >/dev/null
+scripts/kconfig/merge_config.sh -m .config "${fragments[@]}" >/dev/null
 mk olddefconfig >/dev/null
 
 # Kconfig drops options whose dependencies are missing without a word: check each one.
@@ -61,7 +68,7 @@ missing=0
 while IFS= read -r line; do
   case "$line" in CONFIG_*=*) ;; *) continue ;; esac
   grep -qx "$line" .config || { echo "[kernel] option not set after olddefconfig: $line" >&2; missing=1; }
-done < "$fragment"
+done < <(cat "${fragments[@]}")
 [ "$missing" = 0 ] || die "config fragment did not apply"
 
 log="$dir/build.log"

@@ -179,6 +179,13 @@ enum krcore_Reason
   KRCORE_REASON_VERBS = 17,
   // The work completion reported a transport or remote error.
   KRCORE_REASON_REMOTE_ERROR = 18,
+  // Only a thread of the process that set up the ring may pin memory (REG_MR): submit
+  // it through enter from that process, not through the SQ polling thread or from
+  // another process holding the file.
+  KRCORE_REASON_NOT_OWNER = 19,
+  // The export descriptor names no live exported MR: forged, guessed, or revoked (its
+  // MR deregistered or its ring closed).
+  KRCORE_REASON_BAD_DESCRIPTOR = 20,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -208,11 +215,12 @@ struct krcore_Sqe {
   uint32_t mr;
   // Remote address; CONNECT: GID bytes 0..8.
   uint64_t remote_addr;
-  // Imported remote MR handle; IMPORT_MR: the rkey; CONNECT: the service.
+  // Imported remote MR handle; CONNECT: the service.
   uint32_t rmr;
   // Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits.
   uint32_t imm;
-  // CAS compare value; FAA addend; CONNECT: GID bytes 8..16.
+  // CAS compare value; FAA addend; CONNECT: GID bytes 8..16; IMPORT_MR: the export
+  // descriptor.
   uint64_t arg0;
   // CAS swap value.
   uint64_t arg1;

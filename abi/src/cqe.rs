@@ -88,13 +88,20 @@ pub enum Reason {
     Verbs = 17,
     /// The work completion reported a transport or remote error.
     RemoteError = 18,
+    /// Only a thread of the process that set up the ring may pin memory (REG_MR): submit
+    /// it through enter from that process, not through the SQ polling thread or from
+    /// another process holding the file.
+    NotOwner = 19,
+    /// The export descriptor names no live exported MR: forged, guessed, or revoked (its
+    /// MR deregistered or its ring closed).
+    BadDescriptor = 20,
 }
 
 impl Reason {
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
         use Reason::*;
-        const ALL: [Reason; 19] = [
+        const ALL: [Reason; 21] = [
             None,
             BadOpcode,
             UnknownFlags,
@@ -114,6 +121,8 @@ impl Reason {
             RingClosed,
             Verbs,
             RemoteError,
+            NotOwner,
+            BadDescriptor,
         ];
         ALL.get(v as usize).copied()
     }
@@ -132,6 +141,8 @@ impl Reason {
             Reason::NoDevice => Errno::ENODEV,
             Reason::QpError | Reason::RingClosed => Errno::ECANCELED,
             Reason::Verbs | Reason::RemoteError => Errno::EIO,
+            Reason::NotOwner => Errno::EPERM,
+            Reason::BadDescriptor => Errno::EACCES,
         }
     }
 
@@ -157,6 +168,8 @@ impl Reason {
             Reason::RingClosed => "ring closed with the operation in flight",
             Reason::Verbs => "verbs refused the request",
             Reason::RemoteError => "transport or remote error",
+            Reason::NotOwner => "only the ring owner's threads may register memory: use enter",
+            Reason::BadDescriptor => "no live export with this descriptor",
         }
     }
 }
@@ -214,7 +227,7 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_carry_an_errno() {
-        for v in 0..=18u16 {
+        for v in 0..=20u16 {
             let r = Reason::from_u16(v).unwrap();
             assert_eq!(r as u16, v);
             assert_eq!(r.errno().0 == 0, r == Reason::None);
@@ -223,6 +236,6 @@ mod tests {
                 assert_eq!(c.failure(), Some(r));
             }
         }
-        assert_eq!(Reason::from_u16(19), None);
+        assert_eq!(Reason::from_u16(21), None);
     }
 }

@@ -3,11 +3,11 @@
 //! | opcode | fields read | CQE `res` | CQE `aux` |
 //! |---|---|---|---|
 //! | NOP | - | 0 | - |
-//! | REG_MR | `addr`, `len`, `imm` = [`MrAccess`](super::sqe::MrAccess) bits | MR handle | `rkey << 32 \| lkey` |
+//! | REG_MR | `addr`, `len`, `imm` = [`MrAccess`](super::sqe::MrAccess) bits | MR handle | export descriptor (0 without remote access) |
 //! | DEREG_MR | `mr` | 0 | - |
 //! | CONNECT | `remote_addr`+`arg0` = peer GID (16 bytes as laid out), `rmr` = service | virtual QP handle | physical QP number |
 //! | DISCONNECT | `vqp` | 0 | - |
-//! | IMPORT_MR | `vqp`, `remote_addr`, `len`, `rmr` = rkey | remote MR handle | - |
+//! | IMPORT_MR | `vqp`, `remote_addr`, `len`, `arg0` = export descriptor | remote MR handle | - |
 //! | READ, WRITE | `vqp`, `addr`, `len`, `mr`, `remote_addr`, `rmr` | bytes | - |
 //! | WRITE_IMM | as WRITE, and `imm` | bytes | - |
 //! | SEND | `vqp`, `addr`, `len`, `mr` | bytes | - |
@@ -16,7 +16,9 @@
 //! | CAS | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = compare, `arg1` = swap | 8 | - |
 //! | FAA | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = add | 8 | - |
 //!
-//! Atomics write the old remote value into the local 8 bytes, as RDMA does.
+//! Atomics write the old remote value into the local 8 bytes, as RDMA does. No entry
+//! carries an rkey: remote memory is named by the descriptor its owner's REG_MR returned
+//! (see the engine's `export` module), and only the owner's ring may submit REG_MR.
 //!
 //! [`Sqe`]: super::sqe::Sqe
 

@@ -67,7 +67,12 @@ impl PollPolicy {
                 Next::Sleep
             }
             Some(false) => Next::Run,
-            None => Next::Sleep,
+            None => {
+                // The ring is gone, or its SQ unusable (parked, NEED_WAKEUP set): sleep
+                // until woken, and clear the flag on resuming.
+                self.slept = true;
+                Next::Sleep
+            }
         }
     }
 }

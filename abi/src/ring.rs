@@ -298,6 +298,15 @@ impl<M: RingMem> SqConsumer<M> {
         true
     }
 
+    /// Need-wakeup, poller side, when the SQ cannot be used (a hostile tail): announces
+    /// sleep unconditionally, so the application, once it repairs its tail, wakes the
+    /// poller through enter instead of waiting for a thread that will never look.
+    pub fn park(&mut self) {
+        self.mem
+            .flags()
+            .fetch_or(SqFlags::NEED_WAKEUP.bits(), Ordering::Release);
+    }
+
     /// Clears `NEED_WAKEUP` (the poller runs again).
     pub fn woken(&mut self) {
         self.mem

@@ -37,11 +37,12 @@ pub struct Sqe {
     pub mr: u32,
     /// Remote address; CONNECT: GID bytes 0..8.
     pub remote_addr: u64,
-    /// Imported remote MR handle; IMPORT_MR: the rkey; CONNECT: the service.
+    /// Imported remote MR handle; CONNECT: the service.
     pub rmr: u32,
     /// Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits.
     pub imm: u32,
-    /// CAS compare value; FAA addend; CONNECT: GID bytes 8..16.
+    /// CAS compare value; FAA addend; CONNECT: GID bytes 8..16; IMPORT_MR: the export
+    /// descriptor.
     pub arg0: u64,
     /// CAS swap value.
     pub arg1: u64,
@@ -163,14 +164,20 @@ impl Sqe {
         }
     }
 
-    /// IMPORT_MR: the peer behind `vqp` exposes `[remote_addr, remote_addr + len)` under
-    /// `rkey`.
-    pub const fn import_mr(user_data: u64, vqp: u32, remote_addr: u64, len: u32, rkey: u32) -> Sqe {
+    /// IMPORT_MR: `[remote_addr, remote_addr + len)` of the MR the peer behind `vqp`
+    /// exported under `descriptor` (its REG_MR's CQE `aux`).
+    pub const fn import_mr(
+        user_data: u64,
+        vqp: u32,
+        remote_addr: u64,
+        len: u32,
+        descriptor: u64,
+    ) -> Sqe {
         Sqe {
             vqp,
             remote_addr,
             len,
-            rmr: rkey,
+            arg0: descriptor,
             ..Sqe::new(Opcode::ImportMr, user_data)
         }
     }

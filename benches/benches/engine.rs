@@ -100,7 +100,7 @@ fn bench_write(c: &mut Criterion) {
         rig.drain();
         let c = rig.reap(0, 2);
         let (v, mr) = (c[0].res as u32, c[1].res as u32);
-        rig.push(0, &[Sqe::import_mr(3, v, MR, 4096, 7)]);
+        rig.push(0, &[Sqe::import_mr(3, v, MR, 4096, c[1].aux)]);
         rig.drain();
         let rmr = rig.reap(0, 1)[0].res as u32;
         let sqes: Vec<Sqe> = (0..b as u64)

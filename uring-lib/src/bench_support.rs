@@ -60,8 +60,7 @@ pub fn handles(len: usize) -> (Vqp, MemoryRegion, RemoteRegion) {
         MemoryRegion {
             buf,
             handle: 2,
-            lkey: 0x100,
-            rkey: 0x200,
+            descriptor: 0x200,
             registered: false,
         },
         RemoteRegion {

@@ -22,7 +22,7 @@ mod ring;
 
 pub use batch::Batch;
 pub use per_op::PerOp;
-pub use region::{MemoryRegion, RemoteRegion, Vqp};
+pub use region::{MemoryRegion, MrDescriptor, RemoteRegion, Vqp};
 
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};
 pub use error::Error;

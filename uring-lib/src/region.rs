@@ -29,8 +29,7 @@ impl Vqp {
 pub struct MemoryRegion {
     pub(crate) buf: Box<[UnsafeCell<u64>]>,
     pub(crate) handle: u32,
-    pub(crate) lkey: u32,
-    pub(crate) rkey: u32,
+    pub(crate) descriptor: u64,
     pub(crate) registered: bool,
 }
 
@@ -54,14 +53,15 @@ impl MemoryRegion {
         self.buf.as_ptr() as u64
     }
 
-    /// The remote key to give peers.
-    pub fn rkey(&self) -> u32 {
-        self.rkey
-    }
-
-    /// The local key.
-    pub fn lkey(&self) -> u32 {
-        self.lkey
+    /// What a peer needs to import it, when it was registered with a remote right:
+    /// the kernel-issued descriptor and the range. Give it only to peers you admit;
+    /// deregistering the region revokes it.
+    pub fn export(&self) -> Option<MrDescriptor> {
+        (self.descriptor != 0).then(|| MrDescriptor {
+            descriptor: self.descriptor,
+            addr: self.addr(),
+            len: self.len() as u32,
+        })
     }
 
     /// The bytes. No operation on the region is in flight: `&mut self` proves it.
@@ -85,6 +85,19 @@ impl Drop for MemoryRegion {
             std::mem::forget(std::mem::take(&mut self.buf));
         }
     }
+}
+
+/// An exported memory region as its owner hands it to a peer: the kernel-issued
+/// descriptor (unguessable, revoked when the region is deregistered) and the range. A
+/// peer may import any sub-range by narrowing `addr` and `len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrDescriptor {
+    /// The descriptor REG_MR returned.
+    pub descriptor: u64,
+    /// Start address in the owner's address space.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
 }
 
 /// A peer's memory imported for one virtual QP: the only remote range its operations

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 
 use crate::mmap::Mmap;
-use crate::{Batch, Device, Error, MemoryRegion, RemoteRegion, Vqp};
+use crate::{Batch, Device, Error, MemoryRegion, MrDescriptor, RemoteRegion, Vqp};
 
 /// Sizes and options of a ring.
 #[derive(Clone, Copy, Debug)]
@@ -278,8 +278,7 @@ impl Ring {
         Ok(MemoryRegion {
             buf,
             handle: c.res as u32,
-            lkey: c.aux as u32,
-            rkey: (c.aux >> 32) as u32,
+            descriptor: c.aux,
             registered: true,
         })
     }
@@ -291,23 +290,18 @@ impl Ring {
         Ok(())
     }
 
-    /// Imports the peer's memory `[addr, addr + len)` under `rkey`, for `vqp` only.
-    pub fn import(
-        &mut self,
-        vqp: &Vqp,
-        addr: u64,
-        len: u32,
-        rkey: u32,
-    ) -> Result<RemoteRegion, Error> {
+    /// Imports the peer's exported memory `d` for `vqp` only. A descriptor that is not
+    /// live (forged, or revoked by its owner) fails with `BadDescriptor`.
+    pub fn import(&mut self, vqp: &Vqp, d: &MrDescriptor) -> Result<RemoteRegion, Error> {
         let c = self.control(
             "import memory",
-            Sqe::import_mr(0, vqp.handle, addr, len, rkey),
+            Sqe::import_mr(0, vqp.handle, d.addr, d.len, d.descriptor),
         )?;
         Ok(RemoteRegion {
             handle: c.res as u32,
             vqp: vqp.handle,
-            addr,
-            len,
+            addr: d.addr,
+            len: d.len,
         })
     }
 

@@ -5,7 +5,9 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use krcore_abi::engine::{Backend, Connection, MrKeys, PostError, RecvWr, SendWr, Wc, WcStatus};
+use krcore_abi::engine::{
+    Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, Wc, WcStatus,
+};
 use krcore_abi::errno::Errno;
 use krcore_abi::sqe::MrAccess;
 
@@ -49,6 +51,10 @@ pub struct FakeNic {
     rr: u32,
     /// Requests posted in all.
     pub posted: u64,
+    /// The rkey of every one-sided request posted, in order: what reached the wire.
+    pub wire_rkeys: Vec<u32>,
+    /// State of the descriptor generator.
+    seed: u64,
 }
 
 impl FakeNic {
@@ -165,6 +171,23 @@ impl FakeNic {
     }
 }
 
+impl FakeNic {
+    /// Registers memory, as the kernel does outside its locks (the engine's `register`).
+    pub fn reg_mr(&mut self, _addr: u64, _len: u32, _access: MrAccess) -> Result<MrKeys, Errno> {
+        if let Some(e) = self.fail_reg.take() {
+            return Err(e);
+        }
+        self.next_key += 1;
+        let token = self.next_key as u64;
+        self.live_mrs.insert(token);
+        Ok(MrKeys {
+            lkey: self.next_key,
+            rkey: self.next_key | 0x8000_0000,
+            token,
+        })
+    }
+}
+
 impl Backend for FakeNic {
     fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError> {
         let fail_at = self.fail_next_post.take();
@@ -184,6 +207,13 @@ impl Backend for FakeNic {
             q.outstanding += 1;
             q.sq.push_back(*wr);
             self.posted += 1;
+            if let SendKind::Read { rkey, .. }
+            | SendKind::Write { rkey, .. }
+            | SendKind::Cas { rkey, .. }
+            | SendKind::Faa { rkey, .. } = wr.kind
+            {
+                self.wire_rkeys.push(rkey);
+            }
         }
         Ok(())
     }
@@ -211,20 +241,6 @@ impl Backend for FakeNic {
         Ok(())
     }
 
-    fn reg_mr(&mut self, _addr: u64, _len: u32, _access: MrAccess) -> Result<MrKeys, Errno> {
-        if let Some(e) = self.fail_reg.take() {
-            return Err(e);
-        }
-        self.next_key += 1;
-        let token = self.next_key as u64;
-        self.live_mrs.insert(token);
-        Ok(MrKeys {
-            lkey: self.next_key,
-            rkey: self.next_key | 0x8000_0000,
-            token,
-        })
-    }
-
     fn dereg_mr(&mut self, keys: MrKeys) {
         assert!(
             self.live_mrs.remove(&keys.token),
@@ -247,5 +263,15 @@ impl Backend for FakeNic {
         let q = &mut self.qps[qp as usize];
         assert!(q.bound > 0, "disconnect without connect on QP {qp}");
         q.bound -= 1;
+    }
+
+    fn descriptor(&mut self) -> u64 {
+        // Deterministic for reproducible tests (xorshift); the kernel draws from its CSPRNG.
+        let mut x = if self.seed == 0 { 0x9e37_79b9_7f4a_7c15 } else { self.seed };
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.seed = x;
+        x
     }
 }

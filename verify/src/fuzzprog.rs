@@ -61,7 +61,7 @@ fn setup(rig: &mut Rig, r: usize) -> Handles {
     rig.drain();
     let c = rig.reap(r, 2);
     let (vqp, mr) = (c[0].res as u32, c[1].res as u32);
-    rig.push(r, &[Sqe::import_mr(3, vqp, MR, 4096, 5)]);
+    rig.push(r, &[Sqe::import_mr(3, vqp, MR, 4096, c[1].aux)]);
     rig.drain();
     let rmr = rig.reap(r, 1)[0].res as u32;
     Handles { vqp, mr, rmr }

@@ -3,7 +3,8 @@
 
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, Completion, PhysQp, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId,
+    complete_wc, Caller, Completion, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall,
+    Submitted, VecStore, WrId,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
@@ -73,6 +74,8 @@ pub struct Rig {
     pub nic: FakeNic,
     /// The engine's physical QP accounting, one per NIC QP.
     pub qps: Vec<PhysQp<VecStore>>,
+    /// The node's exported MRs.
+    pub exports: Exports<VecStore>,
     /// Rings by id; `None` once closed and released.
     pub rings: Vec<Option<TestRing>>,
     /// Completions that reached no live ring.
@@ -88,6 +91,7 @@ impl Rig {
                 .iter()
                 .map(|&d| PhysQp::new(vec![0; d as usize], recv_depth))
                 .collect(),
+            exports: Exports::new(vec![ExportSlot::EMPTY; 64]),
             rings: Vec::new(),
             dropped: 0,
         }
@@ -128,16 +132,43 @@ impl Rig {
         n
     }
 
-    /// The kernel takes up to `max` SQEs of ring `r`.
+    /// The kernel takes up to `max` SQEs of ring `r`, from its owner.
     pub fn submit(&mut self, r: usize, max: u32) -> Result<Submitted, RingError> {
+        self.submit_as(r, max, Caller::Owner)
+    }
+
+    /// The kernel takes up to `max` SQEs of ring `r` for `caller`, registering memory
+    /// (outside the engine's calls, as the kernel does outside its locks) whenever
+    /// submission stops at a REG_MR.
+    pub fn submit_as(&mut self, r: usize, max: u32, caller: Caller) -> Result<Submitted, RingError> {
         let Rig {
-            nic, qps, rings, ..
+            nic,
+            qps,
+            exports,
+            rings,
+            ..
         } = self;
-        rings[r]
-            .as_mut()
-            .expect("ring closed")
-            .ring
-            .submit(qps, nic, max)
+        let ring = &mut rings[r].as_mut().expect("ring closed").ring;
+        let mut total = 0;
+        loop {
+            let s = ring.submit(qps, exports, nic, max - total, caller)?;
+            total += s.taken;
+            if s.stall != Some(Stall::Register) {
+                return Ok(Submitted {
+                    taken: total,
+                    stall: s.stall,
+                });
+            }
+            let Some(reg) = ring.claim_registration() else {
+                return Ok(Submitted {
+                    taken: total,
+                    stall: s.stall,
+                });
+            };
+            let result = nic.reg_mr(reg.addr, reg.len, reg.access);
+            ring.finish_registration(reg, result, exports, nic);
+            ring.publish();
+        }
     }
 
     /// Polls every work completion the NIC has and routes it; returns how many.
@@ -147,6 +178,7 @@ impl Rig {
             qps,
             rings,
             dropped,
+            ..
         } = self;
         let mut n = 0;
         while let Some((qp, wc)) = nic.poll() {
@@ -175,18 +207,23 @@ impl Rig {
 
     /// Closes ring `r` (the file was closed); it is freed once nothing of it is left.
     pub fn close(&mut self, r: usize) {
-        self.ring(r).ring.close();
+        let Rig { exports, rings, .. } = self;
+        rings[r].as_mut().expect("ring closed").ring.close(exports);
         self.release_closed();
     }
 
     /// Frees closed rings that have nothing left in flight.
     pub fn release_closed(&mut self) {
         let Rig {
-            nic, qps, rings, ..
+            nic,
+            qps,
+            exports,
+            rings,
+            ..
         } = self;
         for slot in rings.iter_mut() {
             if let Some(t) = slot {
-                if t.ring.is_closed() && t.ring.release_idle(qps, nic) {
+                if t.ring.is_closed() && t.ring.release_idle(qps, exports, nic) {
                     *slot = None;
                 }
             }
@@ -210,6 +247,7 @@ impl Rig {
             qps,
             rings,
             dropped,
+            ..
         } = self;
         let mut n = 0;
         for &i in &failed {

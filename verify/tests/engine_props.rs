@@ -63,9 +63,13 @@ fn setup(rig: &mut Rig, r: usize, vqps: usize) -> App {
     assert!(cqes.iter().all(|c| c.res > 0), "setup failed: {cqes:?}");
     let vqp_handles: Vec<u32> = cqes[..vqps].iter().map(|c| c.res as u32).collect();
     let mr = cqes[vqps].res as u32;
+    // The peer's memory: exported by the same node, imported through its descriptor.
+    let exported = run_sync(rig, r, &[Sqe::reg_mr(98, REMOTE_BASE, MR_LEN, access)]);
+    assert!(exported.len() == 1 && exported[0].res > 0, "{exported:?}");
+    let descriptor = exported[0].aux;
     let imports: Vec<Sqe> = vqp_handles
         .iter()
-        .map(|&v| Sqe::import_mr(v as u64, v, REMOTE_BASE, MR_LEN, 0x1234))
+        .map(|&v| Sqe::import_mr(v as u64, v, REMOTE_BASE, MR_LEN, descriptor))
         .collect();
     let cqes = run_sync(rig, r, &imports);
     let rmr = cqes
@@ -466,7 +470,7 @@ fn closed_ring_requests_retire_without_cqes() {
         "the other ring gets exactly its own"
     );
     assert_eq!(rig.qps[0].outstanding(), 0);
-    assert_eq!(rig.nic.live_mrs.len(), 1, "only ring 1's MR is left");
+    assert_eq!(rig.nic.live_mrs.len(), 2, "only ring 1's MRs are left");
 }
 
 #[test]
@@ -550,9 +554,13 @@ fn direct_posts_only_validated_requests_on_an_idle_device() {
     };
     let direct = |rig: &mut Rig, s: &Sqe| {
         let Rig {
-            nic, qps, rings, ..
+            nic,
+            qps,
+            exports,
+            rings,
+            ..
         } = rig;
-        rings[0].as_ref().unwrap().ring.direct(s, qps, nic)
+        rings[0].as_ref().unwrap().ring.direct(s, qps, exports, nic)
     };
     // Rejected exactly as the ring path would, and nothing reaches the NIC.
     let posted = rig.nic.posted;

@@ -15,7 +15,9 @@ use loom::thread;
 
 use core::sync::atomic::Ordering;
 use krcore_abi::cqe::Cqe;
-use krcore_abi::engine::{complete_wc, PhysQp, Ring, RingStorage, Slot, VecStore};
+use krcore_abi::engine::{
+    complete_wc, Caller, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall, VecStore,
+};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::ring::{CqConsumer, CqProducer, IndexCell, RingMem, SqConsumer, SqProducer};
 use krcore_abi::sqe::{MrAccess, Sqe};
@@ -241,6 +243,7 @@ type LRing = Ring<VecStore, LoomRing<Sqe>, LoomRing<Cqe>>;
 struct Device {
     nic: FakeNic,
     qps: Vec<PhysQp<VecStore>>,
+    exports: Exports<VecStore>,
     rings: Vec<LRing>,
 }
 
@@ -265,30 +268,44 @@ fn setup(
     app: &mut SqProducer<LoomRing<Sqe>>,
     cq: &mut CqConsumer<LoomRing<Cqe>>,
 ) -> (u32, u32, u32) {
-    let mut run = |sqe: Sqe| -> i32 {
+    let mut run = |sqe: Sqe| -> Cqe {
         app.push(sqe).unwrap();
         app.publish();
-        let Device { nic, qps, rings } = d;
-        rings[r].submit(qps, nic, 8).unwrap();
+        let Device {
+            nic,
+            qps,
+            exports,
+            rings,
+        } = d;
+        let s = rings[r].submit(qps, exports, nic, 8, Caller::Owner).unwrap();
+        if let Some(reg) = (s.stall == Some(Stall::Register))
+            .then(|| rings[r].claim_registration())
+            .flatten()
+        {
+            let keys = nic.reg_mr(reg.addr, reg.len, reg.access);
+            rings[r].finish_registration(reg, keys, exports, nic);
+            rings[r].publish();
+        }
         let c = cq.pop().unwrap();
         cq.release();
         assert!(c.res > 0, "{c:?}");
-        c.res
+        c
     };
-    let v = run(Sqe::connect(1, [0; 16], 1)) as u32;
+    let v = run(Sqe::connect(1, [0; 16], 1)).res as u32;
     let mr = run(Sqe::reg_mr(
         2,
         MR,
         64,
         MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ,
-    )) as u32;
-    let rmr = run(Sqe::import_mr(3, v, MR, 64, 9)) as u32;
+    ));
+    let rmr = run(Sqe::import_mr(3, v, MR, 64, mr.aux)).res as u32;
+    let mr = mr.res as u32;
     (v, mr, rmr)
 }
 
 /// Polls the NIC and routes completions, under the device lock.
 fn run_nic(d: &mut Device) {
-    let Device { nic, qps, rings } = d;
+    let Device { nic, qps, rings, .. } = d;
     nic.execute(0, usize::MAX, false);
     while let Some((qp, wc)) = nic.poll() {
         complete_wc(qps, qp, &wc, |id, c| {
@@ -312,6 +329,7 @@ fn shared_qp_model(weak: bool) {
         let mut d = Device {
             nic: FakeNic::new(&[2], 2),
             qps: vec![PhysQp::new(vec![0; 2], 2)],
+            exports: Exports::new(vec![ExportSlot::EMPTY; 4]),
             rings: Vec::new(),
         };
         let mut apps = Vec::new();
@@ -331,8 +349,13 @@ fn shared_qp_model(weak: bool) {
                 let dev = dev.clone();
                 thread::spawn(move || {
                     let mut g = dev.lock().unwrap();
-                    let Device { nic, qps, rings } = &mut *g;
-                    rings[r].submit(qps, nic, 8).unwrap();
+                    let Device {
+                        nic,
+                        qps,
+                        exports,
+                        rings,
+                    } = &mut *g;
+                    rings[r].submit(qps, exports, nic, 8, Caller::Owner).unwrap();
                 })
             })
             .collect();
@@ -400,6 +423,7 @@ fn ring_closed_in_flight() {
         let mut d = Device {
             nic: FakeNic::new(&[2], 2),
             qps: vec![PhysQp::new(vec![0; 2], 2)],
+            exports: Exports::new(vec![ExportSlot::EMPTY; 4]),
             rings: Vec::new(),
         };
         let mut apps = Vec::new();
@@ -419,8 +443,13 @@ fn ring_closed_in_flight() {
             ))
             .unwrap();
             p.publish();
-            let Device { nic, qps, rings } = &mut d;
-            rings[r].submit(qps, nic, 8).unwrap();
+            let Device {
+                nic,
+                qps,
+                exports,
+                rings,
+            } = &mut d;
+            rings[r].submit(qps, exports, nic, 8, Caller::Owner).unwrap();
             apps.push(c);
         }
         let dev = Arc::new(Mutex::new(d));
@@ -428,9 +457,14 @@ fn ring_closed_in_flight() {
             let dev = dev.clone();
             thread::spawn(move || {
                 let mut g = dev.lock().unwrap();
-                let Device { nic, qps, rings } = &mut *g;
-                rings[0].close();
-                rings[0].release_idle(qps, nic)
+                let Device {
+                    nic,
+                    qps,
+                    exports,
+                    rings,
+                } = &mut *g;
+                rings[0].close(exports);
+                rings[0].release_idle(qps, exports, nic)
             })
         };
         let poller = {
@@ -445,9 +479,14 @@ fn ring_closed_in_flight() {
         let released_at_close = closer.join().unwrap();
         let closed_first = poller.join().unwrap();
         let mut g = dev.lock().unwrap();
-        let Device { nic, qps, rings } = &mut *g;
+        let Device {
+            nic,
+            qps,
+            exports,
+            rings,
+        } = &mut *g;
         assert!(
-            rings[0].release_idle(qps, nic),
+            rings[0].release_idle(qps, exports, nic),
             "closed ring not released once idle"
         );
         assert!(

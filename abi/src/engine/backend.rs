@@ -3,7 +3,7 @@
 //! and benchmarks with a fake NIC.
 
 use super::errno::Errno;
-use super::sqe::{MrAccess, SqeFlags};
+use super::sqe::SqeFlags;
 
 /// A local buffer: address, length, local key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,12 +172,14 @@ pub trait Backend {
     fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError>;
     /// Posts one receive on physical QP `qp`.
     fn post_recv(&mut self, qp: u32, wr: &RecvWr) -> Result<(), Errno>;
-    /// Registers `[addr, addr + len)` of the calling process with `access`.
-    fn reg_mr(&mut self, addr: u64, len: u32, access: MrAccess) -> Result<MrKeys, Errno>;
-    /// Deregisters an MR; nothing of it is in flight.
+    /// Deregisters an MR; nothing of it is in flight. (Registering is the caller's:
+    /// see [`register`](super::register).)
     fn dereg_mr(&mut self, keys: MrKeys);
     /// Binds to a pooled physical QP connected to `gid`/`service`.
     fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Connection, Errno>;
     /// Releases the binding made by [`connect`](Self::connect).
     fn disconnect(&mut self, qp: u32);
+    /// A fresh unpredictable 64-bit value for an export descriptor (the kernel's
+    /// CSPRNG; see [`export`](super::export)).
+    fn descriptor(&mut self) -> u64;
 }

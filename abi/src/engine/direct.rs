@@ -8,6 +8,7 @@
 use super::backend::{Backend, SendWr, Wc, WcStatus};
 use super::complete::outcome;
 use super::cqe::{Cqe, Reason};
+use super::export::Exports;
 use super::qp::PhysQp;
 use super::ring::RingMem;
 use super::ring_state::{Completion, Ring};
@@ -29,6 +30,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         &self,
         sqe: &Sqe,
         qps: &[PhysQp<S>],
+        exports: &Exports<S>,
         backend: &mut B,
     ) -> Result<u32, Cqe> {
         let ud = sqe.user_data;
@@ -38,7 +40,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             local,
             flags,
             ..
-        } = validate(sqe, &self.tables).map_err(|r| Cqe::err(ud, r))?
+        } = validate(sqe, &self.tables, exports).map_err(|r| Cqe::err(ud, r))?
         else {
             return Err(Cqe::err(ud, Reason::BadOpcode));
         };

@@ -15,8 +15,10 @@
 mod backend;
 mod complete;
 mod direct;
+mod export;
 mod qp;
 mod recovery;
+mod register;
 mod ring_state;
 mod submit;
 mod table;
@@ -31,8 +33,10 @@ pub use backend::{
 };
 pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
+pub use export::{Export, ExportError, ExportSlot, Exports};
 pub use qp::PhysQp;
 pub use recovery::{Rearm, Recovery, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS};
+pub use register::{Caller, Registration};
 pub use ring_state::{
     Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,
 };

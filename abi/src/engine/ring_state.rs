@@ -8,6 +8,7 @@
 use super::backend::{Backend, MrKeys};
 use super::cqe::{Cqe, CqeFlags, Reason};
 use super::errno::Errno;
+use super::export::Exports;
 use super::layout::SqFlags;
 use super::qp::PhysQp;
 use super::ring::{CqProducer, RingMem, SqConsumer};
@@ -41,13 +42,17 @@ pub struct LocalMr {
     pub access: MrAccess,
     /// Keys from the backend.
     pub keys: MrKeys,
+    /// Its export's descriptor (see [`export`](super::export)); 0 when it grants no
+    /// remote access.
+    pub descriptor: u64,
     /// Send-queue requests in flight that use it.
     pub sends: u32,
     /// Receives posted into it.
     pub recvs: u32,
 }
 
-/// A remote MR imported for one virtual QP.
+/// A remote MR imported for one virtual QP: a range of an export, named by its
+/// descriptor, which every use resolves again (so a revoked export stops at once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteMr {
     /// The virtual QP whose peer owns it.
@@ -56,8 +61,8 @@ pub struct RemoteMr {
     pub addr: u64,
     /// Length.
     pub len: u32,
-    /// Remote key.
-    pub rkey: u32,
+    /// The exporter's descriptor.
+    pub descriptor: u64,
 }
 
 /// A request in flight.
@@ -144,6 +149,9 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     closed: bool,
     pub(crate) stats: RingStats,
     pub(crate) chain: Chain,
+    /// A REG_MR taken from the SQ, registered by the caller outside its locks
+    /// (see [`register`](super::register)).
+    pub(crate) registration: super::register::Pending,
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
@@ -171,6 +179,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             closed: false,
             stats: RingStats::default(),
             chain: Chain::new(),
+            registration: super::register::Pending::None,
         }
     }
 
@@ -199,9 +208,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.overflow.len()
     }
 
-    /// Whether another SQE may be taken (the room rule).
+    /// Whether another SQE may be taken (the room rule; a registration in progress owes
+    /// one CQE too).
     pub(crate) fn has_room(&self) -> bool {
-        self.tables.inflight.len() + self.overflow.len() < self.overflow.capacity()
+        self.tables.inflight.len() + self.overflow.len() + self.registration.owes()
+            < self.overflow.capacity()
     }
 
     /// Queues a CQE: to the CQ when it has room and nothing overflowed before it (order
@@ -298,8 +309,18 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
 
     /// Closes the ring: no CQE is written any more; completions still retire its
     /// requests. Call [`release_idle`](Self::release_idle) until it returns `true`.
-    pub fn close(&mut self) {
+    pub fn close(&mut self, exports: &mut Exports<S>) {
         self.closed = true;
+        // Its exports are revoked now, not when its MRs go idle: an importer's next
+        // request fails instead of reaching memory whose owner is gone.
+        for (_, m) in self.tables.mrs.iter() {
+            revoke(exports, m.descriptor, (self.id, self.gen));
+        }
+        // Unclaimed, it was never pinned; claimed, its caller still finishes it (and,
+        // the ring being closed, deregisters it).
+        if matches!(self.registration, super::register::Pending::Taken(_)) {
+            self.registration = super::register::Pending::None;
+        }
     }
 
     /// Whether the ring was closed.
@@ -310,8 +331,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Releases everything at once, in flight or not, writing no CQE: for when the
     /// device is gone. The caller guarantees the hardware can no longer touch the ring's
     /// memory (its QPs are destroyed); the ring may be freed afterwards.
-    pub fn abandon<B: Backend>(&mut self, qps: &mut [PhysQp<S>], backend: &mut B) {
+    pub fn abandon<B: Backend>(
+        &mut self,
+        qps: &mut [PhysQp<S>],
+        exports: &mut Exports<S>,
+        backend: &mut B,
+    ) {
         self.closed = true;
+        let owner = (self.id, self.gen);
         self.tables.inflight.drain_where(|_, _| true);
         self.tables.rmrs.drain_where(|_, _| true);
         self.tables.vqps.drain_where(|_, v| {
@@ -322,6 +349,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             true
         });
         self.tables.mrs.drain_where(|_, m| {
+            revoke(exports, m.descriptor, owner);
             backend.dereg_mr(m.keys);
             true
         });
@@ -329,7 +357,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
 
     /// Releases every virtual QP and MR with nothing in flight; returns `true` when
     /// nothing is left (the ring's memory may be freed).
-    pub fn release_idle<B: Backend>(&mut self, qps: &mut [PhysQp<S>], backend: &mut B) -> bool {
+    pub fn release_idle<B: Backend>(
+        &mut self,
+        qps: &mut [PhysQp<S>],
+        exports: &mut Exports<S>,
+        backend: &mut B,
+    ) -> bool {
+        let owner = (self.id, self.gen);
         let rmrs = &mut self.tables.rmrs;
         self.tables.vqps.drain_where(|h, v| {
             let idle = v.sends == 0 && v.recvs == 0;
@@ -343,10 +377,22 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.tables.mrs.drain_where(|_, m| {
             let idle = m.sends == 0 && m.recvs == 0;
             if idle {
+                revoke(exports, m.descriptor, owner);
                 backend.dereg_mr(m.keys);
             }
             idle
         });
-        self.tables.vqps.is_empty() && self.tables.mrs.is_empty() && self.tables.inflight.is_empty()
+        self.tables.vqps.is_empty()
+            && self.tables.mrs.is_empty()
+            && self.tables.inflight.is_empty()
+            && self.registration == super::register::Pending::None
+    }
+}
+
+/// Removes export `descriptor` if `owner` (a ring's id and generation) still holds it;
+/// a descriptor already revoked (at close) is left alone.
+pub(crate) fn revoke<S: Store>(exports: &mut Exports<S>, descriptor: u64, owner: (u16, u16)) {
+    if exports.get(descriptor).is_some_and(|e| e.owner == owner) {
+        exports.remove(descriptor);
     }
 }

@@ -8,10 +8,12 @@
 use super::backend::{Backend, PostError, RecvWr, SendKind, SendWr, Sge};
 use super::cqe::{Cqe, Reason};
 use super::errno::Errno;
+use super::export::Exports;
 use super::layout::SqFlags;
 use super::qp::PhysQp;
+use super::register::{Caller, Pending, Registration};
 use super::ring::{RingError, RingMem};
-use super::ring_state::{Inflight, LocalMr, Ring, Vqp};
+use super::ring_state::{revoke, Inflight, Ring, Vqp};
 use super::sqe::{Sqe, SqeFlags};
 use super::validate::{validate, Op};
 use super::wrid::WrId;
@@ -31,6 +33,9 @@ pub enum Stall {
     InflightFull,
     /// DISCONNECT or DEREG_MR waits for its object's sends to complete.
     Busy,
+    /// A REG_MR was taken (or is still being registered): the caller registers it
+    /// outside its locks (see [`register`](super::register)), then submits again.
+    Register,
 }
 
 /// What one submission call did.
@@ -82,18 +87,30 @@ const NO_WR: SendWr = SendWr {
 
 enum Step {
     Taken,
+    /// Taken, and submission stops after it.
+    TakenThen(Stall),
     Wait(Stall),
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
-    /// Takes up to `max` SQEs. Fails, taking none, when the SQ tail is hostile.
+    /// Takes up to `max` SQEs for `caller`, validating against this ring's tables and
+    /// the node's `exports`. Fails, taking none, when the SQ tail is hostile.
     pub fn submit<B: Backend>(
         &mut self,
         qps: &mut [PhysQp<S>],
+        exports: &mut Exports<S>,
         backend: &mut B,
         max: u32,
+        caller: Caller,
     ) -> Result<Submitted, RingError> {
         self.flush_overflow();
+        if self.registration != Pending::None {
+            self.publish();
+            return Ok(Submitted {
+                taken: 0,
+                stall: Some(Stall::Register),
+            });
+        }
         let ready = match self.sq.ready() {
             Ok(n) => n,
             Err(e) => {
@@ -110,8 +127,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             let Some(sqe) = self.sq.peek(taken) else {
                 break;
             };
-            match self.step(&sqe, qps, backend) {
+            match self.step(&sqe, qps, exports, backend, caller) {
                 Step::Taken => taken += 1,
+                Step::TakenThen(s) => {
+                    taken += 1;
+                    stall = Some(s);
+                    break;
+                }
                 Step::Wait(s) => {
                     stall = Some(s);
                     break;
@@ -125,9 +147,16 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         Ok(Submitted { taken, stall })
     }
 
-    fn step<B: Backend>(&mut self, sqe: &Sqe, qps: &mut [PhysQp<S>], backend: &mut B) -> Step {
+    fn step<B: Backend>(
+        &mut self,
+        sqe: &Sqe,
+        qps: &mut [PhysQp<S>],
+        exports: &mut Exports<S>,
+        backend: &mut B,
+        caller: Caller,
+    ) -> Step {
         let ud = sqe.user_data;
-        let op = match validate(sqe, &self.tables) {
+        let op = match validate(sqe, &self.tables, exports) {
             Ok(op) => op,
             Err(r) => {
                 self.emit(Cqe::err(ud, r));
@@ -137,23 +166,18 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let t = &mut self.tables;
         let cqe = match op {
             Op::Nop => Cqe::ok(ud, 0, 0),
-            Op::RegMr { addr, len, access } => match backend.reg_mr(addr, len, access) {
-                Err(e) => Cqe::err_errno(ud, Reason::Verbs, e),
-                Ok(keys) => match t.mrs.insert(LocalMr {
+            Op::RegMr { .. } if caller != Caller::Owner => Cqe::err(ud, Reason::NotOwner),
+            Op::RegMr { addr, len, access } => {
+                self.registration = Pending::Taken(Registration {
+                    user_data: ud,
                     addr,
                     len,
                     access,
-                    keys,
-                    sends: 0,
-                    recvs: 0,
-                }) {
-                    Ok(h) => Cqe::ok(ud, h as i32, ((keys.rkey as u64) << 32) | keys.lkey as u64),
-                    Err(_) => {
-                        backend.dereg_mr(keys);
-                        Cqe::err(ud, Reason::TableFull)
-                    }
-                },
-            },
+                });
+                // Our unposted requests go out before the caller drops its locks.
+                self.flush_chain(qps, backend);
+                return Step::TakenThen(Stall::Register);
+            }
             Op::DeregMr { mr } => {
                 let m = *t.mrs.get(mr).expect("validated");
                 if m.recvs > 0 {
@@ -162,6 +186,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     return self.wait_for_sends(qps, backend);
                 } else {
                     t.mrs.remove(mr);
+                    revoke(exports, m.descriptor, (self.id, self.gen));
                     backend.dereg_mr(m.keys);
                     Cqe::ok(ud, 0, 0)
                 }
@@ -214,12 +239,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 vqp,
                 addr,
                 len,
-                rkey,
+                descriptor,
             } => match t.rmrs.insert(super::ring_state::RemoteMr {
                 vqp,
                 addr,
                 len,
-                rkey,
+                descriptor,
             }) {
                 Ok(h) => Cqe::ok(ud, h as i32, 0),
                 Err(_) => Cqe::err(ud, Reason::TableFull),

@@ -3,11 +3,13 @@
 //! The entry is a private copy (the caller copied it out of the shared SQ), so what is
 //! checked here is what is used. Every field an opcode does not read must be zero, every
 //! local range must lie inside one of this ring's MRs with the right access, and every
-//! remote range inside an MR imported for the same virtual QP, whose rkey is the only one
-//! that reaches the wire. A failed check names its [`Reason`].
+//! remote range inside an MR imported for the same virtual QP whose export is still live
+//! and grants the operation's remote right; the export's rkey is the only one that
+//! reaches the wire (see [`export`](super::export)). A failed check names its [`Reason`].
 
 use super::backend::{SendKind, Sge};
 use super::cqe::Reason;
+use super::export::Exports;
 use super::opcode::{Opcode, OPCODE_LAST};
 use super::ring_state::{LocalMr, Tables};
 use super::sqe::{MrAccess, Sqe, SqeFlags};
@@ -40,7 +42,7 @@ const READS: [u16; OPCODE_LAST as usize] = {
     t[Opcode::DeregMr as usize] = MR;
     t[Opcode::Connect as usize] = RADDR | ARG0 | RMR;
     t[Opcode::Disconnect as usize] = VQP;
-    t[Opcode::ImportMr as usize] = VQP | RADDR | LEN | RMR;
+    t[Opcode::ImportMr as usize] = VQP | RADDR | LEN | ARG0;
     t[Opcode::Read as usize] = ONE_SIDED;
     t[Opcode::Write as usize] = ONE_SIDED;
     t[Opcode::WriteImm as usize] = ONE_SIDED | IMM;
@@ -83,7 +85,7 @@ pub enum Op {
         /// Virtual QP handle.
         vqp: u32,
     },
-    /// Import a remote MR for `vqp`.
+    /// Import `[addr, addr + len)` of the export `descriptor` for `vqp`.
     ImportMr {
         /// Virtual QP handle.
         vqp: u32,
@@ -91,8 +93,8 @@ pub enum Op {
         addr: u64,
         /// Length.
         len: u32,
-        /// Remote key.
-        rkey: u32,
+        /// The exporter's descriptor (checked live, the range inside it).
+        descriptor: u64,
     },
     /// A send-queue request on `vqp` using local MR `mr`.
     Send {
@@ -218,7 +220,13 @@ fn local<S: Store>(sqe: &Sqe, t: &Tables<S>, needs_write: bool) -> Result<(Local
     ))
 }
 
-fn remote<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<u32, Reason> {
+/// The rkey for the remote range of `sqe`, which needs the remote right `right`.
+fn remote<S: Store>(
+    sqe: &Sqe,
+    t: &Tables<S>,
+    exports: &Exports<S>,
+    right: MrAccess,
+) -> Result<u32, Reason> {
     let r = t.rmrs.get(sqe.rmr).ok_or(Reason::BadRemoteMr)?;
     if r.vqp != sqe.vqp {
         return Err(Reason::BadRemoteMr);
@@ -226,12 +234,17 @@ fn remote<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<u32, Reason> {
     if !inside(sqe.remote_addr, sqe.len, r.addr, r.len) {
         return Err(Reason::RemoteRange);
     }
-    Ok(r.rkey)
+    // Resolved on every use: a revoked export stops its importers here.
+    let e = exports.get(r.descriptor).ok_or(Reason::BadDescriptor)?;
+    if !e.access.contains(right) {
+        return Err(Reason::MrAccess);
+    }
+    Ok(e.rkey)
 }
 
-/// Validates `sqe` against the ring's tables.
+/// Validates `sqe` against the ring's tables and the node's exports.
 #[inline]
-pub fn validate<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<Op, Reason> {
+pub fn validate<S: Store>(sqe: &Sqe, t: &Tables<S>, exports: &Exports<S>) -> Result<Op, Reason> {
     let op = Opcode::from_u8(sqe.opcode).ok_or(Reason::BadOpcode)?;
     let flags = SqeFlags::from_bits(sqe.flags).ok_or(Reason::UnknownFlags)?;
     reject_unread(sqe, op)?;
@@ -284,11 +297,15 @@ pub fn validate<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<Op, Reason> {
             {
                 return Err(Reason::BadLength);
             }
+            let e = exports.get(sqe.arg0).ok_or(Reason::BadDescriptor)?;
+            if !inside(sqe.remote_addr, sqe.len, e.addr, e.len) {
+                return Err(Reason::RemoteRange);
+            }
             Op::ImportMr {
                 vqp: sqe.vqp,
                 addr: sqe.remote_addr,
                 len: sqe.len,
-                rkey: sqe.rmr,
+                descriptor: sqe.arg0,
             }
         }
         Opcode::Recv => {
@@ -313,7 +330,12 @@ pub fn validate<S: Store>(sqe: &Sqe, t: &Tables<S>) -> Result<Op, Reason> {
         Opcode::Read | Opcode::Write | Opcode::WriteImm | Opcode::Cas | Opcode::Faa => {
             // READ and atomics write into local memory.
             let (_, sge) = local(sqe, t, op == Opcode::Read || op.is_atomic())?;
-            let rkey = remote(sqe, t)?;
+            let right = match op {
+                Opcode::Read => MrAccess::REMOTE_READ,
+                Opcode::Write | Opcode::WriteImm => MrAccess::REMOTE_WRITE,
+                _ => MrAccess::REMOTE_ATOMIC,
+            };
+            let rkey = remote(sqe, t, exports, right)?;
             let remote_addr = sqe.remote_addr;
             let kind = match op {
                 Opcode::Read => SendKind::Read { remote_addr, rkey },

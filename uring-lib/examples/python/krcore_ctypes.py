@@ -123,9 +123,9 @@ def main():
     addr = ctypes.addressof(buf)
     access = c["krcore_MrAccess_LOCAL_WRITE"] | c["krcore_MrAccess_REMOTE_WRITE"] | c["krcore_MrAccess_REMOTE_READ"]
     cqe = ring.run(opcode=c["KRCORE_OPCODE_REG_MR"], user_data=2, addr=addr, len=4096, imm=access)
-    mr, rkey = cqe.res, cqe.aux >> 32
+    mr, descriptor = cqe.res, cqe.aux
     rmr = ring.run(opcode=c["KRCORE_OPCODE_IMPORT_MR"], user_data=3, vqp=vqp, remote_addr=addr,
-                   len=4096, rmr=rkey).res
+                   len=4096, arg0=descriptor).res
     payload = b"written by python"
     ctypes.memmove(addr, payload, len(payload))
     cqe = ring.run(opcode=c["KRCORE_OPCODE_WRITE"], user_data=4, vqp=vqp, mr=mr, addr=addr,

@@ -59,8 +59,9 @@ fn local_gid() -> Res<[u8; 16]> {
         .ok_or_else(|| format!("{DEVICE} has no GID {ROCE_V2_GID_INDEX}"))
 }
 
-/// A krcore worker: bootstrap and read 8 B from the node's region at (addr, rkey).
-fn worker_krcore(gid: [u8; 16], addr: u64, rkey: u32) -> Res<Phases> {
+/// A krcore worker: bootstrap and read 8 B from the node's region at `addr`, exported
+/// under `descriptor`.
+fn worker_krcore(gid: [u8; 16], addr: u64, descriptor: u64) -> Res<Phases> {
     let mut p = Phases::new();
     let t = Instant::now();
     let dev = timed(&mut p, "open", || Device::open().map_err(|e| e.to_string()))?;
@@ -74,7 +75,7 @@ fn worker_krcore(gid: [u8; 16], addr: u64, rkey: u32) -> Res<Phases> {
         run(&mut r, Sqe::reg_mr(2, a, 8, MrAccess::LOCAL_WRITE))
     })?;
     let (rmr, _) = timed(&mut p, "IMPORT_MR", || {
-        run(&mut r, Sqe::import_mr(3, v as u32, addr, 4096, rkey))
+        run(&mut r, Sqe::import_mr(3, v as u32, addr, 4096, descriptor))
     })?;
     timed(&mut p, "READ 8 B", || {
         run(
@@ -218,11 +219,10 @@ fn demo(workers: usize) -> Res<()> {
     let mut region = vec![0u64; 512];
     region[0] = u64::from_ne_bytes(*MAGIC);
     let addr = region.as_ptr() as u64;
-    let (_, keys) = run(
+    let (_, descriptor) = run(
         &mut node,
         Sqe::reg_mr(1, addr, 4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ),
     )?;
-    let rkey = (keys >> 32) as u32;
 
     let gid_hex: String = gid.iter().map(|b| format!("{b:02x}")).collect();
     let mut kr = Vec::new();
@@ -231,7 +231,7 @@ fn demo(workers: usize) -> Res<()> {
             "worker-krcore".into(),
             gid_hex.clone(),
             addr.to_string(),
-            rkey.to_string(),
+            descriptor.to_string(),
         ])?);
     }
     // The first krcore worker built the QP pool (cold); the others found it warm.
@@ -292,11 +292,11 @@ fn main() -> ExitCode {
             let gid: Vec<u8> = (0..16)
                 .filter_map(|i| u8::from_str_radix(args[1].get(2 * i..2 * i + 2)?, 16).ok())
                 .collect();
-            let (addr, rkey) = (args[2].parse().unwrap_or(0), args[3].parse().unwrap_or(0));
+            let (addr, descriptor) = (args[2].parse().unwrap_or(0), args[3].parse().unwrap_or(0));
             print_phases(
                 gid.try_into()
                     .map_err(|_| "bad GID".to_string())
-                    .and_then(|g| worker_krcore(g, addr, rkey)),
+                    .and_then(|g| worker_krcore(g, addr, descriptor)),
             )
         }
         Some("worker-verbs") if args.len() == 2 => print_phases(worker_verbs(&args[1])),

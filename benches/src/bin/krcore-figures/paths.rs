@@ -82,8 +82,8 @@ impl Names {
         let buf = vec![0u64; 512];
         let addr = buf.as_ptr() as u64;
         let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
-        let (mr, keys) = ok(Sqe::reg_mr(3, addr, 4096, access));
-        let (rmr, _) = ok(Sqe::import_mr(4, v1, addr, 4096, (keys >> 32) as u32));
+        let (mr, descriptor) = ok(Sqe::reg_mr(3, addr, 4096, access));
+        let (rmr, _) = ok(Sqe::import_mr(4, v1, addr, 4096, descriptor));
         Names {
             v1,
             v2,

@@ -20,9 +20,9 @@ pub fn safe_batches_and_reasons() -> Result<(), String> {
         *b = i as u8;
     }
     // Imported smaller than the region: the kernel must refuse beyond it.
-    let remote = ring
-        .import(&vqp, mr.addr(), 4096, mr.rkey())
-        .map_err(|e| e.to_string())?;
+    let mut d = mr.export().ok_or("no descriptor for a region with remote rights")?;
+    d.len = 4096;
+    let remote = ring.import(&vqp, &d).map_err(|e| e.to_string())?;
     // A raw entry in flight meanwhile: its completion must not be lost.
     // SAFETY: a NOP names no memory.
     unsafe { ring.push(&Sqe::nop(77)) }.map_err(|e| e.to_string())?;
@@ -95,13 +95,13 @@ pub fn wait_survives_signals() -> Result<(), String> {
     let (v, _) = crate::datapath::ok(&mut r, Sqe::connect(1, LOCAL_GID, 0))?;
     let buf = crate::datapath::Buf::new(512);
     let a = buf.addr();
-    let (mr, keys) = crate::datapath::ok(
+    let (mr, descriptor) = crate::datapath::ok(
         &mut r,
         Sqe::reg_mr(2, a, 4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ),
     )?;
     let (rmr, _) = crate::datapath::ok(
         &mut r,
-        Sqe::import_mr(3, v as u32, a, 4096, (keys >> 32) as u32),
+        Sqe::import_mr(3, v as u32, a, 4096, descriptor),
     )?;
     // SAFETY: plain call.
     let main = unsafe { libc::pthread_self() };

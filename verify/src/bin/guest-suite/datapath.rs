@@ -113,13 +113,10 @@ pub fn every_opcode_moves_the_right_bytes() -> Result<(), String> {
         | MrAccess::REMOTE_READ
         | MrAccess::REMOTE_WRITE
         | MrAccess::REMOTE_ATOMIC;
-    let (mr, keys) = ok(&mut r, Sqe::reg_mr(3, buf.addr(), 4096, access))?;
-    let (mr, rkey) = (mr as u32, (keys >> 32) as u32);
-    println!(
-        "  REG_MR: handle {mr:#x}, lkey {:#x}, rkey {rkey:#x}",
-        keys as u32
-    );
-    let (rmr, _) = ok(&mut r, Sqe::import_mr(4, v1, buf.addr(), 4096, rkey))?;
+    let (mr, descriptor) = ok(&mut r, Sqe::reg_mr(3, buf.addr(), 4096, access))?;
+    let mr = mr as u32;
+    println!("  REG_MR: handle {mr:#x}, descriptor {descriptor:#x}");
+    let (rmr, _) = ok(&mut r, Sqe::import_mr(4, v1, buf.addr(), 4096, descriptor))?;
     let rmr = rmr as u32;
     let a = buf.addr();
 

@@ -8,6 +8,7 @@ mod datapath;
 mod device;
 mod harness;
 mod ioctl;
+mod isolation;
 mod lifecycle;
 mod per_op;
 mod python;
@@ -89,8 +90,28 @@ const TESTS: &[Test] = &[
         run: sharing::thousand_connect_disconnect_cycles,
     },
     Test {
-        name: "recovery::bad_rkey_fails_the_pair_which_recovers",
-        run: recovery::bad_rkey_fails_the_pair_which_recovers,
+        name: "recovery::unreceived_send_fails_the_pair_which_recovers",
+        run: recovery::unreceived_send_fails_the_pair_which_recovers,
+    },
+    Test {
+        name: "isolation::stolen_address_and_rkey_reach_nothing",
+        run: isolation::stolen_address_and_rkey_reach_nothing,
+    },
+    Test {
+        name: "isolation::only_the_owner_pins_memory",
+        run: isolation::only_the_owner_pins_memory,
+    },
+    Test {
+        name: "isolation::fork_does_not_copy_rings",
+        run: isolation::fork_does_not_copy_rings,
+    },
+    Test {
+        name: "isolation::hostile_tail_parks_the_poller",
+        run: isolation::hostile_tail_parks_the_poller,
+    },
+    Test {
+        name: "isolation::pinning_and_mmap_do_not_stall_others",
+        run: isolation::pinning_and_mmap_do_not_stall_others,
     },
     Test {
         name: "rings::nop_batches_complete_in_order",

@@ -26,10 +26,10 @@ pub fn reads_and_rejects_like_the_ring() -> Result<(), String> {
         *b = (i as u8).wrapping_mul(13).wrapping_add(5);
     }
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
-    let (mr, keys) = ok(&mut p, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
+    let (mr, descriptor) = ok(&mut p, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
     let (rmr, _) = ok(
         &mut p,
-        Sqe::import_mr(3, v, buf.addr(), 4096, (keys >> 32) as u32),
+        Sqe::import_mr(3, v, buf.addr(), 4096, descriptor),
     )?;
     let (mr, rmr, a) = (mr as u32, rmr as u32, buf.addr());
 

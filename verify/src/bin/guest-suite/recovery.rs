@@ -1,6 +1,8 @@
-//! A shared pooled QP that fails is recovered: one application's bad request (a READ
-//! with a wrong rkey fails the RC QP on the wire) costs the other users of that pair a
-//! few QpError completions, not the pair.
+//! A shared pooled QP that fails is recovered, and nothing waits forever: a SEND to a
+//! peer with no receive posted exhausts the pair's finite RNR retries (the pool's QPs
+//! retry a bounded number of times, never indefinitely), fails the RC pair on the wire,
+//! and completes with an error in bounded time; the other users of that pair see a few
+//! QpError completions, not a dead pair.
 
 use std::time::{Duration, Instant};
 
@@ -15,32 +17,38 @@ use crate::harness::check;
 /// The pool pair this test breaks (service 3 of 2 pairs: pair 1), away from the others.
 const SERVICE: u32 = 3;
 
-pub fn bad_rkey_fails_the_pair_which_recovers() -> Result<(), String> {
+/// How long a SEND nobody receives may take to fail: the RNR retries (a few ms on
+/// hardware) stretched by emulation.
+const SEND_BOUND: Duration = Duration::from_secs(5);
+
+pub fn unreceived_send_fails_the_pair_which_recovers() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut r = Builder::new(64).build(dev).map_err(|e| e.to_string())?;
+    // Both ends of the pair: `v` sends, nobody posts a receive on the other end.
     let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
     let v = v as u32;
     let mut buf = Buf::new(512);
     buf.bytes_mut()[..8].copy_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
-    let (mr, keys) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
-    let rkey = (keys >> 32) as u32;
+    let (mr, descriptor) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
     let a = buf.addr();
-    let (good, _) = ok(&mut r, Sqe::import_mr(3, v, a, 4096, rkey))?;
-    // The kernel cannot know a peer's rkeys (only the MetaServer could): a wrong one is
-    // imported as given, and the NIC rejects the READ.
-    let (bad, _) = ok(&mut r, Sqe::import_mr(4, v, a, 4096, rkey ^ 0x5a5a))?;
-    let read = |ud, rmr| Sqe::one_sided(Opcode::Read, ud, v, mr as u32, a + 2048, 8, rmr as u32, a);
-    let c = run(&mut r, read(5, bad))?;
+    let (rmr, _) = ok(&mut r, Sqe::import_mr(3, v, a, 4096, descriptor))?;
+    let read = |ud| Sqe::one_sided(Opcode::Read, ud, v, mr as u32, a + 2048, 8, rmr as u32, a);
+    let sent = Instant::now();
+    let c = run(&mut r, Sqe::two_sided(Opcode::Send, 5, v, mr as u32, a, 8))?;
+    let send_took = sent.elapsed();
     check(
         matches!(c.failure(), Some(Reason::RemoteError | Reason::QpError)),
-        || format!("READ with a wrong rkey: {c:?}"),
+        || format!("SEND with no receive anywhere: {c:?}"),
     )?;
+    check(send_took < SEND_BOUND, || {
+        format!("the unreceived SEND took {send_took:?} to fail")
+    })?;
     let failed_at = Instant::now();
     let (mut tries, mut qp_errors) = (0u64, 0);
     loop {
         tries += 1;
-        let c = run(&mut r, read(100 + tries, good))?;
+        let c = run(&mut r, read(100 + tries))?;
         match c.failure() {
             None => break,
             Some(Reason::QpError) => qp_errors += 1,
@@ -55,8 +63,9 @@ pub fn bad_rkey_fails_the_pair_which_recovers() -> Result<(), String> {
         "READ after recovery moved the wrong bytes".into()
     })?;
     println!(
-        "  wrong rkey: {:?}; recovered after {:?} ({qp_errors} QpError completions meanwhile)",
-        Reason::RemoteError,
+        "  unreceived SEND failed after {send_took:?} ({:?}); pair recovered after {:?} \
+         ({qp_errors} QpError completions meanwhile)",
+        c.failure(),
         failed_at.elapsed()
     );
     Ok(())

@@ -138,7 +138,9 @@ pub fn full_cq_overflows_without_loss() -> Result<(), String> {
     })
 }
 
-fn map(dev: &Device, len: usize, off: u64) -> Result<*mut u8, i32> {
+/// A second shared mapping of `len` bytes of the device at `off`, as a hostile
+/// application would make one; unmapped by the caller.
+pub(crate) fn map(dev: &Device, len: usize, off: u64) -> Result<*mut u8, i32> {
     // SAFETY: a fresh shared mapping of the device; unmapped by the caller.
     let p = unsafe {
         libc::mmap(

@@ -27,10 +27,10 @@ pub fn worker(id: u64, hang: bool) -> Result<(), String> {
         *b = (id as u8).wrapping_mul(31).wrapping_add(i as u8);
     }
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
-    let (mr, keys) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
+    let (mr, descriptor) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
     let (rmr, _) = ok(
         &mut r,
-        Sqe::import_mr(3, v, buf.addr(), 4096, (keys >> 32) as u32),
+        Sqe::import_mr(3, v, buf.addr(), 4096, descriptor),
     )?;
     let (mr, rmr, a) = (mr as u32, rmr as u32, buf.addr());
     println!("  worker {id}: qpn {qpn}");

@@ -1,0 +1,167 @@
+//! REG_MR in three steps, so user memory is never pinned under a shared lock.
+//!
+//! Pinning pages can sleep for long (page faults, reclaim) and reaches the caller's
+//! address space, so the engine does not pin. Submission *takes* a REG_MR entry and
+//! stops (`Stall::Register`), leaving a [`Registration`] in the ring; the caller
+//! [`claim`](Ring::claim_registration)s it under its lock, pins and registers with no
+//! lock held, then hands the result to [`finish_registration`](Ring::finish_registration)
+//! under the lock again, which records the MR, exports it when it grants remote access,
+//! and writes the CQE. A ring holds one registration at a time: a second submitter finds
+//! it in progress and stops as well (its claim returns `None`).
+//!
+//! Only the process that set up the ring may pin memory, and only through a thread of
+//! its own ([`Caller::Owner`]): pinning charges the pages to the caller's address space
+//! and memlock limit, and the SQ polling thread has no user address space of its own.
+//! Any other caller gets [`Reason::NotOwner`] for the entry.
+//!
+//! [`Reason::NotOwner`]: super::cqe::Reason::NotOwner
+
+use super::backend::{Backend, MrKeys};
+use super::cqe::{Cqe, Reason};
+use super::errno::Errno;
+use super::export::{Export, ExportError, Exports};
+use super::ring::RingMem;
+use super::ring_state::{LocalMr, Ring};
+use super::sqe::{MrAccess, Sqe};
+use super::Store;
+
+/// Who is submitting, as the kernel tells the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// A thread of the process that set up the ring (the enter or one-op ioctl).
+    Owner,
+    /// Anyone else: the SQ polling thread, or another process holding the file.
+    Other,
+}
+
+/// A REG_MR taken from the SQ, to be pinned by the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// The entry's `user_data`.
+    pub user_data: u64,
+    /// Start address in the owner's address space.
+    pub addr: u64,
+    /// Length.
+    pub len: u32,
+    /// Rights.
+    pub access: MrAccess,
+}
+
+/// The ring's registration slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pending {
+    /// None in progress.
+    None,
+    /// Taken from the SQ, not yet claimed.
+    Taken(Registration),
+    /// Being pinned by a caller.
+    Claimed,
+}
+
+impl Pending {
+    /// CQEs it owes (the room rule counts them).
+    pub(crate) fn owes(&self) -> usize {
+        match self {
+            Pending::None => 0,
+            _ => 1,
+        }
+    }
+}
+
+/// Attempts at drawing an unused descriptor before giving up (a collision of two 64-bit
+/// random values is already improbable).
+const DRAWS: usize = 4;
+
+impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
+    /// Claims the registration submission stopped at, once.
+    pub fn claim_registration(&mut self) -> Option<Registration> {
+        match self.registration {
+            Pending::Taken(r) => {
+                self.registration = Pending::Claimed;
+                Some(r)
+            }
+            _ => None,
+        }
+    }
+
+    /// Completes the claimed registration `r` with the caller's result: records the MR
+    /// and its export (when it grants remote access) and writes the CQE (`res` = MR
+    /// handle, `aux` = descriptor). A closed ring, or a full table, gets the MR
+    /// deregistered through `backend`.
+    pub fn finish_registration<B: Backend>(
+        &mut self,
+        r: Registration,
+        result: Result<MrKeys, Errno>,
+        exports: &mut Exports<S>,
+        backend: &mut B,
+    ) {
+        debug_assert_eq!(self.registration, Pending::Claimed);
+        self.registration = Pending::None;
+        let ud = r.user_data;
+        let keys = match result {
+            Ok(k) => k,
+            Err(e) => return self.emit(Cqe::err_errno(ud, Reason::Verbs, e)),
+        };
+        if self.is_closed() {
+            backend.dereg_mr(keys);
+            return self.emit(Cqe::err(ud, Reason::RingClosed));
+        }
+        let remote = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
+        let descriptor = if r.access.bits() & remote.bits() != 0 {
+            match self.export(&r, keys.rkey, exports, backend) {
+                Some(d) => d,
+                None => {
+                    backend.dereg_mr(keys);
+                    return self.emit(Cqe::err(ud, Reason::TableFull));
+                }
+            }
+        } else {
+            0
+        };
+        let mr = LocalMr {
+            addr: r.addr,
+            len: r.len,
+            access: r.access,
+            keys,
+            descriptor,
+            sends: 0,
+            recvs: 0,
+        };
+        let cqe = match self.tables.mrs.insert(mr) {
+            Ok(h) => Cqe::ok(ud, h as i32, descriptor),
+            Err(_) => {
+                exports.remove(descriptor);
+                backend.dereg_mr(keys);
+                Cqe::err(ud, Reason::TableFull)
+            }
+        };
+        self.emit(cqe);
+    }
+
+    /// Records an export of `r` under a fresh descriptor; `None` when the table is full.
+    fn export<B: Backend>(
+        &self,
+        r: &Registration,
+        rkey: u32,
+        exports: &mut Exports<S>,
+        backend: &mut B,
+    ) -> Option<u64> {
+        for _ in 0..DRAWS {
+            let descriptor = backend.descriptor();
+            let e = Export {
+                descriptor,
+                owner: (self.id, self.gen),
+                addr: r.addr,
+                len: r.len,
+                access: r.access,
+                rkey,
+            };
+            match exports.insert(e) {
+                Ok(()) => return Some(descriptor),
+                Err(ExportError::Full) => return None,
+                Err(ExportError::Taken) => continue,
+            }
+        }
+        None
+    }
+}

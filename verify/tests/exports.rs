@@ -1,0 +1,141 @@
+//! Remote memory is reachable only where its owner allowed it (the engine's `export`
+//! module), and only the ring's owner pins memory (`register`): on a fake NIC, a second
+//! ring armed with the victim's address, its real rkey, every rkey variant a NIC could
+//! have issued, and random guesses gets nothing onto the wire; a revoked export stops its
+//! importers at once; rights are enforced per operation.
+
+use krcore_abi::cqe::{Cqe, Reason};
+use krcore_abi::engine::Caller;
+use krcore_abi::opcode::Opcode;
+use krcore_abi::sqe::{MrAccess, Sqe};
+use verify::rig::{Limits, Rig};
+use verify::rng::Rng;
+
+const VICTIM_MR: u64 = 0x10_0000;
+const ATTACKER_MR: u64 = 0x20_0000;
+const LEN: u32 = 4096;
+
+/// Runs `sqes` on ring `r` to completion; returns their CQEs in order.
+fn run(rig: &mut Rig, r: usize, sqes: &[Sqe]) -> Vec<Cqe> {
+    assert_eq!(rig.push(r, sqes), sqes.len());
+    rig.drain();
+    rig.reap(r, usize::MAX)
+}
+
+fn one(rig: &mut Rig, r: usize, sqe: Sqe) -> Cqe {
+    let c = run(rig, r, &[sqe]);
+    assert_eq!(c.len(), 1, "{c:?}");
+    c[0]
+}
+
+/// A victim ring exporting `access`, an attacker ring with a virtual QP and a local MR.
+/// Returns (victim MR handle, descriptor, rkey the NIC issued, attacker vqp, attacker MR).
+fn scene(rig: &mut Rig, access: MrAccess) -> (u32, u64, u32, u32, u32) {
+    let (victim, attacker) = (rig.open(Limits::default()), rig.open(Limits::default()));
+    assert_eq!((victim, attacker), (0, 1));
+    let c = one(rig, victim, Sqe::reg_mr(1, VICTIM_MR, LEN, access));
+    assert!(c.res > 0 && c.aux != 0, "an export needs a descriptor: {c:?}");
+    // The fake NIC issues rkey = lkey | 2^31, lkeys counting from 1.
+    let issued_rkey = 1 | 0x8000_0000;
+    let v = one(rig, attacker, Sqe::connect(2, [0; 16], 0)).res as u32;
+    let mr = one(
+        rig,
+        attacker,
+        Sqe::reg_mr(3, ATTACKER_MR, LEN, MrAccess::LOCAL_WRITE),
+    );
+    assert_eq!(mr.aux, 0, "no remote right, no export");
+    (c.res as u32, c.aux, issued_rkey, v, mr.res as u32)
+}
+
+#[test]
+fn guessed_and_forged_descriptors_reach_nothing() {
+    let mut rig = Rig::new(&[16, 16], 16);
+    let all = MrAccess::LOCAL_WRITE
+        | MrAccess::REMOTE_READ
+        | MrAccess::REMOTE_WRITE
+        | MrAccess::REMOTE_ATOMIC;
+    let (_, descriptor, rkey, v, _) = scene(&mut rig, all);
+    let mut rng = Rng::new(7);
+    // The victim's rkey and its 256 key-byte variants, as an rxe rkey could have been;
+    // neighbours of the real descriptor; random guesses.
+    let mut guesses: Vec<u64> = (0..256u64)
+        .map(|k| ((rkey as u64) & !0xff) | k)
+        .chain([rkey as u64, 0, descriptor ^ 1, descriptor + 1, descriptor - 1])
+        .collect();
+    guesses.extend((0..2000).map(|_| rng.next_u64()));
+    for (i, &g) in guesses.iter().enumerate() {
+        if g == descriptor {
+            continue;
+        }
+        let c = one(&mut rig, 1, Sqe::import_mr(i as u64, v, VICTIM_MR, LEN, g));
+        assert_eq!(c.failure(), Some(Reason::BadDescriptor), "guess {g:#x}: {c:?}");
+    }
+    // The old ABI's rkey field is not read by IMPORT_MR: nonzero, it is rejected.
+    let mut forged = Sqe::import_mr(9, v, VICTIM_MR, LEN, 0);
+    forged.rmr = rkey;
+    assert_eq!(one(&mut rig, 1, forged).failure(), Some(Reason::ReservedNonzero));
+    // READ/WRITE/atomics with remote handles that were never imported.
+    for h in [0u32, 1, 0x0100_0000, 0x0100_0001, rkey] {
+        let c = one(
+            &mut rig,
+            1,
+            Sqe::one_sided(Opcode::Write, 1, v, 0x0100_0000, ATTACKER_MR, 8, h, VICTIM_MR),
+        );
+        assert!(c.res < 0, "{c:?}");
+    }
+    assert!(rig.nic.wire_rkeys.is_empty(), "an rkey reached the wire: {:?}", rig.nic.wire_rkeys);
+}
+
+#[test]
+fn an_export_is_usable_until_revoked_and_only_with_its_rights() {
+    let mut rig = Rig::new(&[16, 16], 16);
+    let read_only = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+    let (victim_mr, descriptor, rkey, v, mr) = scene(&mut rig, read_only);
+    // Beyond the exported range.
+    let c = one(&mut rig, 1, Sqe::import_mr(1, v, VICTIM_MR, LEN + 8, descriptor));
+    assert_eq!(c.failure(), Some(Reason::RemoteRange));
+    let rmr = one(&mut rig, 1, Sqe::import_mr(2, v, VICTIM_MR + 64, 64, descriptor));
+    assert!(rmr.res > 0, "{rmr:?}");
+    let rmr = rmr.res as u32;
+    let op = |o, ud| Sqe::one_sided(o, ud, v, mr, ATTACKER_MR, 8, rmr, VICTIM_MR + 64);
+    assert_eq!(one(&mut rig, 1, op(Opcode::Read, 3)).res, 8);
+    assert_eq!(rig.nic.wire_rkeys, [rkey], "the export's rkey, and only it");
+    for (o, ud) in [(Opcode::Write, 4), (Opcode::WriteImm, 5)] {
+        assert_eq!(one(&mut rig, 1, op(o, ud)).failure(), Some(Reason::MrAccess));
+    }
+    let faa = Sqe::faa(6, v, mr, ATTACKER_MR, rmr, VICTIM_MR + 64, 1);
+    assert_eq!(one(&mut rig, 1, faa).failure(), Some(Reason::MrAccess));
+    // The owner deregisters: the import stops at once, before the wire.
+    assert_eq!(one(&mut rig, 0, Sqe::dereg_mr(7, victim_mr)).res, 0);
+    assert_eq!(one(&mut rig, 1, op(Opcode::Read, 8)).failure(), Some(Reason::BadDescriptor));
+    let again = Sqe::import_mr(9, v, VICTIM_MR, LEN, descriptor);
+    assert_eq!(one(&mut rig, 1, again).failure(), Some(Reason::BadDescriptor));
+    assert_eq!(rig.nic.wire_rkeys.len(), 1, "nothing more reached the wire");
+}
+
+#[test]
+fn closing_the_owner_revokes_its_exports() {
+    let mut rig = Rig::new(&[16, 16], 16);
+    let (_, descriptor, _, v, mr) = scene(&mut rig, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ);
+    let rmr = one(&mut rig, 1, Sqe::import_mr(1, v, VICTIM_MR, LEN, descriptor)).res as u32;
+    rig.close(0);
+    let read = Sqe::one_sided(Opcode::Read, 2, v, mr, ATTACKER_MR, 8, rmr, VICTIM_MR);
+    assert_eq!(one(&mut rig, 1, read).failure(), Some(Reason::BadDescriptor));
+    assert!(rig.nic.wire_rkeys.is_empty());
+    assert!(rig.exports.is_empty(), "the closed ring's exports are gone");
+}
+
+#[test]
+fn only_the_owner_pins_memory() {
+    let mut rig = Rig::new(&[16], 16);
+    let r = rig.open(Limits::default());
+    rig.push(r, &[Sqe::reg_mr(1, VICTIM_MR, LEN, MrAccess::LOCAL_WRITE), Sqe::nop(2)]);
+    rig.submit_as(r, 64, Caller::Other).unwrap();
+    let c = rig.reap(r, 8);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert_eq!(c[0].failure(), Some(Reason::NotOwner));
+    assert_eq!(c[1].res, 0, "the entries after it proceed");
+    assert!(rig.nic.live_mrs.is_empty(), "nothing was pinned");
+    let c = one(&mut rig, r, Sqe::reg_mr(3, VICTIM_MR, LEN, MrAccess::LOCAL_WRITE));
+    assert!(c.res > 0, "the owner may: {c:?}");
+}
