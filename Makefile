@@ -12,12 +12,17 @@ SHELL := /bin/bash
 KDIR = $(shell scripts/kernel.sh dir)
 BZIMAGE = $(KDIR)/arch/x86/boot/bzImage
 KMOD = $(CURDIR)/kmod/krcore.ko
+# The debug kernel (kernel/debug.config: lockdep, sleep-in-atomic checks, KASAN) and the
+# module built for it, from a copy of the sources (a directory holds one tree's objects).
+KDIR_DEBUG = $(shell scripts/kernel.sh dir debug)
+KMOD_DEBUG_SRC = $(CURDIR)/target/kmod-debug
+KMOD_DEBUG = $(KMOD_DEBUG_SRC)/kmod/krcore.ko
 CARGO ?= cargo
 # Guest runs: the VM runner, with the kernel and module it boots.
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kmod host unit loom fuzz vm-test test demo bench clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-debug test demo bench clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -30,10 +35,20 @@ deps:
 kernel: deps
 	@scripts/kernel.sh build
 
+kernel-debug: deps
+	@scripts/kernel.sh build debug
+
 # The module: Rust + C shim, built against the cached kernel tree.
 kmod: kernel
 	@echo "[kmod] building against $(KDIR)"
 	@$(MAKE) -s -C $(KDIR) M=$(CURDIR)/kmod LLVM=1 modules
+
+kmod-debug: kernel-debug
+	@echo "[kmod] building against $(KDIR_DEBUG)"
+	@mkdir -p $(KMOD_DEBUG_SRC)/kmod $(KMOD_DEBUG_SRC)/abi
+	@cp -p kmod/Kbuild kmod/*.rs kmod/*.c kmod/*.h $(KMOD_DEBUG_SRC)/kmod/
+	@cp -pr abi/src $(KMOD_DEBUG_SRC)/abi/
+	@$(MAKE) -s -C $(KDIR_DEBUG) M=$(KMOD_DEBUG_SRC)/kmod LLVM=1 modules
 
 # Host-side binaries the guest runs (over the read-only 9p root).
 host: deps
@@ -61,7 +76,14 @@ vm-test: kmod host
 	@echo "[test] integration suite in the VM (TCG unless KVM is usable)"
 	@$(VM) --timeout 900 -- $(GUEST_SUITE)
 
-test: unit loom fuzz vm-test
+# The same suite on the debug kernel: any lockdep, KASAN, sleep-in-atomic or list
+# report fails the run (the VM runner's log scan).
+vm-test-debug: kmod-debug host
+	@echo "[test] integration suite in the VM on the debug kernel (lockdep, KASAN)"
+	@$(CARGO) run -q --release -p verify -- vm --kernel $(KDIR_DEBUG)/arch/x86/boot/bzImage \
+		--module $(KMOD_DEBUG) --timeout 2400 -- $(GUEST_SUITE)
+
+test: unit loom fuzz vm-test vm-test-debug
 
 demo: kmod host
 	@$(VM) --timeout 600 -- $(CURDIR)/target/release/krcore-demo

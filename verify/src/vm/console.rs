@@ -9,7 +9,10 @@ pub const DMESG_START: &str = "KRCORE-DMESG-START";
 /// See [`DMESG_START`].
 pub const DMESG_END: &str = "KRCORE-DMESG-END";
 
-/// Kernel log patterns that fail a run whatever the command returned.
+/// Kernel log patterns that fail a run whatever the command returned: the kernel's own
+/// warnings and oopses, kmemleak, and the debug kernel's checkers (lockdep, sleeping in
+/// atomic context, KASAN, list debugging), whose reports do not all carry a WARNING or
+/// BUG header.
 pub const FAILURE_PATTERNS: &[&str] = &[
     "WARNING:",
     "BUG:",
@@ -19,6 +22,15 @@ pub const FAILURE_PATTERNS: &[&str] = &[
     "general protection fault",
     "suspected memory leak",
     "UBSAN:",
+    "KASAN:",
+    "possible circular locking dependency",
+    "possible recursive locking",
+    "inconsistent lock state",
+    "DEBUG_LOCKS_WARN_ON",
+    "sleeping function called from invalid context",
+    "list_add corruption",
+    "list_del corruption",
+    "blocked for more than",
 ];
 
 /// What a finished console says.
@@ -83,6 +95,19 @@ mod tests {
     fn oops_fails_even_with_exit_zero() {
         let v = judge("KRCORE-EXIT=0\nKRCORE-DMESG-START\n[ 2.0] BUG: kernel NULL pointer dereference\n[ 2.0] Call Trace:\nKRCORE-DMESG-END\n");
         assert_eq!(v.kernel_problems.len(), 2);
+    }
+
+    #[test]
+    fn debug_checkers_fail_the_run() {
+        for report in [
+            "[ 3.0] ==================================================================\n[ 3.0] BUG: KASAN: slab-use-after-free in krcore_rs_release+0x1/0x2",
+            "[ 3.0] WARNING: possible circular locking dependency detected",
+            "[ 3.0] BUG: sleeping function called from invalid context at mm/gup.c:1",
+            "[ 3.0] list_del corruption. prev->next should be ff11, but was 0",
+        ] {
+            let v = judge(&format!("KRCORE-EXIT=0\nKRCORE-DMESG-START\n{report}\nKRCORE-DMESG-END\n"));
+            assert!(!v.kernel_problems.is_empty(), "{report}");
+        }
     }
 
     #[test]
