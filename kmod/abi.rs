@@ -22,6 +22,8 @@ pub(crate) mod errno;
 pub(crate) mod ioctl;
 #[path = "../abi/src/layout.rs"]
 pub(crate) mod layout;
+#[path = "../abi/src/limits.rs"]
+pub(crate) mod limits;
 #[path = "../abi/src/opcode.rs"]
 pub(crate) mod opcode;
 #[path = "../abi/src/poller.rs"]

@@ -88,14 +88,14 @@ impl DevCtx {
         let mut qps = KVec::with_capacity(POOL_QPS, GFP_KERNEL)?;
         for _ in 0..POOL_QPS {
             qps.push(
-                PhysQp::new(KBuf::filled(SEND_DEPTH as usize, 0u64)?, RECV_DEPTH),
+                PhysQp::new(KBuf::filled(SEND_DEPTH as usize, 0u64, GFP_KERNEL)?, RECV_DEPTH),
                 GFP_KERNEL,
             )?;
         }
         let state = DevState {
             hw,
             qps,
-            exports: Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY)?),
+            exports: Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY, GFP_KERNEL)?),
             registering: 0,
             rings: KVec::new(),
             gens: KVec::new(),

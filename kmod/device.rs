@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The registry of RDMA devices, fed by the ib_client's add and remove callbacks.
 //!
+//! The registry also keeps the per-user accounting of rings and polling threads.
+//!
 //! Locking: one mutex guards the list. A device pointer in the list is valid while the
 //! mutex is held, because `remove` takes the mutex before the device can go away; so
 //! every use of a device (the query today, device contexts later) happens under it.
-//! Must not be called from an atomic context.
+//! The `users` mutex is a leaf: nothing else is taken while it is held (the order of
+//! all locks is written in devctx.rs). Must not be called from an atomic context.
 
 use core::ffi::{c_int, CStr};
 use core::ptr;
@@ -15,6 +18,7 @@ use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
+use crate::abi::limits::{Limits, Resource, UserTable};
 use crate::devctx::DevCtx;
 use crate::shim::{self, DevWatch, IbDevice, PortAttr};
 
@@ -37,6 +41,23 @@ unsafe impl Send for Device {}
 pub(crate) struct Registry {
     #[pin]
     devices: Mutex<KVec<Device>>,
+    #[pin]
+    users: Mutex<UserTable<USERS>>,
+}
+
+/// Users that may hold rings at once (further ones get `EUSERS`).
+const USERS: usize = 256;
+
+/// One ring or polling thread charged to a user, returned on drop.
+pub(crate) struct UserCharge {
+    uid: u32,
+    what: Resource,
+}
+
+impl Drop for UserCharge {
+    fn drop(&mut self) {
+        Registry::get().users.lock().uncharge(self.uid, self.what);
+    }
 }
 
 /// The registry the C callbacks reach. Set in module init before the shim registers
@@ -46,7 +67,10 @@ static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(ptr::null_mut());
 impl Registry {
     /// An empty registry.
     pub(crate) fn new() -> impl PinInit<Self> {
-        pin_init!(Registry { devices <- new_mutex!(KVec::new(), "krcore_devices") })
+        pin_init!(Registry {
+            devices <- new_mutex!(KVec::new(), "krcore_devices"),
+            users <- new_mutex!(UserTable::default(), "krcore_users"),
+        })
     }
 
     /// Makes `reg` the registry that callbacks see.
@@ -67,6 +91,23 @@ impl Registry {
         // (the shim is registered inside that window and the module cannot unload while
         // a file is open), and the registry lives in the module struct for that window.
         unsafe { &*p }
+    }
+
+    /// Charges one `what` to the calling user, within the module parameters' limits:
+    /// `EDQUOT` past them.
+    pub(crate) fn charge(&self, what: Resource) -> Result<UserCharge> {
+        // SAFETY: plain reads of current's credentials and of module parameters.
+        let (uid, limits) = unsafe {
+            (
+                shim::krcore_shim_current_uid(),
+                Limits {
+                    rings: shim::krcore_shim_max_rings_per_user(),
+                    pollers: shim::krcore_shim_max_sqpoll_per_user(),
+                },
+            )
+        };
+        self.users.lock().charge(uid, what, limits)?;
+        Ok(UserCharge { uid, what })
     }
 
     /// The first device's context (rings bind to it).

@@ -15,8 +15,9 @@ use crate::abi::device::{DeviceGid, QueryDevices, ABI_VERSION};
 use crate::abi::errno::Errno;
 use crate::abi::ioctl::{self, Command};
 use crate::abi::layout::{EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams};
+use crate::abi::limits::Resource;
 use crate::devctx::DevCtx;
-use crate::device::Registry;
+use crate::device::{Registry, UserCharge};
 use crate::ring_ctx::RingAreas;
 use crate::shim::{self, MmStruct, Vma};
 use crate::sqpoll::Poller;
@@ -67,6 +68,9 @@ struct Binding {
     areas: RingAreas,
     owner: OwnerMm,
     poller: Option<Poller>,
+    /// The ring (and polling thread) charged to the user who set it up; returned when
+    /// the binding goes, after the ring is detached.
+    _charges: (UserCharge, Option<UserCharge>),
 }
 
 /// State of one open file: where its rings are, once set up.
@@ -147,9 +151,13 @@ impl FileCtx {
         if !self.binding.load(Ordering::Relaxed).is_null() {
             return Err(EBUSY);
         }
-        let dev = Registry::get().first().ok_or(ENODEV)?;
+        let registry = Registry::get();
+        let sqpoll = SetupFlags::from_bits(p.flags).is_some_and(|f| f.contains(SetupFlags::SQPOLL));
+        let ring_charge = registry.charge(Resource::Ring)?;
+        let poller_charge = sqpoll.then(|| registry.charge(Resource::Poller)).transpose()?;
+        let dev = registry.first().ok_or(ENODEV)?;
         let (slot, areas) = dev.attach(&mut p)?;
-        let poller = if SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL) {
+        let poller = if sqpoll {
             match Poller::start(dev.clone(), slot, p.sq_idle_ms) {
                 Ok(p) => Some(p),
                 Err(e) => {
@@ -169,8 +177,9 @@ impl FileCtx {
                     areas,
                     owner: OwnerMm::current(),
                     poller,
+                    _charges: (ring_charge, poller_charge),
                 },
-                GFP_KERNEL,
+                GFP_KERNEL_ACCOUNT,
             )?)
         });
         match binding {
@@ -222,7 +231,7 @@ extern "C" fn krcore_rs_open(out: *mut *mut c_void) -> c_int {
         setup_lock <- new_mutex!((), "krcore_file"),
         binding: AtomicPtr::new(core::ptr::null_mut()),
     });
-    match KBox::pin_init(init, GFP_KERNEL) {
+    match KBox::pin_init(init, GFP_KERNEL_ACCOUNT) {
         Ok(ctx) => {
             // SAFETY: the context stays pinned: it is only ever used through this pointer
             // and freed in place by `krcore_rs_release`. `out` points at a local of the
@@ -246,11 +255,16 @@ extern "C" fn krcore_rs_release(ctx: *mut c_void) {
     if !b.is_null() {
         // SAFETY: stored by setup from `KBox::into_raw`, taken back once here.
         let Binding {
-            dev, slot, poller, ..
+            dev,
+            slot,
+            poller,
+            _charges,
+            ..
         } = KBox::into_inner(unsafe { KBox::from_raw(b) });
         // The polling thread stops first (it takes the device lock itself).
         drop(poller);
         dev.detach(slot);
+        drop(_charges);
     }
 }
 

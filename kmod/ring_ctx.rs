@@ -83,19 +83,24 @@ impl RingCtx {
     /// Sizes and allocates the rings for `p`, filling in what the kernel grants.
     /// Must not be called from an atomic context.
     pub(crate) fn setup(p: &mut SetupParams, id: u16, gen: u16) -> Result<KBox<RingCtx>> {
-        p.normalize(size_of::<Sqe>(), size_of::<Cqe>())?;
-        let sq = Arc::new(RingArea::new(page_round(p.sq_off.map_len as usize))?, GFP_KERNEL)?;
-        let cq = Arc::new(RingArea::new(page_round(p.cq_off.map_len as usize))?, GFP_KERNEL)?;
+        // SAFETY: reads a module parameter.
+        let max_idle = unsafe { shim::krcore_shim_max_sq_idle_ms() };
+        p.normalize(size_of::<Sqe>(), size_of::<Cqe>(), max_idle)?;
+        let gfp = GFP_KERNEL_ACCOUNT;
+        let sq = Arc::new(RingArea::new(page_round(p.sq_off.map_len as usize))?, gfp)?;
+        let cq = Arc::new(RingArea::new(page_round(p.cq_off.map_len as usize))?, gfp)?;
         sq.init_header(p.sq_entries);
         cq.init_header(p.cq_entries);
         let inflight = 2 * p.sq_entries as usize;
+        // Everything a ring owns is charged to the caller's memory cgroup.
+        let gfp = GFP_KERNEL_ACCOUNT;
         let storage = RingStorage::<KStore> {
-            vqps: KBuf::filled(TABLE_SLOTS, Slot::EMPTY)?,
-            mrs: KBuf::filled(TABLE_SLOTS, Slot::EMPTY)?,
-            rmrs: KBuf::filled(TABLE_SLOTS, Slot::EMPTY)?,
-            inflight: KBuf::filled(inflight, Slot::EMPTY)?,
+            vqps: KBuf::filled(TABLE_SLOTS, Slot::EMPTY, gfp)?,
+            mrs: KBuf::filled(TABLE_SLOTS, Slot::EMPTY, gfp)?,
+            rmrs: KBuf::filled(TABLE_SLOTS, Slot::EMPTY, gfp)?,
+            inflight: KBuf::filled(inflight, Slot::EMPTY, gfp)?,
             // Room rule: larger than the in-flight table (see engine/ring_state.rs).
-            overflow: KBuf::filled(inflight + p.sq_entries as usize, Cqe::default())?,
+            overflow: KBuf::filled(inflight + p.sq_entries as usize, Cqe::default(), gfp)?,
         };
         // SAFETY: the views point into `sq` and `cq`, which the RingCtx holds references
         // to and drops after every view (field order).
@@ -107,7 +112,7 @@ impl RingCtx {
                 cq.ring::<Cqe>(p.cq_entries),
             )
         };
-        let ring = KBox::new(Ring::new(id, gen, sq_ring, cq_ring, storage), GFP_KERNEL)?;
+        let ring = KBox::new(Ring::new(id, gen, sq_ring, cq_ring, storage), gfp)?;
         Ok(KBox::new(
             RingCtx {
                 ring,
@@ -117,7 +122,7 @@ impl RingCtx {
                 eventfd: None,
                 signalled: 0,
             },
-            GFP_KERNEL,
+            gfp,
         )?)
     }
 

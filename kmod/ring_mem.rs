@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Ring memory in the kernel: a vmalloc_user area the application maps, viewed as abi's
+//! Ring memory in the kernel: a vmalloc area the application maps (page by page), viewed as abi's
 //! [`RawRing`].
 
 use core::ffi::c_void;
@@ -44,10 +44,10 @@ impl RingArea {
     /// Maps the area into `vma` (which may not be larger).
     pub(crate) fn map(&self, vma: *mut Vma) -> Result {
         // SAFETY: `vma` is the VMA of the mmap call in progress; the area is a live
-        // vmalloc_user allocation (invariant). remap_vmalloc_range rejects a VMA larger
-        // than the area. The mapping keeps the file, and so this area, alive.
+        // vmalloc allocation of `size` bytes (invariant), and the shim rejects a VMA
+        // larger than that. The mapping keeps the file, and so this area, alive.
         kernel::error::to_result(unsafe {
-            shim::krcore_shim_ring_mmap(vma, self.ptr.cast::<c_void>())
+            shim::krcore_shim_ring_mmap(vma, self.ptr.cast::<c_void>(), self.size)
         })
     }
 

@@ -3,6 +3,7 @@
  * krcore's C shim: the misc device, file operations, mmap entry, ib_client, and
  * wrappers of static inline verbs. No logic lives here; see shim.h.
  */
+#include <linux/cred.h>
 #include <linux/delay.h>
 #include <linux/eventfd.h>
 #include <linux/random.h>
@@ -61,12 +62,53 @@ static const struct file_operations krcore_fops = {
 	.llseek = noop_llseek,
 };
 
+/*
+ * Who may open /dev/krcore. The default lets every local user in, as rdma-core's udev
+ * rules do for /dev/infiniband/uverbs*: krcore is built to be shared by mutually
+ * hostile users (README, "Security model"). A site that wants only a group in loads
+ * the module with dev_mode=0660 and gives the node that group with a udev rule.
+ */
+static ushort dev_mode = 0666;
+module_param(dev_mode, ushort, 0444);
+MODULE_PARM_DESC(dev_mode, "Mode of /dev/krcore (default 0666: every local user)");
+
+static uint max_rings_per_user = 128;
+module_param(max_rings_per_user, uint, 0644);
+MODULE_PARM_DESC(max_rings_per_user, "Rings one user may hold at once (default 128)");
+
+static uint max_sqpoll_per_user = 4;
+module_param(max_sqpoll_per_user, uint, 0644);
+MODULE_PARM_DESC(max_sqpoll_per_user, "SQ polling threads one user may hold at once (default 4)");
+
+static uint max_sq_idle_ms = 10000;
+module_param(max_sq_idle_ms, uint, 0644);
+MODULE_PARM_DESC(max_sq_idle_ms, "Cap on a polling thread's sq_idle_ms (default 10000)");
+
 static struct miscdevice krcore_misc = {
 	.minor = MISC_DYNAMIC_MINOR,
 	.name = "krcore",
 	.fops = &krcore_fops,
-	.mode = 0666,
 };
+
+u32 krcore_shim_max_rings_per_user(void)
+{
+	return READ_ONCE(max_rings_per_user);
+}
+
+u32 krcore_shim_max_sqpoll_per_user(void)
+{
+	return READ_ONCE(max_sqpoll_per_user);
+}
+
+u32 krcore_shim_max_sq_idle_ms(void)
+{
+	return READ_ONCE(max_sq_idle_ms);
+}
+
+u32 krcore_shim_current_uid(void)
+{
+	return from_kuid_munged(&init_user_ns, current_uid());
+}
 
 static int krcore_client_add(struct ib_device *dev)
 {
@@ -84,9 +126,10 @@ static struct ib_client krcore_client = {
 	.remove = krcore_client_remove,
 };
 
+/* Charged to the caller's memory cgroup, like every other allocation a ring owns. */
 void *krcore_shim_ring_alloc(size_t size)
 {
-	return vmalloc_user(size);
+	return __vmalloc(PAGE_ALIGN(size), GFP_KERNEL_ACCOUNT | __GFP_ZERO);
 }
 
 void krcore_shim_ring_free(void *mem)
@@ -94,15 +137,25 @@ void krcore_shim_ring_free(void *mem)
 	vfree(mem);
 }
 
-int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem)
+int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem, size_t size)
 {
 	/*
 	 * A forked child gets no copy of the rings: it shares the parent's file but not
 	 * its address space, and two processes producing into one SQ would break the ring
 	 * protocol's single producer. The child maps the rings itself if it wants them.
 	 */
-	vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND);
-	return remap_vmalloc_range(vma, mem, 0);
+	unsigned long off, len = vma->vm_end - vma->vm_start;
+	int ret;
+
+	if (len > PAGE_ALIGN(size))
+		return -EINVAL;
+	vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
+	for (off = 0; off < len; off += PAGE_SIZE) {
+		ret = vm_insert_page(vma, vma->vm_start + off, vmalloc_to_page(mem + off));
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 struct mm_struct *krcore_shim_mm_grab_current(void)
@@ -588,6 +641,7 @@ int krcore_shim_register(void)
 
 	if (ret)
 		return ret;
+	krcore_misc.mode = dev_mode & 0777;
 	ret = misc_register(&krcore_misc);
 	if (ret)
 		ib_unregister_client(&krcore_client);

@@ -73,17 +73,24 @@ bool krcore_shim_mm_is_current(struct mm_struct *mm);
 void krcore_shim_mm_drop(struct mm_struct *mm);
 /* Whether current has SIGKILL pending (fatal_signal_pending). */
 bool krcore_shim_fatal_signal_pending(void);
+/* Module parameters: per-user limits and the polling idle cap. */
+u32 krcore_shim_max_rings_per_user(void);
+u32 krcore_shim_max_sqpoll_per_user(void);
+u32 krcore_shim_max_sq_idle_ms(void);
+/* The caller's real user id, in the initial user namespace. */
+u32 krcore_shim_current_uid(void);
 /* 64 bits from the kernel's CSPRNG (get_random_u64). */
 u64 krcore_shim_random_u64(void);
 /* Sleeps about ms milliseconds (msleep). */
 void krcore_shim_msleep(unsigned int ms);
 
-/* Ring memory: zeroed, page-aligned, mappable to user space (vmalloc_user), or NULL. */
+/* Ring memory: zeroed, page-aligned, charged to the caller's memory cgroup, mappable
+ * to user space page by page, or NULL. */
 void *krcore_shim_ring_alloc(size_t size);
 void krcore_shim_ring_free(void *mem);
 /* Map ring memory into a VMA (remap_vmalloc_range); the VMA may not exceed it. The
  * mapping is not inherited across fork (VM_DONTCOPY) nor grown (VM_DONTEXPAND). */
-int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem);
+int krcore_shim_ring_mmap(struct vm_area_struct *vma, void *mem, size_t size);
 
 /* ---- Verbs: one-line wrappers and struct translation, no decisions ---- */
 

@@ -170,11 +170,15 @@ extern "C" {
     pub(crate) fn krcore_shim_mm_is_current(mm: *mut MmStruct) -> bool;
     pub(crate) fn krcore_shim_mm_drop(mm: *mut MmStruct);
     pub(crate) fn krcore_shim_random_u64() -> u64;
+    pub(crate) fn krcore_shim_max_rings_per_user() -> u32;
+    pub(crate) fn krcore_shim_max_sqpoll_per_user() -> u32;
+    pub(crate) fn krcore_shim_max_sq_idle_ms() -> u32;
+    pub(crate) fn krcore_shim_current_uid() -> u32;
     pub(crate) fn krcore_shim_fatal_signal_pending() -> bool;
     pub(crate) fn krcore_shim_msleep(ms: u32);
     pub(crate) fn krcore_shim_ring_alloc(size: usize) -> *mut c_void;
     pub(crate) fn krcore_shim_ring_free(mem: *mut c_void);
-    pub(crate) fn krcore_shim_ring_mmap(vma: *mut Vma, mem: *mut c_void) -> c_int;
+    pub(crate) fn krcore_shim_ring_mmap(vma: *mut Vma, mem: *mut c_void, size: usize) -> c_int;
     pub(crate) fn krcore_shim_register() -> c_int;
     pub(crate) fn krcore_shim_unregister();
     pub(crate) fn krcore_shim_dev_name(dev: *mut IbDevice) -> *const c_char;

@@ -46,7 +46,7 @@ impl Poller {
                 slot,
                 policy: PollPolicy::new(idle_ms, Ktime::ktime_get().to_ms()),
             },
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )?);
         // SAFETY: `ctx` is a live SqPoll, owned by the Poller until after the thread stops.
         let thread = unsafe { shim::krcore_shim_poller_start(ctx.cast::<c_void>()) };

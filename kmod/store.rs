@@ -9,10 +9,12 @@ use crate::abi::engine::Store;
 pub(crate) struct KBuf<T>(KVec<T>);
 
 impl<T: Clone> KBuf<T> {
-    /// `n` copies of `v`. Must not be called from an atomic context.
-    pub(crate) fn filled(n: usize, v: T) -> Result<Self> {
-        let mut k = KVec::with_capacity(n, GFP_KERNEL)?;
-        k.extend_with(n, v, GFP_KERNEL)?;
+    /// `n` copies of `v`, allocated with `flags` (`GFP_KERNEL_ACCOUNT` for what a user's
+    /// ring owns, so it is charged to the user's memory cgroup). Must not be called from
+    /// an atomic context.
+    pub(crate) fn filled(n: usize, v: T, flags: kernel::alloc::Flags) -> Result<Self> {
+        let mut k = KVec::with_capacity(n, flags)?;
+        k.extend_with(n, v, flags)?;
         Ok(KBuf(k))
     }
 }

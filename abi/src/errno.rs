@@ -48,6 +48,10 @@ impl Errno {
     pub const EOPNOTSUPP: Errno = Errno(95);
     /// Interrupted by a signal while waiting.
     pub const EINTR: Errno = Errno(4);
+    /// Too many users: the per-user accounting table is full.
+    pub const EUSERS: Errno = Errno(87);
+    /// Quota exceeded: a user holds as many rings or polling threads as allowed.
+    pub const EDQUOT: Errno = Errno(122);
     /// Operation canceled: flushed because its ring or QP went away.
     pub const ECANCELED: Errno = Errno(125);
 

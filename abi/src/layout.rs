@@ -248,8 +248,14 @@ impl EnterArgs {
 
 impl SetupParams {
     /// Validates the request and fills in what the kernel grants: power-of-two sizes,
-    /// the CQ at least as large as the SQ, the offsets.
-    pub fn normalize(&mut self, sqe_size: usize, cqe_size: usize) -> Result<(), Errno> {
+    /// the CQ at least as large as the SQ, the offsets, and a polling thread's idle time
+    /// capped at `max_idle_ms` (it may spin that long).
+    pub fn normalize(
+        &mut self,
+        sqe_size: usize,
+        cqe_size: usize,
+        max_idle_ms: u32,
+    ) -> Result<(), Errno> {
         if self.resv != [0; 3] || self.features != 0 || SetupFlags::from_bits(self.flags).is_none()
         {
             return Err(Errno::EINVAL);
@@ -269,9 +275,11 @@ impl SetupParams {
         let cq = cq.next_power_of_two().max(sq);
         self.sq_entries = sq;
         self.cq_entries = cq;
+        // A polling thread spins for up to its idle time: the module caps it.
         if self.sq_idle_ms == 0 {
             self.sq_idle_ms = 1000;
         }
+        self.sq_idle_ms = self.sq_idle_ms.min(max_idle_ms.max(1));
         self.sq_off = RingOffsets::of(sq, sqe_size);
         self.cq_off = RingOffsets::of(cq, cqe_size);
         Ok(())
@@ -288,7 +296,7 @@ mod tests {
             sq_entries: 100,
             ..Default::default()
         };
-        p.normalize(64, 32).unwrap();
+        p.normalize(64, 32, 10_000).unwrap();
         assert_eq!((p.sq_entries, p.cq_entries), (128, 256));
         assert_eq!(p.sq_off.map_len, 192 + 128 * 64);
         let mut p = SetupParams {
@@ -296,7 +304,7 @@ mod tests {
             cq_entries: 2,
             ..Default::default()
         };
-        p.normalize(64, 32).unwrap();
+        p.normalize(64, 32, 10_000).unwrap();
         assert_eq!(p.cq_entries, 8, "the CQ is never smaller than the SQ");
         for bad in [
             SetupParams {
@@ -324,7 +332,18 @@ mod tests {
             },
         ] {
             let mut p = bad;
-            assert_eq!(p.normalize(64, 32), Err(Errno::EINVAL), "{bad:?}");
+            assert_eq!(p.normalize(64, 32, 10_000), Err(Errno::EINVAL), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn idle_time_is_capped() {
+        let mut p = SetupParams {
+            sq_entries: 8,
+            sq_idle_ms: u32::MAX,
+            ..SetupParams::default()
+        };
+        p.normalize(64, 32, 10_000).unwrap();
+        assert_eq!(p.sq_idle_ms, 10_000);
     }
 }

@@ -20,6 +20,7 @@ pub mod engine;
 pub mod errno;
 pub mod ioctl;
 pub mod layout;
+pub mod limits;
 pub mod opcode;
 pub mod poller;
 pub mod ring;

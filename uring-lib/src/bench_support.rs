@@ -29,7 +29,7 @@ pub fn detached_ring(sq_entries: u32) -> (Ring, KernelSide) {
         sq_entries,
         ..SetupParams::default()
     };
-    p.normalize(size_of::<Sqe>(), size_of::<Cqe>())
+    p.normalize(size_of::<Sqe>(), size_of::<Cqe>(), u32::MAX)
         .expect("valid sizes");
     let sq_map = Mmap::anonymous(p.sq_off.map_len as usize).expect("anonymous SQ");
     let cq_map = Mmap::anonymous(p.cq_off.map_len as usize).expect("anonymous CQ");

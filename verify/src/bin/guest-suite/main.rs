@@ -9,6 +9,7 @@ mod device;
 mod harness;
 mod ioctl;
 mod isolation;
+mod limits;
 mod lifecycle;
 mod per_op;
 mod python;
@@ -112,6 +113,14 @@ const TESTS: &[Test] = &[
     Test {
         name: "isolation::pinning_and_mmap_do_not_stall_others",
         run: isolation::pinning_and_mmap_do_not_stall_others,
+    },
+    Test {
+        name: "limits::unprivileged_user_exhausts_its_quota_cleanly",
+        run: limits::unprivileged_user_exhausts_its_quota_cleanly,
+    },
+    Test {
+        name: "limits::ring_memory_is_charged_to_the_cgroup",
+        run: limits::ring_memory_is_charged_to_the_cgroup,
     },
     Test {
         name: "rings::nop_batches_complete_in_order",

@@ -1,0 +1,140 @@
+//! Per-user limits: how many rings and SQ polling threads one user may hold at once.
+//!
+//! `/dev/krcore` is opened by ordinary users, and each ring costs kernel memory (its
+//! areas are charged to the caller's memory cgroup as well) and each SQ polling thread a
+//! kernel thread that may spin. So the module counts both per user id and refuses past
+//! its limits with `EDQUOT`, as the kernel's key quotas do. The table is fixed-size and
+//! allocation-free; a user is forgotten once it holds nothing.
+
+use super::errno::Errno;
+
+/// What a user may hold at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Rings (set-up files).
+    pub rings: u32,
+    /// SQ polling threads.
+    pub pollers: u32,
+}
+
+/// A resource charged to a user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    /// A ring.
+    Ring,
+    /// An SQ polling thread.
+    Poller,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    uid: u32,
+    rings: u32,
+    pollers: u32,
+}
+
+impl Usage {
+    fn idle(&self) -> bool {
+        self.rings == 0 && self.pollers == 0
+    }
+
+    fn count(&mut self, r: Resource) -> &mut u32 {
+        match r {
+            Resource::Ring => &mut self.rings,
+            Resource::Poller => &mut self.pollers,
+        }
+    }
+}
+
+/// Usage of up to `N` users holding something at once.
+pub struct UserTable<const N: usize> {
+    users: [Usage; N],
+}
+
+impl<const N: usize> Default for UserTable<N> {
+    fn default() -> Self {
+        UserTable {
+            users: [Usage::default(); N],
+        }
+    }
+}
+
+impl<const N: usize> UserTable<N> {
+    /// Charges one `r` to `uid` under `limits`: `EDQUOT` past the user's limit, `EUSERS`
+    /// when `N` other users already hold something.
+    pub fn charge(&mut self, uid: u32, r: Resource, limits: Limits) -> Result<(), Errno> {
+        let limit = match r {
+            Resource::Ring => limits.rings,
+            Resource::Poller => limits.pollers,
+        };
+        let i = match self.users.iter().position(|u| !u.idle() && u.uid == uid) {
+            Some(i) => i,
+            None => {
+                let i = self
+                    .users
+                    .iter()
+                    .position(Usage::idle)
+                    .ok_or(Errno::EUSERS)?;
+                self.users[i] = Usage {
+                    uid,
+                    ..Usage::default()
+                };
+                i
+            }
+        };
+        let n = self.users[i].count(r);
+        if *n >= limit {
+            return Err(Errno::EDQUOT);
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    /// Returns one `r` charged to `uid`.
+    pub fn uncharge(&mut self, uid: u32, r: Resource) {
+        if let Some(u) = self.users.iter_mut().find(|u| !u.idle() && u.uid == uid) {
+            let n = u.count(r);
+            debug_assert!(*n > 0, "uncharged more than charged");
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// What `uid` holds: (rings, pollers).
+    pub fn usage(&self, uid: u32) -> (u32, u32) {
+        self.users
+            .iter()
+            .find(|u| !u.idle() && u.uid == uid)
+            .map_or((0, 0), |u| (u.rings, u.pollers))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Limits = Limits {
+        rings: 2,
+        pollers: 1,
+    };
+
+    #[test]
+    fn limits_are_per_user_and_released() {
+        let mut t = UserTable::<2>::default();
+        t.charge(1000, Resource::Ring, L).unwrap();
+        t.charge(1000, Resource::Ring, L).unwrap();
+        assert_eq!(t.charge(1000, Resource::Ring, L), Err(Errno::EDQUOT));
+        t.charge(1000, Resource::Poller, L).unwrap();
+        assert_eq!(t.charge(1000, Resource::Poller, L), Err(Errno::EDQUOT));
+        t.charge(0, Resource::Ring, L).unwrap();
+        assert_eq!(t.charge(7, Resource::Ring, L), Err(Errno::EUSERS), "table full");
+        t.uncharge(1000, Resource::Ring);
+        t.charge(1000, Resource::Ring, L).unwrap();
+        for r in [Resource::Ring, Resource::Ring, Resource::Poller] {
+            t.uncharge(1000, r);
+        }
+        assert_eq!(t.usage(1000), (0, 0));
+        t.charge(7, Resource::Ring, L).unwrap();
+        assert_eq!(t.usage(7), (1, 0), "an idle user's slot is reused");
+        assert_eq!(t.usage(0), (1, 0));
+    }
+}
