@@ -27,7 +27,7 @@ use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
 
 use crate::abi::engine::{
-    complete_wc, direct_complete, Caller, ExportSlot, Exports, PhysQp, Recovery, Registration,
+    complete_wc, direct_complete, Caller, Context, ExportSlot, Exports, PhysQp, Recovery, Registration,
     Stall, Wc, WcStatus, DIRECT_WR_ID,
 };
 use crate::abi::compat::{OneFlags, OneOp};
@@ -272,7 +272,11 @@ impl DevCtx {
             .and_then(|r| r.as_mut())
             .ok_or(ENXIO)?
             .engine();
-        match ring.submit(qps.as_mut_slice(), exports, hw, max, caller) {
+        let cx = Context {
+            caller,
+            now_ms: Ktime::ktime_get().to_ms(),
+        };
+        match ring.submit(qps.as_mut_slice(), exports, hw, max, cx) {
             Ok(s) if s.stall == Some(Stall::Register) => Ok((s.taken, ring.claim_registration())),
             Ok(s) => Ok((s.taken, None)),
             Err(_) => Err(EINVAL),

@@ -23,6 +23,12 @@
 // Length of [`DeviceGid::name`], the kernel's `IB_DEVICE_NAME_MAX`.
 #define krcore_DEVICE_NAME_LEN 64
 
+// Backoff after the first strike.
+#define krcore_BACKOFF_BASE_MS 200
+
+// Longest backoff.
+#define krcore_BACKOFF_MAX_MS 30000
+
 // The ioctl type byte of every krcore command.
 #define krcore_IOC_MAGIC 75
 
@@ -186,6 +192,9 @@ enum krcore_Reason
   // The export descriptor names no live exported MR: forged, guessed, or revoked (its
   // MR deregistered or its ring closed).
   KRCORE_REASON_BAD_DESCRIPTOR = 20,
+  // This ring's requests broke shared QPs: its data requests are refused for a
+  // backoff that grows with each (see the engine's `blame`).
+  KRCORE_REASON_THROTTLED = 21,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -194,6 +203,12 @@ typedef enum krcore_Reason krcore_Reason;
 typedef uint16_t krcore_Reason;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
+
+// Who is submitting, as the kernel tells the engine.
+struct krcore_Caller;
+
+// What the kernel tells the engine about a submission.
+struct krcore_Context;
 
 // A submission queue entry.
 struct krcore_Sqe {
@@ -436,6 +451,8 @@ typedef uint32_t krcore_OneFlags;
 #define krcore_OneFlags_POP (uint32_t)(1 << 1)
 // With `POP`: wait until there is one (interruptible: `EINTR`).
 #define krcore_OneFlags_WAIT (uint32_t)(1 << 2)
+
+
 
 
 

@@ -95,13 +95,16 @@ pub enum Reason {
     /// The export descriptor names no live exported MR: forged, guessed, or revoked (its
     /// MR deregistered or its ring closed).
     BadDescriptor = 20,
+    /// This ring's requests broke shared QPs: its data requests are refused for a
+    /// backoff that grows with each (see the engine's `blame`).
+    Throttled = 21,
 }
 
 impl Reason {
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
         use Reason::*;
-        const ALL: [Reason; 21] = [
+        const ALL: [Reason; 22] = [
             None,
             BadOpcode,
             UnknownFlags,
@@ -123,6 +126,7 @@ impl Reason {
             RemoteError,
             NotOwner,
             BadDescriptor,
+            Throttled,
         ];
         ALL.get(v as usize).copied()
     }
@@ -143,6 +147,7 @@ impl Reason {
             Reason::Verbs | Reason::RemoteError => Errno::EIO,
             Reason::NotOwner => Errno::EPERM,
             Reason::BadDescriptor => Errno::EACCES,
+            Reason::Throttled => Errno::EAGAIN,
         }
     }
 
@@ -170,6 +175,7 @@ impl Reason {
             Reason::RemoteError => "transport or remote error",
             Reason::NotOwner => "only the ring owner's threads may register memory: use enter",
             Reason::BadDescriptor => "no live export with this descriptor",
+            Reason::Throttled => "this ring broke shared QPs: throttled for a while",
         }
     }
 }
@@ -227,7 +233,7 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_carry_an_errno() {
-        for v in 0..=20u16 {
+        for v in 0..=21u16 {
             let r = Reason::from_u16(v).unwrap();
             assert_eq!(r as u16, v);
             assert_eq!(r.errno().0 == 0, r == Reason::None);
@@ -236,6 +242,6 @@ mod tests {
                 assert_eq!(c.failure(), Some(r));
             }
         }
-        assert_eq!(Reason::from_u16(21), None);
+        assert_eq!(Reason::from_u16(22), None);
     }
 }

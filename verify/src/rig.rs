@@ -3,7 +3,7 @@
 
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, Caller, Completion, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall,
+    complete_wc, Completion, Context, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall,
     Submitted, VecStore, WrId,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
@@ -80,6 +80,8 @@ pub struct Rig {
     pub rings: Vec<Option<TestRing>>,
     /// Completions that reached no live ring.
     pub dropped: u64,
+    /// The clock the rig's submissions see, in ms (tests move it).
+    pub now_ms: i64,
 }
 
 impl Rig {
@@ -94,6 +96,7 @@ impl Rig {
             exports: Exports::new(vec![ExportSlot::EMPTY; 64]),
             rings: Vec::new(),
             dropped: 0,
+            now_ms: 0,
         }
     }
 
@@ -134,13 +137,17 @@ impl Rig {
 
     /// The kernel takes up to `max` SQEs of ring `r`, from its owner.
     pub fn submit(&mut self, r: usize, max: u32) -> Result<Submitted, RingError> {
-        self.submit_as(r, max, Caller::Owner)
+        let cx = Context {
+            now_ms: self.now_ms,
+            ..Context::OWNER
+        };
+        self.submit_as(r, max, cx)
     }
 
-    /// The kernel takes up to `max` SQEs of ring `r` for `caller`, registering memory
+    /// The kernel takes up to `max` SQEs of ring `r` in context `cx`, registering memory
     /// (outside the engine's calls, as the kernel does outside its locks) whenever
     /// submission stops at a REG_MR.
-    pub fn submit_as(&mut self, r: usize, max: u32, caller: Caller) -> Result<Submitted, RingError> {
+    pub fn submit_as(&mut self, r: usize, max: u32, cx: Context) -> Result<Submitted, RingError> {
         let Rig {
             nic,
             qps,
@@ -151,7 +158,7 @@ impl Rig {
         let ring = &mut rings[r].as_mut().expect("ring closed").ring;
         let mut total = 0;
         loop {
-            let s = ring.submit(qps, exports, nic, max - total, caller)?;
+            let s = ring.submit(qps, exports, nic, max - total, cx)?;
             total += s.taken;
             if s.stall != Some(Stall::Register) {
                 return Ok(Submitted {

@@ -16,7 +16,7 @@ use loom::thread;
 use core::sync::atomic::Ordering;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, Caller, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall, VecStore,
+    complete_wc, Context, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall, VecStore,
 };
 use krcore_abi::opcode::Opcode;
 use krcore_abi::ring::{CqConsumer, CqProducer, IndexCell, RingMem, SqConsumer, SqProducer};
@@ -277,7 +277,7 @@ fn setup(
             exports,
             rings,
         } = d;
-        let s = rings[r].submit(qps, exports, nic, 8, Caller::Owner).unwrap();
+        let s = rings[r].submit(qps, exports, nic, 8, Context::OWNER).unwrap();
         if let Some(reg) = (s.stall == Some(Stall::Register))
             .then(|| rings[r].claim_registration())
             .flatten()
@@ -355,7 +355,7 @@ fn shared_qp_model(weak: bool) {
                         exports,
                         rings,
                     } = &mut *g;
-                    rings[r].submit(qps, exports, nic, 8, Caller::Owner).unwrap();
+                    rings[r].submit(qps, exports, nic, 8, Context::OWNER).unwrap();
                 })
             })
             .collect();
@@ -449,7 +449,7 @@ fn ring_closed_in_flight() {
                 exports,
                 rings,
             } = &mut d;
-            rings[r].submit(qps, exports, nic, 8, Caller::Owner).unwrap();
+            rings[r].submit(qps, exports, nic, 8, Context::OWNER).unwrap();
             apps.push(c);
         }
         let dev = Arc::new(Mutex::new(d));

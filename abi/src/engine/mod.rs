@@ -13,6 +13,7 @@
 //! any ring's lock; verify/'s loom models check the engine under that discipline.
 
 mod backend;
+mod blame;
 mod complete;
 mod direct;
 mod export;
@@ -31,12 +32,13 @@ use super::{cqe, errno, layout, opcode, ring, sqe};
 pub use backend::{
     Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, Sge, Wc, WcStatus,
 };
+pub use blame::{Blame, BACKOFF_BASE_MS, BACKOFF_MAX_MS};
 pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
 pub use qp::PhysQp;
 pub use recovery::{Rearm, Recovery, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS};
-pub use register::{Caller, Registration};
+pub use register::{Caller, Context, Registration};
 pub use ring_state::{
     Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,
 };

@@ -34,6 +34,23 @@ pub enum Caller {
     Other,
 }
 
+/// What the kernel tells the engine about a submission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Context {
+    /// Who submits.
+    pub caller: Caller,
+    /// The time, in ms (for throttling; see [`blame`](super::blame)).
+    pub now_ms: i64,
+}
+
+impl Context {
+    /// The ring's owner, at time 0 (tests and benchmarks without a clock).
+    pub const OWNER: Context = Context {
+        caller: Caller::Owner,
+        now_ms: 0,
+    };
+}
+
 /// A REG_MR taken from the SQ, to be pinned by the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Registration {

@@ -149,6 +149,8 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     closed: bool,
     pub(crate) stats: RingStats,
     pub(crate) chain: Chain,
+    /// The pairs this ring broke, and its throttling.
+    pub(crate) blame: super::blame::Blame,
     /// A REG_MR taken from the SQ, registered by the caller outside its locks
     /// (see [`register`](super::register)).
     pub(crate) registration: super::register::Pending,
@@ -179,6 +181,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             closed: false,
             stats: RingStats::default(),
             chain: Chain::new(),
+            blame: super::blame::Blame::default(),
             registration: super::register::Pending::None,
         }
     }
@@ -191,6 +194,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Counters.
     pub fn stats(&self) -> RingStats {
         self.stats
+    }
+
+    /// Pairs this ring's requests broke (see [`blame`](super::blame)).
+    pub fn strikes(&self) -> u32 {
+        self.blame.strikes()
     }
 
     /// The SQ, kernel side.
@@ -266,6 +274,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             self.stats.stray += 1;
             return false;
         };
+        // A work-request error (a flush is `QpError`) broke the shared QP.
+        if c == Completion::Failed(Reason::RemoteError) {
+            self.blame.strike();
+        }
         self.release_counts(&inf);
         let cqe = match c {
             Completion::Done => Cqe::ok(inf.user_data, inf.len as i32, 0),

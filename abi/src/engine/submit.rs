@@ -11,7 +11,7 @@ use super::errno::Errno;
 use super::export::Exports;
 use super::layout::SqFlags;
 use super::qp::PhysQp;
-use super::register::{Caller, Pending, Registration};
+use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
 use super::ring_state::{revoke, Inflight, Ring, Vqp};
 use super::sqe::{Sqe, SqeFlags};
@@ -93,7 +93,7 @@ enum Step {
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
-    /// Takes up to `max` SQEs for `caller`, validating against this ring's tables and
+    /// Takes up to `max` SQEs in context `cx`, validating against this ring's tables and
     /// the node's `exports`. Fails, taking none, when the SQ tail is hostile.
     pub fn submit<B: Backend>(
         &mut self,
@@ -101,7 +101,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         exports: &mut Exports<S>,
         backend: &mut B,
         max: u32,
-        caller: Caller,
+        cx: Context,
     ) -> Result<Submitted, RingError> {
         self.flush_overflow();
         if self.registration != Pending::None {
@@ -119,6 +119,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             }
         };
         let (mut taken, mut stall) = (0, None);
+        let throttled = self.blame.throttled(cx.now_ms);
         while taken < ready.min(max) {
             if !self.has_room() {
                 stall = Some(Stall::CqFull);
@@ -127,7 +128,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             let Some(sqe) = self.sq.peek(taken) else {
                 break;
             };
-            match self.step(&sqe, qps, exports, backend, caller) {
+            match self.step(&sqe, qps, exports, backend, cx.caller, throttled) {
                 Step::Taken => taken += 1,
                 Step::TakenThen(s) => {
                     taken += 1;
@@ -154,6 +155,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         exports: &mut Exports<S>,
         backend: &mut B,
         caller: Caller,
+        throttled: bool,
     ) -> Step {
         let ud = sqe.user_data;
         let op = match validate(sqe, &self.tables, exports) {
@@ -167,6 +169,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let cqe = match op {
             Op::Nop => Cqe::ok(ud, 0, 0),
             Op::RegMr { .. } if caller != Caller::Owner => Cqe::err(ud, Reason::NotOwner),
+            Op::Send { .. } | Op::Recv { .. } if throttled => Cqe::err(ud, Reason::Throttled),
             Op::RegMr { addr, len, access } => {
                 self.registration = Pending::Taken(Registration {
                     user_data: ud,

@@ -388,3 +388,51 @@ pub fn pinning_and_mmap_do_not_stall_others() -> Result<(), String> {
         format!("{held} NOPs waited over half a registration ({reg:?}) during {regs} registrations")
     })
 }
+
+/// One process keeps breaking a shared pair (SENDs to a peer that never posts a
+/// receive, each exhausting the pair's RNR retries) while another READs through the
+/// same pair: the breaker is throttled, and the victim keeps at least 90% of its READs.
+pub fn a_pair_breaker_is_throttled() -> Result<(), String> {
+    const RUN: Duration = Duration::from_secs(6);
+    // Service 5 of 2 pairs: pair 1, which both processes share.
+    const SERVICE: u32 = 5;
+    let breaker = Child::spawn(|| {
+        let dev = Device::open().map_err(|e| e.to_string())?;
+        let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+        let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
+        let buf = Buf::new(8);
+        let (mr, _) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE))?;
+        let send = Sqe::two_sided(Opcode::Send, 3, v as u32, mr as u32, buf.addr(), 8);
+        let (t, mut broke, mut throttled) = (Instant::now(), 0, 0);
+        while t.elapsed() < RUN {
+            match run(&mut r, send)?.failure() {
+                Some(Reason::RemoteError) => broke += 1,
+                Some(Reason::Throttled) => throttled += 1,
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(format!("{broke} {throttled}"))
+    })?;
+    let dev = Device::open().map_err(|e| e.to_string())?;
+    let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+    let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
+    let v = v as u32;
+    let buf = Buf::new(512);
+    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+    let (mr, descriptor) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
+    let (rmr, _) = ok(&mut r, Sqe::import_mr(3, v, buf.addr(), 4096, descriptor))?;
+    let read = Sqe::one_sided(Opcode::Read, 4, v, mr as u32, buf.addr() + 2048, 8, rmr as u32, buf.addr());
+    let (t, mut good, mut total) = (Instant::now(), 0u64, 0u64);
+    while t.elapsed() < RUN {
+        total += 1;
+        good += u64::from(run(&mut r, read)?.res == 8);
+    }
+    let report = breaker.join()?;
+    let rate = good as f64 / total as f64;
+    println!(
+        "  victim: {good} of {total} READs succeeded ({:.1}%); breaker (pairs broken, sends throttled): {report}",
+        100.0 * rate
+    );
+    check(rate >= 0.9, || format!("the victim kept only {:.1}% of its READs", 100.0 * rate))
+}

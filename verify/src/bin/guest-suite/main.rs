@@ -111,6 +111,10 @@ const TESTS: &[Test] = &[
         run: isolation::hostile_tail_parks_the_poller,
     },
     Test {
+        name: "isolation::a_pair_breaker_is_throttled",
+        run: isolation::a_pair_breaker_is_throttled,
+    },
+    Test {
         name: "isolation::pinning_and_mmap_do_not_stall_others",
         run: isolation::pinning_and_mmap_do_not_stall_others,
     },

@@ -1,11 +1,13 @@
-//! Remote memory is reachable only where its owner allowed it (the engine's `export`
-//! module), and only the ring's owner pins memory (`register`): on a fake NIC, a second
-//! ring armed with the victim's address, its real rkey, every rkey variant a NIC could
-//! have issued, and random guesses gets nothing onto the wire; a revoked export stops its
-//! importers at once; rights are enforced per operation.
+//! Isolation between rings on a fake NIC. Remote memory is reachable only where its
+//! owner allowed it (the engine's `export` module): a second ring armed with the
+//! victim's address, its real rkey, every rkey variant a NIC could have issued, and
+//! random guesses gets nothing onto the wire; a revoked export stops its importers at
+//! once; rights are enforced per operation. Only the ring's owner pins memory
+//! (`register`). A ring whose requests break a shared QP is throttled (`blame`), the
+//! other rings on it are not.
 
 use krcore_abi::cqe::{Cqe, Reason};
-use krcore_abi::engine::Caller;
+use krcore_abi::engine::{Caller, Context};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
 use verify::rig::{Limits, Rig};
@@ -130,7 +132,7 @@ fn only_the_owner_pins_memory() {
     let mut rig = Rig::new(&[16], 16);
     let r = rig.open(Limits::default());
     rig.push(r, &[Sqe::reg_mr(1, VICTIM_MR, LEN, MrAccess::LOCAL_WRITE), Sqe::nop(2)]);
-    rig.submit_as(r, 64, Caller::Other).unwrap();
+    rig.submit_as(r, 64, Context { caller: Caller::Other, now_ms: 0 }).unwrap();
     let c = rig.reap(r, 8);
     assert_eq!(c.len(), 2, "{c:?}");
     assert_eq!(c[0].failure(), Some(Reason::NotOwner));
@@ -138,4 +140,42 @@ fn only_the_owner_pins_memory() {
     assert!(rig.nic.live_mrs.is_empty(), "nothing was pinned");
     let c = one(&mut rig, r, Sqe::reg_mr(3, VICTIM_MR, LEN, MrAccess::LOCAL_WRITE));
     assert!(c.res > 0, "the owner may: {c:?}");
+}
+
+#[test]
+fn the_ring_that_breaks_a_pair_is_throttled_not_its_neighbours() {
+    let mut rig = Rig::new(&[16], 16);
+    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+    let (_, descriptor, _, v_bad, mr_bad) = scene(&mut rig, access);
+    let rmr_bad = one(&mut rig, 1, Sqe::import_mr(1, v_bad, VICTIM_MR, LEN, descriptor)).res as u32;
+    let v_good = one(&mut rig, 0, Sqe::connect(2, [0; 16], 0)).res as u32;
+    let mr_good = one(&mut rig, 0, Sqe::reg_mr(3, ATTACKER_MR, LEN, MrAccess::LOCAL_WRITE)).res as u32;
+    let rmr_good = one(&mut rig, 0, Sqe::import_mr(4, v_good, VICTIM_MR, LEN, descriptor)).res as u32;
+    let read = |ud, v, mr, rmr| Sqe::one_sided(Opcode::Read, ud, v, mr, ATTACKER_MR, 8, rmr, VICTIM_MR);
+    // Ring 1's READ fails on the wire (the NIC injects a remote access error).
+    rig.now_ms = 1000;
+    rig.push(1, &[read(5, v_bad, mr_bad, rmr_bad)]);
+    rig.submit(1, 64).unwrap();
+    rig.nic.execute(0, 1, true);
+    rig.drain();
+    let c = rig.reap(1, 8);
+    assert_eq!(c[0].failure(), Some(Reason::RemoteError), "{c:?}");
+    assert_eq!(rig.rings[1].as_ref().unwrap().ring.strikes(), 1);
+    assert_eq!(rig.rings[0].as_ref().unwrap().ring.strikes(), 0);
+    // Within its backoff ring 1 is refused; ring 0, on the same QP, is not.
+    rig.now_ms = 1100;
+    for (r, v, mr, rmr) in [(1, v_bad, mr_bad, rmr_bad), (0, v_good, mr_good, rmr_good)] {
+        rig.push(r, &[read(6, v, mr, rmr), Sqe::nop(7)]);
+    }
+    rig.drain();
+    let by_ud = |cqes: Vec<Cqe>, ud| cqes.into_iter().find(|c| c.user_data == ud).unwrap();
+    let (bad, good) = (rig.reap(1, 8), rig.reap(0, 8));
+    assert_eq!(by_ud(bad.clone(), 6).failure(), Some(Reason::Throttled), "{bad:?}");
+    assert_eq!(by_ud(bad, 7).res, 0, "control entries still run");
+    assert_eq!(by_ud(good, 6).res, 8, "the neighbour is not throttled");
+    // After the backoff it may try again.
+    rig.now_ms = 1000 + krcore_abi::engine::BACKOFF_BASE_MS + 1;
+    rig.push(1, &[read(8, v_bad, mr_bad, rmr_bad)]);
+    rig.drain();
+    assert_eq!(rig.reap(1, 8)[0].res, 8);
 }
