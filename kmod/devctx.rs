@@ -88,7 +88,10 @@ impl DevCtx {
         let mut qps = KVec::with_capacity(POOL_QPS, GFP_KERNEL)?;
         for _ in 0..POOL_QPS {
             qps.push(
-                PhysQp::new(KBuf::filled(SEND_DEPTH as usize, 0u64, GFP_KERNEL)?, RECV_DEPTH),
+                PhysQp::new(
+                    KBuf::filled(SEND_DEPTH as usize, 0u64, GFP_KERNEL)?,
+                    KBuf::filled(RECV_DEPTH as usize, 0u64, GFP_KERNEL)?,
+                ),
                 GFP_KERNEL,
             )?;
         }
@@ -99,7 +102,8 @@ impl DevCtx {
             registering: 0,
             rings: KVec::new(),
             gens: KVec::new(),
-            recovery: Recovery::new(2),
+            // SAFETY: reads a module parameter.
+            recovery: Recovery::new(2, unsafe { shim::krcore_shim_request_timeout_ms() } as i64),
         };
         Arc::pin_init(
             pin_init!(DevCtx { state <- new_mutex!(state, "krcore_device") }),

@@ -84,6 +84,15 @@ static uint max_sq_idle_ms = 10000;
 module_param(max_sq_idle_ms, uint, 0644);
 MODULE_PARM_DESC(max_sq_idle_ms, "Cap on a polling thread's sq_idle_ms (default 10000)");
 
+static uint request_timeout_ms = 5000;
+module_param(request_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(request_timeout_ms, "A pooled QP whose send queue makes no progress this long is failed; its requests complete with Deadline (default 5000)");
+
+u32 krcore_shim_request_timeout_ms(void)
+{
+	return max(READ_ONCE(request_timeout_ms), 100U);
+}
+
 static struct miscdevice krcore_misc = {
 	.minor = MISC_DYNAMIC_MINOR,
 	.name = "krcore",

@@ -77,6 +77,7 @@ bool krcore_shim_fatal_signal_pending(void);
 u32 krcore_shim_max_rings_per_user(void);
 u32 krcore_shim_max_sqpoll_per_user(void);
 u32 krcore_shim_max_sq_idle_ms(void);
+u32 krcore_shim_request_timeout_ms(void);
 /* The caller's real user id, in the initial user namespace. */
 u32 krcore_shim_current_uid(void);
 /* 64 bits from the kernel's CSPRNG (get_random_u64). */

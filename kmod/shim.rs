@@ -173,6 +173,7 @@ extern "C" {
     pub(crate) fn krcore_shim_max_rings_per_user() -> u32;
     pub(crate) fn krcore_shim_max_sqpoll_per_user() -> u32;
     pub(crate) fn krcore_shim_max_sq_idle_ms() -> u32;
+    pub(crate) fn krcore_shim_request_timeout_ms() -> u32;
     pub(crate) fn krcore_shim_current_uid() -> u32;
     pub(crate) fn krcore_shim_fatal_signal_pending() -> bool;
     pub(crate) fn krcore_shim_msleep(ms: u32);

@@ -29,6 +29,12 @@
 // Longest backoff.
 #define krcore_BACKOFF_MAX_MS 30000
 
+// The default deadline of a send request: past it with no completion on its QP, the
+// QP is failed and its requests complete with `Deadline` (the module's
+// `request_timeout_ms` sets it). The wire's own retries end far sooner on a live
+// fabric.
+#define krcore_DEFAULT_DEADLINE_MS 5000
+
 // The ioctl type byte of every krcore command.
 #define krcore_IOC_MAGIC 75
 
@@ -195,6 +201,9 @@ enum krcore_Reason
   // This ring's requests broke shared QPs: its data requests are refused for a
   // backoff that grows with each (see the engine's `blame`).
   KRCORE_REASON_THROTTLED = 21,
+  // The request's QP made no progress for the request deadline (a peer or NIC that
+  // never answered); it was failed and recovered.
+  KRCORE_REASON_DEADLINE = 22,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -98,13 +98,16 @@ pub enum Reason {
     /// This ring's requests broke shared QPs: its data requests are refused for a
     /// backoff that grows with each (see the engine's `blame`).
     Throttled = 21,
+    /// The request's QP made no progress for the request deadline (a peer or NIC that
+    /// never answered); it was failed and recovered.
+    Deadline = 22,
 }
 
 impl Reason {
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
         use Reason::*;
-        const ALL: [Reason; 22] = [
+        const ALL: [Reason; 23] = [
             None,
             BadOpcode,
             UnknownFlags,
@@ -127,6 +130,7 @@ impl Reason {
             NotOwner,
             BadDescriptor,
             Throttled,
+            Deadline,
         ];
         ALL.get(v as usize).copied()
     }
@@ -148,6 +152,7 @@ impl Reason {
             Reason::NotOwner => Errno::EPERM,
             Reason::BadDescriptor => Errno::EACCES,
             Reason::Throttled => Errno::EAGAIN,
+            Reason::Deadline => Errno::ETIMEDOUT,
         }
     }
 
@@ -176,6 +181,7 @@ impl Reason {
             Reason::NotOwner => "only the ring owner's threads may register memory: use enter",
             Reason::BadDescriptor => "no live export with this descriptor",
             Reason::Throttled => "this ring broke shared QPs: throttled for a while",
+            Reason::Deadline => "no progress within the request deadline",
         }
     }
 }
@@ -233,7 +239,7 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_carry_an_errno() {
-        for v in 0..=21u16 {
+        for v in 0..=22u16 {
             let r = Reason::from_u16(v).unwrap();
             assert_eq!(r as u16, v);
             assert_eq!(r.errno().0 == 0, r == Reason::None);
@@ -242,6 +248,6 @@ mod tests {
                 assert_eq!(c.failure(), Some(r));
             }
         }
-        assert_eq!(Reason::from_u16(22), None);
+        assert_eq!(Reason::from_u16(23), None);
     }
 }

@@ -52,6 +52,8 @@ impl Errno {
     pub const EUSERS: Errno = Errno(87);
     /// Quota exceeded: a user holds as many rings or polling threads as allowed.
     pub const EDQUOT: Errno = Errno(122);
+    /// Timed out: no progress within the request deadline.
+    pub const ETIMEDOUT: Errno = Errno(110);
     /// Operation canceled: flushed because its ring or QP went away.
     pub const ECANCELED: Errno = Errno(125);
 

@@ -91,7 +91,7 @@ impl Rig {
             nic: FakeNic::new(depths, recv_depth),
             qps: depths
                 .iter()
-                .map(|&d| PhysQp::new(vec![0; d as usize], recv_depth))
+                .map(|&d| PhysQp::new(vec![0; d as usize], vec![0; recv_depth as usize]))
                 .collect(),
             exports: Exports::new(vec![ExportSlot::EMPTY; 64]),
             rings: Vec::new(),

@@ -328,7 +328,7 @@ fn shared_qp_model(weak: bool) {
             (0..2).map(|_| (ring(4, false), ring(4, weak))).collect();
         let mut d = Device {
             nic: FakeNic::new(&[2], 2),
-            qps: vec![PhysQp::new(vec![0; 2], 2)],
+            qps: vec![PhysQp::new(vec![0; 2], vec![0; 2])],
             exports: Exports::new(vec![ExportSlot::EMPTY; 4]),
             rings: Vec::new(),
         };
@@ -422,7 +422,7 @@ fn ring_closed_in_flight() {
             (0..2).map(|_| (ring(4, false), ring(4, false))).collect();
         let mut d = Device {
             nic: FakeNic::new(&[2], 2),
-            qps: vec![PhysQp::new(vec![0; 2], 2)],
+            qps: vec![PhysQp::new(vec![0; 2], vec![0; 2])],
             exports: Exports::new(vec![ExportSlot::EMPTY; 4]),
             rings: Vec::new(),
         };

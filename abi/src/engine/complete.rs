@@ -8,15 +8,16 @@ use super::ring_state::Completion;
 use super::wrid::WrId;
 use super::Store;
 
-/// What a work completion's status means for its request.
-pub(super) fn outcome(wc: &Wc) -> Completion {
+/// What a work completion's status means for its request; a flush carries the reason
+/// its QP failed for (`flushed`).
+pub(super) fn outcome(wc: &Wc, flushed: Reason) -> Completion {
     match (wc.status, wc.recv) {
         (WcStatus::Success, false) => Completion::Done,
         (WcStatus::Success, true) => Completion::Received {
             byte_len: wc.byte_len,
             imm: wc.imm,
         },
-        (WcStatus::Flushed, _) => Completion::Failed(Reason::QpError),
+        (WcStatus::Flushed, _) => Completion::Failed(flushed),
         (WcStatus::Failed(_), _) => Completion::Failed(Reason::RemoteError),
     }
 }
@@ -38,9 +39,11 @@ pub fn complete_wc<S: Store>(
     if wc.status != WcStatus::Success {
         q.fail();
     }
-    let result = outcome(wc);
+    let result = outcome(wc, q.fail_reason());
     if wc.recv {
-        q.recv_done();
+        if !q.recv_done(wc.wr_id) {
+            return false;
+        }
         route(WrId::decode(wc.wr_id), result);
         return true;
     }

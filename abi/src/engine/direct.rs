@@ -83,7 +83,7 @@ pub fn direct_complete<S: Store>(
             q.fail();
         }
     }
-    match outcome(wc) {
+    match outcome(wc, Reason::QpError) {
         Completion::Failed(r) => Cqe::err(user_data, r),
         _ => Cqe::ok(user_data, len as i32, 0),
     }

@@ -37,7 +37,7 @@ pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
 pub use qp::PhysQp;
-pub use recovery::{Rearm, Recovery, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS};
+pub use recovery::{Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS};
 pub use register::{Caller, Context, Registration};
 pub use ring_state::{
     Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,

@@ -17,8 +17,14 @@
 //! (the engine may have failed it on its own, while the hardware thinks it healthy), so
 //! the NIC flushes every request and receive; routes those flush completions; and then
 //! [`recycle`](PhysQp::recycle)s it: what is still owed (executed unsignaled requests,
-//! which get no completion of their own) is retired as `QpError`, as RDMA leaves the
-//! outcome of requests in flight at an error undefined.
+//! which get no completion of their own, and receives the reset dropped unflushed) is
+//! retired with the failure's reason (`QpError`, or `Deadline` when the QP stopped
+//! making progress), as RDMA leaves the outcome of requests in flight at an error
+//! undefined.
+//!
+//! Progress: a QP with send requests outstanding whose oldest has waited longer than the
+//! deadline without any completion is stuck (a peer or NIC that never answers); the
+//! recovery fails it with `Deadline` (see [`recovery`](super::recovery)).
 
 use super::cqe::Reason;
 use super::ring_state::Completion;
@@ -29,30 +35,37 @@ use super::Store;
 /// One physical QP's accounting.
 pub struct PhysQp<S: Store> {
     depth: u32,
-    recv_depth: u32,
     /// `wr_id`s posted on the send queue and not yet completed, oldest first.
     posted: Fifo<u64, S>,
-    recv_outstanding: u32,
+    /// `wr_id`s of receives posted and not yet completed, oldest first.
+    recvs: Fifo<u64, S>,
     bound: u32,
     unsignaled_run: u32,
-    failed: bool,
+    /// Why it failed, when it did.
+    failed: Option<Reason>,
+    /// When the send queue last made progress (became busy, or retired a request), ms.
+    progress_ms: i64,
+    /// A completion retired requests since the recovery last looked (completions carry
+    /// no time; the recovery's step does).
+    progressed: bool,
 }
 
 impl<S: Store> PhysQp<S> {
-    /// A QP with a send queue of `storage.len()` entries and a receive queue of
-    /// `recv_depth`.
-    pub fn new(storage: S::Buf<u64>, recv_depth: u32) -> Self {
-        let posted = Fifo::new(storage);
+    /// A QP with a send queue of `send.len()` entries and a receive queue of
+    /// `recv.len()`.
+    pub fn new(send: S::Buf<u64>, recv: S::Buf<u64>) -> Self {
+        let posted = Fifo::new(send);
         let depth = posted.capacity() as u32;
         assert!(depth > 0, "a QP needs a send queue");
         PhysQp {
             depth,
-            recv_depth,
             posted,
-            recv_outstanding: 0,
+            recvs: Fifo::new(recv),
             bound: 0,
             unsignaled_run: 0,
-            failed: false,
+            failed: None,
+            progress_ms: 0,
+            progressed: false,
         }
     }
 
@@ -68,7 +81,7 @@ impl<S: Store> PhysQp<S> {
 
     /// Receives outstanding.
     pub fn recv_outstanding(&self) -> u32 {
-        self.recv_outstanding
+        self.recvs.len() as u32
     }
 
     /// Virtual QPs bound to this QP.
@@ -83,22 +96,44 @@ impl<S: Store> PhysQp<S> {
 
     /// Whether a virtual QP with `vqp_outstanding` requests in flight may post one more.
     pub fn may_post(&self, vqp_outstanding: u32) -> bool {
-        !self.failed && self.outstanding() < self.depth && vqp_outstanding < self.share()
+        self.failed.is_none() && self.outstanding() < self.depth && vqp_outstanding < self.share()
     }
 
     /// Whether one more receive fits.
     pub fn may_post_recv(&self) -> bool {
-        !self.failed && self.recv_outstanding < self.recv_depth
+        self.failed.is_none() && self.recvs.len() < self.recvs.capacity()
     }
 
     /// Whether the QP failed (its requests are flushed; it must be recycled).
     pub fn failed(&self) -> bool {
-        self.failed
+        self.failed.is_some()
+    }
+
+    /// The reason its flushed and owed requests complete with (`QpError` unless the QP
+    /// failed for a more specific one).
+    pub fn fail_reason(&self) -> Reason {
+        self.failed.unwrap_or(Reason::QpError)
     }
 
     /// Marks the QP failed.
     pub fn fail(&mut self) {
-        self.failed = true;
+        self.fail_with(Reason::QpError);
+    }
+
+    /// Marks the QP failed for `why`, unless it already failed.
+    pub fn fail_with(&mut self, why: Reason) {
+        self.failed.get_or_insert(why);
+    }
+
+    /// Whether the oldest send request has waited more than `deadline_ms` at `now_ms`
+    /// with no completion meanwhile.
+    pub fn stuck(&mut self, now_ms: i64, deadline_ms: i64) -> bool {
+        if self.progressed || self.posted.is_empty() {
+            self.progressed = false;
+            self.progress_ms = now_ms;
+            return false;
+        }
+        now_ms - self.progress_ms > deadline_ms
     }
 
     /// A virtual QP was bound to this QP.
@@ -114,6 +149,8 @@ impl<S: Store> PhysQp<S> {
 
     /// Takes a credit for `wr_id` (the caller checked [`may_post`](Self::may_post)).
     pub(crate) fn reserve(&mut self, wr_id: u64) {
+        // Busy from now: the deadline counts from here, not from the last idle check.
+        self.progressed |= self.posted.is_empty();
         let r = self.posted.push(wr_id);
         debug_assert!(r.is_ok(), "reserve past depth");
     }
@@ -137,12 +174,17 @@ impl<S: Store> PhysQp<S> {
     /// more): retires every request still owed as `QpError` through `route`, and makes
     /// the QP usable again.
     pub fn recycle(&mut self, mut route: impl FnMut(WrId, Completion)) {
+        let why = Completion::Failed(self.fail_reason());
         while let Some(w) = self.posted.pop() {
-            route(WrId::decode(w), Completion::Failed(Reason::QpError));
+            route(WrId::decode(w), why);
         }
-        self.recv_outstanding = 0;
+        // Receives the reset dropped without a flush completion are owed too.
+        while let Some(w) = self.recvs.pop() {
+            route(WrId::decode(w), why);
+        }
         self.unsignaled_run = 0;
-        self.failed = false;
+        self.failed = None;
+        self.progressed = true;
     }
 
     /// Retires posted requests up to and including `wr_id`, oldest first, calling
@@ -152,6 +194,7 @@ impl<S: Store> PhysQp<S> {
         if !self.posted.any(|w| w == wr_id) {
             return false;
         }
+        self.progressed = true;
         while let Some(w) = self.posted.pop() {
             retire(w, w == wr_id);
             if w == wr_id {
@@ -161,13 +204,15 @@ impl<S: Store> PhysQp<S> {
         true
     }
 
-    /// Counts a posted receive.
-    pub(crate) fn recv_posted(&mut self) {
-        self.recv_outstanding += 1;
+    /// Records a posted receive (the caller checked [`may_post_recv`](Self::may_post_recv)).
+    pub(crate) fn recv_posted(&mut self, wr_id: u64) {
+        let r = self.recvs.push(wr_id);
+        debug_assert!(r.is_ok(), "receive posted past depth");
     }
 
-    /// Counts a completed receive.
-    pub(crate) fn recv_done(&mut self) {
-        self.recv_outstanding = self.recv_outstanding.saturating_sub(1);
+    /// A receive completed; `false` if `wr_id` was not posted here. An RC receive
+    /// queue completes in order, so it is normally the oldest.
+    pub(crate) fn recv_done(&mut self, wr_id: u64) -> bool {
+        self.recvs.remove(wr_id)
     }
 }

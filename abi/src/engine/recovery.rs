@@ -5,10 +5,15 @@
 //! with a flush marker posted behind its requests (a signaled request whose wr_id no
 //! ring can own). A QP has settled once its marker completed and its receives flushed,
 //! or once [`FLUSH_PATIENCE_MS`] passed (a NIC that lost the marker). When every QP of
-//! the group has settled, the engine retires what is still owed as `QpError`
-//! ([`PhysQp::recycle`]) and the backend resets and reconnects the group. A group the
-//! backend cannot re-arm stays failed for good.
+//! the group has settled, the engine retires what is still owed ([`PhysQp::recycle`])
+//! and the backend resets and reconnects the group. A group the backend cannot re-arm
+//! stays failed for good.
+//!
+//! Nothing waits forever: a QP whose send queue made no progress for the deadline (a
+//! peer or NIC that never answers, despite the wire's finite retries) is failed here
+//! with `Deadline`, which its requests then complete with.
 
+use super::cqe::Reason;
 use super::errno::Errno;
 use super::qp::PhysQp;
 use super::ring_state::Completion;
@@ -17,6 +22,12 @@ use super::Store;
 
 /// How long a failed QP may take to flush before its group is re-armed anyway.
 pub const FLUSH_PATIENCE_MS: i64 = 500;
+
+/// The default deadline of a send request: past it with no completion on its QP, the
+/// QP is failed and its requests complete with `Deadline` (the module's
+/// `request_timeout_ms` sets it). The wire's own retries end far sooner on a live
+/// fabric.
+pub const DEFAULT_DEADLINE_MS: i64 = 5_000;
 
 /// Physical QPs a [`Recovery`] can track.
 pub const MAX_RECOVERED_QPS: usize = 64;
@@ -33,6 +44,7 @@ pub trait Rearm {
 /// Recovery state of up to [`MAX_RECOVERED_QPS`] physical QPs, one bit each.
 pub struct Recovery {
     group: u32,
+    deadline_ms: i64,
     /// In the error state, waiting to be re-armed.
     errored: u64,
     /// Of those, the ones whose marker completed.
@@ -44,11 +56,13 @@ pub struct Recovery {
 }
 
 impl Recovery {
-    /// Recovery of QPs connected in groups of `group` (at least 1) consecutive QPs.
-    pub const fn new(group: u32) -> Recovery {
+    /// Recovery of QPs connected in groups of `group` (at least 1) consecutive QPs,
+    /// failing a QP whose send queue made no progress for `deadline_ms`.
+    pub const fn new(group: u32, deadline_ms: i64) -> Recovery {
         assert!(group > 0);
         Recovery {
             group,
+            deadline_ms,
             errored: 0,
             flushed: 0,
             broken: 0,
@@ -89,6 +103,11 @@ impl Recovery {
         now_ms: i64,
         mut route: impl FnMut(WrId, Completion),
     ) -> usize {
+        for q in qps.iter_mut() {
+            if !q.failed() && q.stuck(now_ms, self.deadline_ms) {
+                q.fail_with(Reason::Deadline);
+            }
+        }
         if self.errored == 0 && !qps.iter().any(|q| q.failed()) {
             return 0;
         }
@@ -154,7 +173,6 @@ impl Recovery {
 mod tests {
     extern crate std;
     use super::*;
-    use crate::cqe::Reason;
     use crate::engine::VecStore;
     use std::vec;
     use std::vec::Vec;
@@ -182,12 +200,12 @@ mod tests {
     }
 
     fn qps() -> Vec<PhysQp<VecStore>> {
-        (0..4).map(|_| PhysQp::new(vec![0; 8], 8)).collect()
+        (0..4).map(|_| PhysQp::new(vec![0; 8], vec![0; 8])).collect()
     }
 
     #[test]
     fn a_failed_qp_takes_its_pair_through_flush_and_rearm() {
-        let (mut r, mut hw, mut q) = (Recovery::new(2), Hw::default(), qps());
+        let (mut r, mut hw, mut q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
         q[3].reserve(
             WrId {
                 ring: 1,
@@ -227,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_lost_marker_waits_for_the_patience_and_a_failed_rearm_sticks() {
-        let (mut r, mut hw, mut q) = (Recovery::new(2), Hw::default(), qps());
+        let (mut r, mut hw, mut q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
         hw.fail_rearm = true;
         q[0].fail();
         assert_eq!(r.step(&mut q, &mut hw, 100, |_, _| ()), 0);
@@ -249,5 +267,35 @@ mod tests {
             (2, 1),
             "and never retried"
         );
+    }
+
+    #[test]
+    fn a_stuck_qp_fails_with_deadline_and_a_dropped_receive_is_retired() {
+        let (mut r, mut hw, mut q) = (Recovery::new(2, 100), Hw::default(), qps());
+        let send = WrId { ring: 1, ring_gen: 1, slot: 3 }.encode();
+        let recv = WrId { ring: 2, ring_gen: 1, slot: 4 }.encode();
+        q[1].recv_posted(recv);
+        r.step(&mut q, &mut hw, 1000, |_, _| ());
+        q[0].reserve(send);
+        let mut owed = Vec::new();
+        // The deadline counts from the first step that sees the QP busy.
+        assert_eq!(r.step(&mut q, &mut hw, 1050, |id, c| owed.push((id.slot, c))), 0);
+        assert_eq!(r.step(&mut q, &mut hw, 1150, |id, c| owed.push((id.slot, c))), 0);
+        assert!(!q[0].failed(), "within the deadline");
+        assert_eq!(r.step(&mut q, &mut hw, 1151, |id, c| owed.push((id.slot, c))), 0);
+        assert!(q[0].failed() && q[1].failed(), "past it: the pair fails");
+        // Neither marker arrives; after the patience the pair is re-armed and what it
+        // still owed, the receive its reset dropped included, is retired.
+        let later = 1151 + FLUSH_PATIENCE_MS + 1;
+        assert_eq!(r.step(&mut q, &mut hw, later, |id, c| owed.push((id.slot, c))), 2);
+        owed.sort_by_key(|o| o.0);
+        assert_eq!(
+            owed,
+            [
+                (3, Completion::Failed(Reason::Deadline)),
+                (4, Completion::Failed(Reason::QpError)),
+            ]
+        );
+        assert_eq!(q[1].recv_outstanding(), 0);
     }
 }

@@ -378,6 +378,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let owner = (self.id, self.gen);
         let rmrs = &mut self.tables.rmrs;
         self.tables.vqps.drain_where(|h, v| {
+            // Only a peer's message, or a flush, completes a receive: a closed ring's
+            // are reclaimed by failing their QP (recovery flushes every receive on it,
+            // so other rings' receives there complete with QpError and are reposted).
+            if v.sends == 0 && v.recvs > 0 {
+                qps[v.qp as usize].fail();
+            }
             let idle = v.sends == 0 && v.recvs == 0;
             if idle {
                 rmrs.drain_where(|_, r| r.vqp == h);

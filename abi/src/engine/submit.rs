@@ -312,7 +312,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         return Step::Wait(Stall::InflightFull);
                     };
                     match backend.post_recv(v.qp, &RecvWr { wr_id, local }) {
-                        Ok(()) => qps[v.qp as usize].recv_posted(),
+                        Ok(()) => qps[v.qp as usize].recv_posted(wr_id),
                         Err(e) => self.fail_unposted(wr_id, Reason::Verbs, e),
                     }
                     return Step::Taken;

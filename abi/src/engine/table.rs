@@ -206,6 +206,28 @@ impl<T: Copy, S: Store> Fifo<T, S> {
         self.len -= (n as u32).min(self.len);
     }
 
+    /// Removes the oldest entry equal to `v`, keeping the others' order; `false` if none.
+    pub fn remove(&mut self, v: T) -> bool
+    where
+        T: PartialEq,
+    {
+        let cap = self.capacity() as u32;
+        let Some(k) = (0..self.len).find(|&k| self.buf.as_ref()[wrap(self.head + k, cap) as usize] == v)
+        else {
+            return false;
+        };
+        // Shift the entries before it one place back, then drop the front.
+        let buf = self.buf.as_mut();
+        let mut j = k;
+        while j > 0 {
+            buf[wrap(self.head + j, cap) as usize] = buf[wrap(self.head + j - 1, cap) as usize];
+            j -= 1;
+        }
+        self.head = wrap(self.head + 1, cap);
+        self.len -= 1;
+        true
+    }
+
     /// Whether `pred` holds for some queued entry.
     pub fn any(&self, mut pred: impl FnMut(T) -> bool) -> bool {
         let cap = self.capacity() as u32;

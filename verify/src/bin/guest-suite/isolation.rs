@@ -436,3 +436,79 @@ pub fn a_pair_breaker_is_throttled() -> Result<(), String> {
     );
     check(rate >= 0.9, || format!("the victim kept only {:.1}% of its READs", 100.0 * rate))
 }
+
+/// A ring closed with a receive still posted on a shared QP (its process exited) does
+/// not keep it: the receive is reclaimed (flushed through the pair's recovery), so the
+/// next message to that QP reaches a live receiver instead of a dead ring.
+pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
+    // Service 7 of 2 pairs: pair 1.
+    const SERVICE: u32 = 7;
+    let dead_qpn: u32 = Child::spawn(|| {
+        let dev = Device::open().map_err(|e| e.to_string())?;
+        let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+        let (v, qpn) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
+        let buf = Box::leak(Box::new(Buf::new(8)));
+        let (mr, _) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE))?;
+        let recv = Sqe::two_sided(Opcode::Recv, 3, v as u32, mr as u32, buf.addr(), 64);
+        // SAFETY: the buffer is leaked: it outlives the receive.
+        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        r.submit().map_err(|e| e.to_string())?;
+        Ok(qpn.to_string())
+    })?
+    .join()?
+    .parse()
+    .map_err(|e| format!("child's qpn: {e}"))?;
+    let dev = Device::open().map_err(|e| e.to_string())?;
+    let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+    let ends = [
+        ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?,
+        ok(&mut r, Sqe::connect(2, LOCAL_GID, SERVICE))?,
+    ];
+    let (to, from) = if ends[0].1 as u32 == dead_qpn { (0, 1) } else { (1, 0) };
+    let (to, from) = (ends[to].0 as u32, ends[from].0 as u32);
+    let mut buf = Buf::new(64);
+    let (mr, _) = ok(&mut r, Sqe::reg_mr(3, buf.addr(), 512, MrAccess::LOCAL_WRITE))?;
+    buf.bytes_mut()[..8].copy_from_slice(b"for you!");
+    let t = Instant::now();
+    let recv = Sqe::two_sided(Opcode::Recv, 10, to, mr as u32, buf.addr() + 256, 64);
+    let send = Sqe::two_sided(Opcode::Send, 11, from, mr as u32, buf.addr(), 8);
+    // The reclaim recovers the pair: receives posted meanwhile fail with QpError and
+    // are posted again, as on any recovering pair. A posted one shows no CQE yet.
+    let mut reposts = 0;
+    loop {
+        // SAFETY: the buffer is registered and outlives the receive.
+        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        r.submit().map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(5));
+        r.submit().map_err(|e| e.to_string())?;
+        match r.completions().next() {
+            None => break,
+            Some(c) if c.failure() == Some(Reason::QpError) => reposts += 1,
+            Some(c) => return Err(format!("RECV before any SEND: {c:?}")),
+        }
+        check(t.elapsed() < Duration::from_secs(5), || "the pair never recovered".into())?;
+    }
+    // SAFETY: as above.
+    unsafe { r.push(&send) }.map_err(|e| e.to_string())?;
+    r.submit().map_err(|e| e.to_string())?;
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        // An enter with nothing to submit still routes completions.
+        r.submit().map_err(|e| e.to_string())?;
+        got.extend(r.completions());
+        check(t.elapsed() < Duration::from_secs(5), || {
+            format!("after 5 s only {got:?}: the dead ring's receive took the message?")
+        })?;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let recv_cqe = got.iter().find(|c| c.user_data == 10).ok_or("no RECV CQE")?;
+    println!(
+        "  message to QP {dead_qpn} after its dead receiver: {:?} in {:?} ({reposts} \
+         receives reposted while the pair recovered)",
+        recv_cqe.res,
+        t.elapsed()
+    );
+    check(recv_cqe.res == 8 && &buf.bytes()[256..264] == b"for you!", || {
+        format!("RECV got {recv_cqe:?}")
+    })
+}

@@ -115,6 +115,10 @@ const TESTS: &[Test] = &[
         run: isolation::a_pair_breaker_is_throttled,
     },
     Test {
+        name: "isolation::a_dead_rings_receive_is_reclaimed",
+        run: isolation::a_dead_rings_receive_is_reclaimed,
+    },
+    Test {
         name: "isolation::pinning_and_mmap_do_not_stall_others",
         run: isolation::pinning_and_mmap_do_not_stall_others,
     },
