@@ -24,10 +24,10 @@
 #define krcore_DEVICE_NAME_LEN 64
 
 // Backoff after the first strike.
-#define krcore_BACKOFF_BASE_MS 200
+#define krcore_BACKOFF_BASE_MS 1000
 
 // Longest backoff.
-#define krcore_BACKOFF_MAX_MS 30000
+#define krcore_BACKOFF_MAX_MS 60000
 
 // The default deadline of a send request: past it with no completion on its QP, the
 // QP is failed and its requests complete with `Deadline` (the module's

@@ -38,6 +38,14 @@ if [ -f /module-path ]; then
 fi
 in_host rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0"
 
+# Timings need a fine-grained clock: a guest whose TSC was judged unstable at boot runs
+# on jiffies (4 ms ticks). The runner boots again when told so.
+clock=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)
+if [ "$clock" != tsc ]; then
+  echo "KRCORE-COARSE-CLOCK: $clock"
+  reboot -f
+fi
+
 echo "KRCORE-RUN-START"
 in_host /bin/sh /run/krcore/cmd.sh
 rc=$?

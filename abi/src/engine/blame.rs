@@ -12,9 +12,9 @@
 //! [`Reason::Throttled`]: super::cqe::Reason::Throttled
 
 /// Backoff after the first strike.
-pub const BACKOFF_BASE_MS: i64 = 200;
+pub const BACKOFF_BASE_MS: i64 = 1_000;
 /// Longest backoff.
-pub const BACKOFF_MAX_MS: i64 = 30_000;
+pub const BACKOFF_MAX_MS: i64 = 60_000;
 
 /// A ring's record of the pairs it broke.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

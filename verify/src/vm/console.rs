@@ -4,6 +4,8 @@
 pub const EXIT_MARKER: &str = "KRCORE-EXIT=";
 /// Printed by the guest's init, with what failed, when it could not set the guest up.
 pub const SETUP_FAILED: &str = "KRCORE-SETUP-FAILED: ";
+/// Printed by the guest's init, with the clocksource, when the guest has no TSC clock.
+pub const COARSE_CLOCK: &str = "KRCORE-COARSE-CLOCK: ";
 /// The guest's init dumps dmesg between these two lines after the command.
 pub const DMESG_START: &str = "KRCORE-DMESG-START";
 /// See [`DMESG_START`].
@@ -38,24 +40,42 @@ pub const FAILURE_PATTERNS: &[&str] = &[
 pub struct Verdict {
     /// The command's exit status, if the guest got that far.
     pub exit: Option<i32>,
-    /// Kernel log lines that match a [`FAILURE_PATTERNS`] entry.
+    /// Kernel log lines that match a [`FAILURE_PATTERNS`] entry, from the time krcore
+    /// was first loaded on.
     pub kernel_problems: Vec<String>,
+    /// Matching lines from before krcore was loaded: the kernel's own boot, which no
+    /// code of ours has run in yet (the debug kernel under TCG now and then reports an
+    /// interrupt during early CPU setup). Shown, but not held against the run.
+    pub boot_problems: Vec<String>,
     /// The dumped kernel log.
     pub dmesg: Vec<String>,
     /// What the guest's setup failed at, if it did.
     pub setup_failed: Option<String>,
+    /// The clocksource the guest booted with, when it was not the TSC.
+    pub coarse_clock: Option<String>,
 }
+
+/// The module's line once it is loaded: kernel lines before it are the boot's.
+pub const LOADED_MARKER: &str = "krcore: loaded";
 
 /// Reads a whole console transcript.
 pub fn judge(console: &str) -> Verdict {
     let mut v = Verdict::default();
     let mut in_dmesg = false;
+    // Per stream: the live console, then the dmesg dump, which starts over at boot.
+    let mut loaded = false;
     for line in console.lines() {
         let line = line.trim_end_matches('\r');
+        if line == DMESG_START {
+            loaded = false;
+        }
+        loaded |= line.contains(LOADED_MARKER);
         if let Some(rest) = line.strip_prefix(EXIT_MARKER) {
             v.exit = rest.trim().parse().ok();
         } else if let Some(rest) = line.strip_prefix(SETUP_FAILED) {
             v.setup_failed = Some(rest.to_string());
+        } else if let Some(rest) = line.strip_prefix(COARSE_CLOCK) {
+            v.coarse_clock = Some(rest.to_string());
         } else if line == DMESG_START {
             in_dmesg = true;
         } else if line == DMESG_END {
@@ -67,11 +87,15 @@ pub fn judge(console: &str) -> Verdict {
         // but only kernel lines (they start with a "[ time]" stamp), so that a test's own
         // output never trips the scan.
         let is_kernel_line = in_dmesg || line.starts_with('[');
-        if is_kernel_line
-            && FAILURE_PATTERNS.iter().any(|p| line.contains(p))
-            && !v.kernel_problems.iter().any(|l| l == line)
-        {
-            v.kernel_problems.push(line.to_string());
+        if is_kernel_line && FAILURE_PATTERNS.iter().any(|p| line.contains(p)) {
+            let list = if loaded {
+                &mut v.kernel_problems
+            } else {
+                &mut v.boot_problems
+            };
+            if !list.iter().any(|l| l == line) {
+                list.push(line.to_string());
+            }
         }
     }
     v
@@ -93,7 +117,7 @@ mod tests {
 
     #[test]
     fn oops_fails_even_with_exit_zero() {
-        let v = judge("KRCORE-EXIT=0\nKRCORE-DMESG-START\n[ 2.0] BUG: kernel NULL pointer dereference\n[ 2.0] Call Trace:\nKRCORE-DMESG-END\n");
+        let v = judge("KRCORE-EXIT=0\nKRCORE-DMESG-START\n[ 1.0] krcore: loaded, ABI version 1\n[ 2.0] BUG: kernel NULL pointer dereference\n[ 2.0] Call Trace:\nKRCORE-DMESG-END\n");
         assert_eq!(v.kernel_problems.len(), 2);
     }
 
@@ -105,9 +129,25 @@ mod tests {
             "[ 3.0] BUG: sleeping function called from invalid context at mm/gup.c:1",
             "[ 3.0] list_del corruption. prev->next should be ff11, but was 0",
         ] {
-            let v = judge(&format!("KRCORE-EXIT=0\nKRCORE-DMESG-START\n{report}\nKRCORE-DMESG-END\n"));
+            let v = judge(&format!(
+                "KRCORE-EXIT=0\nKRCORE-DMESG-START\n[ 1.0] krcore: loaded\n{report}\nKRCORE-DMESG-END\n"
+            ));
             assert!(!v.kernel_problems.is_empty(), "{report}");
         }
+    }
+
+    #[test]
+    fn boot_reports_before_the_module_are_set_apart() {
+        let boot = "[ 0.1] BUG: KASAN: wild-memory-access in do_raw_spin_lock+0xe5/0x2a0";
+        let console = format!(
+            "{boot}\n[ 1.0] krcore: loaded\nKRCORE-EXIT=0\nKRCORE-DMESG-START\n{boot}\n\
+             [ 1.0] krcore: loaded\n[ 9.0] krcore: unloaded\nKRCORE-DMESG-END\n"
+        );
+        let v = judge(&console);
+        assert!(v.kernel_problems.is_empty());
+        assert_eq!(v.boot_problems, [boot]);
+        let v = judge(&console.replace("[ 9.0] krcore: unloaded", "[ 9.0] WARNING: at krcore"));
+        assert_eq!(v.kernel_problems.len(), 1, "after the load, everything counts");
     }
 
     #[test]
@@ -126,8 +166,11 @@ mod tests {
 
     #[test]
     fn panic_without_exit() {
-        let v = judge("[ 3.1] Kernel panic - not syncing: Fatal exception\n");
+        let v = judge("[ 1.0] krcore: loaded\n[ 3.1] Kernel panic - not syncing: Fatal exception\n");
         assert_eq!(v.exit, None);
         assert_eq!(v.kernel_problems.len(), 1);
+        // Before the module: set apart, but the run still fails for want of an exit.
+        let v = judge("[ 0.1] Kernel panic - not syncing: Fatal exception\n");
+        assert_eq!((v.exit, v.boot_problems.len()), (None, 1));
     }
 }

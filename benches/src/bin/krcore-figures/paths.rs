@@ -355,6 +355,6 @@ impl Path for Verbs {
     }
 
     fn reap(&mut self, min: usize) -> usize {
-        self.ctx.poll(min, u64::MAX).unwrap().len()
+        self.ctx.poll(min, std::time::Duration::MAX).unwrap().len()
     }
 }
