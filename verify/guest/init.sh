@@ -38,9 +38,16 @@ if [ -f /module-path ]; then
 fi
 in_host rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0"
 
-# Timings need a fine-grained clock: a guest whose TSC was judged unstable at boot runs
-# on jiffies (4 ms ticks). The runner boots again when told so.
-clock=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)
+# Timings need a fine-grained clock. The kernel switches to the TSC only once its
+# refined calibration is done, which on a loaded host can come after /init starts: wait
+# for it (up to 10 s). A guest whose TSC was judged unstable stays on jiffies (4 ms
+# ticks); the runner boots again when told so.
+clock_file=/sys/devices/system/clocksource/clocksource0/current_clocksource
+for _ in $(seq 100); do
+  [ "$(cat $clock_file)" = tsc ] && break
+  sleep 0.1
+done
+clock=$(cat $clock_file)
 if [ "$clock" != tsc ]; then
   echo "KRCORE-COARSE-CLOCK: $clock"
   reboot -f

@@ -133,15 +133,19 @@ fn worker_verbs(sock: &str) -> Res<Phases> {
     Ok(p)
 }
 
+/// A worker's endpoint message asking the verbs node to stop serving.
+const STOP_QPN: u32 = u32::MAX;
+
 /// The verbs memory node: for each worker, a QP in the node's PD connected to the
-/// worker's, and the region's address and rkey, over a Unix socket.
-fn verbs_node(listener: UnixListener, workers: usize) -> Res<()> {
+/// worker's, and the region's address and rkey, over a Unix socket; until a message
+/// names [`STOP_QPN`].
+fn verbs_node(listener: UnixListener) -> Res<()> {
     let e = |e: verify::verbs::VerbsError| e.to_string();
     let ctx = Context::open(DEVICE, 64).map_err(e)?;
     let mut region = Mr::new(&ctx, 4096).map_err(e)?;
     region.bytes_mut()[..8].copy_from_slice(MAGIC);
     let mut qps = Vec::new();
-    for _ in 0..workers {
+    loop {
         let (mut s, _) = listener.accept().map_err(|e| e.to_string())?;
         let mut msg = [0u8; 20];
         s.read_exact(&mut msg).map_err(|e| e.to_string())?;
@@ -149,6 +153,9 @@ fn verbs_node(listener: UnixListener, workers: usize) -> Res<()> {
             qpn: u32::from_le_bytes(msg[..4].try_into().unwrap()),
             gid: msg[4..].try_into().unwrap(),
         };
+        if peer.qpn == STOP_QPN {
+            return Ok(());
+        }
         let qp = RcQp::create(&ctx, 16).map_err(e)?;
         qp.connect(peer, ROCE_V2_GID_INDEX).map_err(e)?;
         let me = qp.endpoint(ROCE_V2_GID_INDEX).map_err(e)?;
@@ -163,7 +170,6 @@ fn verbs_node(listener: UnixListener, workers: usize) -> Res<()> {
         let _ = s.read(&mut done);
         qps.push(qp);
     }
-    Ok(())
 }
 
 fn spawn(args: &[String]) -> Res<Phases> {
@@ -249,15 +255,33 @@ fn demo(workers: usize) -> Res<()> {
     let sock = std::env::temp_dir().join(format!("krcore-demo-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
-    let server = std::thread::spawn(move || verbs_node(listener, workers));
-    let mut vb = Vec::new();
+    let server = std::thread::spawn(move || verbs_node(listener));
+    // On this test bed (rxe under emulation) a verbs worker's first READ now and then
+    // never completes: its packets are not looped back (rxe's completer_retry_err climbs).
+    // Such a worker is started afresh, at most twice, and counted.
+    let (mut vb, mut retried) = (Vec::new(), 0);
     for _ in 0..workers {
-        vb.push(spawn(&[
-            "worker-verbs".into(),
-            sock.to_string_lossy().into(),
-        ])?);
+        let worker = || spawn(&["worker-verbs".into(), sock.to_string_lossy().into()]);
+        let mut run = worker();
+        for _ in 0..2 {
+            match &run {
+                Err(e) if e.contains("timed out") => {
+                    retried += 1;
+                    run = worker();
+                }
+                _ => break,
+            }
+        }
+        vb.push(run?);
     }
+    let mut stop = UnixStream::connect(&sock).map_err(|e| e.to_string())?;
+    let mut msg = [0u8; 20];
+    msg[..4].copy_from_slice(&STOP_QPN.to_le_bytes());
+    stop.write_all(&msg).map_err(|e| e.to_string())?;
     server.join().map_err(|_| "verbs node panicked")??;
+    if retried > 0 {
+        println!("\n({retried} verbs worker(s) started afresh: rxe never completed their READ)");
+    }
     let _ = std::fs::remove_file(&sock);
     let vb_total = report("user-space verbs", &vb);
     println!(
