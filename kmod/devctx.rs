@@ -278,7 +278,10 @@ impl DevCtx {
             .engine();
         let cx = Context {
             caller,
-            now_ms: Ktime::ktime_get().to_ms(),
+            // The tick-updated clock: one load per submission, where ktime_get reads the
+            // clocksource (throttling needs ms, not ns).
+            // SAFETY: plain call.
+            now_ms: unsafe { shim::krcore_shim_coarse_ms() },
         };
         match ring.submit(qps.as_mut_slice(), exports, hw, max, cx) {
             Ok(s) if s.stall == Some(Stall::Register) => Ok((s.taken, ring.claim_registration())),

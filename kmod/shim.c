@@ -192,6 +192,11 @@ bool krcore_shim_fatal_signal_pending(void)
 	return fatal_signal_pending(current);
 }
 
+s64 krcore_shim_coarse_ms(void)
+{
+	return ktime_get_coarse_ns() / NSEC_PER_MSEC;
+}
+
 u64 krcore_shim_random_u64(void)
 {
 	return get_random_u64();

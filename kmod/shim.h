@@ -80,6 +80,8 @@ u32 krcore_shim_max_sq_idle_ms(void);
 u32 krcore_shim_request_timeout_ms(void);
 /* The caller's real user id, in the initial user namespace. */
 u32 krcore_shim_current_uid(void);
+/* Monotonic time in ms at tick resolution (ktime_get_coarse): cheap enough per call. */
+s64 krcore_shim_coarse_ms(void);
 /* 64 bits from the kernel's CSPRNG (get_random_u64). */
 u64 krcore_shim_random_u64(void);
 /* Sleeps about ms milliseconds (msleep). */

@@ -170,6 +170,7 @@ extern "C" {
     pub(crate) fn krcore_shim_mm_is_current(mm: *mut MmStruct) -> bool;
     pub(crate) fn krcore_shim_mm_drop(mm: *mut MmStruct);
     pub(crate) fn krcore_shim_random_u64() -> u64;
+    pub(crate) fn krcore_shim_coarse_ms() -> i64;
     pub(crate) fn krcore_shim_max_rings_per_user() -> u32;
     pub(crate) fn krcore_shim_max_sqpoll_per_user() -> u32;
     pub(crate) fn krcore_shim_max_sq_idle_ms() -> u32;
