@@ -53,6 +53,8 @@ pub struct FakeNic {
     pub posted: u64,
     /// The rkey of every one-sided request posted, in order: what reached the wire.
     pub wire_rkeys: Vec<u32>,
+    /// The rkeys of every MR ever registered with a remote right.
+    pub remote_rkeys: HashSet<u32>,
     /// State of the descriptor generator.
     seed: u64,
 }
@@ -173,16 +175,21 @@ impl FakeNic {
 
 impl FakeNic {
     /// Registers memory, as the kernel does outside its locks (the engine's `register`).
-    pub fn reg_mr(&mut self, _addr: u64, _len: u32, _access: MrAccess) -> Result<MrKeys, Errno> {
+    pub fn reg_mr(&mut self, _addr: u64, _len: u32, access: MrAccess) -> Result<MrKeys, Errno> {
         if let Some(e) = self.fail_reg.take() {
             return Err(e);
         }
         self.next_key += 1;
         let token = self.next_key as u64;
         self.live_mrs.insert(token);
+        let rkey = self.next_key | 0x8000_0000;
+        let remote = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
+        if access.bits() & remote.bits() != 0 {
+            self.remote_rkeys.insert(rkey);
+        }
         Ok(MrKeys {
             lkey: self.next_key,
-            rkey: self.next_key | 0x8000_0000,
+            rkey,
             token,
         })
     }

@@ -3,7 +3,8 @@
 //!
 //! Properties: every SQE taken gets exactly one CQE; no CQE reaches another ring; the
 //! NIC never sees a queue posted past its depth (the fake asserts it); credits never
-//! leak (all zero at quiescence); every MR and connection is released after close.
+//! leak (all zero at quiescence); every MR and connection is released after close; only
+//! the rkeys of MRs exported with a remote right reach the wire.
 
 use std::collections::{HashMap, HashSet};
 
@@ -300,6 +301,16 @@ fn scenario(seed: u64) {
             );
         }
     }
+    let stray: Vec<_> = rig
+        .nic
+        .wire_rkeys
+        .iter()
+        .filter(|k| !rig.nic.remote_rkeys.contains(k))
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "seed {seed}: rkeys of no exported MR reached the wire: {stray:?}"
+    );
     for (i, q) in rig.qps.iter().enumerate() {
         assert_eq!(q.outstanding(), 0, "seed {seed}: QP {i} credits leaked");
         assert_eq!(
