@@ -4,12 +4,15 @@
 //!
 //! # Lock order
 //!
-//! krcore has three locks, always taken in this order and never the other way:
+//! krcore's locks are always taken in this order and never the other way:
 //!
 //! 1. a file's `setup_lock` (file.rs): serializes IOC_SETUP on one file;
 //! 2. the registry's `devices` mutex (device.rs): which devices exist;
 //! 3. a device's `state` mutex (here): serializes every engine call for the device
-//!    (submission, completion routing, ring close), as verify/'s loom models assume.
+//!    (submission, completion routing, ring close), as verify/'s loom models assume;
+//!
+//! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf: taken
+//! with none of the others held, and nothing taken under it.
 //!
 //! None is held while user memory is touched: ioctl arguments are copied in before and
 //! out after (the device query collects its rows first), REG_MR pins with no lock held
@@ -27,8 +30,8 @@ use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
 
 use crate::abi::engine::{
-    complete_wc, direct_complete, Caller, Context, ExportSlot, Exports, PhysQp, Recovery, Registration,
-    Stall, Wc, WcStatus, DIRECT_WR_ID,
+    complete_wc, direct_complete, Caller, Context, ExportSlot, Exports, PhysQp, Recovery,
+    Registration, Stall, Wc, WcStatus, DIRECT_WR_ID,
 };
 use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::cqe::{Cqe, Reason};

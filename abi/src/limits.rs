@@ -126,7 +126,11 @@ mod tests {
         t.charge(1000, Resource::Poller, L).unwrap();
         assert_eq!(t.charge(1000, Resource::Poller, L), Err(Errno::EDQUOT));
         t.charge(0, Resource::Ring, L).unwrap();
-        assert_eq!(t.charge(7, Resource::Ring, L), Err(Errno::EUSERS), "table full");
+        assert_eq!(
+            t.charge(7, Resource::Ring, L),
+            Err(Errno::EUSERS),
+            "table full"
+        );
         t.uncharge(1000, Resource::Ring);
         t.charge(1000, Resource::Ring, L).unwrap();
         for r in [Resource::Ring, Resource::Ring, Resource::Poller] {

@@ -28,7 +28,10 @@ fn main() -> Result<(), Error> {
     let mut local = ring.register(4096, access)?;
     local.bytes_mut()[..5].copy_from_slice(b"hello");
     // The "peer's" memory: here, our own region, imported as a remote one.
-    let remote = ring.import(&vqp, &local.export().expect("registered with remote rights"))?;
+    let remote = ring.import(
+        &vqp,
+        &local.export().expect("registered with remote rights"),
+    )?;
 
     let mut batch = Batch::new();
     batch

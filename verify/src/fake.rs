@@ -274,7 +274,11 @@ impl Backend for FakeNic {
 
     fn descriptor(&mut self) -> u64 {
         // Deterministic for reproducible tests (xorshift); the kernel draws from its CSPRNG.
-        let mut x = if self.seed == 0 { 0x9e37_79b9_7f4a_7c15 } else { self.seed };
+        let mut x = if self.seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            self.seed
+        };
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;

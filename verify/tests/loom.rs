@@ -16,7 +16,8 @@ use loom::thread;
 use core::sync::atomic::Ordering;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, Context, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall, VecStore,
+    complete_wc, Context, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall, Submitted,
+    VecStore,
 };
 use krcore_abi::opcode::Opcode;
 use krcore_abi::ring::{CqConsumer, CqProducer, IndexCell, RingMem, SqConsumer, SqProducer};
@@ -247,6 +248,32 @@ struct Device {
     rings: Vec<LRing>,
 }
 
+impl Device {
+    /// The kernel takes ring `r`'s entries, as its owner's enter would.
+    fn submit(&mut self, r: usize) -> Submitted {
+        let Device {
+            nic,
+            qps,
+            exports,
+            rings,
+        } = self;
+        rings[r]
+            .submit(qps, exports, nic, 8, Context::OWNER)
+            .unwrap()
+    }
+
+    /// Releases closed ring `r` if nothing of it is left; whether it was.
+    fn release_idle(&mut self, r: usize) -> bool {
+        let Device {
+            nic,
+            qps,
+            exports,
+            rings,
+        } = self;
+        rings[r].release_idle(qps, exports, nic)
+    }
+}
+
 const MR: u64 = 0x1000;
 
 fn new_ring(id: u16, sq: LoomRing<Sqe>, cq: LoomRing<Cqe>) -> LRing {
@@ -271,13 +298,13 @@ fn setup(
     let mut run = |sqe: Sqe| -> Cqe {
         app.push(sqe).unwrap();
         app.publish();
+        let s = d.submit(r);
         let Device {
             nic,
-            qps,
             exports,
             rings,
+            ..
         } = d;
-        let s = rings[r].submit(qps, exports, nic, 8, Context::OWNER).unwrap();
         if let Some(reg) = (s.stall == Some(Stall::Register))
             .then(|| rings[r].claim_registration())
             .flatten()
@@ -305,7 +332,9 @@ fn setup(
 
 /// Polls the NIC and routes completions, under the device lock.
 fn run_nic(d: &mut Device) {
-    let Device { nic, qps, rings, .. } = d;
+    let Device {
+        nic, qps, rings, ..
+    } = d;
     nic.execute(0, usize::MAX, false);
     while let Some((qp, wc)) = nic.poll() {
         complete_wc(qps, qp, &wc, |id, c| {
@@ -348,14 +377,7 @@ fn shared_qp_model(weak: bool) {
             .map(|r| {
                 let dev = dev.clone();
                 thread::spawn(move || {
-                    let mut g = dev.lock().unwrap();
-                    let Device {
-                        nic,
-                        qps,
-                        exports,
-                        rings,
-                    } = &mut *g;
-                    rings[r].submit(qps, exports, nic, 8, Context::OWNER).unwrap();
+                    dev.lock().unwrap().submit(r);
                 })
             })
             .collect();
@@ -443,13 +465,7 @@ fn ring_closed_in_flight() {
             ))
             .unwrap();
             p.publish();
-            let Device {
-                nic,
-                qps,
-                exports,
-                rings,
-            } = &mut d;
-            rings[r].submit(qps, exports, nic, 8, Context::OWNER).unwrap();
+            d.submit(r);
             apps.push(c);
         }
         let dev = Arc::new(Mutex::new(d));
@@ -457,14 +473,9 @@ fn ring_closed_in_flight() {
             let dev = dev.clone();
             thread::spawn(move || {
                 let mut g = dev.lock().unwrap();
-                let Device {
-                    nic,
-                    qps,
-                    exports,
-                    rings,
-                } = &mut *g;
+                let Device { exports, rings, .. } = &mut *g;
                 rings[0].close(exports);
-                rings[0].release_idle(qps, exports, nic)
+                g.release_idle(0)
             })
         };
         let poller = {
@@ -479,21 +490,12 @@ fn ring_closed_in_flight() {
         let released_at_close = closer.join().unwrap();
         let closed_first = poller.join().unwrap();
         let mut g = dev.lock().unwrap();
-        let Device {
-            nic,
-            qps,
-            exports,
-            rings,
-        } = &mut *g;
-        assert!(
-            rings[0].release_idle(qps, exports, nic),
-            "closed ring not released once idle"
-        );
+        assert!(g.release_idle(0), "closed ring not released once idle");
         assert!(
             !released_at_close || !closed_first,
             "released with a request in flight"
         );
-        assert_eq!(qps[0].outstanding(), 0, "credits leaked");
+        assert_eq!(g.qps[0].outstanding(), 0, "credits leaked");
         let got = apps[0].pop().map(|c| c.user_data);
         if closed_first {
             assert_eq!(got, None, "a CQE was written into the closed ring");
@@ -506,7 +508,7 @@ fn ring_closed_in_flight() {
         }
         assert_eq!(apps[1].pop().map(|c| c.user_data), Some(51));
         assert_eq!(
-            nic.live_mrs.len(),
+            g.nic.live_mrs.len(),
             1,
             "the closed ring's MR was deregistered, the other's kept"
         );

@@ -76,9 +76,15 @@ impl<S: Store> Exports<S> {
     /// A table over `storage`, whose length must be a power of two (its slots are reset).
     pub fn new(mut storage: S::Buf<ExportSlot>) -> Self {
         let slots = storage.as_mut();
-        assert!(slots.len().is_power_of_two(), "export table size must be a power of two");
+        assert!(
+            slots.len().is_power_of_two(),
+            "export table size must be a power of two"
+        );
         slots.iter_mut().for_each(|s| *s = ExportSlot::EMPTY);
-        Exports { slots: storage, len: 0 }
+        Exports {
+            slots: storage,
+            len: 0,
+        }
     }
 
     /// Entries stored.

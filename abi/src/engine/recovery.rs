@@ -200,7 +200,9 @@ mod tests {
     }
 
     fn qps() -> Vec<PhysQp<VecStore>> {
-        (0..4).map(|_| PhysQp::new(vec![0; 8], vec![0; 8])).collect()
+        (0..4)
+            .map(|_| PhysQp::new(vec![0; 8], vec![0; 8]))
+            .collect()
     }
 
     #[test]
@@ -272,22 +274,44 @@ mod tests {
     #[test]
     fn a_stuck_qp_fails_with_deadline_and_a_dropped_receive_is_retired() {
         let (mut r, mut hw, mut q) = (Recovery::new(2, 100), Hw::default(), qps());
-        let send = WrId { ring: 1, ring_gen: 1, slot: 3 }.encode();
-        let recv = WrId { ring: 2, ring_gen: 1, slot: 4 }.encode();
+        let send = WrId {
+            ring: 1,
+            ring_gen: 1,
+            slot: 3,
+        }
+        .encode();
+        let recv = WrId {
+            ring: 2,
+            ring_gen: 1,
+            slot: 4,
+        }
+        .encode();
         q[1].recv_posted(recv);
         r.step(&mut q, &mut hw, 1000, |_, _| ());
         q[0].reserve(send);
         let mut owed = Vec::new();
         // The deadline counts from the first step that sees the QP busy.
-        assert_eq!(r.step(&mut q, &mut hw, 1050, |id, c| owed.push((id.slot, c))), 0);
-        assert_eq!(r.step(&mut q, &mut hw, 1150, |id, c| owed.push((id.slot, c))), 0);
+        assert_eq!(
+            r.step(&mut q, &mut hw, 1050, |id, c| owed.push((id.slot, c))),
+            0
+        );
+        assert_eq!(
+            r.step(&mut q, &mut hw, 1150, |id, c| owed.push((id.slot, c))),
+            0
+        );
         assert!(!q[0].failed(), "within the deadline");
-        assert_eq!(r.step(&mut q, &mut hw, 1151, |id, c| owed.push((id.slot, c))), 0);
+        assert_eq!(
+            r.step(&mut q, &mut hw, 1151, |id, c| owed.push((id.slot, c))),
+            0
+        );
         assert!(q[0].failed() && q[1].failed(), "past it: the pair fails");
         // Neither marker arrives; after the patience the pair is re-armed and what it
         // still owed, the receive its reset dropped included, is retired.
         let later = 1151 + FLUSH_PATIENCE_MS + 1;
-        assert_eq!(r.step(&mut q, &mut hw, later, |id, c| owed.push((id.slot, c))), 2);
+        assert_eq!(
+            r.step(&mut q, &mut hw, later, |id, c| owed.push((id.slot, c))),
+            2
+        );
         owed.sort_by_key(|o| o.0);
         assert_eq!(
             owed,

@@ -212,7 +212,8 @@ impl<T: Copy, S: Store> Fifo<T, S> {
         T: PartialEq,
     {
         let cap = self.capacity() as u32;
-        let Some(k) = (0..self.len).find(|&k| self.buf.as_ref()[wrap(self.head + k, cap) as usize] == v)
+        let Some(k) =
+            (0..self.len).find(|&k| self.buf.as_ref()[wrap(self.head + k, cap) as usize] == v)
         else {
             return false;
         };

@@ -67,7 +67,11 @@ impl Actor {
         let off = self.rng.below(ARENA as u64 / 2) & !7;
         let len = [8, 64, 4096, 1 << 20, 0][self.rng.below(5) as usize] as u32;
         let ud = self.rng.next_u64();
-        let (v, mr, rmr) = (self.handle() as u32, self.handle() as u32, self.handle() as u32);
+        let (v, mr, rmr) = (
+            self.handle() as u32,
+            self.handle() as u32,
+            self.handle() as u32,
+        );
         let access = MrAccess::from_bits_truncate(self.rng.below(16) as u32);
         let mut s = match self.rng.below(12) {
             0 => Sqe::nop(ud),
@@ -151,7 +155,10 @@ impl Actor {
             }
         }
         let _ = self.rings[i].submit();
-        let got: Vec<(i32, u64)> = self.rings[i].completions().map(|c| (c.res, c.aux)).collect();
+        let got: Vec<(i32, u64)> = self.rings[i]
+            .completions()
+            .map(|c| (c.res, c.aux))
+            .collect();
         for (res, aux) in got {
             if res > 0 {
                 self.seen.push(res as u64);
@@ -175,7 +182,14 @@ impl Actor {
     /// kernel address, or an unmapped one.
     fn raw_ioctl(&mut self) {
         let Some(fd) = self.fd() else { return };
-        let known = [IOC_QUERY_DEVICES, IOC_SETUP, IOC_ENTER, IOC_REGISTER_EVENTFD, IOC_ONE, IOC_DIRECT];
+        let known = [
+            IOC_QUERY_DEVICES,
+            IOC_SETUP,
+            IOC_ENTER,
+            IOC_REGISTER_EVENTFD,
+            IOC_ONE,
+            IOC_DIRECT,
+        ];
         let mut cmd = known[self.rng.below(known.len() as u64) as usize];
         if self.rng.chance(30) {
             cmd ^= 1 << self.rng.below(32);
@@ -208,8 +222,12 @@ impl Actor {
 
     fn raw_mmap(&mut self) {
         let Some(fd) = self.fd() else { return };
-        let off = [OFF_SQ_RING, OFF_CQ_RING, 0x1000, self.rng.next_u64() & !0xfff]
-            [self.rng.below(4) as usize];
+        let off = [
+            OFF_SQ_RING,
+            OFF_CQ_RING,
+            0x1000,
+            self.rng.next_u64() & !0xfff,
+        ][self.rng.below(4) as usize];
         let len = (1 + self.rng.below(64) as usize) * 4096;
         let scribble = self.rng.chance(30).then(|| {
             let at = self.rng.below(256) as usize * 4;
@@ -238,7 +256,10 @@ impl Actor {
         }
         let i = self.rng.below(self.rings.len() as u64) as usize;
         let r = &self.rings[i];
-        let (len, tail) = (r.params().sq_off.map_len as usize, r.params().sq_off.tail as usize);
+        let (len, tail) = (
+            r.params().sq_off.map_len as usize,
+            r.params().sq_off.tail as usize,
+        );
         let fd = r.device().as_raw_fd();
         let value = self.rng.next_u64() as u32;
         map_and_write(fd, OFF_SQ_RING, len, Some((tail, value)));
@@ -295,8 +316,14 @@ fn alarm_this_thread_every_20ms() {
         sev.sigev_notify_thread_id = libc::gettid();
         let mut timer: libc::timer_t = std::mem::zeroed();
         if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut timer) == 0 {
-            let every = libc::timespec { tv_sec: 0, tv_nsec: 20_000_000 };
-            let t = libc::itimerspec { it_interval: every, it_value: every };
+            let every = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 20_000_000,
+            };
+            let t = libc::itimerspec {
+                it_interval: every,
+                it_value: every,
+            };
             libc::timer_settime(timer, 0, &t, std::ptr::null_mut());
         }
     }
@@ -371,7 +398,11 @@ fn main() -> ExitCode {
         let n = |i: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(1);
         let start = Instant::now();
         let ops = worker(n(1), n(2), n(3));
-        println!("[stress] worker {} done: {ops} operations in {:?}", n(3), start.elapsed());
+        println!(
+            "[stress] worker {} done: {ops} operations in {:?}",
+            n(3),
+            start.elapsed()
+        );
         return ExitCode::SUCCESS;
     }
     let n = |i: usize, d: u64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
@@ -382,7 +413,12 @@ fn main() -> ExitCode {
     let children: Vec<_> = (0..procs)
         .map(|p| {
             Command::new(&me)
-                .args(["worker", &secs.to_string(), &threads.to_string(), &(seed * 100 + p).to_string()])
+                .args([
+                    "worker",
+                    &secs.to_string(),
+                    &threads.to_string(),
+                    &(seed * 100 + p).to_string(),
+                ])
                 .spawn()
                 .expect("spawn worker")
         })

@@ -147,7 +147,11 @@ mod tests {
         assert!(v.kernel_problems.is_empty());
         assert_eq!(v.boot_problems, [boot]);
         let v = judge(&console.replace("[ 9.0] krcore: unloaded", "[ 9.0] WARNING: at krcore"));
-        assert_eq!(v.kernel_problems.len(), 1, "after the load, everything counts");
+        assert_eq!(
+            v.kernel_problems.len(),
+            1,
+            "after the load, everything counts"
+        );
     }
 
     #[test]
@@ -166,7 +170,8 @@ mod tests {
 
     #[test]
     fn panic_without_exit() {
-        let v = judge("[ 1.0] krcore: loaded\n[ 3.1] Kernel panic - not syncing: Fatal exception\n");
+        let v =
+            judge("[ 1.0] krcore: loaded\n[ 3.1] Kernel panic - not syncing: Fatal exception\n");
         assert_eq!(v.exit, None);
         assert_eq!(v.kernel_problems.len(), 1);
         // Before the module: set apart, but the run still fails for want of an exit.

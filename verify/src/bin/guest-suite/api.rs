@@ -20,7 +20,9 @@ pub fn safe_batches_and_reasons() -> Result<(), String> {
         *b = i as u8;
     }
     // Imported smaller than the region: the kernel must refuse beyond it.
-    let mut d = mr.export().ok_or("no descriptor for a region with remote rights")?;
+    let mut d = mr
+        .export()
+        .ok_or("no descriptor for a region with remote rights")?;
     d.len = 4096;
     let remote = ring.import(&vqp, &d).map_err(|e| e.to_string())?;
     // A raw entry in flight meanwhile: its completion must not be lost.
@@ -99,10 +101,7 @@ pub fn wait_survives_signals() -> Result<(), String> {
         &mut r,
         Sqe::reg_mr(2, a, 4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ),
     )?;
-    let (rmr, _) = crate::datapath::ok(
-        &mut r,
-        Sqe::import_mr(3, v as u32, a, 4096, descriptor),
-    )?;
+    let (rmr, _) = crate::datapath::ok(&mut r, Sqe::import_mr(3, v as u32, a, 4096, descriptor))?;
     // SAFETY: plain call.
     let main = unsafe { libc::pthread_self() };
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

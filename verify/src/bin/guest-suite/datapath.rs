@@ -35,6 +35,12 @@ impl Submit for PerOp {
     }
 }
 
+/// Opens the device and builds `b`'s ring on it.
+pub fn open(b: Builder) -> Result<Ring, String> {
+    let dev = Device::open().map_err(|e| e.to_string())?;
+    b.build(dev).map_err(|e| e.to_string())
+}
+
 /// Runs one entry and waits for its completion.
 pub fn run(r: &mut impl Submit, sqe: Sqe) -> Result<Cqe, String> {
     let c = r.submit_one(&sqe)?.ok_or("no completion after waiting")?;

@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 
 use krcore_uring::abi::compat::{OneFlags, OneOp};
 use krcore_uring::abi::cqe::{Cqe, Reason};
+use krcore_uring::abi::ioctl::IOC_ENTER;
 use krcore_uring::abi::ioctl::IOC_ONE;
 use krcore_uring::abi::layout::{EnterArgs, EnterFlags, SqFlags, OFF_SQ_RING};
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
-use krcore_uring::abi::ioctl::IOC_ENTER;
 use krcore_uring::{Builder, Device, Ring};
 
-use crate::datapath::{ok, run, Buf, LOCAL_GID};
+use crate::datapath::{ok, open, run, Buf, LOCAL_GID};
 use crate::harness::check;
 use crate::rings::map;
 
@@ -91,8 +91,7 @@ fn in_child(child: impl FnOnce() -> Result<u8, String>) -> Result<u8, String> {
 /// victim's memory with each, in the descriptor field and in the rkey field the old ABI
 /// read, and to READ and WRITE through whatever it got. It must get nothing.
 pub fn stolen_address_and_rkey_reach_nothing() -> Result<(), String> {
-    let dev = Device::open().map_err(|e| e.to_string())?;
-    let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+    let mut r = open(Builder::new(16))?;
     let mut victim = Buf::new(512);
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
     let (_, aux) = ok(&mut r, Sqe::reg_mr(1, victim.addr(), 4096, access))?;
@@ -104,12 +103,14 @@ pub fn stolen_address_and_rkey_reach_nothing() -> Result<(), String> {
         keys.extend((0..=255u32).map(|k| (base & !0xff) | k));
     }
     let accepted = in_child(move || {
-        let dev = Device::open().map_err(|e| e.to_string())?;
-        let mut a = Builder::new(64).build(dev).map_err(|e| e.to_string())?;
+        let mut a = open(Builder::new(64))?;
         let (v, _) = ok(&mut a, Sqe::connect(1, LOCAL_GID, 0))?;
         let v = v as u32;
         let mut mine = Buf::new(8);
-        let (mr, _) = ok(&mut a, Sqe::reg_mr(2, mine.addr(), 64, MrAccess::LOCAL_WRITE))?;
+        let (mr, _) = ok(
+            &mut a,
+            Sqe::reg_mr(2, mine.addr(), 64, MrAccess::LOCAL_WRITE),
+        )?;
         let mut accepted = 0u8;
         let mut tries: Vec<Sqe> = keys
             .iter()
@@ -120,7 +121,10 @@ pub fn stolen_address_and_rkey_reach_nothing() -> Result<(), String> {
                 s
             })
             .collect();
-        tries.extend(keys.iter().map(|&k| Sqe::import_mr(4, v, addr, 4096, k as u64)));
+        tries.extend(
+            keys.iter()
+                .map(|&k| Sqe::import_mr(4, v, addr, 4096, k as u64)),
+        );
         tries.push(Sqe::import_mr(5, v, addr, 4096, aux ^ 1));
         for s in tries {
             let c = run(&mut a, s)?;
@@ -148,7 +152,9 @@ pub fn stolen_address_and_rkey_reach_nothing() -> Result<(), String> {
         "  {} import attempts with the victim's address and candidate rkeys: {accepted} accepted; victim bytes intact: {intact}",
         2 * 512 + 1
     );
-    check(accepted == 0, || format!("{accepted} forged imports were accepted"))?;
+    check(accepted == 0, || {
+        format!("{accepted} forged imports were accepted")
+    })?;
     check(intact, || "the victim's memory was written".into())
 }
 
@@ -170,11 +176,7 @@ fn reap_one(r: &mut Ring) -> Result<Cqe, String> {
 /// `NotOwner` instead of pinning from a thread with no user address space; so does one
 /// pushed by a forked child through the parent's file; the owner's enter succeeds.
 pub fn only_the_owner_pins_memory() -> Result<(), String> {
-    let dev = Device::open().map_err(|e| e.to_string())?;
-    let mut r = Builder::new(16)
-        .sqpoll(200)
-        .build(dev)
-        .map_err(|e| e.to_string())?;
+    let mut r = open(Builder::new(16).sqpoll(200))?;
     let buf = Buf::new(512);
     let reg = |ud| Sqe::reg_mr(ud, buf.addr(), 4096, MrAccess::LOCAL_WRITE);
     // Awake: the poller takes the entry.
@@ -185,14 +187,20 @@ pub fn only_the_owner_pins_memory() -> Result<(), String> {
     // Asleep: wait for NEED_WAKEUP, then wake it.
     let t = Instant::now();
     while !r.sq_flags().contains(SqFlags::NEED_WAKEUP) {
-        check(t.elapsed() < Duration::from_secs(10), || "the poller never slept".into())?;
+        check(t.elapsed() < Duration::from_secs(10), || {
+            "the poller never slept".into()
+        })?;
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: as above.
     unsafe { r.push(&reg(2)) }.map_err(|e| e.to_string())?;
     r.submit().map_err(|e| e.to_string())?;
     let asleep = reap_one(&mut r)?;
-    println!("  SQPOLL REG_MR: awake {:?}, asleep {:?}", awake.failure(), asleep.failure());
+    println!(
+        "  SQPOLL REG_MR: awake {:?}, asleep {:?}",
+        awake.failure(),
+        asleep.failure()
+    );
     check(awake.failure() == Some(Reason::NotOwner), || {
         format!("REG_MR through the polling thread: {awake:?}")
     })?;
@@ -208,7 +216,9 @@ pub fn only_the_owner_pins_memory() -> Result<(), String> {
     // A forked child, through a file of the parent's (a ring driven by the one-op
     // ioctl, which needs no mapping).
     let dev = Device::open().map_err(|e| e.to_string())?;
-    let per_op = Builder::new(16).build_per_op(dev).map_err(|e| e.to_string())?;
+    let per_op = Builder::new(16)
+        .build_per_op(dev)
+        .map_err(|e| e.to_string())?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(per_op.device());
     let sqe = reg(3);
     let reason = in_child(move || {
@@ -228,19 +238,16 @@ pub fn only_the_owner_pins_memory() -> Result<(), String> {
     check(reason == Reason::NotOwner as u8, || {
         format!("REG_MR from another process: reason {reason}")
     })?;
-    let dev = Device::open().map_err(|e| e.to_string())?;
-    let mut owner = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+    let mut owner = open(Builder::new(16))?;
     ok(&mut owner, reg(4)).map(|_| ())
 }
 
 /// A forked child does not inherit the parent's ring mappings (VM_DONTCOPY): two
 /// producers on one SQ would break the ring protocol.
 pub fn fork_does_not_copy_rings() -> Result<(), String> {
-    let dev = Device::open().map_err(|e| e.to_string())?;
-    let r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+    let r = open(Builder::new(16))?;
     let len = r.params().sq_off.map_len as usize;
-    let sq = map(r.device(), len, OFF_SQ_RING).map_err(|e| format!("mmap SQ: errno {e}"))?
-        as usize;
+    let sq = map(r.device(), len, OFF_SQ_RING).map_err(|e| format!("mmap SQ: errno {e}"))? as usize;
     let mapped = in_child(move || {
         // SAFETY: msync only inspects the range; ENOMEM means nothing is mapped there.
         let rc = unsafe { libc::msync(sq as *mut libc::c_void, 4096, libc::MS_ASYNC) };
@@ -250,19 +257,20 @@ pub fn fork_does_not_copy_rings() -> Result<(), String> {
     let here = unsafe { libc::msync(sq as *mut libc::c_void, 4096, libc::MS_ASYNC) } == 0;
     // SAFETY: mapped above, unmapped once.
     unsafe { libc::munmap(sq as *mut libc::c_void, len) };
-    println!("  SQ mapped in the parent: {here}; in a forked child: {}", mapped == 1);
-    check(here && mapped == 0, || "the child inherited the ring mapping".into())
+    println!(
+        "  SQ mapped in the parent: {here}; in a forked child: {}",
+        mapped == 1
+    );
+    check(here && mapped == 0, || {
+        "the child inherited the ring mapping".into()
+    })
 }
 
 /// A hostile SQ tail on a polling ring parks the polling thread with NEED_WAKEUP set,
 /// so the application, once it repairs its tail, wakes it with enter; it does not sleep
 /// where nobody would wake it.
 pub fn hostile_tail_parks_the_poller() -> Result<(), String> {
-    let dev = Device::open().map_err(|e| e.to_string())?;
-    let mut r = Builder::new(8)
-        .sqpoll(200)
-        .build(dev)
-        .map_err(|e| e.to_string())?;
+    let mut r = open(Builder::new(8).sqpoll(200))?;
     let len = r.params().sq_off.map_len as usize;
     let sq = map(r.device(), len, OFF_SQ_RING).map_err(|e| format!("mmap SQ: errno {e}"))?;
     // SAFETY: inside the mapping: the SQ's tail word, written as a hostile app would.
@@ -291,12 +299,17 @@ pub fn hostile_tail_parks_the_poller() -> Result<(), String> {
         ..EnterArgs::default()
     };
     // SAFETY: `args` outlives the call; the kernel only reads it.
-    unsafe { r.device().ioctl_raw(IOC_ENTER, &args as *const EnterArgs as usize) }
-        .map_err(|e| e.to_string())?;
+    unsafe {
+        r.device()
+            .ioctl_raw(IOC_ENTER, &args as *const EnterArgs as usize)
+    }
+    .map_err(|e| e.to_string())?;
     let c = reap_one(&mut r)?;
     // SAFETY: mapped above, unmapped once.
     unsafe { libc::munmap(sq.cast(), len) };
-    check(c.user_data == 9 && c.res == 0, || format!("after repair: {c:?}"))
+    check(c.user_data == 9 && c.res == 0, || {
+        format!("after repair: {c:?}")
+    })
 }
 
 /// Median and 99th percentile of `xs` (sorted in place).
@@ -316,8 +329,7 @@ pub fn pinning_and_mmap_do_not_stall_others() -> Result<(), String> {
     // debug kernel on a loaded host completes several registrations in RUN.
     const PIN: usize = 8 << 20;
     let mapper = Child::spawn(|| {
-        let dev = Device::open().map_err(|e| e.to_string())?;
-        let r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+        let r = open(Builder::new(16))?;
         let len = r.params().sq_off.map_len as usize;
         let (t, mut n) = (Instant::now(), 0);
         while t.elapsed() < RUN {
@@ -329,8 +341,7 @@ pub fn pinning_and_mmap_do_not_stall_others() -> Result<(), String> {
         Ok(n.to_string())
     })?;
     let pinner = Child::spawn(|| {
-        let dev = Device::open().map_err(|e| e.to_string())?;
-        let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+        let mut r = open(Builder::new(16))?;
         let (t, mut took) = (Instant::now(), Vec::new());
         while t.elapsed() < RUN {
             // Fresh, never touched: the registration faults every page in.
@@ -349,7 +360,10 @@ pub fn pinning_and_mmap_do_not_stall_others() -> Result<(), String> {
                 return Err("mmap".into());
             }
             let start = Instant::now();
-            let (mr, _) = ok(&mut r, Sqe::reg_mr(1, p as u64, PIN as u32, MrAccess::LOCAL_WRITE))?;
+            let (mr, _) = ok(
+                &mut r,
+                Sqe::reg_mr(1, p as u64, PIN as u32, MrAccess::LOCAL_WRITE),
+            )?;
             took.push(start.elapsed());
             ok(&mut r, Sqe::dereg_mr(2, mr as u32))?;
             // SAFETY: mapped above; deregistered, so unpinned.
@@ -358,8 +372,7 @@ pub fn pinning_and_mmap_do_not_stall_others() -> Result<(), String> {
         let (median, _) = median_p99(&mut took);
         Ok(format!("{} {}", took.len(), median.as_micros()))
     })?;
-    let dev = Device::open().map_err(|e| e.to_string())?;
-    let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+    let mut r = open(Builder::new(16))?;
     let (t, mut lat) = (Instant::now(), Vec::new());
     while t.elapsed() < RUN {
         let start = Instant::now();
@@ -401,11 +414,13 @@ pub fn a_pair_breaker_is_throttled() -> Result<(), String> {
     // Service 5 of 2 pairs: pair 1, which both processes share.
     const SERVICE: u32 = 5;
     let breaker = Child::spawn(|| {
-        let dev = Device::open().map_err(|e| e.to_string())?;
-        let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+        let mut r = open(Builder::new(16))?;
         let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
         let buf = Buf::new(8);
-        let (mr, _) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE))?;
+        let (mr, _) = ok(
+            &mut r,
+            Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE),
+        )?;
         let send = Sqe::two_sided(Opcode::Send, 3, v as u32, mr as u32, buf.addr(), 8);
         let (t, mut broke, mut throttled) = (Instant::now(), 0, 0);
         while t.elapsed() < RUN {
@@ -418,15 +433,23 @@ pub fn a_pair_breaker_is_throttled() -> Result<(), String> {
         }
         Ok(format!("{broke} {throttled}"))
     })?;
-    let dev = Device::open().map_err(|e| e.to_string())?;
-    let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+    let mut r = open(Builder::new(16))?;
     let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
     let v = v as u32;
     let buf = Buf::new(512);
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
     let (mr, descriptor) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
     let (rmr, _) = ok(&mut r, Sqe::import_mr(3, v, buf.addr(), 4096, descriptor))?;
-    let read = Sqe::one_sided(Opcode::Read, 4, v, mr as u32, buf.addr() + 2048, 8, rmr as u32, buf.addr());
+    let read = Sqe::one_sided(
+        Opcode::Read,
+        4,
+        v,
+        mr as u32,
+        buf.addr() + 2048,
+        8,
+        rmr as u32,
+        buf.addr(),
+    );
     let (t, mut good, mut total) = (Instant::now(), 0u64, 0u64);
     while t.elapsed() < RUN {
         total += 1;
@@ -442,7 +465,9 @@ pub fn a_pair_breaker_is_throttled() -> Result<(), String> {
         "  victim: {good} of {total} READs succeeded ({:.1}%); breaker (pairs broken, sends throttled): {report}",
         100.0 * rate
     );
-    check(rate >= 0.9, || format!("the victim kept only {:.1}% of its READs", 100.0 * rate))
+    check(rate >= 0.9, || {
+        format!("the victim kept only {:.1}% of its READs", 100.0 * rate)
+    })
 }
 
 /// A ring closed with a receive still posted on a shared QP (its process exited) does
@@ -452,11 +477,13 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
     // Service 7 of 2 pairs: pair 1.
     const SERVICE: u32 = 7;
     let dead_qpn: u32 = Child::spawn(|| {
-        let dev = Device::open().map_err(|e| e.to_string())?;
-        let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+        let mut r = open(Builder::new(16))?;
         let (v, qpn) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
         let buf = Box::leak(Box::new(Buf::new(8)));
-        let (mr, _) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE))?;
+        let (mr, _) = ok(
+            &mut r,
+            Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE),
+        )?;
         let recv = Sqe::two_sided(Opcode::Recv, 3, v as u32, mr as u32, buf.addr(), 64);
         // SAFETY: the buffer is leaked: it outlives the receive.
         unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
@@ -466,16 +493,22 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
     .join()?
     .parse()
     .map_err(|e| format!("child's qpn: {e}"))?;
-    let dev = Device::open().map_err(|e| e.to_string())?;
-    let mut r = Builder::new(16).build(dev).map_err(|e| e.to_string())?;
+    let mut r = open(Builder::new(16))?;
     let ends = [
         ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?,
         ok(&mut r, Sqe::connect(2, LOCAL_GID, SERVICE))?,
     ];
-    let (to, from) = if ends[0].1 as u32 == dead_qpn { (0, 1) } else { (1, 0) };
+    let (to, from) = if ends[0].1 as u32 == dead_qpn {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
     let (to, from) = (ends[to].0 as u32, ends[from].0 as u32);
     let mut buf = Buf::new(64);
-    let (mr, _) = ok(&mut r, Sqe::reg_mr(3, buf.addr(), 512, MrAccess::LOCAL_WRITE))?;
+    let (mr, _) = ok(
+        &mut r,
+        Sqe::reg_mr(3, buf.addr(), 512, MrAccess::LOCAL_WRITE),
+    )?;
     buf.bytes_mut()[..8].copy_from_slice(b"for you!");
     let t = Instant::now();
     let recv = Sqe::two_sided(Opcode::Recv, 10, to, mr as u32, buf.addr() + 256, 64);
@@ -494,7 +527,9 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
             Some(c) if c.failure() == Some(Reason::QpError) => reposts += 1,
             Some(c) => return Err(format!("RECV before any SEND: {c:?}")),
         }
-        check(t.elapsed() < Duration::from_secs(5), || "the pair never recovered".into())?;
+        check(t.elapsed() < Duration::from_secs(5), || {
+            "the pair never recovered".into()
+        })?;
     }
     // SAFETY: as above.
     unsafe { r.push(&send) }.map_err(|e| e.to_string())?;
@@ -509,14 +544,18 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
         })?;
         std::thread::sleep(Duration::from_millis(1));
     }
-    let recv_cqe = got.iter().find(|c| c.user_data == 10).ok_or("no RECV CQE")?;
+    let recv_cqe = got
+        .iter()
+        .find(|c| c.user_data == 10)
+        .ok_or("no RECV CQE")?;
     println!(
         "  message to QP {dead_qpn} after its dead receiver: {:?} in {:?} ({reposts} \
          receives reposted while the pair recovered)",
         recv_cqe.res,
         t.elapsed()
     );
-    check(recv_cqe.res == 8 && &buf.bytes()[256..264] == b"for you!", || {
-        format!("RECV got {recv_cqe:?}")
-    })
+    check(
+        recv_cqe.res == 8 && &buf.bytes()[256..264] == b"for you!",
+        || format!("RECV got {recv_cqe:?}"),
+    )
 }

@@ -47,7 +47,9 @@ fn become_user(uid: u32, memlock: u64) -> Result<(), String> {
     let rc = unsafe {
         libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) | libc::setgid(uid) | libc::setuid(uid)
     };
-    check(rc == 0, || format!("becoming uid {uid}: {}", std::io::Error::last_os_error()))
+    check(rc == 0, || {
+        format!("becoming uid {uid}: {}", std::io::Error::last_os_error())
+    })
 }
 
 /// Sets up rings as the calling user until one fails; returns the rings and the errno
@@ -69,9 +71,14 @@ fn rings_until_refused(sqpoll: bool, at_most: usize) -> (Vec<Ring>, Option<i32>)
 /// and gets clean errors, while another user still sets up rings; the quota is returned
 /// when the first user's process exits.
 pub fn unprivileged_user_exhausts_its_quota_cleanly() -> Result<(), String> {
-    let mode = std::fs::metadata("/dev/krcore").map_err(|e| e.to_string())?.permissions().mode();
+    let mode = std::fs::metadata("/dev/krcore")
+        .map_err(|e| e.to_string())?
+        .permissions()
+        .mode();
     println!("  /dev/krcore mode {:o}", mode & 0o777);
-    check(mode & 0o777 == 0o666, || format!("device mode {:o}", mode & 0o777))?;
+    check(mode & 0o777 == 0o666, || {
+        format!("device mode {:o}", mode & 0o777)
+    })?;
     let _rings = Param::set("max_rings_per_user", "6")?;
     let _pollers = Param::set("max_sqpoll_per_user", "2")?;
     let _idle = Param::set("max_sq_idle_ms", "500")?;
@@ -86,8 +93,14 @@ pub fn unprivileged_user_exhausts_its_quota_cleanly() -> Result<(), String> {
         // Pinned memory within RLIMIT_MEMLOCK: 16 KiB fits in 64 KiB, 1 MiB does not.
         let mut ring = plain.into_iter().next().ok_or("no plain ring")?;
         let (small, big) = (Buf::new(2048), Buf::new(128 << 10));
-        let c_small = run(&mut ring, Sqe::reg_mr(1, small.addr(), 16 << 10, MrAccess::LOCAL_WRITE))?;
-        let c_big = run(&mut ring, Sqe::reg_mr(2, big.addr(), 1 << 20, MrAccess::LOCAL_WRITE))?;
+        let c_small = run(
+            &mut ring,
+            Sqe::reg_mr(1, small.addr(), 16 << 10, MrAccess::LOCAL_WRITE),
+        )?;
+        let c_big = run(
+            &mut ring,
+            Sqe::reg_mr(2, big.addr(), 1 << 20, MrAccess::LOCAL_WRITE),
+        )?;
         // Hold everything while the parent checks another user gets through.
         signal(ready_w)?;
         wait(go_r)?;
@@ -106,7 +119,9 @@ pub fn unprivileged_user_exhausts_its_quota_cleanly() -> Result<(), String> {
         Ok(format!("{} {e:?}", rings.len()))
     })?
     .join()?;
-    let root = Device::open().and_then(|d| Builder::new(8).build(d)).map(|_| ());
+    let root = Device::open()
+        .and_then(|d| Builder::new(8).build(d))
+        .map(|_| ());
     signal(go_w)?;
     let report = hog.join()?;
     println!(
@@ -115,15 +130,23 @@ pub fn unprivileged_user_exhausts_its_quota_cleanly() -> Result<(), String> {
     );
     println!("  meanwhile uid 1001: {other} rings; root: {root:?}");
     let f: Vec<&str> = report.split(' ').collect();
-    check(f[0] == "2" && f[1] == format!("{:?}", Some(libc::EDQUOT)), || {
-        format!("polling rings: {} then {}", f[0], f[1])
+    check(
+        f[0] == "2" && f[1] == format!("{:?}", Some(libc::EDQUOT)),
+        || format!("polling rings: {} then {}", f[0], f[1]),
+    )?;
+    check(f[2] == "Some(500)", || {
+        format!("sq_idle_ms granted {}", f[2])
     })?;
-    check(f[2] == "Some(500)", || format!("sq_idle_ms granted {}", f[2]))?;
-    check(f[3] == "4" && f[4] == format!("{:?}", Some(libc::EDQUOT)), || {
-        format!("plain rings: {} then {}", f[3], f[4])
+    check(
+        f[3] == "4" && f[4] == format!("{:?}", Some(libc::EDQUOT)),
+        || format!("plain rings: {} then {}", f[3], f[4]),
+    )?;
+    check(f[5].parse::<i32>().is_ok_and(|h| h > 0), || {
+        format!("REG_MR 16 KiB: {}", f[5])
     })?;
-    check(f[5].parse::<i32>().is_ok_and(|h| h > 0), || format!("REG_MR 16 KiB: {}", f[5]))?;
-    check(f[6] == (-libc::ENOMEM).to_string(), || format!("REG_MR past RLIMIT_MEMLOCK: {}", f[6]))?;
+    check(f[6] == (-libc::ENOMEM).to_string(), || {
+        format!("REG_MR past RLIMIT_MEMLOCK: {}", f[6])
+    })?;
     check(other == "3 None", || format!("another user got {other}"))?;
     check(root.is_ok(), || format!("root got {root:?}"))?;
     // The quota came back with the process.
@@ -134,7 +157,9 @@ pub fn unprivileged_user_exhausts_its_quota_cleanly() -> Result<(), String> {
     })?
     .join()?;
     println!("  uid 1000 again after exit: {again}");
-    check(again == format!("6 {:?}", Some(libc::EDQUOT)), || format!("after exit: {again}"))
+    check(again == format!("6 {:?}", Some(libc::EDQUOT)), || {
+        format!("after exit: {again}")
+    })
 }
 
 /// The kernel memory of a ring is charged to the memory cgroup of the process that set
@@ -143,7 +168,9 @@ pub fn ring_memory_is_charged_to_the_cgroup() -> Result<(), String> {
     const RINGS: usize = 16;
     let cg = "/run/krcore-cg";
     std::fs::create_dir_all(cg).map_err(|e| e.to_string())?;
-    let mounted = std::fs::read_to_string("/proc/mounts").unwrap_or_default().contains(cg);
+    let mounted = std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .contains(cg);
     if !mounted {
         crate::harness::sh(&["mount", "-t", "cgroup2", "none", cg])?;
     }
@@ -153,8 +180,11 @@ pub fn ring_memory_is_charged_to_the_cgroup() -> Result<(), String> {
     let current = {
         let group = group.clone();
         move || -> Result<u64, String> {
-            let s = std::fs::read_to_string(format!("{group}/memory.current")).map_err(|e| e.to_string())?;
-            s.trim().parse().map_err(|_| format!("memory.current {s:?}"))
+            let s = std::fs::read_to_string(format!("{group}/memory.current"))
+                .map_err(|e| e.to_string())?;
+            s.trim()
+                .parse()
+                .map_err(|_| format!("memory.current {s:?}"))
         }
     };
     let g = group.clone();

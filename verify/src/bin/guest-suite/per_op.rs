@@ -27,10 +27,7 @@ pub fn reads_and_rejects_like_the_ring() -> Result<(), String> {
     }
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
     let (mr, descriptor) = ok(&mut p, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
-    let (rmr, _) = ok(
-        &mut p,
-        Sqe::import_mr(3, v, buf.addr(), 4096, descriptor),
-    )?;
+    let (rmr, _) = ok(&mut p, Sqe::import_mr(3, v, buf.addr(), 4096, descriptor))?;
     let (mr, rmr, a) = (mr as u32, rmr as u32, buf.addr());
 
     // One READ per ioctl.

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use krcore_uring::abi::cqe::Reason;
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
-use krcore_uring::{Builder, Device};
+use krcore_uring::Builder;
 
-use crate::datapath::{ok, run, Buf, LOCAL_GID};
+use crate::datapath::{ok, open, run, Buf, LOCAL_GID};
 use crate::harness::check;
 use crate::isolation::Child;
 
@@ -23,14 +23,19 @@ const SERVICE: u32 = 3;
 const SEND_BOUND: Duration = Duration::from_secs(5);
 
 pub fn unreceived_send_fails_the_pair_which_recovers() -> Result<(), String> {
-    let dev = Device::open().map_err(|e| e.to_string())?;
-    let mut r = Builder::new(64).build(dev).map_err(|e| e.to_string())?;
+    let mut r = open(Builder::new(64))?;
     // `v` sends; nobody posts a receive on the other end of the pair.
     let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
     let buf = Buf::new(8);
-    let (mr, _) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE))?;
+    let (mr, _) = ok(
+        &mut r,
+        Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE),
+    )?;
     let sent = Instant::now();
-    let c = run(&mut r, Sqe::two_sided(Opcode::Send, 5, v as u32, mr as u32, buf.addr(), 8))?;
+    let c = run(
+        &mut r,
+        Sqe::two_sided(Opcode::Send, 5, v as u32, mr as u32, buf.addr(), 8),
+    )?;
     let send_took = sent.elapsed();
     check(
         matches!(c.failure(), Some(Reason::RemoteError | Reason::QpError)),
@@ -41,8 +46,7 @@ pub fn unreceived_send_fails_the_pair_which_recovers() -> Result<(), String> {
     })?;
     // Another process READs through the same pair: a few QpErrors while it recovers.
     let reader = Child::spawn(|| {
-        let dev = Device::open().map_err(|e| e.to_string())?;
-        let mut r = Builder::new(64).build(dev).map_err(|e| e.to_string())?;
+        let mut r = open(Builder::new(64))?;
         let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
         let v = v as u32;
         let mut buf = Buf::new(512);
@@ -51,8 +55,7 @@ pub fn unreceived_send_fails_the_pair_which_recovers() -> Result<(), String> {
         let (mr, descriptor) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
         let a = buf.addr();
         let (rmr, _) = ok(&mut r, Sqe::import_mr(3, v, a, 4096, descriptor))?;
-        let read =
-            |ud| Sqe::one_sided(Opcode::Read, ud, v, mr as u32, a + 2048, 8, rmr as u32, a);
+        let read = |ud| Sqe::one_sided(Opcode::Read, ud, v, mr as u32, a + 2048, 8, rmr as u32, a);
         let start = Instant::now();
         let (mut tries, mut qp_errors) = (0u64, 0);
         loop {
@@ -71,7 +74,10 @@ pub fn unreceived_send_fails_the_pair_which_recovers() -> Result<(), String> {
         check(buf.bytes()[2048..2056] == buf.bytes()[..8], || {
             "READ after recovery moved the wrong bytes".into()
         })?;
-        Ok(format!("{:?} ({qp_errors} QpError completions)", start.elapsed()))
+        Ok(format!(
+            "{:?} ({qp_errors} QpError completions)",
+            start.elapsed()
+        ))
     })?
     .join()?;
     println!(

@@ -28,10 +28,7 @@ pub fn worker(id: u64, hang: bool) -> Result<(), String> {
     }
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
     let (mr, descriptor) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
-    let (rmr, _) = ok(
-        &mut r,
-        Sqe::import_mr(3, v, buf.addr(), 4096, descriptor),
-    )?;
+    let (rmr, _) = ok(&mut r, Sqe::import_mr(3, v, buf.addr(), 4096, descriptor))?;
     let (mr, rmr, a) = (mr as u32, rmr as u32, buf.addr());
     println!("  worker {id}: qpn {qpn}");
     // Batches of READs of its own first KiB into the second KiB, tagged with its id.
