@@ -549,7 +549,8 @@ impl DevCtx {
                 // SIGKILL is never task work: a dying caller gives up at once.
                 // SAFETY: plain query of current.
                 let dying = unsafe { shim::krcore_shim_fatal_signal_pending() };
-                if !gave_up && (dying || Ktime::ktime_get().to_ms() - started > DIRECT_PATIENCE_MS) {
+                let patience_over = Ktime::ktime_get().to_ms() - started > DIRECT_PATIENCE_MS;
+                if !gave_up && (dying || patience_over) {
                     gave_up = true;
                     qps[posted_on as usize].fail();
                 }
