@@ -7,9 +7,9 @@
 //! other nodes needs the MetaServer, not built yet). It is built as soon as the device
 //! has a RoCE v2 IPv4 GID (devctx's watch; the `prewarm` module parameter), so no
 //! application pays for it, and otherwise by the first CONNECT (the cold path). The service picks a
-//! pair (`service % pairs`) and consecutive CONNECTs to it alternate between its two
-//! ends, so an application connecting twice holds both ends of one connection, as
-//! loopback SEND/RECV needs. Many virtual QPs share each pooled QP.
+//! pair (`service % pairs`); a CONNECT that opens a link (abi's engine/message.rs) takes
+//! the pair's ends in turn, and the CONNECT that completes the link takes the QP
+//! connected to the opener's. Many virtual QPs share each pooled QP.
 //!
 //! A pooled QP that fails (a request completed in error: a bad rkey, say) is recovered
 //! with its partner, as abi's engine/recovery.rs decides; this backend only moves QPs to
@@ -20,7 +20,7 @@ use core::ffi::c_void;
 use kernel::prelude::*;
 
 use crate::abi::engine::{
-    Backend, Connection, MrKeys, PostError, Rearm, RecvWr, SendKind, SendWr, CHAIN,
+    Backend, Connection, MrKeys, PostError, Rearm, SendKind, SendWr, CHAIN,
 };
 use crate::abi::errno::Errno;
 use crate::abi::sqe::{MrAccess, SqeFlags};
@@ -31,8 +31,9 @@ pub(crate) const POOL_QPS: usize = 4;
 const _: () = assert!(POOL_QPS % 2 == 0 && POOL_QPS <= 64);
 /// Send queue depth of a pooled QP.
 pub(crate) const SEND_DEPTH: u32 = 64;
-/// Receive queue depth of a pooled QP.
-pub(crate) const RECV_DEPTH: u32 = 64;
+/// Receive queue depth of a pooled QP: the engine posts no receives (a message is
+/// written into its receiver's buffer, abi's engine/message.rs), but a QP has a queue.
+const RECV_DEPTH: u32 = 1;
 /// CQ entries: room for every request the pool can have outstanding.
 const CQ_DEPTH: i32 = (POOL_QPS as i32) * (SEND_DEPTH + RECV_DEPTH) as i32;
 /// GID table entries searched for the local RoCE v2 GID.
@@ -358,6 +359,10 @@ fn to_c(wr: &SendWr) -> SendWrC {
             c.kind = shim::WR_SEND;
             imm
         }
+        SendKind::Deliver { remote_addr, rkey } => {
+            (c.kind, c.remote_addr, c.rkey) = (shim::WR_WRITE, remote_addr, rkey);
+            None
+        }
         SendKind::Cas {
             remote_addr,
             rkey,
@@ -418,29 +423,18 @@ impl Backend for Hw {
         Ok(())
     }
 
-    fn post_recv(&mut self, qp: u32, wr: &RecvWr) -> Result<(), Errno> {
-        let q = self
-            .pool
-            .get(qp as usize)
-            .filter(|_| !self.dead)
-            .ok_or(Errno::ENODEV)?;
-        // SAFETY: live QP.
-        let r = unsafe {
-            shim::krcore_shim_post_recv(q.qp, wr.wr_id, wr.local.addr, wr.local.len, wr.local.lkey)
-        };
-        if r != 0 {
-            return Err(Errno(-r));
-        }
-        Ok(())
-    }
-
     fn dereg_mr(&mut self, keys: MrKeys) {
         // SAFETY: `token` is the ib_mr registered by `reg_mr`; the engine deregisters each
         // once, with nothing in flight (or with the device's QPs destroyed).
         unsafe { shim::krcore_shim_dereg_mr(keys.token as *mut IbMr) };
     }
 
-    fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Connection, Errno> {
+    fn connect(
+        &mut self,
+        gid: [u8; 16],
+        service: u32,
+        opposite: Option<u32>,
+    ) -> Result<Connection, Errno> {
         if self.dead {
             return Err(Errno::ENODEV);
         }
@@ -450,10 +444,16 @@ impl Backend for Hw {
         } else if gid != self.pool_gid {
             return Err(Errno::ENETUNREACH);
         }
-        let pair = service as usize % (self.pool.len() / 2);
-        let end = (self.next_end >> pair) as usize & 1;
-        self.next_end ^= 1 << pair;
-        let qp = 2 * pair + end;
+        let qp = match opposite {
+            // The other end of a link: the QP connected to its QP, its pair's other one.
+            Some(o) if (o as usize) < self.pool.len() => o as usize ^ 1,
+            _ => {
+                let pair = service as usize % (self.pool.len() / 2);
+                let end = (self.next_end >> pair) as usize & 1;
+                self.next_end ^= 1 << pair;
+                2 * pair + end
+            }
+        };
         Ok(Connection {
             qp: qp as u32,
             qpn: self.pool[qp].qpn,

@@ -30,14 +30,15 @@ use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
 
 use crate::abi::engine::{
-    complete_wc, direct_complete, Caller, Context, ExportSlot, Exports, PhysQp, Recovery,
-    Registration, Stall, Wc, WcStatus, DIRECT_WR_ID,
+    complete_wc, direct_complete, Caller, Completion, Context, ExportSlot, Exports,
+    MessageStorage, Messages, PhysQp, Posted, Recovery, Registration, Slot, Stall, Wc, WcStatus,
+    DIRECT_WR_ID,
 };
 use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::cqe::{Cqe, Reason};
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
-use crate::backend::{self, Hw, POOL_QPS, RECV_DEPTH, SEND_DEPTH};
+use crate::backend::{self, Hw, POOL_QPS, SEND_DEPTH};
 use crate::ring_ctx::{RingAreas, RingCtx};
 use crate::shim::{self, IbDevice, WcC};
 use crate::store::{KBuf, KStore};
@@ -50,6 +51,14 @@ const POLL_BATCH: usize = 16;
 
 /// Exported MRs a device can hold (a power of two; one slot always stays free).
 const EXPORTS: usize = 1024;
+
+/// Links (pairs of virtual QPs for messages) a device can hold.
+const LINKS: usize = 4096;
+/// Receives a device can hold waiting for messages.
+const RECVS: usize = 4096;
+/// Sends a device can hold waiting for receives: each holds a send credit, so the pool's
+/// send queues bound them.
+const WAITING: usize = POOL_QPS * SEND_DEPTH as usize;
 
 /// What a step of [`DevCtx::until`] asks for next.
 enum Next<T> {
@@ -67,6 +76,8 @@ pub(crate) struct DevState {
     qps: KVec<PhysQp<KStore>>,
     /// The MRs the device's rings export (the only source of rkeys on the wire).
     exports: Exports<KStore>,
+    /// Links of virtual QPs, with their receives and waiting sends.
+    messages: Messages<KStore>,
     /// Registrations pinning memory without the lock, each holding a [`backend::PdRef`].
     registering: u32,
     /// Recovery of failed pooled QPs, a connected pair at a time.
@@ -91,10 +102,11 @@ impl DevCtx {
         let mut qps = KVec::with_capacity(POOL_QPS, GFP_KERNEL)?;
         for _ in 0..POOL_QPS {
             qps.push(
-                PhysQp::new(
-                    KBuf::filled(SEND_DEPTH as usize, 0u64, GFP_KERNEL)?,
-                    KBuf::filled(RECV_DEPTH as usize, 0u64, GFP_KERNEL)?,
-                ),
+                PhysQp::new(KBuf::filled(
+                    SEND_DEPTH as usize,
+                    Posted::EMPTY,
+                    GFP_KERNEL,
+                )?),
                 GFP_KERNEL,
             )?;
         }
@@ -102,6 +114,13 @@ impl DevCtx {
             hw,
             qps,
             exports: Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY, GFP_KERNEL)?),
+            messages: Messages::new(MessageStorage {
+                links: KBuf::filled(LINKS, Slot::EMPTY, GFP_KERNEL)?,
+                half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
+                recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
+                waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
+                owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
+            }),
             registering: 0,
             rings: KVec::new(),
             gens: KVec::new(),
@@ -268,6 +287,7 @@ impl DevCtx {
             hw,
             qps,
             exports,
+            messages,
             rings,
             ..
         } = st;
@@ -286,7 +306,7 @@ impl DevCtx {
             // SAFETY: plain call.
             now_ms: unsafe { shim::krcore_shim_coarse_ms() },
         };
-        match ring.submit(qps.as_mut_slice(), exports, hw, max, cx) {
+        match ring.submit(qps.as_mut_slice(), exports, messages, hw, max, cx) {
             Ok(s) if s.stall == Some(Stall::Register) => Ok((s.taken, ring.claim_registration())),
             Ok(s) => Ok((s.taken, None)),
             Err(_) => Err(EINVAL),
@@ -304,7 +324,7 @@ impl DevCtx {
             pd
         };
         let result = match pd {
-            Some(pd) => backend::register(pd, r.addr, r.len, r.access),
+            Some(pd) => backend::register(pd, r.addr, r.len, r.hw_access()),
             None => Err(Errno::ENODEV),
         };
         let mut st = self.state.lock();
@@ -381,23 +401,21 @@ impl DevCtx {
             hw,
             qps,
             exports,
+            messages,
             rings,
             recovery,
             ..
         } = st;
-        // Every posted request and receive is counted on its QP until its completion is
-        // routed, so with none outstanding the CQ holds nothing for us: skip the poll
-        // (pure NOP and control traffic then never touches the NIC).
-        let busy = recovery.busy()
-            || qps
-                .iter()
-                .any(|q| q.outstanding() > 0 || q.recv_outstanding() > 0);
+        // Every posted request is counted on its QP until its completion is routed (the
+        // engine posts no receives), so with none posted the CQ holds nothing for us:
+        // skip the poll (pure NOP and control traffic then never touches the NIC).
+        let busy = recovery.busy() || qps.iter().any(|q| q.posted() > 0);
         let polled = if busy {
             Self::drain(recovery, hw, qps, rings)
         } else {
             0
         };
-        let recycled = Self::recover(recovery, hw, qps, rings);
+        let recycled = Self::recover(recovery, hw, qps, messages, rings);
         if let (0, 0, Some(me)) = (polled, recycled, me) {
             if let Some(Some(r)) = rings.get_mut(me as usize) {
                 r.engine().publish();
@@ -409,7 +427,7 @@ impl DevCtx {
             if let Some(r) = slot {
                 let e = r.engine();
                 if e.is_closed() {
-                    if e.release_idle(qps.as_mut_slice(), exports, hw) {
+                    if e.release_idle(qps.as_mut_slice(), exports, messages, hw) {
                         *slot = None;
                     }
                 } else {
@@ -422,15 +440,17 @@ impl DevCtx {
     }
 
     /// One step of abi's recovery of failed pooled QPs (engine/recovery.rs): pairs fail,
-    /// flush and are re-armed together. Returns the QPs recycled.
+    /// flush and are re-armed together; sends that waited too long for a receive fail,
+    /// and what `messages` owes is routed. Nonzero when rings may have new CQEs.
     fn recover(
         recovery: &mut Recovery,
         hw: &mut Hw,
         qps: &mut KVec<PhysQp<KStore>>,
+        messages: &mut Messages<KStore>,
         rings: &mut KVec<Option<KBox<RingCtx>>>,
     ) -> usize {
         let now = Ktime::ktime_get().to_ms();
-        recovery.step(qps.as_mut_slice(), hw, now, |id, done| {
+        recovery.step(qps.as_mut_slice(), messages, hw, now, |id, done| {
             if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
                 r.engine().complete(id, done);
             }
@@ -510,6 +530,7 @@ impl DevCtx {
             hw,
             qps,
             exports,
+            messages,
             rings,
             recovery,
             ..
@@ -555,7 +576,7 @@ impl DevCtx {
                     qps[posted_on as usize].fail();
                 }
                 if gave_up {
-                    Self::recover(recovery, hw, qps, rings);
+                    Self::recover(recovery, hw, qps, messages, rings);
                     if !qps[posted_on as usize].failed() {
                         // Re-armed without its flush (the marker was lost too): the
                         // queues were emptied, nothing more will come.
@@ -573,9 +594,15 @@ impl DevCtx {
     /// The file of ring `slot` was closed: no more CQEs; freed once idle.
     pub(crate) fn detach(&self, slot: u16) {
         let mut st = self.state.lock();
-        let DevState { exports, rings, .. } = &mut *st;
+        let DevState {
+            qps,
+            exports,
+            messages,
+            rings,
+            ..
+        } = &mut *st;
         if let Some(Some(r)) = rings.get_mut(slot as usize) {
-            r.engine().close(exports);
+            r.engine().close(qps.as_mut_slice(), exports, messages);
         }
         Self::poll_and_route(&mut st, None);
     }
@@ -598,13 +625,14 @@ impl DevCtx {
             hw,
             qps,
             exports,
+            messages,
             rings,
             ..
         } = &mut *st;
         hw.destroy_qps();
         for slot in rings.iter_mut() {
             if let Some(r) = slot {
-                r.engine().abandon(qps.as_mut_slice(), exports, hw);
+                r.engine().abandon(qps.as_mut_slice(), exports, messages, hw);
             }
         }
         hw.destroy();

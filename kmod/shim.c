@@ -449,15 +449,6 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 	return ret;
 }
 
-int krcore_shim_post_recv(struct ib_qp *qp, u64 wr_id, u64 addr, u32 len, u32 lkey)
-{
-	struct ib_sge sge = { .addr = addr, .length = len, .lkey = lkey };
-	struct ib_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 };
-	const struct ib_recv_wr *bad;
-
-	return ib_post_recv(qp, &wr, &bad);
-}
-
 int krcore_shim_poll_cq(struct krcore_scratch *s, struct ib_cq *cq, struct krcore_wc *out,
 			int n)
 {

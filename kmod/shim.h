@@ -174,7 +174,6 @@ void krcore_shim_scratch_free(struct krcore_scratch *s);
 /* Posts n (<= 16) requests in order; *posted says how many went out. */
 int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 			  const struct krcore_send_wr *wrs, u32 n, u32 *posted);
-int krcore_shim_post_recv(struct ib_qp *qp, u64 wr_id, u64 addr, u32 len, u32 lkey);
 /* Polls up to n (<= 16) completions. */
 int krcore_shim_poll_cq(struct krcore_scratch *s, struct ib_cq *cq, struct krcore_wc *out,
 			int n);

@@ -132,13 +132,6 @@ extern "C" {
         n: u32,
         posted: *mut u32,
     ) -> c_int;
-    pub(crate) fn krcore_shim_post_recv(
-        qp: *mut IbQp,
-        wr_id: u64,
-        addr: u64,
-        len: u32,
-        lkey: u32,
-    ) -> c_int;
     pub(crate) fn krcore_shim_poll_cq(
         s: *mut Scratch,
         cq: *mut IbCq,

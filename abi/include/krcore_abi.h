@@ -204,6 +204,13 @@ enum krcore_Reason
   // The request's QP made no progress for the request deadline (a peer or NIC that
   // never answered); it was failed and recovered.
   KRCORE_REASON_DEADLINE = 22,
+  // A SEND no receive took: the peer virtual QP posted none within the request
+  // deadline, or disconnected.
+  KRCORE_REASON_NO_RECEIVER = 23,
+  // A SEND longer than the receive it met (both complete with this).
+  KRCORE_REASON_TOO_LONG = 24,
+  // A RECV cancelled by DISCONNECT before a message filled it.
+  KRCORE_REASON_CANCELLED = 25,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -218,6 +225,9 @@ struct krcore_Caller;
 
 // What the kernel tells the engine about a submission.
 struct krcore_Context;
+
+// A request posted on a send queue, in the order posted.
+struct krcore_Posted;
 
 // A submission queue entry.
 struct krcore_Sqe {
@@ -460,6 +470,8 @@ typedef uint32_t krcore_OneFlags;
 #define krcore_OneFlags_POP (uint32_t)(1 << 1)
 // With `POP`: wait until there is one (interruptible: `EINTR`).
 #define krcore_OneFlags_WAIT (uint32_t)(1 << 2)
+
+
 
 
 

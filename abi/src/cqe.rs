@@ -101,13 +101,20 @@ pub enum Reason {
     /// The request's QP made no progress for the request deadline (a peer or NIC that
     /// never answered); it was failed and recovered.
     Deadline = 22,
+    /// A SEND no receive took: the peer virtual QP posted none within the request
+    /// deadline, or disconnected.
+    NoReceiver = 23,
+    /// A SEND longer than the receive it met (both complete with this).
+    TooLong = 24,
+    /// A RECV cancelled by DISCONNECT before a message filled it.
+    Cancelled = 25,
 }
 
 impl Reason {
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
         use Reason::*;
-        const ALL: [Reason; 23] = [
+        const ALL: [Reason; 26] = [
             None,
             BadOpcode,
             UnknownFlags,
@@ -131,6 +138,9 @@ impl Reason {
             BadDescriptor,
             Throttled,
             Deadline,
+            NoReceiver,
+            TooLong,
+            Cancelled,
         ];
         ALL.get(v as usize).copied()
     }
@@ -147,12 +157,13 @@ impl Reason {
             Reason::Busy => Errno::EBUSY,
             Reason::TableFull => Errno::ENOSPC,
             Reason::NoDevice => Errno::ENODEV,
-            Reason::QpError | Reason::RingClosed => Errno::ECANCELED,
+            Reason::QpError | Reason::RingClosed | Reason::Cancelled => Errno::ECANCELED,
             Reason::Verbs | Reason::RemoteError => Errno::EIO,
             Reason::NotOwner => Errno::EPERM,
             Reason::BadDescriptor => Errno::EACCES,
             Reason::Throttled => Errno::EAGAIN,
-            Reason::Deadline => Errno::ETIMEDOUT,
+            Reason::Deadline | Reason::NoReceiver => Errno::ETIMEDOUT,
+            Reason::TooLong => Errno::EMSGSIZE,
         }
     }
 
@@ -171,7 +182,7 @@ impl Reason {
             Reason::Misaligned => "atomic not 8-byte aligned or not 8 bytes long",
             Reason::BadLength => "length zero or over the maximum",
             Reason::MrAccess => "MR access rights forbid the operation",
-            Reason::Busy => "receives in flight hold it",
+            Reason::Busy => "requests in flight hold it",
             Reason::TableFull => "table full",
             Reason::NoDevice => "no RDMA device for the peer",
             Reason::QpError => "physical QP failed; operation flushed",
@@ -182,6 +193,11 @@ impl Reason {
             Reason::BadDescriptor => "no live export with this descriptor",
             Reason::Throttled => "this ring broke shared QPs: throttled for a while",
             Reason::Deadline => "no progress within the request deadline",
+            Reason::NoReceiver => {
+                "no receive took the message: none posted in time, or the peer left"
+            }
+            Reason::TooLong => "message longer than the receive buffer",
+            Reason::Cancelled => "receive cancelled by DISCONNECT",
         }
     }
 }
@@ -239,7 +255,7 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_carry_an_errno() {
-        for v in 0..=22u16 {
+        for v in 0..=25u16 {
             let r = Reason::from_u16(v).unwrap();
             assert_eq!(r as u16, v);
             assert_eq!(r.errno().0 == 0, r == Reason::None);
@@ -248,6 +264,6 @@ mod tests {
                 assert_eq!(c.failure(), Some(r));
             }
         }
-        assert_eq!(Reason::from_u16(23), None);
+        assert_eq!(Reason::from_u16(26), None);
     }
 }

@@ -56,6 +56,8 @@ impl Errno {
     pub const ETIMEDOUT: Errno = Errno(110);
     /// Operation canceled: flushed because its ring or QP went away.
     pub const ECANCELED: Errno = Errno(125);
+    /// Message too long.
+    pub const EMSGSIZE: Errno = Errno(90);
 
     /// The value as the kernel returns it: negative.
     pub const fn to_neg(self) -> i32 {

@@ -25,7 +25,7 @@ const BATCHES: [u32; 4] = [1, 8, 32, 128];
 const MR: u64 = 0x10_0000;
 
 fn rig() -> Rig {
-    let mut rig = Rig::new(&[256], 16);
+    let mut rig = Rig::new(&[256]);
     rig.open(Limits {
         sq: 256,
         cq: 512,

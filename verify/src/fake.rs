@@ -1,13 +1,11 @@
-//! A fake RDMA NIC implementing the engine's [`Backend`]: queues with real depths, RC
-//! in-order execution, signaled and unsignaled completions, injected failures and
+//! A fake RDMA NIC implementing the engine's [`Backend`]: send queues with real depths,
+//! RC in-order execution, signaled and unsignaled completions, injected failures and
 //! flushes. It moves no bytes (the VM tests check data); it checks the engine's
 //! promises: never post past a queue's depth, never deregister twice.
 
 use std::collections::{HashSet, VecDeque};
 
-use krcore_abi::engine::{
-    Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, Wc, WcStatus,
-};
+use krcore_abi::engine::{Backend, Connection, MrKeys, PostError, SendKind, SendWr, Wc, WcStatus};
 use krcore_abi::errno::Errno;
 use krcore_abi::sqe::MrAccess;
 
@@ -19,10 +17,7 @@ pub const WC_REM_ACCESS_ERR: u32 = 10;
 pub struct FakeQp {
     /// Send queue depth.
     pub depth: u32,
-    /// Receive queue depth.
-    pub recv_depth: u32,
     sq: VecDeque<SendWr>,
-    rq: VecDeque<RecvWr>,
     /// Posted requests whose completion (own or implied) the NIC has not produced.
     pub outstanding: u32,
     /// Executed unsignaled requests, retired by the next signaled one.
@@ -55,19 +50,23 @@ pub struct FakeNic {
     pub wire_rkeys: Vec<u32>,
     /// The rkeys of every MR ever registered with a remote right.
     pub remote_rkeys: HashSet<u32>,
+    /// The rkey of every message delivery posted, in order.
+    pub delivery_rkeys: Vec<u32>,
+    /// The rkeys of every MR ever registered that the NIC may write locally (where a
+    /// delivery may land).
+    pub writable_rkeys: HashSet<u32>,
     /// State of the descriptor generator.
     seed: u64,
 }
 
 impl FakeNic {
-    /// A NIC with QPs of the given send depths and a receive depth.
-    pub fn new(depths: &[u32], recv_depth: u32) -> FakeNic {
+    /// A NIC with QPs of the given send depths.
+    pub fn new(depths: &[u32]) -> FakeNic {
         FakeNic {
             qps: depths
                 .iter()
                 .map(|&depth| FakeQp {
                     depth,
-                    recv_depth,
                     ..Default::default()
                 })
                 .collect(),
@@ -108,39 +107,7 @@ impl FakeNic {
             }
             done += 1;
         }
-        if q.failed {
-            while let Some(r) = q.rq.pop_front() {
-                self.cq.push_back((
-                    qp,
-                    Wc {
-                        wr_id: r.wr_id,
-                        status: WcStatus::Flushed,
-                        byte_len: 0,
-                        imm: None,
-                        recv: true,
-                    },
-                ));
-            }
-        }
         done
-    }
-
-    /// Delivers an incoming message of `len` bytes to QP `qp`'s oldest receive.
-    pub fn deliver(&mut self, qp: u32, len: u32, imm: Option<u32>) -> bool {
-        let Some(r) = self.qps[qp as usize].rq.pop_front() else {
-            return false;
-        };
-        self.cq.push_back((
-            qp,
-            Wc {
-                wr_id: r.wr_id,
-                status: WcStatus::Success,
-                byte_len: len.min(r.local.len),
-                imm,
-                recv: true,
-            },
-        ));
-        true
     }
 
     /// Moves QP `qp` to the error state (`ib_modify_qp` to IB_QPS_ERR): everything not
@@ -153,7 +120,7 @@ impl FakeNic {
     /// kernel resets a QP before reusing it. Returns `false` if it still has work.
     pub fn recycle(&mut self, qp: u32) -> bool {
         let q = &mut self.qps[qp as usize];
-        if !q.sq.is_empty() || !q.rq.is_empty() {
+        if !q.sq.is_empty() {
             return false;
         }
         q.outstanding = 0;
@@ -186,6 +153,9 @@ impl FakeNic {
         let remote = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
         if access.bits() & remote.bits() != 0 {
             self.remote_rkeys.insert(rkey);
+        }
+        if access.contains(MrAccess::LOCAL_WRITE) {
+            self.writable_rkeys.insert(rkey);
         }
         Ok(MrKeys {
             lkey: self.next_key,
@@ -221,29 +191,9 @@ impl Backend for FakeNic {
             {
                 self.wire_rkeys.push(rkey);
             }
-        }
-        Ok(())
-    }
-
-    fn post_recv(&mut self, qp: u32, wr: &RecvWr) -> Result<(), Errno> {
-        let q = &mut self.qps[qp as usize];
-        assert!(
-            (q.rq.len() as u32) < q.recv_depth,
-            "engine posted past the receive queue depth"
-        );
-        if q.failed {
-            self.cq.push_back((
-                qp,
-                Wc {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::Flushed,
-                    byte_len: 0,
-                    imm: None,
-                    recv: true,
-                },
-            ));
-        } else {
-            q.rq.push_back(*wr);
+            if let SendKind::Deliver { rkey, .. } = wr.kind {
+                self.delivery_rkeys.push(rkey);
+            }
         }
         Ok(())
     }
@@ -256,12 +206,24 @@ impl Backend for FakeNic {
         );
     }
 
-    fn connect(&mut self, _gid: [u8; 16], _service: u32) -> Result<Connection, Errno> {
+    fn connect(
+        &mut self,
+        _gid: [u8; 16],
+        _service: u32,
+        opposite: Option<u32>,
+    ) -> Result<Connection, Errno> {
         if let Some(e) = self.fail_connect.take() {
             return Err(e);
         }
-        let qp = self.rr % self.qps.len() as u32;
-        self.rr += 1;
+        let n = self.qps.len() as u32;
+        // QPs connected in pairs (0-1, 2-3, ...), as the kernel's pool is.
+        let qp = match opposite {
+            Some(o) if (o ^ 1) < n => o ^ 1,
+            _ => {
+                self.rr += 1;
+                (self.rr - 1) % n
+            }
+        };
         self.qps[qp as usize].bound += 1;
         Ok(Connection { qp, qpn: 100 + qp })
     }

@@ -9,6 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
+use krcore_abi::engine::DEFAULT_DEADLINE_MS;
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
 use zerocopy::{FromBytes, IntoBytes};
@@ -86,7 +87,7 @@ pub fn run(data: &[u8]) {
     let mut inp = Input(data);
     let nqps = 1 + inp.byte() as usize % 3;
     let depths: Vec<u32> = (0..nqps).map(|_| 1 + inp.byte() as u32 % 16).collect();
-    let mut rig = Rig::new(&depths, 4);
+    let mut rig = Rig::new(&depths);
     let nrings = 1 + inp.byte() as usize % 3;
     let mut handles = Vec::new();
     for r in 0..nrings {
@@ -152,39 +153,34 @@ pub fn run(data: &[u8]) {
                 rig.close(r);
             }
             _ => {
-                let qp = inp.byte() as u32 % nqps as u32;
-                rig.nic.deliver(qp, inp.byte() as u32, None);
+                // Time passes (waiting sends expire), and a post may fail.
+                rig.now_ms += inp.byte() as i64 * 50;
                 rig.nic.fail_next_post = Some(inp.byte() as usize % 3);
             }
         }
     }
     rig.nic.fail_next_post = None;
+    // Past every deadline, twice (the first drain may take sends that then wait):
+    // sends no receive took fail.
+    for _ in 0..2 {
+        rig.drain();
+        rig.now_ms += DEFAULT_DEADLINE_MS + 1;
+    }
     rig.drain();
     for (i, q) in rig.qps.iter().enumerate() {
         if q.outstanding() != 0 {
             eprintln!(
-                "QP {i}: engine {} failed {} nic {:?}",
+                "QP {i}: engine {} posted {} failed {} nic {:?}",
                 q.outstanding(),
+                q.posted(),
                 q.failed(),
                 rig.nic.qps[i]
             );
         }
         assert_eq!(q.outstanding(), 0, "QP {i} credits leaked");
     }
-    // Only a peer's message completes a receive: send one for each posted receive, and
-    // drain again, until none is left (draining may post stalled receives).
-    for _ in 0..100 {
-        let mut delivered = false;
-        for q in 0..nqps as u32 {
-            while rig.nic.deliver(q, 0, None) {
-                delivered = true;
-            }
-        }
-        rig.drain();
-        if !delivered {
-            break;
-        }
-    }
+    assert_eq!(rig.messages.waiting(), 0, "sends left waiting");
+    // Receives no message took are cancelled by the close.
     for r in 0..nrings {
         if !closed[r] {
             rig.close(r);
@@ -199,6 +195,11 @@ pub fn run(data: &[u8]) {
     assert!(
         rig.nic.qps.iter().all(|q| q.bound == 0),
         "connections left bound"
+    );
+    assert_eq!(
+        (rig.messages.links(), rig.messages.recvs()),
+        (0, 0),
+        "links or receives left"
     );
 }
 

@@ -3,8 +3,8 @@
 
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, Completion, Context, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall,
-    Submitted, VecStore, WrId,
+    complete_wc, Completion, Context, ExportSlot, Exports, Messages, PhysQp, Posted, Ring,
+    RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
@@ -76,6 +76,8 @@ pub struct Rig {
     pub qps: Vec<PhysQp<VecStore>>,
     /// The node's exported MRs.
     pub exports: Exports<VecStore>,
+    /// The node's links, receives and waiting sends.
+    pub messages: Messages<VecStore>,
     /// Rings by id; `None` once closed and released.
     pub rings: Vec<Option<TestRing>>,
     /// Completions that reached no live ring.
@@ -85,15 +87,17 @@ pub struct Rig {
 }
 
 impl Rig {
-    /// A rig with physical QPs of the given send depths.
-    pub fn new(depths: &[u32], recv_depth: u32) -> Rig {
+    /// A rig with physical QPs of the given send depths (connected in pairs: 0-1, 2-3).
+    pub fn new(depths: &[u32]) -> Rig {
+        let credits = depths.iter().sum::<u32>() as usize;
         Rig {
-            nic: FakeNic::new(depths, recv_depth),
+            nic: FakeNic::new(depths),
             qps: depths
                 .iter()
-                .map(|&d| PhysQp::new(vec![0; d as usize], vec![0; recv_depth as usize]))
+                .map(|&d| PhysQp::new(vec![Posted::EMPTY; d as usize]))
                 .collect(),
             exports: Exports::new(vec![ExportSlot::EMPTY; 64]),
+            messages: Messages::with_capacity(256, 256.max(credits)),
             rings: Vec::new(),
             dropped: 0,
             now_ms: 0,
@@ -152,13 +156,14 @@ impl Rig {
             nic,
             qps,
             exports,
+            messages,
             rings,
             ..
         } = self;
         let ring = &mut rings[r].as_mut().expect("ring closed").ring;
         let mut total = 0;
         loop {
-            let s = ring.submit(qps, exports, nic, max - total, cx)?;
+            let s = ring.submit(qps, exports, messages, nic, max - total, cx)?;
             total += s.taken;
             if s.stall != Some(Stall::Register) {
                 return Ok(Submitted {
@@ -178,13 +183,17 @@ impl Rig {
         }
     }
 
-    /// Polls every work completion the NIC has and routes it; returns how many.
+    /// Polls every work completion the NIC has and routes it, then what the node's
+    /// messages owe (sends past the default deadline at the rig's clock expire); returns
+    /// how many.
     pub fn route(&mut self) -> usize {
         let Rig {
             nic,
             qps,
+            messages,
             rings,
             dropped,
+            now_ms,
             ..
         } = self;
         let mut n = 0;
@@ -192,10 +201,21 @@ impl Rig {
             n += 1;
             complete_wc(qps, qp, &wc, |id, c| deliver(rings, dropped, id, c));
         }
+        n += messages.settle(*now_ms, DEFAULT_DEADLINE_MS, qps, |id, c| {
+            deliver(rings, dropped, id, c)
+        });
         for t in rings.iter_mut().flatten() {
             t.ring.publish();
         }
         n
+    }
+
+    /// Pushes `sqes` on ring `r` (they must fit), runs everything to quiescence, and
+    /// reaps ring `r`'s CQEs.
+    pub fn run(&mut self, r: usize, sqes: &[Sqe]) -> Vec<Cqe> {
+        assert_eq!(self.push(r, sqes), sqes.len(), "the SQ is full");
+        self.drain();
+        self.reap(r, usize::MAX)
     }
 
     /// Reaps up to `max` CQEs of ring `r`.
@@ -214,8 +234,18 @@ impl Rig {
 
     /// Closes ring `r` (the file was closed); it is freed once nothing of it is left.
     pub fn close(&mut self, r: usize) {
-        let Rig { exports, rings, .. } = self;
-        rings[r].as_mut().expect("ring closed").ring.close(exports);
+        let Rig {
+            qps,
+            exports,
+            messages,
+            rings,
+            ..
+        } = self;
+        rings[r]
+            .as_mut()
+            .expect("ring closed")
+            .ring
+            .close(qps, exports, messages);
         self.release_closed();
     }
 
@@ -225,12 +255,13 @@ impl Rig {
             nic,
             qps,
             exports,
+            messages,
             rings,
             ..
         } = self;
         for slot in rings.iter_mut() {
             if let Some(t) = slot {
-                if t.ring.is_closed() && t.ring.release_idle(qps, exports, nic) {
+                if t.ring.is_closed() && t.ring.release_idle(qps, exports, messages, nic) {
                     *slot = None;
                 }
             }

@@ -17,15 +17,8 @@ const VICTIM_MR: u64 = 0x10_0000;
 const ATTACKER_MR: u64 = 0x20_0000;
 const LEN: u32 = 4096;
 
-/// Runs `sqes` on ring `r` to completion; returns their CQEs in order.
-fn run(rig: &mut Rig, r: usize, sqes: &[Sqe]) -> Vec<Cqe> {
-    assert_eq!(rig.push(r, sqes), sqes.len());
-    rig.drain();
-    rig.reap(r, usize::MAX)
-}
-
 fn one(rig: &mut Rig, r: usize, sqe: Sqe) -> Cqe {
-    let c = run(rig, r, &[sqe]);
+    let c = rig.run(r, &[sqe]);
     assert_eq!(c.len(), 1, "{c:?}");
     c[0]
 }
@@ -54,7 +47,7 @@ fn scene(rig: &mut Rig, access: MrAccess) -> (u32, u64, u32, u32, u32) {
 
 #[test]
 fn guessed_and_forged_descriptors_reach_nothing() {
-    let mut rig = Rig::new(&[16, 16], 16);
+    let mut rig = Rig::new(&[16, 16]);
     let all = MrAccess::LOCAL_WRITE
         | MrAccess::REMOTE_READ
         | MrAccess::REMOTE_WRITE
@@ -119,7 +112,7 @@ fn guessed_and_forged_descriptors_reach_nothing() {
 
 #[test]
 fn an_export_is_usable_until_revoked_and_only_with_its_rights() {
-    let mut rig = Rig::new(&[16, 16], 16);
+    let mut rig = Rig::new(&[16, 16]);
     let read_only = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
     let (victim_mr, descriptor, rkey, v, mr) = scene(&mut rig, read_only);
     // Beyond the exported range.
@@ -163,7 +156,7 @@ fn an_export_is_usable_until_revoked_and_only_with_its_rights() {
 
 #[test]
 fn closing_the_owner_revokes_its_exports() {
-    let mut rig = Rig::new(&[16, 16], 16);
+    let mut rig = Rig::new(&[16, 16]);
     let (_, descriptor, _, v, mr) = scene(&mut rig, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ);
     let rmr = one(
         &mut rig,
@@ -183,7 +176,7 @@ fn closing_the_owner_revokes_its_exports() {
 
 #[test]
 fn only_the_owner_pins_memory() {
-    let mut rig = Rig::new(&[16], 16);
+    let mut rig = Rig::new(&[16]);
     let r = rig.open(Limits::default());
     rig.push(
         r,
@@ -216,7 +209,7 @@ fn only_the_owner_pins_memory() {
 
 #[test]
 fn the_ring_that_breaks_a_pair_is_throttled_not_its_neighbours() {
-    let mut rig = Rig::new(&[16], 16);
+    let mut rig = Rig::new(&[16]);
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
     let (_, descriptor, _, v_bad, mr_bad) = scene(&mut rig, access);
     let rmr_bad = one(

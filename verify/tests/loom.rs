@@ -16,8 +16,8 @@ use loom::thread;
 use core::sync::atomic::Ordering;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, Context, ExportSlot, Exports, PhysQp, Ring, RingStorage, Slot, Stall, Submitted,
-    VecStore,
+    complete_wc, Context, ExportSlot, Exports, Messages, PhysQp, Posted, Ring, RingStorage, Slot,
+    Stall, Submitted, VecStore,
 };
 use krcore_abi::opcode::Opcode;
 use krcore_abi::ring::{CqConsumer, CqProducer, IndexCell, RingMem, SqConsumer, SqProducer};
@@ -245,20 +245,33 @@ struct Device {
     nic: FakeNic,
     qps: Vec<PhysQp<VecStore>>,
     exports: Exports<VecStore>,
+    messages: Messages<VecStore>,
     rings: Vec<LRing>,
 }
 
 impl Device {
+    /// One physical QP of depth 2, no rings yet.
+    fn new() -> Device {
+        Device {
+            nic: FakeNic::new(&[2]),
+            qps: vec![PhysQp::new(vec![Posted::EMPTY; 2])],
+            exports: Exports::new(vec![ExportSlot::EMPTY; 4]),
+            messages: Messages::with_capacity(4, 4),
+            rings: Vec::new(),
+        }
+    }
+
     /// The kernel takes ring `r`'s entries, as its owner's enter would.
     fn submit(&mut self, r: usize) -> Submitted {
         let Device {
             nic,
             qps,
             exports,
+            messages,
             rings,
         } = self;
         rings[r]
-            .submit(qps, exports, nic, 8, Context::OWNER)
+            .submit(qps, exports, messages, nic, 8, Context::OWNER)
             .unwrap()
     }
 
@@ -268,9 +281,10 @@ impl Device {
             nic,
             qps,
             exports,
+            messages,
             rings,
         } = self;
-        rings[r].release_idle(qps, exports, nic)
+        rings[r].release_idle(qps, exports, messages, nic)
     }
 }
 
@@ -355,12 +369,7 @@ fn shared_qp_model(weak: bool) {
     model(move || {
         let mems: Vec<(LoomRing<Sqe>, LoomRing<Cqe>)> =
             (0..2).map(|_| (ring(4, false), ring(4, weak))).collect();
-        let mut d = Device {
-            nic: FakeNic::new(&[2], 2),
-            qps: vec![PhysQp::new(vec![0; 2], vec![0; 2])],
-            exports: Exports::new(vec![ExportSlot::EMPTY; 4]),
-            rings: Vec::new(),
-        };
+        let mut d = Device::new();
         let mut apps = Vec::new();
         for (r, (sq, cq)) in mems.iter().enumerate() {
             d.rings.push(new_ring(r as u16, sq.clone(), cq.clone()));
@@ -442,12 +451,7 @@ fn ring_closed_in_flight() {
     model(|| {
         let mems: Vec<(LoomRing<Sqe>, LoomRing<Cqe>)> =
             (0..2).map(|_| (ring(4, false), ring(4, false))).collect();
-        let mut d = Device {
-            nic: FakeNic::new(&[2], 2),
-            qps: vec![PhysQp::new(vec![0; 2], vec![0; 2])],
-            exports: Exports::new(vec![ExportSlot::EMPTY; 4]),
-            rings: Vec::new(),
-        };
+        let mut d = Device::new();
         let mut apps = Vec::new();
         for (r, (sq, cq)) in mems.iter().enumerate() {
             d.rings.push(new_ring(r as u16, sq.clone(), cq.clone()));
@@ -473,8 +477,14 @@ fn ring_closed_in_flight() {
             let dev = dev.clone();
             thread::spawn(move || {
                 let mut g = dev.lock().unwrap();
-                let Device { exports, rings, .. } = &mut *g;
-                rings[0].close(exports);
+                let Device {
+                    qps,
+                    exports,
+                    messages,
+                    rings,
+                    ..
+                } = &mut *g;
+                rings[0].close(qps, exports, messages);
                 g.release_idle(0)
             })
         };

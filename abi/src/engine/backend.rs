@@ -36,10 +36,19 @@ pub enum SendKind {
         /// Immediate data, for WRITE_IMM.
         imm: Option<u32>,
     },
-    /// SEND from the local buffer.
+    /// SEND from the local buffer (as validated; the engine delivers it as
+    /// [`Deliver`](Self::Deliver), never posting a SEND).
     Send {
         /// Immediate data, for SEND_IMM.
         imm: Option<u32>,
+    },
+    /// A message written into the receive buffer the engine matched it with (see
+    /// [`message`](super::message)): an RDMA WRITE, with the receiving MR's own rkey.
+    Deliver {
+        /// The receive buffer's address.
+        remote_addr: u64,
+        /// The receiving MR's rkey.
+        rkey: u32,
     },
     /// 8-byte compare-and-swap; the old value lands in the local buffer.
     Cas {
@@ -76,15 +85,6 @@ pub struct SendWr {
     pub signaled: bool,
     /// FENCE / SOLICITED.
     pub flags: SqeFlags,
-}
-
-/// A receive work request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecvWr {
-    /// The encoded [`WrId`](super::wrid::WrId).
-    pub wr_id: u64,
-    /// Where the message lands.
-    pub local: Sge,
 }
 
 /// How a work request ended.
@@ -131,9 +131,10 @@ pub struct Wc {
     pub status: WcStatus,
     /// Bytes received (receives).
     pub byte_len: u32,
-    /// Immediate data carried by the matched SEND_IMM / WRITE_IMM (receives).
+    /// Immediate data (receives).
     pub imm: Option<u32>,
-    /// Whether it completes a receive (rather than a send-queue request).
+    /// Whether it completes a receive (rather than a send-queue request); the engine
+    /// posts none, so it routes none.
     pub recv: bool,
 }
 
@@ -170,13 +171,18 @@ pub struct PostError {
 pub trait Backend {
     /// Posts a chain of send requests on physical QP `qp`, in order.
     fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError>;
-    /// Posts one receive on physical QP `qp`.
-    fn post_recv(&mut self, qp: u32, wr: &RecvWr) -> Result<(), Errno>;
     /// Deregisters an MR; nothing of it is in flight. (Registering is the caller's:
     /// see [`register`](super::register).)
     fn dereg_mr(&mut self, keys: MrKeys);
-    /// Binds to a pooled physical QP connected to `gid`/`service`.
-    fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Connection, Errno>;
+    /// Binds to a pooled physical QP connected to `gid`/`service`; when `opposite` is
+    /// given (the other end of a link on this node, see [`message`](super::message)),
+    /// to the QP connected to that one.
+    fn connect(
+        &mut self,
+        gid: [u8; 16],
+        service: u32,
+        opposite: Option<u32>,
+    ) -> Result<Connection, Errno>;
     /// Releases the binding made by [`connect`](Self::connect).
     fn disconnect(&mut self, qp: u32);
     /// A fresh unpredictable 64-bit value for an export descriptor (the kernel's

@@ -5,7 +5,7 @@
 //! refuses to run while anything is outstanding on the device: it must not share a QP's
 //! depth with accounted requests.
 
-use super::backend::{Backend, SendWr, Wc, WcStatus};
+use super::backend::{Backend, SendKind, SendWr, Wc, WcStatus};
 use super::complete::outcome;
 use super::cqe::{Cqe, Reason};
 use super::export::Exports;
@@ -25,7 +25,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// [`DIRECT_WR_ID`]; returns the physical QP, on which the caller polls for that
     /// completion. A rejected request is
     /// answered with the error CQE the ring path would produce (`Busy` while anything
-    /// is outstanding; `BadOpcode` for anything but a send-queue request).
+    /// is outstanding; `BadOpcode` for anything but a one-sided request).
     pub fn direct<B: Backend>(
         &self,
         sqe: &Sqe,
@@ -34,20 +34,22 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         backend: &mut B,
     ) -> Result<u32, Cqe> {
         let ud = sqe.user_data;
+        let op = validate(sqe, &self.tables, exports).map_err(|r| Cqe::err(ud, r))?;
+        // One-sided only: a SEND needs its peer's receive (see `message`).
         let Op::Send {
             vqp,
             kind,
             local,
             flags,
             ..
-        } = validate(sqe, &self.tables, exports).map_err(|r| Cqe::err(ud, r))?
+        } = op
         else {
             return Err(Cqe::err(ud, Reason::BadOpcode));
         };
-        if qps
-            .iter()
-            .any(|q| q.outstanding() > 0 || q.recv_outstanding() > 0)
-        {
+        if matches!(kind, SendKind::Send { .. }) {
+            return Err(Cqe::err(ud, Reason::BadOpcode));
+        }
+        if qps.iter().any(|q| q.outstanding() > 0) {
             return Err(Cqe::err(ud, Reason::Busy));
         }
         let qp = self.tables.vqps.get(vqp).expect("validated").qp;

@@ -17,6 +17,7 @@ mod blame;
 mod complete;
 mod direct;
 mod export;
+mod message;
 mod qp;
 mod recovery;
 mod register;
@@ -29,14 +30,15 @@ mod wrid;
 // Siblings of the engine that its modules reach as `super::x`.
 use super::{cqe, errno, layout, opcode, ring, sqe};
 
-pub use backend::{
-    Backend, Connection, MrKeys, PostError, RecvWr, SendKind, SendWr, Sge, Wc, WcStatus,
-};
+pub use backend::{Backend, Connection, MrKeys, PostError, SendKind, SendWr, Sge, Wc, WcStatus};
 pub use blame::{Blame, BACKOFF_BASE_MS, BACKOFF_MAX_MS};
 pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
-pub use qp::PhysQp;
+pub use message::{
+    Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep, WaitingSend,
+};
+pub use qp::{Delivery, PhysQp, Posted};
 pub use recovery::{Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS};
 pub use register::{Caller, Context, Registration};
 pub use ring_state::{

@@ -15,12 +15,15 @@
 //! request, so no completion may ever retire it) is marked failed. Its virtual QPs get
 //! `QpError` for new requests. The caller then moves the hardware QP to the error state
 //! (the engine may have failed it on its own, while the hardware thinks it healthy), so
-//! the NIC flushes every request and receive; routes those flush completions; and then
+//! the NIC flushes every request; routes those flush completions; and then
 //! [`recycle`](PhysQp::recycle)s it: what is still owed (executed unsignaled requests,
-//! which get no completion of their own, and receives the reset dropped unflushed) is
+//! which get no completion of their own, with the receives they were delivering) is
 //! retired with the failure's reason (`QpError`, or `Deadline` when the QP stopped
 //! making progress), as RDMA leaves the outcome of requests in flight at an error
 //! undefined.
+//!
+//! Held credits: a SEND waiting for its peer's receive (see [`message`](super::message))
+//! holds a credit without a place in the order yet; it takes one when posted.
 //!
 //! Progress: a QP with send requests outstanding whose oldest has waited longer than the
 //! deadline without any completion is stuck (a peer or NIC that never answers); the
@@ -32,13 +35,42 @@ use super::table::Fifo;
 use super::wrid::WrId;
 use super::Store;
 
+/// A message a posted request delivers: the receive it fills, completed with the
+/// request (see [`message`](super::message)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The receive's `wr_id`.
+    pub recv: u64,
+    /// Bytes delivered.
+    pub byte_len: u32,
+    /// Immediate data.
+    pub imm: Option<u32>,
+}
+
+/// A request posted on a send queue, in the order posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Posted {
+    /// Its `wr_id`.
+    pub wr_id: u64,
+    /// The message it delivers, for a SEND.
+    pub delivery: Option<Delivery>,
+}
+
+impl Posted {
+    /// An empty entry, for filling the storage a QP is made from.
+    pub const EMPTY: Posted = Posted {
+        wr_id: 0,
+        delivery: None,
+    };
+}
+
 /// One physical QP's accounting.
 pub struct PhysQp<S: Store> {
     depth: u32,
-    /// `wr_id`s posted on the send queue and not yet completed, oldest first.
-    posted: Fifo<u64, S>,
-    /// `wr_id`s of receives posted and not yet completed, oldest first.
-    recvs: Fifo<u64, S>,
+    /// Requests posted on the send queue and not yet completed, oldest first.
+    posted: Fifo<Posted, S>,
+    /// Credits held by sends waiting for a receive.
+    held: u32,
     bound: u32,
     unsignaled_run: u32,
     /// Why it failed, when it did.
@@ -51,16 +83,15 @@ pub struct PhysQp<S: Store> {
 }
 
 impl<S: Store> PhysQp<S> {
-    /// A QP with a send queue of `send.len()` entries and a receive queue of
-    /// `recv.len()`.
-    pub fn new(send: S::Buf<u64>, recv: S::Buf<u64>) -> Self {
+    /// A QP with a send queue of `send.len()` entries.
+    pub fn new(send: S::Buf<Posted>) -> Self {
         let posted = Fifo::new(send);
         let depth = posted.capacity() as u32;
         assert!(depth > 0, "a QP needs a send queue");
         PhysQp {
             depth,
             posted,
-            recvs: Fifo::new(recv),
+            held: 0,
             bound: 0,
             unsignaled_run: 0,
             failed: None,
@@ -74,14 +105,14 @@ impl<S: Store> PhysQp<S> {
         self.depth
     }
 
-    /// Send requests outstanding (credits in use).
+    /// Credits in use: requests posted and not completed, and held ones.
     pub fn outstanding(&self) -> u32 {
-        self.posted.len() as u32
+        self.posted.len() as u32 + self.held
     }
 
-    /// Receives outstanding.
-    pub fn recv_outstanding(&self) -> u32 {
-        self.recvs.len() as u32
+    /// Requests posted and not completed (what the NIC may still complete).
+    pub fn posted(&self) -> u32 {
+        self.posted.len() as u32
     }
 
     /// Virtual QPs bound to this QP.
@@ -97,11 +128,6 @@ impl<S: Store> PhysQp<S> {
     /// Whether a virtual QP with `vqp_outstanding` requests in flight may post one more.
     pub fn may_post(&self, vqp_outstanding: u32) -> bool {
         self.failed.is_none() && self.outstanding() < self.depth && vqp_outstanding < self.share()
-    }
-
-    /// Whether one more receive fits.
-    pub fn may_post_recv(&self) -> bool {
-        self.failed.is_none() && self.recvs.len() < self.recvs.capacity()
     }
 
     /// Whether the QP failed (its requests are flushed; it must be recycled).
@@ -147,12 +173,26 @@ impl<S: Store> PhysQp<S> {
         self.bound = self.bound.saturating_sub(1);
     }
 
-    /// Takes a credit for `wr_id` (the caller checked [`may_post`](Self::may_post)).
-    pub(crate) fn reserve(&mut self, wr_id: u64) {
+    /// Takes a credit for `p`, to be posted next (the caller checked
+    /// [`may_post`](Self::may_post), or holds the credit).
+    pub(crate) fn reserve(&mut self, p: Posted) {
         // Busy from now: the deadline counts from here, not from the last idle check.
         self.progressed |= self.posted.is_empty();
-        let r = self.posted.push(wr_id);
+        let r = self.posted.push(p);
         debug_assert!(r.is_ok(), "reserve past depth");
+    }
+
+    /// Takes a credit for a send that waits (the caller checked
+    /// [`may_post`](Self::may_post)).
+    pub(crate) fn hold(&mut self) {
+        self.held += 1;
+    }
+
+    /// Gives back a held credit (its send failed, or is being posted: then
+    /// [`reserve`](Self::reserve) takes it again).
+    pub(crate) fn release_held(&mut self) {
+        debug_assert!(self.held > 0);
+        self.held = self.held.saturating_sub(1);
     }
 
     /// Gives back the credits of the last `n` reservations (their post failed).
@@ -171,16 +211,15 @@ impl<S: Store> PhysQp<S> {
     }
 
     /// Recycles a failed QP after the NIC flushed it (no completion for it can arrive any
-    /// more): retires every request still owed as `QpError` through `route`, and makes
-    /// the QP usable again.
+    /// more): retires every request still owed, and the receives they were delivering,
+    /// with the failure's reason through `route`, and makes the QP usable again.
     pub fn recycle(&mut self, mut route: impl FnMut(WrId, Completion)) {
         let why = Completion::Failed(self.fail_reason());
-        while let Some(w) = self.posted.pop() {
-            route(WrId::decode(w), why);
-        }
-        // Receives the reset dropped without a flush completion are owed too.
-        while let Some(w) = self.recvs.pop() {
-            route(WrId::decode(w), why);
+        while let Some(p) = self.posted.pop() {
+            route(WrId::decode(p.wr_id), why);
+            if let Some(d) = p.delivery {
+                route(WrId::decode(d.recv), why);
+            }
         }
         self.unsignaled_run = 0;
         self.failed = None;
@@ -188,31 +227,19 @@ impl<S: Store> PhysQp<S> {
     }
 
     /// Retires posted requests up to and including `wr_id`, oldest first, calling
-    /// `retire(wr_id, is_the_completed_one)` for each. Returns `false`, retiring none, if
-    /// `wr_id` was never posted here.
-    pub fn retire_through(&mut self, wr_id: u64, mut retire: impl FnMut(u64, bool)) -> bool {
-        if !self.posted.any(|w| w == wr_id) {
+    /// `retire(request, is_the_completed_one)` for each. Returns `false`, retiring none,
+    /// if `wr_id` was never posted here.
+    pub fn retire_through(&mut self, wr_id: u64, mut retire: impl FnMut(Posted, bool)) -> bool {
+        if !self.posted.any(|p| p.wr_id == wr_id) {
             return false;
         }
         self.progressed = true;
-        while let Some(w) = self.posted.pop() {
-            retire(w, w == wr_id);
-            if w == wr_id {
+        while let Some(p) = self.posted.pop() {
+            retire(p, p.wr_id == wr_id);
+            if p.wr_id == wr_id {
                 break;
             }
         }
         true
-    }
-
-    /// Records a posted receive (the caller checked [`may_post_recv`](Self::may_post_recv)).
-    pub(crate) fn recv_posted(&mut self, wr_id: u64) {
-        let r = self.recvs.push(wr_id);
-        debug_assert!(r.is_ok(), "receive posted past depth");
-    }
-
-    /// A receive completed; `false` if `wr_id` was not posted here. An RC receive
-    /// queue completes in order, so it is normally the oldest.
-    pub(crate) fn recv_done(&mut self, wr_id: u64) -> bool {
-        self.recvs.remove(wr_id)
     }
 }

@@ -11,10 +11,13 @@
 //!
 //! Nothing waits forever: a QP whose send queue made no progress for the deadline (a
 //! peer or NIC that never answers, despite the wire's finite retries) is failed here
-//! with `Deadline`, which its requests then complete with.
+//! with `Deadline`, which its requests then complete with; a SEND that waited the
+//! deadline for a receive fails with `NoReceiver` (see [`message`](super::message)).
+//! The step also routes the completions [`Messages`] owes to rings.
 
 use super::cqe::Reason;
 use super::errno::Errno;
+use super::message::Messages;
 use super::qp::PhysQp;
 use super::ring_state::Completion;
 use super::wrid::{backend_wr_id, is_backend_wr_id, WrId};
@@ -93,27 +96,31 @@ impl Recovery {
         true
     }
 
-    /// One step at time `now_ms`: fails every group with a failed QP, then recycles and
-    /// re-arms every group that settled, retiring what is owed through `route`.
-    /// Returns the QPs recycled.
+    /// One step at time `now_ms`: expires sends that waited too long for a receive,
+    /// routes what `messages` owes, fails every group with a failed QP, then recycles
+    /// and re-arms every group that settled, retiring what is owed through `route`.
+    /// Returns the completions routed and QPs recycled, together (nonzero: rings may
+    /// have new CQEs).
     pub fn step<S: Store, B: Rearm>(
         &mut self,
         qps: &mut [PhysQp<S>],
+        messages: &mut Messages<S>,
         hw: &mut B,
         now_ms: i64,
         mut route: impl FnMut(WrId, Completion),
     ) -> usize {
+        let owed = messages.settle(now_ms, self.deadline_ms, qps, &mut route);
         for q in qps.iter_mut() {
             if !q.failed() && q.stuck(now_ms, self.deadline_ms) {
                 q.fail_with(Reason::Deadline);
             }
         }
         if self.errored == 0 && !qps.iter().any(|q| q.failed()) {
-            return 0;
+            return owed;
         }
         let g = self.group as usize;
         let n = qps.len().min(MAX_RECOVERED_QPS);
-        let mut recycled = 0;
+        let mut recycled = owed;
         // A plain loop, no `%` or `step_by` by a runtime value: the kernel build's
         // objtool rejects the division's panic path.
         let mut first = 0;
@@ -126,10 +133,7 @@ impl Recovery {
                     self.to_error(hw, e, now_ms);
                 }
             }
-            if !group
-                .clone()
-                .all(|e| self.settled(e, qps[e].recv_outstanding(), now_ms))
-            {
+            if !group.clone().all(|e| self.settled(e, now_ms)) {
                 continue;
             }
             for e in group.clone() {
@@ -161,11 +165,10 @@ impl Recovery {
         let _ = hw.to_error(qp as u32, Self::marker(qp as u32));
     }
 
-    /// Whether failed QP `qp` is done flushing (`receives` still counted as posted).
-    fn settled(&self, qp: usize, receives: u32, now_ms: i64) -> bool {
+    /// Whether failed QP `qp` is done flushing.
+    fn settled(&self, qp: usize, now_ms: i64) -> bool {
         self.errored & (1 << qp) != 0
-            && ((self.flushed & (1 << qp) != 0 && receives == 0)
-                || now_ms - self.errored_at[qp] > FLUSH_PATIENCE_MS)
+            && (self.flushed & (1 << qp) != 0 || now_ms - self.errored_at[qp] > FLUSH_PATIENCE_MS)
     }
 }
 
@@ -173,7 +176,7 @@ impl Recovery {
 mod tests {
     extern crate std;
     use super::*;
-    use crate::engine::VecStore;
+    use crate::engine::{Delivery, Posted, VecStore};
     use std::vec;
     use std::vec::Vec;
 
@@ -201,25 +204,33 @@ mod tests {
 
     fn qps() -> Vec<PhysQp<VecStore>> {
         (0..4)
-            .map(|_| PhysQp::new(vec![0; 8], vec![0; 8]))
+            .map(|_| PhysQp::new(vec![Posted::EMPTY; 8]))
             .collect()
+    }
+
+    fn posted(wr_id: u64) -> Posted {
+        Posted {
+            wr_id,
+            delivery: None,
+        }
     }
 
     #[test]
     fn a_failed_qp_takes_its_pair_through_flush_and_rearm() {
         let (mut r, mut hw, mut q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
-        q[3].reserve(
+        q[3].reserve(posted(
             WrId {
                 ring: 1,
                 ring_gen: 1,
                 slot: 9,
             }
             .encode(),
-        );
+        ));
         q[3].fail();
         let mut owed = Vec::new();
+        let mut m = Messages::with_capacity(4, 4);
         let mut step = |r: &mut Recovery, hw: &mut Hw, q: &mut [PhysQp<VecStore>], now| {
-            r.step(q, hw, now, |id, c| owed.push((id.slot, c)))
+            r.step(q, &mut m, hw, now, |id, c| owed.push((id.slot, c)))
         };
         assert_eq!(step(&mut r, &mut hw, &mut q, 0), 0, "nothing settled yet");
         assert_eq!(
@@ -250,20 +261,21 @@ mod tests {
         let (mut r, mut hw, mut q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
         hw.fail_rearm = true;
         q[0].fail();
-        assert_eq!(r.step(&mut q, &mut hw, 100, |_, _| ()), 0);
+        let m = &mut Messages::with_capacity(4, 4);
+        assert_eq!(r.step(&mut q, m, &mut hw, 100, |_, _| ()), 0);
         assert_eq!(
-            r.step(&mut q, &mut hw, 100 + FLUSH_PATIENCE_MS, |_, _| ()),
+            r.step(&mut q, m, &mut hw, 100 + FLUSH_PATIENCE_MS, |_, _| ()),
             0
         );
         assert_eq!(
-            r.step(&mut q, &mut hw, 101 + FLUSH_PATIENCE_MS, |_, _| ()),
+            r.step(&mut q, m, &mut hw, 101 + FLUSH_PATIENCE_MS, |_, _| ()),
             2
         );
         assert!(
             q[0].failed() && q[1].failed(),
             "re-arming failed: left failed"
         );
-        assert_eq!(r.step(&mut q, &mut hw, 10_000, |_, _| ()), 0);
+        assert_eq!(r.step(&mut q, m, &mut hw, 10_000, |_, _| ()), 0);
         assert_eq!(
             (hw.errored.len(), hw.rearmed.len()),
             (2, 1),
@@ -272,8 +284,9 @@ mod tests {
     }
 
     #[test]
-    fn a_stuck_qp_fails_with_deadline_and_a_dropped_receive_is_retired() {
+    fn a_stuck_qp_fails_with_deadline_and_the_receive_it_was_filling_too() {
         let (mut r, mut hw, mut q) = (Recovery::new(2, 100), Hw::default(), qps());
+        let m = &mut Messages::with_capacity(4, 4);
         let send = WrId {
             ring: 1,
             ring_gen: 1,
@@ -286,30 +299,36 @@ mod tests {
             slot: 4,
         }
         .encode();
-        q[1].recv_posted(recv);
-        r.step(&mut q, &mut hw, 1000, |_, _| ());
-        q[0].reserve(send);
+        r.step(&mut q, m, &mut hw, 1000, |_, _| ());
+        q[0].reserve(Posted {
+            wr_id: send,
+            delivery: Some(Delivery {
+                recv,
+                byte_len: 8,
+                imm: None,
+            }),
+        });
         let mut owed = Vec::new();
         // The deadline counts from the first step that sees the QP busy.
         assert_eq!(
-            r.step(&mut q, &mut hw, 1050, |id, c| owed.push((id.slot, c))),
+            r.step(&mut q, m, &mut hw, 1050, |id, c| owed.push((id.slot, c))),
             0
         );
         assert_eq!(
-            r.step(&mut q, &mut hw, 1150, |id, c| owed.push((id.slot, c))),
+            r.step(&mut q, m, &mut hw, 1150, |id, c| owed.push((id.slot, c))),
             0
         );
         assert!(!q[0].failed(), "within the deadline");
         assert_eq!(
-            r.step(&mut q, &mut hw, 1151, |id, c| owed.push((id.slot, c))),
+            r.step(&mut q, m, &mut hw, 1151, |id, c| owed.push((id.slot, c))),
             0
         );
         assert!(q[0].failed() && q[1].failed(), "past it: the pair fails");
         // Neither marker arrives; after the patience the pair is re-armed and what it
-        // still owed, the receive its reset dropped included, is retired.
+        // still owed, the receive its send was filling included, is retired.
         let later = 1151 + FLUSH_PATIENCE_MS + 1;
         assert_eq!(
-            r.step(&mut q, &mut hw, later, |id, c| owed.push((id.slot, c))),
+            r.step(&mut q, m, &mut hw, later, |id, c| owed.push((id.slot, c))),
             2
         );
         owed.sort_by_key(|o| o.0);
@@ -317,9 +336,9 @@ mod tests {
             owed,
             [
                 (3, Completion::Failed(Reason::Deadline)),
-                (4, Completion::Failed(Reason::QpError)),
+                (4, Completion::Failed(Reason::Deadline)),
             ]
         );
-        assert_eq!(q[1].recv_outstanding(), 0);
+        assert_eq!(q[0].outstanding(), 0);
     }
 }

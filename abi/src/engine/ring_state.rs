@@ -10,6 +10,7 @@ use super::cqe::{Cqe, CqeFlags, Reason};
 use super::errno::Errno;
 use super::export::Exports;
 use super::layout::SqFlags;
+use super::message::Messages;
 use super::qp::PhysQp;
 use super::ring::{CqProducer, RingMem, SqConsumer};
 use super::sqe::{MrAccess, Sqe};
@@ -29,6 +30,10 @@ pub struct Vqp {
     pub sends: u32,
     /// Receives posted and not completed.
     pub recvs: u32,
+    /// Its link for two-sided messages (see [`message`](super::message)).
+    pub link: u32,
+    /// Its end of the link (0 or 1).
+    pub end: u8,
 }
 
 /// A registered local MR.
@@ -320,9 +325,19 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// Closes the ring: no CQE is written any more; completions still retire its
-    /// requests. Call [`release_idle`](Self::release_idle) until it returns `true`.
-    pub fn close(&mut self, exports: &mut Exports<S>) {
+    /// requests; its virtual QPs leave their links for messages. Call [`release_idle`](Self::release_idle) until it returns `true`.
+    pub fn close(
+        &mut self,
+        qps: &mut [PhysQp<S>],
+        exports: &mut Exports<S>,
+        messages: &mut Messages<S>,
+    ) {
         self.closed = true;
+        // Its virtual QPs depart their links now: a CONNECT meanwhile never joins a
+        // closing ring, and sends waiting for its receives fail at once.
+        for (_, v) in self.tables.vqps.iter() {
+            messages.depart(v.link, v.end, qps);
+        }
         // Its exports are revoked now, not when its MRs go idle: an importer's next
         // request fails instead of reaching memory whose owner is gone.
         for (_, m) in self.tables.mrs.iter() {
@@ -347,6 +362,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         &mut self,
         qps: &mut [PhysQp<S>],
         exports: &mut Exports<S>,
+        messages: &mut Messages<S>,
         backend: &mut B,
     ) {
         self.closed = true;
@@ -354,6 +370,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.tables.inflight.drain_where(|_, _| true);
         self.tables.rmrs.drain_where(|_, _| true);
         self.tables.vqps.drain_where(|_, v| {
+            messages.leave(v.link, v.end, qps);
             if let Some(q) = qps.get_mut(v.qp as usize) {
                 q.unbind();
             }
@@ -373,20 +390,23 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         &mut self,
         qps: &mut [PhysQp<S>],
         exports: &mut Exports<S>,
+        messages: &mut Messages<S>,
         backend: &mut B,
     ) -> bool {
         let owner = (self.id, self.gen);
+        // Receives no message took are cancelled: only a peer's SEND would complete
+        // them, and the peer may never send.
+        for i in 0..self.tables.vqps.capacity() {
+            if let Some(h) = self.tables.vqps.handle_at(i) {
+                self.cancel_recvs(h, messages);
+            }
+        }
         let rmrs = &mut self.tables.rmrs;
         self.tables.vqps.drain_where(|h, v| {
-            // Only a peer's message, or a flush, completes a receive: a closed ring's
-            // are reclaimed by failing their QP (recovery flushes every receive on it,
-            // so other rings' receives there complete with QpError and are reposted).
-            if v.sends == 0 && v.recvs > 0 {
-                qps[v.qp as usize].fail();
-            }
             let idle = v.sends == 0 && v.recvs == 0;
             if idle {
                 rmrs.drain_where(|_, r| r.vqp == h);
+                messages.leave(v.link, v.end, qps);
                 qps[v.qp as usize].unbind();
                 backend.disconnect(v.qp);
             }

@@ -5,15 +5,16 @@
 //! its object busy with sends in flight) is not taken: it waits in the SQ, and so do all
 //! after it, keeping the ring's order. Everything else is taken and owes one CQE.
 
-use super::backend::{Backend, PostError, RecvWr, SendKind, SendWr, Sge};
+use super::backend::{Backend, PostError, SendKind, SendWr, Sge};
 use super::cqe::{Cqe, Reason};
 use super::errno::Errno;
 use super::export::Exports;
 use super::layout::SqFlags;
-use super::qp::PhysQp;
+use super::message::{Messages, PostedRecv, RecvStep, SendStep, WaitingSend};
+use super::qp::{Delivery, PhysQp, Posted};
 use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
-use super::ring_state::{revoke, Inflight, Ring, Vqp};
+use super::ring_state::{revoke, Completion, Inflight, Ring, Vqp};
 use super::sqe::{Sqe, SqeFlags};
 use super::validate::{validate, Op};
 use super::wrid::WrId;
@@ -54,6 +55,9 @@ pub struct Chain {
     qp: u32,
     n: usize,
     wrs: [SendWr; CHAIN],
+    /// For a SEND, the receive it took (link, the receive's end, the receive): put back
+    /// if the post fails.
+    took: [Option<(u32, u8, PostedRecv)>; CHAIN],
 }
 
 impl Chain {
@@ -63,6 +67,7 @@ impl Chain {
             qp: 0,
             n: 0,
             wrs: [NO_WR; CHAIN],
+            took: [None; CHAIN],
         }
     }
 }
@@ -94,11 +99,13 @@ enum Step {
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Takes up to `max` SQEs in context `cx`, validating against this ring's tables and
-    /// the node's `exports`. Fails, taking none, when the SQ tail is hostile.
+    /// the node's `exports`, matching two-sided messages through the node's `messages`.
+    /// Fails, taking none, when the SQ tail is hostile.
     pub fn submit<B: Backend>(
         &mut self,
         qps: &mut [PhysQp<S>],
         exports: &mut Exports<S>,
+        messages: &mut Messages<S>,
         backend: &mut B,
         max: u32,
         cx: Context,
@@ -128,7 +135,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             let Some(sqe) = self.sq.peek(taken) else {
                 break;
             };
-            match self.step(&sqe, qps, exports, backend, cx.caller, throttled) {
+            match self.step(&sqe, qps, exports, messages, backend, cx, throttled) {
                 Step::Taken => taken += 1,
                 Step::TakenThen(s) => {
                     taken += 1;
@@ -141,20 +148,22 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 }
             }
         }
-        self.flush_chain(qps, backend);
+        self.flush_chain(qps, messages, backend);
         self.sq.consume(taken);
         self.stats.taken += taken as u64;
         self.publish();
         Ok(Submitted { taken, stall })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn step<B: Backend>(
         &mut self,
         sqe: &Sqe,
         qps: &mut [PhysQp<S>],
         exports: &mut Exports<S>,
+        messages: &mut Messages<S>,
         backend: &mut B,
-        caller: Caller,
+        cx: Context,
         throttled: bool,
     ) -> Step {
         let ud = sqe.user_data;
@@ -168,7 +177,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let t = &mut self.tables;
         let cqe = match op {
             Op::Nop => Cqe::ok(ud, 0, 0),
-            Op::RegMr { .. } if caller != Caller::Owner => Cqe::err(ud, Reason::NotOwner),
+            Op::RegMr { .. } if cx.caller != Caller::Owner => Cqe::err(ud, Reason::NotOwner),
             Op::Send { .. } | Op::Recv { .. } if throttled => Cqe::err(ud, Reason::Throttled),
             Op::RegMr { addr, len, access } => {
                 self.registration = Pending::Taken(Registration {
@@ -178,7 +187,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     access,
                 });
                 // Our unposted requests go out before the caller drops its locks.
-                self.flush_chain(qps, backend);
+                self.flush_chain(qps, messages, backend);
                 return Step::TakenThen(Stall::Register);
             }
             Op::DeregMr { mr } => {
@@ -186,7 +195,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 if m.recvs > 0 {
                     Cqe::err(ud, Reason::Busy)
                 } else if m.sends > 0 {
-                    return self.wait_for_sends(qps, backend);
+                    return self.wait_for_sends(qps, messages, backend);
                 } else {
                     t.mrs.remove(mr);
                     revoke(exports, m.descriptor, (self.id, self.gen));
@@ -194,49 +203,61 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     Cqe::ok(ud, 0, 0)
                 }
             }
-            Op::Connect { gid, service } => match backend.connect(gid, service) {
-                Err(e) => Cqe::err_errno(
-                    ud,
-                    if e == Errno::ENODEV {
-                        Reason::NoDevice
-                    } else {
-                        Reason::Verbs
-                    },
-                    e,
-                ),
-                Ok(conn) if conn.qp as usize >= qps.len() => {
-                    backend.disconnect(conn.qp);
-                    Cqe::err(ud, Reason::Verbs)
-                }
-                Ok(conn) => match t.vqps.insert(Vqp {
-                    qp: conn.qp,
-                    qpn: conn.qpn,
-                    sends: 0,
-                    recvs: 0,
-                }) {
-                    Ok(h) => {
-                        qps[conn.qp as usize].bind();
-                        Cqe::ok(ud, h as i32, conn.qpn as u64)
-                    }
-                    Err(_) => {
+            // Room first: a link end, once joined, is given up only by a disconnect.
+            Op::Connect { .. } if t.vqps.len() == t.vqps.capacity() => {
+                Cqe::err(ud, Reason::TableFull)
+            }
+            Op::Connect { gid, service } => {
+                match backend.connect(gid, service, messages.opposite(&gid, service)) {
+                    Err(e) => Cqe::err_errno(
+                        ud,
+                        if e == Errno::ENODEV {
+                            Reason::NoDevice
+                        } else {
+                            Reason::Verbs
+                        },
+                        e,
+                    ),
+                    Ok(conn) if conn.qp as usize >= qps.len() => {
                         backend.disconnect(conn.qp);
-                        Cqe::err(ud, Reason::TableFull)
+                        Cqe::err(ud, Reason::Verbs)
                     }
-                },
-            },
-            Op::Disconnect { vqp } => {
-                let v = *t.vqps.get(vqp).expect("validated");
-                if v.recvs > 0 {
-                    Cqe::err(ud, Reason::Busy)
-                } else if v.sends > 0 {
-                    return self.wait_for_sends(qps, backend);
-                } else {
-                    t.vqps.remove(vqp);
-                    t.rmrs.drain_where(|_, r| r.vqp == vqp);
-                    qps[v.qp as usize].unbind();
-                    backend.disconnect(v.qp);
-                    Cqe::ok(ud, 0, 0)
+                    Ok(conn) => match messages.join(gid, service, conn.qp) {
+                        None => {
+                            backend.disconnect(conn.qp);
+                            Cqe::err(ud, Reason::TableFull)
+                        }
+                        Some((link, end)) => {
+                            let h = t.vqps.insert(Vqp {
+                                qp: conn.qp,
+                                qpn: conn.qpn,
+                                sends: 0,
+                                recvs: 0,
+                                link,
+                                end,
+                            });
+                            let h = h.expect("room checked");
+                            qps[conn.qp as usize].bind();
+                            Cqe::ok(ud, h as i32, conn.qpn as u64)
+                        }
+                    },
                 }
+            }
+            Op::Disconnect { vqp } => {
+                self.cancel_recvs(vqp, messages);
+                let t = &mut self.tables;
+                let v = *t.vqps.get(vqp).expect("validated");
+                if v.sends > 0 || v.recvs > 0 {
+                    // Sends in flight or waiting for a receive, or a message being
+                    // delivered: all end within the request deadline.
+                    return self.wait_for_sends(qps, messages, backend);
+                }
+                t.vqps.remove(vqp);
+                t.rmrs.drain_where(|_, r| r.vqp == vqp);
+                messages.leave(v.link, v.end, qps);
+                qps[v.qp as usize].unbind();
+                backend.disconnect(v.qp);
+                Cqe::ok(ud, 0, 0)
             }
             Op::ImportMr {
                 vqp,
@@ -267,7 +288,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     return Step::Wait(Stall::NoCredit);
                 } else {
                     if self.chain.n == CHAIN || (self.chain.n > 0 && self.chain.qp != v.qp) {
-                        self.flush_chain(qps, backend);
+                        self.flush_chain(qps, messages, backend);
                     }
                     let inf = Inflight {
                         user_data: ud,
@@ -279,7 +300,43 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     let Some(wr_id) = self.track(inf) else {
                         return Step::Wait(Stall::InflightFull);
                     };
-                    qps[v.qp as usize].reserve(wr_id);
+                    let (kind, took) = match kind {
+                        SendKind::Send { imm } => {
+                            let s = WaitingSend {
+                                wr_id,
+                                local,
+                                imm,
+                                flags,
+                                since_ms: cx.now_ms,
+                            };
+                            match messages.send(v.link, v.end, s) {
+                                SendStep::Deliver(r) => (
+                                    SendKind::Deliver {
+                                        remote_addr: r.addr,
+                                        rkey: r.rkey,
+                                    },
+                                    Some((v.link, 1 - v.end, r, imm)),
+                                ),
+                                SendStep::Waits => {
+                                    qps[v.qp as usize].hold();
+                                    return Step::Taken;
+                                }
+                                SendStep::Fail(why) => {
+                                    self.fail_unposted(wr_id, why, why.errno());
+                                    return Step::Taken;
+                                }
+                            }
+                        }
+                        k => (k, None),
+                    };
+                    qps[v.qp as usize].reserve(Posted {
+                        wr_id,
+                        delivery: took.map(|(_, _, r, imm)| Delivery {
+                            recv: r.wr_id,
+                            byte_len: local.len,
+                            imm,
+                        }),
+                    });
                     let chain = &mut self.chain;
                     chain.qp = v.qp;
                     chain.wrs[chain.n] = SendWr {
@@ -289,34 +346,44 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         signaled: false,
                         flags,
                     };
+                    chain.took[chain.n] = took.map(|(link, end, r, _)| (link, end, r));
                     chain.n += 1;
                     return Step::Taken;
                 }
             }
             Op::Recv { vqp, mr, local } => {
                 let v = *t.vqps.get(vqp).expect("validated");
-                let q = &mut qps[v.qp as usize];
-                if q.failed() {
-                    Cqe::err(ud, Reason::QpError)
-                } else if !q.may_post_recv() {
-                    return Step::Wait(Stall::NoCredit);
-                } else {
-                    let inf = Inflight {
-                        user_data: ud,
-                        vqp,
-                        mr,
-                        len: local.len,
-                        recv: true,
-                    };
-                    let Some(wr_id) = self.track(inf) else {
-                        return Step::Wait(Stall::InflightFull);
-                    };
-                    match backend.post_recv(v.qp, &RecvWr { wr_id, local }) {
-                        Ok(()) => qps[v.qp as usize].recv_posted(wr_id),
-                        Err(e) => self.fail_unposted(wr_id, Reason::Verbs, e),
-                    }
-                    return Step::Taken;
+                let rkey = t.mrs.get(mr).expect("validated").keys.rkey;
+                let inf = Inflight {
+                    user_data: ud,
+                    vqp,
+                    mr,
+                    len: local.len,
+                    recv: true,
+                };
+                let Some(wr_id) = self.track(inf) else {
+                    return Step::Wait(Stall::InflightFull);
+                };
+                let r = PostedRecv {
+                    wr_id,
+                    addr: local.addr,
+                    len: local.len,
+                    rkey,
+                };
+                match messages.recv(v.link, v.end, r, qps) {
+                    RecvStep::Queued => {}
+                    RecvStep::Fail(why) => self.fail_unposted(wr_id, why, why.errno()),
+                    RecvStep::Deliver { send, qp } => self.deliver_waiting(
+                        send,
+                        qp,
+                        r,
+                        (v.link, 1 - v.end),
+                        qps,
+                        messages,
+                        backend,
+                    ),
                 }
+                return Step::Taken;
             }
         };
         self.emit(cqe);
@@ -351,13 +418,78 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// The object's sends may be in our own unposted chain: post it, then wait.
-    fn wait_for_sends<B: Backend>(&mut self, qps: &mut [PhysQp<S>], backend: &mut B) -> Step {
-        self.flush_chain(qps, backend);
+    fn wait_for_sends<B: Backend>(
+        &mut self,
+        qps: &mut [PhysQp<S>],
+        messages: &mut Messages<S>,
+        backend: &mut B,
+    ) -> Step {
+        self.flush_chain(qps, messages, backend);
         Step::Wait(Stall::Busy)
     }
 
-    /// Posts the chain; requests that did not go out fail with the backend's errno.
-    fn flush_chain<B: Backend>(&mut self, qps: &mut [PhysQp<S>], backend: &mut B) {
+    /// Cancels virtual QP `vqp`'s receives no message has taken yet.
+    pub(crate) fn cancel_recvs(&mut self, vqp: u32, messages: &mut Messages<S>) {
+        let Some(&v) = self.tables.vqps.get(vqp) else {
+            return;
+        };
+        while let Some(w) = messages.cancel_recv(v.link, v.end) {
+            self.complete(WrId::decode(w), Completion::Failed(Reason::Cancelled));
+        }
+    }
+
+    /// Posts `send`, a SEND another ring left waiting on physical QP `qp` (holding its
+    /// credit there), into our receive `r`. Our chain goes first, so the QP's posts keep
+    /// the order of its reservations. If the post fails, the receive fails and the send
+    /// waits again, first in its end (`from`: its link and end).
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_waiting<B: Backend>(
+        &mut self,
+        send: WaitingSend,
+        qp: u32,
+        r: PostedRecv,
+        from: (u32, u8),
+        qps: &mut [PhysQp<S>],
+        messages: &mut Messages<S>,
+        backend: &mut B,
+    ) {
+        self.flush_chain(qps, messages, backend);
+        let q = &mut qps[qp as usize];
+        q.release_held();
+        q.reserve(Posted {
+            wr_id: send.wr_id,
+            delivery: Some(Delivery {
+                recv: r.wr_id,
+                byte_len: send.local.len,
+                imm: send.imm,
+            }),
+        });
+        let wr = SendWr {
+            wr_id: send.wr_id,
+            kind: SendKind::Deliver {
+                remote_addr: r.addr,
+                rkey: r.rkey,
+            },
+            local: send.local,
+            signaled: q.next_signaled(true),
+            flags: send.flags,
+        };
+        if let Err(e) = backend.post_send(qp, &[wr]) {
+            q.unreserve_last(1);
+            q.hold();
+            messages.unmatch_send(from.0, from.1, send);
+            self.fail_unposted(r.wr_id, Reason::Verbs, e.errno);
+        }
+    }
+
+    /// Posts the chain; requests that did not go out fail with the backend's errno, and
+    /// the receives they took are put back.
+    fn flush_chain<B: Backend>(
+        &mut self,
+        qps: &mut [PhysQp<S>],
+        messages: &mut Messages<S>,
+        backend: &mut B,
+    ) {
         let chain = &mut self.chain;
         let n = chain.n;
         if n == 0 {
@@ -376,8 +508,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             if posted > 0 && !chain.wrs[posted - 1].signaled {
                 q.fail();
             }
-            for i in posted..n {
+            // Newest first, so each receive put back at the front keeps its place.
+            for i in (posted..n).rev() {
                 let wr_id = self.chain.wrs[i].wr_id;
+                if let Some((link, end, r)) = self.chain.took[i].take() {
+                    messages.unmatch_recv(link, end, r);
+                }
                 self.fail_unposted(wr_id, Reason::Verbs, errno);
             }
         }

@@ -132,6 +132,20 @@ impl<T, S: Store> Table<T, S> {
         })
     }
 
+    /// The handle of the value in slot `i`, if there is one.
+    pub fn handle_at(&self, i: usize) -> Option<u32> {
+        let s = self.slots.as_ref().get(i)?;
+        s.val.as_ref().map(|_| ((s.gen as u32) << 24) | i as u32)
+    }
+
+    /// Every value, mutable.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots
+            .as_mut()
+            .iter_mut()
+            .filter_map(|s| s.val.as_mut())
+    }
+
     /// Removes every value for which `f` says so, calling `f` with each.
     pub fn drain_where(&mut self, mut f: impl FnMut(u32, &T) -> bool) {
         for (i, s) in self.slots.as_mut().iter_mut().enumerate() {

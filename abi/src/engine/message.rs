@@ -1,0 +1,511 @@
+//! Two-sided messages, demultiplexed per virtual QP.
+//!
+//! Many virtual QPs share a physical QP, and with it one receive queue: a receive posted
+//! there would take whichever message arrived first, whoever sent it. So the engine never
+//! posts a user's RECV to the hardware. Virtual QPs that CONNECT to the same peer and
+//! service pair up, in the order they connect, into a *link* with two ends. A RECV waits
+//! in its end; a SEND from the other end takes the oldest one and goes out as a
+//! kernel-built write into that buffer ([`SendKind::Deliver`]), whose completion
+//! completes both the SEND and the RECV. The rkey it carries is the receiving MR's own,
+//! from the receiver's table: nothing of it comes from user space, and it reaches only a
+//! buffer its owner posted for receiving.
+//!
+//! A SEND that finds no receive waits in its end, holding its credit on its physical QP,
+//! until the peer posts one (whose RECV then posts it), until the request deadline passes,
+//! or until the peer disconnects; then it fails with `NoReceiver`. Where RC would retry
+//! (RNR) and then break the shared QP for everyone, here nothing breaks. A SEND longer
+//! than the receive it meets fails both with `TooLong`, as RC fails both.
+//!
+//! Order, as an RC QP keeps it: an end's sends are matched in the order taken, receives
+//! are consumed oldest first.
+//!
+//! Completions for requests of other rings (a waiting send failed when its peer left,
+//! or by the deadline) cannot be written from inside one ring's submission: they are
+//! *owed* here, and the caller routes them ([`Messages::settle`]) where it reaches
+//! every ring, as it routes work completions.
+//!
+//! [`SendKind::Deliver`]: super::backend::SendKind::Deliver
+
+use super::backend::Sge;
+use super::cqe::Reason;
+use super::qp::PhysQp;
+use super::ring_state::Completion;
+use super::sqe::SqeFlags;
+use super::table::{Fifo, Slot, Table};
+use super::wrid::WrId;
+use super::Store;
+
+/// End of a list.
+const NIL: u32 = u32::MAX;
+
+/// A RECV waiting for a message: where it lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostedRecv {
+    /// The receiving ring's `wr_id` for it.
+    pub wr_id: u64,
+    /// Buffer address.
+    pub addr: u64,
+    /// Buffer length.
+    pub len: u32,
+    /// The receiving MR's rkey (kernel-internal).
+    pub rkey: u32,
+}
+
+/// A SEND waiting for a receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitingSend {
+    /// The sending ring's `wr_id` for it.
+    pub wr_id: u64,
+    /// The message.
+    pub local: Sge,
+    /// Immediate data, for SEND_IMM.
+    pub imm: Option<u32>,
+    /// FENCE / SOLICITED.
+    pub flags: SqeFlags,
+    /// When it began to wait, ms.
+    pub since_ms: i64,
+}
+
+/// A node of a list threaded through a [`Table`].
+#[derive(Clone, Copy, Debug)]
+pub struct Node<T> {
+    val: T,
+    next: u32,
+}
+
+/// A FIFO threaded through a table: head and tail handles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct List {
+    head: u32,
+    tail: u32,
+}
+
+impl List {
+    const EMPTY: List = List {
+        head: NIL,
+        tail: NIL,
+    };
+
+    fn is_empty(&self) -> bool {
+        self.head == NIL
+    }
+
+    fn push_back<T, S: Store>(&mut self, t: &mut Table<Node<T>, S>, val: T) -> Result<(), T> {
+        let h = t.insert(Node { val, next: NIL }).map_err(|n| n.val)?;
+        match t.get_mut(self.tail) {
+            Some(last) => last.next = h,
+            None => self.head = h,
+        }
+        self.tail = h;
+        Ok(())
+    }
+
+    fn push_front<T, S: Store>(&mut self, t: &mut Table<Node<T>, S>, val: T) -> Result<(), T> {
+        let h = t
+            .insert(Node {
+                val,
+                next: self.head,
+            })
+            .map_err(|n| n.val)?;
+        if self.head == NIL {
+            self.tail = h;
+        }
+        self.head = h;
+        Ok(())
+    }
+
+    fn front<'a, T, S: Store>(&self, t: &'a Table<Node<T>, S>) -> Option<&'a T> {
+        t.get(self.head).map(|n| &n.val)
+    }
+
+    fn pop<T, S: Store>(&mut self, t: &mut Table<Node<T>, S>) -> Option<T> {
+        let n = t.remove(self.head)?;
+        self.head = n.next;
+        if self.head == NIL {
+            self.tail = NIL;
+        }
+        Some(n.val)
+    }
+}
+
+/// Who holds an end of a link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holder {
+    /// Nobody yet: the link waits for a second CONNECT.
+    Open,
+    /// A virtual QP.
+    Bound,
+    /// Its virtual QP disconnected; the end is never taken again, so a message for the
+    /// one that left never reaches a newcomer.
+    Gone,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct End {
+    holder: Holder,
+    /// The physical QP its virtual QP is bound to.
+    qp: u32,
+    /// Receives posted at this end, oldest first.
+    recvs: List,
+    /// Sends from this end waiting for the other end's receives, oldest first.
+    waiting: List,
+}
+
+impl End {
+    const OPEN: End = End {
+        holder: Holder::Open,
+        qp: 0,
+        recvs: List::EMPTY,
+        waiting: List::EMPTY,
+    };
+}
+
+/// Two virtual QPs joined for two-sided messages.
+#[derive(Clone, Copy, Debug)]
+pub struct Link {
+    gid: [u8; 16],
+    service: u32,
+    ends: [End; 2],
+}
+
+/// The storage [`Messages`] is built from; its sizes are the device's limits.
+pub struct MessageStorage<S: Store> {
+    /// Links (at most one per virtual QP).
+    pub links: S::Buf<Slot<Link>>,
+    /// Links waiting for their second end; as many as `links`.
+    pub half_open: S::Buf<u32>,
+    /// Receives posted and not yet matched, device-wide.
+    pub recvs: S::Buf<Slot<Node<PostedRecv>>>,
+    /// Sends waiting for a receive, device-wide. Each holds a send credit, so the
+    /// physical QPs' depths summed suffice.
+    pub waiting: S::Buf<Slot<Node<WaitingSend>>>,
+    /// Completions owed to rings; as many as `recvs` and `waiting` together.
+    pub owed: S::Buf<(u64, Completion)>,
+}
+
+/// What a SEND met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendStep {
+    /// The oldest receive at the peer: deliver into it.
+    Deliver(PostedRecv),
+    /// No receive yet: the send waits (the caller holds its credit).
+    Waits,
+    /// It can never be received (the peer left), or no room to wait.
+    Fail(Reason),
+}
+
+/// What a RECV met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvStep {
+    /// The oldest send waiting at the peer, from physical QP `qp`: post it (its credit
+    /// is held there).
+    Deliver {
+        /// The send.
+        send: WaitingSend,
+        /// The sender's physical QP.
+        qp: u32,
+    },
+    /// Queued for a later SEND.
+    Queued,
+    /// The receive completes with this reason now: the waiting send it met was too long
+    /// (that send fails too), or the device's receive table is full.
+    Fail(Reason),
+}
+
+/// The device's links, with their receives and waiting sends.
+pub struct Messages<S: Store> {
+    links: Table<Link, S>,
+    half_open: Fifo<u32, S>,
+    recvs: Table<Node<PostedRecv>, S>,
+    waiting: Table<Node<WaitingSend>, S>,
+    owed: Fifo<(u64, Completion), S>,
+    /// No waiting send expires before this, ms.
+    next_expiry_ms: i64,
+}
+
+impl<S: Store> Messages<S> {
+    /// Empty, over `storage`.
+    pub fn new(storage: MessageStorage<S>) -> Self {
+        let m = Messages {
+            links: Table::new(storage.links),
+            half_open: Fifo::new(storage.half_open),
+            recvs: Table::new(storage.recvs),
+            waiting: Table::new(storage.waiting),
+            owed: Fifo::new(storage.owed),
+            next_expiry_ms: i64::MAX,
+        };
+        assert!(m.half_open.capacity() >= m.links.capacity());
+        assert!(m.owed.capacity() >= m.recvs.capacity() + m.waiting.capacity());
+        m
+    }
+
+    /// Links in use.
+    pub fn links(&self) -> usize {
+        self.links.len()
+    }
+
+    /// Receives posted and not yet matched.
+    pub fn recvs(&self) -> usize {
+        self.recvs.len()
+    }
+
+    /// Sends waiting for a receive.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    fn half_open_for(&self, gid: &[u8; 16], service: u32) -> Option<u32> {
+        let mut found = None;
+        self.half_open.any(|h| {
+            let hit = self
+                .links
+                .get(h)
+                .is_some_and(|l| l.gid == *gid && l.service == service);
+            if hit {
+                found = Some(h);
+            }
+            hit
+        });
+        found
+    }
+
+    /// The physical QP of the oldest link waiting for a second end at `gid`/`service`:
+    /// the QP a new CONNECT must reach (its partner), if any.
+    pub fn opposite(&self, gid: &[u8; 16], service: u32) -> Option<u32> {
+        let h = self.half_open_for(gid, service)?;
+        Some(self.links.get(h)?.ends[0].qp)
+    }
+
+    /// Puts a virtual QP bound to physical QP `qp` at an end: the second end of the
+    /// oldest half-open link for `gid`/`service`, else the first of a new one. Returns
+    /// the link and the end, or `None` when the device's links are used up.
+    pub fn join(&mut self, gid: [u8; 16], service: u32, qp: u32) -> Option<(u32, u8)> {
+        let bound = End {
+            holder: Holder::Bound,
+            qp,
+            ..End::OPEN
+        };
+        if let Some(h) = self.half_open_for(&gid, service) {
+            self.half_open.remove(h);
+            self.links.get_mut(h)?.ends[1] = bound;
+            return Some((h, 1));
+        }
+        let h = self
+            .links
+            .insert(Link {
+                gid,
+                service,
+                ends: [bound, End::OPEN],
+            })
+            .ok()?;
+        let r = self.half_open.push(h);
+        debug_assert!(r.is_ok(), "half_open outsizes links");
+        Some((h, 0))
+    }
+
+    /// A SEND from end `end` of `link`, taken at `s.since_ms`.
+    pub fn send(&mut self, link: u32, end: u8, s: WaitingSend) -> SendStep {
+        let Some(l) = self.links.get_mut(link) else {
+            return SendStep::Fail(Reason::NoReceiver);
+        };
+        let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
+        if l.ends[peer].holder == Holder::Gone || l.ends[me].holder == Holder::Gone {
+            return SendStep::Fail(Reason::NoReceiver);
+        }
+        // Behind an earlier waiting send, or with no receive: wait, in order.
+        if l.ends[me].waiting.is_empty() {
+            if let Some(r) = l.ends[peer].recvs.pop(&mut self.recvs) {
+                if s.local.len > r.len {
+                    self.owe(r.wr_id, Completion::Failed(Reason::TooLong));
+                    return SendStep::Fail(Reason::TooLong);
+                }
+                return SendStep::Deliver(r);
+            }
+        }
+        if l.ends[me].waiting.push_back(&mut self.waiting, s).is_err() {
+            return SendStep::Fail(Reason::TableFull);
+        }
+        self.next_expiry_ms = self.next_expiry_ms.min(s.since_ms);
+        SendStep::Waits
+    }
+
+    /// A RECV posted at end `end` of `link`. A waiting send on a physical QP that failed
+    /// meanwhile is failed with `QpError` (owed) and its credit released, as the SEND
+    /// path fails a send on a failed QP.
+    pub fn recv(&mut self, link: u32, end: u8, r: PostedRecv, qps: &mut [PhysQp<S>]) -> RecvStep {
+        let Some(l) = self.links.get_mut(link) else {
+            return RecvStep::Fail(Reason::TableFull);
+        };
+        let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
+        let qp = l.ends[peer].qp;
+        while let Some(s) = l.ends[peer].waiting.pop(&mut self.waiting) {
+            let q = &mut qps[qp as usize];
+            let why = if q.failed() {
+                q.fail_reason()
+            } else if s.local.len > r.len {
+                Reason::TooLong
+            } else {
+                return RecvStep::Deliver { send: s, qp };
+            };
+            q.release_held();
+            let _ = self.owed.push((s.wr_id, Completion::Failed(why)));
+            if why == Reason::TooLong {
+                // RC fails the receive a too-long message consumed, too.
+                return RecvStep::Fail(why);
+            }
+        }
+        match l.ends[me].recvs.push_back(&mut self.recvs, r) {
+            Ok(()) => RecvStep::Queued,
+            Err(_) => RecvStep::Fail(Reason::TableFull),
+        }
+    }
+
+    /// Puts back a receive that a SEND took but could not post (it goes first again).
+    pub fn unmatch_recv(&mut self, link: u32, end: u8, r: PostedRecv) {
+        if let Some(l) = self.links.get_mut(link) {
+            // Room: it was just removed.
+            let _ = l.ends[end as usize & 1]
+                .recvs
+                .push_front(&mut self.recvs, r);
+        }
+    }
+
+    /// Puts back a send that a RECV took but could not post (it goes first again).
+    pub fn unmatch_send(&mut self, link: u32, end: u8, s: WaitingSend) {
+        if let Some(l) = self.links.get_mut(link) {
+            let _ = l.ends[end as usize & 1]
+                .waiting
+                .push_front(&mut self.waiting, s);
+        }
+    }
+
+    /// Takes the oldest unmatched receive of end `end` (to cancel it).
+    pub fn cancel_recv(&mut self, link: u32, end: u8) -> Option<u64> {
+        let l = self.links.get_mut(link)?;
+        l.ends[end as usize & 1]
+            .recvs
+            .pop(&mut self.recvs)
+            .map(|r| r.wr_id)
+    }
+
+    /// The virtual QP at end `end` is going (its ring closed, or it disconnects): the
+    /// end is never joined nor matched again, and the peer's waiting sends, which can
+    /// never be received now, fail with `NoReceiver` (owed), releasing their credits.
+    /// Idempotent.
+    pub fn depart(&mut self, link: u32, end: u8, qps: &mut [PhysQp<S>]) {
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
+        if l.ends[me].holder == Holder::Gone {
+            return;
+        }
+        l.ends[me].holder = Holder::Gone;
+        let qp = l.ends[peer].qp as usize;
+        while let Some(s) = l.ends[peer].waiting.pop(&mut self.waiting) {
+            qps[qp].release_held();
+            let _ = self
+                .owed
+                .push((s.wr_id, Completion::Failed(Reason::NoReceiver)));
+        }
+        if l.ends[peer].holder == Holder::Open {
+            self.half_open.remove(link);
+        }
+    }
+
+    /// The virtual QP at end `end` is released: it departs, anything still in its lists
+    /// is dropped (its receives were cancelled and its sends are done, except when the
+    /// device is gone), and the link goes when neither end is held.
+    pub fn leave(&mut self, link: u32, end: u8, qps: &mut [PhysQp<S>]) {
+        self.depart(link, end, qps);
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
+        while l.ends[me].recvs.pop(&mut self.recvs).is_some() {}
+        while l.ends[me].waiting.pop(&mut self.waiting).is_some() {
+            qps[l.ends[me].qp as usize].release_held();
+        }
+        if l.ends[peer].holder != Holder::Bound {
+            self.links.remove(link);
+        }
+    }
+
+    /// Fails every send that has waited more than `deadline_ms` at `now_ms` with
+    /// `NoReceiver` (owed), releasing its credit. Cheap when nothing can have expired.
+    fn expire(&mut self, now_ms: i64, deadline_ms: i64, qps: &mut [PhysQp<S>]) {
+        if self.waiting.is_empty() || now_ms - self.next_expiry_ms <= deadline_ms {
+            return;
+        }
+        let mut next = i64::MAX;
+        let Messages {
+            links,
+            waiting,
+            owed,
+            ..
+        } = self;
+        for l in links.values_mut() {
+            for e in l.ends.iter_mut() {
+                while let Some(s) = e.waiting.front(waiting).copied() {
+                    if now_ms - s.since_ms <= deadline_ms {
+                        next = next.min(s.since_ms);
+                        break;
+                    }
+                    e.waiting.pop(waiting);
+                    qps[e.qp as usize].release_held();
+                    let _ = owed.push((s.wr_id, Completion::Failed(Reason::NoReceiver)));
+                }
+            }
+        }
+        self.next_expiry_ms = next;
+    }
+
+    /// Expires waiting sends at `now_ms` (see [`expire`](Self::expire)), then routes
+    /// everything owed; returns how many completions it routed.
+    pub fn settle(
+        &mut self,
+        now_ms: i64,
+        deadline_ms: i64,
+        qps: &mut [PhysQp<S>],
+        mut route: impl FnMut(WrId, Completion),
+    ) -> usize {
+        self.expire(now_ms, deadline_ms, qps);
+        self.drain_owed(|w, c| route(WrId::decode(w), c))
+    }
+
+    /// Owes `c` to the request `wr_id` of some ring.
+    fn owe(&mut self, wr_id: u64, c: Completion) {
+        let r = self.owed.push((wr_id, c));
+        debug_assert!(r.is_ok(), "owed outsizes what can be owed");
+    }
+
+    /// Whether completions are owed.
+    pub fn owes(&self) -> bool {
+        !self.owed.is_empty()
+    }
+
+    /// Routes every owed completion; returns how many.
+    fn drain_owed(&mut self, mut route: impl FnMut(u64, Completion)) -> usize {
+        let mut n = 0;
+        while let Some((w, c)) = self.owed.pop() {
+            route(w, c);
+            n += 1;
+        }
+        n
+    }
+}
+
+#[cfg(any(test, feature = "alloc"))]
+impl Messages<super::VecStore> {
+    /// Room for `links` links and `n` receives and `n` waiting sends (tests, benchmarks).
+    pub fn with_capacity(links: usize, n: usize) -> Self {
+        use alloc::vec;
+        Messages::new(MessageStorage {
+            links: vec![Slot::EMPTY; links],
+            half_open: vec![0; links],
+            recvs: vec![Slot::EMPTY; n],
+            waiting: vec![Slot::EMPTY; n],
+            owed: vec![(0, Completion::Done); 2 * n],
+        })
+    }
+}

@@ -1,0 +1,185 @@
+//! Two-sided messages on a fake NIC (the engine's `message` module): virtual QPs that
+//! share physical QPs each get exactly the messages sent to them, in order; a SEND waits
+//! for its peer's receive, and fails by name (never breaking the shared QP) when none
+//! comes, when the peer left, or when it does not fit.
+
+use krcore_abi::cqe::{CqeFlags, Reason};
+use krcore_abi::engine::DEFAULT_DEADLINE_MS;
+use krcore_abi::opcode::Opcode;
+use krcore_abi::sqe::{MrAccess, Sqe};
+use verify::rig::{Limits, Rig};
+
+const MR: u64 = 0x10_0000;
+const LEN: u32 = 4096;
+
+/// One endpoint: a ring with a virtual QP connected to `service` and a writable MR.
+struct End {
+    ring: usize,
+    vqp: u32,
+    mr: u32,
+}
+
+fn end(rig: &mut Rig, service: u32) -> End {
+    let ring = rig.open(Limits::default());
+    let c = rig.run(
+        ring,
+        &[
+            Sqe::connect(1, [0; 16], service),
+            Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE),
+        ],
+    );
+    assert!(c.iter().all(|c| c.res > 0), "{c:?}");
+    End {
+        ring,
+        vqp: c[0].res as u32,
+        mr: c[1].res as u32,
+    }
+}
+
+fn recv(e: &End, ud: u64, len: u32) -> Sqe {
+    Sqe::two_sided(Opcode::Recv, ud, e.vqp, e.mr, MR + 64 * ud, len)
+}
+
+fn send(e: &End, ud: u64, len: u32, imm: u32) -> Sqe {
+    Sqe::two_sided(Opcode::SendImm, ud, e.vqp, e.mr, MR, len).with_imm(imm)
+}
+
+#[test]
+fn messages_reach_only_their_addressee() {
+    // Two pairs on one physical pair: services 1 and 3, their links' ends on QPs 0 and
+    // 1 in both orders, so every receive of either pair sits behind the same QPs.
+    let mut rig = Rig::new(&[16, 16]);
+    let (a1, a2) = (end(&mut rig, 1), end(&mut rig, 3));
+    let (b1, b2) = (end(&mut rig, 1), end(&mut rig, 3));
+    let qp = |rig: &Rig, e: &End| {
+        rig.rings[e.ring]
+            .as_ref()
+            .unwrap()
+            .ring
+            .tables
+            .vqps
+            .get(e.vqp)
+            .unwrap()
+            .qp
+    };
+    assert_ne!(qp(&rig, &a1), qp(&rig, &a2), "the pairs cross the same QPs");
+    assert_eq!(
+        (qp(&rig, &a1), qp(&rig, &a2)),
+        (qp(&rig, &b2), qp(&rig, &b1))
+    );
+    let n = 8u64;
+    for (b, _) in [(&b1, 1), (&b2, 2)] {
+        let rs: Vec<Sqe> = (1..=n).map(|i| recv(b, i, 64)).collect();
+        assert!(rig.run(b.ring, &rs).is_empty(), "receives wait");
+    }
+    // Interleaved: A2 sends first, then A1, alternating, each its own numbers.
+    for i in 1..=n {
+        for (a, who) in [(&a2, 2u32), (&a1, 1)] {
+            let c = rig.run(a.ring, &[send(a, i, 8 + i as u32, who * 100 + i as u32)]);
+            assert_eq!((c.len(), c[0].res), (1, 8 + i as i32), "{c:?}");
+        }
+    }
+    for (b, who) in [(&b1, 1u32), (&b2, 2)] {
+        let c = rig.reap(b.ring, usize::MAX);
+        let got: Vec<(u64, i32, u64)> = c.iter().map(|c| (c.user_data, c.res, c.aux)).collect();
+        let want: Vec<(u64, i32, u64)> = (1..=n)
+            .map(|i| (i, 8 + i as i32, (who * 100 + i as u32) as u64))
+            .collect();
+        assert_eq!(got, want, "pair {who}: its own messages, in order");
+        assert!(c.iter().all(|c| c.flags & CqeFlags::IMM.bits() != 0));
+    }
+    assert!(
+        rig.nic
+            .delivery_rkeys
+            .iter()
+            .all(|k| rig.nic.writable_rkeys.contains(k)),
+        "deliveries land only in receive buffers"
+    );
+    assert!(rig.nic.wire_rkeys.is_empty(), "no one-sided rkey was used");
+}
+
+#[test]
+fn a_send_waits_for_the_receive_then_both_complete() {
+    let mut rig = Rig::new(&[4, 4]);
+    let (a, b) = (end(&mut rig, 5), end(&mut rig, 5));
+    assert!(rig.run(a.ring, &[send(&a, 1, 16, 7)]).is_empty());
+    assert_eq!(
+        rig.qps[0].outstanding() + rig.qps[1].outstanding(),
+        1,
+        "it holds a credit"
+    );
+    rig.now_ms += DEFAULT_DEADLINE_MS / 2;
+    let c = rig.run(b.ring, &[recv(&b, 2, 64)]);
+    assert_eq!((c[0].user_data, c[0].res, c[0].aux), (2, 16, 7));
+    let c = rig.reap(a.ring, 8);
+    assert_eq!((c[0].user_data, c[0].res), (1, 16));
+    assert_eq!(rig.qps[0].outstanding() + rig.qps[1].outstanding(), 0);
+}
+
+#[test]
+fn no_receive_fails_the_send_at_the_deadline_and_breaks_nothing() {
+    let mut rig = Rig::new(&[4, 4]);
+    let (a, _b) = (end(&mut rig, 5), end(&mut rig, 5));
+    assert!(rig.run(a.ring, &[send(&a, 1, 16, 7)]).is_empty());
+    rig.now_ms += DEFAULT_DEADLINE_MS;
+    assert!(rig.run(a.ring, &[]).is_empty(), "not before the deadline");
+    rig.now_ms += 1;
+    rig.drain();
+    let c = rig.reap(a.ring, 8);
+    assert_eq!(c[0].failure(), Some(Reason::NoReceiver), "{c:?}");
+    assert!(rig.qps.iter().all(|q| !q.failed() && q.outstanding() == 0));
+    assert_eq!(rig.nic.posted, 0, "nothing reached the NIC");
+}
+
+#[test]
+fn a_peer_that_leaves_fails_what_waits_for_it_and_is_never_replaced() {
+    let mut rig = Rig::new(&[4, 4]);
+    let (a, b) = (end(&mut rig, 5), end(&mut rig, 5));
+    assert!(rig.run(a.ring, &[send(&a, 1, 16, 7)]).is_empty());
+    let c = rig.run(b.ring, &[Sqe::disconnect(3, b.vqp)]);
+    assert_eq!(c[0].failure(), None);
+    let c = rig.reap(a.ring, 8);
+    assert_eq!(
+        c[0].failure(),
+        Some(Reason::NoReceiver),
+        "waiting: failed now"
+    );
+    // A newcomer on the same service opens a new link: it never gets A's messages.
+    let newcomer = end(&mut rig, 5);
+    assert!(rig.run(newcomer.ring, &[recv(&newcomer, 1, 64)]).is_empty());
+    let c = rig.run(a.ring, &[send(&a, 2, 8, 8)]);
+    assert_eq!(c[0].failure(), Some(Reason::NoReceiver), "at once");
+    assert!(rig.reap(newcomer.ring, 8).is_empty());
+}
+
+#[test]
+fn a_message_longer_than_the_receive_fails_both() {
+    let mut rig = Rig::new(&[4, 4]);
+    let (a, b) = (end(&mut rig, 5), end(&mut rig, 5));
+    // Receive first, then send; and send first, then receive.
+    assert!(rig.run(b.ring, &[recv(&b, 1, 8)]).is_empty());
+    let c = rig.run(a.ring, &[send(&a, 1, 16, 0)]);
+    assert_eq!(c[0].failure(), Some(Reason::TooLong));
+    assert_eq!(rig.reap(b.ring, 8)[0].failure(), Some(Reason::TooLong));
+    assert!(rig.run(a.ring, &[send(&a, 2, 16, 0)]).is_empty());
+    let c = rig.run(b.ring, &[recv(&b, 2, 8)]);
+    assert_eq!(c[0].failure(), Some(Reason::TooLong));
+    assert_eq!(rig.reap(a.ring, 8)[0].failure(), Some(Reason::TooLong));
+    assert!(rig.qps.iter().all(|q| !q.failed() && q.outstanding() == 0));
+}
+
+#[test]
+fn closing_a_ring_reclaims_its_receives_without_breaking_the_qp() {
+    let mut rig = Rig::new(&[4, 4]);
+    let (a, b) = (end(&mut rig, 5), end(&mut rig, 5));
+    assert!(rig
+        .run(b.ring, &[recv(&b, 1, 64), recv(&b, 2, 64)])
+        .is_empty());
+    rig.close(b.ring);
+    rig.drain();
+    assert!(rig.rings[b.ring].is_none(), "released at once");
+    assert_eq!(rig.messages.recvs(), 0);
+    assert!(rig.qps.iter().all(|q| !q.failed()));
+    let c = rig.run(a.ring, &[send(&a, 1, 8, 0)]);
+    assert_eq!(c[0].failure(), Some(Reason::NoReceiver), "its peer left");
+}
