@@ -183,3 +183,32 @@ fn closing_a_ring_reclaims_its_receives_without_breaking_the_qp() {
     let c = rig.run(a.ring, &[send(&a, 1, 8, 0)]);
     assert_eq!(c[0].failure(), Some(Reason::NoReceiver), "its peer left");
 }
+
+#[test]
+fn a_write_imm_takes_the_next_receive_and_writes_elsewhere() {
+    let mut rig = Rig::new(&[4, 4]);
+    let (a, b) = (end(&mut rig, 5), end(&mut rig, 5));
+    // B exports its MR; A imports it.
+    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE;
+    let x = rig.run(b.ring, &[Sqe::reg_mr(9, MR + 8192, LEN, access)])[0];
+    let rmr = rig.run(a.ring, &[Sqe::import_mr(3, a.vqp, MR + 8192, LEN, x.aux)])[0].res as u32;
+    let write_imm =
+        Sqe::one_sided(Opcode::WriteImm, 4, a.vqp, a.mr, MR, 32, rmr, MR + 8192).with_imm(77);
+    assert!(
+        rig.run(a.ring, &[write_imm]).is_empty(),
+        "waits for a receive"
+    );
+    let c = rig.run(b.ring, &[recv(&b, 1, 8)]);
+    assert_eq!(
+        (c[0].res, c[0].aux),
+        (32, 77),
+        "length and immediate, even past the receive's size"
+    );
+    assert_eq!(rig.reap(a.ring, 8)[0].res, 32);
+    assert_eq!(
+        rig.nic.delivery_rkeys.len(),
+        0,
+        "nothing written into the receive"
+    );
+    assert_eq!(rig.nic.wire_rkeys.len(), 1, "the export's rkey, once");
+}

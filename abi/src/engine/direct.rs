@@ -35,7 +35,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     ) -> Result<u32, Cqe> {
         let ud = sqe.user_data;
         let op = validate(sqe, &self.tables, exports).map_err(|r| Cqe::err(ud, r))?;
-        // One-sided only: a SEND needs its peer's receive (see `message`).
+        // One-sided only: SEND and WRITE_IMM take their peer's receive (see `message`).
         let Op::Send {
             vqp,
             kind,
@@ -46,7 +46,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         else {
             return Err(Cqe::err(ud, Reason::BadOpcode));
         };
-        if matches!(kind, SendKind::Send { .. }) {
+        if matches!(
+            kind,
+            SendKind::Send { .. } | SendKind::Write { imm: Some(_), .. }
+        ) {
             return Err(Cqe::err(ud, Reason::BadOpcode));
         }
         if qps.iter().any(|q| q.outstanding() > 0) {

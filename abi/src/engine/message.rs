@@ -10,6 +10,9 @@
 //! from the receiver's table: nothing of it comes from user space, and it reaches only a
 //! buffer its owner posted for receiving.
 //!
+//! WRITE_IMM consumes a receive too, as in RC: its bytes go to the remote range it
+//! names, and the receive it takes completes with its length and immediate.
+//!
 //! A SEND that finds no receive waits in its end, holding its credit on its physical QP,
 //! until the peer posts one (whose RECV then posts it), until the request deadline passes,
 //! or until the peer disconnects; then it fails with `NoReceiver`. Where RC would retry
@@ -26,7 +29,7 @@
 //!
 //! [`SendKind::Deliver`]: super::backend::SendKind::Deliver
 
-use super::backend::Sge;
+use super::backend::{SendKind, Sge};
 use super::cqe::Reason;
 use super::qp::PhysQp;
 use super::ring_state::Completion;
@@ -51,19 +54,57 @@ pub struct PostedRecv {
     pub rkey: u32,
 }
 
-/// A SEND waiting for a receive.
+/// Where a message's bytes go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Into the receive it takes (SEND).
+    Receive,
+    /// Into an imported remote range, the receive only being told (WRITE_IMM).
+    Remote {
+        /// Remote address.
+        remote_addr: u64,
+        /// The export's rkey.
+        rkey: u32,
+    },
+}
+
+/// A SEND (or WRITE_IMM) waiting for a receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitingSend {
     /// The sending ring's `wr_id` for it.
     pub wr_id: u64,
     /// The message.
     pub local: Sge,
-    /// Immediate data, for SEND_IMM.
+    /// Where its bytes go.
+    pub target: Target,
+    /// Immediate data (SEND_IMM, WRITE_IMM).
     pub imm: Option<u32>,
     /// FENCE / SOLICITED.
     pub flags: SqeFlags,
     /// When it began to wait, ms.
     pub since_ms: i64,
+}
+
+impl WaitingSend {
+    /// Whether it fits receive `r` (a WRITE_IMM writes elsewhere: always).
+    pub fn fits(&self, r: &PostedRecv) -> bool {
+        self.target != Target::Receive || self.local.len <= r.len
+    }
+
+    /// The request that carries it, matched with receive `r`.
+    pub fn kind(&self, r: &PostedRecv) -> SendKind {
+        match self.target {
+            Target::Receive => SendKind::Deliver {
+                remote_addr: r.addr,
+                rkey: r.rkey,
+            },
+            Target::Remote { remote_addr, rkey } => SendKind::Write {
+                remote_addr,
+                rkey,
+                imm: None,
+            },
+        }
+    }
 }
 
 /// A node of a list threaded through a [`Table`].
@@ -315,7 +356,7 @@ impl<S: Store> Messages<S> {
         // Behind an earlier waiting send, or with no receive: wait, in order.
         if l.ends[me].waiting.is_empty() {
             if let Some(r) = l.ends[peer].recvs.pop(&mut self.recvs) {
-                if s.local.len > r.len {
+                if !s.fits(&r) {
                     self.owe(r.wr_id, Completion::Failed(Reason::TooLong));
                     return SendStep::Fail(Reason::TooLong);
                 }
@@ -342,7 +383,7 @@ impl<S: Store> Messages<S> {
             let q = &mut qps[qp as usize];
             let why = if q.failed() {
                 q.fail_reason()
-            } else if s.local.len > r.len {
+            } else if !s.fits(&r) {
                 Reason::TooLong
             } else {
                 return RecvStep::Deliver { send: s, qp };

@@ -10,7 +10,7 @@ use super::cqe::{Cqe, Reason};
 use super::errno::Errno;
 use super::export::Exports;
 use super::layout::SqFlags;
-use super::message::{Messages, PostedRecv, RecvStep, SendStep, WaitingSend};
+use super::message::{Messages, PostedRecv, RecvStep, SendStep, Target, WaitingSend};
 use super::qp::{Delivery, PhysQp, Posted};
 use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
@@ -300,23 +300,30 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     let Some(wr_id) = self.track(inf) else {
                         return Step::Wait(Stall::InflightFull);
                     };
-                    let (kind, took) = match kind {
-                        SendKind::Send { imm } => {
+                    // SEND and WRITE_IMM take a receive of the peer's (see `message`).
+                    let target = match kind {
+                        SendKind::Send { .. } => Some(Target::Receive),
+                        SendKind::Write {
+                            remote_addr,
+                            rkey,
+                            imm: Some(_),
+                        } => Some(Target::Remote { remote_addr, rkey }),
+                        _ => None,
+                    };
+                    let (kind, took) = match (target, kind) {
+                        (Some(target), SendKind::Send { imm } | SendKind::Write { imm, .. }) => {
                             let s = WaitingSend {
                                 wr_id,
                                 local,
+                                target,
                                 imm,
                                 flags,
                                 since_ms: cx.now_ms,
                             };
                             match messages.send(v.link, v.end, s) {
-                                SendStep::Deliver(r) => (
-                                    SendKind::Deliver {
-                                        remote_addr: r.addr,
-                                        rkey: r.rkey,
-                                    },
-                                    Some((v.link, 1 - v.end, r, imm)),
-                                ),
+                                SendStep::Deliver(r) => {
+                                    (s.kind(&r), Some((v.link, 1 - v.end, r, imm)))
+                                }
                                 SendStep::Waits => {
                                     qps[v.qp as usize].hold();
                                     return Step::Taken;
@@ -327,7 +334,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                                 }
                             }
                         }
-                        k => (k, None),
+                        (_, k) => (k, None),
                     };
                     qps[v.qp as usize].reserve(Posted {
                         wr_id,
@@ -466,10 +473,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         });
         let wr = SendWr {
             wr_id: send.wr_id,
-            kind: SendKind::Deliver {
-                remote_addr: r.addr,
-                rkey: r.rkey,
-            },
+            kind: send.kind(&r),
             local: send.local,
             signaled: q.next_signaled(true),
             flags: send.flags,

@@ -1,6 +1,7 @@
 //! Isolation between users of one device: remote memory only through descriptors the
 //! kernel issued, memory pinned only by the ring owner's own threads, rings not
-//! inherited across fork, a parked polling thread on a hostile SQ tail.
+//! inherited across fork, a parked polling thread on a hostile SQ tail, messages only to
+//! their addressee, a pair breaker throttled.
 
 use std::time::{Duration, Instant};
 
@@ -13,8 +14,9 @@ use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::{Builder, Device, Ring};
 
-use crate::datapath::{ok, open, run, Buf, LOCAL_GID};
+use crate::datapath::{collect, ok, open, run, Buf, LOCAL_GID};
 use crate::harness::check;
+use crate::recovery::break_pair;
 use crate::rings::map;
 
 const SECRET: u64 = 0x5ec2_e75e_c2e7_5ec2;
@@ -404,33 +406,32 @@ pub fn pinning_and_mmap_do_not_stall_others() -> Result<(), String> {
     })
 }
 
-/// One process keeps breaking a shared pair (SENDs to a peer that never posts a
-/// receive, each exhausting the pair's RNR retries) while another READs through the
-/// same pair: the breaker is throttled, and the victim keeps at least 90% of its READs.
-/// The victim retries a failed READ after 1 ms, as an application would, so the rate
-/// counts time lost rather than how fast a recovering pair refuses.
+/// One process keeps breaking a shared pair (READs of memory it deregisters under them,
+/// see `recovery::break_pair`) while another READs through the same pair: the breaker
+/// is throttled, and the victim keeps at least 90% of its READs. The victim retries a
+/// failed READ after 1 ms, as an application would, so the rate counts time lost
+/// rather than how fast a recovering pair refuses.
 pub fn a_pair_breaker_is_throttled() -> Result<(), String> {
     const RUN: Duration = Duration::from_secs(8);
     // Service 5 of 2 pairs: pair 1, which both processes share.
     const SERVICE: u32 = 5;
     let breaker = Child::spawn(|| {
         let mut r = open(Builder::new(16))?;
-        let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
-        let buf = Buf::new(8);
-        let (mr, _) = ok(
+        let buf = Buf::new(512);
+        let (local, _) = ok(
             &mut r,
             Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE),
         )?;
-        let send = Sqe::two_sided(Opcode::Send, 3, v as u32, mr as u32, buf.addr(), 8);
         let (t, mut broke, mut throttled) = (Instant::now(), 0, 0);
         while t.elapsed() < RUN {
-            match run(&mut r, send)?.failure() {
+            match break_pair(&mut r, SERVICE, local as u32, &buf)?.failure() {
                 Some(Reason::RemoteError) => broke += 1,
                 Some(Reason::Throttled) => throttled += 1,
                 _ => {}
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+        check(broke > 0, || "the breaker never broke the pair".into())?;
         Ok(format!("{broke} {throttled}"))
     })?;
     let mut r = open(Builder::new(16))?;
@@ -470,15 +471,16 @@ pub fn a_pair_breaker_is_throttled() -> Result<(), String> {
     })
 }
 
-/// A ring closed with a receive still posted on a shared QP (its process exited) does
-/// not keep it: the receive is reclaimed (flushed through the pair's recovery), so the
-/// next message to that QP reaches a live receiver instead of a dead ring.
+/// A ring closed with a receive still posted (its process exited) keeps nothing: the
+/// receive is cancelled at once, the shared pair is untouched, and a pair of virtual
+/// QPs connected afterwards to the same service exchanges its message (the closing
+/// ring's half of a link is never joined).
 pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
     // Service 7 of 2 pairs: pair 1.
     const SERVICE: u32 = 7;
-    let dead_qpn: u32 = Child::spawn(|| {
+    Child::spawn(|| {
         let mut r = open(Builder::new(16))?;
-        let (v, qpn) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
+        let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
         let buf = Box::leak(Box::new(Buf::new(8)));
         let (mr, _) = ok(
             &mut r,
@@ -488,22 +490,12 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
         // SAFETY: the buffer is leaked: it outlives the receive.
         unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
         r.submit().map_err(|e| e.to_string())?;
-        Ok(qpn.to_string())
+        Ok(String::new())
     })?
-    .join()?
-    .parse()
-    .map_err(|e| format!("child's qpn: {e}"))?;
+    .join()?;
     let mut r = open(Builder::new(16))?;
-    let ends = [
-        ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?,
-        ok(&mut r, Sqe::connect(2, LOCAL_GID, SERVICE))?,
-    ];
-    let (to, from) = if ends[0].1 as u32 == dead_qpn {
-        (0, 1)
-    } else {
-        (1, 0)
-    };
-    let (to, from) = (ends[to].0 as u32, ends[from].0 as u32);
+    let (from, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
+    let (to, _) = ok(&mut r, Sqe::connect(2, LOCAL_GID, SERVICE))?;
     let mut buf = Buf::new(64);
     let (mr, _) = ok(
         &mut r,
@@ -511,51 +503,103 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
     )?;
     buf.bytes_mut()[..8].copy_from_slice(b"for you!");
     let t = Instant::now();
-    let recv = Sqe::two_sided(Opcode::Recv, 10, to, mr as u32, buf.addr() + 256, 64);
-    let send = Sqe::two_sided(Opcode::Send, 11, from, mr as u32, buf.addr(), 8);
-    // The reclaim recovers the pair: receives posted meanwhile fail with QpError and
-    // are posted again, as on any recovering pair. A posted one shows no CQE yet.
-    let mut reposts = 0;
-    loop {
-        // SAFETY: the buffer is registered and outlives the receive.
-        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
-        r.submit().map_err(|e| e.to_string())?;
-        std::thread::sleep(Duration::from_millis(5));
-        r.submit().map_err(|e| e.to_string())?;
-        match r.completions().next() {
-            None => break,
-            Some(c) if c.failure() == Some(Reason::QpError) => reposts += 1,
-            Some(c) => return Err(format!("RECV before any SEND: {c:?}")),
-        }
-        check(t.elapsed() < Duration::from_secs(5), || {
-            "the pair never recovered".into()
-        })?;
+    for e in [
+        Sqe::two_sided(Opcode::Recv, 10, to as u32, mr as u32, buf.addr() + 256, 64),
+        Sqe::two_sided(Opcode::Send, 11, from as u32, mr as u32, buf.addr(), 8),
+    ] {
+        // SAFETY: the buffer is registered and outlives the wait.
+        unsafe { r.push(&e) }.map_err(|e| e.to_string())?;
     }
-    // SAFETY: as above.
-    unsafe { r.push(&send) }.map_err(|e| e.to_string())?;
-    r.submit().map_err(|e| e.to_string())?;
-    let mut got = Vec::new();
-    while got.len() < 2 {
-        // An enter with nothing to submit still routes completions.
-        r.submit().map_err(|e| e.to_string())?;
-        got.extend(r.completions());
-        check(t.elapsed() < Duration::from_secs(5), || {
-            format!("after 5 s only {got:?}: the dead ring's receive took the message?")
-        })?;
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let recv_cqe = got
-        .iter()
-        .find(|c| c.user_data == 10)
-        .ok_or("no RECV CQE")?;
+    let c = collect(&mut r, 2)?;
     println!(
-        "  message to QP {dead_qpn} after its dead receiver: {:?} in {:?} ({reposts} \
-         receives reposted while the pair recovered)",
-        recv_cqe.res,
+        "  message after a dead ring's receive: RECV {:?}, SEND {:?} in {:?}",
+        c[0].failure()
+            .map_or(c[0].res.to_string(), |f| format!("{f:?}")),
+        c[1].failure(),
         t.elapsed()
     );
     check(
-        recv_cqe.res == 8 && &buf.bytes()[256..264] == b"for you!",
-        || format!("RECV got {recv_cqe:?}"),
+        c[0].res == 8 && c[1].res == 8 && &buf.bytes()[256..264] == b"for you!",
+        || format!("RECV {:?}, SEND {:?}", c[0], c[1]),
     )
+}
+
+/// One process's message exchange for `messages_reach_their_addressee`: connects to
+/// `service`, waits for `start`, posts `k` receives, and half a second later sends its
+/// peer `k` numbered messages, and checks that every message it received is its peer's, in order.
+fn exchange(service: u32, pair: u8, role: u8, k: usize, start: Instant) -> Result<String, String> {
+    const SLOT: usize = 64;
+    const LEN: u32 = 16;
+    let mut r = open(Builder::new(128))?;
+    let (v, qpn) = ok(&mut r, Sqe::connect(1, LOCAL_GID, service))?;
+    let v = v as u32;
+    let mut buf = Buf::new(2 * k * SLOT / 8);
+    let size = (2 * k * SLOT) as u32;
+    let (mr, _) = ok(
+        &mut r,
+        Sqe::reg_mr(2, buf.addr(), size, MrAccess::LOCAL_WRITE),
+    )?;
+    let mr = mr as u32;
+    let out = k * SLOT;
+    for i in 0..k {
+        let m = &mut buf.bytes_mut()[out + i * SLOT..][..LEN as usize];
+        m.fill(0xa5);
+        m[..3].copy_from_slice(&[pair, role, i as u8]);
+    }
+    std::thread::sleep(start.saturating_duration_since(Instant::now()));
+    let a = buf.addr();
+    for i in 0..k {
+        let at = a + (i * SLOT) as u64;
+        let e = Sqe::two_sided(Opcode::Recv, 100 + i as u64, v, mr, at, SLOT as u32);
+        // SAFETY: the buffer is registered and outlives the wait below.
+        unsafe { r.push(&e) }.map_err(|e| e.to_string())?;
+    }
+    // Every process's receives are in before anyone sends (so a shared receive queue
+    // would hold all four processes' receives, interleaved).
+    r.submit().map_err(|e| e.to_string())?;
+    std::thread::sleep(
+        (start + Duration::from_millis(500)).saturating_duration_since(Instant::now()),
+    );
+    for i in 0..k {
+        let at = a + (out + i * SLOT) as u64;
+        let e = Sqe::two_sided(Opcode::Send, 1000 + i as u64, v, mr, at, LEN);
+        // SAFETY: as above.
+        unsafe { r.push(&e) }.map_err(|e| e.to_string())?;
+    }
+    let c = collect(&mut r, 2 * k)?;
+    for (i, c) in c.iter().enumerate() {
+        check(c.res == LEN as i32, || format!("entry {i}: {c:?}"))?;
+    }
+    for i in 0..k {
+        let got = &buf.bytes()[i * SLOT..][..LEN as usize];
+        check(
+            got[..3] == [pair, 1 - role, i as u8] && got[3..].iter().all(|&b| b == 0xa5),
+            || {
+                format!(
+                    "pair {pair} process {role}: receive {i} got {:?} (pair, sender, number)",
+                    &got[..3]
+                )
+            },
+        )?;
+    }
+    Ok(qpn.to_string())
+}
+
+/// Two pairs of processes on one pooled pair (services 9 and 11 both map to pair 1)
+/// exchange messages at once, both ways: every payload lands with its addressee, in
+/// order. Without demultiplexing, the four processes' receives share the pair's two
+/// hardware receive queues and take each other's messages.
+pub fn messages_reach_their_addressee() -> Result<(), String> {
+    const K: usize = 24;
+    let start = Instant::now() + Duration::from_millis(1500);
+    let kids = [(9, 1, 0), (11, 2, 0), (9, 1, 1), (11, 2, 1)]
+        .map(|(service, pair, role)| Child::spawn(move || exchange(service, pair, role, K, start)));
+    let mut qpns = Vec::new();
+    for k in kids {
+        qpns.push(k?.join()?);
+    }
+    println!(
+        "  2 pairs x 2 processes x {K} messages at once over QPs {qpns:?}: each to its addressee, in order"
+    );
+    Ok(())
 }

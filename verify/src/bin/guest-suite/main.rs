@@ -91,8 +91,12 @@ const TESTS: &[Test] = &[
         run: sharing::thousand_connect_disconnect_cycles,
     },
     Test {
-        name: "recovery::unreceived_send_fails_the_pair_which_recovers",
-        run: recovery::unreceived_send_fails_the_pair_which_recovers,
+        name: "recovery::unreceived_send_fails_by_the_deadline_breaking_nothing",
+        run: recovery::unreceived_send_fails_by_the_deadline_breaking_nothing,
+    },
+    Test {
+        name: "recovery::a_broken_pair_recovers",
+        run: recovery::a_broken_pair_recovers,
     },
     Test {
         name: "isolation::stolen_address_and_rkey_reach_nothing",
@@ -117,6 +121,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "isolation::a_dead_rings_receive_is_reclaimed",
         run: isolation::a_dead_rings_receive_is_reclaimed,
+    },
+    Test {
+        name: "isolation::messages_reach_their_addressee",
+        run: isolation::messages_reach_their_addressee,
     },
     Test {
         name: "isolation::pinning_and_mmap_do_not_stall_others",
