@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! A device context: one RDMA device's verbs objects, the engine's accounting of its
-//! physical QPs, its exported MRs, and the rings bound to it, all under one mutex.
+//! physical QPs, its exported MRs, its message links, and the rings bound to it, all
+//! under one mutex.
 //!
 //! # Lock order
 //!

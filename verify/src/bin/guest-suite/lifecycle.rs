@@ -85,6 +85,13 @@ fn check_kmemleak(what: &str) -> Result<(), String> {
     })
 }
 
+/// Whether the kernel runs KASAN: its report function is in the symbol table (read
+/// from kallsyms, which unlike the boot log cannot have scrolled away).
+fn kasan() -> bool {
+    std::fs::read_to_string("/proc/kallsyms")
+        .is_ok_and(|syms| syms.lines().any(|l| l.ends_with(" kasan_report")))
+}
+
 pub fn unload_refused_while_open() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let r = sh(&["rmmod", "krcore"]);
@@ -126,14 +133,23 @@ pub fn load_unload_50_cycles() -> Result<(), String> {
     result?;
     reload?;
     // Budgets far below one leaked module image (~100 kB of text and data per cycle
-    // would be 5 MB) yet above the noise of unrelated kernel activity.
+    // would be 5 MB) yet above the noise of unrelated kernel activity. Under KASAN,
+    // freed slab objects wait in its quarantine, counted in SUnreclaim (the previous
+    // module grew it by 632 kB there as well): kmemleak, below, judges that kernel.
+    let kasan = kasan();
     let budget_kb = [256i64, 256, 64];
     for ((name, b), ((_, a), budget)) in before.iter().zip(after.iter().zip(budget_kb)) {
+        let judged = !(kasan && name == "SUnreclaim");
         println!(
-            "  {name}: {b} kB -> {a} kB ({:+} kB over 50 cycles, budget {budget} kB)",
-            a - b
+            "  {name}: {b} kB -> {a} kB ({:+} kB over 50 cycles, budget {})",
+            a - b,
+            if judged {
+                format!("{budget} kB")
+            } else {
+                "none under KASAN".into()
+            }
         );
-        check(a - b <= budget, || {
+        check(!judged || a - b <= budget, || {
             format!("{name} grew by {} kB over 50 load/unload cycles", a - b)
         })?;
     }
