@@ -86,7 +86,16 @@ MODULE_PARM_DESC(max_sq_idle_ms, "Cap on a polling thread's sq_idle_ms (default 
 
 static uint request_timeout_ms = 5000;
 module_param(request_timeout_ms, uint, 0444);
-MODULE_PARM_DESC(request_timeout_ms, "A pooled QP whose send queue makes no progress this long is failed; its requests complete with Deadline (default 5000)");
+MODULE_PARM_DESC(request_timeout_ms, "A pooled QP whose send queue makes no progress this long is failed; its requests complete with Deadline; a SEND no receive takes this long fails with NoReceiver (default 5000)");
+
+static uint wait_spin_us = 50;
+module_param(wait_spin_us, uint, 0644);
+MODULE_PARM_DESC(wait_spin_us, "How long a wait for completions polls before it sleeps, in us (default 50)");
+
+u32 krcore_shim_wait_spin_us(void)
+{
+	return READ_ONCE(wait_spin_us);
+}
 
 u32 krcore_shim_request_timeout_ms(void)
 {
@@ -222,14 +231,117 @@ void krcore_shim_dealloc_pd(struct ib_pd *pd)
 	ib_dealloc_pd(pd);
 }
 
-struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe)
+/*
+ * The CQ's completion events. The NIC calls the handler in atomic context once the CQ
+ * is armed (krcore_shim_cq_arm); it only queues the work item, which calls Rust to
+ * poll, route and wake the rings that gained completions. ctx is set once the device
+ * context exists, before the CQ is first armed.
+ */
+struct krcore_cqnotify {
+	struct work_struct work;
+	void *ctx;
+};
+
+static void krcore_cqnotify_work(struct work_struct *work)
 {
-	return ib_alloc_cq(dev, NULL, nr_cqe, 0, IB_POLL_DIRECT);
+	struct krcore_cqnotify *n = container_of(work, struct krcore_cqnotify, work);
+
+	krcore_rs_dev_cq_event(READ_ONCE(n->ctx));
+}
+
+static void krcore_cq_comp(struct ib_cq *cq, void *cq_context)
+{
+	struct krcore_cqnotify *n = cq_context;
+
+	schedule_work(&n->work);
+}
+
+struct krcore_cqnotify *krcore_shim_cqnotify_alloc(void)
+{
+	struct krcore_cqnotify *n = kzalloc(sizeof(*n), GFP_KERNEL);
+
+	if (n)
+		INIT_WORK(&n->work, krcore_cqnotify_work);
+	return n;
+}
+
+void krcore_shim_cqnotify_set(struct krcore_cqnotify *n, void *ctx)
+{
+	WRITE_ONCE(n->ctx, ctx);
+}
+
+/* After the CQ is destroyed (no handler can queue it again). */
+void krcore_shim_cqnotify_free(struct krcore_cqnotify *n)
+{
+	cancel_work_sync(&n->work);
+	kfree(n);
+}
+
+struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe, struct krcore_cqnotify *n)
+{
+	struct ib_cq_init_attr attr = { .cqe = nr_cqe };
+
+	return ib_create_cq(dev, krcore_cq_comp, NULL, n, &attr);
 }
 
 void krcore_shim_free_cq(struct ib_cq *cq)
 {
-	ib_free_cq(cq);
+	ib_destroy_cq(cq);
+}
+
+/* Asks for an event at the next completion; > 0 when some may have been missed. */
+int krcore_shim_cq_arm(struct ib_cq *cq)
+{
+	return ib_req_notify_cq(cq, IB_CQ_NEXT_COMP | IB_CQ_REPORT_MISSED_EVENTS);
+}
+
+/*
+ * A ring's wait queue: a waiter reads the generation under the device lock, after
+ * finding nothing to take, and sleeps until it changes; whoever gives the ring new
+ * completions bumps it and wakes the queue.
+ */
+struct krcore_waitq {
+	wait_queue_head_t wq;
+	atomic_t gen;
+};
+
+struct krcore_waitq *krcore_shim_waitq_alloc(void)
+{
+	struct krcore_waitq *w = kzalloc(sizeof(*w), GFP_KERNEL_ACCOUNT);
+
+	if (w)
+		init_waitqueue_head(&w->wq);
+	return w;
+}
+
+void krcore_shim_waitq_free(struct krcore_waitq *w)
+{
+	kfree(w);
+}
+
+u32 krcore_shim_waitq_gen(struct krcore_waitq *w)
+{
+	return atomic_read(&w->gen);
+}
+
+void krcore_shim_waitq_wake(struct krcore_waitq *w)
+{
+	atomic_inc(&w->gen);
+	wake_up_interruptible(&w->wq);
+}
+
+/* Sleeps until the generation moves past seen, a signal (-ERESTARTSYS) or timeout_us. */
+int krcore_shim_waitq_sleep(struct krcore_waitq *w, u32 seen, u32 timeout_us)
+{
+	long r = wait_event_interruptible_timeout(w->wq, (u32)atomic_read(&w->gen) != seen,
+						  usecs_to_jiffies(timeout_us));
+
+	return r < 0 ? (int)r : 0;
+}
+
+u64 krcore_shim_now_us(void)
+{
+	return ktime_get_ns() / NSEC_PER_USEC;
 }
 
 struct ib_qp *krcore_shim_create_rc_qp(struct ib_pd *pd, struct ib_cq *cq, u32 send_depth,

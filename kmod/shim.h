@@ -37,6 +37,10 @@ int krcore_rs_sqpoll_step(void *ctx);
 /* Build the device's QP pool now if it can (work context; ctx is the device context). */
 void krcore_rs_dev_prewarm(void *ctx);
 
+/* The device's CQ had an event: poll, route, wake (work context; ctx is the device
+ * context, or NULL before it is set). */
+void krcore_rs_dev_cq_event(void *ctx);
+
 /* ---- Implemented in C (shim.c) ---- */
 
 /* Watches a device's GID and port events, running krcore_rs_dev_prewarm(ctx) from a
@@ -147,8 +151,26 @@ long krcore_shim_ptr_err(const void *p);
 struct ib_pd *krcore_shim_alloc_pd(struct ib_device *dev);
 void krcore_shim_dealloc_pd(struct ib_pd *pd);
 /* A CQ polled directly (IB_POLL_DIRECT). */
-struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe);
+/* The CQ's event work item: allocated first, its context set once the device context
+ * exists, freed (waiting for a running one) after the CQ is destroyed. */
+struct krcore_cqnotify;
+struct krcore_cqnotify *krcore_shim_cqnotify_alloc(void);
+void krcore_shim_cqnotify_set(struct krcore_cqnotify *n, void *ctx);
+void krcore_shim_cqnotify_free(struct krcore_cqnotify *n);
+struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe, struct krcore_cqnotify *n);
 void krcore_shim_free_cq(struct ib_cq *cq);
+/* Arms the CQ for one event; > 0 when completions may have been missed: poll again. */
+int krcore_shim_cq_arm(struct ib_cq *cq);
+/* A ring's wait queue and its generation (see shim.c). */
+struct krcore_waitq;
+struct krcore_waitq *krcore_shim_waitq_alloc(void);
+void krcore_shim_waitq_free(struct krcore_waitq *w);
+u32 krcore_shim_waitq_gen(struct krcore_waitq *w);
+void krcore_shim_waitq_wake(struct krcore_waitq *w);
+int krcore_shim_waitq_sleep(struct krcore_waitq *w, u32 seen, u32 timeout_us);
+/* The wait_spin_us module parameter; the monotonic clock in us. */
+u32 krcore_shim_wait_spin_us(void);
+u64 krcore_shim_now_us(void);
 struct ib_qp *krcore_shim_create_rc_qp(struct ib_pd *pd, struct ib_cq *cq, u32 send_depth,
 				       u32 recv_depth);
 u32 krcore_shim_qp_num(struct ib_qp *qp);

@@ -78,6 +78,10 @@ opaque! {
     EventfdCtx;
     /// `struct krcore_devwatch`, opaque.
     DevWatch;
+    /// `struct krcore_cqnotify`, opaque.
+    CqNotify;
+    /// `struct krcore_waitq`, opaque.
+    WaitQ;
     /// `struct mm_struct`, opaque: only compared and reference-counted.
     MmStruct;
 }
@@ -96,8 +100,23 @@ extern "C" {
     pub(crate) fn krcore_shim_ptr_err(p: *const c_void) -> core::ffi::c_long;
     pub(crate) fn krcore_shim_alloc_pd(dev: *mut IbDevice) -> *mut IbPd;
     pub(crate) fn krcore_shim_dealloc_pd(pd: *mut IbPd);
-    pub(crate) fn krcore_shim_alloc_cq(dev: *mut IbDevice, nr_cqe: c_int) -> *mut IbCq;
+    pub(crate) fn krcore_shim_cqnotify_alloc() -> *mut CqNotify;
+    pub(crate) fn krcore_shim_cqnotify_set(n: *mut CqNotify, ctx: *mut c_void);
+    pub(crate) fn krcore_shim_cqnotify_free(n: *mut CqNotify);
+    pub(crate) fn krcore_shim_alloc_cq(
+        dev: *mut IbDevice,
+        nr_cqe: c_int,
+        n: *mut CqNotify,
+    ) -> *mut IbCq;
     pub(crate) fn krcore_shim_free_cq(cq: *mut IbCq);
+    pub(crate) fn krcore_shim_cq_arm(cq: *mut IbCq) -> c_int;
+    pub(crate) fn krcore_shim_waitq_alloc() -> *mut WaitQ;
+    pub(crate) fn krcore_shim_waitq_free(w: *mut WaitQ);
+    pub(crate) fn krcore_shim_waitq_gen(w: *mut WaitQ) -> u32;
+    pub(crate) fn krcore_shim_waitq_wake(w: *mut WaitQ);
+    pub(crate) fn krcore_shim_waitq_sleep(w: *mut WaitQ, seen: u32, timeout_us: u32) -> c_int;
+    pub(crate) fn krcore_shim_wait_spin_us() -> u32;
+    pub(crate) fn krcore_shim_now_us() -> u64;
     pub(crate) fn krcore_shim_create_rc_qp(
         pd: *mut IbPd,
         cq: *mut IbCq,
