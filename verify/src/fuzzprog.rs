@@ -227,14 +227,20 @@ mod tests {
         }
     }
 
-    /// Inputs libFuzzer found, kept as regressions.
+    /// Inputs libFuzzer found (verify/fuzz-regressions/), kept as regressions.
     #[test]
     fn found_by_the_fuzzer() {
-        // Sends taken by the last drain, as completions freed in-flight slots, still
-        // waited when the program checked the credits.
-        super::run(&[
-            201, 64, 201, 201, 201, 46, 201, 201, 203, 201, 201, 201, 201, 210, 51, 201, 203,
-            201, 201, 46, 201, 0, 45, 0, 0, 1, 201, 195, 201, 201, 126, 84, 201, 89, 255,
-        ]);
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz-regressions");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).expect("the regressions directory") {
+            let path = e.expect("a directory entry").path();
+            let data = std::fs::read(&path).expect("a regression input");
+            if let Err(e) = std::panic::catch_unwind(|| super::run(&data)) {
+                eprintln!("failing regression {}", path.display());
+                std::panic::resume_unwind(e);
+            }
+            n += 1;
+        }
+        assert!(n > 0, "no regression inputs in {dir}");
     }
 }

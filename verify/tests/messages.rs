@@ -212,3 +212,26 @@ fn a_write_imm_takes_the_next_receive_and_writes_elsewhere() {
     );
     assert_eq!(rig.nic.wire_rkeys.len(), 1, "the export's rkey, once");
 }
+
+#[test]
+fn both_ends_closing_in_either_order_release_everything() {
+    for sender_first in [true, false] {
+        let mut rig = Rig::new(&[4, 4]);
+        let (a, b) = (end(&mut rig, 5), end(&mut rig, 5));
+        assert!(rig.run(b.ring, &[recv(&b, 1, 64)]).is_empty());
+        let order = if sender_first {
+            [a.ring, b.ring]
+        } else {
+            [b.ring, a.ring]
+        };
+        for r in order {
+            rig.close(r);
+        }
+        rig.drain();
+        assert!(
+            rig.rings.iter().all(|r| r.is_none()),
+            "sender first: {sender_first}: a ring was never released"
+        );
+        assert_eq!((rig.messages.links(), rig.messages.recvs()), (0, 0));
+    }
+}

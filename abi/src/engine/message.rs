@@ -176,9 +176,12 @@ enum Holder {
     Open,
     /// A virtual QP.
     Bound,
-    /// Its virtual QP disconnected; the end is never taken again, so a message for the
-    /// one that left never reaches a newcomer.
+    /// Its virtual QP is going (disconnecting, or its ring closed): the end is never
+    /// taken again, so a message for the one that left never reaches a newcomer; its
+    /// receives are still to be cancelled by its ring.
     Gone,
+    /// Its virtual QP was released: nothing of it is left here.
+    Left,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -350,7 +353,9 @@ impl<S: Store> Messages<S> {
             return SendStep::Fail(Reason::NoReceiver);
         };
         let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
-        if l.ends[peer].holder == Holder::Gone || l.ends[me].holder == Holder::Gone {
+        if l.ends[peer].holder != Holder::Bound && l.ends[peer].holder != Holder::Open
+            || l.ends[me].holder != Holder::Bound
+        {
             return SendStep::Fail(Reason::NoReceiver);
         }
         // Behind an earlier waiting send, or with no receive: wait, in order.
@@ -438,7 +443,7 @@ impl<S: Store> Messages<S> {
             return;
         };
         let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
-        if l.ends[me].holder == Holder::Gone {
+        if l.ends[me].holder != Holder::Bound {
             return;
         }
         l.ends[me].holder = Holder::Gone;
@@ -456,7 +461,8 @@ impl<S: Store> Messages<S> {
 
     /// The virtual QP at end `end` is released: it departs, anything still in its lists
     /// is dropped (its receives were cancelled and its sends are done, except when the
-    /// device is gone), and the link goes when neither end is held.
+    /// device is gone), and the link goes once the other end has left too (or never
+    /// came): until then that end's receives stay for its ring to cancel.
     pub fn leave(&mut self, link: u32, end: u8, qps: &mut [PhysQp<S>]) {
         self.depart(link, end, qps);
         let Some(l) = self.links.get_mut(link) else {
@@ -467,7 +473,8 @@ impl<S: Store> Messages<S> {
         while l.ends[me].waiting.pop(&mut self.waiting).is_some() {
             qps[l.ends[me].qp as usize].release_held();
         }
-        if l.ends[peer].holder != Holder::Bound {
+        l.ends[me].holder = Holder::Left;
+        if matches!(l.ends[peer].holder, Holder::Open | Holder::Left) {
             self.links.remove(link);
         }
     }
