@@ -24,7 +24,7 @@ use crate::abi::engine::{
 };
 use crate::abi::errno::Errno;
 use crate::abi::sqe::{MrAccess, SqeFlags};
-use crate::shim::{self, IbCq, IbDevice, IbMr, IbPd, IbQp, Scratch, SendWrC};
+use crate::shim::{self, CqNotify, IbCq, IbDevice, IbMr, IbPd, IbQp, Scratch, SendWrC};
 
 /// QPs in the pool: pairs, so an even number.
 pub(crate) const POOL_QPS: usize = 4;
@@ -79,15 +79,16 @@ pub(crate) struct Hw {
 unsafe impl Send for Hw {}
 
 impl Hw {
-    /// Allocates the device's PD and CQ. Must not be called from an atomic context.
-    pub(crate) fn new(ib: *mut IbDevice) -> Result<Hw> {
+    /// Allocates the device's PD and CQ, whose events queue `notify`'s work. Must not be
+    /// called from an atomic context.
+    pub(crate) fn new(ib: *mut IbDevice, notify: *mut CqNotify) -> Result<Hw> {
         // SAFETY: `ib` is a live device (ib_client add).
         let pd = unsafe { shim::krcore_shim_alloc_pd(ib) };
         if let Some(e) = ptr_err(pd) {
             return Err(e.into());
         }
         // SAFETY: as above.
-        let cq = unsafe { shim::krcore_shim_alloc_cq(ib, CQ_DEPTH) };
+        let cq = unsafe { shim::krcore_shim_alloc_cq(ib, CQ_DEPTH, notify) };
         if let Some(e) = ptr_err(cq) {
             // SAFETY: allocated just above, released once.
             unsafe { shim::krcore_shim_dealloc_pd(pd) };
@@ -121,6 +122,13 @@ impl Hw {
     /// Whether the device is gone.
     pub(crate) fn dead(&self) -> bool {
         self.dead
+    }
+
+    /// Arms the CQ for one completion event; `true` when completions may have arrived
+    /// unannounced since the last poll (poll again rather than wait for the event).
+    pub(crate) fn arm(&mut self) -> bool {
+        // SAFETY: the CQ is live while not dead (invariant).
+        !self.dead && unsafe { shim::krcore_shim_cq_arm(self.cq) } > 0
     }
 
 

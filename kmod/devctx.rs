@@ -40,9 +40,19 @@ use crate::abi::cqe::{Cqe, Reason};
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
 use crate::backend::{self, Hw, POOL_QPS, SEND_DEPTH};
+use crate::cq_events::CqEvents;
 use crate::ring_ctx::{RingAreas, RingCtx};
 use crate::shim::{self, IbDevice, WcC};
 use crate::store::{KBuf, KStore};
+
+/// The longest a waiting process sleeps before it steps again.
+const WAIT_SLICE_US: u32 = 10_000;
+
+/// The monotonic clock, us.
+fn now_us() -> u64 {
+    // SAFETY: plain call.
+    unsafe { shim::krcore_shim_now_us() }
+}
 
 /// How long `IOC_DIRECT` waits for its completion before failing the QP.
 const DIRECT_PATIENCE_MS: i64 = 1000;
@@ -87,6 +97,8 @@ pub(crate) struct DevState {
     rings: KVec<Option<KBox<RingCtx>>>,
     /// Generation of each ring slot, bumped on reuse.
     gens: KVec<u16>,
+    /// Processes asleep waiting for completions: while any is, the CQ stays armed.
+    sleepers: u32,
 }
 
 /// A device context.
@@ -94,12 +106,15 @@ pub(crate) struct DevState {
 pub(crate) struct DevCtx {
     #[pin]
     state: Mutex<DevState>,
+    /// The CQ's event work (cq_events.rs).
+    events: CqEvents,
 }
 
 impl DevCtx {
     /// Allocates the context of `ib`: PD, CQ, the engine's pool accounting.
     pub(crate) fn new(ib: *mut IbDevice) -> Result<Arc<DevCtx>> {
-        let hw = Hw::new(ib)?;
+        let events = CqEvents::new()?;
+        let hw = Hw::new(ib, events.raw())?;
         let mut qps = KVec::with_capacity(POOL_QPS, GFP_KERNEL)?;
         for _ in 0..POOL_QPS {
             qps.push(
@@ -125,13 +140,31 @@ impl DevCtx {
             registering: 0,
             rings: KVec::new(),
             gens: KVec::new(),
+            sleepers: 0,
             // SAFETY: reads a module parameter.
             recovery: Recovery::new(2, unsafe { shim::krcore_shim_request_timeout_ms() } as i64),
         };
-        Arc::pin_init(
-            pin_init!(DevCtx { state <- new_mutex!(state, "krcore_device") }),
+        let ctx = Arc::pin_init(
+            pin_init!(DevCtx {
+                state <- new_mutex!(state, "krcore_device"),
+                events,
+            }),
             GFP_KERNEL,
-        )
+        )?;
+        ctx.events.bind(&*ctx);
+        Ok(ctx)
+    }
+
+    /// The CQ had an event (cq_events.rs): route what it holds, waking the rings that
+    /// gained completions, and arm it again while anyone sleeps.
+    pub(crate) fn cq_event(&self) {
+        let mut st = self.state.lock();
+        loop {
+            Self::poll_and_route(&mut st, None);
+            if st.sleepers == 0 || !st.hw.arm() {
+                return;
+            }
+        }
     }
 
     /// Builds the QP pool if the device can have one now (the prewarm work item).
@@ -239,21 +272,31 @@ impl DevCtx {
         }
     }
 
-    /// Runs `step` under the device lock until it yields a value, registering memory
-    /// for ring `slot` without the lock when it asks, and giving up the CPU between
-    /// tries; `None` when a signal arrived first.
+    /// Runs `step` under the device lock until it is done or a signal arrives (`None`),
+    /// carrying out the registrations it asks for without the lock. Between steps it
+    /// polls for `wait_spin_us` (module parameter), then sleeps on ring `slot`'s wait
+    /// queue with the CQ armed, so a waiting process costs no CPU: a routed completion
+    /// wakes it, and so does [`WAIT_SLICE_US`] passing (deadlines and recovery advance
+    /// in its steps).
     fn until<T>(
         &self,
         slot: u16,
         mut step: impl FnMut(&mut DevState) -> Result<Next<T>>,
     ) -> Result<Option<T>> {
+        // SAFETY: reads a module parameter.
+        let spin_us = unsafe { shim::krcore_shim_wait_spin_us() } as u64;
+        let start = now_us();
+        let mut slept = false;
         loop {
-            // The guard is dropped at the end of this statement: registering takes the
-            // lock again.
-            let next = step(&mut self.state.lock())?;
-            match next {
+            let mut st = self.state.lock();
+            if slept {
+                st.sleepers -= 1;
+                slept = false;
+            }
+            match step(&mut st)? {
                 Next::Done(v) => return Ok(Some(v)),
                 Next::Register(r) => {
+                    drop(st);
                     self.register(slot, r);
                     continue;
                 }
@@ -262,8 +305,25 @@ impl DevCtx {
             if kernel::current!().signal_pending() {
                 return Ok(None);
             }
-            // SAFETY: plain scheduling point, no locks held.
-            unsafe { shim::krcore_shim_cond_resched() };
+            if now_us().saturating_sub(start) < spin_us {
+                drop(st);
+                // SAFETY: plain scheduling point, no locks held.
+                unsafe { shim::krcore_shim_cond_resched() };
+                continue;
+            }
+            // The generation is read under the lock the step ran under, and the CQ armed
+            // after its poll: a completion from here on moves the generation, or was
+            // missed by the arm (then poll again at once).
+            let wq = Self::ring(&mut st, slot)?.waitq();
+            let seen = wq.generation();
+            let missed = st.hw.arm();
+            st.sleepers += 1;
+            slept = true;
+            drop(st);
+            if !missed {
+                // A signal shows in the next round.
+                let _ = wq.sleep(seen, WAIT_SLICE_US);
+            }
         }
     }
 
@@ -610,7 +670,8 @@ impl DevCtx {
 
     /// The device is going away: wait for registrations pinning without the lock (they
     /// hold the PD), destroy its QPs (nothing touches memory any more), then release
-    /// every ring's MRs and bindings, then the CQ and PD.
+    /// every ring's MRs and bindings, then the CQ and PD, then the CQ's event work.
+    /// Idempotent.
     pub(crate) fn remove(&self) {
         let mut st = loop {
             let st = self.state.lock();
@@ -634,9 +695,14 @@ impl DevCtx {
         for slot in rings.iter_mut() {
             if let Some(r) = slot {
                 r.engine().abandon(qps.as_mut_slice(), exports, messages, hw);
+                // A sleeper finds the device gone at once.
+                r.waitq().wake();
             }
         }
         hw.destroy();
+        drop(st);
+        // The CQ is gone: no event queues the work any more; wait for a running one.
+        self.events.stop();
     }
 }
 

@@ -194,21 +194,24 @@ extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
     // SAFETY: pointer inspection only.
     let err = unsafe { shim::krcore_shim_ptr_err(watch.cast()) };
     if err != 0 {
+        ctx.remove();
         return err as c_int;
     }
     let mut devices = Registry::get().devices.lock();
     match devices.push(
         Device {
             ib: dev,
-            ctx,
+            ctx: ctx.clone(),
             watch,
         },
         GFP_KERNEL,
     ) {
         Ok(()) => 0,
         Err(_) => {
+            drop(devices);
             // SAFETY: started above, stopped once.
             unsafe { shim::krcore_shim_devwatch_stop(watch) };
+            ctx.remove();
             ENOMEM.to_errno()
         }
     }

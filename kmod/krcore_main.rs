@@ -9,6 +9,7 @@ use kernel::prelude::*;
 
 mod abi;
 mod backend;
+mod cq_events;
 mod devctx;
 mod device;
 mod file;
@@ -17,6 +18,7 @@ mod ring_mem;
 mod shim;
 mod sqpoll;
 mod store;
+mod wait;
 
 module! {
     type: KrCore,

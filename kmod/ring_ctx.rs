@@ -14,6 +14,7 @@ use crate::abi::sqe::Sqe;
 use crate::ring_mem::RingArea;
 use crate::shim::{self, EventfdCtx, Vma};
 use crate::store::{KBuf, KStore};
+use crate::wait::WaitQueue;
 
 /// Virtual QP and MR slots per ring.
 const TABLE_SLOTS: usize = 64;
@@ -47,7 +48,9 @@ pub(crate) struct RingCtx {
     app_cq: CqConsumer<RawRing<Cqe>>,
     areas: RingAreas,
     eventfd: Option<EventFd>,
-    /// CQEs produced when the eventfd was last signalled.
+    /// Where waiters for its completions sleep.
+    waitq: Arc<WaitQueue>,
+    /// CQEs produced when waiters and the eventfd were last told.
     signalled: u64,
 }
 
@@ -120,6 +123,7 @@ impl RingCtx {
                 app_cq: CqConsumer::new(app_cq),
                 areas: RingAreas { sq, cq },
                 eventfd: None,
+                waitq: WaitQueue::new()?,
                 signalled: 0,
             },
             gfp,
@@ -148,16 +152,24 @@ impl RingCtx {
         Ok(())
     }
 
-    /// Signals the eventfd if completions were produced since the last signal.
+    /// Tells waiters and the eventfd that the ring gained completions, if it did since
+    /// the last time.
     pub(crate) fn notify(&mut self) {
         let produced = self.ring.stats().completed;
-        if let Some(e) = &self.eventfd {
-            if produced != self.signalled {
-                // SAFETY: live reference (invariant of EventFd).
-                unsafe { shim::krcore_shim_eventfd_signal(e.0) };
-            }
+        if produced == self.signalled {
+            return;
         }
         self.signalled = produced;
+        self.waitq.wake();
+        if let Some(e) = &self.eventfd {
+            // SAFETY: live reference (invariant of EventFd).
+            unsafe { shim::krcore_shim_eventfd_signal(e.0) };
+        }
+    }
+
+    /// The ring's wait queue.
+    pub(crate) fn waitq(&self) -> Arc<WaitQueue> {
+        self.waitq.clone()
     }
 
     /// The engine's ring.

@@ -327,7 +327,9 @@ u32 krcore_shim_waitq_gen(struct krcore_waitq *w)
 void krcore_shim_waitq_wake(struct krcore_waitq *w)
 {
 	atomic_inc(&w->gen);
-	wake_up_interruptible(&w->wq);
+	/* Its full barrier pairs with the sleeper's in prepare_to_wait. */
+	if (wq_has_sleeper(&w->wq))
+		wake_up_interruptible(&w->wq);
 }
 
 /* Sleeps until the generation moves past seen, a signal (-ERESTARTSYS) or timeout_us. */

@@ -18,6 +18,7 @@ mod rings;
 mod sharing;
 mod sqpoll;
 mod verbs;
+mod waiting;
 
 use harness::Test;
 
@@ -57,6 +58,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "sqpoll::no_syscalls_in_steady_state",
         run: sqpoll::no_syscalls_in_steady_state,
+    },
+    Test {
+        name: "waiting::a_waiting_process_sleeps",
+        run: waiting::a_waiting_process_sleeps,
     },
     Test {
         name: "sqpoll::eventfd_wakes_the_application",

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The device CQ's completion events. The CQ is armed only while a process sleeps
+//! waiting for completions (devctx's `until`); its event queues a work item, which polls
+//! the CQ, routes what it finds, wakes the rings that gained completions, and arms the
+//! CQ again while anyone still sleeps.
+
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use kernel::prelude::*;
+
+use crate::devctx::DevCtx;
+use crate::shim::{self, CqNotify};
+
+/// A device's CQ event work item.
+///
+/// # Invariants
+/// The pointer came from `krcore_shim_cqnotify_alloc`, or is null once stopped.
+pub(crate) struct CqEvents(AtomicPtr<CqNotify>);
+
+impl CqEvents {
+    /// A work item with no device context yet (its events do nothing until
+    /// [`bind`](Self::bind)).
+    pub(crate) fn new() -> Result<CqEvents> {
+        // SAFETY: plain allocation.
+        let n = unsafe { shim::krcore_shim_cqnotify_alloc() };
+        if n.is_null() {
+            return Err(ENOMEM);
+        }
+        // INVARIANT: just allocated.
+        Ok(CqEvents(AtomicPtr::new(n)))
+    }
+
+    /// What the CQ is created with.
+    pub(crate) fn raw(&self) -> *mut CqNotify {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Points the work at its device context, which must outlive [`stop`](Self::stop).
+    pub(crate) fn bind(&self, ctx: *const DevCtx) {
+        // SAFETY: live (invariant); the CQ has not been armed yet.
+        unsafe { shim::krcore_shim_cqnotify_set(self.raw(), ctx.cast_mut().cast()) }
+    }
+
+    /// Waits for a running event work and frees the item. Call after the CQ is
+    /// destroyed (no event can queue it again) and with no lock held (the work takes
+    /// the device lock). Idempotent.
+    pub(crate) fn stop(&self) {
+        let n = self.0.swap(null_mut(), Ordering::AcqRel);
+        if !n.is_null() {
+            // SAFETY: allocated in `new`, freed once (swapped out above).
+            unsafe { shim::krcore_shim_cqnotify_free(n) }
+        }
+    }
+}
+
+/// The CQ event work of a device context.
+#[no_mangle]
+extern "C" fn krcore_rs_dev_cq_event(ctx: *mut core::ffi::c_void) {
+    if ctx.is_null() {
+        return;
+    }
+    // SAFETY: `ctx` is the DevCtx the work was bound to; its removal stops the work
+    // (waiting for this one) before the registry drops it.
+    let dev = unsafe { &*ctx.cast::<DevCtx>() };
+    dev.cq_event();
+}

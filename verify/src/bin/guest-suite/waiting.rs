@@ -1,0 +1,103 @@
+//! A process waiting for completions sleeps: it polls for `wait_spin_us` (module
+//! parameter), then sleeps on its ring's wait queue until a routed completion wakes it.
+
+use std::time::{Duration, Instant};
+
+use krcore_uring::abi::opcode::Opcode;
+use krcore_uring::abi::sqe::{MrAccess, Sqe};
+use krcore_uring::Builder;
+
+use crate::datapath::{collect, ok, open, Buf, LOCAL_GID};
+use crate::harness::check;
+use crate::isolation::Child;
+
+const SPIN_PARAM: &str = "/sys/module/krcore/parameters/wait_spin_us";
+
+/// How long the peer makes the waiter wait.
+const DELAY: Duration = Duration::from_secs(1);
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid rusage to fill.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Sets `wait_spin_us`; returns the previous value.
+fn set_spin(us: u64) -> Result<String, String> {
+    let old = std::fs::read_to_string(SPIN_PARAM).map_err(|e| format!("{SPIN_PARAM}: {e}"))?;
+    std::fs::write(SPIN_PARAM, us.to_string()).map_err(|e| format!("{SPIN_PARAM}: {e}"))?;
+    Ok(old.trim().to_string())
+}
+
+/// Waits for a SEND whose peer (another process) posts the receive only after
+/// [`DELAY`]; returns the wall time and this thread's CPU time over the wait.
+fn wait_for_a_slow_peer(service: u32) -> Result<(Duration, Duration), String> {
+    let mut r = open(Builder::new(16))?;
+    let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, service))?;
+    let buf = Buf::new(8);
+    let (mr, _) = ok(
+        &mut r,
+        Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE),
+    )?;
+    let peer = Child::spawn(move || {
+        let mut r = open(Builder::new(16))?;
+        let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, service))?;
+        let buf = Buf::new(8);
+        let (mr, _) = ok(
+            &mut r,
+            Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE),
+        )?;
+        std::thread::sleep(DELAY);
+        let recv = Sqe::two_sided(Opcode::Recv, 3, v as u32, mr as u32, buf.addr(), 64);
+        // SAFETY: the buffer is registered and outlives the wait.
+        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        let c = collect(&mut r, 1)?;
+        check(c[0].res == 8, || format!("RECV: {:?}", c[0]))?;
+        Ok(String::new())
+    })?;
+    let send = Sqe::two_sided(Opcode::Send, 3, v as u32, mr as u32, buf.addr(), 8);
+    // SAFETY: the buffer is registered and outlives the wait.
+    unsafe { r.push(&send) }.map_err(|e| e.to_string())?;
+    let (t, cpu) = (Instant::now(), thread_cpu());
+    let c = collect(&mut r, 1)?;
+    let (wall, cpu) = (t.elapsed(), thread_cpu() - cpu);
+    peer.join()?;
+    check(c[0].res == 8, || format!("SEND: {:?}", c[0]))?;
+    Ok((wall, cpu))
+}
+
+pub fn a_waiting_process_sleeps() -> Result<(), String> {
+    let default = std::fs::read_to_string(SPIN_PARAM)
+        .map_err(|e| format!("{SPIN_PARAM}: {e}"))?
+        .trim()
+        .to_string();
+    let (wall, cpu) = wait_for_a_slow_peer(13)?;
+    // The same wait with polling only, as before waits slept: the measurement sees it.
+    let old = set_spin(10 * DELAY.as_micros() as u64)?;
+    let spun = wait_for_a_slow_peer(15);
+    set_spin(old.parse().unwrap_or(50))?;
+    let (spin_wall, spin_cpu) = spun?;
+    let share = |cpu: Duration, wall: Duration| 100.0 * cpu.as_secs_f64() / wall.as_secs_f64();
+    println!(
+        "  waiting {wall:?} for a peer's receive: {cpu:?} CPU ({:.1}% of a core, \
+         wait_spin_us={default}); polling only: {spin_cpu:?} over {spin_wall:?} ({:.0}%)",
+        share(cpu, wall),
+        share(spin_cpu, spin_wall)
+    );
+    check(wall >= DELAY, || {
+        format!("the SEND completed after {wall:?}")
+    })?;
+    check(share(spin_cpu, spin_wall) > 50.0, || {
+        "polling did not show as CPU time: the measurement is blind".into()
+    })?;
+    check(share(cpu, wall) < 5.0, || {
+        format!(
+            "the waiting process used {:.1}% of a core",
+            share(cpu, wall)
+        )
+    })
+}
