@@ -46,6 +46,8 @@ pub fn goals(f: &Figures) -> Vec<Goal> {
     let nop_one = f.median("nop", "krcore-per-op", 32);
     let nop_io = f.median("nop", "io_uring", 32);
     let read_ring = f.median("read8-latency", "krcore-enter", 1);
+    let wait_cpu = f.median("wait-cpu", "krcore-sleep", 1000);
+    let wait_spin_cpu = f.median("wait-cpu", "krcore-spin", 1000);
     let (direct_series, direct) = match f.get("read8-latency", "kernel-direct", 1) {
         Some(r) => ("kernel-direct", r.median),
         None => (
@@ -97,6 +99,18 @@ pub fn goals(f: &Figures) -> Vec<Goal> {
             ratio: direct / read_ring,
             bar: 1.0 / 1.1,
         },
+        Goal {
+            what: "a process waiting 1 s for a slow peer uses under 5% of a core",
+            measured: format!(
+                "{} CPU over the 1 s wait ({:.1}%; polling: {}, {:.0}%)",
+                time(wait_cpu),
+                wait_cpu / 1e7,
+                time(wait_spin_cpu),
+                wait_spin_cpu / 1e7
+            ),
+            ratio: 0.05e9 / wait_cpu,
+            bar: 1.0,
+        },
     ]
 }
 
@@ -134,6 +148,10 @@ pub fn markdown(f: &Figures, title: &str, plots: &[&str]) -> String {
             "8 B READ, 12 in flight (time per op; ops/s)",
         ),
         (
+            "read8-wait",
+            "8 B READ, one at a time, the wait polling (wait_spin_us 10^6) or sleeping (0); blocks alternated",
+        ),
+        (
             "sendrecv8-throughput",
             "8 B SEND/RECV, 12 in flight (time per op; ops/s)",
         ),
@@ -157,6 +175,22 @@ pub fn markdown(f: &Figures, title: &str, plots: &[&str]) -> String {
                 time(r.p99)
             );
         }
+    }
+
+    let _ = writeln!(
+        s,
+        "\n## Waiting 1 s for a slow peer: CPU used by the waiting thread\n\n| wait | CPU (median) | largest | share of a core | waits |\n|---|---|---|---|---|"
+    );
+    for series in f.series("wait-cpu") {
+        let r = f.get("wait-cpu", &series, 1000).expect("listed");
+        let _ = writeln!(
+            s,
+            "| {series} | {} | {} | {:.1}% | {} |",
+            time(r.median),
+            time(r.p99),
+            r.median / 1e7,
+            r.samples
+        );
     }
 
     let _ = writeln!(

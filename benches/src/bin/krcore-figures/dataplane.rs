@@ -26,7 +26,7 @@ fn name(op: Op) -> &'static str {
 }
 
 /// One operation at a time: post, wait for its completions.
-fn one(p: &mut dyn Path, op: Op, i: u64) -> Duration {
+pub fn one(p: &mut dyn Path, op: Op, i: u64) -> Duration {
     let t = Instant::now();
     p.post(op, i);
     let mut got = 0;

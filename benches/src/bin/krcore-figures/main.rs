@@ -4,7 +4,8 @@
 //! read-only, so the host's `bench-report` writes the results, table and plots.
 //!
 //! Sections: ring crossing (NOPs), data plane (8 B READ and SEND/RECV latency and
-//! throughput with 12 in flight), memory per ring / virtual QP / RC QP, control plane
+//! throughput with 12 in flight), waiting (polling vs sleeping: READ latency, CPU while
+//! a peer is slow), memory per ring / virtual QP / RC QP, control plane
 //! (connects from 1-8 processes: krcore warm and cold, verbs with and without the device
 //! open). `krcore-figures worker ...` is a control-plane child process.
 //! `KRCORE_FIGURES=data,memory` runs only the sections whose names contain a word given.
@@ -18,6 +19,7 @@ mod crossing;
 mod dataplane;
 mod memory;
 mod paths;
+mod waiting;
 
 use std::time::Instant;
 
@@ -33,9 +35,10 @@ fn main() {
         return;
     }
     let mut out = Vec::new();
-    let sections: [Section; 5] = [
+    let sections: [Section; 6] = [
         ("ring crossing", crossing::figures),
         ("data plane", dataplane::figures),
+        ("waiting", waiting::figures),
         ("memory", memory::figures),
         ("control plane", control::figures),
         ("control plane, cold pool", control::cold_figures),

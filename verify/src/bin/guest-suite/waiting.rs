@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
-use krcore_uring::Builder;
+use krcore_uring::{Builder, Ring};
 
 use crate::datapath::{collect, ok, open, Buf, LOCAL_GID};
 use crate::harness::check;
@@ -33,33 +33,31 @@ fn set_spin(us: u64) -> Result<String, String> {
     Ok(old.trim().to_string())
 }
 
-/// Waits for a SEND whose peer (another process) posts the receive only after
-/// [`DELAY`]; returns the wall time and this thread's CPU time over the wait.
-fn wait_for_a_slow_peer(service: u32) -> Result<(Duration, Duration), String> {
+/// A ring with a virtual QP connected to `service` and a registered 64-byte buffer.
+fn endpoint(service: u32) -> Result<(Ring, u32, u32, Buf), String> {
     let mut r = open(Builder::new(16))?;
     let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, service))?;
     let buf = Buf::new(8);
-    let (mr, _) = ok(
-        &mut r,
-        Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE),
-    )?;
+    let access = MrAccess::LOCAL_WRITE;
+    let (mr, _) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 64, access))?;
+    Ok((r, v as u32, mr as u32, buf))
+}
+
+/// Waits for a SEND whose peer (another process) posts the receive only after
+/// [`DELAY`]; returns the wall time and this thread's CPU time over the wait.
+fn wait_for_a_slow_peer(service: u32) -> Result<(Duration, Duration), String> {
+    let (mut r, v, mr, buf) = endpoint(service)?;
     let peer = Child::spawn(move || {
-        let mut r = open(Builder::new(16))?;
-        let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, service))?;
-        let buf = Buf::new(8);
-        let (mr, _) = ok(
-            &mut r,
-            Sqe::reg_mr(2, buf.addr(), 64, MrAccess::LOCAL_WRITE),
-        )?;
+        let (mut r, v, mr, buf) = endpoint(service)?;
         std::thread::sleep(DELAY);
-        let recv = Sqe::two_sided(Opcode::Recv, 3, v as u32, mr as u32, buf.addr(), 64);
+        let recv = Sqe::two_sided(Opcode::Recv, 3, v, mr, buf.addr(), 64);
         // SAFETY: the buffer is registered and outlives the wait.
         unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
         let c = collect(&mut r, 1)?;
         check(c[0].res == 8, || format!("RECV: {:?}", c[0]))?;
         Ok(String::new())
     })?;
-    let send = Sqe::two_sided(Opcode::Send, 3, v as u32, mr as u32, buf.addr(), 8);
+    let send = Sqe::two_sided(Opcode::Send, 3, v, mr, buf.addr(), 8);
     // SAFETY: the buffer is registered and outlives the wait.
     unsafe { r.push(&send) }.map_err(|e| e.to_string())?;
     let (t, cpu) = (Instant::now(), thread_cpu());
