@@ -13,7 +13,10 @@
 //!    (submission, completion routing, ring close), as verify/'s loom models assume;
 //!
 //! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf: taken
-//! with none of the others held, and nothing taken under it.
+//! with none of the others held, and nothing taken under it. The CQ event work
+//! (cq_events.rs) takes the device's `state` mutex alone; a device's removal waits for
+//! that work only after releasing the mutex. A ring's wait queue (wait.rs) is woken
+//! under the mutex and slept on with no lock held.
 //!
 //! None is held while user memory is touched: ioctl arguments are copied in before and
 //! out after (the device query collects its rows first), REG_MR pins with no lock held
