@@ -38,8 +38,8 @@ const RECV_DEPTH: u32 = 1;
 const CQ_DEPTH: i32 = (POOL_QPS as i32) * (SEND_DEPTH + RECV_DEPTH) as i32;
 /// GID table entries searched for the local RoCE v2 GID.
 const GID_SEARCH: u32 = 16;
-/// The port krcore uses.
-const PORT: u32 = 1;
+/// The port krcore serves on every device (its pool's GIDs are this port's).
+pub(crate) const PORT: u32 = 1;
 
 
 /// Errno of an ERR_PTR-encoded pointer, or `None` for a real one.

@@ -20,6 +20,7 @@ use kernel::sync::{Arc, Mutex};
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::abi::limits::{Limits, Resource, UserTable};
 use crate::devctx::DevCtx;
+use crate::backend::PORT;
 use crate::shim::{self, DevWatch, IbDevice, PortAttr};
 
 /// One tracked device.
@@ -110,9 +111,27 @@ impl Registry {
         Ok(UserCharge { uid, what })
     }
 
-    /// The first device's context (rings bind to it).
-    pub(crate) fn first(&self) -> Option<Arc<DevCtx>> {
-        self.devices.lock().first().map(|d| d.ctx.clone())
+    /// The context a ring binds to, with the device's index and the port served: the
+    /// device of index `dev_index`, or the first device when `None`. `ENODEV` when there
+    /// is no such device; `EINVAL` when `port` is neither 0 nor the port the module
+    /// serves on every device (`backend::PORT`).
+    pub(crate) fn choose(
+        &self,
+        dev_index: Option<u32>,
+        port: u32,
+    ) -> Result<(Arc<DevCtx>, u32, u32)> {
+        if port != 0 && port != PORT {
+            return Err(EINVAL);
+        }
+        let devices = self.devices.lock();
+        // SAFETY: `d.ib` is valid under the registry mutex (see the module doc).
+        let index_of = |d: &Device| unsafe { shim::krcore_shim_dev_index(d.ib) };
+        let d = match dev_index {
+            Some(i) => devices.iter().find(|d| index_of(d) == i),
+            None => devices.first(),
+        }
+        .ok_or(ENODEV)?;
+        Ok((d.ctx.clone(), index_of(d), PORT))
     }
 
     /// Number of devices tracked.

@@ -142,7 +142,8 @@ impl FileCtx {
         unsafe { b.as_ref() }.ok_or(Errno::ENXIO.into())
     }
 
-    /// `IOC_SETUP`: once per file; binds the rings to the first RDMA device.
+    /// `IOC_SETUP`: once per file; binds the rings to the RDMA device the parameters name
+    /// (`SetupFlags::DEVICE`), or the first.
     fn setup(&self, arg: usize) -> Result<c_long> {
         let (mut reader, mut writer) =
             UserSlice::new(arg, size_of::<SetupParams>()).reader_writer();
@@ -155,8 +156,10 @@ impl FileCtx {
         let sqpoll = SetupFlags::from_bits(p.flags).is_some_and(|f| f.contains(SetupFlags::SQPOLL));
         let ring_charge = registry.charge(Resource::Ring)?;
         let poller_charge = sqpoll.then(|| registry.charge(Resource::Poller)).transpose()?;
-        let dev = registry.first().ok_or(ENODEV)?;
+        let named = SetupFlags::from_bits(p.flags).is_some_and(|f| f.contains(SetupFlags::DEVICE));
+        let (dev, dev_index, port) = registry.choose(named.then_some(p.dev_index), p.port)?;
         let (slot, areas) = dev.attach(&mut p)?;
+        (p.dev_index, p.port) = (dev_index, port);
         let poller = if sqpoll {
             match Poller::start(dev.clone(), slot, p.sq_idle_ms) {
                 Ok(p) => Some(p),

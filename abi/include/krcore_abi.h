@@ -334,8 +334,14 @@ struct krcore_SetupParams {
   uint32_t sq_idle_ms;
   // Out: feature bits (none defined yet).
   uint32_t features;
+  // In, with [`SetupFlags::DEVICE`]: the kernel's index of the RDMA device to bind to
+  // (`dev_index` of the device query). Out: the device bound.
+  uint32_t dev_index;
+  // In, with [`SetupFlags::DEVICE`]: its port, 0 for the first (the one the module
+  // serves; ports past it are refused with `EINVAL`). Out: the port bound.
+  uint32_t port;
   // Reserved, must be zero.
-  uint32_t resv[3];
+  uint32_t resv;
   // Out: the SQ ring's offsets.
   struct krcore_RingOffsets sq_off;
   // Out: the CQ ring's offsets.
@@ -420,6 +426,9 @@ typedef uint32_t krcore_SqFlags;
 typedef uint32_t krcore_SetupFlags;
 // A kernel thread polls the SQ, so submission needs no syscall.
 #define krcore_SetupFlags_SQPOLL (uint32_t)(1 << 0)
+// Bind to the device [`SetupParams::dev_index`] names (as the device query lists
+// it) rather than the first one.
+#define krcore_SetupFlags_DEVICE (uint32_t)(1 << 1)
 
 // Enter flags.
 typedef uint32_t krcore_EnterFlags;

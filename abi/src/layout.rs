@@ -85,6 +85,9 @@ bitflags! {
     pub struct SetupFlags: u32 {
         /// A kernel thread polls the SQ, so submission needs no syscall.
         const SQPOLL = 1 << 0;
+        /// Bind to the device [`SetupParams::dev_index`] names (as the device query lists
+        /// it) rather than the first one.
+        const DEVICE = 1 << 1;
     }
 }
 
@@ -170,8 +173,14 @@ pub struct SetupParams {
     pub sq_idle_ms: u32,
     /// Out: feature bits (none defined yet).
     pub features: u32,
+    /// In, with [`SetupFlags::DEVICE`]: the kernel's index of the RDMA device to bind to
+    /// (`dev_index` of the device query). Out: the device bound.
+    pub dev_index: u32,
+    /// In, with [`SetupFlags::DEVICE`]: its port, 0 for the first (the one the module
+    /// serves; ports past it are refused with `EINVAL`). Out: the port bound.
+    pub port: u32,
     /// Reserved, must be zero.
-    pub resv: [u32; 3],
+    pub resv: u32,
     /// Out: the SQ ring's offsets.
     pub sq_off: RingOffsets,
     /// Out: the CQ ring's offsets.
@@ -256,7 +265,14 @@ impl SetupParams {
         cqe_size: usize,
         max_idle_ms: u32,
     ) -> Result<(), Errno> {
-        if self.resv != [0; 3] || self.features != 0 || SetupFlags::from_bits(self.flags).is_none()
+        let Some(flags) = SetupFlags::from_bits(self.flags) else {
+            return Err(Errno::EINVAL);
+        };
+        // Without DEVICE the device fields must be zero, so they can be told apart.
+        let device_fields = self.dev_index != 0 || self.port != 0;
+        if self.resv != 0
+            || self.features != 0
+            || (device_fields && !flags.contains(SetupFlags::DEVICE))
         {
             return Err(Errno::EINVAL);
         }
@@ -327,13 +343,37 @@ mod tests {
             },
             SetupParams {
                 sq_entries: 8,
-                resv: [0, 1, 0],
+                resv: 1,
+                ..Default::default()
+            },
+            // A device named without the flag that says so.
+            SetupParams {
+                sq_entries: 8,
+                dev_index: 3,
+                ..Default::default()
+            },
+            SetupParams {
+                sq_entries: 8,
+                port: 1,
                 ..Default::default()
             },
         ] {
             let mut p = bad;
             assert_eq!(p.normalize(64, 32, 10_000), Err(Errno::EINVAL), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_device_is_named_with_its_flag() {
+        let mut p = SetupParams {
+            sq_entries: 8,
+            flags: SetupFlags::DEVICE.bits(),
+            dev_index: 3,
+            port: 1,
+            ..Default::default()
+        };
+        p.normalize(64, 32, 10_000).unwrap();
+        assert_eq!((p.dev_index, p.port), (3, 1));
     }
 
     #[test]

@@ -47,6 +47,16 @@ impl Builder {
         self
     }
 
+    /// Binds to the RDMA device of index `dev_index` (the device query's `dev_index`) and
+    /// its `port` (0: the port the module serves) instead of the first device. What was
+    /// bound is in the ring's [`params`](Ring::params) (`dev_index`, `port`).
+    pub fn device(mut self, dev_index: u32, port: u32) -> Builder {
+        self.params.flags |= SetupFlags::DEVICE.bits();
+        self.params.dev_index = dev_index;
+        self.params.port = port;
+        self
+    }
+
     /// The setup request this builder makes.
     pub(crate) fn params(&self) -> SetupParams {
         self.params

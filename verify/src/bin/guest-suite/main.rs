@@ -164,6 +164,10 @@ const TESTS: &[Test] = &[
         run: rings::setup_and_mmap_errors,
     },
     Test {
+        name: "device::rings_bind_the_device_they_name",
+        run: device::rings_bind_the_device_they_name,
+    },
+    Test {
         name: "device::hotplug_under_open_file",
         run: device::hotplug_under_open_file,
     },

@@ -227,7 +227,7 @@ pub fn setup_and_mmap_errors() -> Result<(), String> {
     check(
         setup(&mut SetupParams {
             sq_entries: 8,
-            resv: [0, 1, 0],
+            resv: 1,
             ..Default::default()
         }) == libc::EINVAL,
         || "reserved accepted".into(),
