@@ -8,6 +8,9 @@
 //!   per batch (about 20-25 ns), so small batches read high.
 //! - `krcore_write/B`: B 8-byte RDMA WRITEs on a shared QP of a fake NIC: validation,
 //!   credits, wr_id tagging, chained posting, completion routing and reaping.
+//! - `krcore_connect`: a CONNECT (to the warm pool of the fake NIC) and its DISCONNECT,
+//!   one at a time, each pushed, submitted and reaped: the engine's share of a warm
+//!   connect (binding, the message link, the handle).
 //! - `io_uring_nop/B`: B IORING_OP_NOPs through the io-uring crate on the host kernel,
 //!   one `submit_and_wait(B)` per batch.
 //!
@@ -122,6 +125,22 @@ fn bench_write(c: &mut Criterion) {
     });
 }
 
+fn bench_connect(c: &mut Criterion) {
+    let mut rig = rig();
+    c.bench_function("krcore_connect", |bench| {
+        bench.iter(|| {
+            rig.push(0, &[Sqe::connect(1, [0; 16], 1)]);
+            rig.submit(0, 1).unwrap();
+            let v = rig.ring(0).cq.pop().expect("CONNECT's CQE").res as u32;
+            rig.push(0, &[Sqe::disconnect(2, v)]);
+            rig.submit(0, 1).unwrap();
+            let t = rig.ring(0);
+            black_box(t.cq.pop().expect("DISCONNECT's CQE"));
+            t.cq.release();
+        })
+    });
+}
+
 fn bench_io_uring(c: &mut Criterion) {
     group(c, "io_uring_nop", |bench, b| {
         let mut ring = io_uring::IoUring::new(256).expect("io_uring_setup");
@@ -149,6 +168,7 @@ criterion_group!(
     bench_nop,
     bench_engine_only,
     bench_write,
+    bench_connect,
     bench_io_uring
 );
 criterion_main!(benches);

@@ -227,6 +227,15 @@ pub struct MessageStorage<S: Store> {
     pub owed: S::Buf<(u64, Completion)>,
 }
 
+/// A link waiting for its second end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HalfOpen {
+    /// The link.
+    pub link: u32,
+    /// Its first end's physical QP.
+    pub qp: u32,
+}
+
 /// What a SEND met.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendStep {
@@ -298,41 +307,44 @@ impl<S: Store> Messages<S> {
         self.waiting.len()
     }
 
-    fn half_open_for(&self, gid: &[u8; 16], service: u32) -> Option<u32> {
+    /// The oldest link waiting for a second end at `gid`/`service`, with its first end's
+    /// physical QP (the QP a new CONNECT must reach: its partner).
+    pub fn half_open(&self, gid: &[u8; 16], service: u32) -> Option<HalfOpen> {
         let mut found = None;
         self.half_open.any(|h| {
-            let hit = self
+            found = self
                 .links
                 .get(h)
-                .is_some_and(|l| l.gid == *gid && l.service == service);
-            if hit {
-                found = Some(h);
-            }
-            hit
+                .filter(|l| l.gid == *gid && l.service == service)
+                .map(|l| HalfOpen {
+                    link: h,
+                    qp: l.ends[0].qp,
+                });
+            found.is_some()
         });
         found
     }
 
-    /// The physical QP of the oldest link waiting for a second end at `gid`/`service`:
-    /// the QP a new CONNECT must reach (its partner), if any.
-    pub fn opposite(&self, gid: &[u8; 16], service: u32) -> Option<u32> {
-        let h = self.half_open_for(gid, service)?;
-        Some(self.links.get(h)?.ends[0].qp)
-    }
-
-    /// Puts a virtual QP bound to physical QP `qp` at an end: the second end of the
-    /// oldest half-open link for `gid`/`service`, else the first of a new one. Returns
-    /// the link and the end, or `None` when the device's links are used up.
-    pub fn join(&mut self, gid: [u8; 16], service: u32, qp: u32) -> Option<(u32, u8)> {
+    /// Puts a virtual QP bound to physical QP `qp` at an end: the second end of `open`
+    /// (what [`half_open`](Self::half_open) found for `gid`/`service` just before, in
+    /// the same critical section), else the first of a new link. Returns the link and
+    /// the end, or `None` when the device's links are used up.
+    pub fn join(
+        &mut self,
+        gid: [u8; 16],
+        service: u32,
+        qp: u32,
+        open: Option<HalfOpen>,
+    ) -> Option<(u32, u8)> {
         let bound = End {
             holder: Holder::Bound,
             qp,
             ..End::OPEN
         };
-        if let Some(h) = self.half_open_for(&gid, service) {
-            self.half_open.remove(h);
-            self.links.get_mut(h)?.ends[1] = bound;
-            return Some((h, 1));
+        if let Some(HalfOpen { link, .. }) = open {
+            self.half_open.remove(link);
+            self.links.get_mut(link)?.ends[1] = bound;
+            return Some((link, 1));
         }
         let h = self
             .links

@@ -36,7 +36,8 @@ pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
 pub use message::{
-    Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep, Target, WaitingSend,
+    HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep, Target,
+    WaitingSend,
 };
 pub use qp::{Delivery, PhysQp, Posted};
 pub use recovery::{Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS};

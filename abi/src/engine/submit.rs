@@ -208,7 +208,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 Cqe::err(ud, Reason::TableFull)
             }
             Op::Connect { gid, service } => {
-                match backend.connect(gid, service, messages.opposite(&gid, service)) {
+                let open = messages.half_open(&gid, service);
+                match backend.connect(gid, service, open.map(|o| o.qp)) {
                     Err(e) => Cqe::err_errno(
                         ud,
                         if e == Errno::ENODEV {
@@ -222,7 +223,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         backend.disconnect(conn.qp);
                         Cqe::err(ud, Reason::Verbs)
                     }
-                    Ok(conn) => match messages.join(gid, service, conn.qp) {
+                    Ok(conn) => match messages.join(gid, service, conn.qp, open) {
                         None => {
                             backend.disconnect(conn.qp);
                             Cqe::err(ud, Reason::TableFull)
