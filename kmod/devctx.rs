@@ -286,9 +286,9 @@ impl DevCtx {
         slot: u16,
         mut step: impl FnMut(&mut DevState) -> Result<Next<T>>,
     ) -> Result<Option<T>> {
-        // SAFETY: reads a module parameter.
-        let spin_us = unsafe { shim::krcore_shim_wait_spin_us() } as u64;
-        let start = now_us();
+        // When the first step found nothing, and how long to poll: read only then, so a
+        // call that needs no wait pays for neither.
+        let mut spin: Option<(u64, u64)> = None;
         let mut slept = false;
         loop {
             let mut st = self.state.lock();
@@ -308,6 +308,9 @@ impl DevCtx {
             if kernel::current!().signal_pending() {
                 return Ok(None);
             }
+            // SAFETY: reads a module parameter.
+            let (start, spin_us) = *spin
+                .get_or_insert_with(|| (now_us(), unsafe { shim::krcore_shim_wait_spin_us() } as u64));
             if now_us().saturating_sub(start) < spin_us {
                 drop(st);
                 // SAFETY: plain scheduling point, no locks held.
