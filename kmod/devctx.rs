@@ -399,14 +399,18 @@ impl DevCtx {
             st.registering -= 1;
         }
         let DevState {
-            hw, exports, rings, ..
+            hw,
+            exports,
+            rings,
+            sleepers,
+            ..
         } = &mut *st;
         match rings.get_mut(slot as usize).and_then(|r| r.as_mut()) {
             Some(ring) => {
                 let e = ring.engine();
                 e.finish_registration(r, result, exports, hw);
                 e.publish();
-                ring.notify();
+                ring.notify(*sleepers > 0);
             }
             // Unreachable while the file is open (rings outlive their files' ioctls),
             // kept so an MR can never leak.
@@ -471,6 +475,7 @@ impl DevCtx {
             messages,
             rings,
             recovery,
+            sleepers,
             ..
         } = st;
         // Every posted request is counted on its QP until its completion is routed (the
@@ -482,11 +487,18 @@ impl DevCtx {
         } else {
             0
         };
-        let recycled = Self::recover(recovery, hw, qps, messages, rings);
+        let recycled = if recovery.idle(qps, messages) {
+            0
+        } else {
+            Self::recover(recovery, hw, qps, messages, rings)
+        };
+        // Wait queues are woken only when someone sleeps (sleepers register under this
+        // lock, after a step that saw every CQE published before it).
+        let wake = *sleepers > 0;
         if let (0, 0, Some(me)) = (polled, recycled, me) {
             if let Some(Some(r)) = rings.get_mut(me as usize) {
                 r.engine().publish();
-                r.notify();
+                r.notify(wake);
             }
             return 0;
         }
@@ -499,7 +511,7 @@ impl DevCtx {
                     }
                 } else {
                     e.publish();
-                    r.notify();
+                    r.notify(wake);
                 }
             }
         }

@@ -152,15 +152,18 @@ impl RingCtx {
         Ok(())
     }
 
-    /// Tells waiters and the eventfd that the ring gained completions, if it did since
-    /// the last time.
-    pub(crate) fn notify(&mut self) {
+    /// Tells the eventfd, and the waiters if `waiters` (someone on the device sleeps),
+    /// that the ring gained completions, if it did since the last time. Called under the
+    /// device lock, under which a waiter reads the generation before it sleeps.
+    pub(crate) fn notify(&mut self, waiters: bool) {
         let produced = self.ring.stats().completed;
         if produced == self.signalled {
             return;
         }
         self.signalled = produced;
-        self.waitq.wake();
+        if waiters {
+            self.waitq.wake();
+        }
         if let Some(e) = &self.eventfd {
             // SAFETY: live reference (invariant of EventFd).
             unsafe { shim::krcore_shim_eventfd_signal(e.0) };

@@ -84,6 +84,16 @@ impl Recovery {
         self.errored != 0
     }
 
+    /// Whether a [`step`](Self::step) would do nothing: no QP being recovered, failed or
+    /// with requests posted, no send waiting for a receive, nothing owed. The caller
+    /// may then skip the step (and reading the clock for it).
+    pub fn idle<S: Store>(&self, qps: &[PhysQp<S>], messages: &Messages<S>) -> bool {
+        self.errored == 0
+            && messages.waiting() == 0
+            && !messages.owes()
+            && qps.iter().all(|q| !q.failed() && q.posted() == 0)
+    }
+
     /// Takes a completion of the backend's own request `wr_id` on QP `qp`; `false` if it
     /// is a ring's, to be routed.
     pub fn on_completion(&mut self, qp: u32, wr_id: u64) -> bool {
@@ -254,6 +264,18 @@ mod tests {
         assert_eq!(hw.rearmed, [(2, 2)]);
         assert_eq!(owed, [(9, Completion::Failed(Reason::QpError))]);
         assert!(!q[2].failed() && !q[3].failed() && !r.busy());
+    }
+
+    #[test]
+    fn idle_only_with_nothing_to_do() {
+        let (r, mut q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), qps());
+        let m = Messages::with_capacity(4, 4);
+        assert!(r.idle(&q, &m));
+        q[1].reserve(posted(7));
+        assert!(!r.idle(&q, &m), "a request posted");
+        let mut q = qps();
+        q[2].fail();
+        assert!(!r.idle(&q, &m), "a QP failed");
     }
 
     #[test]
