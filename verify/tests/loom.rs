@@ -2,8 +2,9 @@
 //!
 //! Run with `make loom` (`RUSTFLAGS="--cfg loom" cargo test --profile loom --test loom`).
 //! Each model has a `weakened_*` twin that downgrades the protocol's acquire/release
-//! pairs (or the need-wakeup fence) to relaxed and must fail: proof that the model
-//! checks the orderings and not just runs.
+//! pairs (or the need-wakeup fence) to relaxed, or moves a step of the sleeping wait
+//! out of its critical section, and must fail: proof that the model checks the
+//! protocol and not just runs.
 #![cfg(loom)]
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
@@ -236,6 +237,82 @@ fn need_wakeup_handshake() {
 #[should_panic]
 fn weakened_need_wakeup_handshake() {
     wakeup_model(true);
+}
+
+/// How a waiter may break the sleeping-wait protocol (kmod devctx's `until`, wait.rs).
+#[derive(Clone, Copy, PartialEq)]
+enum WaitFault {
+    None,
+    /// Reads the wait queue's generation after releasing the device lock.
+    GenerationAfterUnlock,
+    /// Counts itself a sleeper in a second critical section.
+    SleeperLate,
+}
+
+/// Sleeping waits: a waiter finds no completion under the device lock and goes to sleep
+/// until the ring's generation moves, while completion routing publishes one under the
+/// same lock and bumps the generation only if someone sleeps. Whatever the
+/// interleaving, the waiter saw the completion or its generation moved: no lost wakeup.
+fn sleep_model(fault: WaitFault) {
+    model(move || {
+        // (completions published, sleepers), as under the device lock.
+        let dev = Arc::new(Mutex::new((0u32, 0u32)));
+        let gen = Arc::new(AtomicU32::new(0));
+        let router = {
+            let (dev, gen) = (dev.clone(), gen.clone());
+            thread::spawn(move || {
+                let mut st = dev.lock().unwrap();
+                st.0 += 1;
+                if st.1 > 0 {
+                    gen.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        let seen = {
+            let mut st = dev.lock().unwrap();
+            if st.0 > 0 {
+                None
+            } else {
+                let seen =
+                    (fault != WaitFault::GenerationAfterUnlock).then(|| gen.load(Ordering::SeqCst));
+                if fault != WaitFault::SleeperLate {
+                    st.1 += 1;
+                }
+                Some(seen)
+            }
+        };
+        if let Some(seen) = seen {
+            let seen = seen.unwrap_or_else(|| gen.load(Ordering::SeqCst));
+            if fault == WaitFault::SleeperLate {
+                dev.lock().unwrap().1 += 1;
+            }
+            router.join().unwrap();
+            assert_ne!(
+                gen.load(Ordering::SeqCst),
+                seen,
+                "lost wakeup: the waiter sleeps on a generation that will not move"
+            );
+        } else {
+            router.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn sleeping_wait_loses_no_wakeup() {
+    sleep_model(WaitFault::None);
+}
+
+#[test]
+#[should_panic]
+fn weakened_sleeping_wait_generation_after_unlock() {
+    sleep_model(WaitFault::GenerationAfterUnlock);
+}
+
+#[test]
+#[should_panic]
+fn weakened_sleeping_wait_sleeper_counted_late() {
+    sleep_model(WaitFault::SleeperLate);
 }
 
 type LRing = Ring<VecStore, LoomRing<Sqe>, LoomRing<Cqe>>;
