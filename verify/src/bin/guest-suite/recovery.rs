@@ -59,6 +59,9 @@ fn reader(until: impl Fn(u64) -> bool) -> Result<(u64, u64), String> {
             None => {
                 good += 1;
                 last_good = Instant::now();
+                check(buf.bytes()[2048..2056] == buf.bytes()[..8], || {
+                    "READ moved the wrong bytes".into()
+                })?;
             }
             Some(Reason::QpError) => {
                 qp_errors += 1;
@@ -68,9 +71,6 @@ fn reader(until: impl Fn(u64) -> bool) -> Result<(u64, u64), String> {
         }
         check(last_good.elapsed() < Duration::from_secs(5), || {
             format!("no good READ for 5 s ({qp_errors} QpError completions)")
-        })?;
-        check(buf.bytes()[2048..2056] == buf.bytes()[..8], || {
-            "READ moved the wrong bytes".into()
         })?;
     }
     Ok((good, qp_errors))
