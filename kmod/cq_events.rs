@@ -54,6 +54,14 @@ impl CqEvents {
     }
 }
 
+impl Drop for CqEvents {
+    /// Frees the item if [`stop`](Self::stop) did not: only on a context that failed to
+    /// come up, whose CQ was never armed, so no event can be queued.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// The CQ event work of a device context.
 #[no_mangle]
 extern "C" fn krcore_rs_dev_cq_event(ctx: *mut core::ffi::c_void) {

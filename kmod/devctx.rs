@@ -117,7 +117,6 @@ impl DevCtx {
     /// Allocates the context of `ib`: PD, CQ, the engine's pool accounting.
     pub(crate) fn new(ib: *mut IbDevice) -> Result<Arc<DevCtx>> {
         let events = CqEvents::new()?;
-        let hw = Hw::new(ib, events.raw())?;
         let mut qps = KVec::with_capacity(POOL_QPS, GFP_KERNEL)?;
         for _ in 0..POOL_QPS {
             qps.push(
@@ -129,17 +128,22 @@ impl DevCtx {
                 GFP_KERNEL,
             )?;
         }
+        let exports = Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY, GFP_KERNEL)?);
+        let messages = Messages::new(MessageStorage {
+            links: KBuf::filled(LINKS, Slot::EMPTY, GFP_KERNEL)?,
+            half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
+            recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
+            waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
+            owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
+        });
+        // The verbs objects last: a failure after them would leak them (Hw is released
+        // only by `destroy`).
+        let hw = Hw::new(ib, events.raw())?;
         let state = DevState {
             hw,
             qps,
-            exports: Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY, GFP_KERNEL)?),
-            messages: Messages::new(MessageStorage {
-                links: KBuf::filled(LINKS, Slot::EMPTY, GFP_KERNEL)?,
-                half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
-                recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
-                waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
-                owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
-            }),
+            exports,
+            messages,
             registering: 0,
             rings: KVec::new(),
             gens: KVec::new(),

@@ -16,29 +16,15 @@ use krcore_uring::{Builder, Device, Ring};
 
 use crate::dataplane::one;
 use crate::paths::{leak, run, KrRing, Op};
+use verify::guest::{thread_cpu, Param};
 
-const SPIN_PARAM: &str = "/sys/module/krcore/parameters/wait_spin_us";
 /// The two ways to wait: series name and `wait_spin_us`.
-const MODES: [(&str, u32); 2] = [("krcore-spin", 1_000_000), ("krcore-sleep", 0)];
+const MODES: [(&str, &str); 2] = [("krcore-spin", "1000000"), ("krcore-sleep", "0")];
 const BLOCKS: usize = 10;
 const PER_BLOCK: usize = 100;
 /// How long the peer keeps the waiter waiting.
 const DELAY: Duration = Duration::from_secs(1);
 const WAITS: usize = 3;
-
-fn set_spin(us: u32) {
-    std::fs::write(SPIN_PARAM, us.to_string()).expect(SPIN_PARAM);
-}
-
-/// CPU time this thread has used.
-fn thread_cpu() -> Duration {
-    // SAFETY: an all-zero rusage is valid; getrusage fills it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid rusage to fill.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
 
 /// A ring with a virtual QP connected to `service` and a registered 64-byte buffer.
 fn endpoint(service: u32) -> (Ring, u32, u32, u64) {
@@ -70,15 +56,15 @@ fn slow_peer_wait(service: u32) -> Duration {
     cpu
 }
 
-/// Every waiting figure; leaves `wait_spin_us` as it found it.
+/// Every waiting figure; leaves `wait_spin_us` as it found it (each mode's setting is
+/// restored when its block ends).
 pub fn figures(out: &mut Vec<Record>) {
-    let old = std::fs::read_to_string(SPIN_PARAM).expect(SPIN_PARAM);
     let mut p = KrRing::new(false);
     let mut lat = [Vec::new(), Vec::new()];
     let mut i = 0;
     for _ in 0..BLOCKS {
         for (k, &(_, spin)) in MODES.iter().enumerate() {
-            set_spin(spin);
+            let _mode = Param::set("wait_spin_us", spin).expect("wait_spin_us");
             for _ in 0..PER_BLOCK {
                 lat[k].push(one(&mut p, Op::Read, i));
                 i += 1;
@@ -90,12 +76,11 @@ pub fn figures(out: &mut Vec<Record>) {
     let mut service = 101;
     for _ in 0..WAITS {
         for (k, &(_, spin)) in MODES.iter().enumerate() {
-            set_spin(spin);
+            let _mode = Param::set("wait_spin_us", spin).expect("wait_spin_us");
             cpu[k].push(slow_peer_wait(service));
             service += 2;
         }
     }
-    std::fs::write(SPIN_PARAM, old.trim()).expect(SPIN_PARAM);
     for (k, &(series, _)) in MODES.iter().enumerate() {
         out.push(Record::times(
             "read8-wait",

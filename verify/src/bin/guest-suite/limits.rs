@@ -10,32 +10,7 @@ use krcore_uring::{Builder, Device, Ring};
 use crate::datapath::{run, Buf};
 use crate::harness::check;
 use crate::isolation::Child;
-
-const PARAMS: &str = "/sys/module/krcore/parameters";
-
-/// Sets a module parameter for the duration of a test, restoring it on drop.
-struct Param {
-    name: &'static str,
-    old: String,
-}
-
-impl Param {
-    fn set(name: &'static str, value: &str) -> Result<Param, String> {
-        let path = format!("{PARAMS}/{name}");
-        let old = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-        std::fs::write(&path, value).map_err(|e| format!("{path}: {e}"))?;
-        Ok(Param {
-            name,
-            old: old.trim().to_string(),
-        })
-    }
-}
-
-impl Drop for Param {
-    fn drop(&mut self) {
-        let _ = std::fs::write(format!("{PARAMS}/{}", self.name), &self.old);
-    }
-}
+use verify::guest::Param;
 
 /// Becomes an unprivileged user (no capabilities left), with RLIMIT_MEMLOCK `memlock`.
 fn become_user(uid: u32, memlock: u64) -> Result<(), String> {

@@ -29,13 +29,10 @@ const TICKS: Duration = Duration::from_millis(50);
 
 /// The module's request deadline.
 fn deadline() -> Result<Duration, String> {
-    let p = "/sys/module/krcore/parameters/request_timeout_ms";
-    let ms: u64 = std::fs::read_to_string(p)
-        .map_err(|e| format!("{p}: {e}"))?
-        .trim()
-        .parse()
-        .map_err(|e| format!("{p}: {e}"))?;
-    Ok(Duration::from_millis(ms))
+    let ms = verify::guest::param("request_timeout_ms")?;
+    ms.parse()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("request_timeout_ms {ms:?}: {e}"))
 }
 
 /// A process that connects to `SERVICE` and READs its own exported memory through the

@@ -10,28 +10,10 @@ use krcore_uring::{Builder, Ring};
 use crate::datapath::{collect, ok, open, Buf, LOCAL_GID};
 use crate::harness::check;
 use crate::isolation::Child;
-
-const SPIN_PARAM: &str = "/sys/module/krcore/parameters/wait_spin_us";
+use verify::guest::{param, thread_cpu, Param};
 
 /// How long the peer makes the waiter wait.
 const DELAY: Duration = Duration::from_secs(1);
-
-/// CPU time this thread has used.
-fn thread_cpu() -> Duration {
-    // SAFETY: an all-zero rusage is valid; getrusage fills it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid rusage to fill.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// Sets `wait_spin_us`; returns the previous value.
-fn set_spin(us: u64) -> Result<String, String> {
-    let old = std::fs::read_to_string(SPIN_PARAM).map_err(|e| format!("{SPIN_PARAM}: {e}"))?;
-    std::fs::write(SPIN_PARAM, us.to_string()).map_err(|e| format!("{SPIN_PARAM}: {e}"))?;
-    Ok(old.trim().to_string())
-}
 
 /// A ring with a virtual QP connected to `service` and a registered 64-byte buffer.
 fn endpoint(service: u32) -> Result<(Ring, u32, u32, Buf), String> {
@@ -69,15 +51,12 @@ fn wait_for_a_slow_peer(service: u32) -> Result<(Duration, Duration), String> {
 }
 
 pub fn a_waiting_process_sleeps() -> Result<(), String> {
-    let default = std::fs::read_to_string(SPIN_PARAM)
-        .map_err(|e| format!("{SPIN_PARAM}: {e}"))?
-        .trim()
-        .to_string();
+    let default = param("wait_spin_us")?;
     let (wall, cpu) = wait_for_a_slow_peer(13)?;
     // The same wait with polling only, as before waits slept: the measurement sees it.
-    let old = set_spin(10 * DELAY.as_micros() as u64)?;
+    let polling = Param::set("wait_spin_us", &(10 * DELAY.as_micros()).to_string())?;
     let spun = wait_for_a_slow_peer(15);
-    set_spin(old.parse().unwrap_or(50))?;
+    drop(polling);
     let (spin_wall, spin_cpu) = spun?;
     let share = |cpu: Duration, wall: Duration| 100.0 * cpu.as_secs_f64() / wall.as_secs_f64();
     println!(
