@@ -32,6 +32,8 @@ pub(crate) mod poller;
 pub(crate) mod ring;
 #[path = "../abi/src/sqe.rs"]
 pub(crate) mod sqe;
+#[path = "../abi/src/waiter.rs"]
+pub(crate) mod waiter;
 
 use kernel::error::Error;
 use kernel::types::{AsBytes, FromBytes};

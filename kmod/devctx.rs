@@ -42,14 +42,12 @@ use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::cqe::{Cqe, Reason};
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
+use crate::abi::waiter::{Wait, WaitPolicy};
 use crate::backend::{self, Hw, POOL_QPS, SEND_DEPTH};
 use crate::cq_events::CqEvents;
 use crate::ring_ctx::{RingAreas, RingCtx};
 use crate::shim::{self, IbDevice, WcC};
 use crate::store::{KBuf, KStore};
-
-/// The longest a waiting process sleeps before it steps again.
-const WAIT_SLICE_US: u32 = 10_000;
 
 /// The monotonic clock, us.
 fn now_us() -> u64 {
@@ -281,18 +279,18 @@ impl DevCtx {
 
     /// Runs `step` under the device lock until it is done or a signal arrives (`None`),
     /// carrying out the registrations it asks for without the lock. Between steps it
-    /// polls for `wait_spin_us` (module parameter), then sleeps on ring `slot`'s wait
-    /// queue with the CQ armed, so a waiting process costs no CPU: a routed completion
-    /// wakes it, and so does [`WAIT_SLICE_US`] passing (deadlines and recovery advance
-    /// in its steps).
+    /// polls or sleeps as abi's `WaitPolicy` says (polling for `wait_spin_us`, the module
+    /// parameter), sleeping on ring `slot`'s wait queue with the CQ armed, so a waiting
+    /// process costs no CPU: a routed completion wakes it, and so does a slice passing
+    /// (deadlines and recovery advance in its steps).
     fn until<T>(
         &self,
         slot: u16,
         mut step: impl FnMut(&mut DevState) -> Result<Next<T>>,
     ) -> Result<Option<T>> {
-        // When the first step found nothing, and how long to poll: read only then, so a
-        // call that needs no wait pays for neither.
-        let mut spin: Option<(u64, u64)> = None;
+        // Made at the first step that found nothing, so a call that needs no wait reads
+        // neither the parameter nor the clock.
+        let mut policy: Option<WaitPolicy> = None;
         let mut slept = false;
         loop {
             let mut st = self.state.lock();
@@ -312,15 +310,16 @@ impl DevCtx {
             if kernel::current!().signal_pending() {
                 return Ok(None);
             }
-            // SAFETY: reads a module parameter.
-            let (start, spin_us) = *spin
-                .get_or_insert_with(|| (now_us(), unsafe { shim::krcore_shim_wait_spin_us() } as u64));
-            if now_us().saturating_sub(start) < spin_us {
+            let policy = policy.get_or_insert_with(|| {
+                // SAFETY: reads a module parameter.
+                WaitPolicy::new(unsafe { shim::krcore_shim_wait_spin_us() })
+            });
+            let Wait::Sleep { timeout_us } = policy.next(now_us()) else {
                 drop(st);
                 // SAFETY: plain scheduling point, no locks held.
                 unsafe { shim::krcore_shim_cond_resched() };
                 continue;
-            }
+            };
             // The generation is read under the lock the step ran under, and the CQ armed
             // after its poll: a completion from here on moves the generation, or was
             // missed by the arm (then poll again at once).
@@ -332,7 +331,7 @@ impl DevCtx {
             drop(st);
             if !missed {
                 // A signal shows in the next round.
-                let _ = wq.sleep(seen, WAIT_SLICE_US);
+                let _ = wq.sleep(seen, timeout_us);
             }
         }
     }

@@ -25,3 +25,4 @@ pub mod opcode;
 pub mod poller;
 pub mod ring;
 pub mod sqe;
+pub mod waiter;

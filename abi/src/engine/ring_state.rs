@@ -325,7 +325,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// Closes the ring: no CQE is written any more; completions still retire its
-    /// requests; its virtual QPs leave their links for messages. Call [`release_idle`](Self::release_idle) until it returns `true`.
+    /// requests; its virtual QPs leave their links for messages. Call
+    /// [`release_idle`](Self::release_idle) until it returns `true`.
     pub fn close(
         &mut self,
         qps: &mut [PhysQp<S>],
