@@ -19,9 +19,7 @@ use core::ffi::c_void;
 
 use kernel::prelude::*;
 
-use crate::abi::engine::{
-    Backend, Connection, MrKeys, PostError, Rearm, SendKind, SendWr, CHAIN,
-};
+use crate::abi::engine::{Connection, MrKeys, Post, PostError, Rearm, SendKind, SendWr, CHAIN};
 use crate::abi::errno::Errno;
 use crate::abi::sqe::{MrAccess, SqeFlags};
 use crate::shim::{self, CqNotify, IbCq, IbDevice, IbMr, IbPd, IbQp, Scratch, SendWrC};
@@ -58,13 +56,12 @@ struct PoolQp {
 /// One device's verbs objects.
 ///
 /// # Invariants
-/// `ib` is valid until [`Hw::destroy`] (the ib_client's remove calls it first); `pd`,
-/// `cq` and `scratch` were allocated for it and are released only by `destroy`.
+/// `ib` is valid until [`Hw::destroy`] (the ib_client's remove calls it first); `pd`
+/// and `cq` were allocated for it and are released only by `destroy`.
 pub(crate) struct Hw {
     ib: *mut IbDevice,
     pd: *mut IbPd,
     cq: *mut IbCq,
-    scratch: *mut Scratch,
     pool: KVec<PoolQp>,
     /// The GID the pool is connected over, its index and its netdev's MAC.
     pool_gid: [u8; 16],
@@ -75,7 +72,8 @@ pub(crate) struct Hw {
     dead: bool,
 }
 
-// SAFETY: the verbs objects are used only under the device context's mutex.
+// SAFETY: the verbs objects are used only under the device's membership mutex (the CQ
+// also by its poller, under the CQ mutex, until the removal, which stops it first).
 unsafe impl Send for Hw {}
 
 impl Hw {
@@ -94,22 +92,11 @@ impl Hw {
             unsafe { shim::krcore_shim_dealloc_pd(pd) };
             return Err(e.into());
         }
-        // SAFETY: plain allocation.
-        let scratch = unsafe { shim::krcore_shim_scratch_alloc() };
-        if scratch.is_null() {
-            // SAFETY: allocated just above, released once.
-            unsafe {
-                shim::krcore_shim_free_cq(cq);
-                shim::krcore_shim_dealloc_pd(pd);
-            }
-            return Err(ENOMEM);
-        }
         // INVARIANT: all allocated for `ib`.
         Ok(Hw {
             ib,
             pd,
             cq,
-            scratch,
             pool: KVec::new(),
             pool_gid: [0; 16],
             sgid_index: 0,
@@ -119,42 +106,15 @@ impl Hw {
         })
     }
 
-    /// Whether the device is gone.
-    pub(crate) fn dead(&self) -> bool {
-        self.dead
+    /// The CQ (live until [`destroy`](Self::destroy)), for the device's poller and
+    /// arming.
+    pub(crate) fn cq(&self) -> *mut IbCq {
+        self.cq
     }
 
-    /// Arms the CQ for one completion event; `true` when completions may have arrived
-    /// unannounced since the last poll (poll again rather than wait for the event).
-    pub(crate) fn arm(&mut self) -> bool {
-        // SAFETY: the CQ is live while not dead (invariant).
-        !self.dead && unsafe { shim::krcore_shim_cq_arm(self.cq) } > 0
-    }
-
-
-    /// Index in the pool of the QP numbered `qpn`.
-    pub(crate) fn qp_index(&self, qpn: u32) -> Option<u32> {
-        self.pool
-            .iter()
-            .position(|q| q.qpn == qpn)
-            .map(|i| i as u32)
-    }
-
-    /// Polls up to `out.len()` completions.
-    pub(crate) fn poll(&mut self, out: &mut [shim::WcC]) -> usize {
-        if self.dead {
-            return 0;
-        }
-        // SAFETY: the CQ is live (invariant, not dead); `out` has room for the count.
-        let n = unsafe {
-            shim::krcore_shim_poll_cq(
-                self.scratch,
-                self.cq,
-                out.as_mut_ptr(),
-                out.len().min(16) as i32,
-            )
-        };
-        n.max(0) as usize
+    /// Pooled QP `i` and its number, once the pool is built.
+    pub(crate) fn pool_qp(&self, i: usize) -> Option<(*mut IbQp, u32)> {
+        self.pool.get(i).map(|q| (q.qp, q.qpn))
     }
 
     /// Builds the pool on the port's RoCE v2 IPv4 GID, if there is one and no pool yet
@@ -274,7 +234,6 @@ impl Hw {
         unsafe {
             shim::krcore_shim_free_cq(self.cq);
             shim::krcore_shim_dealloc_pd(self.pd);
-            shim::krcore_shim_scratch_free(self.scratch);
         }
         self.dead = true;
     }
@@ -396,27 +355,118 @@ fn to_c(wr: &SendWr) -> SendWrC {
     c
 }
 
-impl Backend for Hw {
-    fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError> {
-        let dead = PostError {
-            posted: 0,
-            errno: Errno::ENODEV,
+/// Scratch memory a chain of work requests, or a batch of work completions, is
+/// converted in (shim.c's `struct krcore_scratch`), used under one lock.
+pub(crate) struct ScratchBuf(*mut Scratch);
+
+// SAFETY: used only under the lock of what owns it.
+unsafe impl Send for ScratchBuf {}
+
+impl ScratchBuf {
+    /// Allocates one.
+    pub(crate) fn new() -> Result<ScratchBuf> {
+        // SAFETY: plain allocation.
+        let s = unsafe { shim::krcore_shim_scratch_alloc() };
+        if s.is_null() {
+            return Err(ENOMEM);
+        }
+        Ok(ScratchBuf(s))
+    }
+}
+
+impl Drop for ScratchBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`, freed once.
+        unsafe { shim::krcore_shim_scratch_free(self.0) };
+    }
+}
+
+/// Posting on one pooled QP, used only within the QP's lock (fabric.rs).
+pub(crate) struct QpPost {
+    /// The QP, null until the pool is built and again once it is destroyed.
+    pub(crate) qp: *mut IbQp,
+    scratch: ScratchBuf,
+}
+
+// SAFETY: used only under its QP's mutex.
+unsafe impl Send for QpPost {}
+
+impl QpPost {
+    /// For a QP yet to be built.
+    pub(crate) fn new() -> Result<QpPost> {
+        Ok(QpPost {
+            qp: core::ptr::null_mut(),
+            scratch: ScratchBuf::new()?,
+        })
+    }
+}
+
+/// Polling the device's CQ, used only under the CQ's lock (devctx.rs).
+pub(crate) struct CqPoll {
+    /// The CQ, null once destroyed.
+    pub(crate) cq: *mut IbCq,
+    scratch: ScratchBuf,
+}
+
+// SAFETY: used only under the CQ mutex.
+unsafe impl Send for CqPoll {}
+
+impl CqPoll {
+    /// For `cq` (live until `cq` is set to null under the same lock).
+    pub(crate) fn new(cq: *mut IbCq) -> Result<CqPoll> {
+        Ok(CqPoll {
+            cq,
+            scratch: ScratchBuf::new()?,
+        })
+    }
+
+    /// Polls up to `out.len()` (at most 16) completions; none once the CQ is gone.
+    pub(crate) fn poll(&mut self, out: &mut [shim::WcC]) -> usize {
+        if self.cq.is_null() {
+            return 0;
+        }
+        // SAFETY: live CQ (non-null); `out` has room for the count.
+        let n = unsafe {
+            shim::krcore_shim_poll_cq(self.scratch.0, self.cq, out.as_mut_ptr(), out.len().min(16) as i32)
         };
-        let q = self
-            .pool
-            .get(qp as usize)
-            .filter(|_| !self.dead)
-            .ok_or(dead)?;
+        n.max(0) as usize
+    }
+}
+
+/// Arming the device's CQ for one event, from any context that may sleep (a leaf lock).
+pub(crate) struct CqArm(pub(crate) *mut IbCq);
+
+// SAFETY: used only under its leaf mutex.
+unsafe impl Send for CqArm {}
+
+impl CqArm {
+    /// Arms the CQ; `true` when completions may have arrived unannounced since the last
+    /// poll (poll again rather than wait for the event). `false` once the CQ is gone.
+    pub(crate) fn arm(&self) -> bool {
+        // SAFETY: live CQ (non-null).
+        !self.0.is_null() && unsafe { shim::krcore_shim_cq_arm(self.0) } > 0
+    }
+}
+
+impl Post for QpPost {
+    fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError> {
+        if self.qp.is_null() {
+            return Err(PostError {
+                posted: 0,
+                errno: Errno::ENODEV,
+            });
+        }
         let mut c = [SendWrC::default(); CHAIN];
         for (d, w) in c.iter_mut().zip(wrs) {
             *d = to_c(w);
         }
         let mut posted = 0u32;
-        // SAFETY: live QP; `c` holds `wrs.len()` (<= CHAIN = 16) requests.
+        // SAFETY: live QP (non-null: between the pool's building and its destruction,
+        // both under this QP's lock); `c` holds `wrs.len()` (<= CHAIN = 16) requests.
         let r = unsafe {
             shim::krcore_shim_post_send(
-                self.scratch,
-                q.qp,
+                self.scratch.0,
+                self.qp,
                 c.as_ptr(),
                 wrs.len() as u32,
                 &mut posted,
@@ -430,14 +480,12 @@ impl Backend for Hw {
         }
         Ok(())
     }
+}
 
-    fn dereg_mr(&mut self, keys: MrKeys) {
-        // SAFETY: `token` is the ib_mr registered by `reg_mr`; the engine deregisters each
-        // once, with nothing in flight (or with the device's QPs destroyed).
-        unsafe { shim::krcore_shim_dereg_mr(keys.token as *mut IbMr) };
-    }
-
-    fn connect(
+impl Hw {
+    /// Binds to a pooled physical QP connected to `gid`/`service` (building the pool at
+    /// the first CONNECT); with `opposite`, to the QP connected to that one.
+    pub(crate) fn connect(
         &mut self,
         gid: [u8; 16],
         service: u32,
@@ -467,15 +515,19 @@ impl Backend for Hw {
             qpn: self.pool[qp].qpn,
         })
     }
+}
 
-    fn disconnect(&mut self, _qp: u32) {
-        // Pooled QPs stay connected for the next CONNECT; the engine tracks bindings.
-    }
+/// Deregisters an MR; nothing of it is in flight.
+pub(crate) fn dereg_mr(keys: MrKeys) {
+    // SAFETY: `token` is the ib_mr registered by `reg_mr`; the engine deregisters each
+    // once, with nothing in flight (or with the device's QPs destroyed).
+    unsafe { shim::krcore_shim_dereg_mr(keys.token as *mut IbMr) };
+}
 
-    fn descriptor(&mut self) -> u64 {
-        // SAFETY: plain call.
-        unsafe { shim::krcore_shim_random_u64() }
-    }
+/// A fresh unpredictable 64-bit value (the kernel's CSPRNG), for export descriptors.
+pub(crate) fn descriptor() -> u64 {
+    // SAFETY: plain call.
+    unsafe { shim::krcore_shim_random_u64() }
 }
 
 /// A device's PD, lent to a registration that runs without the device lock.

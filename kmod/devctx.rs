@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! A device context: one RDMA device's verbs objects, the engine's accounting of its
-//! physical QPs, its exported MRs, its message links, and the rings bound to it, all
-//! under one mutex.
+//! physical QPs, its exported MRs, its message links, and the rings bound to it, each
+//! part under its own lock, so rings on different physical QPs never wait for each
+//! other and ring-local work (NOP, rejected entries, reaping) waits for no other ring.
 //!
 //! # Lock order
 //!
@@ -9,14 +10,22 @@
 //!
 //! 1. a file's `setup_lock` (file.rs): serializes IOC_SETUP on one file;
 //! 2. the registry's `devices` mutex (device.rs): which devices exist;
-//! 3. a device's `state` mutex (here): serializes every engine call for the device
-//!    (submission, completion routing, ring close), as verify/'s loom models assume;
+//! 3. a device's `cq` mutex (here): polling the CQ and routing what it holds, so
+//!    completions reach each ring in the order the CQ gave them;
+//! 4. a ring's `ctx` mutex (ring_ctx.rs): everything of that ring's engine;
+//! 5. the device's membership mutex (fabric.rs): the verbs objects and the pool's
+//!    bindings, links and their messages, recovery; taken by CONNECT, DISCONNECT,
+//!    two-sided messages, ring close and the recovery, never by one-sided requests;
+//! 6. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
+//! 7. leaves, under which nothing is taken: the device's exports, its ring table
+//!    (`rings`), a ring's completion inbox (ring_ctx.rs), the CQ's arming (`arm`);
 //!
-//! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf: taken
-//! with none of the others held, and nothing taken under it. The CQ event work
-//! (cq_events.rs) takes the device's `state` mutex alone; a device's removal waits for
-//! that work only after releasing the mutex. A ring's wait queue (wait.rs) is woken
-//! under the mutex and slept on with no lock held.
+//! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too. abi's
+//! engine takes 5-7 as its `fabric` module says (verify's fake fabric checks that order in
+//! every property test and fuzzing run). Routing runs under 3 and a QP's 6 and hands a
+//! completion to its ring's inbox (7); the ring takes it in under its own lock (4), from
+//! the router with nothing but 3 held. A ring's wait queue (wait.rs) is woken under the
+//! ring's mutex and slept on with no lock held.
 //!
 //! None is held while user memory is touched: ioctl arguments are copied in before and
 //! out after (the device query collects its rows first), REG_MR pins with no lock held
@@ -24,30 +33,32 @@
 //! removal waits for it instead of freeing the PD under it), and mmap takes no lock at
 //! all (a file's ring areas are reference-counted and reached through its binding).
 //! None is held across a wait for a peer either, except IOC_DIRECT's bounded benchmark
-//! wait. Every function here must be called from a context that may sleep.
+//! wait (under 3). Every function here must be called from a context that may sleep.
 
 use core::ffi::c_long;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
 
-use crate::abi::engine::{
-    complete_wc, direct_complete, Caller, Completion, Context, ExportSlot, Exports,
-    MessageStorage, Messages, PhysQp, Posted, Recovery, Registration, Slot, Stall, Wc, WcStatus,
-    DIRECT_WR_ID,
-};
 use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::cqe::{Cqe, Reason};
+use crate::abi::engine::{
+    complete_wc, direct_complete, is_backend_wr_id, Caller, Completion, Context, ExportSlot,
+    Exports, Fabric, MessageStorage, Messages, PhysQp, Posted, Qps, Recovery, Registration,
+    Slot, Stall, Wc, WcStatus, DIRECT_WR_ID,
+};
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
 use crate::abi::waiter::{Wait, WaitPolicy};
-use crate::backend::{self, Hw, POOL_QPS, SEND_DEPTH};
+use crate::backend::{self, CqArm, CqPoll, Hw, QpPost, POOL_QPS, SEND_DEPTH};
 use crate::cq_events::CqEvents;
-use crate::ring_ctx::{RingAreas, RingCtx};
+use crate::fabric::{MemberState, QpCell, Shared};
+use crate::ring_ctx::{RingAreas, RingCell, RingCtx};
 use crate::shim::{self, IbDevice, WcC};
-use crate::store::{KBuf, KStore};
+use crate::store::KBuf;
 
 /// The monotonic clock, us.
 fn now_us() -> u64 {
@@ -82,31 +93,31 @@ enum Next<T> {
     Register(Registration),
 }
 
-/// What the device mutex guards.
-pub(crate) struct DevState {
-    hw: Hw,
-    qps: KVec<PhysQp<KStore>>,
-    /// The MRs the device's rings export (the only source of rkeys on the wire).
-    exports: Exports<KStore>,
-    /// Links of virtual QPs, with their receives and waiting sends.
-    messages: Messages<KStore>,
-    /// Registrations pinning memory without the lock, each holding a [`backend::PdRef`].
-    registering: u32,
-    /// Recovery of failed pooled QPs, a connected pair at a time.
-    recovery: Recovery,
-    /// Rings by id; a closed ring stays until its requests have retired.
-    rings: KVec<Option<KBox<RingCtx>>>,
-    /// Generation of each ring slot, bumped on reuse.
+/// The rings bound to a device, by slot (a leaf lock).
+struct RingTable {
+    rings: KVec<Option<Arc<RingCell>>>,
+    /// Generation of each slot, bumped on reuse.
     gens: KVec<u16>,
-    /// Processes asleep waiting for completions: while any is, the CQ stays armed.
-    sleepers: u32,
 }
 
 /// A device context.
 #[pin_data]
 pub(crate) struct DevCtx {
+    /// The CQ's poller; routing holds it.
     #[pin]
-    state: Mutex<DevState>,
+    cq: Mutex<CqPoll>,
+    /// QPs, membership, exports (fabric.rs).
+    shared: Shared,
+    #[pin]
+    rings: Mutex<RingTable>,
+    #[pin]
+    arm: Mutex<CqArm>,
+    /// A ring may have completions in its inbox, or closed.
+    dirty: AtomicBool,
+    /// Processes asleep waiting for completions: while any is, the CQ stays armed.
+    sleepers: AtomicU32,
+    /// The device is gone.
+    dead: AtomicBool,
     /// The CQ's event work (cq_events.rs).
     events: CqEvents,
 }
@@ -115,14 +126,14 @@ impl DevCtx {
     /// Allocates the context of `ib`: PD, CQ, the engine's pool accounting.
     pub(crate) fn new(ib: *mut IbDevice) -> Result<Arc<DevCtx>> {
         let events = CqEvents::new()?;
-        let mut qps = KVec::with_capacity(POOL_QPS, GFP_KERNEL)?;
+        let mut cells = KVec::with_capacity(POOL_QPS, GFP_KERNEL)?;
         for _ in 0..POOL_QPS {
-            qps.push(
-                PhysQp::new(KBuf::filled(
-                    SEND_DEPTH as usize,
-                    Posted::EMPTY,
-                    GFP_KERNEL,
-                )?),
+            let acct = PhysQp::new(KBuf::filled(SEND_DEPTH as usize, Posted::EMPTY, GFP_KERNEL)?);
+            cells.push(
+                QpCell {
+                    acct,
+                    post: QpPost::new()?,
+                },
                 GFP_KERNEL,
             )?;
         }
@@ -134,24 +145,34 @@ impl DevCtx {
             waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
             owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
         });
-        // The verbs objects last: a failure after them would leak them (Hw is released
-        // only by `destroy`).
+        // The verbs objects last; a failure after them drops them (Hw releases them).
         let hw = Hw::new(ib, events.raw())?;
-        let state = DevState {
+        let cq_ptr = hw.cq();
+        let poll = CqPoll::new(cq_ptr)?;
+        let members = MemberState {
             hw,
-            qps,
-            exports,
             messages,
             registering: 0,
-            rings: KVec::new(),
-            gens: KVec::new(),
-            sleepers: 0,
             // SAFETY: reads a module parameter.
             recovery: Recovery::new(2, unsafe { shim::krcore_shim_request_timeout_ms() } as i64),
         };
+        // From here a failure drops `members`, whose Hw releases the verbs objects.
+        let shared = Shared::new(cells, members, exports)?;
         let ctx = Arc::pin_init(
             pin_init!(DevCtx {
-                state <- new_mutex!(state, "krcore_device"),
+                cq <- new_mutex!(poll, "krcore_cq"),
+                shared,
+                rings <- new_mutex!(
+                    RingTable {
+                        rings: KVec::new(),
+                        gens: KVec::new(),
+                    },
+                    "krcore_rings"
+                ),
+                arm <- new_mutex!(CqArm(cq_ptr), "krcore_cq_arm"),
+                dirty: AtomicBool::new(false),
+                sleepers: AtomicU32::new(0),
+                dead: AtomicBool::new(false),
                 events,
             }),
             GFP_KERNEL,
@@ -163,10 +184,9 @@ impl DevCtx {
     /// The CQ had an event (cq_events.rs): route what it holds, waking the rings that
     /// gained completions, and arm it again while anyone sleeps.
     pub(crate) fn cq_event(&self) {
-        let mut st = self.state.lock();
         loop {
-            Self::poll_and_route(&mut st, None);
-            if st.sleepers == 0 || !st.hw.arm() {
+            self.route();
+            if self.sleepers.load(Ordering::Acquire) == 0 || !self.arm.lock().arm() {
                 return;
             }
         }
@@ -175,59 +195,54 @@ impl DevCtx {
     /// Builds the QP pool if the device can have one now (the prewarm work item).
     pub(crate) fn prewarm(&self) {
         // SAFETY: reads a module parameter.
-        if unsafe { shim::krcore_shim_prewarm_enabled() } {
-            let built = self.state.lock().hw.prewarm();
-            if built {
-                pr_debug!("QP pool ready\n");
-            }
+        if unsafe { shim::krcore_shim_prewarm_enabled() } && self.shared.members().prewarm() {
+            pr_debug!("QP pool ready\n");
         }
     }
 
-    /// Sets up a ring on this device; returns its slot and its areas (which the file
-    /// maps without the device lock).
-    pub(crate) fn attach(&self, p: &mut SetupParams) -> Result<(u16, RingAreas)> {
-        let mut st = self.state.lock();
-        if st.hw.dead() {
+    /// Sets up a ring on this device; returns it and its areas (which the file maps
+    /// without any lock).
+    pub(crate) fn attach(&self, p: &mut SetupParams) -> Result<(Arc<RingCell>, RingAreas)> {
+        if self.dead.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
-        let slot = match st.rings.iter().position(|r| r.is_none()) {
+        let mut t = self.rings.lock();
+        let slot = match t.rings.iter().position(|r| r.is_none()) {
             Some(i) => i,
-            None if st.rings.len() < u16::MAX as usize => {
+            None if t.rings.len() < u16::MAX as usize => {
                 // Both tables grow together or not at all: a failure between two pushes
                 // would leave them of different lengths.
-                st.rings.reserve(1, GFP_KERNEL)?;
-                st.gens.reserve(1, GFP_KERNEL)?;
-                st.rings.push(None, GFP_KERNEL)?;
-                st.gens.push(0, GFP_KERNEL)?;
-                st.rings.len() - 1
+                t.rings.reserve(1, GFP_KERNEL)?;
+                t.gens.reserve(1, GFP_KERNEL)?;
+                t.rings.push(None, GFP_KERNEL)?;
+                t.gens.push(0, GFP_KERNEL)?;
+                t.rings.len() - 1
             }
             None => return Err(EMFILE),
         };
-        let gen = st.gens[slot].wrapping_add(1);
-        let ring = RingCtx::setup(p, slot as u16, gen)?;
-        let areas = ring.areas();
-        st.gens[slot] = gen;
-        st.rings[slot] = Some(ring);
-        Ok((slot as u16, areas))
+        let gen = t.gens[slot].wrapping_add(1);
+        let ctx = RingCtx::setup(p, slot as u16, gen)?;
+        let areas = ctx.areas();
+        let ring = RingCell::new(ctx, slot as u16, gen)?;
+        t.gens[slot] = gen;
+        t.rings[slot] = Some(ring.clone());
+        Ok((ring, areas))
     }
 
-    /// Submits for ring `slot` as `caller`, routes completions, and with GETEVENTS waits
-    /// (polling, yielding between polls) until `min_complete` CQEs are ready. Returns
-    /// SQEs taken.
-    pub(crate) fn enter(&self, slot: u16, args: &EnterArgs, caller: Caller) -> Result<c_long> {
+    /// Submits for `ring` as `caller`, routes completions, and with GETEVENTS waits
+    /// until `min_complete` CQEs are ready. Returns SQEs taken.
+    pub(crate) fn enter(&self, ring: &RingCell, args: &EnterArgs, caller: Caller) -> Result<c_long> {
         let flags = args.validate()?;
         let mut taken = 0u32;
-        let done = self.until(slot, |st| {
-            let (n, reg) = Self::submit(st, slot, args.to_submit - taken, caller)?;
+        let done = self.until(ring, |ctx| {
+            let (n, reg) = self.submit(ctx, args.to_submit - taken, caller)?;
             taken += n;
             if let Some(r) = reg {
                 return Ok(Next::Register(r));
             }
-            Self::poll_and_route(st, Some(slot));
-            let ring = Self::ring(st, slot)?;
             Ok(
                 if !flags.contains(EnterFlags::GETEVENTS)
-                    || ring.engine().cq_unread() >= args.min_complete
+                    || ctx.engine().cq_unread() >= args.min_complete
                 {
                     Next::Done(())
                 } else {
@@ -241,25 +256,24 @@ impl DevCtx {
         }
     }
 
-    /// The one-op ioctl (abi/src/compat.rs): pushes `op.sqe` into ring `slot`'s SQ and
-    /// runs the same submission as enter, then pops one CQE into `op.cqe`, waiting for
-    /// it with `WAIT`. A wait interrupted after a push returns with `popped` 0.
-    pub(crate) fn one(&self, slot: u16, op: &mut OneOp, caller: Caller) -> Result {
+    /// The one-op ioctl (abi/src/compat.rs): pushes `op.sqe` into `ring`'s SQ and runs
+    /// the same submission as enter, then pops one CQE into `op.cqe`, waiting for it with
+    /// `WAIT`. A wait interrupted after a push returns with `popped` 0.
+    pub(crate) fn one(&self, ring: &RingCell, op: &mut OneOp, caller: Caller) -> Result {
         let flags = op.validate()?;
         let pushed = flags.contains(OneFlags::PUSH);
-        if pushed && !Self::ring(&mut self.state.lock(), slot)?.app_push(op.sqe) {
+        if pushed && !ring.ctx.lock().app_push(op.sqe) {
             return Err(EAGAIN);
         }
         op.popped = 0;
-        let popped = self.until(slot, |st| {
-            if let (_, Some(r)) = Self::submit(st, slot, u32::MAX, caller)? {
+        let popped = self.until(ring, |ctx| {
+            if let (_, Some(r)) = self.submit(ctx, u32::MAX, caller)? {
                 return Ok(Next::Register(r));
             }
-            Self::poll_and_route(st, Some(slot));
             if !flags.contains(OneFlags::POP) {
                 return Ok(Next::Done(None));
             }
-            let c = Self::ring(st, slot)?.app_pop();
+            let c = ctx.app_pop();
             Ok(if c.is_some() || !flags.contains(OneFlags::WAIT) {
                 Next::Done(c)
             } else {
@@ -277,36 +291,52 @@ impl DevCtx {
         }
     }
 
-    /// Runs `step` under the device lock until it is done or a signal arrives (`None`),
-    /// carrying out the registrations it asks for without the lock. Between steps it
-    /// polls or sleeps as abi's `WaitPolicy` says (polling for `wait_spin_us`, the module
-    /// parameter), sleeping on ring `slot`'s wait queue with the CQ armed, so a waiting
+    /// Runs `step` under `ring`'s lock (after taking in what was routed to it) until it
+    /// is done or a signal arrives (`None`), carrying out the registrations it asks for
+    /// without the lock, and routing the CQ after each step. Between steps it polls or
+    /// sleeps as abi's `WaitPolicy` says (polling for `wait_spin_us`, the module
+    /// parameter), sleeping on the ring's wait queue with the CQ armed, so a waiting
     /// process costs no CPU: a routed completion wakes it, and so does a slice passing
     /// (deadlines and recovery advance in its steps).
     fn until<T>(
         &self,
-        slot: u16,
-        mut step: impl FnMut(&mut DevState) -> Result<Next<T>>,
+        ring: &RingCell,
+        mut step: impl FnMut(&mut RingCtx) -> Result<Next<T>>,
     ) -> Result<Option<T>> {
         // Made at the first step that found nothing, so a call that needs no wait reads
         // neither the parameter nor the clock.
         let mut policy: Option<WaitPolicy> = None;
-        let mut slept = false;
+        // Whether the CQ was routed since the last step: a wait is decided only by a
+        // step that saw what was there.
+        let mut routed = false;
         loop {
-            let mut st = self.state.lock();
-            if slept {
-                st.sleepers -= 1;
-                slept = false;
-            }
-            match step(&mut st)? {
-                Next::Done(v) => return Ok(Some(v)),
+            let mut ctx = ring.ctx.lock();
+            ring.absorb(&mut ctx);
+            let next = step(&mut ctx);
+            // CQEs the step wrote itself (NOPs, rejections, control entries) reach the
+            // eventfd and other waiters as routed ones do.
+            ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
+            match next? {
+                Next::Done(v) => {
+                    drop(ctx);
+                    // Route what our own submission may have completed already.
+                    self.route();
+                    return Ok(Some(v));
+                }
                 Next::Register(r) => {
-                    drop(st);
-                    self.register(slot, r);
+                    drop(ctx);
+                    self.register(ring, r);
                     continue;
                 }
                 Next::Again => {}
             }
+            if !routed {
+                drop(ctx);
+                self.route();
+                routed = true;
+                continue;
+            }
+            routed = false;
             if kernel::current!().signal_pending() {
                 return Ok(None);
             }
@@ -315,60 +345,41 @@ impl DevCtx {
                 WaitPolicy::new(unsafe { shim::krcore_shim_wait_spin_us() })
             });
             let Wait::Sleep { timeout_us } = policy.next(now_us()) else {
-                drop(st);
+                drop(ctx);
                 // SAFETY: plain scheduling point, no locks held.
                 unsafe { shim::krcore_shim_cond_resched() };
                 continue;
             };
-            // The generation is read under the lock the step ran under, and the CQ armed
-            // after its poll: a completion from here on moves the generation, or was
-            // missed by the arm (then poll again at once).
-            let wq = Self::ring(&mut st, slot)?.waitq();
+            // The generation is read under the ring's lock, after a step that saw every
+            // CQE routed before it, and the CQ armed after that: a completion from here
+            // on moves the generation (the router wakes under this lock, and counts
+            // this sleeper, registered before the lock goes), or was missed by the arm
+            // (then poll again at once).
+            let wq = ctx.waitq();
             let seen = wq.generation();
-            let missed = st.hw.arm();
-            st.sleepers += 1;
-            slept = true;
-            drop(st);
+            let missed = self.arm.lock().arm();
+            self.sleepers.fetch_add(1, Ordering::AcqRel);
+            drop(ctx);
             if !missed {
                 // A signal shows in the next round.
                 let _ = wq.sleep(seen, timeout_us);
             }
+            self.sleepers.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
-    /// Ring `slot`, or `ENXIO` when it is gone.
-    fn ring(st: &mut DevState, slot: u16) -> Result<&mut RingCtx> {
-        st.rings
-            .get_mut(slot as usize)
-            .and_then(|r| r.as_mut())
-            .map(|r| &mut **r)
-            .ok_or(ENXIO)
-    }
-
-    /// Takes up to `max` SQEs of ring `slot` for `caller`; returns how many, and the
+    /// Takes up to `max` SQEs of `ctx`'s ring for `caller`; returns how many, and the
     /// registration it stopped at, claimed for this caller to carry out.
     fn submit(
-        st: &mut DevState,
-        slot: u16,
+        &self,
+        ctx: &mut RingCtx,
         max: u32,
         caller: Caller,
     ) -> Result<(u32, Option<Registration>)> {
-        let DevState {
-            hw,
-            qps,
-            exports,
-            messages,
-            rings,
-            ..
-        } = st;
-        if hw.dead() {
+        if self.dead.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
-        let ring = rings
-            .get_mut(slot as usize)
-            .and_then(|r| r.as_mut())
-            .ok_or(ENXIO)?
-            .engine();
+        let ring = ctx.engine();
         let cx = Context {
             caller,
             // The tick-updated clock: one load per submission, where ktime_get reads the
@@ -376,20 +387,20 @@ impl DevCtx {
             // SAFETY: plain call.
             now_ms: unsafe { shim::krcore_shim_coarse_ms() },
         };
-        match ring.submit(qps.as_mut_slice(), exports, messages, hw, max, cx) {
+        match ring.submit(&self.shared, max, cx) {
             Ok(s) if s.stall == Some(Stall::Register) => Ok((s.taken, ring.claim_registration())),
             Ok(s) => Ok((s.taken, None)),
             Err(_) => Err(EINVAL),
         }
     }
 
-    /// Pins and registers `r` for ring `slot` with no lock held, then records it.
-    fn register(&self, slot: u16, r: Registration) {
+    /// Pins and registers `r` for `ring` with no lock held, then records it.
+    fn register(&self, ring: &RingCell, r: Registration) {
         let pd = {
-            let mut st = self.state.lock();
-            let pd = st.hw.pd();
+            let mut m = self.shared.members();
+            let pd = m.g.hw.pd();
             if pd.is_some() {
-                st.registering += 1;
+                m.g.registering += 1;
             }
             pd
         };
@@ -397,165 +408,155 @@ impl DevCtx {
             Some(pd) => backend::register(pd, r.addr, r.len, r.hw_access()),
             None => Err(Errno::ENODEV),
         };
-        let mut st = self.state.lock();
+        {
+            let mut ctx = ring.ctx.lock();
+            let e = ctx.engine();
+            e.finish_registration(r, result, &self.shared);
+            e.publish();
+            ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
+            if ctx.engine().is_closed() {
+                // The registration was what kept it.
+                ring.touch();
+                self.dirty.store(true, Ordering::Release);
+            }
+        }
         if pd.is_some() {
-            st.registering -= 1;
+            self.shared.members().g.registering -= 1;
         }
-        let DevState {
-            hw,
-            exports,
-            rings,
-            sleepers,
-            ..
-        } = &mut *st;
-        match rings.get_mut(slot as usize).and_then(|r| r.as_mut()) {
-            Some(ring) => {
-                let e = ring.engine();
-                e.finish_registration(r, result, exports, hw);
-                e.publish();
-                ring.notify(*sleepers > 0);
-            }
-            // Unreachable while the file is open (rings outlive their files' ioctls),
-            // kept so an MR can never leak.
-            None => {
-                if let Ok(keys) = result {
-                    crate::abi::engine::Backend::dereg_mr(hw, keys);
-                }
-            }
-        }
+        self.route();
     }
 
-    /// Registers eventfd `fd` for ring `slot`.
-    pub(crate) fn set_eventfd(&self, slot: u16, fd: i32) -> Result {
-        Self::ring(&mut self.state.lock(), slot)?.set_eventfd(fd)
+    /// Registers eventfd `fd` for `ring`.
+    pub(crate) fn set_eventfd(&self, ring: &RingCell, fd: i32) -> Result {
+        ring.ctx.lock().set_eventfd(fd)
     }
 
-    /// One step of ring `slot`'s polling thread: take SQEs, route completions. Whether
-    /// anything happened; `None` when the ring or the device is gone.
+    /// One step of `ring`'s polling thread: take SQEs, route completions. Whether
+    /// anything happened; `None` when the device is gone.
     /// The polling thread is not the ring owner: a REG_MR it takes fails with
     /// `NotOwner` (it has no user address space to pin from). A hostile SQ tail parks
     /// the ring (NEED_WAKEUP set) until the application repairs it and wakes the thread.
-    pub(crate) fn poll_step(&self, slot: u16) -> Option<bool> {
-        let mut st = self.state.lock();
-        let taken = match Self::submit(&mut st, slot, u32::MAX, Caller::Other) {
-            Ok((n, _)) => n,
-            Err(e) if e == EINVAL => {
-                Self::ring(&mut st, slot).ok()?.engine().sq().park();
-                return None;
+    pub(crate) fn poll_step(&self, ring: &RingCell) -> Option<bool> {
+        let taken = {
+            let mut ctx = ring.ctx.lock();
+            ring.absorb(&mut ctx);
+            let taken = self.submit(&mut ctx, u32::MAX, Caller::Other);
+            ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
+            match taken {
+                Ok((n, _)) => n,
+                Err(e) if e == EINVAL => {
+                    ctx.engine().sq().park();
+                    return None;
+                }
+                Err(_) => return None,
             }
-            Err(_) => return None,
         };
-        let routed = Self::poll_and_route(&mut st, Some(slot));
+        let routed = self.route();
         Some(taken > 0 || routed > 0)
     }
 
-    /// Need-wakeup, poller side: `true` when ring `slot`'s poller may sleep.
-    pub(crate) fn prepare_sleep(&self, slot: u16) -> bool {
-        let mut st = self.state.lock();
-        match st.rings.get_mut(slot as usize) {
-            Some(Some(r)) => r.engine().sq().prepare_sleep(),
-            _ => true,
-        }
+    /// Need-wakeup, poller side: `true` when `ring`'s poller may sleep.
+    pub(crate) fn prepare_sleep(&self, ring: &RingCell) -> bool {
+        ring.ctx.lock().engine().sq().prepare_sleep()
     }
 
-    /// The poller of ring `slot` runs again: clear NEED_WAKEUP.
-    pub(crate) fn woken(&self, slot: u16) {
-        let mut st = self.state.lock();
-        if let Some(Some(r)) = st.rings.get_mut(slot as usize) {
-            r.engine().sq().woken();
-        }
+    /// The poller of `ring` runs again: clear NEED_WAKEUP.
+    pub(crate) fn woken(&self, ring: &RingCell) {
+        ring.ctx.lock().engine().sq().woken();
     }
 
-    /// Drains the CQ, routing each completion to its ring, then publishes: when nothing
-    /// was routed only ring `me` can have new CQEs (from its own submission), so only it
-    /// is published; otherwise every ring is, and closed rings with nothing left are
-    /// freed. Returns the completions polled.
-    fn poll_and_route(st: &mut DevState, me: Option<u16>) -> usize {
-        let DevState {
-            hw,
-            qps,
-            exports,
-            messages,
-            rings,
-            recovery,
-            sleepers,
-            ..
-        } = st;
-        // Every posted request is counted on its QP until its completion is routed (the
-        // engine posts no receives), so with none posted the CQ holds nothing for us:
-        // skip the poll (pure NOP and control traffic then never touches the NIC).
-        let busy = recovery.busy() || qps.iter().any(|q| q.posted() > 0);
-        let polled = if busy {
-            Self::drain(recovery, hw, qps, rings)
-        } else {
-            0
-        };
-        let recycled = if recovery.idle(qps, messages) {
-            0
-        } else {
-            Self::recover(recovery, hw, qps, messages, rings)
-        };
-        // Wait queues are woken only when someone sleeps (sleepers register under this
-        // lock, after a step that saw every CQE published before it).
-        let wake = *sleepers > 0;
-        if let (0, 0, Some(me)) = (polled, recycled, me) {
-            if let Some(Some(r)) = rings.get_mut(me as usize) {
-                r.engine().publish();
-                r.notify(wake);
-            }
+    /// Routes what the CQ and the recovery hold to the rings (each to its inbox), then
+    /// has every ring that gained completions take them in, publish and wake, and frees
+    /// closed rings with nothing left. Cheap when nothing is outstanding anywhere and no
+    /// ring is marked (NOP and control traffic never take the CQ's lock). Returns the
+    /// completions polled.
+    fn route(&self) -> usize {
+        if !self.shared.busy() && !self.dirty.load(Ordering::Acquire) {
             return 0;
         }
-        for slot in rings.iter_mut() {
-            if let Some(r) = slot {
-                let e = r.engine();
-                if e.is_closed() {
-                    if e.release_idle(qps.as_mut_slice(), exports, messages, hw) {
-                        *slot = None;
-                    }
-                } else {
-                    e.publish();
-                    r.notify(wake);
-                }
-            }
+        let mut cq = self.cq.lock();
+        let polled = if self.shared.busy() {
+            let polled = self.drain(&mut cq);
+            self.recover();
+            polled
+        } else {
+            0
+        };
+        if self.dirty.swap(false, Ordering::AcqRel) {
+            self.flush_rings();
         }
         polled
     }
 
+    /// The ring in `slot`, if any.
+    fn ring_at(&self, slot: usize) -> Option<Arc<RingCell>> {
+        self.rings.lock().rings.get(slot).cloned().flatten()
+    }
+
+    /// Routes completion `c` of request `id` to its ring's inbox.
+    fn deliver(&self, id: crate::abi::engine::WrId, c: Completion) {
+        if let Some(r) = self.ring_at(id.ring as usize) {
+            r.deliver(id, c);
+            self.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    /// Has every marked ring take in its completions, publish and wake (its sleepers
+    /// counted under its lock); frees closed rings with nothing left. Called under the
+    /// CQ's lock, so completions reach each ring in routing order.
+    fn flush_rings(&self) {
+        let n = self.rings.lock().rings.len();
+        for slot in 0..n {
+            let Some(r) = self.ring_at(slot) else {
+                continue;
+            };
+            if !r.take_dirty() {
+                continue;
+            }
+            let mut ctx = r.ctx.lock();
+            r.absorb(&mut ctx);
+            if ctx.engine().is_closed() {
+                if ctx.engine().release_idle(&self.shared) {
+                    drop(ctx);
+                    let mut t = self.rings.lock();
+                    if t.rings[slot].as_ref().is_some_and(|x| Arc::ptr_eq(x, &r)) {
+                        t.rings[slot] = None;
+                    }
+                }
+            } else {
+                ctx.engine().publish();
+                ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
+            }
+        }
+    }
+
     /// One step of abi's recovery of failed pooled QPs (engine/recovery.rs): pairs fail,
     /// flush and are re-armed together; sends that waited too long for a receive fail,
-    /// and what `messages` owes is routed. Nonzero when rings may have new CQEs.
-    fn recover(
-        recovery: &mut Recovery,
-        hw: &mut Hw,
-        qps: &mut KVec<PhysQp<KStore>>,
-        messages: &mut Messages<KStore>,
-        rings: &mut KVec<Option<KBox<RingCtx>>>,
-    ) -> usize {
+    /// and what the messages owe is routed. Nonzero when rings may have new CQEs.
+    fn recover(&self) -> usize {
         let now = Ktime::ktime_get().to_ms();
-        recovery.step(qps.as_mut_slice(), messages, hw, now, |id, done| {
-            if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
-                r.engine().complete(id, done);
-            }
-        })
+        let mut m = self.shared.members();
+        let MemberState {
+            hw,
+            messages,
+            recovery,
+            ..
+        } = &mut *m.g;
+        recovery.step(&self.shared, messages, hw, now, |id, c| self.deliver(id, c))
     }
 
     /// Polls the CQ dry, routing every completion. Returns how many it polled.
-    fn drain(
-        recovery: &mut Recovery,
-        hw: &mut Hw,
-        qps: &mut KVec<PhysQp<KStore>>,
-        rings: &mut KVec<Option<KBox<RingCtx>>>,
-    ) -> usize {
+    fn drain(&self, cq: &mut CqPoll) -> usize {
         // Initializing this buffer is a visible part of an empty enter under emulation:
         // only callers with something outstanding come here.
         let mut wcs = [WcC::default(); POLL_BATCH];
         let mut polled = 0;
         loop {
-            let n = hw.poll(&mut wcs);
+            let n = cq.poll(&mut wcs);
             polled += n;
             for c in &wcs[..n] {
-                if let Some((qp, wc)) = Self::wc(hw, c) {
-                    Self::route(recovery, qps, rings, qp, &wc);
+                if let Some((qp, wc)) = self.wc(c) {
+                    self.route_wc(qp, &wc);
                 }
             }
             if n < POLL_BATCH {
@@ -565,8 +566,8 @@ impl DevCtx {
     }
 
     /// A polled work completion in the engine's terms, with its physical QP's index.
-    fn wc(hw: &Hw, c: &WcC) -> Option<(u32, Wc)> {
-        let qp = hw.qp_index(c.qp_num)?;
+    fn wc(&self, c: &WcC) -> Option<(u32, Wc)> {
+        let qp = self.shared.qp_index(c.qp_num)?;
         Some((
             qp,
             Wc {
@@ -580,46 +581,26 @@ impl DevCtx {
     }
 
     /// Routes one work completion of physical QP `qp` to the rings it completes (or to
-    /// the backend, for its own requests).
-    fn route(
-        recovery: &mut Recovery,
-        qps: &mut KVec<PhysQp<KStore>>,
-        rings: &mut KVec<Option<KBox<RingCtx>>>,
-        qp: u32,
-        wc: &Wc,
-    ) {
-        if recovery.on_completion(qp, wc.wr_id) {
+    /// the recovery, for its own requests).
+    fn route_wc(&self, qp: u32, wc: &Wc) {
+        if is_backend_wr_id(wc.wr_id) {
+            self.shared.members().g.recovery.on_completion(qp, wc.wr_id);
             return;
         }
-        complete_wc(qps.as_mut_slice(), qp, wc, |id, done| {
-            if let Some(Some(r)) = rings.get_mut(id.ring as usize) {
-                r.engine().complete(id, done);
-            }
-        });
+        complete_wc(&self.shared, qp, wc, |id, done| self.deliver(id, done));
     }
 
     /// `IOC_DIRECT` (engine/direct.rs): posts `op.sqe` straight to its physical QP and
-    /// polls for its completion, holding the device lock so nothing else is posted
-    /// meanwhile; `op.cqe` gets the CQE the ring path would have produced.
-    pub(crate) fn direct(&self, slot: u16, op: &mut OneOp) -> Result {
+    /// polls for its completion, holding the CQ's lock so no one else routes meanwhile;
+    /// `op.cqe` gets the CQE the ring path would have produced.
+    pub(crate) fn direct(&self, ring: &RingCell, op: &mut OneOp) -> Result {
         op.validate()?;
-        let mut guard = self.state.lock();
-        let st = &mut *guard;
-        if st.hw.dead() {
+        let mut cq = self.cq.lock();
+        if self.dead.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
-        let DevState {
-            hw,
-            qps,
-            exports,
-            messages,
-            rings,
-            recovery,
-            ..
-        } = st;
-        let ring = rings.get_mut(slot as usize).and_then(|r| r.as_mut()).ok_or(ENXIO)?;
         op.popped = 1;
-        let posted_on = match ring.engine().direct(&op.sqe, qps.as_slice(), exports, hw) {
+        let posted_on = match ring.ctx.lock().engine().direct(&op.sqe, &self.shared) {
             Ok(qp) => qp,
             Err(c) => {
                 op.cqe = c;
@@ -629,18 +610,22 @@ impl DevCtx {
         let started = Ktime::ktime_get().to_ms();
         let mut gave_up = false;
         let mut wcs = [WcC::default(); POLL_BATCH];
-        loop {
-            let n = hw.poll(&mut wcs);
+        let result = loop {
+            let n = cq.poll(&mut wcs);
+            let mut mine = None;
             for c in &wcs[..n] {
-                let Some((qp, wc)) = Self::wc(hw, c) else {
+                let Some((qp, wc)) = self.wc(c) else {
                     continue;
                 };
                 if wc.wr_id == DIRECT_WR_ID {
-                    op.cqe = direct_complete(qps.as_mut_slice(), qp, op.sqe.user_data, op.sqe.len, &wc);
-                    return Ok(());
+                    mine = Some(direct_complete(&self.shared, qp, op.sqe.user_data, op.sqe.len, &wc));
+                } else {
+                    // Flushes of a recycled QP, say: route them as usual.
+                    self.route_wc(qp, &wc);
                 }
-                // Flushes of a recycled QP, say: route them as usual.
-                Self::route(recovery, qps, rings, qp, &wc);
+            }
+            if let Some(c) = mine {
+                break c;
             }
             if n == 0 {
                 // Not interruptible: a pending "signal" is often only task work (an
@@ -655,73 +640,66 @@ impl DevCtx {
                 let patience_over = Ktime::ktime_get().to_ms() - started > DIRECT_PATIENCE_MS;
                 if !gave_up && (dying || patience_over) {
                     gave_up = true;
-                    qps[posted_on as usize].fail();
+                    self.shared.qp(posted_on, |q, _| q.fail());
                 }
                 if gave_up {
-                    Self::recover(recovery, hw, qps, messages, rings);
-                    if !qps[posted_on as usize].failed() {
+                    self.recover();
+                    if !self.shared.qp(posted_on, |q, _| q.failed()) {
                         // Re-armed without its flush (the marker was lost too): the
                         // queues were emptied, nothing more will come.
-                        op.cqe = Cqe::err(op.sqe.user_data, Reason::QpError);
-                        return Ok(());
+                        break Cqe::err(op.sqe.user_data, Reason::QpError);
                     }
                 }
-                // Lock held on purpose (see above); rxe's work runs on these CPUs too.
+                // CQ lock held on purpose (see above); rxe's work runs on these CPUs.
                 // SAFETY: plain scheduling point; sleeping under a mutex is allowed.
                 unsafe { shim::krcore_shim_cond_resched() };
             }
+        };
+        op.cqe = result;
+        if self.dirty.swap(false, Ordering::AcqRel) {
+            self.flush_rings();
         }
+        Ok(())
     }
 
-    /// The file of ring `slot` was closed: no more CQEs; freed once idle.
-    pub(crate) fn detach(&self, slot: u16) {
-        let mut st = self.state.lock();
-        let DevState {
-            qps,
-            exports,
-            messages,
-            rings,
-            ..
-        } = &mut *st;
-        if let Some(Some(r)) = rings.get_mut(slot as usize) {
-            r.engine().close(qps.as_mut_slice(), exports, messages);
-        }
-        Self::poll_and_route(&mut st, None);
+    /// The file of `ring` was closed: no more CQEs; freed once idle.
+    pub(crate) fn detach(&self, ring: &RingCell) {
+        ring.ctx.lock().engine().close(&self.shared);
+        ring.touch();
+        self.dirty.store(true, Ordering::Release);
+        self.route();
     }
 
     /// The device is going away: wait for registrations pinning without the lock (they
-    /// hold the PD), destroy its QPs (nothing touches memory any more), then release
-    /// every ring's MRs and bindings, then the CQ and PD, then the CQ's event work.
-    /// Idempotent.
+    /// hold the PD), stop routing, destroy its QPs (nothing touches memory any more),
+    /// then release every ring's MRs and bindings, then the CQ and PD, then the CQ's
+    /// event work. Idempotent.
     pub(crate) fn remove(&self) {
-        let mut st = loop {
-            let st = self.state.lock();
-            if st.registering == 0 {
-                break st;
+        loop {
+            if self.shared.members().g.registering == 0 {
+                break;
             }
-            drop(st);
             // A registration pins a bounded range; it ends within its page faults.
             // SAFETY: plain sleep, no lock held.
             unsafe { shim::krcore_shim_msleep(1) };
-        };
-        let DevState {
-            hw,
-            qps,
-            exports,
-            messages,
-            rings,
-            ..
-        } = &mut *st;
-        hw.destroy_qps();
-        for slot in rings.iter_mut() {
-            if let Some(r) = slot {
-                r.engine().abandon(qps.as_mut_slice(), exports, messages, hw);
+        }
+        let mut cq = self.cq.lock();
+        self.dead.store(true, Ordering::Release);
+        self.shared.uninstall_pool();
+        self.shared.members().g.hw.destroy_qps();
+        let n = self.rings.lock().rings.len();
+        for slot in 0..n {
+            if let Some(r) = self.ring_at(slot) {
+                let mut ctx = r.ctx.lock();
+                ctx.engine().abandon(&self.shared);
                 // A sleeper finds the device gone at once.
-                r.waitq().wake();
+                ctx.waitq().wake();
             }
         }
-        hw.destroy();
-        drop(st);
+        cq.cq = core::ptr::null_mut();
+        self.arm.lock().0 = core::ptr::null_mut();
+        self.shared.members().g.hw.destroy();
+        drop(cq);
         // The CQ is gone: no event queues the work any more; wait for a running one.
         self.events.stop();
     }

@@ -17,6 +17,7 @@ use crate::abi::ioctl::{self, Command};
 use crate::abi::layout::{EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams};
 use crate::abi::limits::Resource;
 use crate::devctx::DevCtx;
+use crate::ring_ctx::RingCell;
 use crate::device::{Registry, UserCharge};
 use crate::ring_ctx::RingAreas;
 use crate::shim::{self, MmStruct, Vma};
@@ -60,11 +61,11 @@ impl Drop for OwnerMm {
     }
 }
 
-/// Which device and ring slot a file's rings live in, their areas, their owner, and
-/// their polling thread.
+/// Which device and ring a file's rings are, their areas, their owner, and their
+/// polling thread.
 struct Binding {
     dev: Arc<DevCtx>,
-    slot: u16,
+    ring: Arc<RingCell>,
     areas: RingAreas,
     owner: OwnerMm,
     poller: Option<Poller>,
@@ -99,7 +100,7 @@ impl FileCtx {
                     .read()?;
                 args.validate()?;
                 let b = self.bound()?;
-                b.dev.set_eventfd(b.slot, args.fd).map(|()| 0)
+                b.dev.set_eventfd(&b.ring, args.fd).map(|()| 0)
             }
             Command::One | Command::Direct => {
                 // SAFETY: reads a module parameter.
@@ -111,9 +112,9 @@ impl FileCtx {
                 let mut op: OneOp = reader.read()?;
                 let b = self.bound()?;
                 if cmd == ioctl::IOC_DIRECT {
-                    b.dev.direct(b.slot, &mut op)?;
+                    b.dev.direct(&b.ring, &mut op)?;
                 } else {
-                    b.dev.one(b.slot, &mut op, b.owner.caller())?;
+                    b.dev.one(&b.ring, &mut op, b.owner.caller())?;
                 }
                 writer.write(&op)?;
                 Ok(0)
@@ -128,7 +129,7 @@ impl FileCtx {
                         p.wake();
                     }
                 }
-                b.dev.enter(b.slot, &args, b.owner.caller())
+                b.dev.enter(&b.ring, &args, b.owner.caller())
             }
         }
     }
@@ -158,13 +159,13 @@ impl FileCtx {
         let poller_charge = sqpoll.then(|| registry.charge(Resource::Poller)).transpose()?;
         let named = SetupFlags::from_bits(p.flags).is_some_and(|f| f.contains(SetupFlags::DEVICE));
         let (dev, dev_index, port) = registry.choose(named.then_some(p.dev_index), p.port)?;
-        let (slot, areas) = dev.attach(&mut p)?;
+        let (ring, areas) = dev.attach(&mut p)?;
         (p.dev_index, p.port) = (dev_index, port);
         let poller = if sqpoll {
-            match Poller::start(dev.clone(), slot, p.sq_idle_ms) {
+            match Poller::start(dev.clone(), ring.clone(), p.sq_idle_ms) {
                 Ok(p) => Some(p),
                 Err(e) => {
-                    dev.detach(slot);
+                    dev.detach(&ring);
                     return Err(e);
                 }
             }
@@ -176,7 +177,7 @@ impl FileCtx {
             Ok(KBox::new(
                 Binding {
                     dev: dev.clone(),
-                    slot,
+                    ring: ring.clone(),
                     areas,
                     owner: OwnerMm::current(),
                     poller,
@@ -192,7 +193,7 @@ impl FileCtx {
             }
             Err(e) => {
                 // The poller (if any) was moved into the failed closure and is stopped.
-                dev.detach(slot);
+                dev.detach(&ring);
                 Err(e)
             }
         }
@@ -259,14 +260,14 @@ extern "C" fn krcore_rs_release(ctx: *mut c_void) {
         // SAFETY: stored by setup from `KBox::into_raw`, taken back once here.
         let Binding {
             dev,
-            slot,
+            ring,
             poller,
             _charges,
             ..
         } = KBox::into_inner(unsafe { KBox::from_raw(b) });
-        // The polling thread stops first (it takes the device lock itself).
+        // The polling thread stops first (it takes the ring's lock itself).
         drop(poller);
-        dev.detach(slot);
+        dev.detach(&ring);
         drop(_charges);
     }
 }

@@ -12,6 +12,7 @@ mod backend;
 mod cq_events;
 mod devctx;
 mod device;
+mod fabric;
 mod file;
 mod ring_ctx;
 mod ring_mem;

@@ -4,10 +4,13 @@
 
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
-use kernel::sync::Arc;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use kernel::new_mutex;
+use kernel::sync::{Arc, Mutex};
 
 use crate::abi::cqe::Cqe;
-use crate::abi::engine::{Ring, RingStorage, Slot};
+use crate::abi::engine::{Completion, Fifo, Ring, RingStorage, Slot, WrId};
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::{CqConsumer, RawRing, SqProducer};
 use crate::abi::sqe::Sqe;
@@ -52,6 +55,8 @@ pub(crate) struct RingCtx {
     waitq: Arc<WaitQueue>,
     /// CQEs produced when waiters and the eventfd were last told.
     signalled: u64,
+    /// In-flight slots: the most completions that can be routed to the ring at once.
+    inflight: usize,
 }
 
 /// A ring's two areas, reference-counted: the ring holds them until its requests have
@@ -125,6 +130,7 @@ impl RingCtx {
                 eventfd: None,
                 waitq: WaitQueue::new()?,
                 signalled: 0,
+                inflight,
             },
             gfp,
         )?)
@@ -193,5 +199,80 @@ impl RingCtx {
         let c = self.app_cq.pop();
         self.app_cq.release();
         c
+    }
+}
+
+/// A ring as its device shares it: its context under its mutex, and the completions
+/// routed to it that it has not taken in yet (its *inbox*, a leaf lock), so routing,
+/// which runs under a QP's lock, never takes a ring's.
+#[pin_data]
+pub(crate) struct RingCell {
+    /// Its slot in the device's table and the slot's generation.
+    pub(crate) slot: u16,
+    pub(crate) gen: u16,
+    #[pin]
+    pub(crate) ctx: Mutex<KBox<RingCtx>>,
+    #[pin]
+    inbox: Mutex<Fifo<(u64, Completion), KStore>>,
+    /// Completions were delivered since the inbox was last emptied.
+    dirty: AtomicBool,
+}
+
+impl RingCell {
+    /// Shares `ctx`, the ring in slot `slot` of generation `gen`.
+    pub(crate) fn new(ctx: KBox<RingCtx>, slot: u16, gen: u16) -> Result<Arc<RingCell>> {
+        // Each in-flight request is routed once, so the inbox never holds more.
+        let inbox = Fifo::new(KBuf::filled(
+            ctx.inflight,
+            (0, Completion::Done),
+            GFP_KERNEL_ACCOUNT,
+        )?);
+        Arc::pin_init(
+            pin_init!(RingCell {
+                slot,
+                gen,
+                ctx <- new_mutex!(ctx, "krcore_ring"),
+                inbox <- new_mutex!(inbox, "krcore_inbox"),
+                dirty: AtomicBool::new(false),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Routes completion `c` of request `id` here. Any lock but the ring's may be held.
+    pub(crate) fn deliver(&self, id: WrId, c: Completion) {
+        if id.ring_gen != self.gen {
+            return;
+        }
+        if self.inbox.lock().push((id.encode(), c)).is_err() {
+            // Unreachable (see `new`); a completion lost would leave the ring busy
+            // forever, so say it.
+            pr_err!("ring {}: completion inbox full\n", self.slot);
+        }
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Marks the ring for the router's attention (its file closed).
+    pub(crate) fn touch(&self) {
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Whether completions were delivered (or the ring touched) since the last call.
+    pub(crate) fn take_dirty(&self) -> bool {
+        self.dirty.swap(false, Ordering::AcqRel)
+    }
+
+    /// Takes the delivered completions into the ring (whose lock the caller holds, as
+    /// `ctx`). Returns how many.
+    pub(crate) fn absorb(&self, ctx: &mut RingCtx) -> usize {
+        let mut n = 0;
+        loop {
+            let next = self.inbox.lock().pop();
+            let Some((w, c)) = next else {
+                return n;
+            };
+            ctx.engine().complete(WrId::decode(w), c);
+            n += 1;
+        }
     }
 }

@@ -12,12 +12,13 @@ use kernel::time::Ktime;
 
 use crate::abi::poller::{Next, PollPolicy};
 use crate::devctx::DevCtx;
+use crate::ring_ctx::RingCell;
 use crate::shim::{self, PollerC};
 
 /// What the polling thread works on.
 struct SqPoll {
     dev: Arc<DevCtx>,
-    slot: u16,
+    ring: Arc<RingCell>,
     policy: PollPolicy,
 }
 
@@ -38,12 +39,12 @@ unsafe impl Send for Poller {}
 unsafe impl Sync for Poller {}
 
 impl Poller {
-    /// Starts polling ring `slot` of `dev`. Must not be called from an atomic context.
-    pub(crate) fn start(dev: Arc<DevCtx>, slot: u16, idle_ms: u32) -> Result<Poller> {
+    /// Starts polling `ring` of `dev`. Must not be called from an atomic context.
+    pub(crate) fn start(dev: Arc<DevCtx>, ring: Arc<RingCell>, idle_ms: u32) -> Result<Poller> {
         let ctx = KBox::into_raw(KBox::new(
             SqPoll {
                 dev,
-                slot,
+                ring,
                 policy: PollPolicy::new(idle_ms, Ktime::ktime_get().to_ms()),
             },
             GFP_KERNEL_ACCOUNT,
@@ -87,11 +88,11 @@ extern "C" fn krcore_rs_sqpoll_step(ctx: *mut c_void) -> c_int {
     let p = unsafe { &mut *ctx.cast::<SqPoll>() };
     let now = Ktime::ktime_get().to_ms();
     if p.policy.resume(now) {
-        p.dev.woken(p.slot);
+        p.dev.woken(&p.ring);
     }
-    let worked = p.dev.poll_step(p.slot);
-    let (dev, slot) = (&p.dev, p.slot);
-    match p.policy.after(now, worked, || dev.prepare_sleep(slot)) {
+    let worked = p.dev.poll_step(&p.ring);
+    let (dev, ring) = (&p.dev, &p.ring);
+    match p.policy.after(now, worked, || dev.prepare_sleep(ring)) {
         Next::Run => 0,
         Next::Sleep => 1,
         Next::Yield => 2,

@@ -5,7 +5,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use krcore_abi::engine::{Backend, Connection, MrKeys, PostError, SendKind, SendWr, Wc, WcStatus};
+use krcore_abi::engine::{Connection, MrKeys, PostError, SendKind, SendWr, Wc, WcStatus};
 use krcore_abi::errno::Errno;
 use krcore_abi::sqe::MrAccess;
 
@@ -165,8 +165,11 @@ impl FakeNic {
     }
 }
 
-impl Backend for FakeNic {
-    fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError> {
+/// What the engine's [`Fabric`](krcore_abi::engine::Fabric) reaches (see
+/// [`node`](crate::node)).
+impl FakeNic {
+    /// Posts a chain on QP `qp`, checking it fits the QP's depth.
+    pub fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError> {
         let fail_at = self.fail_next_post.take();
         let q = &mut self.qps[qp as usize];
         for (i, wr) in wrs.iter().enumerate() {
@@ -198,7 +201,8 @@ impl Backend for FakeNic {
         Ok(())
     }
 
-    fn dereg_mr(&mut self, keys: MrKeys) {
+    /// Deregisters an MR, checking it was registered.
+    pub fn dereg_mr(&mut self, keys: MrKeys) {
         assert!(
             self.live_mrs.remove(&keys.token),
             "MR {} deregistered twice or never registered",
@@ -206,7 +210,8 @@ impl Backend for FakeNic {
         );
     }
 
-    fn connect(
+    /// Binds to a QP: `opposite`'s partner, or the next round robin.
+    pub fn connect(
         &mut self,
         _gid: [u8; 16],
         _service: u32,
@@ -228,13 +233,15 @@ impl Backend for FakeNic {
         Ok(Connection { qp, qpn: 100 + qp })
     }
 
-    fn disconnect(&mut self, qp: u32) {
+    /// Releases a binding.
+    pub fn disconnect(&mut self, qp: u32) {
         let q = &mut self.qps[qp as usize];
         assert!(q.bound > 0, "disconnect without connect on QP {qp}");
         q.bound -= 1;
     }
 
-    fn descriptor(&mut self) -> u64 {
+    /// A descriptor, from a deterministic generator.
+    pub fn descriptor(&mut self) -> u64 {
         // Deterministic for reproducible tests (xorshift); the kernel draws from its CSPRNG.
         let mut x = if self.seed == 0 {
             0x9e37_79b9_7f4a_7c15

@@ -1,12 +1,13 @@
 //! krcore's verification tools: the QEMU test bed ([`vm`]), user-space verbs helpers
 //! ([`verbs`]) shared by the guest suite, the demo and the baselines, and the engine's
-//! test kit ([`heapring`], [`fake`], [`rig`]) shared by property tests, fuzzing, loom
+//! test kit ([`heapring`], [`fake`], [`node`], [`rig`]) shared by property tests, fuzzing, loom
 //! models and benchmarks, and guest-side helpers ([`guest`]) for the suite and figures.
 
 pub mod fake;
 pub mod fuzzprog;
 pub mod guest;
 pub mod heapring;
+pub mod node;
 pub mod rig;
 pub mod rng;
 pub mod verbs;

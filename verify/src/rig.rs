@@ -3,14 +3,15 @@
 
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, Completion, Context, ExportSlot, Exports, Messages, PhysQp, Posted, Ring,
-    RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
+    complete_wc, Completion, Context, ExportSlot, Exports, Fabric, Members, Messages, PhysQp,
+    Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
 
 use crate::fake::FakeNic;
 use crate::heapring::{new_ring, SharedRing};
+use crate::node::Node;
 
 /// The engine's ring type in the rig.
 pub type EngineRing = Ring<VecStore, SharedRing<Sqe>, SharedRing<Cqe>>;
@@ -161,9 +162,10 @@ impl Rig {
             ..
         } = self;
         let ring = &mut rings[r].as_mut().expect("ring closed").ring;
+        let node = Node::new(nic, qps, exports, messages);
         let mut total = 0;
         loop {
-            let s = ring.submit(qps, exports, messages, nic, max - total, cx)?;
+            let s = ring.submit(&node, max - total, cx)?;
             total += s.taken;
             if s.stall != Some(Stall::Register) {
                 return Ok(Submitted {
@@ -177,8 +179,8 @@ impl Rig {
                     stall: s.stall,
                 });
             };
-            let result = nic.reg_mr(reg.addr, reg.len, reg.access);
-            ring.finish_registration(reg, result, exports, nic);
+            let result = node.nic().reg_mr(reg.addr, reg.len, reg.access);
+            ring.finish_registration(reg, result, &node);
             ring.publish();
         }
     }
@@ -190,20 +192,26 @@ impl Rig {
         let Rig {
             nic,
             qps,
+            exports,
             messages,
             rings,
             dropped,
             now_ms,
-            ..
         } = self;
         let mut n = 0;
-        while let Some((qp, wc)) = nic.poll() {
+        let wcs: Vec<_> = std::iter::from_fn(|| nic.poll()).collect();
+        let node = Node::new(nic, qps, exports, messages);
+        for (qp, wc) in wcs {
             n += 1;
-            complete_wc(qps, qp, &wc, |id, c| deliver(rings, dropped, id, c));
+            complete_wc(&node, qp, &wc, |id, c| deliver(rings, dropped, id, c));
         }
-        n += messages.settle(*now_ms, DEFAULT_DEADLINE_MS, qps, |id, c| {
-            deliver(rings, dropped, id, c)
-        });
+        let mut m = node.members();
+        n += m
+            .messages()
+            .settle(*now_ms, DEFAULT_DEADLINE_MS, &node, |id, c| {
+                deliver(rings, dropped, id, c)
+            });
+        drop(m);
         for t in rings.iter_mut().flatten() {
             t.ring.publish();
         }
@@ -235,17 +243,15 @@ impl Rig {
     /// Closes ring `r` (the file was closed); it is freed once nothing of it is left.
     pub fn close(&mut self, r: usize) {
         let Rig {
+            nic,
             qps,
             exports,
             messages,
             rings,
             ..
         } = self;
-        rings[r]
-            .as_mut()
-            .expect("ring closed")
-            .ring
-            .close(qps, exports, messages);
+        let node = Node::new(nic, qps, exports, messages);
+        rings[r].as_mut().expect("ring closed").ring.close(&node);
         self.release_closed();
     }
 
@@ -259,9 +265,10 @@ impl Rig {
             rings,
             ..
         } = self;
+        let node = Node::new(nic, qps, exports, messages);
         for slot in rings.iter_mut() {
             if let Some(t) = slot {
-                if t.ring.is_closed() && t.ring.release_idle(qps, exports, messages, nic) {
+                if t.ring.is_closed() && t.ring.release_idle(&node) {
                     *slot = None;
                 }
             }

@@ -14,6 +14,7 @@ use krcore_abi::layout::SqFlags;
 use krcore_abi::opcode::Opcode;
 use krcore_abi::ring::RingError;
 use krcore_abi::sqe::{MrAccess, Sqe};
+use verify::node::Node;
 use verify::rig::{Limits, Rig};
 use verify::rng::Rng;
 
@@ -615,10 +616,12 @@ fn direct_posts_only_validated_requests_on_an_idle_device() {
             nic,
             qps,
             exports,
+            messages,
             rings,
             ..
         } = rig;
-        rings[0].as_ref().unwrap().ring.direct(s, qps, exports, nic)
+        let node = Node::new(nic, qps, exports, messages);
+        rings[0].as_ref().unwrap().ring.direct(s, &node)
     };
     // Rejected exactly as the ring path would, and nothing reaches the NIC.
     let posted = rig.nic.posted;

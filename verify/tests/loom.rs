@@ -24,6 +24,7 @@ use krcore_abi::opcode::Opcode;
 use krcore_abi::ring::{CqConsumer, CqProducer, IndexCell, RingMem, SqConsumer, SqProducer};
 use krcore_abi::sqe::{MrAccess, Sqe};
 use verify::fake::FakeNic;
+use verify::node::Node;
 
 /// Weakens every `fence` call in the current model (need-wakeup twin).
 static WEAK_FENCE: AtomicBool = AtomicBool::new(false);
@@ -347,9 +348,8 @@ impl Device {
             messages,
             rings,
         } = self;
-        rings[r]
-            .submit(qps, exports, messages, nic, 8, Context::OWNER)
-            .unwrap()
+        let node = Node::new(nic, qps, exports, messages);
+        rings[r].submit(&node, 8, Context::OWNER).unwrap()
     }
 
     /// Releases closed ring `r` if nothing of it is left; whether it was.
@@ -361,7 +361,8 @@ impl Device {
             messages,
             rings,
         } = self;
-        rings[r].release_idle(qps, exports, messages, nic)
+        let node = Node::new(nic, qps, exports, messages);
+        rings[r].release_idle(&node)
     }
 }
 
@@ -392,16 +393,18 @@ fn setup(
         let s = d.submit(r);
         let Device {
             nic,
+            qps,
             exports,
+            messages,
             rings,
-            ..
         } = d;
         if let Some(reg) = (s.stall == Some(Stall::Register))
             .then(|| rings[r].claim_registration())
             .flatten()
         {
             let keys = nic.reg_mr(reg.addr, reg.len, reg.access);
-            rings[r].finish_registration(reg, keys, exports, nic);
+            let node = Node::new(nic, qps, exports, messages);
+            rings[r].finish_registration(reg, keys, &node);
             rings[r].publish();
         }
         let c = cq.pop().unwrap();
@@ -424,11 +427,17 @@ fn setup(
 /// Polls the NIC and routes completions, under the device lock.
 fn run_nic(d: &mut Device) {
     let Device {
-        nic, qps, rings, ..
+        nic,
+        qps,
+        exports,
+        messages,
+        rings,
     } = d;
     nic.execute(0, usize::MAX, false);
-    while let Some((qp, wc)) = nic.poll() {
-        complete_wc(qps, qp, &wc, |id, c| {
+    let wcs: Vec<_> = std::iter::from_fn(|| nic.poll()).collect();
+    let node = Node::new(nic, qps, exports, messages);
+    for (qp, wc) in wcs {
+        complete_wc(&node, qp, &wc, |id, c| {
             if let Some(r) = rings.get_mut(id.ring as usize) {
                 r.complete(id, c);
             }
@@ -555,13 +564,13 @@ fn ring_closed_in_flight() {
             thread::spawn(move || {
                 let mut g = dev.lock().unwrap();
                 let Device {
+                    nic,
                     qps,
                     exports,
                     messages,
                     rings,
-                    ..
                 } = &mut *g;
-                rings[0].close(qps, exports, messages);
+                rings[0].close(&Node::new(nic, qps, exports, messages));
                 g.release_idle(0)
             })
         };

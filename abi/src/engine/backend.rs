@@ -1,6 +1,6 @@
-//! What the engine needs from an RDMA stack: the [`Backend`] trait, and the work
-//! requests and completions that cross it. kmod implements it with kernel verbs; tests
-//! and benchmarks with a fake NIC.
+//! The work requests and completions that cross between the engine and an RDMA stack
+//! (which the engine reaches through a [`Fabric`](super::fabric::Fabric)). kmod posts
+//! them with kernel verbs; tests and benchmarks with a fake NIC.
 
 use super::errno::Errno;
 use super::sqe::SqeFlags;
@@ -165,27 +165,4 @@ pub struct PostError {
     pub posted: usize,
     /// Why the rest were not.
     pub errno: Errno,
-}
-
-/// The verbs the engine needs.
-pub trait Backend {
-    /// Posts a chain of send requests on physical QP `qp`, in order.
-    fn post_send(&mut self, qp: u32, wrs: &[SendWr]) -> Result<(), PostError>;
-    /// Deregisters an MR; nothing of it is in flight. (Registering is the caller's:
-    /// see [`register`](super::register).)
-    fn dereg_mr(&mut self, keys: MrKeys);
-    /// Binds to a pooled physical QP connected to `gid`/`service`; when `opposite` is
-    /// given (the other end of a link on this node, see [`message`](super::message)),
-    /// to the QP connected to that one.
-    fn connect(
-        &mut self,
-        gid: [u8; 16],
-        service: u32,
-        opposite: Option<u32>,
-    ) -> Result<Connection, Errno>;
-    /// Releases the binding made by [`connect`](Self::connect).
-    fn disconnect(&mut self, qp: u32);
-    /// A fresh unpredictable 64-bit value for an export descriptor (the kernel's
-    /// CSPRNG; see [`export`](super::export)).
-    fn descriptor(&mut self) -> u64;
 }

@@ -4,7 +4,8 @@
 
 use super::backend::{Wc, WcStatus};
 use super::cqe::Reason;
-use super::qp::{Delivery, PhysQp};
+use super::fabric::Qps;
+use super::qp::Delivery;
 use super::ring_state::Completion;
 use super::wrid::WrId;
 use super::Store;
@@ -38,26 +39,26 @@ fn received(d: Delivery, c: Completion) -> Completion {
 /// completion matched no posted request (the engine posts no receives to the hardware,
 /// so a receive completion never does).
 pub fn complete_wc<S: Store>(
-    qps: &mut [PhysQp<S>],
+    qps: &(impl Qps<S> + ?Sized),
     qp: u32,
     wc: &Wc,
     mut route: impl FnMut(WrId, Completion),
 ) -> bool {
-    let Some(q) = qps.get_mut(qp as usize) else {
-        return false;
-    };
-    if wc.recv {
+    if wc.recv || qp as usize >= qps.count() {
         return false;
     }
-    if wc.status != WcStatus::Success {
-        q.fail();
-    }
-    let result = outcome(wc, q.fail_reason());
-    q.retire_through(wc.wr_id, |p, this_one| {
-        let c = if this_one { result } else { Completion::Done };
-        route(WrId::decode(p.wr_id), c);
-        if let Some(d) = p.delivery {
-            route(WrId::decode(d.recv), received(d, c));
+    // `route` runs in the QP's section: it must take no ring's lock (see `fabric`).
+    qps.qp(qp, |q, _| {
+        if wc.status != WcStatus::Success {
+            q.fail();
         }
+        let result = outcome(wc, q.fail_reason());
+        q.retire_through(wc.wr_id, |p, this_one| {
+            let c = if this_one { result } else { Completion::Done };
+            route(WrId::decode(p.wr_id), c);
+            if let Some(d) = p.delivery {
+                route(WrId::decode(d.recv), received(d, c));
+            }
+        })
     })
 }

@@ -5,11 +5,10 @@
 //! refuses to run while anything is outstanding on the device: it must not share a QP's
 //! depth with accounted requests.
 
-use super::backend::{Backend, SendKind, SendWr, Wc, WcStatus};
+use super::backend::{SendKind, SendWr, Wc, WcStatus};
 use super::complete::outcome;
 use super::cqe::{Cqe, Reason};
-use super::export::Exports;
-use super::qp::PhysQp;
+use super::fabric::{Fabric, Qps};
 use super::ring::RingMem;
 use super::ring_state::{Completion, Ring};
 use super::sqe::Sqe;
@@ -26,15 +25,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// completion. A rejected request is
     /// answered with the error CQE the ring path would produce (`Busy` while anything
     /// is outstanding; `BadOpcode` for anything but a one-sided request).
-    pub fn direct<B: Backend>(
-        &self,
-        sqe: &Sqe,
-        qps: &[PhysQp<S>],
-        exports: &Exports<S>,
-        backend: &mut B,
-    ) -> Result<u32, Cqe> {
+    pub fn direct<F: Fabric<S>>(&self, sqe: &Sqe, f: &F) -> Result<u32, Cqe> {
         let ud = sqe.user_data;
-        let op = validate(sqe, &self.tables, exports).map_err(|r| Cqe::err(ud, r))?;
+        let exports = |d| f.exports(|e| e.get(d).copied());
+        let op = validate(sqe, &self.tables, &exports).map_err(|r| Cqe::err(ud, r))?;
         // One-sided only: SEND and WRITE_IMM take their peer's receive (see `message`).
         let Op::Send {
             vqp,
@@ -52,13 +46,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         ) {
             return Err(Cqe::err(ud, Reason::BadOpcode));
         }
-        if qps.iter().any(|q| q.outstanding() > 0) {
+        let count = f.count() as u32;
+        if (0..count).any(|i| f.qp(i, |q, _| q.outstanding() > 0)) {
             return Err(Cqe::err(ud, Reason::Busy));
         }
         let qp = self.tables.vqps.get(vqp).expect("validated").qp;
-        if qps[qp as usize].failed() {
-            return Err(Cqe::err(ud, Reason::QpError));
-        }
         let wr = SendWr {
             wr_id: DIRECT_WR_ID,
             kind,
@@ -66,10 +58,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             signaled: true,
             flags,
         };
-        backend
-            .post_send(qp, &[wr])
-            .map(|()| qp)
-            .map_err(|e| Cqe::err_errno(ud, Reason::Verbs, e.errno))
+        f.qp(qp, |q, post| {
+            if q.failed() {
+                return Err(Cqe::err(ud, Reason::QpError));
+            }
+            post.post_send(&[wr])
+                .map(|()| qp)
+                .map_err(|e| Cqe::err_errno(ud, Reason::Verbs, e.errno))
+        })
     }
 }
 
@@ -77,15 +73,15 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
 /// is `wc`, as the ring path would write it; a failed status marks the QP failed, as
 /// routing does.
 pub fn direct_complete<S: Store>(
-    qps: &mut [PhysQp<S>],
+    qps: &(impl Qps<S> + ?Sized),
     qp: u32,
     user_data: u64,
     len: u32,
     wc: &Wc,
 ) -> Cqe {
     if wc.status != WcStatus::Success {
-        if let Some(q) = qps.get_mut(qp as usize) {
-            q.fail();
+        if (qp as usize) < qps.count() {
+            qps.qp(qp, |q, _| q.fail());
         }
     }
     match outcome(wc, Reason::QpError) {

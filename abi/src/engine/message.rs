@@ -31,7 +31,7 @@
 
 use super::backend::{SendKind, Sge};
 use super::cqe::Reason;
-use super::qp::PhysQp;
+use super::fabric::Qps;
 use super::ring_state::Completion;
 use super::sqe::SqeFlags;
 use super::table::{Fifo, Slot, Table};
@@ -390,22 +390,28 @@ impl<S: Store> Messages<S> {
     /// A RECV posted at end `end` of `link`. A waiting send on a physical QP that failed
     /// meanwhile is failed with `QpError` (owed) and its credit released, as the SEND
     /// path fails a send on a failed QP.
-    pub fn recv(&mut self, link: u32, end: u8, r: PostedRecv, qps: &mut [PhysQp<S>]) -> RecvStep {
+    pub fn recv(
+        &mut self,
+        link: u32,
+        end: u8,
+        r: PostedRecv,
+        qps: &(impl Qps<S> + ?Sized),
+    ) -> RecvStep {
         let Some(l) = self.links.get_mut(link) else {
             return RecvStep::Fail(Reason::TableFull);
         };
         let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
         let qp = l.ends[peer].qp;
         while let Some(s) = l.ends[peer].waiting.pop(&mut self.waiting) {
-            let q = &mut qps[qp as usize];
-            let why = if q.failed() {
-                q.fail_reason()
+            let failed = qps.qp(qp, |q, _| q.failed().then(|| q.fail_reason()));
+            let why = if let Some(why) = failed {
+                why
             } else if !s.fits(&r) {
                 Reason::TooLong
             } else {
                 return RecvStep::Deliver { send: s, qp };
             };
-            q.release_held();
+            qps.qp(qp, |q, _| q.release_held());
             let _ = self.owed.push((s.wr_id, Completion::Failed(why)));
             if why == Reason::TooLong {
                 // RC fails the receive a too-long message consumed, too.
@@ -450,7 +456,7 @@ impl<S: Store> Messages<S> {
     /// end is never joined nor matched again, and the peer's waiting sends, which can
     /// never be received now, fail with `NoReceiver` (owed), releasing their credits.
     /// Idempotent.
-    pub fn depart(&mut self, link: u32, end: u8, qps: &mut [PhysQp<S>]) {
+    pub fn depart(&mut self, link: u32, end: u8, qps: &(impl Qps<S> + ?Sized)) {
         let Some(l) = self.links.get_mut(link) else {
             return;
         };
@@ -459,9 +465,9 @@ impl<S: Store> Messages<S> {
             return;
         }
         l.ends[me].holder = Holder::Gone;
-        let qp = l.ends[peer].qp as usize;
+        let qp = l.ends[peer].qp;
         while let Some(s) = l.ends[peer].waiting.pop(&mut self.waiting) {
-            qps[qp].release_held();
+            qps.qp(qp, |q, _| q.release_held());
             let _ = self
                 .owed
                 .push((s.wr_id, Completion::Failed(Reason::NoReceiver)));
@@ -475,7 +481,7 @@ impl<S: Store> Messages<S> {
     /// is dropped (its receives were cancelled and its sends are done, except when the
     /// device is gone), and the link goes once the other end has left too (or never
     /// came): until then that end's receives stay for its ring to cancel.
-    pub fn leave(&mut self, link: u32, end: u8, qps: &mut [PhysQp<S>]) {
+    pub fn leave(&mut self, link: u32, end: u8, qps: &(impl Qps<S> + ?Sized)) {
         self.depart(link, end, qps);
         let Some(l) = self.links.get_mut(link) else {
             return;
@@ -483,7 +489,7 @@ impl<S: Store> Messages<S> {
         let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
         while l.ends[me].recvs.pop(&mut self.recvs).is_some() {}
         while l.ends[me].waiting.pop(&mut self.waiting).is_some() {
-            qps[l.ends[me].qp as usize].release_held();
+            qps.qp(l.ends[me].qp, |q, _| q.release_held());
         }
         l.ends[me].holder = Holder::Left;
         if matches!(l.ends[peer].holder, Holder::Open | Holder::Left) {
@@ -493,7 +499,7 @@ impl<S: Store> Messages<S> {
 
     /// Fails every send that has waited more than `deadline_ms` at `now_ms` with
     /// `NoReceiver` (owed), releasing its credit. Cheap when nothing can have expired.
-    fn expire(&mut self, now_ms: i64, deadline_ms: i64, qps: &mut [PhysQp<S>]) {
+    fn expire(&mut self, now_ms: i64, deadline_ms: i64, qps: &(impl Qps<S> + ?Sized)) {
         if self.waiting.is_empty() || now_ms - self.next_expiry_ms <= deadline_ms {
             return;
         }
@@ -512,7 +518,7 @@ impl<S: Store> Messages<S> {
                         break;
                     }
                     e.waiting.pop(waiting);
-                    qps[e.qp as usize].release_held();
+                    qps.qp(e.qp, |q, _| q.release_held());
                     let _ = owed.push((s.wr_id, Completion::Failed(Reason::NoReceiver)));
                 }
             }
@@ -526,7 +532,7 @@ impl<S: Store> Messages<S> {
         &mut self,
         now_ms: i64,
         deadline_ms: i64,
-        qps: &mut [PhysQp<S>],
+        qps: &(impl Qps<S> + ?Sized),
         mut route: impl FnMut(WrId, Completion),
     ) -> usize {
         self.expire(now_ms, deadline_ms, qps);

@@ -1,22 +1,24 @@
 //! The multiplexing engine: many rings' virtual QPs on few shared physical QPs.
 //!
 //! ```text
-//! SQE (private copy) ─► validate ─► credit ─► tag wr_id ─► chain ─► Backend::post_send
-//!                                                                        │
+//! SQE (private copy) ─► validate ─► credit ─► tag wr_id ─► chain ─► Post::post_send
+//!                                                                     │
 //! CQE ◄─ Ring::complete ◄─ route by wr_id ◄─ complete_wc ◄─ polled Wc ◄──┘
 //! ```
 //!
 //! Everything is allocation-free over storage the caller provides through [`Store`], so
 //! the kernel decides allocation and this logic runs unchanged in tests, fuzzing, loom
-//! models and benchmarks. Concurrency is the caller's: the kernel serializes calls for
-//! one device (physical QPs and the rings bound to them) under one lock, taken before
-//! any ring's lock; verify/'s loom models check the engine under that discipline.
+//! models and benchmarks. Concurrency is the caller's: a ring's calls come under its own
+//! lock, and what rings share is reached through a [`Fabric`], a lock per physical QP,
+//! one for the device's membership and one for its exports, in the order
+//! [`fabric`](fabric) writes down; verify/'s loom models check the engine under it.
 
 mod backend;
 mod blame;
 mod complete;
 mod direct;
 mod export;
+mod fabric;
 mod message;
 mod qp;
 mod recovery;
@@ -30,11 +32,12 @@ mod wrid;
 // Siblings of the engine that its modules reach as `super::x`.
 use super::{cqe, errno, layout, opcode, ring, sqe};
 
-pub use backend::{Backend, Connection, MrKeys, PostError, SendKind, SendWr, Sge, Wc, WcStatus};
+pub use backend::{Connection, MrKeys, PostError, SendKind, SendWr, Sge, Wc, WcStatus};
 pub use blame::{Blame, BACKOFF_BASE_MS, BACKOFF_MAX_MS};
 pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
+pub use fabric::{Fabric, Members, NoPost, Post, Qps};
 pub use message::{
     HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep, Target,
     WaitingSend,

@@ -22,8 +22,11 @@
 //! making progress), as RDMA leaves the outcome of requests in flight at an error
 //! undefined.
 //!
-//! Held credits: a SEND waiting for its peer's receive (see [`message`](super::message))
-//! holds a credit without a place in the order yet; it takes one when posted.
+//! Held and claimed credits: a SEND waiting for its peer's receive (see
+//! [`message`](super::message)) holds a credit without a place in the order yet; a request
+//! gathered into a ring's chain has *claimed* one. Each takes its place in the order only
+//! when it is posted, in the same section of the QP's lock as the post, so the order is
+//! the order the NIC executes in, however many rings post on the QP.
 //!
 //! Progress: a QP with send requests outstanding whose oldest has waited longer than the
 //! deadline without any completion is stuck (a peer or NIC that never answers); the
@@ -71,6 +74,8 @@ pub struct PhysQp<S: Store> {
     posted: Fifo<Posted, S>,
     /// Credits held by sends waiting for a receive.
     held: u32,
+    /// Credits claimed by requests gathered into a chain and not yet posted.
+    claimed: u32,
     bound: u32,
     unsignaled_run: u32,
     /// Why it failed, when it did.
@@ -92,6 +97,7 @@ impl<S: Store> PhysQp<S> {
             depth,
             posted,
             held: 0,
+            claimed: 0,
             bound: 0,
             unsignaled_run: 0,
             failed: None,
@@ -105,9 +111,9 @@ impl<S: Store> PhysQp<S> {
         self.depth
     }
 
-    /// Credits in use: requests posted and not completed, and held ones.
+    /// Credits in use: requests posted and not completed, held and claimed ones.
     pub fn outstanding(&self) -> u32 {
-        self.posted.len() as u32 + self.held
+        self.posted.len() as u32 + self.held + self.claimed
     }
 
     /// Requests posted and not completed (what the NIC may still complete).
@@ -128,6 +134,12 @@ impl<S: Store> PhysQp<S> {
     /// Whether a virtual QP with `vqp_outstanding` requests in flight may post one more.
     pub fn may_post(&self, vqp_outstanding: u32) -> bool {
         self.failed.is_none() && self.outstanding() < self.depth && vqp_outstanding < self.share()
+    }
+
+    /// Whether nothing is posted and the QP has not failed: no completion can come for
+    /// it, and recovery has nothing to do with it.
+    pub fn quiet(&self) -> bool {
+        self.failed.is_none() && self.posted.is_empty()
     }
 
     /// Whether the QP failed (its requests are flushed; it must be recycled).
@@ -173,8 +185,21 @@ impl<S: Store> PhysQp<S> {
         self.bound = self.bound.saturating_sub(1);
     }
 
-    /// Takes a credit for `p`, to be posted next (the caller checked
-    /// [`may_post`](Self::may_post), or holds the credit).
+    /// Takes a credit for a request to be posted later, in a chain (the caller checked
+    /// [`may_post`](Self::may_post)).
+    pub(crate) fn claim(&mut self) {
+        self.claimed += 1;
+    }
+
+    /// Gives back `n` claimed credits (their requests are being posted: then
+    /// [`reserve`](Self::reserve) takes them again; or they will not be).
+    pub(crate) fn unclaim(&mut self, n: u32) {
+        debug_assert!(self.claimed >= n);
+        self.claimed = self.claimed.saturating_sub(n);
+    }
+
+    /// Takes a credit for `p`, posted next in this section of the QP's lock (the caller
+    /// checked [`may_post`](Self::may_post), or gave back the credit it held or claimed).
     pub(crate) fn reserve(&mut self, p: Posted) {
         // Busy from now: the deadline counts from here, not from the last idle check.
         self.progressed |= self.posted.is_empty();
@@ -183,7 +208,7 @@ impl<S: Store> PhysQp<S> {
     }
 
     /// Takes a credit for a send that waits (the caller checked
-    /// [`may_post`](Self::may_post)).
+    /// [`may_post`](Self::may_post), or gave back the credit it claimed).
     pub(crate) fn hold(&mut self) {
         self.held += 1;
     }

@@ -17,8 +17,8 @@
 
 use super::cqe::Reason;
 use super::errno::Errno;
+use super::fabric::Qps;
 use super::message::Messages;
-use super::qp::PhysQp;
 use super::ring_state::Completion;
 use super::wrid::{backend_wr_id, is_backend_wr_id, WrId};
 use super::Store;
@@ -86,12 +86,17 @@ impl Recovery {
 
     /// Whether a [`step`](Self::step) would do nothing: no QP being recovered, failed or
     /// with requests posted, no send waiting for a receive, nothing owed. The caller
-    /// may then skip the step (and reading the clock for it).
-    pub fn idle<S: Store>(&self, qps: &[PhysQp<S>], messages: &Messages<S>) -> bool {
-        self.errored == 0
-            && messages.waiting() == 0
-            && !messages.owes()
-            && qps.iter().all(|q| !q.failed() && q.posted() == 0)
+    /// may then skip the step (and reading the clock for it). A caller that cannot
+    /// afford every QP's lock for this keeps each part's answer as it changes
+    /// ([`PhysQp::quiet`], [`Recovery::quiet`]) and combines them itself.
+    pub fn idle<S: Store>(&self, qps: &(impl Qps<S> + ?Sized), messages: &Messages<S>) -> bool {
+        self.quiet(messages) && (0..qps.count() as u32).all(|i| qps.qp(i, |q, _| q.quiet()))
+    }
+
+    /// The part of [`idle`](Self::idle) under the membership lock: no QP being
+    /// recovered, no send waiting for a receive, nothing owed.
+    pub fn quiet<S: Store>(&self, messages: &Messages<S>) -> bool {
+        self.errored == 0 && messages.waiting() == 0 && !messages.owes()
     }
 
     /// Takes a completion of the backend's own request `wr_id` on QP `qp`; `false` if it
@@ -113,23 +118,28 @@ impl Recovery {
     /// have new CQEs).
     pub fn step<S: Store, B: Rearm>(
         &mut self,
-        qps: &mut [PhysQp<S>],
+        qps: &(impl Qps<S> + ?Sized),
         messages: &mut Messages<S>,
         hw: &mut B,
         now_ms: i64,
         mut route: impl FnMut(WrId, Completion),
     ) -> usize {
         let owed = messages.settle(now_ms, self.deadline_ms, qps, &mut route);
-        for q in qps.iter_mut() {
-            if !q.failed() && q.stuck(now_ms, self.deadline_ms) {
-                q.fail_with(Reason::Deadline);
-            }
+        let n = qps.count().min(MAX_RECOVERED_QPS);
+        let mut failed = 0u64;
+        for i in 0..n {
+            let f = qps.qp(i as u32, |q, _| {
+                if !q.failed() && q.stuck(now_ms, self.deadline_ms) {
+                    q.fail_with(Reason::Deadline);
+                }
+                q.failed()
+            });
+            failed |= (f as u64) << i;
         }
-        if self.errored == 0 && !qps.iter().any(|q| q.failed()) {
+        if self.errored == 0 && failed == 0 {
             return owed;
         }
         let g = self.group as usize;
-        let n = qps.len().min(MAX_RECOVERED_QPS);
         let mut recycled = owed;
         // A plain loop, no `%` or `step_by` by a runtime value: the kernel build's
         // objtool rejects the division's panic path.
@@ -137,34 +147,38 @@ impl Recovery {
         while first + g <= n {
             let group = first..first + g;
             first += g;
-            if group.clone().any(|e| qps[e].failed()) {
+            if group.clone().any(|e| failed & (1 << e) != 0) {
                 for e in group.clone() {
-                    qps[e].fail();
+                    qps.qp(e as u32, |q, _| q.fail());
                     self.to_error(hw, e, now_ms);
                 }
             }
             if !group.clone().all(|e| self.settled(e, now_ms)) {
                 continue;
             }
-            for e in group.clone() {
-                qps[e].recycle(&mut route);
-            }
-            recycled += g;
             let bits = group.clone().fold(0u64, |b, e| b | 1 << e);
             self.errored &= !bits;
             self.flushed &= !bits;
-            if hw.rearm(group.start as u32, g as u32).is_err() {
+            // Re-armed while still failed, so no ring posts on a QP being reset (posts
+            // check in the QP's section); usable from its recycling on.
+            let rearmed = hw.rearm(group.start as u32, g as u32).is_ok();
+            if !rearmed {
                 // Its virtual QPs get QpError from now on.
                 self.broken |= bits;
-                for e in group {
-                    qps[e].fail();
-                }
             }
+            for e in group {
+                qps.qp(e as u32, |q, _| {
+                    q.recycle(&mut route);
+                    if !rearmed {
+                        q.fail();
+                    }
+                });
+            }
+            recycled += g;
         }
         recycled
     }
 
-    /// Moves QP `qp` to the error state with its marker, once per failure.
     fn to_error<B: Rearm>(&mut self, hw: &mut B, qp: usize, now_ms: i64) {
         if (self.errored | self.broken) & (1 << qp) != 0 {
             return;
@@ -186,7 +200,8 @@ impl Recovery {
 mod tests {
     extern crate std;
     use super::*;
-    use crate::engine::{Delivery, Posted, VecStore};
+    use crate::engine::{Delivery, PhysQp, Posted, VecStore};
+    use core::cell::RefCell;
     use std::vec;
     use std::vec::Vec;
 
@@ -212,9 +227,9 @@ mod tests {
         }
     }
 
-    fn qps() -> Vec<PhysQp<VecStore>> {
+    fn qps() -> Vec<RefCell<PhysQp<VecStore>>> {
         (0..4)
-            .map(|_| PhysQp::new(vec![Posted::EMPTY; 8]))
+            .map(|_| RefCell::new(PhysQp::new(vec![Posted::EMPTY; 8])))
             .collect()
     }
 
@@ -227,8 +242,8 @@ mod tests {
 
     #[test]
     fn a_failed_qp_takes_its_pair_through_flush_and_rearm() {
-        let (mut r, mut hw, mut q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
-        q[3].reserve(posted(
+        let (mut r, mut hw, q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
+        q[3].borrow_mut().reserve(posted(
             WrId {
                 ring: 1,
                 ring_gen: 1,
@@ -236,68 +251,64 @@ mod tests {
             }
             .encode(),
         ));
-        q[3].fail();
+        q[3].borrow_mut().fail();
         let mut owed = Vec::new();
         let mut m = Messages::with_capacity(4, 4);
-        let mut step = |r: &mut Recovery, hw: &mut Hw, q: &mut [PhysQp<VecStore>], now| {
+        let mut step = |r: &mut Recovery, hw: &mut Hw, q: &[RefCell<PhysQp<VecStore>>], now| {
             r.step(q, &mut m, hw, now, |id, c| owed.push((id.slot, c)))
         };
-        assert_eq!(step(&mut r, &mut hw, &mut q, 0), 0, "nothing settled yet");
+        assert_eq!(step(&mut r, &mut hw, &q, 0), 0, "nothing settled yet");
         assert_eq!(
             hw.errored,
             [(2, Recovery::marker(2)), (3, Recovery::marker(3))]
         );
         assert!(
-            q[2].failed() && q[3].failed() && !q[0].failed(),
+            q[2].borrow().failed() && q[3].borrow().failed() && !q[0].borrow().failed(),
             "the pair, only"
         );
         assert!(r.busy());
         assert!(!r.on_completion(3, 9), "a ring's completion is routed");
         assert!(r.on_completion(3, Recovery::marker(3)));
-        assert_eq!(
-            step(&mut r, &mut hw, &mut q, 10),
-            0,
-            "QP 2's marker is missing"
-        );
+        assert_eq!(step(&mut r, &mut hw, &q, 10), 0, "QP 2's marker is missing");
         assert!(r.on_completion(2, Recovery::marker(2)));
-        assert_eq!(step(&mut r, &mut hw, &mut q, 20), 2);
+        assert_eq!(step(&mut r, &mut hw, &q, 20), 2);
         assert_eq!(hw.rearmed, [(2, 2)]);
         assert_eq!(owed, [(9, Completion::Failed(Reason::QpError))]);
-        assert!(!q[2].failed() && !q[3].failed() && !r.busy());
+        assert!(!q[2].borrow().failed() && !q[3].borrow().failed() && !r.busy());
     }
 
     #[test]
     fn idle_only_with_nothing_to_do() {
-        let (r, mut q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), qps());
+        let (r, q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), qps());
         let m = Messages::with_capacity(4, 4);
-        assert!(r.idle(&q, &m));
-        q[1].reserve(posted(7));
-        assert!(!r.idle(&q, &m), "a request posted");
-        let mut q = qps();
-        q[2].fail();
-        assert!(!r.idle(&q, &m), "a QP failed");
+        assert!(r.idle(&q[..], &m));
+        q[1].borrow_mut().reserve(posted(7));
+        assert!(!r.idle(&q[..], &m), "a request posted");
+        let q = qps();
+        q[2].borrow_mut().fail();
+        assert!(!r.idle(&q[..], &m), "a QP failed");
     }
 
     #[test]
     fn a_lost_marker_waits_for_the_patience_and_a_failed_rearm_sticks() {
-        let (mut r, mut hw, mut q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
+        let (mut r, mut hw, q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
         hw.fail_rearm = true;
-        q[0].fail();
+        q[0].borrow_mut().fail();
         let m = &mut Messages::with_capacity(4, 4);
-        assert_eq!(r.step(&mut q, m, &mut hw, 100, |_, _| ()), 0);
+        assert_eq!(r.step(&q[..], m, &mut hw, 100, |_, _| ()), 0);
         assert_eq!(
-            r.step(&mut q, m, &mut hw, 100 + FLUSH_PATIENCE_MS, |_, _| ()),
+            r.step(&q[..], m, &mut hw, 100 + FLUSH_PATIENCE_MS, |_, _| ()),
             0
         );
         assert_eq!(
-            r.step(&mut q, m, &mut hw, 101 + FLUSH_PATIENCE_MS, |_, _| ()),
+            r.step(&q[..], m, &mut hw, 101 + FLUSH_PATIENCE_MS, |_, _| ()),
             2
         );
         assert!(
-            q[0].failed() && q[1].failed(),
+            q[0].borrow().failed() && q[1].borrow().failed(),
             "re-arming failed: left failed"
         );
-        assert_eq!(r.step(&mut q, m, &mut hw, 10_000, |_, _| ()), 0);
+        assert_eq!(r.step(&q[..], m, &mut hw, 10_000, |_, _| ()), 0);
         assert_eq!(
             (hw.errored.len(), hw.rearmed.len()),
             (2, 1),
@@ -307,7 +318,7 @@ mod tests {
 
     #[test]
     fn a_stuck_qp_fails_with_deadline_and_the_receive_it_was_filling_too() {
-        let (mut r, mut hw, mut q) = (Recovery::new(2, 100), Hw::default(), qps());
+        let (mut r, mut hw, q) = (Recovery::new(2, 100), Hw::default(), qps());
         let m = &mut Messages::with_capacity(4, 4);
         let send = WrId {
             ring: 1,
@@ -321,8 +332,8 @@ mod tests {
             slot: 4,
         }
         .encode();
-        r.step(&mut q, m, &mut hw, 1000, |_, _| ());
-        q[0].reserve(Posted {
+        r.step(&q[..], m, &mut hw, 1000, |_, _| ());
+        q[0].borrow_mut().reserve(Posted {
             wr_id: send,
             delivery: Some(Delivery {
                 recv,
@@ -333,24 +344,27 @@ mod tests {
         let mut owed = Vec::new();
         // The deadline counts from the first step that sees the QP busy.
         assert_eq!(
-            r.step(&mut q, m, &mut hw, 1050, |id, c| owed.push((id.slot, c))),
+            r.step(&q[..], m, &mut hw, 1050, |id, c| owed.push((id.slot, c))),
             0
         );
         assert_eq!(
-            r.step(&mut q, m, &mut hw, 1150, |id, c| owed.push((id.slot, c))),
+            r.step(&q[..], m, &mut hw, 1150, |id, c| owed.push((id.slot, c))),
             0
         );
-        assert!(!q[0].failed(), "within the deadline");
+        assert!(!q[0].borrow().failed(), "within the deadline");
         assert_eq!(
-            r.step(&mut q, m, &mut hw, 1151, |id, c| owed.push((id.slot, c))),
+            r.step(&q[..], m, &mut hw, 1151, |id, c| owed.push((id.slot, c))),
             0
         );
-        assert!(q[0].failed() && q[1].failed(), "past it: the pair fails");
+        assert!(
+            q[0].borrow().failed() && q[1].borrow().failed(),
+            "past it: the pair fails"
+        );
         // Neither marker arrives; after the patience the pair is re-armed and what it
         // still owed, the receive its send was filling included, is retired.
         let later = 1151 + FLUSH_PATIENCE_MS + 1;
         assert_eq!(
-            r.step(&mut q, m, &mut hw, later, |id, c| owed.push((id.slot, c))),
+            r.step(&q[..], m, &mut hw, later, |id, c| owed.push((id.slot, c))),
             2
         );
         owed.sort_by_key(|o| o.0);
@@ -361,6 +375,6 @@ mod tests {
                 (4, Completion::Failed(Reason::Deadline)),
             ]
         );
-        assert_eq!(q[0].outstanding(), 0);
+        assert_eq!(q[0].borrow().outstanding(), 0);
     }
 }

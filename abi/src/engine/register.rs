@@ -16,10 +16,11 @@
 //!
 //! [`Reason::NotOwner`]: super::cqe::Reason::NotOwner
 
-use super::backend::{Backend, MrKeys};
+use super::backend::MrKeys;
 use super::cqe::{Cqe, Reason};
 use super::errno::Errno;
-use super::export::{Export, ExportError, Exports};
+use super::export::{Export, ExportError};
+use super::fabric::Fabric;
 use super::ring::RingMem;
 use super::ring_state::{LocalMr, Ring};
 use super::sqe::{MrAccess, Sqe};
@@ -119,13 +120,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Completes the claimed registration `r` with the caller's result: records the MR
     /// and its export (when it grants remote access) and writes the CQE (`res` = MR
     /// handle, `aux` = descriptor). A closed ring, or a full table, gets the MR
-    /// deregistered through `backend`.
-    pub fn finish_registration<B: Backend>(
+    /// deregistered.
+    pub fn finish_registration<F: Fabric<S>>(
         &mut self,
         r: Registration,
         result: Result<MrKeys, Errno>,
-        exports: &mut Exports<S>,
-        backend: &mut B,
+        f: &F,
     ) {
         debug_assert_eq!(self.registration, Pending::Claimed);
         self.registration = Pending::None;
@@ -135,15 +135,15 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Err(e) => return self.emit(Cqe::err_errno(ud, Reason::Verbs, e)),
         };
         if self.is_closed() {
-            backend.dereg_mr(keys);
+            f.dereg_mr(keys);
             return self.emit(Cqe::err(ud, Reason::RingClosed));
         }
         let remote = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
         let descriptor = if r.access.bits() & remote.bits() != 0 {
-            match self.export(&r, keys.rkey, exports, backend) {
+            match self.export(&r, keys.rkey, f) {
                 Some(d) => d,
                 None => {
-                    backend.dereg_mr(keys);
+                    f.dereg_mr(keys);
                     return self.emit(Cqe::err(ud, Reason::TableFull));
                 }
             }
@@ -162,8 +162,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let cqe = match self.tables.mrs.insert(mr) {
             Ok(h) => Cqe::ok(ud, h as i32, descriptor),
             Err(_) => {
-                exports.remove(descriptor);
-                backend.dereg_mr(keys);
+                f.exports(|e| e.remove(descriptor));
+                f.dereg_mr(keys);
                 Cqe::err(ud, Reason::TableFull)
             }
         };
@@ -171,15 +171,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// Records an export of `r` under a fresh descriptor; `None` when the table is full.
-    fn export<B: Backend>(
-        &self,
-        r: &Registration,
-        rkey: u32,
-        exports: &mut Exports<S>,
-        backend: &mut B,
-    ) -> Option<u64> {
+    fn export<F: Fabric<S>>(&self, r: &Registration, rkey: u32, f: &F) -> Option<u64> {
         for _ in 0..DRAWS {
-            let descriptor = backend.descriptor();
+            let descriptor = f.descriptor();
             let e = Export {
                 descriptor,
                 owner: (self.id, self.gen),
@@ -188,7 +182,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 access: r.access,
                 rkey,
             };
-            match exports.insert(e) {
+            match f.exports(|x| x.insert(e)) {
                 Ok(()) => return Some(descriptor),
                 Err(ExportError::Full) => return None,
                 Err(ExportError::Taken) => continue,

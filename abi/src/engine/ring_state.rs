@@ -5,13 +5,11 @@
 //! Each taken SQE owes exactly one CQE, which goes to the CQ or, when that is full, to the
 //! overflow list; so the list can always hold what is owed and no completion is dropped.
 
-use super::backend::{Backend, MrKeys};
+use super::backend::MrKeys;
 use super::cqe::{Cqe, CqeFlags, Reason};
 use super::errno::Errno;
-use super::export::Exports;
+use super::fabric::{Fabric, Members as _};
 use super::layout::SqFlags;
-use super::message::Messages;
-use super::qp::PhysQp;
 use super::ring::{CqProducer, RingMem, SqConsumer};
 use super::sqe::{MrAccess, Sqe};
 use super::submit::Chain;
@@ -327,22 +325,20 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Closes the ring: no CQE is written any more; completions still retire its
     /// requests; its virtual QPs leave their links for messages. Call
     /// [`release_idle`](Self::release_idle) until it returns `true`.
-    pub fn close(
-        &mut self,
-        qps: &mut [PhysQp<S>],
-        exports: &mut Exports<S>,
-        messages: &mut Messages<S>,
-    ) {
+    pub fn close<F: Fabric<S>>(&mut self, f: &F) {
         self.closed = true;
         // Its virtual QPs depart their links now: a CONNECT meanwhile never joins a
         // closing ring, and sends waiting for its receives fail at once.
-        for (_, v) in self.tables.vqps.iter() {
-            messages.depart(v.link, v.end, qps);
+        if !self.tables.vqps.is_empty() {
+            let mut m = f.members();
+            for (_, v) in self.tables.vqps.iter() {
+                m.messages().depart(v.link, v.end, f);
+            }
         }
         // Its exports are revoked now, not when its MRs go idle: an importer's next
         // request fails instead of reaching memory whose owner is gone.
         for (_, m) in self.tables.mrs.iter() {
-            revoke(exports, m.descriptor, (self.id, self.gen));
+            revoke(f, m.descriptor, (self.id, self.gen));
         }
         // Unclaimed, it was never pinned; claimed, its caller still finishes it (and,
         // the ring being closed, deregisters it).
@@ -359,65 +355,59 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Releases everything at once, in flight or not, writing no CQE: for when the
     /// device is gone. The caller guarantees the hardware can no longer touch the ring's
     /// memory (its QPs are destroyed); the ring may be freed afterwards.
-    pub fn abandon<B: Backend>(
-        &mut self,
-        qps: &mut [PhysQp<S>],
-        exports: &mut Exports<S>,
-        messages: &mut Messages<S>,
-        backend: &mut B,
-    ) {
+    pub fn abandon<F: Fabric<S>>(&mut self, f: &F) {
         self.closed = true;
         let owner = (self.id, self.gen);
         self.tables.inflight.drain_where(|_, _| true);
         self.tables.rmrs.drain_where(|_, _| true);
-        self.tables.vqps.drain_where(|_, v| {
-            messages.leave(v.link, v.end, qps);
-            if let Some(q) = qps.get_mut(v.qp as usize) {
-                q.unbind();
-            }
-            backend.disconnect(v.qp);
-            true
-        });
+        if !self.tables.vqps.is_empty() {
+            let mut m = f.members();
+            self.tables.vqps.drain_where(|_, v| {
+                m.messages().leave(v.link, v.end, f);
+                if (v.qp as usize) < f.count() {
+                    f.qp(v.qp, |q, _| q.unbind());
+                }
+                m.disconnect(v.qp);
+                true
+            });
+        }
         self.tables.mrs.drain_where(|_, m| {
-            revoke(exports, m.descriptor, owner);
-            backend.dereg_mr(m.keys);
+            revoke(f, m.descriptor, owner);
+            f.dereg_mr(m.keys);
             true
         });
     }
 
     /// Releases every virtual QP and MR with nothing in flight; returns `true` when
     /// nothing is left (the ring's memory may be freed).
-    pub fn release_idle<B: Backend>(
-        &mut self,
-        qps: &mut [PhysQp<S>],
-        exports: &mut Exports<S>,
-        messages: &mut Messages<S>,
-        backend: &mut B,
-    ) -> bool {
+    pub fn release_idle<F: Fabric<S>>(&mut self, f: &F) -> bool {
         let owner = (self.id, self.gen);
-        // Receives no message took are cancelled: only a peer's SEND would complete
-        // them, and the peer may never send.
-        for i in 0..self.tables.vqps.capacity() {
-            if let Some(h) = self.tables.vqps.handle_at(i) {
-                self.cancel_recvs(h, messages);
+        if !self.tables.vqps.is_empty() {
+            let mut m = f.members();
+            // Receives no message took are cancelled: only a peer's SEND would complete
+            // them, and the peer may never send.
+            for i in 0..self.tables.vqps.capacity() {
+                if let Some(h) = self.tables.vqps.handle_at(i) {
+                    self.cancel_recvs(h, m.messages());
+                }
             }
+            let rmrs = &mut self.tables.rmrs;
+            self.tables.vqps.drain_where(|h, v| {
+                let idle = v.sends == 0 && v.recvs == 0;
+                if idle {
+                    rmrs.drain_where(|_, r| r.vqp == h);
+                    m.messages().leave(v.link, v.end, f);
+                    f.qp(v.qp, |q, _| q.unbind());
+                    m.disconnect(v.qp);
+                }
+                idle
+            });
         }
-        let rmrs = &mut self.tables.rmrs;
-        self.tables.vqps.drain_where(|h, v| {
-            let idle = v.sends == 0 && v.recvs == 0;
-            if idle {
-                rmrs.drain_where(|_, r| r.vqp == h);
-                messages.leave(v.link, v.end, qps);
-                qps[v.qp as usize].unbind();
-                backend.disconnect(v.qp);
-            }
-            idle
-        });
         self.tables.mrs.drain_where(|_, m| {
             let idle = m.sends == 0 && m.recvs == 0;
             if idle {
-                revoke(exports, m.descriptor, owner);
-                backend.dereg_mr(m.keys);
+                revoke(f, m.descriptor, owner);
+                f.dereg_mr(m.keys);
             }
             idle
         });
@@ -430,8 +420,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
 
 /// Removes export `descriptor` if `owner` (a ring's id and generation) still holds it;
 /// a descriptor already revoked (at close) is left alone.
-pub(crate) fn revoke<S: Store>(exports: &mut Exports<S>, descriptor: u64, owner: (u16, u16)) {
-    if exports.get(descriptor).is_some_and(|e| e.owner == owner) {
-        exports.remove(descriptor);
-    }
+pub(crate) fn revoke<S: Store>(f: &impl Fabric<S>, descriptor: u64, owner: (u16, u16)) {
+    f.exports(|exports| {
+        if exports.get(descriptor).is_some_and(|e| e.owner == owner) {
+            exports.remove(descriptor);
+        }
+    });
 }

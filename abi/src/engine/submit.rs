@@ -4,14 +4,21 @@
 //! An SQE that cannot proceed now (no credit, no in-flight slot, no room for its CQE, or
 //! its object busy with sends in flight) is not taken: it waits in the SQ, and so do all
 //! after it, keeping the ring's order. Everything else is taken and owes one CQE.
+//!
+//! Locks (see [`fabric`](super::fabric)): the caller holds the ring's. A one-sided
+//! request claims its credit in one section of its QP's lock and is posted, with the
+//! rest of its chain, in another; the exports' lock is taken to resolve an import. Only
+//! control entries and two-sided messages take the device's membership lock, once per
+//! call, held to its end (a chain's matched receives are put back under it if its post
+//! fails).
 
-use super::backend::{Backend, PostError, SendKind, SendWr, Sge};
+use super::backend::{PostError, SendKind, SendWr, Sge};
 use super::cqe::{Cqe, Reason};
 use super::errno::Errno;
-use super::export::Exports;
+use super::fabric::{Fabric, Members};
 use super::layout::SqFlags;
 use super::message::{Messages, PostedRecv, RecvStep, SendStep, Target, WaitingSend};
-use super::qp::{Delivery, PhysQp, Posted};
+use super::qp::{Delivery, Posted};
 use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
 use super::ring_state::{revoke, Completion, Inflight, Ring, Vqp};
@@ -48,13 +55,16 @@ pub struct Submitted {
     pub stall: Option<Stall>,
 }
 
-/// Requests for one physical QP, posted together. Kept in the ring and used in place, so
-/// a submission neither re-initializes nor copies it (it is about 1 KiB; moving it in
-/// and out of the ring per call cost more than the rest of an empty submission).
+/// Requests for one physical QP, posted together, each holding a credit it claimed.
+/// Kept in the ring and used in place, so a submission neither re-initializes nor copies
+/// it (it is about 1.5 KiB; moving it in and out of the ring per call cost more than the
+/// rest of an empty submission).
 pub struct Chain {
     qp: u32,
     n: usize,
     wrs: [SendWr; CHAIN],
+    /// What each takes in its QP's order when posted.
+    posted: [Posted; CHAIN],
     /// For a SEND, the receive it took (link, the receive's end, the receive): put back
     /// if the post fails.
     took: [Option<(u32, u8, PostedRecv)>; CHAIN],
@@ -67,6 +77,7 @@ impl Chain {
             qp: 0,
             n: 0,
             wrs: [NO_WR; CHAIN],
+            posted: [Posted::EMPTY; CHAIN],
             took: [None; CHAIN],
         }
     }
@@ -97,16 +108,24 @@ enum Step {
     Wait(Stall),
 }
 
+/// The membership lock, once a submission has taken it.
+type Held<'f, S, F> = Option<<F as Fabric<S>>::Members<'f>>;
+
+/// The membership lock, taken now if the submission has not yet.
+fn members<'a, 'f, S: Store, F: Fabric<S>>(
+    f: &'f F,
+    held: &'a mut Held<'f, S, F>,
+) -> &'a mut <F as Fabric<S>>::Members<'f> {
+    held.get_or_insert_with(|| f.members())
+}
+
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Takes up to `max` SQEs in context `cx`, validating against this ring's tables and
-    /// the node's `exports`, matching two-sided messages through the node's `messages`.
+    /// the node's exports, matching two-sided messages through the node's membership.
     /// Fails, taking none, when the SQ tail is hostile.
-    pub fn submit<B: Backend>(
+    pub fn submit<F: Fabric<S>>(
         &mut self,
-        qps: &mut [PhysQp<S>],
-        exports: &mut Exports<S>,
-        messages: &mut Messages<S>,
-        backend: &mut B,
+        f: &F,
         max: u32,
         cx: Context,
     ) -> Result<Submitted, RingError> {
@@ -127,6 +146,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         };
         let (mut taken, mut stall) = (0, None);
         let throttled = self.blame.throttled(cx.now_ms);
+        let mut held: Held<'_, S, F> = None;
         while taken < ready.min(max) {
             if !self.has_room() {
                 stall = Some(Stall::CqFull);
@@ -135,7 +155,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             let Some(sqe) = self.sq.peek(taken) else {
                 break;
             };
-            match self.step(&sqe, qps, exports, messages, backend, cx, throttled) {
+            match self.step(&sqe, f, &mut held, cx, throttled) {
                 Step::Taken => taken += 1,
                 Step::TakenThen(s) => {
                     taken += 1;
@@ -148,26 +168,25 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 }
             }
         }
-        self.flush_chain(qps, messages, backend);
+        self.flush_chain(f, &mut held);
+        drop(held);
         self.sq.consume(taken);
         self.stats.taken += taken as u64;
         self.publish();
         Ok(Submitted { taken, stall })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn step<B: Backend>(
+    fn step<'f, F: Fabric<S>>(
         &mut self,
         sqe: &Sqe,
-        qps: &mut [PhysQp<S>],
-        exports: &mut Exports<S>,
-        messages: &mut Messages<S>,
-        backend: &mut B,
+        f: &'f F,
+        held: &mut Held<'f, S, F>,
         cx: Context,
         throttled: bool,
     ) -> Step {
         let ud = sqe.user_data;
-        let op = match validate(sqe, &self.tables, exports) {
+        let exports = |d| f.exports(|e| e.get(d).copied());
+        let op = match validate(sqe, &self.tables, &exports) {
             Ok(op) => op,
             Err(r) => {
                 self.emit(Cqe::err(ud, r));
@@ -187,7 +206,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     access,
                 });
                 // Our unposted requests go out before the caller drops its locks.
-                self.flush_chain(qps, messages, backend);
+                self.flush_chain(f, held);
                 return Step::TakenThen(Stall::Register);
             }
             Op::DeregMr { mr } => {
@@ -195,11 +214,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 if m.recvs > 0 {
                     Cqe::err(ud, Reason::Busy)
                 } else if m.sends > 0 {
-                    return self.wait_for_sends(qps, messages, backend);
+                    return self.wait_for_sends(f, held);
                 } else {
                     t.mrs.remove(mr);
-                    revoke(exports, m.descriptor, (self.id, self.gen));
-                    backend.dereg_mr(m.keys);
+                    revoke(f, m.descriptor, (self.id, self.gen));
+                    f.dereg_mr(m.keys);
                     Cqe::ok(ud, 0, 0)
                 }
             }
@@ -208,8 +227,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 Cqe::err(ud, Reason::TableFull)
             }
             Op::Connect { gid, service } => {
-                let open = messages.half_open(&gid, service);
-                match backend.connect(gid, service, open.map(|o| o.qp)) {
+                let m = members(f, held);
+                let open = m.messages().half_open(&gid, service);
+                match m.connect(gid, service, open.map(|o| o.qp)) {
                     Err(e) => Cqe::err_errno(
                         ud,
                         if e == Errno::ENODEV {
@@ -219,13 +239,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         },
                         e,
                     ),
-                    Ok(conn) if conn.qp as usize >= qps.len() => {
-                        backend.disconnect(conn.qp);
+                    Ok(conn) if conn.qp as usize >= f.count() => {
+                        m.disconnect(conn.qp);
                         Cqe::err(ud, Reason::Verbs)
                     }
-                    Ok(conn) => match messages.join(gid, service, conn.qp, open) {
+                    Ok(conn) => match m.messages().join(gid, service, conn.qp, open) {
                         None => {
-                            backend.disconnect(conn.qp);
+                            m.disconnect(conn.qp);
                             Cqe::err(ud, Reason::TableFull)
                         }
                         Some((link, end)) => {
@@ -238,26 +258,27 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                                 end,
                             });
                             let h = h.expect("room checked");
-                            qps[conn.qp as usize].bind();
+                            f.qp(conn.qp, |q, _| q.bind());
                             Cqe::ok(ud, h as i32, conn.qpn as u64)
                         }
                     },
                 }
             }
             Op::Disconnect { vqp } => {
-                self.cancel_recvs(vqp, messages);
+                self.cancel_recvs(vqp, members(f, held).messages());
                 let t = &mut self.tables;
                 let v = *t.vqps.get(vqp).expect("validated");
                 if v.sends > 0 || v.recvs > 0 {
                     // Sends in flight or waiting for a receive, or a message being
                     // delivered: all end within the request deadline.
-                    return self.wait_for_sends(qps, messages, backend);
+                    return self.wait_for_sends(f, held);
                 }
                 t.vqps.remove(vqp);
                 t.rmrs.drain_where(|_, r| r.vqp == vqp);
-                messages.leave(v.link, v.end, qps);
-                qps[v.qp as usize].unbind();
-                backend.disconnect(v.qp);
+                let m = members(f, held);
+                m.messages().leave(v.link, v.end, f);
+                f.qp(v.qp, |q, _| q.unbind());
+                m.disconnect(v.qp);
                 Cqe::ok(ud, 0, 0)
             }
             Op::ImportMr {
@@ -282,81 +303,32 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 flags,
             } => {
                 let v = *t.vqps.get(vqp).expect("validated");
-                let q = &qps[v.qp as usize];
-                if q.failed() {
-                    Cqe::err(ud, Reason::QpError)
-                } else if !q.may_post(v.sends) {
-                    return Step::Wait(Stall::NoCredit);
-                } else {
-                    if self.chain.n == CHAIN || (self.chain.n > 0 && self.chain.qp != v.qp) {
-                        self.flush_chain(qps, messages, backend);
+                if self.chain.n == CHAIN || (self.chain.n > 0 && self.chain.qp != v.qp) {
+                    self.flush_chain(f, held);
+                }
+                let credit = f.qp(v.qp, |q, _| {
+                    if q.failed() {
+                        return Err(());
                     }
-                    let inf = Inflight {
-                        user_data: ud,
-                        vqp,
-                        mr,
-                        len: local.len,
-                        recv: false,
-                    };
-                    let Some(wr_id) = self.track(inf) else {
-                        return Step::Wait(Stall::InflightFull);
-                    };
-                    // SEND and WRITE_IMM take a receive of the peer's (see `message`).
-                    let target = match kind {
-                        SendKind::Send { .. } => Some(Target::Receive),
-                        SendKind::Write {
-                            remote_addr,
-                            rkey,
-                            imm: Some(_),
-                        } => Some(Target::Remote { remote_addr, rkey }),
-                        _ => None,
-                    };
-                    let (kind, took) = match (target, kind) {
-                        (Some(target), SendKind::Send { imm } | SendKind::Write { imm, .. }) => {
-                            let s = WaitingSend {
-                                wr_id,
-                                local,
-                                target,
-                                imm,
-                                flags,
-                                since_ms: cx.now_ms,
-                            };
-                            match messages.send(v.link, v.end, s) {
-                                SendStep::Deliver(r) => {
-                                    (s.kind(&r), Some((v.link, 1 - v.end, r, imm)))
-                                }
-                                SendStep::Waits => {
-                                    qps[v.qp as usize].hold();
-                                    return Step::Taken;
-                                }
-                                SendStep::Fail(why) => {
-                                    self.fail_unposted(wr_id, why, why.errno());
-                                    return Step::Taken;
-                                }
-                            }
-                        }
-                        (_, k) => (k, None),
-                    };
-                    qps[v.qp as usize].reserve(Posted {
-                        wr_id,
-                        delivery: took.map(|(_, _, r, imm)| Delivery {
-                            recv: r.wr_id,
-                            byte_len: local.len,
-                            imm,
-                        }),
-                    });
-                    let chain = &mut self.chain;
-                    chain.qp = v.qp;
-                    chain.wrs[chain.n] = SendWr {
-                        wr_id,
-                        kind,
-                        local,
-                        signaled: false,
-                        flags,
-                    };
-                    chain.took[chain.n] = took.map(|(link, end, r, _)| (link, end, r));
-                    chain.n += 1;
-                    return Step::Taken;
+                    let ok = q.may_post(v.sends);
+                    if ok {
+                        q.claim();
+                    }
+                    Ok(ok)
+                });
+                match credit {
+                    Err(()) => Cqe::err(ud, Reason::QpError),
+                    Ok(false) => return Step::Wait(Stall::NoCredit),
+                    Ok(true) => {
+                        let inf = Inflight {
+                            user_data: ud,
+                            vqp,
+                            mr,
+                            len: local.len,
+                            recv: false,
+                        };
+                        return self.send(v, inf, kind, local, flags, f, held, cx);
+                    }
                 }
             }
             Op::Recv { vqp, mr, local } => {
@@ -378,23 +350,95 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     len: local.len,
                     rkey,
                 };
-                match messages.recv(v.link, v.end, r, qps) {
+                match members(f, held).messages().recv(v.link, v.end, r, f) {
                     RecvStep::Queued => {}
                     RecvStep::Fail(why) => self.fail_unposted(wr_id, why, why.errno()),
-                    RecvStep::Deliver { send, qp } => self.deliver_waiting(
-                        send,
-                        qp,
-                        r,
-                        (v.link, 1 - v.end),
-                        qps,
-                        messages,
-                        backend,
-                    ),
+                    RecvStep::Deliver { send, qp } => {
+                        self.deliver_waiting(send, qp, r, (v.link, 1 - v.end), f, held)
+                    }
                 }
                 return Step::Taken;
             }
         };
         self.emit(cqe);
+        Step::Taken
+    }
+
+    /// A request of virtual QP `v` that claimed its credit: tracked, matched with a
+    /// receive if it needs one (SEND and WRITE_IMM, see `message`), and gathered into
+    /// the chain.
+    #[allow(clippy::too_many_arguments)]
+    fn send<'f, F: Fabric<S>>(
+        &mut self,
+        v: Vqp,
+        inf: Inflight,
+        kind: SendKind,
+        local: Sge,
+        flags: SqeFlags,
+        f: &'f F,
+        held: &mut Held<'f, S, F>,
+        cx: Context,
+    ) -> Step {
+        let Some(wr_id) = self.track(inf) else {
+            f.qp(v.qp, |q, _| q.unclaim(1));
+            return Step::Wait(Stall::InflightFull);
+        };
+        let target = match kind {
+            SendKind::Send { .. } => Some(Target::Receive),
+            SendKind::Write {
+                remote_addr,
+                rkey,
+                imm: Some(_),
+            } => Some(Target::Remote { remote_addr, rkey }),
+            _ => None,
+        };
+        let (kind, took) = match (target, kind) {
+            (Some(target), SendKind::Send { imm } | SendKind::Write { imm, .. }) => {
+                let s = WaitingSend {
+                    wr_id,
+                    local,
+                    target,
+                    imm,
+                    flags,
+                    since_ms: cx.now_ms,
+                };
+                match members(f, held).messages().send(v.link, v.end, s) {
+                    SendStep::Deliver(r) => (s.kind(&r), Some((v.link, 1 - v.end, r, imm))),
+                    SendStep::Waits => {
+                        f.qp(v.qp, |q, _| {
+                            q.unclaim(1);
+                            q.hold();
+                        });
+                        return Step::Taken;
+                    }
+                    SendStep::Fail(why) => {
+                        f.qp(v.qp, |q, _| q.unclaim(1));
+                        self.fail_unposted(wr_id, why, why.errno());
+                        return Step::Taken;
+                    }
+                }
+            }
+            (_, k) => (k, None),
+        };
+        let c = &mut self.chain;
+        c.qp = v.qp;
+        c.wrs[c.n] = SendWr {
+            wr_id,
+            kind,
+            local,
+            signaled: false,
+            flags,
+        };
+        c.posted[c.n] = Posted {
+            wr_id,
+            delivery: took.map(|(_, _, r, imm)| Delivery {
+                recv: r.wr_id,
+                byte_len: local.len,
+                imm,
+            }),
+        };
+        c.took[c.n] = took.map(|(link, end, r, _)| (link, end, r));
+        c.n += 1;
         Step::Taken
     }
 
@@ -426,13 +470,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// The object's sends may be in our own unposted chain: post it, then wait.
-    fn wait_for_sends<B: Backend>(
-        &mut self,
-        qps: &mut [PhysQp<S>],
-        messages: &mut Messages<S>,
-        backend: &mut B,
-    ) -> Step {
-        self.flush_chain(qps, messages, backend);
+    fn wait_for_sends<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) -> Step {
+        self.flush_chain(f, held);
         Step::Wait(Stall::Busy)
     }
 
@@ -447,79 +486,100 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// Posts `send`, a SEND another ring left waiting on physical QP `qp` (holding its
-    /// credit there), into our receive `r`. Our chain goes first, so the QP's posts keep
-    /// the order of its reservations. If the post fails, the receive fails and the send
-    /// waits again, first in its end (`from`: its link and end).
-    #[allow(clippy::too_many_arguments)]
-    fn deliver_waiting<B: Backend>(
+    /// credit there), into our receive `r`. If the post fails (or the QP failed), the
+    /// receive fails and the send waits again, first in its end (`from`: its link and
+    /// end).
+    fn deliver_waiting<'f, F: Fabric<S>>(
         &mut self,
         send: WaitingSend,
         qp: u32,
         r: PostedRecv,
         from: (u32, u8),
-        qps: &mut [PhysQp<S>],
-        messages: &mut Messages<S>,
-        backend: &mut B,
+        f: &'f F,
+        held: &mut Held<'f, S, F>,
     ) {
-        self.flush_chain(qps, messages, backend);
-        let q = &mut qps[qp as usize];
-        q.release_held();
-        q.reserve(Posted {
+        let posted = Posted {
             wr_id: send.wr_id,
             delivery: Some(Delivery {
                 recv: r.wr_id,
                 byte_len: send.local.len,
                 imm: send.imm,
             }),
-        });
+        };
         let wr = SendWr {
             wr_id: send.wr_id,
             kind: send.kind(&r),
             local: send.local,
-            signaled: q.next_signaled(true),
+            signaled: true,
             flags: send.flags,
         };
-        if let Err(e) = backend.post_send(qp, &[wr]) {
-            q.unreserve_last(1);
-            q.hold();
-            messages.unmatch_send(from.0, from.1, send);
-            self.fail_unposted(r.wr_id, Reason::Verbs, e.errno);
+        let out = f.qp(qp, |q, post| {
+            if q.failed() {
+                let why = q.fail_reason();
+                return Err((why, why.errno()));
+            }
+            q.release_held();
+            q.reserve(posted);
+            let wr = SendWr {
+                signaled: q.next_signaled(true),
+                ..wr
+            };
+            post.post_send(&[wr]).map_err(|e| {
+                q.unreserve_last(1);
+                q.hold();
+                (Reason::Verbs, e.errno)
+            })
+        });
+        if let Err((why, errno)) = out {
+            members(f, held)
+                .messages()
+                .unmatch_send(from.0, from.1, send);
+            self.fail_unposted(r.wr_id, why, errno);
         }
     }
 
-    /// Posts the chain; requests that did not go out fail with the backend's errno, and
-    /// the receives they took are put back.
-    fn flush_chain<B: Backend>(
-        &mut self,
-        qps: &mut [PhysQp<S>],
-        messages: &mut Messages<S>,
-        backend: &mut B,
-    ) {
+    /// Posts the chain in one section of its QP's lock, where its requests take their
+    /// places in the QP's order; requests that did not go out fail (with the backend's
+    /// errno, or `QpError` when the QP failed meanwhile), and the receives they took are
+    /// put back.
+    fn flush_chain<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) {
         let chain = &mut self.chain;
         let n = chain.n;
         if n == 0 {
             return;
         }
         chain.n = 0;
-        let q = &mut qps[chain.qp as usize];
-        for (i, wr) in chain.wrs[..n].iter_mut().enumerate() {
-            wr.signaled = q.next_signaled(i == n - 1);
-        }
-        if let Err(PostError { posted, errno }) = backend.post_send(chain.qp, &chain.wrs[..n]) {
-            let posted = posted.min(n);
-            q.unreserve_last(n - posted);
-            // An unsignaled request ends what went out: no completion may ever retire
-            // it, so the QP's accounting can only be settled by recycling it.
-            if posted > 0 && !chain.wrs[posted - 1].signaled {
-                q.fail();
+        let out = f.qp(chain.qp, |q, post| {
+            q.unclaim(n as u32);
+            if q.failed() {
+                let why = q.fail_reason();
+                return Err((0, why, why.errno()));
             }
+            for (i, wr) in chain.wrs[..n].iter_mut().enumerate() {
+                q.reserve(chain.posted[i]);
+                wr.signaled = q.next_signaled(i == n - 1);
+            }
+            post.post_send(&chain.wrs[..n])
+                .map_err(|PostError { posted, errno }| {
+                    let posted = posted.min(n);
+                    q.unreserve_last(n - posted);
+                    // An unsignaled request ends what went out: no completion may ever
+                    // retire it, so the QP's accounting can only be settled by
+                    // recycling it.
+                    if posted > 0 && !chain.wrs[posted - 1].signaled {
+                        q.fail();
+                    }
+                    (posted, Reason::Verbs, errno)
+                })
+        });
+        if let Err((posted, why, errno)) = out {
             // Newest first, so each receive put back at the front keeps its place.
             for i in (posted..n).rev() {
                 let wr_id = self.chain.wrs[i].wr_id;
                 if let Some((link, end, r)) = self.chain.took[i].take() {
-                    messages.unmatch_recv(link, end, r);
+                    members(f, held).messages().unmatch_recv(link, end, r);
                 }
-                self.fail_unposted(wr_id, Reason::Verbs, errno);
+                self.fail_unposted(wr_id, why, errno);
             }
         }
     }

@@ -9,7 +9,7 @@
 
 use super::backend::{SendKind, Sge};
 use super::cqe::Reason;
-use super::export::Exports;
+use super::export::Export;
 use super::opcode::{Opcode, OPCODE_LAST};
 use super::ring_state::{LocalMr, Tables};
 use super::sqe::{MrAccess, Sqe, SqeFlags};
@@ -224,7 +224,7 @@ fn local<S: Store>(sqe: &Sqe, t: &Tables<S>, needs_write: bool) -> Result<(Local
 fn remote<S: Store>(
     sqe: &Sqe,
     t: &Tables<S>,
-    exports: &Exports<S>,
+    exports: &dyn Fn(u64) -> Option<Export>,
     right: MrAccess,
 ) -> Result<u32, Reason> {
     let r = t.rmrs.get(sqe.rmr).ok_or(Reason::BadRemoteMr)?;
@@ -235,16 +235,21 @@ fn remote<S: Store>(
         return Err(Reason::RemoteRange);
     }
     // Resolved on every use: a revoked export stops its importers here.
-    let e = exports.get(r.descriptor).ok_or(Reason::BadDescriptor)?;
+    let e = exports(r.descriptor).ok_or(Reason::BadDescriptor)?;
     if !e.access.contains(right) {
         return Err(Reason::MrAccess);
     }
     Ok(e.rkey)
 }
 
-/// Validates `sqe` against the ring's tables and the node's exports.
+/// Validates `sqe` against the ring's tables and the node's exports (`exports` looks up
+/// a descriptor; the caller decides under which lock).
 #[inline]
-pub fn validate<S: Store>(sqe: &Sqe, t: &Tables<S>, exports: &Exports<S>) -> Result<Op, Reason> {
+pub fn validate<S: Store>(
+    sqe: &Sqe,
+    t: &Tables<S>,
+    exports: &dyn Fn(u64) -> Option<Export>,
+) -> Result<Op, Reason> {
     let op = Opcode::from_u8(sqe.opcode).ok_or(Reason::BadOpcode)?;
     let flags = SqeFlags::from_bits(sqe.flags).ok_or(Reason::UnknownFlags)?;
     reject_unread(sqe, op)?;
@@ -297,7 +302,7 @@ pub fn validate<S: Store>(sqe: &Sqe, t: &Tables<S>, exports: &Exports<S>) -> Res
             {
                 return Err(Reason::BadLength);
             }
-            let e = exports.get(sqe.arg0).ok_or(Reason::BadDescriptor)?;
+            let e = exports(sqe.arg0).ok_or(Reason::BadDescriptor)?;
             if !inside(sqe.remote_addr, sqe.len, e.addr, e.len) {
                 return Err(Reason::RemoteRange);
             }

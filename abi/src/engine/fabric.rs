@@ -1,0 +1,102 @@
+//! What the engine reaches outside one ring, and the locks it reaches it under.
+//!
+//! A ring's own state is the caller's (`&mut Ring`, under the ring's lock). What rings
+//! share comes through a [`Fabric`], each part behind its own lock so that rings on
+//! different physical QPs never wait for each other:
+//!
+//! - each physical QP's accounting, and posting to it: [`Qps::qp`], one lock per QP;
+//! - the device's membership: which virtual QPs are bound where and linked to which,
+//!   with the messages waiting on those links, and the backend's connect/disconnect:
+//!   [`Fabric::members`], one lock per device, taken only by control entries and
+//!   two-sided messages;
+//! - the exported MRs: [`Fabric::exports`], a leaf.
+//!
+//! # Lock order
+//!
+//! ring → members → one QP → exports. The engine never holds two QP locks, never takes
+//! members while in a QP's section, and takes nothing while in the exports section; a
+//! fabric's implementation may check it (verify's does, with `RefCell`s, and its loom
+//! models with real mutexes). Completion routing comes in below the ring: it takes a QP
+//! lock to retire requests and hands their completions to their rings by other means
+//! (the kernel's per-ring inbox), never taking a ring's lock inside a QP's.
+
+use super::backend::{Connection, MrKeys, PostError, SendWr};
+use super::errno::Errno;
+use super::export::Exports;
+use super::message::Messages;
+use super::qp::PhysQp;
+use super::Store;
+
+/// Posts on one physical QP, within its lock ([`Qps::qp`]).
+pub trait Post {
+    /// Posts a chain of send requests, in order.
+    fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError>;
+}
+
+/// The physical QPs, each behind its own lock.
+pub trait Qps<S: Store> {
+    /// How many there are.
+    fn count(&self) -> usize;
+    /// Runs `f` on physical QP `i` (less than [`count`](Self::count)) with its lock held;
+    /// `f` posts on it through the [`Post`] it gets.
+    fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<S>, &mut dyn Post) -> R) -> R;
+}
+
+/// The device's membership, while its lock is held: links and their messages, and the
+/// backend's bindings of virtual QPs to pooled physical QPs.
+pub trait Members<S: Store> {
+    /// The links, their receives and waiting sends.
+    fn messages(&mut self) -> &mut Messages<S>;
+    /// Binds to a pooled physical QP connected to `gid`/`service`; when `opposite` is
+    /// given (the other end of a link on this node, see [`message`](super::message)),
+    /// to the QP connected to that one.
+    fn connect(
+        &mut self,
+        gid: [u8; 16],
+        service: u32,
+        opposite: Option<u32>,
+    ) -> Result<Connection, Errno>;
+    /// Releases the binding made by [`connect`](Self::connect).
+    fn disconnect(&mut self, qp: u32);
+}
+
+/// Everything rings share on one device.
+pub trait Fabric<S: Store>: Qps<S> {
+    /// The membership lock's guard.
+    type Members<'a>: Members<S>
+    where
+        Self: 'a;
+    /// Takes the membership lock.
+    fn members(&self) -> Self::Members<'_>;
+    /// Runs `f` on the exported MRs with their lock held.
+    fn exports<R>(&self, f: impl FnOnce(&mut Exports<S>) -> R) -> R;
+    /// Deregisters an MR; nothing of it is in flight. (Registering is the caller's:
+    /// see [`register`](super::register).)
+    fn dereg_mr(&self, keys: MrKeys);
+    /// A fresh unpredictable 64-bit value for an export descriptor (the kernel's
+    /// CSPRNG; see [`export`](super::export)).
+    fn descriptor(&self) -> u64;
+}
+
+/// QPs with no lock of their own, for a caller that serializes everything itself (unit
+/// tests): a `RefCell` per QP, which also catches a QP's section re-entered.
+impl<S: Store> Qps<S> for [core::cell::RefCell<PhysQp<S>>] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<S>, &mut dyn Post) -> R) -> R {
+        f(&mut self[i as usize].borrow_mut(), &mut NoPost)
+    }
+}
+
+/// A [`Post`] that posts nothing (for QPs no request is ever posted on).
+pub struct NoPost;
+
+impl Post for NoPost {
+    fn post_send(&mut self, _: &[SendWr]) -> Result<(), PostError> {
+        Err(PostError {
+            posted: 0,
+            errno: Errno::ENODEV,
+        })
+    }
+}

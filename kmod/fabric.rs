@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The engine's [`Fabric`] on one device: a mutex per pooled QP (its accounting and the
+//! verbs object and scratch it is posted through), the membership mutex (the device's
+//! verbs objects, links and messages, recovery), and the exports mutex. The lock order
+//! is written in devctx.rs.
+//!
+//! Two hints let a caller skip the CQ and the recovery when nothing can be there without
+//! taking these locks: a bit per QP that may have requests posted or has failed, set in
+//! its section before anything is posted (so it is never clear while a completion may be
+//! coming) and cleared at the end of one that leaves it quiet; and a flag set when the membership's lock is
+//! released with work for the recovery (waiting sends, owed completions, QPs in flight).
+
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use kernel::new_mutex;
+use kernel::prelude::*;
+use kernel::sync::lock::mutex::MutexBackend;
+use kernel::sync::lock::Guard;
+use kernel::sync::{Arc, Mutex};
+
+use crate::abi::engine::{
+    Connection, Exports, Fabric, Members, Messages, MrKeys, PhysQp, Post, Qps, Recovery,
+};
+use crate::abi::errno::Errno;
+use crate::backend::{self, Hw, QpPost, POOL_QPS};
+use crate::store::KStore;
+
+/// One pooled QP, under its mutex.
+pub(crate) struct QpCell {
+    pub(crate) acct: PhysQp<KStore>,
+    pub(crate) post: QpPost,
+}
+
+/// What the membership mutex guards.
+pub(crate) struct MemberState {
+    pub(crate) hw: Hw,
+    pub(crate) messages: Messages<KStore>,
+    pub(crate) recovery: Recovery,
+    /// Registrations pinning memory with no lock held, each holding a
+    /// [`backend::PdRef`].
+    pub(crate) registering: u32,
+}
+
+/// The shared parts of a device, each under its own lock.
+pub(crate) struct Shared {
+    pub(crate) qps: KVec<Arc<Mutex<QpCell>>>,
+    /// Each pooled QP's number, once the pool is built (0 before: no RC QP is QP 0).
+    pub(crate) qpns: [AtomicU32; POOL_QPS],
+    pub(crate) members: Pin<KBox<Mutex<MemberState>>>,
+    pub(crate) exports: Pin<KBox<Mutex<Exports<KStore>>>>,
+    /// Bit `i`: QP `i` may have requests posted, or failed.
+    pub(crate) busy_qps: AtomicU64,
+    /// The recovery has work (see the module doc).
+    pub(crate) members_busy: AtomicBool,
+}
+
+impl Shared {
+    /// The shared parts over `cells` and `members`.
+    pub(crate) fn new(
+        cells: KVec<QpCell>,
+        members: MemberState,
+        exports: Exports<KStore>,
+    ) -> Result<Shared> {
+        let mut qps = KVec::with_capacity(cells.len(), GFP_KERNEL)?;
+        for c in cells {
+            qps.push(Arc::pin_init(new_mutex!(c, "krcore_qp"), GFP_KERNEL)?, GFP_KERNEL)?;
+        }
+        Ok(Shared {
+            qps,
+            qpns: [const { AtomicU32::new(0) }; POOL_QPS],
+            members: KBox::pin_init(new_mutex!(members, "krcore_members"), GFP_KERNEL)?,
+            exports: KBox::pin_init(new_mutex!(exports, "krcore_exports"), GFP_KERNEL)?,
+            busy_qps: AtomicU64::new(0),
+            members_busy: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the CQ or the recovery may have anything (a hint; see the module doc).
+    pub(crate) fn busy(&self) -> bool {
+        self.busy_qps.load(Ordering::Acquire) != 0 || self.members_busy.load(Ordering::Acquire)
+    }
+
+    /// Index of the pooled QP numbered `qpn`.
+    pub(crate) fn qp_index(&self, qpn: u32) -> Option<u32> {
+        self.qpns
+            .iter()
+            .position(|q| qpn != 0 && q.load(Ordering::Relaxed) == qpn)
+            .map(|i| i as u32)
+    }
+
+    /// Gives the QP cells the pool's verbs objects once it is built (membership held).
+    fn install_pool(&self, hw: &Hw) {
+        for (i, cell) in self.qps.iter().enumerate() {
+            if let Some((qp, qpn)) = hw.pool_qp(i) {
+                cell.lock().post.qp = qp;
+                self.qpns[i].store(qpn, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The pool is being destroyed: no QP is posted on from here (membership not held).
+    pub(crate) fn uninstall_pool(&self) {
+        for cell in self.qps.iter() {
+            cell.lock().post.qp = core::ptr::null_mut();
+        }
+    }
+}
+
+/// The membership lock, held.
+pub(crate) struct MembersGuard<'a> {
+    shared: &'a Shared,
+    pub(crate) g: Guard<'a, MemberState, MutexBackend>,
+}
+
+impl MembersGuard<'_> {
+    /// Prewarms the pool (see backend.rs), giving the QP cells their verbs objects.
+    pub(crate) fn prewarm(&mut self) -> bool {
+        let built = self.g.hw.prewarm();
+        if built {
+            self.shared.install_pool(&self.g.hw);
+        }
+        built
+    }
+}
+
+impl Drop for MembersGuard<'_> {
+    fn drop(&mut self) {
+        let st = &*self.g;
+        let work = !st.recovery.quiet(&st.messages);
+        self.shared.members_busy.store(work, Ordering::Release);
+    }
+}
+
+impl Members<KStore> for MembersGuard<'_> {
+    fn messages(&mut self) -> &mut Messages<KStore> {
+        &mut self.g.messages
+    }
+
+    fn connect(
+        &mut self,
+        gid: [u8; 16],
+        service: u32,
+        opposite: Option<u32>,
+    ) -> Result<Connection, Errno> {
+        let built = self.g.hw.pool_qp(0).is_some();
+        let c = self.g.hw.connect(gid, service, opposite);
+        if !built {
+            self.shared.install_pool(&self.g.hw);
+        }
+        c
+    }
+
+    fn disconnect(&mut self, _qp: u32) {
+        // Pooled QPs stay connected for the next CONNECT; the engine tracks bindings.
+    }
+}
+
+impl Qps<KStore> for Shared {
+    fn count(&self) -> usize {
+        self.qps.len()
+    }
+
+    fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<KStore>, &mut dyn Post) -> R) -> R {
+        let bit = 1u64 << i;
+        let mut cell = self.qps[i as usize].lock();
+        // Busy before what the section posts: its completion may be polled at once. Set
+        // and cleared only in the section, so by the state it describes.
+        self.busy_qps.fetch_or(bit, Ordering::AcqRel);
+        let QpCell { acct, post } = &mut *cell;
+        let r = f(acct, post);
+        if acct.quiet() {
+            self.busy_qps.fetch_and(!bit, Ordering::AcqRel);
+        }
+        r
+    }
+}
+
+impl Fabric<KStore> for Shared {
+    type Members<'a> = MembersGuard<'a>;
+
+    fn members(&self) -> MembersGuard<'_> {
+        MembersGuard {
+            shared: self,
+            g: self.members.lock(),
+        }
+    }
+
+    fn exports<R>(&self, f: impl FnOnce(&mut Exports<KStore>) -> R) -> R {
+        f(&mut self.exports.lock())
+    }
+
+    fn dereg_mr(&self, keys: MrKeys) {
+        backend::dereg_mr(keys)
+    }
+
+    fn descriptor(&self) -> u64 {
+        backend::descriptor()
+    }
+}
