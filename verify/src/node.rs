@@ -156,3 +156,22 @@ impl<'a> Fabric<VecStore> for Node<'a> {
         self.nic.borrow_mut().descriptor()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use krcore_abi::engine::{ExportSlot, Posted};
+
+    /// The checker refuses the nesting that could deadlock two threads: membership
+    /// taken inside a QP's section (the engine takes them the other way).
+    #[test]
+    #[should_panic(expected = "lock order")]
+    fn members_inside_a_qp_section_is_refused() {
+        let mut nic = FakeNic::new(&[2]);
+        let mut qps = vec![PhysQp::new(vec![Posted::EMPTY; 2])];
+        let mut exports = Exports::new(vec![ExportSlot::EMPTY; 4]);
+        let mut messages = Messages::with_capacity(4, 4);
+        let node = Node::new(&mut nic, &mut qps, &mut exports, &mut messages);
+        node.qp(0, |_, _| drop(node.members()));
+    }
+}
