@@ -112,7 +112,8 @@ pub(crate) struct DevCtx {
     rings: Mutex<RingTable>,
     #[pin]
     arm: Mutex<CqArm>,
-    /// A ring may have completions in its inbox, or closed.
+    /// A ring may have completions in its inbox, or closed. Set by a swap, as verify's
+    /// loom model of this routing sets it (see its device.rs).
     dirty: AtomicBool,
     /// Processes asleep waiting for completions: while any is, the CQ stays armed.
     sleepers: AtomicU32,
@@ -417,7 +418,7 @@ impl DevCtx {
             if ctx.engine().is_closed() {
                 // The registration was what kept it.
                 ring.touch();
-                self.dirty.store(true, Ordering::Release);
+                self.dirty.swap(true, Ordering::AcqRel);
             }
         }
         if pd.is_some() {
@@ -497,7 +498,7 @@ impl DevCtx {
     fn deliver(&self, id: crate::abi::engine::WrId, c: Completion) {
         if let Some(r) = self.ring_at(id.ring as usize) {
             r.deliver(id, c);
-            self.dirty.store(true, Ordering::Release);
+            self.dirty.swap(true, Ordering::AcqRel);
         }
     }
 
@@ -666,7 +667,7 @@ impl DevCtx {
     pub(crate) fn detach(&self, ring: &RingCell) {
         ring.ctx.lock().engine().close(&self.shared);
         ring.touch();
-        self.dirty.store(true, Ordering::Release);
+        self.dirty.swap(true, Ordering::AcqRel);
         self.route();
     }
 

@@ -5,12 +5,12 @@
 //! is written in devctx.rs.
 //!
 //! Two hints let a caller skip the CQ and the recovery when nothing can be there without
-//! taking these locks: a bit per QP that may have requests posted or has failed, set in
-//! its section before anything is posted (so it is never clear while a completion may be
-//! coming) and cleared at the end of one that leaves it quiet; and a flag set when the membership's lock is
-//! released with work for the recovery (waiting sends, owed completions, QPs in flight).
+//! taking these locks: abi's [`BusyHint`] (QPs that may have requests posted or have
+//! failed, kept in each QP's section; see engine/route.rs) and a flag set when the
+//! membership's lock is released with work for the recovery (waiting sends, owed
+//! completions, QPs in flight).
 
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use kernel::new_mutex;
 use kernel::prelude::*;
@@ -19,7 +19,7 @@ use kernel::sync::lock::Guard;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::engine::{
-    Connection, Exports, Fabric, Members, Messages, MrKeys, PhysQp, Post, Qps, Recovery,
+    BusyHint, Connection, Exports, Fabric, Members, Messages, MrKeys, PhysQp, Post, Qps, Recovery,
 };
 use crate::abi::errno::Errno;
 use crate::backend::{self, Hw, QpPost, POOL_QPS};
@@ -48,8 +48,8 @@ pub(crate) struct Shared {
     pub(crate) qpns: [AtomicU32; POOL_QPS],
     pub(crate) members: Pin<KBox<Mutex<MemberState>>>,
     pub(crate) exports: Pin<KBox<Mutex<Exports<KStore>>>>,
-    /// Bit `i`: QP `i` may have requests posted, or failed.
-    pub(crate) busy_qps: AtomicU64,
+    /// QPs that may have completions coming.
+    pub(crate) busy_qps: BusyHint<AtomicU32>,
     /// The recovery has work (see the module doc).
     pub(crate) members_busy: AtomicBool,
 }
@@ -70,14 +70,14 @@ impl Shared {
             qpns: [const { AtomicU32::new(0) }; POOL_QPS],
             members: KBox::pin_init(new_mutex!(members, "krcore_members"), GFP_KERNEL)?,
             exports: KBox::pin_init(new_mutex!(exports, "krcore_exports"), GFP_KERNEL)?,
-            busy_qps: AtomicU64::new(0),
+            busy_qps: BusyHint::new(AtomicU32::new(0)),
             members_busy: AtomicBool::new(false),
         })
     }
 
     /// Whether the CQ or the recovery may have anything (a hint; see the module doc).
     pub(crate) fn busy(&self) -> bool {
-        self.busy_qps.load(Ordering::Acquire) != 0 || self.members_busy.load(Ordering::Acquire)
+        self.busy_qps.any() || self.members_busy.load(Ordering::Acquire)
     }
 
     /// Index of the pooled QP numbered `qpn`.
@@ -161,17 +161,9 @@ impl Qps<KStore> for Shared {
     }
 
     fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<KStore>, &mut dyn Post) -> R) -> R {
-        let bit = 1u64 << i;
         let mut cell = self.qps[i as usize].lock();
-        // Busy before what the section posts: its completion may be polled at once. Set
-        // and cleared only in the section, so by the state it describes.
-        self.busy_qps.fetch_or(bit, Ordering::AcqRel);
         let QpCell { acct, post } = &mut *cell;
-        let r = f(acct, post);
-        if acct.quiet() {
-            self.busy_qps.fetch_and(!bit, Ordering::AcqRel);
-        }
-        r
+        self.busy_qps.section(acct, post, f)
     }
 }
 

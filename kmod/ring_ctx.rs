@@ -4,13 +4,12 @@
 
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
-use core::sync::atomic::{AtomicBool, Ordering};
 
 use kernel::new_mutex;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::cqe::Cqe;
-use crate::abi::engine::{Completion, Fifo, Ring, RingStorage, Slot, WrId};
+use crate::abi::engine::{Completion, Delivered, Inbox, Ring, RingStorage, Slot, WrId};
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::{CqConsumer, RawRing, SqProducer};
 use crate::abi::sqe::Sqe;
@@ -207,22 +206,20 @@ impl RingCtx {
 /// which runs under a QP's lock, never takes a ring's.
 #[pin_data]
 pub(crate) struct RingCell {
-    /// Its slot in the device's table and the slot's generation.
+    /// Its slot in the device's table.
     pub(crate) slot: u16,
-    pub(crate) gen: u16,
     #[pin]
     pub(crate) ctx: Mutex<KBox<RingCtx>>,
+    /// Its inbox (abi's engine/route.rs), which also holds its mark for the router.
     #[pin]
-    inbox: Mutex<Fifo<(u64, Completion), KStore>>,
-    /// Completions were delivered since the inbox was last emptied.
-    dirty: AtomicBool,
+    inbox: Mutex<Inbox<KStore>>,
 }
 
 impl RingCell {
     /// Shares `ctx`, the ring in slot `slot` of generation `gen`.
     pub(crate) fn new(ctx: KBox<RingCtx>, slot: u16, gen: u16) -> Result<Arc<RingCell>> {
         // Each in-flight request is routed once, so the inbox never holds more.
-        let inbox = Fifo::new(KBuf::filled(
+        let inbox = Inbox::new(slot, gen, KBuf::filled(
             ctx.inflight,
             (0, Completion::Done),
             GFP_KERNEL_ACCOUNT,
@@ -230,10 +227,8 @@ impl RingCell {
         Arc::pin_init(
             pin_init!(RingCell {
                 slot,
-                gen,
                 ctx <- new_mutex!(ctx, "krcore_ring"),
                 inbox <- new_mutex!(inbox, "krcore_inbox"),
-                dirty: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
@@ -241,38 +236,26 @@ impl RingCell {
 
     /// Routes completion `c` of request `id` here. Any lock but the ring's may be held.
     pub(crate) fn deliver(&self, id: WrId, c: Completion) {
-        if id.ring_gen != self.gen {
-            return;
-        }
-        if self.inbox.lock().push((id.encode(), c)).is_err() {
+        if self.inbox.lock().deliver(id, c) == Delivered::Full {
             // Unreachable (see `new`); a completion lost would leave the ring busy
             // forever, so say it.
             pr_err!("ring {}: completion inbox full\n", self.slot);
         }
-        self.dirty.store(true, Ordering::Release);
     }
 
     /// Marks the ring for the router's attention (its file closed).
     pub(crate) fn touch(&self) {
-        self.dirty.store(true, Ordering::Release);
+        self.inbox.lock().mark();
     }
 
     /// Whether completions were delivered (or the ring touched) since the last call.
     pub(crate) fn take_dirty(&self) -> bool {
-        self.dirty.swap(false, Ordering::AcqRel)
+        self.inbox.lock().take_mark()
     }
 
     /// Takes the delivered completions into the ring (whose lock the caller holds, as
     /// `ctx`). Returns how many.
     pub(crate) fn absorb(&self, ctx: &mut RingCtx) -> usize {
-        let mut n = 0;
-        loop {
-            let next = self.inbox.lock().pop();
-            let Some((w, c)) = next else {
-                return n;
-            };
-            ctx.engine().complete(WrId::decode(w), c);
-            n += 1;
-        }
+        self.inbox.lock().drain_into(ctx.engine())
     }
 }

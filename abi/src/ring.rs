@@ -43,6 +43,10 @@ pub trait IndexCell {
     fn fetch_or(&self, v: u32, order: Ordering) -> u32;
     /// Atomic and; returns the previous value.
     fn fetch_and(&self, v: u32, order: Ordering) -> u32;
+    /// Atomic wrapping add; returns the previous value.
+    fn fetch_add(&self, v: u32, order: Ordering) -> u32;
+    /// Atomic wrapping subtract; returns the previous value.
+    fn fetch_sub(&self, v: u32, order: Ordering) -> u32;
     /// A memory fence of the same memory model as the cell.
     fn fence(order: Ordering);
 }
@@ -63,6 +67,14 @@ impl IndexCell for AtomicU32 {
     #[inline]
     fn fetch_and(&self, v: u32, order: Ordering) -> u32 {
         AtomicU32::fetch_and(self, v, order)
+    }
+    #[inline]
+    fn fetch_add(&self, v: u32, order: Ordering) -> u32 {
+        AtomicU32::fetch_add(self, v, order)
+    }
+    #[inline]
+    fn fetch_sub(&self, v: u32, order: Ordering) -> u32 {
+        AtomicU32::fetch_sub(self, v, order)
     }
     #[inline]
     fn fence(order: Ordering) {

@@ -24,6 +24,7 @@ mod qp;
 mod recovery;
 mod register;
 mod ring_state;
+mod route;
 mod submit;
 mod table;
 mod validate;
@@ -48,6 +49,7 @@ pub use register::{Caller, Context, Registration};
 pub use ring_state::{
     Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,
 };
+pub use route::{BusyHint, Delivered, Inbox};
 pub use submit::{Stall, Submitted, CHAIN};
 pub use table::{Fifo, Slot, Table, MAX_TABLE};
 pub use validate::{validate, Op, MAX_LEN};

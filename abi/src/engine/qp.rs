@@ -85,6 +85,8 @@ pub struct PhysQp<S: Store> {
     /// A completion retired requests since the recovery last looked (completions carry
     /// no time; the recovery's step does).
     progressed: bool,
+    /// Counted in a [`BusyHint`](super::route::BusyHint) (kept by its `section`).
+    pub(super) hinted: bool,
 }
 
 impl<S: Store> PhysQp<S> {
@@ -103,6 +105,7 @@ impl<S: Store> PhysQp<S> {
             failed: None,
             progress_ms: 0,
             progressed: false,
+            hinted: false,
         }
     }
 

@@ -88,6 +88,10 @@ const TESTS: &[Test] = &[
         run: sharing::processes_share_pooled_qps,
     },
     Test {
+        name: "sharing::rings_on_different_qps_at_once",
+        run: sharing::rings_on_different_qps_at_once,
+    },
+    Test {
         name: "sharing::kill_9_in_flight_cleans_up",
         run: sharing::kill_9_in_flight_cleans_up,
     },
@@ -187,10 +191,12 @@ const TESTS: &[Test] = &[
 
 fn main() -> std::process::ExitCode {
     let filters: Vec<String> = std::env::args().skip(1).collect();
-    // `worker ID run|hang`: a child process of the sharing tests.
+    // `worker ID run|hang [SERVICE]`: a child process of the sharing tests.
     if filters.first().map(String::as_str) == Some("worker") {
         let id = filters.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        return match sharing::worker(id, filters.get(2).map(String::as_str) == Some("hang")) {
+        let hang = filters.get(2).map(String::as_str) == Some("hang");
+        let service = filters.get(3).and_then(|s| s.parse().ok());
+        return match sharing::worker(id, hang, service) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("worker {id}: {e}");

@@ -11,16 +11,20 @@ use krcore_uring::{Builder, Device};
 use crate::datapath::{collect, ok, Buf, LOCAL_GID};
 use crate::harness::{check, sh};
 
-/// Service all workers connect to: they share the two QPs of one pooled pair.
+/// Service the sharing workers connect to: they share the two QPs of one pooled pair.
 const SERVICE: u32 = 1;
+/// A service on the other pooled pair (the kernel picks the pair as `service % pairs`).
+const OTHER_SERVICE: u32 = 0;
 const READS: u64 = 64;
 
-/// `guest-suite worker ID`: a separate process reading and writing its own memory
-/// through a shared pooled QP; exits 0 only if every completion is its own and right.
-pub fn worker(id: u64, hang: bool) -> Result<(), String> {
+/// `guest-suite worker ID run|hang [SERVICE]`: a separate process reading and writing
+/// its own memory through a shared pooled QP of `service`; exits 0 only if every
+/// completion is its own and right.
+pub fn worker(id: u64, hang: bool, service: Option<u32>) -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut r = Builder::new(64).build(dev).map_err(|e| e.to_string())?;
-    let (v, qpn) = ok(&mut r, Sqe::connect(1, LOCAL_GID, SERVICE))?;
+    let service = service.unwrap_or(SERVICE);
+    let (v, qpn) = ok(&mut r, Sqe::connect(1, LOCAL_GID, service))?;
     let v = v as u32;
     let mut buf = Buf::new(512);
     for (i, b) in buf.bytes_mut()[..1024].iter_mut().enumerate() {
@@ -30,7 +34,7 @@ pub fn worker(id: u64, hang: bool) -> Result<(), String> {
     let (mr, descriptor) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 4096, access))?;
     let (rmr, _) = ok(&mut r, Sqe::import_mr(3, v, buf.addr(), 4096, descriptor))?;
     let (mr, rmr, a) = (mr as u32, rmr as u32, buf.addr());
-    println!("  worker {id}: qpn {qpn}");
+    println!("  worker {id}: service {service} qpn {qpn}");
     // Batches of READs of its own first KiB into the second KiB, tagged with its id.
     let tag = |i: u64| (id << 32) | i;
     for batch in 0..READS / 16 {
@@ -67,10 +71,15 @@ pub fn worker(id: u64, hang: bool) -> Result<(), String> {
 }
 
 fn spawn(id: u64, hang: bool) -> Result<std::process::Child, String> {
+    spawn_on(id, hang, SERVICE, Stdio::inherit())
+}
+
+fn spawn_on(id: u64, hang: bool, service: u32, out: Stdio) -> Result<std::process::Child, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     Command::new(me)
         .args(["worker", &id.to_string(), if hang { "hang" } else { "run" }])
-        .stdout(Stdio::inherit())
+        .arg(service.to_string())
+        .stdout(out)
         .spawn()
         .map_err(|e| e.to_string())
 }
@@ -84,6 +93,39 @@ pub fn processes_share_pooled_qps() -> Result<(), String> {
         check(st.success(), || format!("worker {} failed: {st}", i + 1))?;
     }
     println!("  4 processes x {READS} READs on one pooled pair: each got exactly its own");
+    Ok(())
+}
+
+/// Processes on different pooled pairs post, complete and are routed at once (each
+/// pair under its own QP locks, every ring under its own): 3 workers on each of two
+/// services start together; every one gets exactly its own completions and data, and
+/// the two services really were on different physical QPs.
+pub fn rings_on_different_qps_at_once() -> Result<(), String> {
+    let kids: Vec<_> = (1..=6u64)
+        .map(|id| {
+            let service = if id % 2 == 0 { SERVICE } else { OTHER_SERVICE };
+            spawn_on(id, false, service, Stdio::piped()).map(|k| (service, k))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut qpns = [Vec::new(), Vec::new()];
+    for (service, k) in kids {
+        let out = k.wait_with_output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        print!("{text}");
+        check(out.status.success(), || {
+            format!("a worker of service {service} failed: {}", out.status)
+        })?;
+        let qpn: u64 = text
+            .split("qpn ")
+            .nth(1)
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| format!("no qpn in the worker's output: {text}"))?;
+        qpns[service as usize].push(qpn);
+    }
+    check(qpns[0].iter().all(|q| !qpns[1].contains(q)), || {
+        format!("the two services shared a physical QP: {qpns:?}")
+    })?;
+    println!("  6 processes x {READS} READs at once on two pooled pairs: each got exactly its own");
     Ok(())
 }
 

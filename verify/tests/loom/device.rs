@@ -1,0 +1,393 @@
+//! A device as the kernel shares it (kmod's devctx.rs, fabric.rs, ring_ctx.rs), on loom's
+//! mutexes and atomics: a mutex per ring (with its completion inbox, a leaf), per
+//! physical QP, for the membership, the exports and the CQ's router, abi's busy hint
+//! and inbox, and the same enter, route and close paths. The engine's decisions are
+//! abi's own; only the glue is restated here, as kmod has it.
+//!
+//! [`Faults`] break the locking the way a plausible change would, for the weakened
+//! twins.
+
+use std::iter;
+
+use loom::sync::atomic::{AtomicBool, AtomicU32};
+use loom::sync::{Arc, Mutex, MutexGuard};
+
+use core::sync::atomic::Ordering;
+use krcore_abi::cqe::Cqe;
+use krcore_abi::engine::{
+    complete_wc, BusyHint, Completion, Connection, Context, ExportSlot, Exports, Fabric, Inbox,
+    Members, Messages, MrKeys, PhysQp, Post, PostError, Posted, Qps, Ring, RingStorage, SendWr,
+    Slot, Stall, VecStore, WrId,
+};
+use krcore_abi::errno::Errno;
+use krcore_abi::ring::{CqConsumer, SqProducer};
+use krcore_abi::sqe::{MrAccess, Sqe};
+use verify::fake::FakeNic;
+
+use crate::{ring, Cell, LoomRing};
+
+/// How the model's locking is broken (all `false`: as kmod does it).
+#[derive(Clone, Copy, Default)]
+pub struct Faults {
+    /// Every QP's section also takes one device-wide lock (the design before per-QP
+    /// locks).
+    pub device_wide: bool,
+    /// The router completes into the ring under the ring's lock, from inside the QP's
+    /// section, instead of through its inbox.
+    pub deliver_under_qp: bool,
+    /// The rings' CQ index words use relaxed orderings.
+    pub weak_cq: bool,
+}
+
+/// What rings share: abi's [`Fabric`] under a lock per part.
+pub struct Shared {
+    /// The hardware (its own internal locking; a leaf).
+    nic: Mutex<FakeNic>,
+    qps: Vec<Mutex<PhysQp<VecStore>>>,
+    /// The lock [`Faults::device_wide`] adds.
+    device: Mutex<()>,
+    hint: BusyHint<Cell>,
+    members: Mutex<Messages<VecStore>>,
+    exports: Mutex<Exports<VecStore>>,
+    faults: Faults,
+}
+
+/// Posts on one QP of the fake NIC.
+struct NicPost<'a> {
+    nic: &'a Mutex<FakeNic>,
+    qp: u32,
+}
+
+impl Post for NicPost<'_> {
+    fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError> {
+        self.nic.lock().unwrap().post_send(self.qp, wrs)
+    }
+}
+
+impl Qps<VecStore> for Shared {
+    fn count(&self) -> usize {
+        self.qps.len()
+    }
+
+    fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<VecStore>, &mut dyn Post) -> R) -> R {
+        let _device = self.faults.device_wide.then(|| self.device.lock().unwrap());
+        let mut qp = self.qps[i as usize].lock().unwrap();
+        let mut post = NicPost {
+            nic: &self.nic,
+            qp: i,
+        };
+        self.hint.section(&mut qp, &mut post, f)
+    }
+}
+
+/// The membership lock, held.
+pub struct SharedMembers<'a> {
+    nic: &'a Mutex<FakeNic>,
+    messages: MutexGuard<'a, Messages<VecStore>>,
+}
+
+impl Members<VecStore> for SharedMembers<'_> {
+    fn messages(&mut self) -> &mut Messages<VecStore> {
+        &mut self.messages
+    }
+    fn connect(
+        &mut self,
+        gid: [u8; 16],
+        service: u32,
+        opposite: Option<u32>,
+    ) -> Result<Connection, Errno> {
+        self.nic.lock().unwrap().connect(gid, service, opposite)
+    }
+    fn disconnect(&mut self, qp: u32) {
+        self.nic.lock().unwrap().disconnect(qp)
+    }
+}
+
+impl Fabric<VecStore> for Shared {
+    type Members<'a> = SharedMembers<'a>;
+
+    fn members(&self) -> SharedMembers<'_> {
+        SharedMembers {
+            nic: &self.nic,
+            messages: self.members.lock().unwrap(),
+        }
+    }
+    fn exports<R>(&self, f: impl FnOnce(&mut Exports<VecStore>) -> R) -> R {
+        f(&mut self.exports.lock().unwrap())
+    }
+    fn dereg_mr(&self, keys: MrKeys) {
+        self.nic.lock().unwrap().dereg_mr(keys)
+    }
+    fn descriptor(&self) -> u64 {
+        self.nic.lock().unwrap().descriptor()
+    }
+}
+
+pub type LRing = Ring<VecStore, LoomRing<Sqe>, LoomRing<Cqe>>;
+
+/// A ring as the device shares it (kmod's `RingCell`).
+pub struct RingCell {
+    ctx: Mutex<LRing>,
+    inbox: Mutex<Inbox<VecStore>>,
+    /// Closed and released: nothing of it is left.
+    released: AtomicBool,
+}
+
+/// The application's side of a ring.
+pub struct App {
+    pub sq: SqProducer<LoomRing<Sqe>>,
+    pub cq: CqConsumer<LoomRing<Cqe>>,
+    /// Its virtual QP, local MR and imported remote MR.
+    pub handles: (u32, u32, u32),
+}
+
+impl App {
+    /// Queues a READ from the imported MR (not yet submitted).
+    pub fn read(&mut self, user_data: u64) {
+        let (v, mr, rmr) = self.handles;
+        self.sq
+            .push(Sqe::one_sided(
+                krcore_abi::opcode::Opcode::Read,
+                user_data,
+                v,
+                mr,
+                MR,
+                8,
+                rmr,
+                MR,
+            ))
+            .unwrap();
+        self.sq.publish();
+    }
+
+    /// Every CQE ready, by user data.
+    pub fn reap(&mut self) -> Vec<u64> {
+        let got = iter::from_fn(|| self.cq.pop().map(|c| c.user_data)).collect();
+        self.cq.release();
+        got
+    }
+}
+
+/// Address of every ring's MR (the fake NIC does not touch memory).
+pub const MR: u64 = 0x1000;
+
+/// A device: the shared parts, its rings, the router's lock and mark.
+pub struct Device {
+    pub fab: Shared,
+    pub rings: Vec<RingCell>,
+    /// The CQ's lock, held while routing.
+    cq: Mutex<()>,
+    /// Some ring may have completions in its inbox, or closed. Set by a swap, not a
+    /// store, here and in kmod: loom 0.7 can let the router's swap miss its own
+    /// thread's preceding plain store (cf. tokio-rs/loom#282), an execution C11 rules
+    /// out; read-modify-writes it orders correctly.
+    dirty: AtomicBool,
+}
+
+impl Device {
+    /// A device with physical QPs of send depth `depths` and `rings` rings, each
+    /// connected (round robin over the QPs), with an MR registered and imported;
+    /// returns it and the applications' sides. Runs single-threaded, before the model's
+    /// threads start.
+    pub fn new(depths: &[u32], rings: usize, faults: Faults) -> (Arc<Device>, Vec<App>) {
+        let fab = Shared {
+            nic: Mutex::new(FakeNic::new(depths)),
+            qps: depths
+                .iter()
+                .map(|&d| Mutex::new(PhysQp::new(vec![Posted::EMPTY; d as usize])))
+                .collect(),
+            device: Mutex::new(()),
+            hint: BusyHint::new(Cell {
+                a: AtomicU32::new(0),
+                weak: false,
+            }),
+            members: Mutex::new(Messages::with_capacity(4, 4)),
+            exports: Mutex::new(Exports::new(vec![ExportSlot::EMPTY; 4])),
+            faults,
+        };
+        let mut cells = Vec::new();
+        let mut mems = Vec::new();
+        for r in 0..rings {
+            let (sq, cq) = (ring::<Sqe>(4, false), ring::<Cqe>(4, faults.weak_cq));
+            let storage = RingStorage::<VecStore> {
+                vqps: vec![Slot::EMPTY; 2],
+                mrs: vec![Slot::EMPTY; 2],
+                rmrs: vec![Slot::EMPTY; 2],
+                inflight: vec![Slot::EMPTY; 4],
+                overflow: vec![Cqe::default(); 8],
+            };
+            cells.push(RingCell {
+                ctx: Mutex::new(Ring::new(r as u16, 1, sq.clone(), cq.clone(), storage)),
+                inbox: Mutex::new(Inbox::new(r as u16, 1, vec![(0, Completion::Done); 4])),
+                released: AtomicBool::new(false),
+            });
+            mems.push((sq, cq));
+        }
+        let dev = Arc::new(Device {
+            fab,
+            rings: cells,
+            cq: Mutex::new(()),
+            dirty: AtomicBool::new(false),
+        });
+        let apps = mems
+            .into_iter()
+            .enumerate()
+            .map(|(r, (sq, cq))| dev.setup(r, SqProducer::new(sq), CqConsumer::new(cq)))
+            .collect();
+        (dev, apps)
+    }
+
+    /// Connects ring `r`, registers an MR and imports it, each entry through `enter`.
+    fn setup(
+        &self,
+        r: usize,
+        mut sq: SqProducer<LoomRing<Sqe>>,
+        mut cq: CqConsumer<LoomRing<Cqe>>,
+    ) -> App {
+        let mut run = |sqe: Sqe| -> Cqe {
+            sq.push(sqe).unwrap();
+            sq.publish();
+            self.enter(r);
+            let c = cq.pop().unwrap();
+            cq.release();
+            assert!(c.res > 0, "{c:?}");
+            c
+        };
+        let v = run(Sqe::connect(1, [0; 16], 1)).res as u32;
+        let mr = run(Sqe::reg_mr(
+            2,
+            MR,
+            64,
+            MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ,
+        ));
+        let rmr = run(Sqe::import_mr(3, v, MR, 64, mr.aux)).res as u32;
+        App {
+            sq,
+            cq,
+            handles: (v, mr.res as u32, rmr),
+        }
+    }
+
+    /// The owner's enter (kmod's `until` step, without waiting): takes in what was
+    /// routed to the ring, submits under the ring's lock, registers memory as asked
+    /// (with no lock, then records it under the ring's), then routes.
+    pub fn enter(&self, r: usize) {
+        self.submit(r);
+        self.route();
+    }
+
+    /// The submitting half of [`enter`](Self::enter): what it posts stays in flight.
+    pub fn submit(&self, r: usize) {
+        let cell = &self.rings[r];
+        {
+            let mut ctx = cell.ctx.lock().unwrap();
+            cell.inbox.lock().unwrap().drain_into(&mut ctx);
+            let s = ctx.submit(&self.fab, 8, Context::OWNER).unwrap();
+            if let Some(reg) = (s.stall == Some(Stall::Register))
+                .then(|| ctx.claim_registration())
+                .flatten()
+            {
+                drop(ctx);
+                let keys = self
+                    .fab
+                    .nic
+                    .lock()
+                    .unwrap()
+                    .reg_mr(reg.addr, reg.len, reg.access);
+                let mut ctx = cell.ctx.lock().unwrap();
+                ctx.finish_registration(reg, keys, &self.fab);
+                ctx.publish();
+            }
+        }
+    }
+
+    /// The ring's file closes (kmod's `detach`).
+    pub fn close(&self, r: usize) {
+        let cell = &self.rings[r];
+        cell.ctx.lock().unwrap().close(&self.fab);
+        cell.inbox.lock().unwrap().mark();
+        self.dirty.swap(true, Ordering::AcqRel);
+        self.route();
+    }
+
+    /// Polls and routes the CQ (the NIC executes what was posted first), then has the
+    /// marked rings take their completions in, publish, or be released when closed and
+    /// idle (kmod's `route`). Skips the CQ's lock when nothing can be there.
+    pub fn route(&self) {
+        if !self.fab.hint.any() && !self.dirty.load(Ordering::Acquire) {
+            return;
+        }
+        let _cq = self.cq.lock().unwrap();
+        if self.fab.hint.any() {
+            let wcs: Vec<_> = {
+                let mut nic = self.fab.nic.lock().unwrap();
+                for q in 0..self.fab.qps.len() {
+                    nic.execute(q as u32, usize::MAX, false);
+                }
+                iter::from_fn(|| nic.poll()).collect()
+            };
+            for (qp, wc) in wcs {
+                complete_wc(&self.fab, qp, &wc, |id, c| self.deliver(id, c));
+            }
+        }
+        if self.dirty.swap(false, Ordering::AcqRel) {
+            self.flush();
+        }
+    }
+
+    /// Hands completion `c` of request `id` to its ring. Called in a QP's section.
+    fn deliver(&self, id: WrId, c: Completion) {
+        let cell = &self.rings[id.ring as usize];
+        if self.fab.faults.deliver_under_qp {
+            let mut ctx = cell.ctx.lock().unwrap();
+            ctx.complete(id, c);
+            ctx.publish();
+            return;
+        }
+        cell.inbox.lock().unwrap().deliver(id, c);
+        self.dirty.swap(true, Ordering::AcqRel);
+    }
+
+    /// Each marked ring takes its inbox in under its own lock (kmod's `flush_rings`).
+    fn flush(&self) {
+        for cell in &self.rings {
+            if !cell.inbox.lock().unwrap().take_mark() {
+                continue;
+            }
+            let mut ctx = cell.ctx.lock().unwrap();
+            cell.inbox.lock().unwrap().drain_into(&mut ctx);
+            if ctx.is_closed() {
+                if ctx.release_idle(&self.fab) {
+                    cell.released.store(true, Ordering::Release);
+                }
+            } else {
+                ctx.publish();
+            }
+        }
+    }
+
+    /// Whether ring `r` was closed and released.
+    pub fn released(&self, r: usize) -> bool {
+        self.rings[r].released.load(Ordering::Acquire)
+    }
+
+    /// Credits in use on QP `i`.
+    pub fn outstanding(&self, i: usize) -> u32 {
+        self.fab.qps[i].lock().unwrap().outstanding()
+    }
+
+    /// Whether the busy hint says the CQ may hold something.
+    pub fn hinted(&self) -> bool {
+        self.fab.hint.any()
+    }
+
+    /// MRs registered with the NIC and not deregistered.
+    pub fn live_mrs(&self) -> usize {
+        self.fab.nic.lock().unwrap().live_mrs.len()
+    }
+
+    /// Runs `f` in QP `i`'s section (as a ring posting on it would be).
+    pub fn in_qp_section<R>(&self, i: u32, f: impl FnOnce() -> R) -> R {
+        self.fab.qp(i, |_, _| f())
+    }
+}

@@ -1,0 +1,174 @@
+//! The engine under the kernel's locks ([`device`](crate::device)): rings sharing a
+//! physical QP, rings on different QPs, routing against enters and a ring's close.
+
+use loom::thread;
+
+use crate::device::{Device, Faults};
+use crate::{fails_in_child, model};
+
+/// Two rings share one physical QP of depth 2. Each ring's owner enters (submitting
+/// under its ring's lock, posting in the QP's section) while a CQ event routes, and each
+/// application reaps its CQ without a lock. Each gets exactly its own completion, and
+/// the QP's credits and the busy hint come back to rest.
+fn shared_qp_model(faults: Faults) {
+    model(move || {
+        let (dev, mut apps) = Device::new(&[2], 2, faults);
+        for (r, app) in apps.iter_mut().enumerate() {
+            app.read((r as u64 + 1) * 100);
+        }
+        let kernel: Vec<_> = (0..2)
+            .map(|r| {
+                let dev = dev.clone();
+                thread::spawn(move || dev.enter(r))
+            })
+            .collect();
+        let event = {
+            let dev = dev.clone();
+            thread::spawn(move || dev.route())
+        };
+        // Each application reaps concurrently with the kernel threads.
+        let mut got: Vec<Vec<u64>> = apps.iter_mut().map(|a| a.reap()).collect();
+        for k in kernel {
+            k.join().unwrap();
+        }
+        event.join().unwrap();
+        for (r, app) in apps.iter_mut().enumerate() {
+            got[r].extend(app.reap());
+            assert_eq!(got[r], vec![(r as u64 + 1) * 100], "ring {r}");
+        }
+        assert_eq!(dev.outstanding(0), 0, "credits leaked");
+        assert!(!dev.hinted(), "busy hint left up on a quiet QP");
+    });
+}
+
+#[test]
+fn shared_qp_concurrent_completions() {
+    shared_qp_model(Faults::default());
+}
+
+#[test]
+#[should_panic]
+fn weakened_shared_qp_concurrent_completions() {
+    shared_qp_model(Faults {
+        weak_cq: true,
+        ..Faults::default()
+    });
+}
+
+/// Rings on different physical QPs do not wait for each other. Ring 0's owner enters
+/// and completes its READ while another thread sits in QP 1's section (as ring 1's
+/// posting would); then both rings enter at once while a CQ event routes. Each gets its
+/// own completions, in order, and both QPs come back to rest. With one device-wide lock
+/// behind every QP's the first part deadlocks.
+fn different_qps_model(faults: Faults) {
+    model(move || {
+        let (dev, mut apps) = Device::new(&[2, 2], 2, faults);
+        apps[0].read(100);
+        let ring0 = {
+            let dev = dev.clone();
+            thread::spawn(move || dev.enter(0))
+        };
+        dev.in_qp_section(1, || ring0.join().unwrap());
+        assert_eq!(
+            apps[0].reap(),
+            vec![100],
+            "ring 0 finished while QP 1 was busy"
+        );
+
+        apps[0].read(101);
+        apps[1].read(200);
+        let kernel: Vec<_> = (0..2)
+            .map(|r| {
+                let dev = dev.clone();
+                thread::spawn(move || dev.enter(r))
+            })
+            .collect();
+        dev.route();
+        for k in kernel {
+            k.join().unwrap();
+        }
+        assert_eq!(apps[0].reap(), vec![101]);
+        assert_eq!(apps[1].reap(), vec![200]);
+        assert_eq!(
+            (dev.outstanding(0), dev.outstanding(1)),
+            (0, 0),
+            "credits leaked"
+        );
+        assert!(!dev.hinted(), "busy hint left up on quiet QPs");
+    });
+}
+
+#[test]
+fn rings_on_different_qps_progress_at_once() {
+    different_qps_model(Faults::default());
+}
+
+#[test]
+fn weakened_rings_on_different_qps_behind_a_device_lock() {
+    fails_in_child("engine::twin_device_lock", "deadlock");
+}
+
+#[test]
+#[ignore = "run by its weakened_ test, in a child process"]
+fn twin_device_lock() {
+    different_qps_model(Faults {
+        device_wide: true,
+        ..Faults::default()
+    });
+}
+
+/// Routing runs while ring 1's owner enters (posting on the QP the router is completing
+/// on) and ring 0's file closes with a READ in flight. Ring 1 gets both its completions
+/// in order; ring 0 gets its CQE only if it completed before the close, and is released
+/// once idle (its MR deregistered, ring 1's kept); credits and the hint come to rest.
+/// A router that completed into a ring under the ring's lock from inside the QP's
+/// section, instead of through the ring's inbox, deadlocks against the enter.
+fn route_enter_close_model(faults: Faults) {
+    model(move || {
+        let (dev, mut apps) = Device::new(&[4], 2, faults);
+        apps[0].read(50);
+        dev.submit(0);
+        apps[1].read(60);
+        dev.submit(1);
+        apps[1].read(61);
+        let closer = {
+            let dev = dev.clone();
+            thread::spawn(move || dev.close(0))
+        };
+        let owner = {
+            let dev = dev.clone();
+            thread::spawn(move || dev.enter(1))
+        };
+        dev.route();
+        closer.join().unwrap();
+        owner.join().unwrap();
+        // The owner's next enter, or the next CQ event: routes what is left.
+        dev.route();
+        assert_eq!(apps[1].reap(), vec![60, 61]);
+        let got0 = apps[0].reap();
+        assert!(got0.is_empty() || got0 == vec![50], "ring 0 got {got0:?}");
+        assert!(dev.released(0), "closed ring not released once idle");
+        assert_eq!(dev.outstanding(0), 0, "credits leaked");
+        assert!(!dev.hinted(), "busy hint left up on a quiet QP");
+        assert_eq!(dev.live_mrs(), 1, "ring 0's MR deregistered, ring 1's kept");
+    });
+}
+
+#[test]
+fn routing_against_enter_and_close() {
+    route_enter_close_model(Faults::default());
+}
+
+#[test]
+fn weakened_routing_completes_under_the_qp_lock() {
+    fails_in_child("engine::twin_deliver_under_qp", "deadlock");
+}
+
+#[test]
+#[ignore = "run by its weakened_ test, in a child process"]
+fn twin_deliver_under_qp() {
+    route_enter_close_model(Faults {
+        deliver_under_qp: true,
+        ..Faults::default()
+    });
+}
