@@ -312,7 +312,7 @@ impl DevCtx {
         let mut routed = false;
         loop {
             let mut ctx = ring.ctx.lock();
-            ring.absorb(&mut ctx);
+            ring.absorb_mail(&mut ctx);
             let next = step(&mut ctx);
             // CQEs the step wrote itself (NOPs, rejections, control entries) reach the
             // eventfd and other waiters as routed ones do.
@@ -440,7 +440,7 @@ impl DevCtx {
     pub(crate) fn poll_step(&self, ring: &RingCell) -> Option<bool> {
         let taken = {
             let mut ctx = ring.ctx.lock();
-            ring.absorb(&mut ctx);
+            ring.absorb_mail(&mut ctx);
             let taken = self.submit(&mut ctx, u32::MAX, Caller::Other);
             ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
             match taken {

@@ -123,15 +123,21 @@ impl FileCtx {
                 let args: EnterArgs = UserSlice::new(arg, size_of::<EnterArgs>())
                     .reader()
                     .read()?;
-                let b = self.bound()?;
-                if EnterFlags::from_bits_truncate(args.flags).contains(EnterFlags::SQ_WAKEUP) {
-                    if let Some(p) = &b.poller {
-                        p.wake();
-                    }
-                }
-                b.dev.enter(&b.ring, &args, b.owner.caller())
+                self.enter(&args)
+            }
+            Command::EnterValue => self.enter(&EnterArgs::unpack(arg as u64)),
+        }
+    }
+
+    /// IOC_ENTER and IOC_ENTER_VALUE.
+    fn enter(&self, args: &EnterArgs) -> Result<c_long> {
+        let b = self.bound()?;
+        if EnterFlags::from_bits_truncate(args.flags).contains(EnterFlags::SQ_WAKEUP) {
+            if let Some(p) = &b.poller {
+                p.wake();
             }
         }
+        b.dev.enter(&b.ring, args, b.owner.caller())
     }
 
     /// The binding; `ENXIO` before setup.

@@ -2,6 +2,8 @@
 //! One file's rings: the SQ and CQ areas the application maps, and the engine's ring
 //! over them.
 
+use core::sync::atomic::{AtomicBool, Ordering};
+
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 
@@ -213,6 +215,11 @@ pub(crate) struct RingCell {
     /// Its inbox (abi's engine/route.rs), which also holds its mark for the router.
     #[pin]
     inbox: Mutex<Inbox<KStore>>,
+    /// A hint that the inbox may hold completions, so an enter with nothing routed to
+    /// its ring skips the inbox's lock. Set after each delivery (a swap, as the loom
+    /// model's marks), cleared before a drain; a delivery it misses is taken in by the
+    /// router's flush, which always drains.
+    mail: AtomicBool,
 }
 
 impl RingCell {
@@ -229,6 +236,7 @@ impl RingCell {
                 slot,
                 ctx <- new_mutex!(ctx, "krcore_ring"),
                 inbox <- new_mutex!(inbox, "krcore_inbox"),
+                mail: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
@@ -241,6 +249,7 @@ impl RingCell {
             // forever, so say it.
             pr_err!("ring {}: completion inbox full\n", self.slot);
         }
+        self.mail.swap(true, Ordering::AcqRel);
     }
 
     /// Marks the ring for the router's attention (its file closed).
@@ -256,6 +265,16 @@ impl RingCell {
     /// Takes the delivered completions into the ring (whose lock the caller holds, as
     /// `ctx`). Returns how many.
     pub(crate) fn absorb(&self, ctx: &mut RingCtx) -> usize {
+        self.mail.swap(false, Ordering::AcqRel);
         self.inbox.lock().drain_into(ctx.engine())
+    }
+
+    /// [`absorb`](Self::absorb) if anything was delivered since the last one (an
+    /// enter's fast path; the router's flush takes in anything this misses).
+    pub(crate) fn absorb_mail(&self, ctx: &mut RingCtx) -> usize {
+        if !self.mail.load(Ordering::Acquire) {
+            return 0;
+        }
+        self.absorb(ctx)
     }
 }

@@ -61,6 +61,15 @@
 // `_IOW('K', 0x03, struct EnterArgs)`.
 #define krcore_IOC_ENTER 1075858179
 
+// Number of [`IOC_ENTER_VALUE`].
+#define krcore_NR_ENTER_VALUE 7
+
+// [`IOC_ENTER`] with its arguments in the ioctl's argument itself
+// ([`EnterArgs::pack`]), as `io_uring_enter` takes them in registers: nothing is copied
+// from user memory. Arguments that do not pack go through [`IOC_ENTER`].
+// `_IO('K', 0x07)`.
+#define krcore_IOC_ENTER_VALUE 19207
+
 // Number of [`IOC_REGISTER_EVENTFD`].
 #define krcore_NR_REGISTER_EVENTFD 4
 

@@ -74,6 +74,16 @@ pub const NR_ENTER: u8 = 0x03;
 pub const IOC_ENTER: u32 = 0x4020_4b03;
 const _: () = assert!(IOC_ENTER == iow::<EnterArgs>(NR_ENTER));
 
+/// Number of [`IOC_ENTER_VALUE`].
+pub const NR_ENTER_VALUE: u8 = 0x07;
+
+/// [`IOC_ENTER`] with its arguments in the ioctl's argument itself
+/// ([`EnterArgs::pack`]), as `io_uring_enter` takes them in registers: nothing is copied
+/// from user memory. Arguments that do not pack go through [`IOC_ENTER`].
+/// `_IO('K', 0x07)`.
+pub const IOC_ENTER_VALUE: u32 = 0x0000_4b07;
+const _: () = assert!(IOC_ENTER_VALUE == ioc(0, IOC_MAGIC, NR_ENTER_VALUE, 0));
+
 /// Number of [`IOC_REGISTER_EVENTFD`].
 pub const NR_REGISTER_EVENTFD: u8 = 0x04;
 
@@ -112,6 +122,8 @@ pub enum Command {
     Setup,
     /// [`IOC_ENTER`].
     Enter,
+    /// [`IOC_ENTER_VALUE`].
+    EnterValue,
     /// [`IOC_REGISTER_EVENTFD`].
     RegisterEventfd,
     /// [`IOC_ONE`].
@@ -141,6 +153,7 @@ pub fn decode(cmd: u32) -> Result<Command, Errno> {
             core::mem::size_of::<SetupParams>(),
         ),
         NR_ENTER => (Command::Enter, DIR_WRITE, core::mem::size_of::<EnterArgs>()),
+        NR_ENTER_VALUE => (Command::EnterValue, 0, 0),
         NR_REGISTER_EVENTFD => (
             Command::RegisterEventfd,
             DIR_WRITE,
@@ -190,6 +203,13 @@ mod tests {
         assert_eq!(decode(IOC_SETUP), Ok(Command::Setup));
         assert_eq!(decode(IOC_ENTER), Ok(Command::Enter));
         assert_eq!(decode(IOC_ONE), Ok(Command::One));
+        assert_eq!(decode(IOC_ENTER_VALUE), Ok(Command::EnterValue));
+        assert_eq!(
+            decode(ioc(1, b'K', NR_ENTER_VALUE, 0)),
+            Err(Errno::EINVAL),
+            "enter by value has no argument struct"
+        );
+        assert_eq!(decode(ioc(0, b'K', NR_ENTER_VALUE, 8)), Err(Errno::E2BIG));
         assert_eq!(
             decode(ioc(3, b'K', NR_ENTER, 32)),
             Err(Errno::EINVAL),

@@ -246,6 +246,45 @@ impl EventfdArgs {
 }
 
 impl EnterArgs {
+    /// Bits of [`to_submit`](Self::to_submit) and [`min_complete`](Self::min_complete)
+    /// in a packed enter (more than any ring holds).
+    const PACKED_COUNT_BITS: u32 = 24;
+
+    /// The arguments as [`IOC_ENTER_VALUE`](super::ioctl::IOC_ENTER_VALUE)'s 64-bit
+    /// value: `to_submit` in bits 0-23, `min_complete` in 24-47, `flags` in 48-63; `None`
+    /// when a field does not fit (then use `IOC_ENTER`).
+    pub const fn pack(&self) -> Option<u64> {
+        let max = 1 << Self::PACKED_COUNT_BITS;
+        if self.to_submit >= max || self.min_complete >= max || self.flags > 0xffff {
+            return None;
+        }
+        let resv = self.resv;
+        let mut i = 0;
+        while i < resv.len() {
+            if resv[i] != 0 {
+                return None;
+            }
+            i += 1;
+        }
+        Some(
+            self.to_submit as u64
+                | (self.min_complete as u64) << Self::PACKED_COUNT_BITS
+                | (self.flags as u64) << (2 * Self::PACKED_COUNT_BITS),
+        )
+    }
+
+    /// The arguments a packed value stands for (every value stands for some; they are
+    /// validated as any others).
+    pub const fn unpack(v: u64) -> EnterArgs {
+        let mask = (1u64 << Self::PACKED_COUNT_BITS) - 1;
+        EnterArgs {
+            to_submit: (v & mask) as u32,
+            min_complete: ((v >> Self::PACKED_COUNT_BITS) & mask) as u32,
+            flags: (v >> (2 * Self::PACKED_COUNT_BITS)) as u32,
+            resv: [0; 5],
+        }
+    }
+
     /// Checks the fields user space sets.
     pub fn validate(&self) -> Result<EnterFlags, Errno> {
         if self.resv != [0; 5] {
@@ -305,6 +344,30 @@ impl SetupParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enter_args_pack_round_trip_or_refuse() {
+        let a = EnterArgs {
+            to_submit: MAX_SQ_ENTRIES,
+            min_complete: MAX_CQ_ENTRIES,
+            flags: (EnterFlags::GETEVENTS | EnterFlags::SQ_WAKEUP).bits(),
+            resv: [0; 5],
+        };
+        assert_eq!(EnterArgs::unpack(a.pack().unwrap()), a);
+        let too_many = EnterArgs {
+            to_submit: 1 << 24,
+            ..a
+        };
+        assert_eq!(too_many.pack(), None);
+        let reserved = EnterArgs {
+            resv: [0, 0, 1, 0, 0],
+            ..a
+        };
+        assert_eq!(reserved.pack(), None);
+        // Unknown flag bits survive packing and are refused by validation, as unpacked.
+        let unknown = EnterArgs::unpack(1 << 63);
+        assert_eq!(unknown.validate(), Err(Errno::EINVAL));
+    }
 
     #[test]
     fn normalize_rounds_and_bounds() {

@@ -3,7 +3,7 @@
 
 use krcore_abi::cqe::Cqe;
 use krcore_abi::errno::Errno;
-use krcore_abi::ioctl::{IOC_ENTER, IOC_REGISTER_EVENTFD, IOC_SETUP};
+use krcore_abi::ioctl::{IOC_ENTER, IOC_ENTER_VALUE, IOC_REGISTER_EVENTFD, IOC_SETUP};
 use krcore_abi::layout::{
     EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams, SqFlags, OFF_CQ_RING, OFF_SQ_RING,
 };
@@ -355,6 +355,22 @@ impl Ring {
     }
 
     fn enter(&mut self, min_complete: u32, flags: EnterFlags) -> Result<u32, Error> {
+        self.enter_with(min_complete, flags, true)
+    }
+
+    /// [`submit_and_wait`](Self::submit_and_wait) with the arguments copied in from
+    /// memory (`IOC_ENTER`) instead of passed by value: what that copy costs.
+    #[cfg(feature = "bench-support")]
+    pub fn submit_and_wait_copying_args(&mut self, want: u32) -> Result<u32, Error> {
+        self.enter_with(want, EnterFlags::GETEVENTS, false)
+    }
+
+    fn enter_with(
+        &mut self,
+        min_complete: u32,
+        flags: EnterFlags,
+        by_value: bool,
+    ) -> Result<u32, Error> {
         self.enters += 1;
         self.sq.publish();
         let args = EnterArgs {
@@ -363,10 +379,16 @@ impl Ring {
             flags: flags.bits(),
             resv: [0; 5],
         };
-        // SAFETY: `args` is an EnterArgs the kernel only reads.
-        let n = unsafe {
-            self.dev
-                .ioctl_raw(IOC_ENTER, &args as *const EnterArgs as usize)
+        // By value when the arguments pack (always, for a ring this library sets up):
+        // nothing for the kernel to copy in.
+        let n = match args.pack().filter(|_| by_value) {
+            // SAFETY: IOC_ENTER_VALUE's argument is a value, not an address.
+            Some(v) => unsafe { self.dev.ioctl_raw(IOC_ENTER_VALUE, v as usize) },
+            // SAFETY: `args` is an EnterArgs the kernel only reads.
+            None => unsafe {
+                self.dev
+                    .ioctl_raw(IOC_ENTER, &args as *const EnterArgs as usize)
+            },
         }
         .map_err(|e| e.context("enter"))?;
         Ok(n as u32)

@@ -129,8 +129,18 @@ pub type LRing = Ring<VecStore, LoomRing<Sqe>, LoomRing<Cqe>>;
 pub struct RingCell {
     ctx: Mutex<LRing>,
     inbox: Mutex<Inbox<VecStore>>,
+    /// The inbox may hold completions (kmod's hint that lets an enter skip its lock).
+    mail: AtomicBool,
     /// Closed and released: nothing of it is left.
     released: AtomicBool,
+}
+
+impl RingCell {
+    /// Takes in what was delivered (the caller holds the ring's lock, as `ctx`).
+    fn absorb(&self, ctx: &mut LRing) {
+        self.mail.swap(false, Ordering::AcqRel);
+        self.inbox.lock().unwrap().drain_into(ctx);
+    }
 }
 
 /// The application's side of a ring.
@@ -219,6 +229,7 @@ impl Device {
             cells.push(RingCell {
                 ctx: Mutex::new(Ring::new(r as u16, 1, sq.clone(), cq.clone(), storage)),
                 inbox: Mutex::new(Inbox::new(r as u16, 1, vec![(0, Completion::Done); 4])),
+                mail: AtomicBool::new(false),
                 released: AtomicBool::new(false),
             });
             mems.push((sq, cq));
@@ -281,7 +292,9 @@ impl Device {
         let cell = &self.rings[r];
         {
             let mut ctx = cell.ctx.lock().unwrap();
-            cell.inbox.lock().unwrap().drain_into(&mut ctx);
+            if cell.mail.load(Ordering::Acquire) {
+                cell.absorb(&mut ctx);
+            }
             let s = ctx.submit(&self.fab, 8, Context::OWNER).unwrap();
             if let Some(reg) = (s.stall == Some(Stall::Register))
                 .then(|| ctx.claim_registration())
@@ -345,6 +358,7 @@ impl Device {
             return;
         }
         cell.inbox.lock().unwrap().deliver(id, c);
+        cell.mail.swap(true, Ordering::AcqRel);
         self.dirty.swap(true, Ordering::AcqRel);
     }
 
@@ -355,7 +369,7 @@ impl Device {
                 continue;
             }
             let mut ctx = cell.ctx.lock().unwrap();
-            cell.inbox.lock().unwrap().drain_into(&mut ctx);
+            cell.absorb(&mut ctx);
             if ctx.is_closed() {
                 if ctx.release_idle(&self.fab) {
                     cell.released.store(true, Ordering::Release);

@@ -38,6 +38,18 @@ pub fn figures(out: &mut Vec<Record>) {
         });
         out.push(Record::times("nop", "krcore-enter", batch, s, batch));
 
+        // The same enter with its arguments copied in from memory (IOC_ENTER), as every
+        // enter was before IOC_ENTER_VALUE: the argument copy's cost, side by side.
+        let s = time_batches(iters, || {
+            for i in 0..batch {
+                // SAFETY: NOPs name no memory.
+                unsafe { r.push(&Sqe::nop(i as u64)) }.unwrap();
+            }
+            r.submit_and_wait_copying_args(batch).unwrap();
+            assert_eq!(r.completions().count(), batch as usize);
+        });
+        out.push(Record::times("nop", "krcore-enter-copy", batch, s, batch));
+
         let mut p = Builder::new(256)
             .build_per_op(Device::open().expect("open /dev/krcore"))
             .expect("per-op setup");

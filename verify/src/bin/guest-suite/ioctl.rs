@@ -2,8 +2,10 @@
 //! errno that names the problem, and nothing else happens.
 
 use krcore_uring::abi::device::{DeviceGid, QueryDevices};
-use krcore_uring::abi::ioctl::{ioc, IOC_QUERY_DEVICES, NR_QUERY_DEVICES};
-use krcore_uring::Device;
+use krcore_uring::abi::ioctl::{ioc, IOC_ENTER_VALUE, IOC_QUERY_DEVICES, NR_QUERY_DEVICES};
+use krcore_uring::abi::layout::EnterArgs;
+use krcore_uring::abi::sqe::Sqe;
+use krcore_uring::{Builder, Device};
 
 use crate::harness::check;
 
@@ -158,5 +160,33 @@ pub fn truncates_to_capacity() -> Result<(), String> {
     )?;
     check(q.n_written == 1 && one[0].name_bytes() == b"rxe0", || {
         format!("capacity 1: {q:?} {:?}", one[0])
+    })
+}
+
+/// IOC_ENTER_VALUE takes any 64-bit value: before setup it is ENXIO, unknown flag bits
+/// are EINVAL, a count larger than the ring takes what is there, and the ring works on.
+pub fn enter_by_value_checks_its_value() -> Result<(), String> {
+    let dev = Device::open().map_err(|e| e.to_string())?;
+    expect(&dev, "enter before setup", IOC_ENTER_VALUE, 0, libc::ENXIO)?;
+    let mut r = Builder::new(8)
+        .build(Device::open().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    for (what, v, want) in [
+        ("unknown flag bit", 1usize << 63, libc::EINVAL),
+        ("every bit set", usize::MAX, libc::EINVAL),
+        ("to_submit 2^24-1, nothing queued", (1 << 24) - 1, 0),
+    ] {
+        expect(r.device(), what, IOC_ENTER_VALUE, v, want)?;
+    }
+    // SAFETY: a NOP names no memory.
+    unsafe { r.push(&Sqe::nop(7)) }.map_err(|e| format!("{e:?}"))?;
+    r.submit_and_wait(1).map_err(|e| e.to_string())?;
+    let got: Vec<_> = r.completions().map(|c| (c.user_data, c.res)).collect();
+    check(got == [(7, 0)], || {
+        format!("NOP after the bad values: {got:?}")
+    })?;
+    let packed = EnterArgs::default().pack();
+    check(packed == Some(0), || {
+        format!("empty enter packs to {packed:?}")
     })
 }

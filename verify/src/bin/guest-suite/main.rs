@@ -40,6 +40,10 @@ const TESTS: &[Test] = &[
         run: ioctl::rejects_bad_arguments,
     },
     Test {
+        name: "ioctl::enter_by_value_checks_its_value",
+        run: ioctl::enter_by_value_checks_its_value,
+    },
+    Test {
         name: "ioctl::truncates_to_capacity",
         run: ioctl::truncates_to_capacity,
     },
