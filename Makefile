@@ -112,7 +112,8 @@ bench: kmod host
 	@mkdir -p benches/results
 	@$(CURDIR)/target/release/bench-report native $(CURDIR)/target/criterion benches/results
 	@echo "[bench] in-VM figures (TCG: a few minutes)"
-	@rc=0; $(VM) --module-param bench_direct=1 --timeout 1200 -- $(CURDIR)/target/release/krcore-figures > $(BENCH_LOG) || rc=$$?; \
+	@baseline=$$(scripts/baseline-kmod.sh); \
+	 rc=0; $(VM) --module-param bench_direct=1 --timeout 1200 $${baseline:+--env KRCORE_BASELINE_KO=$$baseline} -- $(CURDIR)/target/release/krcore-figures > $(BENCH_LOG) || rc=$$?; \
 	 grep -E '^\[figures\]|^\[vm\]' $(BENCH_LOG) || true; \
 	 [ $$rc = 0 ] || { tail -40 $(BENCH_LOG); echo "[bench] in-VM figures failed (exit $$rc; log: $(BENCH_LOG))"; exit 1; }
 	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) benches/results --readme README.md

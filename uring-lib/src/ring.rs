@@ -92,6 +92,7 @@ impl Ring {
             cq: CqConsumer::new(cq),
             params: p,
             sqpoll,
+            enter_by_value: true,
             enters: 0,
             next_tag: 0,
             stash: VecDeque::new(),
@@ -122,6 +123,9 @@ pub struct Ring {
     cq: CqConsumer<RawRing<Cqe>>,
     params: SetupParams,
     sqpoll: bool,
+    /// The module serves `IOC_ENTER_VALUE` (cleared if it answers `ENOTTY`: one built
+    /// before it existed).
+    enter_by_value: bool,
     enters: u64,
     /// Tags of the library's own entries (control operations, batches).
     next_tag: u64,
@@ -381,14 +385,17 @@ impl Ring {
         };
         // By value when the arguments pack (always, for a ring this library sets up):
         // nothing for the kernel to copy in.
-        let n = match args.pack().filter(|_| by_value) {
+        if let Some(v) = args.pack().filter(|_| by_value && self.enter_by_value) {
             // SAFETY: IOC_ENTER_VALUE's argument is a value, not an address.
-            Some(v) => unsafe { self.dev.ioctl_raw(IOC_ENTER_VALUE, v as usize) },
-            // SAFETY: `args` is an EnterArgs the kernel only reads.
-            None => unsafe {
-                self.dev
-                    .ioctl_raw(IOC_ENTER, &args as *const EnterArgs as usize)
-            },
+            match unsafe { self.dev.ioctl_raw(IOC_ENTER_VALUE, v as usize) } {
+                Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => self.enter_by_value = false,
+                r => return Ok(r.map_err(|e| e.context("enter"))? as u32),
+            }
+        }
+        // SAFETY: `args` is an EnterArgs the kernel only reads.
+        let n = unsafe {
+            self.dev
+                .ioctl_raw(IOC_ENTER, &args as *const EnterArgs as usize)
         }
         .map_err(|e| e.context("enter"))?;
         Ok(n as u32)

@@ -207,9 +207,45 @@ pub fn cold_figures(out: &mut Vec<Record>) {
             .collect();
         out.push(record("krcore-cold", procs, rounds));
     }
+    reload_as_loaded();
+}
+
+/// Loads the module the VM runner loaded, with its parameters, in place of the current.
+fn reload_as_loaded() {
+    let ko = std::env::var("KRCORE_KO").expect("KRCORE_KO (set by the VM runner)");
     sh(&["rmmod", "krcore"]);
     let params = std::env::var("KRCORE_PARAMS").unwrap_or_default();
     let mut insmod = vec!["insmod", &ko];
     insmod.extend(params.split_whitespace());
     sh(&insmod);
+}
+
+/// Warm connects from 1-8 processes on the module as it was before issue 10
+/// (`KRCORE_BASELINE_KO`, built by scripts/baseline-kmod.sh: one device-wide mutex on
+/// every enter, completion and connect), series `krcore-warm-before`, in the same boot
+/// as the current module's `krcore-warm`. Skipped, saying so, without the baseline.
+pub fn before_figures(out: &mut Vec<Record>) {
+    let Ok(ko) = std::env::var("KRCORE_BASELINE_KO") else {
+        eprintln!("[figures] no KRCORE_BASELINE_KO: the before-issue-10 figures are skipped");
+        return;
+    };
+    sh(&["rmmod", "krcore"]);
+    sh(&["insmod", &ko]);
+    // Warm: one CONNECT builds the pool if its prewarm has not yet.
+    {
+        let mut r = Builder::new(8)
+            .build(Device::open().expect("open /dev/krcore"))
+            .expect("ring on the baseline module");
+        let c = run(&mut r, Sqe::connect(1, GID, 0));
+        assert!(c.res >= 0, "baseline CONNECT: {c:?}");
+        assert_eq!(run(&mut r, Sqe::disconnect(2, c.res as u32)).res, 0);
+    }
+    for procs in PROCS {
+        out.push(record(
+            "krcore-warm-before",
+            procs,
+            vec![round("krcore", procs, 1000)],
+        ));
+    }
+    reload_as_loaded();
 }

@@ -35,13 +35,14 @@ fn main() {
         return;
     }
     let mut out = Vec::new();
-    let sections: [Section; 6] = [
+    let sections: [Section; 7] = [
         ("ring crossing", crossing::figures),
         ("data plane", dataplane::figures),
         ("waiting", waiting::figures),
         ("memory", memory::figures),
         ("control plane", control::figures),
         ("control plane, cold pool", control::cold_figures),
+        ("control plane, before issue 10", control::before_figures),
     ];
     // KRCORE_FIGURES=a,b runs only the sections whose names contain a or b.
     let only = std::env::var("KRCORE_FIGURES").unwrap_or_default();
