@@ -286,6 +286,9 @@ impl<M: RingMem> SqConsumer<M> {
     pub fn consume(&mut self, n: u32) {
         debug_assert!(n <= self.tail.wrapping_sub(self.head));
         let n = n.min(self.tail.wrapping_sub(self.head));
+        if n == 0 {
+            return;
+        }
         self.head = self.head.wrapping_add(n);
         self.mem.head().store(self.head, Ordering::Release);
     }
@@ -341,6 +344,9 @@ impl<M: RingMem> SqConsumer<M> {
 pub struct Producer<M: RingMem> {
     mem: M,
     tail: u32,
+    /// The tail last stored: a publish with nothing new stores nothing (the other side
+    /// reads it; the producer never reads it back).
+    published: u32,
     cached_head: u32,
 }
 
@@ -355,6 +361,7 @@ impl<M: RingMem> Producer<M> {
         Producer {
             mem,
             tail: 0,
+            published: 0,
             cached_head: 0,
         }
     }
@@ -394,7 +401,10 @@ impl<M: RingMem> Producer<M> {
 
     /// Publishes every pushed entry (release: pairs 1 and 3).
     pub fn publish(&mut self) {
-        self.mem.tail().store(self.tail, Ordering::Release);
+        if self.tail != self.published {
+            self.mem.tail().store(self.tail, Ordering::Release);
+            self.published = self.tail;
+        }
     }
 
     /// Published entries the consumer has not released, as its head says (SQ: not yet

@@ -44,7 +44,6 @@ pub fn goals(f: &Figures) -> Vec<Goal> {
     let verbs_qp = f.median("connect", "verbs-no-device-open", 1);
     let nop_ring = f.median("nop", "krcore-enter", 32);
     let nop_one = f.median("nop", "krcore-per-op", 32);
-    let nop_io = f.median("nop", "io_uring", 32);
     let read_ring = f.median("read8-latency", "krcore-enter", 1);
     let wait_cpu = f.median("wait-cpu", "krcore-sleep", 1000);
     let wait_spin_cpu = f.median("wait-cpu", "krcore-spin", 1000);
@@ -79,16 +78,7 @@ pub fn goals(f: &Figures) -> Vec<Goal> {
             ratio: nop_one / nop_ring,
             bar: 5.0,
         },
-        Goal {
-            what: "krcore NOP at batch 32 at least as fast as io_uring's NOP",
-            measured: format!(
-                "io_uring {} / krcore {} per NOP",
-                time(nop_io),
-                time(nop_ring)
-            ),
-            ratio: nop_io / nop_ring,
-            bar: 1.0,
-        },
+        nop_goal(f),
         Goal {
             what: "8 B READ latency through the ring within 10% of a kernel-direct post",
             measured: format!(
@@ -112,6 +102,32 @@ pub fn goals(f: &Figures) -> Vec<Goal> {
             bar: 1.0,
         },
     ]
+}
+
+/// krcore's NOP against io_uring's at every batch: the worst batch's ratio.
+fn nop_goal(f: &Figures) -> Goal {
+    let ratios: Vec<(u32, f64)> = [1, 8, 32, 128]
+        .into_iter()
+        .map(|b| {
+            (
+                b,
+                f.median("nop", "io_uring", b) / f.median("nop", "krcore-enter", b),
+            )
+        })
+        .collect();
+    Goal {
+        what: "krcore NOP at batch 1, 8, 32 and 128 at least as fast as io_uring's NOP",
+        measured: format!(
+            "io_uring / krcore per NOP: {}",
+            ratios
+                .iter()
+                .map(|(b, r)| format!("{r:.2}× at {b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        ratio: ratios.iter().map(|r| r.1).fold(f64::INFINITY, f64::min),
+        bar: 1.0,
+    }
 }
 
 /// The markdown report: `title` (date and machine) then every table.

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use krcore_benches::record::Record;
+use krcore_uring::abi::ioctl::{ioc, IOC_ENTER_VALUE, IOC_MAGIC};
 use krcore_uring::abi::sqe::Sqe;
 use krcore_uring::{Builder, Device};
 
@@ -21,8 +22,44 @@ fn time_batches(iters: usize, mut f: impl FnMut()) -> Vec<std::time::Duration> {
         .collect()
 }
 
+/// The fixed cost of one crossing, stage by stage (group `enter-stage`, x 0): an ioctl
+/// the module refuses at decode (the VFS ioctl dispatch and the file's lookup, nothing
+/// of krcore's), krcore's enter with nothing to take or wait for, and io_uring's.
+fn stages(out: &mut Vec<Record>) {
+    const ITERS: usize = 40_000;
+    let r = Builder::new(8)
+        .build(Device::open().expect("open /dev/krcore"))
+        .expect("ring");
+    // Number 0x7f of krcore's type: ENOTTY at decode.
+    let refused = ioc(0, IOC_MAGIC, 0x7f, 0);
+    let s = time_batches(ITERS, || {
+        // SAFETY: refused before the argument is looked at.
+        let e = unsafe { r.device().ioctl_raw(refused, 0) };
+        assert!(e.is_err());
+    });
+    out.push(Record::times("enter-stage", "ioctl-refused", 0, s, 1));
+    let s = time_batches(ITERS, || {
+        // SAFETY: IOC_ENTER_VALUE's argument is a value; 0 takes and waits for nothing.
+        unsafe { r.device().ioctl_raw(IOC_ENTER_VALUE, 0) }.unwrap();
+    });
+    out.push(Record::times("enter-stage", "krcore-empty-enter", 0, s, 1));
+    let u = io_uring::IoUring::new(8).expect("io_uring in the guest");
+    let s = time_batches(ITERS, || {
+        // SAFETY: nothing to submit, nothing to wait for, no argument.
+        unsafe { u.submitter().enter::<libc::sigset_t>(0, 0, 0, None) }.unwrap();
+    });
+    out.push(Record::times(
+        "enter-stage",
+        "io_uring-empty-enter",
+        0,
+        s,
+        1,
+    ));
+}
+
 /// Every ring-crossing figure.
 pub fn figures(out: &mut Vec<Record>) {
+    stages(out);
     for batch in BATCHES {
         let iters = (40_000 / batch as usize).max(300);
         let mut r = Builder::new(256)
