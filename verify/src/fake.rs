@@ -134,6 +134,11 @@ impl FakeNic {
         self.cq.pop_front()
     }
 
+    /// Work completions not yet polled.
+    pub fn completions_queued(&self) -> usize {
+        self.cq.len()
+    }
+
     /// Requests queued on every QP, not yet executed.
     pub fn queued(&self) -> usize {
         self.qps.iter().map(|q| q.sq.len()).sum()

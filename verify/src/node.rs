@@ -5,10 +5,11 @@
 //! fuzzing run.
 
 use std::cell::{Cell, RefCell, RefMut};
+use std::sync::atomic::AtomicU32;
 
 use krcore_abi::engine::{
-    Connection, Exports, Fabric, Members, Messages, MrKeys, PhysQp, Post, PostError, Qps, SendWr,
-    VecStore,
+    BusyHint, Connection, Exports, Fabric, Members, Messages, MrKeys, PhysQp, Post, PostError, Qps,
+    SendWr, VecStore,
 };
 use krcore_abi::errno::Errno;
 
@@ -25,23 +26,26 @@ pub struct Node<'a> {
     qps: RefCell<&'a mut [PhysQp<VecStore>]>,
     exports: RefCell<&'a mut Exports<VecStore>>,
     messages: RefCell<&'a mut Messages<VecStore>>,
+    hint: &'a BusyHint<AtomicU32>,
     /// Locks held now.
     held: Cell<u8>,
 }
 
 impl<'a> Node<'a> {
-    /// A view of the rig's parts.
+    /// A view of the rig's parts; QP sections keep `hint` as the kernel's do.
     pub fn new(
         nic: &'a mut FakeNic,
         qps: &'a mut [PhysQp<VecStore>],
         exports: &'a mut Exports<VecStore>,
         messages: &'a mut Messages<VecStore>,
+        hint: &'a BusyHint<AtomicU32>,
     ) -> Node<'a> {
         Node {
             nic: RefCell::new(nic),
             qps: RefCell::new(qps),
             exports: RefCell::new(exports),
             messages: RefCell::new(messages),
+            hint,
             held: Cell::new(0),
         }
     }
@@ -86,12 +90,13 @@ impl Qps<VecStore> for Node<'_> {
     fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<VecStore>, &mut dyn Post) -> R) -> R {
         self.take(QP, "a QP");
         let mut qps = self.qps.borrow_mut();
-        let r = f(
+        let r = self.hint.section(
             &mut qps[i as usize],
             &mut NicPost {
                 nic: &self.nic,
                 qp: i,
             },
+            f,
         );
         self.give(QP);
         r
@@ -171,7 +176,8 @@ mod tests {
         let mut qps = vec![PhysQp::new(vec![Posted::EMPTY; 2])];
         let mut exports = Exports::new(vec![ExportSlot::EMPTY; 4]);
         let mut messages = Messages::with_capacity(4, 4);
-        let node = Node::new(&mut nic, &mut qps, &mut exports, &mut messages);
+        let hint = BusyHint::new(AtomicU32::new(0));
+        let node = Node::new(&mut nic, &mut qps, &mut exports, &mut messages, &hint);
         node.qp(0, |_, _| drop(node.members()));
     }
 }

@@ -1,10 +1,12 @@
 //! A test rig: several rings on a fake NIC's shared QPs, with the application side of
 //! each ring, so tests, fuzzing and benchmarks drive the engine as the kernel would.
 
+use std::sync::atomic::AtomicU32;
+
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, Completion, Context, ExportSlot, Exports, Fabric, Members, Messages, PhysQp,
-    Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
+    complete_wc, BusyHint, Completion, Context, ExportSlot, Exports, Fabric, Members, Messages,
+    PhysQp, Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
@@ -85,6 +87,9 @@ pub struct Rig {
     pub dropped: u64,
     /// The clock the rig's submissions see, in ms (tests move it).
     pub now_ms: i64,
+    /// The kernel's busy hint, kept in each QP's section as kmod keeps it; checked
+    /// sound at every routing (never clear while a completion may come).
+    pub hint: BusyHint<AtomicU32>,
 }
 
 impl Rig {
@@ -102,6 +107,7 @@ impl Rig {
             rings: Vec::new(),
             dropped: 0,
             now_ms: 0,
+            hint: BusyHint::new(AtomicU32::new(0)),
         }
     }
 
@@ -158,11 +164,12 @@ impl Rig {
             qps,
             exports,
             messages,
+            hint,
             rings,
             ..
         } = self;
         let ring = &mut rings[r].as_mut().expect("ring closed").ring;
-        let node = Node::new(nic, qps, exports, messages);
+        let node = Node::new(nic, qps, exports, messages, hint);
         let mut total = 0;
         loop {
             let s = ring.submit(&node, max - total, cx)?;
@@ -194,13 +201,22 @@ impl Rig {
             qps,
             exports,
             messages,
+            hint,
             rings,
             dropped,
             now_ms,
         } = self;
+        // The kernel skips the CQ when the hint is clear: it must be up whenever a
+        // completion may come, or a QP has failed.
+        if !hint.any() {
+            assert!(
+                nic.queued() == 0 && nic.completions_queued() == 0 && qps.iter().all(|q| q.quiet()),
+                "busy hint clear with work on the NIC or a QP not quiet"
+            );
+        }
         let mut n = 0;
         let wcs: Vec<_> = std::iter::from_fn(|| nic.poll()).collect();
-        let node = Node::new(nic, qps, exports, messages);
+        let node = Node::new(nic, qps, exports, messages, hint);
         for (qp, wc) in wcs {
             n += 1;
             complete_wc(&node, qp, &wc, |id, c| deliver(rings, dropped, id, c));
@@ -247,10 +263,11 @@ impl Rig {
             qps,
             exports,
             messages,
+            hint,
             rings,
             ..
         } = self;
-        let node = Node::new(nic, qps, exports, messages);
+        let node = Node::new(nic, qps, exports, messages, hint);
         rings[r].as_mut().expect("ring closed").ring.close(&node);
         self.release_closed();
     }
@@ -262,10 +279,11 @@ impl Rig {
             qps,
             exports,
             messages,
+            hint,
             rings,
             ..
         } = self;
-        let node = Node::new(nic, qps, exports, messages);
+        let node = Node::new(nic, qps, exports, messages, hint);
         for slot in rings.iter_mut() {
             if let Some(t) = slot {
                 if t.ring.is_closed() && t.ring.release_idle(&node) {

@@ -618,9 +618,10 @@ fn direct_posts_only_validated_requests_on_an_idle_device() {
             exports,
             messages,
             rings,
+            hint,
             ..
         } = rig;
-        let node = Node::new(nic, qps, exports, messages);
+        let node = Node::new(nic, qps, exports, messages, hint);
         rings[0].as_ref().unwrap().ring.direct(s, &node)
     };
     // Rejected exactly as the ring path would, and nothing reaches the NIC.
