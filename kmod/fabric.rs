@@ -10,7 +10,7 @@
 //! membership's lock is released with work for the recovery (waiting sends, owed
 //! completions, QPs in flight).
 
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use kernel::new_mutex;
 use kernel::prelude::*;
@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     pub(crate) qpns: [AtomicU32; POOL_QPS],
     pub(crate) members: Pin<KBox<Mutex<MemberState>>>,
     pub(crate) exports: Pin<KBox<Mutex<Exports<KStore>>>>,
+    /// The exports' epoch as their lock last left it (abi's `Fabric::exports_epoch`).
+    exports_epoch: AtomicU64,
     /// QPs that may have completions coming.
     pub(crate) busy_qps: BusyHint<AtomicU32>,
     /// The recovery has work (see the module doc).
@@ -70,6 +72,7 @@ impl Shared {
             qpns: [const { AtomicU32::new(0) }; POOL_QPS],
             members: KBox::pin_init(new_mutex!(members, "krcore_members"), GFP_KERNEL)?,
             exports: KBox::pin_init(new_mutex!(exports, "krcore_exports"), GFP_KERNEL)?,
+            exports_epoch: AtomicU64::new(0),
             busy_qps: BusyHint::new(AtomicU32::new(0)),
             members_busy: AtomicBool::new(false),
         })
@@ -178,7 +181,15 @@ impl Fabric<KStore> for Shared {
     }
 
     fn exports<R>(&self, f: impl FnOnce(&mut Exports<KStore>) -> R) -> R {
-        f(&mut self.exports.lock())
+        let mut e = self.exports.lock();
+        let r = f(&mut e);
+        // Published before the lock goes: see `Fabric::exports_epoch`.
+        self.exports_epoch.store(e.removals(), Ordering::Release);
+        r
+    }
+
+    fn exports_epoch(&self) -> u64 {
+        self.exports_epoch.load(Ordering::Acquire)
     }
 
     fn dereg_mr(&self, keys: MrKeys) {

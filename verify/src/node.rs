@@ -26,26 +26,35 @@ pub struct Node<'a> {
     qps: RefCell<&'a mut [PhysQp<VecStore>]>,
     exports: RefCell<&'a mut Exports<VecStore>>,
     messages: RefCell<&'a mut Messages<VecStore>>,
-    hint: &'a BusyHint<AtomicU32>,
+    kernel: &'a KernelState,
     /// Locks held now.
     held: Cell<u8>,
 }
 
+/// What the kernel keeps beside the parts a [`Node`] borrows, across engine calls.
+#[derive(Default)]
+pub struct KernelState {
+    /// The busy hint, kept in each QP's section as kmod keeps it.
+    pub hint: BusyHint<AtomicU32>,
+    /// Exports sections entered: the device-wide lock the data path should not need.
+    pub exports_sections: Cell<u64>,
+}
+
 impl<'a> Node<'a> {
-    /// A view of the rig's parts; QP sections keep `hint` as the kernel's do.
+    /// A view of the rig's parts, with what the kernel keeps beside them.
     pub fn new(
         nic: &'a mut FakeNic,
         qps: &'a mut [PhysQp<VecStore>],
         exports: &'a mut Exports<VecStore>,
         messages: &'a mut Messages<VecStore>,
-        hint: &'a BusyHint<AtomicU32>,
+        kernel: &'a KernelState,
     ) -> Node<'a> {
         Node {
             nic: RefCell::new(nic),
             qps: RefCell::new(qps),
             exports: RefCell::new(exports),
             messages: RefCell::new(messages),
-            hint,
+            kernel,
             held: Cell::new(0),
         }
     }
@@ -90,7 +99,7 @@ impl Qps<VecStore> for Node<'_> {
     fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<VecStore>, &mut dyn Post) -> R) -> R {
         self.take(QP, "a QP");
         let mut qps = self.qps.borrow_mut();
-        let r = self.hint.section(
+        let r = self.kernel.hint.section(
             &mut qps[i as usize],
             &mut NicPost {
                 nic: &self.nic,
@@ -148,9 +157,15 @@ impl<'a> Fabric<VecStore> for Node<'a> {
 
     fn exports<R>(&self, f: impl FnOnce(&mut Exports<VecStore>) -> R) -> R {
         self.take(EXPORTS, "exports");
+        let n = &self.kernel.exports_sections;
+        n.set(n.get() + 1);
         let r = f(&mut self.exports.borrow_mut());
         self.give(EXPORTS);
         r
+    }
+
+    fn exports_epoch(&self) -> u64 {
+        self.exports.borrow().removals()
     }
 
     fn dereg_mr(&self, keys: MrKeys) {
@@ -176,8 +191,8 @@ mod tests {
         let mut qps = vec![PhysQp::new(vec![Posted::EMPTY; 2])];
         let mut exports = Exports::new(vec![ExportSlot::EMPTY; 4]);
         let mut messages = Messages::with_capacity(4, 4);
-        let hint = BusyHint::new(AtomicU32::new(0));
-        let node = Node::new(&mut nic, &mut qps, &mut exports, &mut messages, &hint);
+        let kernel = KernelState::default();
+        let node = Node::new(&mut nic, &mut qps, &mut exports, &mut messages, &kernel);
         node.qp(0, |_, _| drop(node.members()));
     }
 }

@@ -1,19 +1,17 @@
 //! A test rig: several rings on a fake NIC's shared QPs, with the application side of
 //! each ring, so tests, fuzzing and benchmarks drive the engine as the kernel would.
 
-use std::sync::atomic::AtomicU32;
-
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, BusyHint, Completion, Context, ExportSlot, Exports, Fabric, Members, Messages,
-    PhysQp, Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
+    complete_wc, Completion, Context, ExportSlot, Exports, Fabric, Members, Messages, PhysQp,
+    Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
 
 use crate::fake::FakeNic;
 use crate::heapring::{new_ring, SharedRing};
-use crate::node::Node;
+use crate::node::{KernelState, Node};
 
 /// The engine's ring type in the rig.
 pub type EngineRing = Ring<VecStore, SharedRing<Sqe>, SharedRing<Cqe>>;
@@ -87,9 +85,9 @@ pub struct Rig {
     pub dropped: u64,
     /// The clock the rig's submissions see, in ms (tests move it).
     pub now_ms: i64,
-    /// The kernel's busy hint, kept in each QP's section as kmod keeps it; checked
-    /// sound at every routing (never clear while a completion may come).
-    pub hint: BusyHint<AtomicU32>,
+    /// The busy hint (checked sound at every routing: never clear while a completion
+    /// may come) and the count of exports sections.
+    pub kernel: KernelState,
 }
 
 impl Rig {
@@ -107,7 +105,7 @@ impl Rig {
             rings: Vec::new(),
             dropped: 0,
             now_ms: 0,
-            hint: BusyHint::new(AtomicU32::new(0)),
+            kernel: KernelState::default(),
         }
     }
 
@@ -164,12 +162,12 @@ impl Rig {
             qps,
             exports,
             messages,
-            hint,
+            kernel,
             rings,
             ..
         } = self;
         let ring = &mut rings[r].as_mut().expect("ring closed").ring;
-        let node = Node::new(nic, qps, exports, messages, hint);
+        let node = Node::new(nic, qps, exports, messages, kernel);
         let mut total = 0;
         loop {
             let s = ring.submit(&node, max - total, cx)?;
@@ -201,14 +199,14 @@ impl Rig {
             qps,
             exports,
             messages,
-            hint,
+            kernel,
             rings,
             dropped,
             now_ms,
         } = self;
         // The kernel skips the CQ when the hint is clear: it must be up whenever a
         // completion may come, or a QP has failed.
-        if !hint.any() {
+        if !kernel.hint.any() {
             assert!(
                 nic.queued() == 0 && nic.completions_queued() == 0 && qps.iter().all(|q| q.quiet()),
                 "busy hint clear with work on the NIC or a QP not quiet"
@@ -216,7 +214,7 @@ impl Rig {
         }
         let mut n = 0;
         let wcs: Vec<_> = std::iter::from_fn(|| nic.poll()).collect();
-        let node = Node::new(nic, qps, exports, messages, hint);
+        let node = Node::new(nic, qps, exports, messages, kernel);
         for (qp, wc) in wcs {
             n += 1;
             complete_wc(&node, qp, &wc, |id, c| deliver(rings, dropped, id, c));
@@ -263,11 +261,11 @@ impl Rig {
             qps,
             exports,
             messages,
-            hint,
+            kernel,
             rings,
             ..
         } = self;
-        let node = Node::new(nic, qps, exports, messages, hint);
+        let node = Node::new(nic, qps, exports, messages, kernel);
         rings[r].as_mut().expect("ring closed").ring.close(&node);
         self.release_closed();
     }
@@ -279,11 +277,11 @@ impl Rig {
             qps,
             exports,
             messages,
-            hint,
+            kernel,
             rings,
             ..
         } = self;
-        let node = Node::new(nic, qps, exports, messages, hint);
+        let node = Node::new(nic, qps, exports, messages, kernel);
         for slot in rings.iter_mut() {
             if let Some(t) = slot {
                 if t.ring.is_closed() && t.ring.release_idle(&node) {

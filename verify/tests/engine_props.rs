@@ -618,11 +618,11 @@ fn direct_posts_only_validated_requests_on_an_idle_device() {
             exports,
             messages,
             rings,
-            hint,
+            kernel,
             ..
         } = rig;
-        let node = Node::new(nic, qps, exports, messages, hint);
-        rings[0].as_ref().unwrap().ring.direct(s, &node)
+        let node = Node::new(nic, qps, exports, messages, kernel);
+        rings[0].as_mut().unwrap().ring.direct(s, &node)
     };
     // Rejected exactly as the ring path would, and nothing reaches the NIC.
     let posted = rig.nic.posted;

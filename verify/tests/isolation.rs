@@ -154,6 +154,54 @@ fn an_export_is_usable_until_revoked_and_only_with_its_rights() {
     assert_eq!(rig.nic.wire_rkeys.len(), 1, "nothing more reached the wire");
 }
 
+/// One-sided requests through an import take no device-wide lock: none of the exports'
+/// while nothing is revoked; after a revocation anywhere on the device, one each to
+/// resolve their export again, then none. A request on a revoked export still fails at
+/// once.
+#[test]
+fn imports_resolve_again_only_after_a_revocation() {
+    let mut rig = Rig::new(&[16, 16]);
+    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+    let (victim_mr, descriptor, _, v, mr) = scene(&mut rig, access);
+    let rmr = one(
+        &mut rig,
+        1,
+        Sqe::import_mr(1, v, VICTIM_MR, LEN, descriptor),
+    )
+    .res as u32;
+    let read = |ud| Sqe::one_sided(Opcode::Read, ud, v, mr, ATTACKER_MR, 8, rmr, VICTIM_MR);
+    let sections = |rig: &Rig| rig.kernel.exports_sections.get();
+    let before = sections(&rig);
+    for ud in 10..20 {
+        assert_eq!(one(&mut rig, 1, read(ud)).res, 8);
+    }
+    assert_eq!(sections(&rig), before, "READs took the exports' lock");
+    // Another export, revoked: the epoch moves, imports resolve once more.
+    let other = one(
+        &mut rig,
+        0,
+        Sqe::reg_mr(2, VICTIM_MR + 0x10_000, LEN, access),
+    );
+    assert_eq!(one(&mut rig, 0, Sqe::dereg_mr(3, other.res as u32)).res, 0);
+    let revoked = sections(&rig);
+    for ud in 20..30 {
+        assert_eq!(one(&mut rig, 1, read(ud)).res, 8);
+    }
+    assert_eq!(
+        sections(&rig),
+        revoked + 1,
+        "resolved again once, then cached"
+    );
+    // Its own export revoked: the next READ fails, before the wire.
+    assert_eq!(one(&mut rig, 0, Sqe::dereg_mr(4, victim_mr)).res, 0);
+    let wire = rig.nic.wire_rkeys.len();
+    assert_eq!(
+        one(&mut rig, 1, read(30)).failure(),
+        Some(Reason::BadDescriptor)
+    );
+    assert_eq!(rig.nic.wire_rkeys.len(), wire);
+}
+
 #[test]
 fn closing_the_owner_revokes_its_exports() {
     let mut rig = Rig::new(&[16, 16]);

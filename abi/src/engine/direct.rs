@@ -25,10 +25,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// completion. A rejected request is
     /// answered with the error CQE the ring path would produce (`Busy` while anything
     /// is outstanding; `BadOpcode` for anything but a one-sided request).
-    pub fn direct<F: Fabric<S>>(&self, sqe: &Sqe, f: &F) -> Result<u32, Cqe> {
+    pub fn direct<F: Fabric<S>>(&mut self, sqe: &Sqe, f: &F) -> Result<u32, Cqe> {
         let ud = sqe.user_data;
-        let exports = |d| f.exports(|e| e.get(d).copied());
-        let op = validate(sqe, &self.tables, &exports).map_err(|r| Cqe::err(ud, r))?;
+        let op = validate(sqe, &mut self.tables, f).map_err(|r| Cqe::err(ud, r))?;
         // One-sided only: SEND and WRITE_IMM take their peer's receive (see `message`).
         let Op::Send {
             vqp,

@@ -70,6 +70,12 @@ pub enum ExportError {
 pub struct Exports<S: Store> {
     slots: S::Buf<ExportSlot>,
     len: usize,
+    /// Exports ever revoked: the table's *epoch*. An import that resolved its export at
+    /// epoch `e` still names a live export while the epoch is `e` (entries never
+    /// change in place), so it need not look again (see [`Fabric::exports_epoch`]).
+    ///
+    /// [`Fabric::exports_epoch`]: super::Fabric::exports_epoch
+    removals: u64,
 }
 
 impl<S: Store> Exports<S> {
@@ -84,6 +90,7 @@ impl<S: Store> Exports<S> {
         Exports {
             slots: storage,
             len: 0,
+            removals: 0,
         }
     }
 
@@ -146,6 +153,11 @@ impl<S: Store> Exports<S> {
         self.find(descriptor).map(|i| &self.slots.as_ref()[i].0)
     }
 
+    /// Exports revoked so far (the epoch; see the field).
+    pub fn removals(&self) -> u64 {
+        self.removals
+    }
+
     /// Revokes `descriptor`; returns what it named.
     pub fn remove(&mut self, descriptor: u64) -> Option<Export> {
         let mut hole = self.find(descriptor)?;
@@ -154,6 +166,7 @@ impl<S: Store> Exports<S> {
         let gone = slots[hole].0;
         slots[hole] = ExportSlot::EMPTY;
         self.len -= 1;
+        self.removals += 1;
         // Backward shift: move later members of the run into the hole when their home
         // slot does not lie cyclically in (hole, j], so every lookup still finds them.
         let mut j = hole;

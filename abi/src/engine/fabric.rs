@@ -70,6 +70,13 @@ pub trait Fabric<S: Store>: Qps<S> {
     fn members(&self) -> Self::Members<'_>;
     /// Runs `f` on the exported MRs with their lock held.
     fn exports<R>(&self, f: impl FnOnce(&mut Exports<S>) -> R) -> R;
+    /// The exports' epoch ([`Exports::removals`]) as their lock last left it, read
+    /// without the lock: a fabric publishes it when each [`exports`](Self::exports)
+    /// section ends (release; this load acquires). A one-sided request whose import was
+    /// resolved at this epoch uses it without the lock, so the one-sided data path takes
+    /// no device-wide lock while nothing is revoked; a revocation moves the epoch before
+    /// its section ends, so no request that starts after it uses the revoked export.
+    fn exports_epoch(&self) -> u64;
     /// Deregisters an MR; nothing of it is in flight. (Registering is the caller's:
     /// see [`register`](super::register).)
     fn dereg_mr(&self, keys: MrKeys);

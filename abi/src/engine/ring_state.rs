@@ -66,6 +66,13 @@ pub struct RemoteMr {
     pub len: u32,
     /// The exporter's descriptor.
     pub descriptor: u64,
+    /// The export as last resolved: its rkey and remote rights, and the exports' epoch
+    /// (read before that lookup) at which it was live.
+    pub rkey: u32,
+    /// See `rkey`.
+    pub access: MrAccess,
+    /// See `rkey`.
+    pub checked: u64,
 }
 
 /// A request in flight.

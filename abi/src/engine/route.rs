@@ -30,6 +30,7 @@ use super::wrid::WrId;
 use super::Store;
 
 /// How many physical QPs may have completions coming (see the module doc).
+#[derive(Default)]
 pub struct BusyHint<C: IndexCell> {
     count: C,
 }

@@ -185,8 +185,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         throttled: bool,
     ) -> Step {
         let ud = sqe.user_data;
-        let exports = |d| f.exports(|e| e.get(d).copied());
-        let op = match validate(sqe, &self.tables, &exports) {
+        let op = match validate(sqe, &mut self.tables, f) {
             Ok(op) => op,
             Err(r) => {
                 self.emit(Cqe::err(ud, r));
@@ -286,11 +285,16 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 addr,
                 len,
                 descriptor,
+                export,
+                checked,
             } => match t.rmrs.insert(super::ring_state::RemoteMr {
                 vqp,
                 addr,
                 len,
                 descriptor,
+                rkey: export.rkey,
+                access: export.access,
+                checked,
             }) {
                 Ok(h) => Cqe::ok(ud, h as i32, 0),
                 Err(_) => Cqe::err(ud, Reason::TableFull),

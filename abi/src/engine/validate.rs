@@ -6,10 +6,16 @@
 //! remote range inside an MR imported for the same virtual QP whose export is still live
 //! and grants the operation's remote right; the export's rkey is the only one that
 //! reaches the wire (see [`export`](super::export)). A failed check names its [`Reason`].
+//!
+//! An import remembers its export as resolved and the exports' epoch it was live at;
+//! while the epoch has not moved (nothing anywhere on the device was revoked) a request
+//! uses that without taking the exports' lock, and one that finds it moved resolves the
+//! export again under the lock and remembers the new epoch ([`Fabric::exports_epoch`]).
 
 use super::backend::{SendKind, Sge};
 use super::cqe::Reason;
 use super::export::Export;
+use super::fabric::Fabric;
 use super::opcode::{Opcode, OPCODE_LAST};
 use super::ring_state::{LocalMr, Tables};
 use super::sqe::{MrAccess, Sqe, SqeFlags};
@@ -95,6 +101,10 @@ pub enum Op {
         len: u32,
         /// The exporter's descriptor (checked live, the range inside it).
         descriptor: u64,
+        /// The export as resolved.
+        export: Export,
+        /// The exports' epoch, read before it was resolved.
+        checked: u64,
     },
     /// A send-queue request on `vqp` using local MR `mr`.
     Send {
@@ -220,36 +230,41 @@ fn local<S: Store>(sqe: &Sqe, t: &Tables<S>, needs_write: bool) -> Result<(Local
     ))
 }
 
+/// The export `descriptor` names now, under the exports' lock.
+fn resolve<S: Store, F: Fabric<S>>(f: &F, descriptor: u64) -> Option<Export> {
+    f.exports(|e| e.get(descriptor).copied())
+}
+
 /// The rkey for the remote range of `sqe`, which needs the remote right `right`.
-fn remote<S: Store>(
+fn remote<S: Store, F: Fabric<S>>(
     sqe: &Sqe,
-    t: &Tables<S>,
-    exports: &dyn Fn(u64) -> Option<Export>,
+    t: &mut Tables<S>,
+    f: &F,
     right: MrAccess,
 ) -> Result<u32, Reason> {
-    let r = t.rmrs.get(sqe.rmr).ok_or(Reason::BadRemoteMr)?;
+    let r = t.rmrs.get_mut(sqe.rmr).ok_or(Reason::BadRemoteMr)?;
     if r.vqp != sqe.vqp {
         return Err(Reason::BadRemoteMr);
     }
     if !inside(sqe.remote_addr, sqe.len, r.addr, r.len) {
         return Err(Reason::RemoteRange);
     }
-    // Resolved on every use: a revoked export stops its importers here.
-    let e = exports(r.descriptor).ok_or(Reason::BadDescriptor)?;
-    if !e.access.contains(right) {
+    // A revoked export stops its importers here: the revocation moved the epoch.
+    let epoch = f.exports_epoch();
+    if r.checked != epoch {
+        let e = resolve(f, r.descriptor).ok_or(Reason::BadDescriptor)?;
+        (r.rkey, r.access, r.checked) = (e.rkey, e.access, epoch);
+    }
+    if !r.access.contains(right) {
         return Err(Reason::MrAccess);
     }
-    Ok(e.rkey)
+    Ok(r.rkey)
 }
 
-/// Validates `sqe` against the ring's tables and the node's exports (`exports` looks up
-/// a descriptor; the caller decides under which lock).
+/// Validates `sqe` against the ring's tables and the node's exports (reached through
+/// `f`; imports remember what they resolved, see the module doc).
 #[inline]
-pub fn validate<S: Store>(
-    sqe: &Sqe,
-    t: &Tables<S>,
-    exports: &dyn Fn(u64) -> Option<Export>,
-) -> Result<Op, Reason> {
+pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> Result<Op, Reason> {
     let op = Opcode::from_u8(sqe.opcode).ok_or(Reason::BadOpcode)?;
     let flags = SqeFlags::from_bits(sqe.flags).ok_or(Reason::UnknownFlags)?;
     reject_unread(sqe, op)?;
@@ -302,7 +317,8 @@ pub fn validate<S: Store>(
             {
                 return Err(Reason::BadLength);
             }
-            let e = exports(sqe.arg0).ok_or(Reason::BadDescriptor)?;
+            let checked = f.exports_epoch();
+            let e = resolve(f, sqe.arg0).ok_or(Reason::BadDescriptor)?;
             if !inside(sqe.remote_addr, sqe.len, e.addr, e.len) {
                 return Err(Reason::RemoteRange);
             }
@@ -311,6 +327,8 @@ pub fn validate<S: Store>(
                 addr: sqe.remote_addr,
                 len: sqe.len,
                 descriptor: sqe.arg0,
+                export: e,
+                checked,
             }
         }
         Opcode::Recv => {
@@ -340,7 +358,7 @@ pub fn validate<S: Store>(
                 Opcode::Write | Opcode::WriteImm => MrAccess::REMOTE_WRITE,
                 _ => MrAccess::REMOTE_ATOMIC,
             };
-            let rkey = remote(sqe, t, exports, right)?;
+            let rkey = remote(sqe, t, f, right)?;
             let remote_addr = sqe.remote_addr;
             let kind = match op {
                 Opcode::Read => SendKind::Read { remote_addr, rkey },

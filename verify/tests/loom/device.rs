@@ -9,7 +9,7 @@
 
 use std::iter;
 
-use loom::sync::atomic::{AtomicBool, AtomicU32};
+use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use loom::sync::{Arc, Mutex, MutexGuard};
 
 use core::sync::atomic::Ordering;
@@ -49,6 +49,8 @@ pub struct Shared {
     hint: BusyHint<Cell>,
     members: Mutex<Messages<VecStore>>,
     exports: Mutex<Exports<VecStore>>,
+    /// The exports' epoch, published as each exports section ends (kmod's).
+    epoch: AtomicU64,
     faults: Faults,
 }
 
@@ -113,7 +115,13 @@ impl Fabric<VecStore> for Shared {
         }
     }
     fn exports<R>(&self, f: impl FnOnce(&mut Exports<VecStore>) -> R) -> R {
-        f(&mut self.exports.lock().unwrap())
+        let mut e = self.exports.lock().unwrap();
+        let r = f(&mut e);
+        self.epoch.store(e.removals(), Ordering::Release);
+        r
+    }
+    fn exports_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
     fn dereg_mr(&self, keys: MrKeys) {
         self.nic.lock().unwrap().dereg_mr(keys)
@@ -213,6 +221,7 @@ impl Device {
             }),
             members: Mutex::new(Messages::with_capacity(4, 4)),
             exports: Mutex::new(Exports::new(vec![ExportSlot::EMPTY; 4])),
+            epoch: AtomicU64::new(0),
             faults,
         };
         let mut cells = Vec::new();
