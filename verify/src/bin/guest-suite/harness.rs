@@ -1,7 +1,45 @@
 //! A tiny test harness: run, time and report each test; never stop at the first failure.
 
 use std::process::{Command, ExitCode};
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long one test may run before the harness declares it hung (the slowest, 50
+/// module load/unload cycles, takes about 150 s on the debug kernel).
+const HUNG_AFTER: Duration = Duration::from_secs(420);
+
+/// Watches one test: if it has not finished within [`HUNG_AFTER`], prints where every
+/// thread of this process is in the kernel and the kernel's blocked tasks (sysrq `w`,
+/// into the kernel log the VM runner prints), and exits, so a hang fails the run in
+/// minutes with its whereabouts instead of at the VM's timeout with none. Dropping the
+/// returned sender ends the watch.
+fn watchdog(name: &'static str) -> mpsc::Sender<()> {
+    let (done, wait) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if wait.recv_timeout(HUNG_AFTER) != Err(mpsc::RecvTimeoutError::Timeout) {
+            return;
+        }
+        println!(
+            "test {name} ... HUNG (no end after {} s); its threads:",
+            HUNG_AFTER.as_secs()
+        );
+        if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+            for t in tasks.flatten() {
+                let p = t.path();
+                let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+                let stack = std::fs::read_to_string(p.join("stack")).unwrap_or_default();
+                println!(
+                    "  task {} ({}):\n{stack}",
+                    t.file_name().to_string_lossy(),
+                    comm.trim()
+                );
+            }
+        }
+        let _ = std::fs::write("/proc/sysrq-trigger", "w");
+        std::process::exit(2);
+    });
+    done
+}
 
 /// A named test.
 pub struct Test {
@@ -18,6 +56,7 @@ pub fn run_all(tests: &[Test], filters: &[String]) -> ExitCode {
         .filter(|t| filters.is_empty() || filters.iter().any(|f| t.name.contains(f.as_str())))
     {
         let start = Instant::now();
+        let watch = watchdog(t.name);
         let result = std::panic::catch_unwind(t.run).unwrap_or_else(|p| {
             Err(p
                 .downcast_ref::<String>()
@@ -25,6 +64,7 @@ pub fn run_all(tests: &[Test], filters: &[String]) -> ExitCode {
                 .or(p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default())
         });
+        drop(watch);
         let ms = start.elapsed().as_millis();
         match result {
             Ok(()) => {
