@@ -22,7 +22,7 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-debug stress test demo bench clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -76,6 +76,15 @@ vm-test: kmod host
 	@echo "[test] integration suite in the VM (TCG unless KVM is usable)"
 	@$(VM) --timeout 900 -- $(GUEST_SUITE)
 
+# Several guests on one Ethernet segment (the runner's hub of Unix datagram sockets;
+# issue 11's test bed): RC traffic over rxe between 2, then 3 guests, each with the
+# module loaded and its own address.
+SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
+vm-test-cluster: kmod host
+	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment"
+	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
+	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) serve 2" --role "b:$(SMOKE) ping a" --role "c:$(SMOKE) ping a"
+
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the
 # VM runner's log scan).
@@ -92,7 +101,7 @@ stress: STRESS_SECONDS = 300
 stress: kmod-debug host
 	@$(VM_DEBUG) --timeout $$(( $(STRESS_SECONDS) * 3 + 600 )) -- $(STRESS) $(STRESS_SECONDS) 3 3 $${STRESS_SEED:-1}
 
-test: unit loom fuzz vm-test vm-test-debug
+test: unit loom fuzz vm-test vm-test-cluster vm-test-debug
 
 demo: kmod host
 	@$(VM) --timeout 600 -- $(CURDIR)/target/release/krcore-demo

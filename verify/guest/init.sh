@@ -23,12 +23,21 @@ cp /cmd.sh /mnt/run/krcore/cmd.sh
 
 in_host() { chroot /mnt /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/run/krcore/tmp "$@"; }
 
-# Network: loopback, and a veth pair whose first end carries rxe0. RoCE v2 GID index 1
-# is then the IPv4 GID of 192.0.2.1 (TEST-NET-1, inside the guest only).
+# Network: loopback, and either (one guest) a veth pair whose first end carries rxe0,
+# RoCE v2 GID index 1 then being the IPv4 GID of 192.0.2.1, or (a guest of a cluster,
+# given krcore_addr on the kernel command line) eth0 on the run's shared segment with
+# that address. 192.0.2.0/24 is TEST-NET-1, inside the guests only.
 in_host ip link set lo up || fail "lo up"
-in_host ip link add veth0 type veth peer name veth1 || fail "veth"
-in_host ip addr add 192.0.2.1/24 dev veth0 || fail "veth addr"
-in_host ip link set veth0 up && in_host ip link set veth1 up || fail "veth up"
+if [ -n "$krcore_addr" ]; then
+  netdev=eth0
+  in_host ip addr add "$krcore_addr/24" dev eth0 || fail "eth0 addr $krcore_addr"
+  in_host ip link set eth0 up || fail "eth0 up"
+else
+  netdev=veth0
+  in_host ip link add veth0 type veth peer name veth1 || fail "veth"
+  in_host ip addr add 192.0.2.1/24 dev veth0 || fail "veth addr"
+  in_host ip link set veth0 up && in_host ip link set veth1 up || fail "veth up"
+fi
 
 # The module goes in before rxe0 exists, so the ib_client sees a device arrive.
 if [ -f /module-path ]; then
@@ -36,7 +45,7 @@ if [ -f /module-path ]; then
   # shellcheck disable=SC2046
   in_host insmod "$(cat /module-path)" $(cat /module-params) || fail "insmod $(cat /module-path) $(cat /module-params)"
 fi
-in_host rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0"
+in_host rdma link add rxe0 type rxe netdev $netdev || fail "rdma link add rxe0 on $netdev"
 
 # Timings need a fine-grained clock. The kernel switches to the TSC only once its
 # refined calibration is done, which on a loaded host can come after /init starts: wait
@@ -48,7 +57,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 clock=$(cat $clock_file)
-if [ "$clock" != tsc ]; then
+if [ "$clock" != tsc ] && [ -z "$krcore_anyclock" ]; then
   echo "KRCORE-COARSE-CLOCK: $clock"
   reboot -f
 fi

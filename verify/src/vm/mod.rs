@@ -1,12 +1,15 @@
 //! The QEMU test bed: boot the test kernel with a busybox initramfs, the host root
-//! read-only over 9p and rxe on a veth; load the module; run one command; judge.
+//! read-only over 9p and rxe on a veth; load the module; run one command; judge. Or
+//! several guests on one Ethernet segment ([`run_cluster`]), each with its own rxe,
+//! address and module, running a command per role.
 
 pub mod console;
+pub mod hub;
 pub mod initramfs;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -94,8 +97,9 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The script the guest runs inside the host root.
-fn command_script(cfg: &Config) -> String {
+/// The script the guest runs inside the host root: `command` with the run's environment
+/// and `extra` environment.
+fn command_script(cfg: &Config, command: &[String], extra: &[(String, String)]) -> String {
     let mut s = String::from("#!/bin/sh\n");
     s += &format!("cd {} || exit 125\n", sh_quote(&cfg.cwd.to_string_lossy()));
     if let Some(m) = &cfg.module {
@@ -105,16 +109,16 @@ fn command_script(cfg: &Config) -> String {
             sh_quote(&cfg.module_params.join(" "))
         );
     }
-    for (k, v) in &cfg.env {
+    for (k, v) in cfg.env.iter().chain(extra) {
         s += &format!("export {}={}\n", k, sh_quote(v));
     }
-    let argv: Vec<String> = cfg.command.iter().map(|a| sh_quote(a)).collect();
+    let argv: Vec<String> = command.iter().map(|a| sh_quote(a)).collect();
     s += &format!("exec {}\n", argv.join(" "));
     s
 }
 
-/// Writes the initramfs for `cfg` to `path`.
-fn write_initramfs(cfg: &Config, path: &Path) -> Result<(), String> {
+/// Writes the initramfs for `cfg` to `path`, its `/cmd.sh` running `script`.
+fn write_initramfs(cfg: &Config, script: &str, path: &Path) -> Result<(), String> {
     let busybox = std::fs::read(BUSYBOX)
         .map_err(|e| format!("{BUSYBOX}: {e} (run 'make deps': busybox-static)"))?;
     let mut c = Cpio::default();
@@ -126,7 +130,7 @@ fn write_initramfs(cfg: &Config, path: &Path) -> Result<(), String> {
     c.file("/bin/busybox", 0o755, &busybox)
         .symlink("/bin/sh", "busybox");
     c.file("/init", 0o755, INIT.as_bytes());
-    c.file("/cmd.sh", 0o755, command_script(cfg).as_bytes());
+    c.file("/cmd.sh", 0o755, script.as_bytes());
     if let Some(m) = &cfg.module {
         let m = std::fs::canonicalize(m)
             .map_err(|e| format!("module {}: {e} (run 'make kmod')", m.display()))?;
@@ -160,20 +164,21 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
     )))
 }
 
-/// One boot: the run's outcome, or the coarse clocksource it came up with.
-fn boot_once(cfg: &Config) -> Result<Result<Outcome, String>, String> {
-    if !cfg.kernel.is_file() {
-        return Err(format!(
-            "kernel image {} not found (run 'make kernel')",
-            cfg.kernel.display()
-        ));
-    }
-    let dir = std::env::temp_dir().join(format!("krcore-vm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let initrd = dir.join("initramfs.cpio");
-    write_initramfs(cfg, &initrd)?;
+/// A guest's place on a multi-guest segment.
+struct Net {
+    /// Its index (0-based) and the hub's directory.
+    index: usize,
+    dir: PathBuf,
+}
 
-    let kvm = kvm_usable();
+/// Guest `i`'s address on the segment (TEST-NET-1, inside the guests only).
+pub fn node_addr(i: usize) -> String {
+    format!("192.0.2.{}", 11 + i)
+}
+
+/// The QEMU command for one guest booting `initrd`.
+fn qemu_command(cfg: &Config, initrd: &Path, net: Option<&Net>) -> Command {
+    let mut append = String::from("console=ttyS0 panic=-1 quiet tsc=nowatchdog");
     let mut qemu = Command::new("qemu-system-x86_64");
     qemu.args([
         "-nodefaults",
@@ -192,104 +197,197 @@ fn boot_once(cfg: &Config) -> Result<Result<Outcome, String>, String> {
     .arg("-kernel")
     .arg(&cfg.kernel)
     .arg("-initrd")
-    .arg(&initrd)
-    .args(["-append", "console=ttyS0 panic=-1 quiet tsc=nowatchdog"])
+    .arg(initrd)
     .args([
         "-virtfs",
         "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
     ]);
-    if kvm {
+    if let Some(n) = net {
+        let (local, remote) = (
+            hub::guest_socket(&n.dir, n.index),
+            hub::hub_socket(&n.dir, n.index),
+        );
+        qemu.args([
+            "-netdev",
+            &format!(
+                "dgram,id=seg,local.type=unix,local.path={},remote.type=unix,remote.path={}",
+                local.display(),
+                remote.display()
+            ),
+            "-device",
+            &format!(
+                "virtio-net-pci,netdev=seg,mac=52:54:00:12:34:{:02x}",
+                0x11 + n.index
+            ),
+        ]);
+        // Unknown key=value boot parameters reach /init as environment variables. A
+        // cluster guest runs functional tests, not timings: any clock will do.
+        append += &format!(" krcore_addr={} krcore_anyclock=1", node_addr(n.index));
+    }
+    qemu.args(["-append", &append]);
+    if kvm_usable() {
         qemu.args(["-enable-kvm", "-cpu", "host"]);
     } else {
         qemu.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
     }
+    qemu
+}
+
+/// A guest booting: its console streamed to stdout (each line after `prefix`) and kept.
+struct Running {
+    child: Child,
+    rx: mpsc::Receiver<String>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    transcript: String,
+}
+
+impl Running {
+    /// Starts `qemu`.
+    fn spawn(mut qemu: Command, prefix: String) -> Result<Running, String> {
+        let mut child = qemu
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("qemu-system-x86_64: {e} (run 'make deps': qemu-system-x86)"))?;
+        // Stream the console line by line while keeping a transcript; the dmesg dump is
+        // held back and shown only when asked or when something went wrong.
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            let mut in_dmesg = false;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let t = line.trim_end_matches('\r');
+                in_dmesg |= t == console::DMESG_START;
+                if !in_dmesg {
+                    println!("{prefix}{t}");
+                    let _ = std::io::stdout().flush();
+                }
+                in_dmesg &= t != console::DMESG_END;
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Running {
+            child,
+            rx,
+            reader: Some(reader),
+            transcript: String::new(),
+        })
+    }
+
+    /// Takes in what the console printed; whether QEMU has exited.
+    fn poll(&mut self) -> Result<bool, String> {
+        while let Ok(line) = self.rx.try_recv() {
+            self.transcript.push_str(&line);
+            self.transcript.push('\n');
+        }
+        Ok(self.child.try_wait().map_err(|e| e.to_string())?.is_some())
+    }
+
+    /// Kills QEMU.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The whole console, once QEMU has exited.
+    fn finish(mut self) -> String {
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.transcript.extend(self.rx.try_iter().map(|l| l + "\n"));
+        self.transcript
+    }
+}
+
+/// One boot: the run's outcome, or the coarse clocksource it came up with.
+fn boot_once(cfg: &Config) -> Result<Result<Outcome, String>, String> {
+    check_kernel(cfg)?;
+    let dir = run_dir("vm")?;
+    let initrd = dir.join("initramfs.cpio");
+    write_initramfs(cfg, &command_script(cfg, &cfg.command, &[]), &initrd)?;
     eprintln!(
         "[vm] booting {} ({}), timeout {}s",
         cfg.kernel.display(),
-        if kvm { "KVM" } else { "TCG" },
+        if kvm_usable() { "KVM" } else { "TCG" },
         cfg.timeout.as_secs()
     );
-    let mut child = qemu
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("qemu-system-x86_64: {e} (run 'make deps': qemu-system-x86)"))?;
-
-    // Stream the console line by line while keeping a transcript; the dmesg dump is held
-    // back and shown only when asked or when something went wrong.
-    let stdout = child.stdout.take().expect("piped");
-    let (tx, rx) = mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        let mut in_dmesg = false;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let t = line.trim_end_matches('\r');
-            in_dmesg |= t == console::DMESG_START;
-            if !in_dmesg {
-                println!("{t}");
-                let _ = std::io::stdout().flush();
-            }
-            in_dmesg &= t != console::DMESG_END;
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-
+    let mut guest = Running::spawn(qemu_command(cfg, &initrd, None), String::new())?;
     let start = Instant::now();
-    let mut transcript = String::new();
     let timed_out = loop {
-        while let Ok(line) = rx.try_recv() {
-            transcript.push_str(&line);
-            transcript.push('\n');
-        }
-        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+        if guest.poll()? {
             break false;
         }
         if start.elapsed() > cfg.timeout {
-            let _ = child.kill();
-            let _ = child.wait();
+            guest.kill();
             break true;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let _ = reader.join();
-    transcript.extend(rx.try_iter().map(|l| l + "\n"));
+    let transcript = guest.finish();
     let _ = std::fs::remove_dir_all(&dir);
-
     let verdict = console::judge(&transcript);
     if let Some(clock) = verdict.coarse_clock {
         return Ok(Err(clock));
     }
+    let outcome = judged(cfg, verdict, timed_out, "[vm]");
+    eprintln!("[vm] {:.1}s wall", start.elapsed().as_secs_f64());
+    Ok(Ok(outcome))
+}
+
+/// Fails early when the kernel image is missing.
+fn check_kernel(cfg: &Config) -> Result<(), String> {
+    if cfg.kernel.is_file() {
+        Ok(())
+    } else {
+        Err(format!(
+            "kernel image {} not found (run 'make kernel')",
+            cfg.kernel.display()
+        ))
+    }
+}
+
+/// A fresh scratch directory for one run.
+fn run_dir(what: &str) -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("krcore-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Prints what the kernel log says (all of it when asked or when something went wrong,
+/// else krcore's last lines), each line after `tag`, and turns the verdict into an
+/// outcome.
+fn judged(cfg: &Config, verdict: console::Verdict, timed_out: bool, tag: &str) -> Outcome {
     let problem = timed_out || verdict.exit != Some(0) || !verdict.kernel_problems.is_empty();
     if cfg.show_dmesg || problem {
-        eprintln!("[vm] ---- guest kernel log ----");
+        eprintln!("{tag} ---- guest kernel log ----");
         for l in &verdict.dmesg {
             eprintln!("{l}");
         }
-        eprintln!("[vm] ---- end of kernel log ----");
+        eprintln!("{tag} ---- end of kernel log ----");
     } else {
         // The module's own lines, the last few of them (load/unload tests print many).
         let ours: Vec<&String> = verdict
             .dmesg
             .iter()
-            .filter(|l| l.contains("krcore"))
+            .filter(|l| l.contains("krcore:"))
             .collect();
         if ours.len() > 6 {
-            eprintln!("[vm] dmesg: ... {} earlier krcore lines", ours.len() - 6);
+            eprintln!("{tag} dmesg: ... {} earlier krcore lines", ours.len() - 6);
         }
         for l in &ours[ours.len().saturating_sub(6)..] {
-            eprintln!("[vm] dmesg: {l}");
+            eprintln!("{tag} dmesg: {l}");
         }
     }
     if !verdict.boot_problems.is_empty() {
-        eprintln!("[vm] note: the kernel reported problems during boot, before krcore was loaded (not counted):");
+        eprintln!("{tag} note: the kernel reported problems during boot, before krcore was loaded (not counted):");
         for l in verdict.boot_problems.iter().take(4) {
-            eprintln!("[vm]   {l}");
+            eprintln!("{tag}   {l}");
         }
     }
-    eprintln!("[vm] {:.1}s wall", start.elapsed().as_secs_f64());
-    Ok(Ok(if timed_out {
+    if timed_out {
         Outcome::TimedOut(cfg.timeout)
     } else if let Some(what) = verdict.setup_failed {
         Outcome::SetupFailed(what)
@@ -297,5 +395,94 @@ fn boot_once(cfg: &Config) -> Result<Result<Outcome, String>, String> {
         Outcome::KernelProblem(verdict.exit, verdict.kernel_problems)
     } else {
         verdict.exit.map_or(Outcome::NoExit, Outcome::Exited)
-    }))
+    }
+}
+
+/// One guest of a multi-guest run: its name and the command it runs.
+#[derive(Clone, Debug)]
+pub struct Role {
+    /// Its name (console prefix, `KRCORE_NODE`).
+    pub name: String,
+    /// Its command.
+    pub command: Vec<String>,
+}
+
+/// Boots one guest per role on one Ethernet segment ([`hub`]); guest `i` gets address
+/// [`node_addr`]`(i)` on eth0 with rxe0 on it, and its command sees `KRCORE_NODE` (its
+/// role), `KRCORE_ADDR` (its address) and `KRCORE_PEERS` (`role=address` of every
+/// guest, space-separated). Every console is streamed with its role as prefix; each
+/// guest is judged as a single run is, and the outcome of each role returned. The
+/// timeout covers the whole run; when one guest fails, the others still run to their
+/// own end (a peer's failure shows in their commands).
+pub fn run_cluster(cfg: &Config, roles: &[Role]) -> Result<Vec<(String, Outcome)>, String> {
+    check_kernel(cfg)?;
+    let dir = run_dir("cluster")?;
+    let peers = roles
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("{}={}", r.name, node_addr(i)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let hub = hub::Hub::start(&dir, roles.len())?;
+    eprintln!(
+        "[vm] booting {} guests of {} ({}), timeout {}s",
+        roles.len(),
+        cfg.kernel.display(),
+        if kvm_usable() { "KVM" } else { "TCG" },
+        cfg.timeout.as_secs()
+    );
+    let start = Instant::now();
+    let mut guests = Vec::new();
+    for (i, r) in roles.iter().enumerate() {
+        let env = [
+            ("KRCORE_NODE".to_string(), r.name.clone()),
+            ("KRCORE_ADDR".to_string(), node_addr(i)),
+            ("KRCORE_PEERS".to_string(), peers.clone()),
+        ];
+        let initrd = dir.join(format!("initramfs-{i}.cpio"));
+        write_initramfs(cfg, &command_script(cfg, &r.command, &env), &initrd)?;
+        let net = Net {
+            index: i,
+            dir: dir.clone(),
+        };
+        let g = Running::spawn(
+            qemu_command(cfg, &initrd, Some(&net)),
+            format!("[{}] ", r.name),
+        )?;
+        guests.push((g, None::<bool>));
+    }
+    // Until every guest has ended, or the timeout: then kill what is left.
+    loop {
+        for (g, ended) in guests.iter_mut() {
+            if ended.is_none() && g.poll()? {
+                *ended = Some(false);
+            }
+        }
+        if guests.iter().all(|(_, e)| e.is_some()) {
+            break;
+        }
+        if start.elapsed() > cfg.timeout {
+            for (g, ended) in guests.iter_mut() {
+                if ended.is_none() {
+                    g.kill();
+                    *ended = Some(true);
+                }
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(hub);
+    let mut out = Vec::new();
+    for ((g, ended), r) in guests.into_iter().zip(roles) {
+        let verdict = console::judge(&g.finish());
+        let tag = format!("[{}]", r.name);
+        out.push((
+            r.name.clone(),
+            judged(cfg, verdict, ended == Some(true), &tag),
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("[vm] {:.1}s wall", start.elapsed().as_secs_f64());
+    Ok(out)
 }
