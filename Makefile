@@ -78,12 +78,13 @@ vm-test: kmod host
 
 # Several guests on one Ethernet segment (the runner's hub of Unix datagram sockets;
 # issue 11's test bed): RC traffic over rxe between 2, then 3 guests, each with the
-# module loaded and its own address.
+# module loaded and its own address; in the 3-guest run one guest is killed mid-run
+# and booted again, and reaches its peer after.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
-	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) serve 2" --role "b:$(SMOKE) ping a" --role "c:$(SMOKE) ping a"
+	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) serve 2" --role "b:$(SMOKE) reborn a" --role "c:sleep 8; $(SMOKE) cycle b && $(SMOKE) ping a"
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the

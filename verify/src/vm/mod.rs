@@ -277,9 +277,11 @@ impl Running {
         })
     }
 
-    /// Takes in what the console printed; whether QEMU has exited.
-    fn poll(&mut self) -> Result<bool, String> {
+    /// Takes in what the console printed, passing each new line to `saw`; whether
+    /// QEMU has exited.
+    fn poll(&mut self, mut saw: impl FnMut(&str)) -> Result<bool, String> {
         while let Ok(line) = self.rx.try_recv() {
+            saw(&line);
             self.transcript.push_str(&line);
             self.transcript.push('\n');
         }
@@ -317,7 +319,7 @@ fn boot_once(cfg: &Config) -> Result<Result<Outcome, String>, String> {
     let mut guest = Running::spawn(qemu_command(cfg, &initrd, None), String::new())?;
     let start = Instant::now();
     let timed_out = loop {
-        if guest.poll()? {
+        if guest.poll(|_| {})? {
             break false;
         }
         if start.elapsed() > cfg.timeout {
@@ -407,12 +409,35 @@ pub struct Role {
     pub command: Vec<String>,
 }
 
+/// A guest's console line asking the runner to kill a guest (`kill ROLE`: SIGKILL to its
+/// QEMU, as a machine losing power) or to boot a killed one again (`boot ROLE`: its role's
+/// command runs again with `KRCORE_BOOT` one higher), for the failure tests.
+pub const CLUSTER_CONTROL: &str = "KRCORE-CLUSTER: ";
+
+/// One guest of a cluster run, across its boots.
+struct Member {
+    running: Option<Running>,
+    /// Boots so far (the running one included).
+    boots: u32,
+    /// How its last boot ended: `None` while running; `Some(true)` when killed (on
+    /// request or at the timeout).
+    ended: Option<bool>,
+    /// Killed on request and not booted again: its outcome is not judged.
+    killed_on_request: bool,
+    /// Consoles of its boots that were killed on request (no kernel log dump: their
+    /// console lines are what is scanned).
+    earlier: String,
+}
+
 /// Boots one guest per role on one Ethernet segment ([`hub`]); guest `i` gets address
 /// [`node_addr`]`(i)` on eth0 with rxe0 on it, and its command sees `KRCORE_NODE` (its
-/// role), `KRCORE_ADDR` (its address) and `KRCORE_PEERS` (`role=address` of every
-/// guest, space-separated). Every console is streamed with its role as prefix; each
-/// guest is judged as a single run is, and the outcome of each role returned. The
-/// timeout covers the whole run; when one guest fails, the others still run to their
+/// role), `KRCORE_ADDR` (its address), `KRCORE_PEERS` (`role=address` of every guest,
+/// space-separated) and `KRCORE_BOOT` (1, then higher after each boot again). Every
+/// console is streamed with its role as prefix. A guest may kill another and boot it
+/// again by printing [`CLUSTER_CONTROL`] lines. Each guest's last boot is judged as a
+/// single run is, and the outcome of each role returned (a guest killed on request and
+/// left down counts as exited 0: its killer's command says whether that went right).
+/// The timeout covers the whole run; when one guest fails, the others still run to their
 /// own end (a peer's failure shows in their commands).
 pub fn run_cluster(cfg: &Config, roles: &[Role]) -> Result<Vec<(String, Outcome)>, String> {
     check_kernel(cfg)?;
@@ -432,41 +457,86 @@ pub fn run_cluster(cfg: &Config, roles: &[Role]) -> Result<Vec<(String, Outcome)
         cfg.timeout.as_secs()
     );
     let start = Instant::now();
-    let mut guests = Vec::new();
-    for (i, r) in roles.iter().enumerate() {
+    let boot = |i: usize, n: u32| -> Result<Running, String> {
+        let r = &roles[i];
         let env = [
             ("KRCORE_NODE".to_string(), r.name.clone()),
             ("KRCORE_ADDR".to_string(), node_addr(i)),
             ("KRCORE_PEERS".to_string(), peers.clone()),
+            ("KRCORE_BOOT".to_string(), n.to_string()),
         ];
         let initrd = dir.join(format!("initramfs-{i}.cpio"));
         write_initramfs(cfg, &command_script(cfg, &r.command, &env), &initrd)?;
+        // A killed QEMU leaves its socket behind; the new one binds the same path.
+        let _ = std::fs::remove_file(hub::guest_socket(&dir, i));
         let net = Net {
             index: i,
             dir: dir.clone(),
         };
-        let g = Running::spawn(
+        Running::spawn(
             qemu_command(cfg, &initrd, Some(&net)),
             format!("[{}] ", r.name),
-        )?;
-        guests.push((g, None::<bool>));
+        )
+    };
+    let mut members = Vec::new();
+    for i in 0..roles.len() {
+        members.push(Member {
+            running: Some(boot(i, 1)?),
+            boots: 1,
+            ended: None,
+            killed_on_request: false,
+            earlier: String::new(),
+        });
     }
     // Until every guest has ended, or the timeout: then kill what is left.
     loop {
-        for (g, ended) in guests.iter_mut() {
-            if ended.is_none() && g.poll()? {
-                *ended = Some(false);
+        let mut requests = Vec::new();
+        for m in members.iter_mut().filter(|m| m.ended.is_none()) {
+            let g = m.running.as_mut().expect("running");
+            if g.poll(|line| {
+                if let Some(req) = line.trim_end_matches('\r').split(CLUSTER_CONTROL).nth(1) {
+                    requests.push(req.trim().to_string());
+                }
+            })? {
+                m.ended = Some(false);
             }
         }
-        if guests.iter().all(|(_, e)| e.is_some()) {
+        for req in requests {
+            let (verb, role) = req.split_once(' ').unwrap_or((req.as_str(), ""));
+            let Some(i) = roles.iter().position(|r| r.name == role) else {
+                eprintln!("[vm] ignored cluster request {req:?}: no role {role:?}");
+                continue;
+            };
+            let m = &mut members[i];
+            match verb {
+                "kill" if m.ended.is_none() => {
+                    let mut g = m.running.take().expect("running");
+                    g.kill();
+                    m.earlier += &g.finish();
+                    m.ended = Some(true);
+                    m.killed_on_request = true;
+                    eprintln!("[vm] killed {role} on request");
+                }
+                "boot" if m.killed_on_request => {
+                    m.boots += 1;
+                    m.running = Some(boot(i, m.boots)?);
+                    m.ended = None;
+                    m.killed_on_request = false;
+                    eprintln!("[vm] booting {role} again (boot {})", m.boots);
+                }
+                _ => eprintln!(
+                    "[vm] ignored cluster request {req:?} ({role} is {})",
+                    if m.ended.is_none() { "running" } else { "down" }
+                ),
+            }
+        }
+        if members.iter().all(|m| m.ended.is_some()) {
             break;
         }
         if start.elapsed() > cfg.timeout {
-            for (g, ended) in guests.iter_mut() {
-                if ended.is_none() {
-                    g.kill();
-                    *ended = Some(true);
-                }
+            for m in members.iter_mut().filter(|m| m.ended.is_none()) {
+                m.running.as_mut().expect("running").kill();
+                m.ended = Some(true);
             }
             break;
         }
@@ -474,13 +544,24 @@ pub fn run_cluster(cfg: &Config, roles: &[Role]) -> Result<Vec<(String, Outcome)
     }
     drop(hub);
     let mut out = Vec::new();
-    for ((g, ended), r) in guests.into_iter().zip(roles) {
-        let verdict = console::judge(&g.finish());
+    for (m, r) in members.into_iter().zip(roles) {
         let tag = format!("[{}]", r.name);
-        out.push((
-            r.name.clone(),
-            judged(cfg, verdict, ended == Some(true), &tag),
-        ));
+        let killed_boots = console::judge(&m.earlier).kernel_problems;
+        let outcome = match m.running {
+            _ if !killed_boots.is_empty() => Outcome::KernelProblem(None, killed_boots),
+            Some(g) => {
+                let verdict = console::judge(&g.finish());
+                judged(cfg, verdict, m.ended == Some(true), &tag)
+            }
+            None => {
+                eprintln!(
+                    "{tag} killed on request and left down after {} boot(s)",
+                    m.boots
+                );
+                Outcome::Exited(0)
+            }
+        };
+        out.push((r.name.clone(), outcome));
     }
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!("[vm] {:.1}s wall", start.elapsed().as_secs_f64());
