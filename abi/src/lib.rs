@@ -21,6 +21,7 @@ pub mod errno;
 pub mod ioctl;
 pub mod layout;
 pub mod limits;
+pub mod meta;
 pub mod opcode;
 pub mod poller;
 pub mod ring;

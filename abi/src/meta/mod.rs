@@ -1,0 +1,17 @@
+//! The MetaServer's entries (issue 11): what a few designated nodes hold in registered
+//! kernel memory so that every other node's kernel finds a peer's connection metadata
+//! and exported memory with one-sided RDMA READs, no server thread on the lookup path.
+//!
+//! - [`frame`]: every entry is a fixed-size *frame*, a payload between two copies of a
+//!   version word with a checksum, written by exactly one owner in a fixed order, so a
+//!   READ racing a rewrite is detected as torn and retried, never used.
+//! - [`record`]: the payloads: a node's record (its address and GID for rdma_cm, and its
+//!   *incarnation*, which changes when its module reloads) and an export's record (the
+//!   exporting node and incarnation, the range, rights and rkey; the name is the key).
+//!
+//! A lookup's result is stale when the incarnation it carries is not the node's current
+//! one (the node restarted: its QPs and MRs are gone); callers cache results keyed by
+//! it and drop them when a READ of the node's record shows a new incarnation.
+
+pub mod frame;
+pub mod record;
