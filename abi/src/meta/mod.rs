@@ -8,10 +8,16 @@
 //! - [`record`]: the payloads: a node's record (its address and GID for rdma_cm, and its
 //!   *incarnation*, which changes when its module reloads) and an export's record (the
 //!   exporting node and incarnation, the range, rights and rkey; the name is the key).
+//! - [`cache`]: a node's cache of lookups, dropping records of an earlier incarnation
+//!   of their node and revoked ones.
+//! - [`lookup`]: an export by name in one READ of its probe window, read again while an
+//!   entry in it is being rewritten, given up after a bound.
 //!
 //! A lookup's result is stale when the incarnation it carries is not the node's current
 //! one (the node restarted: its QPs and MRs are gone); callers cache results keyed by
 //! it and drop them when a READ of the node's record shows a new incarnation.
 
+pub mod cache;
 pub mod frame;
+pub mod lookup;
 pub mod record;

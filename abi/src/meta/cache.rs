@@ -1,0 +1,155 @@
+//! A node's cache of MetaServer lookups: export records by name, dropped when they go
+//! stale.
+//!
+//! A record goes stale when its exporting node restarts (the incarnation in its node
+//! record moves: its MRs and rkeys are gone) or when the export is revoked (a use fails
+//! with a remote access error, or the exporter says so). The cache learns the first from
+//! [`saw_node`](MetaCache::saw_node), called whenever a node record is read (at connect,
+//! and again when a connection to that node breaks), and the second from
+//! [`forget`](MetaCache::forget). It never holds a record of an incarnation older than
+//! the newest it has seen for that node. Fixed capacity over caller storage; when full,
+//! the oldest entry goes.
+
+use super::super::engine::Store;
+use super::record::{ExportRecord, NAME_LEN};
+
+/// Export records by name, with each node's newest incarnation seen.
+pub struct MetaCache<S: Store> {
+    entries: S::Buf<Option<ExportRecord>>,
+    /// Where the next insertion goes when no slot is free (oldest first).
+    next: usize,
+    /// Newest incarnation seen per node id (0: none yet); ids past its length are not
+    /// tracked, and their records are not cached.
+    nodes: S::Buf<u64>,
+}
+
+impl<S: Store> MetaCache<S> {
+    /// A cache over `entries` (all `None`) and `nodes` (all 0).
+    pub fn new(entries: S::Buf<Option<ExportRecord>>, nodes: S::Buf<u64>) -> Self {
+        MetaCache {
+            entries,
+            next: 0,
+            nodes,
+        }
+    }
+
+    /// The cached record of `name`, if any.
+    pub fn get(&self, name: &[u8; NAME_LEN]) -> Option<ExportRecord> {
+        self.entries
+            .as_ref()
+            .iter()
+            .flatten()
+            .find(|r| r.name == *name)
+            .copied()
+    }
+
+    /// Caches `r` (a lookup's result), replacing a record of the same name; refused
+    /// (`false`) when its node is untracked or `r` is older than that node's newest
+    /// incarnation seen.
+    pub fn put(&mut self, r: ExportRecord) -> bool {
+        let Some(&newest) = self.nodes.as_ref().get(r.node as usize) else {
+            return false;
+        };
+        if r.incarnation < newest {
+            return false;
+        }
+        let entries = self.entries.as_mut();
+        let slot = entries
+            .iter()
+            .position(|e| e.is_some_and(|e| e.name == r.name))
+            .or_else(|| entries.iter().position(Option::is_none))
+            .unwrap_or_else(|| {
+                let s = self.next;
+                self.next = (self.next + 1) % entries.len();
+                s
+            });
+        entries[slot] = Some(r);
+        true
+    }
+
+    /// A node record of `node` was read showing `incarnation`: drops every cached
+    /// record of that node from another incarnation. Returns how many went.
+    pub fn saw_node(&mut self, node: u16, incarnation: u64) -> usize {
+        if let Some(n) = self.nodes.as_mut().get_mut(node as usize) {
+            *n = (*n).max(incarnation);
+        }
+        self.drop_where(|r| r.node == node && r.incarnation != incarnation)
+    }
+
+    /// Drops the record of `name` (its use failed: revoked).
+    pub fn forget(&mut self, name: &[u8; NAME_LEN]) -> bool {
+        self.drop_where(|r| r.name == *name) > 0
+    }
+
+    fn drop_where(&mut self, stale: impl Fn(&ExportRecord) -> bool) -> usize {
+        let mut n = 0;
+        for e in self.entries.as_mut() {
+            if e.is_some_and(|r| stale(&r)) {
+                *e = None;
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::VecStore;
+    use crate::meta::record::name;
+    use alloc::vec;
+
+    fn rec(n: &str, node: u16, incarnation: u64) -> ExportRecord {
+        ExportRecord {
+            name: name(n).unwrap(),
+            node,
+            incarnation,
+            addr: 0,
+            len: 8,
+            access: 2,
+            rkey: 1,
+        }
+    }
+
+    fn cache(entries: usize) -> MetaCache<VecStore> {
+        MetaCache::new(vec![None; entries], vec![0; 8])
+    }
+
+    #[test]
+    fn a_restart_drops_that_nodes_records_only() {
+        let mut c = cache(8);
+        assert!(c.put(rec("a", 1, 10)) && c.put(rec("b", 1, 10)) && c.put(rec("c", 2, 5)));
+        assert_eq!(c.saw_node(1, 10), 0, "same incarnation: nothing stale");
+        assert_eq!(c.saw_node(1, 11), 2, "node 1 restarted");
+        assert!(c.get(&name("a").unwrap()).is_none());
+        assert_eq!(c.get(&name("c").unwrap()).map(|r| r.node), Some(2));
+        assert!(
+            !c.put(rec("a", 1, 10)),
+            "a lookup of the old incarnation is refused"
+        );
+        assert!(c.put(rec("a", 1, 11)));
+        assert!(!c.put(rec("z", 99, 1)), "untracked node");
+    }
+
+    #[test]
+    fn bounded_replacing_and_forgetting() {
+        let mut c = cache(2);
+        c.put(rec("a", 1, 1));
+        c.put(rec("b", 1, 1));
+        c.put(rec("a", 1, 2));
+        assert_eq!(c.get(&name("a").unwrap()).map(|r| r.incarnation), Some(2));
+        assert!(
+            c.get(&name("b").unwrap()).is_some(),
+            "same name replaced in place"
+        );
+        c.put(rec("c", 1, 2));
+        let held = ["a", "b", "c"]
+            .iter()
+            .filter(|n| c.get(&name(n).unwrap()).is_some())
+            .count();
+        assert_eq!(held, 2, "capacity bounds it");
+        assert!(c.forget(&name("c").unwrap()));
+        assert!(!c.forget(&name("c").unwrap()));
+    }
+}
