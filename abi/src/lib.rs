@@ -13,6 +13,7 @@
 extern crate alloc;
 extern crate bitflags;
 
+pub mod cluster;
 pub mod compat;
 pub mod cqe;
 pub mod device;

@@ -1,0 +1,9 @@
+//! krcore across machines (issue 11): the decisions a node's kernel makes about its
+//! peers, kept here to be tested without a cluster. Not yet used by the module.
+//!
+//! - [`conn_set`]: a node's connection set to one peer, and how two nodes connecting to
+//!   each other at once end with one.
+//!
+//! What the MetaServer holds and how it is read is in [`meta`](super::meta).
+
+pub mod conn_set;
