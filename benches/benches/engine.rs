@@ -11,6 +11,10 @@
 //! - `krcore_connect`: a CONNECT (to the warm pool of the fake NIC) and its DISCONNECT,
 //!   one at a time, each pushed, submitted and reaped: the engine's share of a warm
 //!   connect (binding, the message link, the handle).
+//! - `meta_lookup_10k`: a MetaServer lookup's local share with 10,000 exports in a table
+//!   of 40,000 slots held in memory: hashing the name, decoding the 4-slot window the
+//!   one READ would bring (the READ itself is a memory copy here; across nodes it is the
+//!   round trip that costs).
 //! - `io_uring_nop/B`: B IORING_OP_NOPs through the io-uring crate on the host kernel,
 //!   one `submit_and_wait(B)` per batch.
 //!
@@ -141,6 +145,60 @@ fn bench_connect(c: &mut Criterion) {
     });
 }
 
+fn bench_meta_lookup(c: &mut Criterion) {
+    use krcore_abi::meta::frame;
+    use krcore_abi::meta::lookup::{home, lookup, EXPORT_FRAME, PROBE};
+    use krcore_abi::meta::record::{name, ExportRecord, EXPORT_PAYLOAD};
+    const SLOTS: usize = 40_000;
+    let mut table = vec![0u8; SLOTS * EXPORT_FRAME];
+    let names: Vec<_> = (0..10_000)
+        .filter_map(|i| name(&format!("export-{i}")))
+        .collect();
+    let mut placed = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let r = ExportRecord {
+            name: *n,
+            node: (i % 64) as u16,
+            incarnation: 1,
+            addr: i as u64 * 4096,
+            len: 4096,
+            access: 2,
+            rkey: i as u32,
+        };
+        let h = home(n, SLOTS);
+        // The exporter claims the first free slot of the window; a full window refuses.
+        if let Some(s) = (0..PROBE).map(|k| (h + k) % SLOTS).find(|&s| {
+            frame::decode(
+                &table[s * EXPORT_FRAME..(s + 1) * EXPORT_FRAME],
+                EXPORT_PAYLOAD,
+            )
+            .is_err()
+        }) {
+            frame::encode(
+                &mut table[s * EXPORT_FRAME..(s + 1) * EXPORT_FRAME],
+                2,
+                &r.encode(),
+            )
+            .unwrap();
+            placed.push(*n);
+        }
+    }
+    assert_eq!(placed.len(), names.len(), "every export found room in its window");
+    let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
+    let mut i = 0;
+    c.bench_function("meta_lookup_10k", |bench| {
+        bench.iter(|| {
+            i = (i + 1) % placed.len();
+            let got = lookup(&placed[i], SLOTS, &mut buf, |first, b| {
+                let at = first * EXPORT_FRAME;
+                b.copy_from_slice(&table[at..at + b.len()]);
+                Ok(())
+            });
+            black_box(got.unwrap());
+        })
+    });
+}
+
 fn bench_io_uring(c: &mut Criterion) {
     group(c, "io_uring_nop", |bench, b| {
         let mut ring = io_uring::IoUring::new(256).expect("io_uring_setup");
@@ -169,6 +227,7 @@ criterion_group!(
     bench_engine_only,
     bench_write,
     bench_connect,
+    bench_meta_lookup,
     bench_io_uring
 );
 criterion_main!(benches);

@@ -15,10 +15,10 @@ use super::record::{ExportRecord, EXPORT_PAYLOAD, NAME_LEN};
 /// Bytes of one framed export entry.
 pub const EXPORT_FRAME: usize = frame::size(EXPORT_PAYLOAD);
 
-/// Slots a name may live in, from its home slot on: read together (384 bytes), so a
+/// Slots a name may live in, from its home slot on: read together (768 bytes), so a
 /// lookup stays one round trip; an export whose window is full is refused, so the table
 /// is sized at several times the exports it holds (see the README's cluster section).
-pub const PROBE: usize = 4;
+pub const PROBE: usize = 8;
 
 /// READs a lookup makes at most before giving up on entries being rewritten.
 pub const TRIES: u32 = 4;
