@@ -183,7 +183,11 @@ fn bench_meta_lookup(c: &mut Criterion) {
             placed.push(*n);
         }
     }
-    assert_eq!(placed.len(), names.len(), "every export found room in its window");
+    assert_eq!(
+        placed.len(),
+        names.len(),
+        "every export found room in its window"
+    );
     let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
     let mut i = 0;
     c.bench_function("meta_lookup_10k", |bench| {

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use krcore_uring::abi::compat::OneOp;
 use krcore_uring::abi::ioctl::{
-    IOC_DIRECT, IOC_ENTER, IOC_ONE, IOC_QUERY_DEVICES, IOC_REGISTER_EVENTFD, IOC_SETUP,
+    IOC_DIRECT, IOC_ENTER, IOC_ENTER_VALUE, IOC_ONE, IOC_QUERY_DEVICES, IOC_REGISTER_EVENTFD,
+    IOC_SETUP,
 };
 use krcore_uring::abi::layout::{EnterArgs, EnterFlags, OFF_CQ_RING, OFF_SQ_RING};
 use krcore_uring::abi::opcode::Opcode;
@@ -186,6 +187,7 @@ impl Actor {
             IOC_QUERY_DEVICES,
             IOC_SETUP,
             IOC_ENTER,
+            IOC_ENTER_VALUE,
             IOC_REGISTER_EVENTFD,
             IOC_ONE,
             IOC_DIRECT,
@@ -245,8 +247,15 @@ impl Actor {
             flags: flags.bits() | if self.rng.chance(5) { 1 << 30 } else { 0 },
             ..EnterArgs::default()
         };
-        // SAFETY: `args` outlives the call; a wait is interrupted by the alarm.
-        unsafe { libc::ioctl(fd, IOC_ENTER as _, &args as *const EnterArgs) };
+        match self.rng.below(4) {
+            // SAFETY: `args` outlives the call; a wait is interrupted by the alarm.
+            0 | 1 => unsafe { libc::ioctl(fd, IOC_ENTER as _, &args as *const EnterArgs) },
+            // The same by value, or any 64-bit value at all (the kernel takes every one).
+            // SAFETY: IOC_ENTER_VALUE's argument is a value; a wait is interrupted.
+            2 => unsafe { libc::ioctl(fd, IOC_ENTER_VALUE as _, args.pack().unwrap_or(0)) },
+            // SAFETY: as above.
+            _ => unsafe { libc::ioctl(fd, IOC_ENTER_VALUE as _, self.rng.next_u64()) },
+        };
     }
 
     /// A second mapping of a ring's SQ with a random tail.
