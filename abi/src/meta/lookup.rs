@@ -170,6 +170,29 @@ mod tests {
         assert_eq!(miss.unwrap_err(), LookupError::NotFound);
     }
 
+    /// A revoked export leaves a tombstone, past which lookups still find a name that
+    /// was placed after it in the same window.
+    #[test]
+    fn a_tombstone_does_not_end_the_probe() {
+        let mut t = Table::new(64);
+        let first = record("a", 1);
+        let s = t.put(&first);
+        // Find a name whose home is the same slot, so it lands after "a".
+        let other = (0..)
+            .map(|i| record(&alloc::format!("b{i}"), 2))
+            .find(|r| home(&r.name, t.slots) == s)
+            .unwrap();
+        let s2 = t.put(&other);
+        assert_eq!(s2, (s + 1) % t.slots);
+        let e = &mut t.mem[s * EXPORT_FRAME..(s + 1) * EXPORT_FRAME];
+        frame::encode(e, 4, &crate::meta::claim::tombstone()).unwrap();
+        let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
+        let got = lookup(&other.name, t.slots, &mut buf, |f, b| t.read(f, b));
+        assert_eq!(got.map(|(r, _)| r.node), Ok(2));
+        let gone = lookup(&first.name, t.slots, &mut buf, |f, b| t.read(f, b));
+        assert_eq!(gone.unwrap_err(), LookupError::NotFound);
+    }
+
     #[test]
     fn a_slot_being_rewritten_is_read_again_then_given_up() {
         let mut t = Table::new(64);

@@ -8,6 +8,8 @@
 //! - [`record`]: the payloads: a node's record (its address and GID for rdma_cm, and its
 //!   *incarnation*, which changes when its module reloads) and an export's record (the
 //!   exporting node and incarnation, the range, rights and rkey; the name is the key).
+//! - [`claim`]: how an exporter publishes (claims a slot by compare-and-swap) and
+//!   revokes (a tombstone) an export next to readers that never lock.
 //! - [`cache`]: a node's cache of lookups, dropping records of an earlier incarnation
 //!   of their node and revoked ones.
 //! - [`lookup`]: an export by name in one READ of its probe window, read again while an
@@ -18,6 +20,7 @@
 //! it and drop them when a READ of the node's record shows a new incarnation.
 
 pub mod cache;
+pub mod claim;
 pub mod frame;
 pub mod lookup;
 pub mod record;
