@@ -603,3 +603,70 @@ pub fn messages_reach_their_addressee() -> Result<(), String> {
     );
     Ok(())
 }
+
+/// A revocation stops importers at once, in the kernel: ring A exports two MRs, ring B
+/// imports both and READs through them (the kernel then uses each import as resolved,
+/// without the exports' lock); A deregisters one: B's next READ through it fails
+/// `BadDescriptor`, and READs through the other, resolved again once, go on.
+pub fn a_revoked_export_stops_its_importer() -> Result<(), String> {
+    let (mut a, mut b) = (open(Builder::new(16))?, open(Builder::new(16))?);
+    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+    let (mut x, mut y) = (Buf::new(512), Buf::new(512));
+    x.bytes_mut()[..8].copy_from_slice(&0x1111u64.to_le_bytes());
+    y.bytes_mut()[..8].copy_from_slice(&0x2222u64.to_le_bytes());
+    let (xmr, xd) = ok(&mut a, Sqe::reg_mr(1, x.addr(), 4096, access))?;
+    let (ymr, yd) = ok(&mut a, Sqe::reg_mr(2, y.addr(), 4096, access))?;
+    let (v, _) = ok(&mut b, Sqe::connect(3, LOCAL_GID, 0))?;
+    let v = v as u32;
+    let mut mine = Buf::new(8);
+    let (mr, _) = ok(
+        &mut b,
+        Sqe::reg_mr(4, mine.addr(), 64, MrAccess::LOCAL_WRITE),
+    )?;
+    let (rx, _) = ok(&mut b, Sqe::import_mr(5, v, x.addr(), 4096, xd))?;
+    let (ry, _) = ok(&mut b, Sqe::import_mr(6, v, y.addr(), 4096, yd))?;
+    let mut read = |b: &mut Ring, ud: u64, rmr: i32, at: u64| {
+        mine.bytes_mut()[..8].fill(0);
+        let c = run(
+            b,
+            Sqe::one_sided(
+                Opcode::Read,
+                ud,
+                v,
+                mr as u32,
+                mine.addr(),
+                8,
+                rmr as u32,
+                at,
+            ),
+        )?;
+        Ok::<_, String>((c, u64::from_le_bytes(mine.bytes()[..8].try_into().unwrap())))
+    };
+    for ud in 10..13 {
+        let (c, got) = read(&mut b, ud, ry, y.addr())?;
+        check(c.res == 8 && got == 0x2222, || {
+            format!("READ through y: {c:?}, {got:#x}")
+        })?;
+    }
+    ok(&mut a, Sqe::dereg_mr(7, xmr as u32))?;
+    let (c, _) = read(&mut b, 20, rx, x.addr())?;
+    check(c.failure() == Some(Reason::BadDescriptor), || {
+        format!("READ through the revoked import: {c:?}")
+    })?;
+    for ud in 21..24 {
+        let (c, got) = read(&mut b, ud, ry, y.addr())?;
+        check(c.res == 8 && got == 0x2222, || {
+            format!("READ through y after x's revocation: {c:?}, {got:#x}")
+        })?;
+    }
+    ok(&mut a, Sqe::dereg_mr(8, ymr as u32))?;
+    let (c, _) = read(&mut b, 30, ry, y.addr())?;
+    println!(
+        "  after revoking x: x's READ {:?}, y's READs go on; after y's: {:?}",
+        Reason::BadDescriptor,
+        c.failure()
+    );
+    check(c.failure() == Some(Reason::BadDescriptor), || {
+        format!("READ through y after its revocation: {c:?}")
+    })
+}

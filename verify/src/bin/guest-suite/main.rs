@@ -116,6 +116,10 @@ const TESTS: &[Test] = &[
         run: isolation::stolen_address_and_rkey_reach_nothing,
     },
     Test {
+        name: "isolation::a_revoked_export_stops_its_importer",
+        run: isolation::a_revoked_export_stops_its_importer,
+    },
+    Test {
         name: "isolation::only_the_owner_pins_memory",
         run: isolation::only_the_owner_pins_memory,
     },
