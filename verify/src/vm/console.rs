@@ -6,6 +6,8 @@ pub const EXIT_MARKER: &str = "KRCORE-EXIT=";
 pub const SETUP_FAILED: &str = "KRCORE-SETUP-FAILED: ";
 /// Printed by the guest's init, with the clocksource, when the guest has no TSC clock.
 pub const COARSE_CLOCK: &str = "KRCORE-COARSE-CLOCK: ";
+/// Printed by the guest's init when its setup is done and the command starts.
+pub const RUN_START: &str = "KRCORE-RUN-START";
 /// The guest's init dumps dmesg between these two lines after the command.
 pub const DMESG_START: &str = "KRCORE-DMESG-START";
 /// See [`DMESG_START`].

@@ -239,6 +239,8 @@ struct Running {
     rx: mpsc::Receiver<String>,
     reader: Option<std::thread::JoinHandle<()>>,
     transcript: String,
+    /// When QEMU was started.
+    started: Instant,
 }
 
 impl Running {
@@ -274,6 +276,7 @@ impl Running {
             rx,
             reader: Some(reader),
             transcript: String::new(),
+            started: Instant::now(),
         })
     }
 
@@ -491,14 +494,33 @@ pub fn run_cluster(cfg: &Config, roles: &[Role]) -> Result<Vec<(String, Outcome)
     // Until every guest has ended, or the timeout: then kill what is left.
     loop {
         let mut requests = Vec::new();
-        for m in members.iter_mut().filter(|m| m.ended.is_none()) {
+        for (m, r) in members
+            .iter_mut()
+            .zip(roles)
+            .filter(|(m, _)| m.ended.is_none())
+        {
             let g = m.running.as_mut().expect("running");
+            let up = g.started.elapsed().as_secs_f64();
             if g.poll(|line| {
-                if let Some(req) = line.trim_end_matches('\r').split(CLUSTER_CONTROL).nth(1) {
+                let line = line.trim_end_matches('\r');
+                if let Some(req) = line.split(CLUSTER_CONTROL).nth(1) {
                     requests.push(req.trim().to_string());
+                }
+                // What a guest costs to bring up, for the README's figure and for
+                // whoever waits on a slow boot.
+                if line == console::RUN_START {
+                    eprintln!(
+                        "[vm] {} up (booted, module loaded, rxe0 on eth0) after {up:.1}s",
+                        r.name
+                    );
                 }
             })? {
                 m.ended = Some(false);
+                eprintln!(
+                    "[vm] {} down after {:.1}s",
+                    r.name,
+                    g.started.elapsed().as_secs_f64()
+                );
             }
         }
         for req in requests {
