@@ -10,6 +10,8 @@
 //!   exporting node and incarnation, the range, rights and rkey; the name is the key).
 //! - [`claim`]: how an exporter publishes (claims a slot by compare-and-swap) and
 //!   revokes (a tombstone) an export next to readers that never lock.
+//! - [`resolve`]: a name to a usable record: the cache, else the window and the
+//!   exporting node's record (two READs), checking the node's incarnation.
 //! - [`cache`]: a node's cache of lookups, dropping records of an earlier incarnation
 //!   of their node and revoked ones.
 //! - [`lookup`]: an export by name in one READ of its probe window, read again while an
@@ -24,3 +26,4 @@ pub mod claim;
 pub mod frame;
 pub mod lookup;
 pub mod record;
+pub mod resolve;
