@@ -7,7 +7,7 @@ use std::time::Instant;
 use krcore_benches::record::Record;
 use krcore_uring::abi::ioctl::{ioc, IOC_ENTER_VALUE, IOC_MAGIC};
 use krcore_uring::abi::sqe::Sqe;
-use krcore_uring::{Builder, Device};
+use krcore_uring::{Builder, Device, Ring};
 
 /// Batch sizes measured.
 pub const BATCHES: [u32; 4] = [1, 8, 32, 128];
@@ -57,6 +57,23 @@ fn stages(out: &mut Vec<Record>) {
     ));
 }
 
+/// `iters` rounds of `batch` NOPs through ring `r`, each entered with `enter`.
+fn nop_batches(
+    r: &mut Ring,
+    batch: u32,
+    iters: usize,
+    enter: fn(&mut Ring, u32) -> Result<u32, krcore_uring::Error>,
+) -> Vec<std::time::Duration> {
+    time_batches(iters, || {
+        for i in 0..batch {
+            // SAFETY: NOPs name no memory.
+            unsafe { r.push(&Sqe::nop(i as u64)) }.unwrap();
+        }
+        enter(r, batch).unwrap();
+        assert_eq!(r.completions().count(), batch as usize);
+    })
+}
+
 /// Every ring-crossing figure.
 pub fn figures(out: &mut Vec<Record>) {
     stages(out);
@@ -65,26 +82,11 @@ pub fn figures(out: &mut Vec<Record>) {
         let mut r = Builder::new(256)
             .build(Device::open().expect("open /dev/krcore"))
             .expect("ring");
-        let s = time_batches(iters, || {
-            for i in 0..batch {
-                // SAFETY: NOPs name no memory.
-                unsafe { r.push(&Sqe::nop(i as u64)) }.unwrap();
-            }
-            r.submit_and_wait(batch).unwrap();
-            assert_eq!(r.completions().count(), batch as usize);
-        });
+        let s = nop_batches(&mut r, batch, iters, Ring::submit_and_wait);
         out.push(Record::times("nop", "krcore-enter", batch, s, batch));
-
         // The same enter with its arguments copied in from memory (IOC_ENTER), as every
         // enter was before IOC_ENTER_VALUE: the argument copy's cost, side by side.
-        let s = time_batches(iters, || {
-            for i in 0..batch {
-                // SAFETY: NOPs name no memory.
-                unsafe { r.push(&Sqe::nop(i as u64)) }.unwrap();
-            }
-            r.submit_and_wait_copying_args(batch).unwrap();
-            assert_eq!(r.completions().count(), batch as usize);
-        });
+        let s = nop_batches(&mut r, batch, iters, Ring::submit_and_wait_copying_args);
         out.push(Record::times("nop", "krcore-enter-copy", batch, s, batch));
 
         let mut p = Builder::new(256)
