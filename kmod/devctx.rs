@@ -14,16 +14,19 @@
 //!    completions reach each ring in the order the CQ gave them;
 //! 4. a ring's `ctx` mutex (ring_ctx.rs): everything of that ring's engine;
 //! 5. the device's membership mutex (fabric.rs): the verbs objects and the pool's
-//!    bindings, links and their messages, recovery; taken by CONNECT, DISCONNECT,
-//!    two-sided messages, ring close and the recovery, never by one-sided requests;
-//! 6. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
-//! 7. leaves, under which nothing is taken: the device's exports, its ring table
+//!    bindings, recovery; taken by CONNECT, DISCONNECT, ring close and the recovery,
+//!    never by messages or one-sided requests;
+//! 6. one links shard's mutex (fabric.rs): the message links of the peers and services
+//!    abi's `shard_of` maps there, their receives and waiting sends; taken by two-sided
+//!    messages, CONNECT, DISCONNECT, ring close and the recovery; never two;
+//! 7. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
+//! 8. leaves, under which nothing is taken: the device's exports, its ring table
 //!    (`rings`), a ring's completion inbox (ring_ctx.rs), the CQ's arming (`arm`);
 //!
 //! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too. abi's
-//! engine takes 5-7 as its `fabric` module says (verify's fake fabric checks that order in
-//! every property test and fuzzing run). Routing runs under 3 and a QP's 6 and hands a
-//! completion to its ring's inbox (7); the ring takes it in under its own lock (4), from
+//! engine takes 5-8 as its `fabric` module says (verify's fake fabric checks that order in
+//! every property test and fuzzing run). Routing runs under 3 and a QP's 7 and hands a
+//! completion to its ring's inbox (8); the ring takes it in under its own lock (4), from
 //! the router with nothing but 3 held. A ring's wait queue (wait.rs) is woken under the
 //! ring's mutex and slept on with no lock held.
 //!
@@ -46,9 +49,9 @@ use kernel::time::Ktime;
 use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::cqe::{Cqe, Reason};
 use crate::abi::engine::{
-    complete_wc, direct_complete, is_backend_wr_id, Caller, Completion, Context, ExportSlot,
-    Exports, Fabric, MessageStorage, Messages, PhysQp, Posted, Qps, Recovery, Registration,
-    Slot, Stall, Wc, WcStatus, DIRECT_WR_ID,
+    complete_wc, direct_complete, is_backend_wr_id, sweep, Caller, Completion, Context,
+    ExportSlot, Exports, Fabric, MessageStorage, Messages, PhysQp, Posted, Qps, Recovery,
+    Registration, Slot, Stall, Wc, WcStatus, DIRECT_WR_ID,
 };
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
@@ -75,12 +78,14 @@ const POLL_BATCH: usize = 16;
 /// Exported MRs a device can hold (a power of two; one slot always stays free).
 const EXPORTS: usize = 1024;
 
-/// Links (pairs of virtual QPs for messages) a device can hold.
-const LINKS: usize = 4096;
-/// Receives a device can hold waiting for messages.
-const RECVS: usize = 4096;
-/// Sends a device can hold waiting for receives: each holds a send credit, so the pool's
-/// send queues bound them.
+/// Shards a device's message links are spread over, each under its own lock.
+const SHARDS: usize = 8;
+/// Links (pairs of virtual QPs for messages) a shard can hold.
+const LINKS: usize = 512;
+/// Receives a shard can hold waiting for messages.
+const RECVS: usize = 1024;
+/// Sends a shard can hold waiting for receives: each holds a send credit, so the pool's
+/// send queues bound them (all may be on one shard's links).
 const WAITING: usize = POOL_QPS * SEND_DEPTH as usize;
 
 /// What a step of [`DevCtx::until`] asks for next.
@@ -119,6 +124,8 @@ pub(crate) struct DevCtx {
     sleepers: AtomicU32,
     /// The device is gone.
     dead: AtomicBool,
+    /// A request's deadline (the `request_timeout_ms` parameter at creation).
+    deadline_ms: i64,
     /// The CQ's event work (cq_events.rs).
     events: CqEvents,
 }
@@ -139,26 +146,28 @@ impl DevCtx {
             )?;
         }
         let exports = Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY, GFP_KERNEL)?);
-        let messages = Messages::new(MessageStorage {
-            links: KBuf::filled(LINKS, Slot::EMPTY, GFP_KERNEL)?,
-            half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
-            recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
-            waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
-            owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
-        });
+        let mut shards = KVec::with_capacity(SHARDS, GFP_KERNEL)?;
+        for _ in 0..SHARDS {
+            let m = Messages::new(MessageStorage {
+                links: KBuf::filled(LINKS, Slot::EMPTY, GFP_KERNEL)?,
+                half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
+                recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
+                waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
+                owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
+            });
+            shards.push(m, GFP_KERNEL)?;
+        }
         // The verbs objects last; a failure after them drops them (Hw releases them).
         let hw = Hw::new(ib, events.raw())?;
         let cq_ptr = hw.cq();
         let poll = CqPoll::new(cq_ptr)?;
         let members = MemberState {
             hw,
-            messages,
             registering: 0,
-            // SAFETY: reads a module parameter.
-            recovery: Recovery::new(2, unsafe { shim::krcore_shim_request_timeout_ms() } as i64),
+            recovery: Recovery::new(2),
         };
         // From here a failure drops `members`, whose Hw releases the verbs objects.
-        let shared = Shared::new(cells, members, exports)?;
+        let shared = Shared::new(cells, members, shards, exports)?;
         let ctx = Arc::pin_init(
             pin_init!(DevCtx {
                 cq <- new_mutex!(poll, "krcore_cq"),
@@ -174,6 +183,8 @@ impl DevCtx {
                 dirty: AtomicBool::new(false),
                 sleepers: AtomicU32::new(0),
                 dead: AtomicBool::new(false),
+                // SAFETY: reads a module parameter.
+                deadline_ms: unsafe { shim::krcore_shim_request_timeout_ms() } as i64,
                 events,
             }),
             GFP_KERNEL,
@@ -531,19 +542,23 @@ impl DevCtx {
         }
     }
 
-    /// One step of abi's recovery of failed pooled QPs (engine/recovery.rs): pairs fail,
-    /// flush and are re-armed together; sends that waited too long for a receive fail,
-    /// and what the messages owe is routed. Nonzero when rings may have new CQEs.
+    /// One step of abi's recovery of failed pooled QPs (engine/recovery.rs): sends that
+    /// waited too long for a receive fail and what the busy links shards owe is routed,
+    /// stuck QPs fail, each under its own lock; then, only if a QP failed or is being
+    /// recovered, under the membership lock, pairs fail, flush and are re-armed
+    /// together. Nonzero when rings may have new CQEs.
     fn recover(&self) -> usize {
         let now = Ktime::ktime_get().to_ms();
-        let mut m = self.shared.members();
-        let MemberState {
-            hw,
-            messages,
-            recovery,
-            ..
-        } = &mut *m.g;
-        recovery.step(&self.shared, messages, hw, now, |id, c| self.deliver(id, c))
+        let busy = self.shared.links_busy();
+        let route = |id, c| self.deliver(id, c);
+        let (mut n, failed) = sweep(&self.shared, busy, self.deadline_ms, now, route);
+        // The membership lock only while a QP is failed or being recovered.
+        if failed != 0 || self.shared.members_busy.load(Ordering::Acquire) {
+            let mut m = self.shared.members();
+            let MemberState { hw, recovery, .. } = &mut *m.g;
+            n += recovery.step(&self.shared, hw, failed, now, route);
+        }
+        n
     }
 
     /// Polls the CQ dry, routing every completion. Returns how many it polled.

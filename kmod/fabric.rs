@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The engine's [`Fabric`] on one device: a mutex per pooled QP (its accounting and the
-//! verbs object and scratch it is posted through), the membership mutex (the device's
-//! verbs objects, links and messages, recovery), and the exports mutex. The lock order
-//! is written in devctx.rs.
+//! verbs object and scratch it is posted through), a mutex per links shard (message
+//! links, their receives and waiting sends), the membership mutex (the device's verbs
+//! objects, recovery), and the exports mutex. The lock order is written in devctx.rs.
 //!
-//! Two hints let a caller skip the CQ and the recovery when nothing can be there without
+//! Hints let a caller skip the CQ and the recovery when nothing can be there without
 //! taking these locks: abi's [`BusyHint`] (QPs that may have requests posted or have
-//! failed, kept in each QP's section; see engine/route.rs) and a flag set when the
-//! membership's lock is released with work for the recovery (waiting sends, owed
-//! completions, QPs in flight).
+//! failed, kept in each QP's section; see engine/route.rs), a flag set when the
+//! membership's lock is released with QPs being recovered, and a bit per shard set when
+//! its lock is released with work for the recovery (waiting sends, owed completions).
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -19,7 +19,8 @@ use kernel::sync::lock::Guard;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::engine::{
-    BusyHint, Connection, Exports, Fabric, Members, Messages, MrKeys, PhysQp, Post, Qps, Recovery,
+    BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys, PhysQp, Post, Qps,
+    Recovery,
 };
 use crate::abi::errno::Errno;
 use crate::backend::{self, Hw, QpPost, POOL_QPS};
@@ -34,7 +35,6 @@ pub(crate) struct QpCell {
 /// What the membership mutex guards.
 pub(crate) struct MemberState {
     pub(crate) hw: Hw,
-    pub(crate) messages: Messages<KStore>,
     pub(crate) recovery: Recovery,
     /// Registrations pinning memory with no lock held, each holding a
     /// [`backend::PdRef`].
@@ -47,40 +47,62 @@ pub(crate) struct Shared {
     /// Each pooled QP's number, once the pool is built (0 before: no RC QP is QP 0).
     pub(crate) qpns: [AtomicU32; POOL_QPS],
     pub(crate) members: Pin<KBox<Mutex<MemberState>>>,
+    /// The links shards (abi's `shard_of` picks one per peer and service).
+    links: KVec<Pin<KBox<Mutex<Messages<KStore>>>>>,
     pub(crate) exports: Pin<KBox<Mutex<Exports<KStore>>>>,
     /// The exports' epoch as their lock last left it (abi's `Fabric::exports_epoch`).
     exports_epoch: AtomicU64,
     /// QPs that may have completions coming.
     pub(crate) busy_qps: BusyHint<AtomicU32>,
-    /// The recovery has work (see the module doc).
+    /// The recovery has QPs to recover (see the module doc).
     pub(crate) members_busy: AtomicBool,
+    /// Shards with work for the recovery, a bit each (see the module doc).
+    links_busy: AtomicU32,
 }
 
 impl Shared {
-    /// The shared parts over `cells` and `members`.
+    /// The shared parts over `cells`, `members` and `shards` (at most 32, a power of
+    /// two).
     pub(crate) fn new(
         cells: KVec<QpCell>,
         members: MemberState,
+        shards: KVec<Messages<KStore>>,
         exports: Exports<KStore>,
     ) -> Result<Shared> {
+        if !shards.len().is_power_of_two() || shards.len() > 32 {
+            return Err(EINVAL);
+        }
         let mut qps = KVec::with_capacity(cells.len(), GFP_KERNEL)?;
         for c in cells {
             qps.push(Arc::pin_init(new_mutex!(c, "krcore_qp"), GFP_KERNEL)?, GFP_KERNEL)?;
+        }
+        let mut links = KVec::with_capacity(shards.len(), GFP_KERNEL)?;
+        for m in shards {
+            links.push(KBox::pin_init(new_mutex!(m, "krcore_links"), GFP_KERNEL)?, GFP_KERNEL)?;
         }
         Ok(Shared {
             qps,
             qpns: [const { AtomicU32::new(0) }; POOL_QPS],
             members: KBox::pin_init(new_mutex!(members, "krcore_members"), GFP_KERNEL)?,
+            links,
             exports: KBox::pin_init(new_mutex!(exports, "krcore_exports"), GFP_KERNEL)?,
             exports_epoch: AtomicU64::new(0),
             busy_qps: BusyHint::new(AtomicU32::new(0)),
             members_busy: AtomicBool::new(false),
+            links_busy: AtomicU32::new(0),
         })
     }
 
     /// Whether the CQ or the recovery may have anything (a hint; see the module doc).
     pub(crate) fn busy(&self) -> bool {
-        self.busy_qps.any() || self.members_busy.load(Ordering::Acquire)
+        self.busy_qps.any()
+            || self.members_busy.load(Ordering::Acquire)
+            || self.links_busy.load(Ordering::Acquire) != 0
+    }
+
+    /// The shards with work for the recovery, a bit each (a hint, as `busy`).
+    pub(crate) fn links_busy(&self) -> u32 {
+        self.links_busy.load(Ordering::Acquire)
     }
 
     /// Index of the pooled QP numbered `qpn`.
@@ -128,16 +150,60 @@ impl MembersGuard<'_> {
 
 impl Drop for MembersGuard<'_> {
     fn drop(&mut self) {
-        let st = &*self.g;
-        let work = !st.recovery.quiet(&st.messages);
+        let work = !self.g.recovery.quiet();
         self.shared.members_busy.store(work, Ordering::Release);
     }
 }
 
-impl Members<KStore> for MembersGuard<'_> {
-    fn messages(&mut self) -> &mut Messages<KStore> {
-        &mut self.g.messages
+/// A links shard's lock, held.
+pub(crate) struct ShardGuard<'a> {
+    shared: &'a Shared,
+    k: u32,
+    g: Guard<'a, Messages<KStore>, MutexBackend>,
+}
+
+impl core::ops::Deref for ShardGuard<'_> {
+    type Target = Messages<KStore>;
+    fn deref(&self) -> &Messages<KStore> {
+        &self.g
     }
+}
+
+impl core::ops::DerefMut for ShardGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Messages<KStore> {
+        &mut self.g
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        // Still under the shard's lock: the bit follows the state it describes.
+        let bit = 1u32 << self.k;
+        if self.g.quiet() {
+            self.shared.links_busy.fetch_and(!bit, Ordering::Release);
+        } else {
+            self.shared.links_busy.fetch_or(bit, Ordering::Release);
+        }
+    }
+}
+
+impl Links<KStore> for Shared {
+    type Shard<'a> = ShardGuard<'a>;
+
+    fn shards(&self) -> u32 {
+        self.links.len() as u32
+    }
+
+    fn shard(&self, k: u32) -> ShardGuard<'_> {
+        ShardGuard {
+            shared: self,
+            k,
+            g: self.links[k as usize].lock(),
+        }
+    }
+}
+
+impl Members<KStore> for MembersGuard<'_> {
 
     fn connect(
         &mut self,

@@ -8,8 +8,8 @@ use std::cell::{Cell, RefCell, RefMut};
 use std::sync::atomic::AtomicU32;
 
 use krcore_abi::engine::{
-    BusyHint, Connection, Exports, Fabric, Members, Messages, MrKeys, PhysQp, Post, PostError, Qps,
-    SendWr, VecStore,
+    BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys, PhysQp, Post,
+    PostError, Qps, SendWr, VecStore,
 };
 use krcore_abi::errno::Errno;
 
@@ -17,15 +17,16 @@ use crate::fake::FakeNic;
 
 /// The locks, in the order they may be taken (a bit each, in [`Node::held`]).
 const MEMBERS: u8 = 1;
-const QP: u8 = 2;
-const EXPORTS: u8 = 4;
+const SHARD: u8 = 2;
+const QP: u8 = 4;
+const EXPORTS: u8 = 8;
 
 /// The rig's shared parts, borrowed for one engine call.
 pub struct Node<'a> {
     nic: RefCell<&'a mut FakeNic>,
     qps: RefCell<&'a mut [PhysQp<VecStore>]>,
     exports: RefCell<&'a mut Exports<VecStore>>,
-    messages: RefCell<&'a mut Messages<VecStore>>,
+    links: Vec<RefCell<&'a mut Messages<VecStore>>>,
     kernel: &'a KernelState,
     /// Locks held now.
     held: Cell<u8>,
@@ -38,6 +39,17 @@ pub struct KernelState {
     pub hint: BusyHint<AtomicU32>,
     /// Exports sections entered: the device-wide lock the data path should not need.
     pub exports_sections: Cell<u64>,
+    /// Membership sections entered: the device-wide lock left for control entries.
+    pub members_sections: Cell<u64>,
+    /// Sections entered per links shard.
+    pub shard_sections: [Cell<u64>; 8],
+    /// Shards whose lock was let go with work for the recovery, a bit each (kmod's).
+    pub links_busy: Cell<u32>,
+}
+
+/// Counts a section entered.
+fn count(c: &Cell<u64>) {
+    c.set(c.get() + 1);
 }
 
 impl<'a> Node<'a> {
@@ -46,14 +58,15 @@ impl<'a> Node<'a> {
         nic: &'a mut FakeNic,
         qps: &'a mut [PhysQp<VecStore>],
         exports: &'a mut Exports<VecStore>,
-        messages: &'a mut Messages<VecStore>,
+        links: &'a mut [Messages<VecStore>],
         kernel: &'a KernelState,
     ) -> Node<'a> {
+        assert!(links.len().is_power_of_two() && links.len() <= kernel.shard_sections.len());
         Node {
             nic: RefCell::new(nic),
             qps: RefCell::new(qps),
             exports: RefCell::new(exports),
-            messages: RefCell::new(messages),
+            links: links.iter_mut().map(RefCell::new).collect(),
             kernel,
             held: Cell::new(0),
         }
@@ -69,7 +82,7 @@ impl<'a> Node<'a> {
         let held = self.held.get();
         assert!(
             held < l,
-            "lock order: {name} taken while holding {held:#b} (members 1, QP 2, exports 4)"
+            "lock order: {name} taken while holding {held:#b} (members 1, shard 2, QP 4, exports 8)"
         );
         self.held.set(held | l);
     }
@@ -115,13 +128,9 @@ impl Qps<VecStore> for Node<'_> {
 /// The membership lock, held.
 pub struct NodeMembers<'n, 'a> {
     node: &'n Node<'a>,
-    messages: RefMut<'n, &'a mut Messages<VecStore>>,
 }
 
 impl Members<VecStore> for NodeMembers<'_, '_> {
-    fn messages(&mut self) -> &mut Messages<VecStore> {
-        &mut self.messages
-    }
     fn connect(
         &mut self,
         gid: [u8; 16],
@@ -141,6 +150,59 @@ impl Drop for NodeMembers<'_, '_> {
     }
 }
 
+/// A links shard's lock, held.
+pub struct NodeShard<'n, 'a> {
+    node: &'n Node<'a>,
+    k: u32,
+    links: RefMut<'n, &'a mut Messages<VecStore>>,
+}
+
+impl std::ops::Deref for NodeShard<'_, '_> {
+    type Target = Messages<VecStore>;
+    fn deref(&self) -> &Messages<VecStore> {
+        &self.links
+    }
+}
+
+impl std::ops::DerefMut for NodeShard<'_, '_> {
+    fn deref_mut(&mut self) -> &mut Messages<VecStore> {
+        &mut self.links
+    }
+}
+
+impl Drop for NodeShard<'_, '_> {
+    fn drop(&mut self) {
+        let (busy, bit) = (&self.node.kernel.links_busy, 1 << self.k);
+        busy.set(if self.links.quiet() {
+            busy.get() & !bit
+        } else {
+            busy.get() | bit
+        });
+        self.node.give(SHARD);
+    }
+}
+
+impl<'a> Links<VecStore> for Node<'a> {
+    type Shard<'n>
+        = NodeShard<'n, 'a>
+    where
+        Self: 'n;
+
+    fn shards(&self) -> u32 {
+        self.links.len() as u32
+    }
+
+    fn shard(&self, k: u32) -> NodeShard<'_, 'a> {
+        self.take(SHARD, "a links shard");
+        count(&self.kernel.shard_sections[k as usize]);
+        NodeShard {
+            node: self,
+            k,
+            links: self.links[k as usize].borrow_mut(),
+        }
+    }
+}
+
 impl<'a> Fabric<VecStore> for Node<'a> {
     type Members<'n>
         = NodeMembers<'n, 'a>
@@ -149,16 +211,13 @@ impl<'a> Fabric<VecStore> for Node<'a> {
 
     fn members(&self) -> NodeMembers<'_, 'a> {
         self.take(MEMBERS, "members");
-        NodeMembers {
-            node: self,
-            messages: self.messages.borrow_mut(),
-        }
+        count(&self.kernel.members_sections);
+        NodeMembers { node: self }
     }
 
     fn exports<R>(&self, f: impl FnOnce(&mut Exports<VecStore>) -> R) -> R {
         self.take(EXPORTS, "exports");
-        let n = &self.kernel.exports_sections;
-        n.set(n.get() + 1);
+        count(&self.kernel.exports_sections);
         let r = f(&mut self.exports.borrow_mut());
         self.give(EXPORTS);
         r
@@ -182,17 +241,47 @@ mod tests {
     use super::*;
     use krcore_abi::engine::{ExportSlot, Posted};
 
+    /// Runs `f` on a node of one QP and two links shards.
+    fn with_node(f: impl FnOnce(&Node)) {
+        let mut nic = FakeNic::new(&[2]);
+        let mut qps = vec![PhysQp::new(vec![Posted::EMPTY; 2])];
+        let mut exports = Exports::new(vec![ExportSlot::EMPTY; 4]);
+        let mut links = [Messages::with_capacity(4, 4), Messages::with_capacity(4, 4)];
+        let kernel = KernelState::default();
+        f(&Node::new(
+            &mut nic,
+            &mut qps,
+            &mut exports,
+            &mut links,
+            &kernel,
+        ));
+    }
+
     /// The checker refuses the nesting that could deadlock two threads: membership
     /// taken inside a QP's section (the engine takes them the other way).
     #[test]
     #[should_panic(expected = "lock order")]
     fn members_inside_a_qp_section_is_refused() {
-        let mut nic = FakeNic::new(&[2]);
-        let mut qps = vec![PhysQp::new(vec![Posted::EMPTY; 2])];
-        let mut exports = Exports::new(vec![ExportSlot::EMPTY; 4]);
-        let mut messages = Messages::with_capacity(4, 4);
-        let kernel = KernelState::default();
-        let node = Node::new(&mut nic, &mut qps, &mut exports, &mut messages, &kernel);
-        node.qp(0, |_, _| drop(node.members()));
+        with_node(|node| node.qp(0, |_, _| drop(node.members())));
+    }
+
+    /// Nor two shards at once.
+    #[test]
+    #[should_panic(expected = "lock order")]
+    fn two_shards_at_once_are_refused() {
+        with_node(|node| {
+            let _a = node.shard(0);
+            let _b = node.shard(1);
+        });
+    }
+
+    /// Nor membership inside a shard's section.
+    #[test]
+    #[should_panic(expected = "lock order")]
+    fn members_inside_a_shard_section_is_refused() {
+        with_node(|node| {
+            let _a = node.shard(0);
+            drop(node.members());
+        });
     }
 }

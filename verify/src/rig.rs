@@ -3,8 +3,8 @@
 
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, Completion, Context, ExportSlot, Exports, Fabric, Members, Messages, PhysQp,
-    Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
+    complete_wc, settle_links, Completion, Context, ExportSlot, Exports, Messages, PhysQp, Posted,
+    Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
@@ -12,6 +12,27 @@ use krcore_abi::sqe::Sqe;
 use crate::fake::FakeNic;
 use crate::heapring::{new_ring, SharedRing};
 use crate::node::{KernelState, Node};
+
+/// Shards of the rig's links: more than one, so tests cross shards as the kernel's do.
+pub const SHARDS: usize = 4;
+
+/// The rig's links shards.
+pub struct Shards(pub Vec<Messages<VecStore>>);
+
+impl Shards {
+    /// Links in use, over every shard.
+    pub fn links(&self) -> usize {
+        self.0.iter().map(Messages::links).sum()
+    }
+    /// Receives posted and not yet matched, over every shard.
+    pub fn recvs(&self) -> usize {
+        self.0.iter().map(Messages::recvs).sum()
+    }
+    /// Sends waiting for a receive, over every shard.
+    pub fn waiting(&self) -> usize {
+        self.0.iter().map(Messages::waiting).sum()
+    }
+}
 
 /// The engine's ring type in the rig.
 pub type EngineRing = Ring<VecStore, SharedRing<Sqe>, SharedRing<Cqe>>;
@@ -77,8 +98,8 @@ pub struct Rig {
     pub qps: Vec<PhysQp<VecStore>>,
     /// The node's exported MRs.
     pub exports: Exports<VecStore>,
-    /// The node's links, receives and waiting sends.
-    pub messages: Messages<VecStore>,
+    /// The node's links, receives and waiting sends, in [`SHARDS`] shards.
+    pub messages: Shards,
     /// Rings by id; `None` once closed and released.
     pub rings: Vec<Option<TestRing>>,
     /// Completions that reached no live ring.
@@ -101,7 +122,11 @@ impl Rig {
                 .map(|&d| PhysQp::new(vec![Posted::EMPTY; d as usize]))
                 .collect(),
             exports: Exports::new(vec![ExportSlot::EMPTY; 64]),
-            messages: Messages::with_capacity(256, 256.max(credits)),
+            messages: Shards(
+                (0..SHARDS)
+                    .map(|_| Messages::with_capacity(256, 256.max(credits)))
+                    .collect(),
+            ),
             rings: Vec::new(),
             dropped: 0,
             now_ms: 0,
@@ -167,7 +192,7 @@ impl Rig {
             ..
         } = self;
         let ring = &mut rings[r].as_mut().expect("ring closed").ring;
-        let node = Node::new(nic, qps, exports, messages, kernel);
+        let node = Node::new(nic, qps, exports, &mut messages.0, kernel);
         let mut total = 0;
         loop {
             let s = ring.submit(&node, max - total, cx)?;
@@ -214,18 +239,16 @@ impl Rig {
         }
         let mut n = 0;
         let wcs: Vec<_> = std::iter::from_fn(|| nic.poll()).collect();
-        let node = Node::new(nic, qps, exports, messages, kernel);
+        let node = Node::new(nic, qps, exports, &mut messages.0, kernel);
         for (qp, wc) in wcs {
             n += 1;
             complete_wc(&node, qp, &wc, |id, c| deliver(rings, dropped, id, c));
         }
-        let mut m = node.members();
-        n += m
-            .messages()
-            .settle(*now_ms, DEFAULT_DEADLINE_MS, &node, |id, c| {
-                deliver(rings, dropped, id, c)
-            });
-        drop(m);
+        // Only the shards let go with work, as the kernel's recovery sweeps them.
+        let busy = kernel.links_busy.get();
+        n += settle_links(&node, busy, DEFAULT_DEADLINE_MS, *now_ms, |id, c| {
+            deliver(rings, dropped, id, c)
+        });
         for t in rings.iter_mut().flatten() {
             t.ring.publish();
         }
@@ -265,7 +288,7 @@ impl Rig {
             rings,
             ..
         } = self;
-        let node = Node::new(nic, qps, exports, messages, kernel);
+        let node = Node::new(nic, qps, exports, &mut messages.0, kernel);
         rings[r].as_mut().expect("ring closed").ring.close(&node);
         self.release_closed();
     }
@@ -281,7 +304,7 @@ impl Rig {
             rings,
             ..
         } = self;
-        let node = Node::new(nic, qps, exports, messages, kernel);
+        let node = Node::new(nic, qps, exports, &mut messages.0, kernel);
         for slot in rings.iter_mut() {
             if let Some(t) = slot {
                 if t.ring.is_closed() && t.ring.release_idle(&node) {

@@ -621,7 +621,7 @@ fn direct_posts_only_validated_requests_on_an_idle_device() {
             kernel,
             ..
         } = rig;
-        let node = Node::new(nic, qps, exports, messages, kernel);
+        let node = Node::new(nic, qps, exports, &mut messages.0, kernel);
         rings[0].as_mut().unwrap().ring.direct(s, &node)
     };
     // Rejected exactly as the ring path would, and nothing reaches the NIC.

@@ -4,10 +4,10 @@
 //! comes, when the peer left, or when it does not fit.
 
 use krcore_abi::cqe::{CqeFlags, Reason};
-use krcore_abi::engine::DEFAULT_DEADLINE_MS;
+use krcore_abi::engine::{shard_of, DEFAULT_DEADLINE_MS};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
-use verify::rig::{Limits, Rig};
+use verify::rig::{Limits, Rig, SHARDS};
 
 const MR: u64 = 0x10_0000;
 const LEN: u32 = 4096;
@@ -234,4 +234,51 @@ fn both_ends_closing_in_either_order_release_everything() {
         );
         assert_eq!((rig.messages.links(), rig.messages.recvs()), (0, 0));
     }
+}
+
+/// Messages take no device-wide lock: only their link's shard. Two pairs on services in
+/// different shards exchange messages (each receive posted before its send, and each
+/// send before its receive) with no membership section at all, and each pair's traffic
+/// enters only its own shard.
+#[test]
+fn messages_take_only_their_links_shard() {
+    let mut rig = Rig::new(&[16, 16]);
+    let shard = |s: u32| shard_of(&[0; 16], s, SHARDS as u32) as usize;
+    let (s1, s2) = (1, (2..).find(|&s| shard(s) != shard(1)).unwrap());
+    let (a1, b1) = (end(&mut rig, s1), end(&mut rig, s1));
+    let (a2, b2) = (end(&mut rig, s2), end(&mut rig, s2));
+    let k = &rig.kernel;
+    let members = k.members_sections.get();
+    let shards =
+        |rig: &Rig| -> Vec<u64> { rig.kernel.shard_sections.iter().map(|c| c.get()).collect() };
+    let before = shards(&rig);
+    for (a, b, traffic) in [(&a1, &b1, shard(s1)), (&a2, &b2, shard(s2))] {
+        let at = shards(&rig);
+        for i in 1..=4u64 {
+            assert!(rig.run(b.ring, &[recv(b, i, 64)]).is_empty());
+            let c = rig.run(a.ring, &[send(a, i, 8, i as u32)]);
+            assert_eq!(c[0].res, 8, "{c:?}");
+            assert_eq!(rig.reap(b.ring, 1)[0].res, 8);
+            // The send first: it waits in the shard, the receive posts it.
+            let c = rig.run(a.ring, &[send(a, 10 + i, 8, i as u32)]);
+            assert!(c.is_empty(), "{c:?}");
+            assert_eq!(rig.run(b.ring, &[recv(b, 10 + i, 64)])[0].res, 8);
+            assert_eq!(rig.reap(a.ring, 1)[0].res, 8);
+        }
+        let after = shards(&rig);
+        for j in 0..SHARDS {
+            assert_eq!(
+                after[j] > at[j],
+                j == traffic,
+                "shard {j} entered by service {}'s messages: {at:?} -> {after:?}",
+                if traffic == shard(s1) { s1 } else { s2 }
+            );
+        }
+    }
+    assert_eq!(
+        rig.kernel.members_sections.get(),
+        members,
+        "messages took the membership lock"
+    );
+    assert!(shards(&rig) != before);
 }

@@ -5,24 +5,29 @@
 //! different physical QPs never wait for each other:
 //!
 //! - each physical QP's accounting, and posting to it: [`Qps::qp`], one lock per QP;
-//! - the device's membership: which virtual QPs are bound where and linked to which,
-//!   with the messages waiting on those links, and the backend's connect/disconnect:
-//!   [`Fabric::members`], one lock per device, taken only by control entries and
-//!   two-sided messages;
+//! - the device's membership: which virtual QPs are bound where, and the backend's
+//!   connect/disconnect: [`Fabric::members`], one lock per device, taken only by control
+//!   entries (CONNECT, DISCONNECT), ring close and the recovery;
+//! - the links for two-sided messages, with the receives and sends waiting on them:
+//!   [`Links::shard`], spread over shards by peer and service
+//!   ([`shard_of`](super::message::shard_of)), a lock per shard, so messages on
+//!   different services never wait for each other, nor for a CONNECT elsewhere;
 //! - the exported MRs: [`Fabric::exports`], a leaf.
 //!
 //! # Lock order
 //!
-//! ring → members → one QP → exports. The engine never holds two QP locks, never takes
-//! members while in a QP's section, and takes nothing while in the exports section; a
-//! fabric's implementation may check it (verify's does, with `RefCell`s, and its loom
-//! models with real mutexes). Completion routing comes in below the ring: it takes a QP
+//! ring → members → one links shard → one QP → exports. The engine never holds two
+//! shards or two QP locks, never takes members or a shard while in a QP's section, and
+//! takes nothing while in the exports section; a fabric's implementation may check it
+//! (verify's does, with `RefCell`s, and its loom models with real mutexes). Completion routing comes in below the ring: it takes a QP
 //! lock to retire requests and hands their completions to their rings by other means
 //! (the kernel's per-ring inbox), never taking a ring's lock inside a QP's.
 
 use super::backend::{Connection, MrKeys, PostError, SendWr};
 use super::errno::Errno;
 use super::export::Exports;
+use core::ops::DerefMut;
+
 use super::message::Messages;
 use super::qp::PhysQp;
 use super::Store;
@@ -42,11 +47,21 @@ pub trait Qps<S: Store> {
     fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<S>, &mut dyn Post) -> R) -> R;
 }
 
-/// The device's membership, while its lock is held: links and their messages, and the
-/// backend's bindings of virtual QPs to pooled physical QPs.
+/// The links for two-sided messages, in shards, each behind its own lock.
+pub trait Links<S: Store>: Qps<S> {
+    /// A shard's lock guard.
+    type Shard<'a>: DerefMut<Target = Messages<S>>
+    where
+        Self: 'a;
+    /// How many shards there are (a power of two).
+    fn shards(&self) -> u32;
+    /// Takes the lock of shard `k` (less than [`shards`](Self::shards)).
+    fn shard(&self, k: u32) -> Self::Shard<'_>;
+}
+
+/// The device's membership, while its lock is held: the backend's bindings of virtual
+/// QPs to pooled physical QPs.
 pub trait Members<S: Store> {
-    /// The links, their receives and waiting sends.
-    fn messages(&mut self) -> &mut Messages<S>;
     /// Binds to a pooled physical QP connected to `gid`/`service`; when `opposite` is
     /// given (the other end of a link on this node, see [`message`](super::message)),
     /// to the QP connected to that one.
@@ -61,7 +76,7 @@ pub trait Members<S: Store> {
 }
 
 /// Everything rings share on one device.
-pub trait Fabric<S: Store>: Qps<S> {
+pub trait Fabric<S: Store>: Links<S> {
     /// The membership lock's guard.
     type Members<'a>: Members<S>
     where
@@ -83,17 +98,6 @@ pub trait Fabric<S: Store>: Qps<S> {
     /// A fresh unpredictable 64-bit value for an export descriptor (the kernel's
     /// CSPRNG; see [`export`](super::export)).
     fn descriptor(&self) -> u64;
-}
-
-/// QPs with no lock of their own, for a caller that serializes everything itself (unit
-/// tests): a `RefCell` per QP, which also catches a QP's section re-entered.
-impl<S: Store> Qps<S> for [core::cell::RefCell<PhysQp<S>>] {
-    fn count(&self) -> usize {
-        self.len()
-    }
-    fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<S>, &mut dyn Post) -> R) -> R {
-        f(&mut self[i as usize].borrow_mut(), &mut NoPost)
-    }
 }
 
 /// A [`Post`] that posts nothing (for QPs no request is ever posted on).

@@ -22,6 +22,11 @@
 //! Order, as an RC QP keeps it: an end's sends are matched in the order taken, receives
 //! are consumed oldest first.
 //!
+//! A device's links are spread over shards, each a [`Messages`] behind its own lock
+//! ([`Links`](super::fabric::Links)): the shard of a link is that of its peer and
+//! service ([`shard_of`]), so both ends of a link, and every CONNECT that may join it,
+//! meet in one shard, and messages on other services go on under other locks.
+//!
 //! Completions for requests of other rings (a waiting send failed when its peer left,
 //! or by the deadline) cannot be written from inside one ring's submission: they are
 //! *owed* here, and the caller routes them ([`Messages::settle`]) where it reaches
@@ -40,6 +45,20 @@ use super::Store;
 
 /// End of a list.
 const NIL: u32 = u32::MAX;
+
+/// The shard, of `shards` (a power of two), holding the links to `gid`/`service`.
+/// FNV-1a: cheap, and spreads consecutive services. A user who picks services that all
+/// land in one shard only queues behind itself and whoever shares that shard; no lock
+/// is held long (every section is bounded).
+pub fn shard_of(gid: &[u8; 16], service: u32, shards: u32) -> u32 {
+    debug_assert!(shards.is_power_of_two());
+    let mut h: u32 = 0x811c_9dc5;
+    for b in gid.iter().chain(service.to_le_bytes().iter()) {
+        h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
+    }
+    // Folded, so the low bits the mask keeps depend on every byte.
+    (h ^ (h >> 16)) & (shards - 1)
+}
 
 /// A RECV waiting for a message: where it lands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -307,6 +326,12 @@ impl<S: Store> Messages<S> {
         self.waiting.len()
     }
 
+    /// Whether nothing here needs the recovery's step: no send waiting for a receive
+    /// (it may expire), nothing owed.
+    pub fn quiet(&self) -> bool {
+        self.waiting() == 0 && !self.owes()
+    }
+
     /// The oldest link waiting for a second end at `gid`/`service`, with its first end's
     /// physical QP (the QP a new CONNECT must reach: its partner).
     pub fn half_open(&self, gid: &[u8; 16], service: u32) -> Option<HalfOpen> {
@@ -558,6 +583,25 @@ impl<S: Store> Messages<S> {
             n += 1;
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_spread_services_and_stay_in_range() {
+        let gid = [0xfe; 16];
+        let mut seen = [0u32; 8];
+        for service in 0..800 {
+            let k = shard_of(&gid, service, 8);
+            assert!(k < 8);
+            seen[k as usize] += 1;
+        }
+        // Each of 8 shards gets its share of consecutive services, within a factor 2.
+        assert!(seen.iter().all(|&n| (50..=200).contains(&n)), "{seen:?}");
+        assert_eq!(shard_of(&gid, 7, 1), 0);
     }
 }
 

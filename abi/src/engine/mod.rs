@@ -10,7 +10,8 @@
 //! the kernel decides allocation and this logic runs unchanged in tests, fuzzing, loom
 //! models and benchmarks. Concurrency is the caller's: a ring's calls come under its own
 //! lock, and what rings share is reached through a [`Fabric`], a lock per physical QP,
-//! one for the device's membership and one for its exports, in the order
+//! one per shard of message links, one for the device's membership and one for its
+//! exports, in the order
 //! [`fabric`](fabric) writes down; verify/'s loom models check the engine under it.
 
 mod backend;
@@ -38,13 +39,15 @@ pub use blame::{Blame, BACKOFF_BASE_MS, BACKOFF_MAX_MS};
 pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
-pub use fabric::{Fabric, Members, NoPost, Post, Qps};
+pub use fabric::{Fabric, Links, Members, NoPost, Post, Qps};
 pub use message::{
-    HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep, Target,
-    WaitingSend,
+    shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep,
+    Target, WaitingSend,
 };
 pub use qp::{Delivery, PhysQp, Posted};
-pub use recovery::{Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS};
+pub use recovery::{
+    settle_links, sweep, Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS,
+};
 pub use register::{Caller, Context, Registration};
 pub use ring_state::{
     Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,

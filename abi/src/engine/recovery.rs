@@ -13,12 +13,12 @@
 //! peer or NIC that never answers, despite the wire's finite retries) is failed here
 //! with `Deadline`, which its requests then complete with; a SEND that waited the
 //! deadline for a receive fails with `NoReceiver` (see [`message`](super::message)).
-//! The step also routes the completions [`Messages`] owes to rings.
+//! The step also expires waiting sends and routes the completions each shard of
+//! [`Messages`](super::message::Messages) owes to rings, a shard at a time.
 
 use super::cqe::Reason;
 use super::errno::Errno;
-use super::fabric::Qps;
-use super::message::Messages;
+use super::fabric::{Links, Qps};
 use super::ring_state::Completion;
 use super::wrid::{backend_wr_id, is_backend_wr_id, WrId};
 use super::Store;
@@ -44,10 +44,58 @@ pub trait Rearm {
     fn rearm(&mut self, first: u32, n: u32) -> Result<(), Errno>;
 }
 
+/// The part of a recovery step that takes no device-wide lock, at time `now_ms`, run
+/// by every routing that may have work: in each shard of `busy` (a bit each: those
+/// whose lock was last let go with sends waiting or completions owed), one shard at a
+/// time, expires the sends that waited more than `deadline_ms` for a receive and routes
+/// what the shard owes; then, one QP's section at a time, fails the QPs whose send
+/// queue made no progress for `deadline_ms` with `Deadline`. Returns the completions
+/// routed and the failed QPs, a bit each: if any, or while the [`Recovery`] is not
+/// [`quiet`](Recovery::quiet), its [`step`](Recovery::step) follows under the
+/// membership lock.
+pub fn sweep<S: Store>(
+    f: &(impl Links<S> + ?Sized),
+    busy: u32,
+    deadline_ms: i64,
+    now_ms: i64,
+    route: impl FnMut(WrId, Completion),
+) -> (usize, u64) {
+    let owed = settle_links(f, busy, deadline_ms, now_ms, route);
+    let mut failed = 0u64;
+    for i in 0..f.count().min(MAX_RECOVERED_QPS) {
+        let fl = f.qp(i as u32, |q, _| {
+            if !q.failed() && q.stuck(now_ms, deadline_ms) {
+                q.fail_with(Reason::Deadline);
+            }
+            q.failed()
+        });
+        failed |= (fl as u64) << i;
+    }
+    (owed, failed)
+}
+
+/// The links' part of [`sweep`]: in each shard of `busy`, one at a time, expires the
+/// sends that waited more than `deadline_ms` at `now_ms` and routes what it owes.
+/// Returns the completions routed.
+pub fn settle_links<S: Store>(
+    f: &(impl Links<S> + ?Sized),
+    busy: u32,
+    deadline_ms: i64,
+    now_ms: i64,
+    mut route: impl FnMut(WrId, Completion),
+) -> usize {
+    let mut owed = 0;
+    for k in 0..f.shards().min(32) {
+        if busy & (1 << k) != 0 {
+            owed += f.shard(k).settle(now_ms, deadline_ms, f, &mut route);
+        }
+    }
+    owed
+}
+
 /// Recovery state of up to [`MAX_RECOVERED_QPS`] physical QPs, one bit each.
 pub struct Recovery {
     group: u32,
-    deadline_ms: i64,
     /// In the error state, waiting to be re-armed.
     errored: u64,
     /// Of those, the ones whose marker completed.
@@ -59,13 +107,11 @@ pub struct Recovery {
 }
 
 impl Recovery {
-    /// Recovery of QPs connected in groups of `group` (at least 1) consecutive QPs,
-    /// failing a QP whose send queue made no progress for `deadline_ms`.
-    pub const fn new(group: u32, deadline_ms: i64) -> Recovery {
+    /// Recovery of QPs connected in groups of `group` (at least 1) consecutive QPs.
+    pub const fn new(group: u32) -> Recovery {
         assert!(group > 0);
         Recovery {
             group,
-            deadline_ms,
             errored: 0,
             flushed: 0,
             broken: 0,
@@ -87,16 +133,19 @@ impl Recovery {
     /// Whether a [`step`](Self::step) would do nothing: no QP being recovered, failed or
     /// with requests posted, no send waiting for a receive, nothing owed. The caller
     /// may then skip the step (and reading the clock for it). A caller that cannot
-    /// afford every QP's lock for this keeps each part's answer as it changes
-    /// ([`PhysQp::quiet`], [`Recovery::quiet`]) and combines them itself.
-    pub fn idle<S: Store>(&self, qps: &(impl Qps<S> + ?Sized), messages: &Messages<S>) -> bool {
-        self.quiet(messages) && (0..qps.count() as u32).all(|i| qps.qp(i, |q, _| q.quiet()))
+    /// afford every lock for this keeps each part's answer as it changes
+    /// ([`PhysQp::quiet`], [`Messages::quiet`](super::message::Messages::quiet), [`Recovery::quiet`]) and combines them
+    /// itself.
+    pub fn idle<S: Store>(&self, f: &(impl Links<S> + ?Sized)) -> bool {
+        self.quiet()
+            && (0..f.shards()).all(|k| f.shard(k).quiet())
+            && (0..f.count() as u32).all(|i| f.qp(i, |q, _| q.quiet()))
     }
 
     /// The part of [`idle`](Self::idle) under the membership lock: no QP being
-    /// recovered, no send waiting for a receive, nothing owed.
-    pub fn quiet<S: Store>(&self, messages: &Messages<S>) -> bool {
-        self.errored == 0 && messages.waiting() == 0 && !messages.owes()
+    /// recovered.
+    pub fn quiet(&self) -> bool {
+        self.errored == 0
     }
 
     /// Takes a completion of the backend's own request `wr_id` on QP `qp`; `false` if it
@@ -111,36 +160,26 @@ impl Recovery {
         true
     }
 
-    /// One step at time `now_ms`: expires sends that waited too long for a receive,
-    /// routes what `messages` owes, fails every group with a failed QP, then recycles
-    /// and re-arms every group that settled, retiring what is owed through `route`.
-    /// Returns the completions routed and QPs recycled, together (nonzero: rings may
-    /// have new CQEs).
+    /// The part of a step under the membership lock, at time `now_ms`, after
+    /// [`sweep`] found the QPs in `failed` (a bit each) failed: fails every group with a
+    /// failed QP, then recycles and re-arms every group that settled, retiring what is
+    /// owed through `route`. Returns the QPs recycled (nonzero: rings may have new
+    /// CQEs). Nothing to do, and no need to call it, while [`quiet`](Self::quiet) and
+    /// no QP failed.
     pub fn step<S: Store, B: Rearm>(
         &mut self,
         qps: &(impl Qps<S> + ?Sized),
-        messages: &mut Messages<S>,
         hw: &mut B,
+        failed: u64,
         now_ms: i64,
         mut route: impl FnMut(WrId, Completion),
     ) -> usize {
-        let owed = messages.settle(now_ms, self.deadline_ms, qps, &mut route);
         let n = qps.count().min(MAX_RECOVERED_QPS);
-        let mut failed = 0u64;
-        for i in 0..n {
-            let f = qps.qp(i as u32, |q, _| {
-                if !q.failed() && q.stuck(now_ms, self.deadline_ms) {
-                    q.fail_with(Reason::Deadline);
-                }
-                q.failed()
-            });
-            failed |= (f as u64) << i;
-        }
         if self.errored == 0 && failed == 0 {
-            return owed;
+            return 0;
         }
         let g = self.group as usize;
-        let mut recycled = owed;
+        let mut recycled = 0;
         // A plain loop, no `%` or `step_by` by a runtime value: the kernel build's
         // objtool rejects the division's panic path.
         let mut first = 0;
@@ -200,7 +239,7 @@ impl Recovery {
 mod tests {
     extern crate std;
     use super::*;
-    use crate::engine::{Delivery, PhysQp, Posted, VecStore};
+    use crate::engine::{Delivery, Messages, NoPost, PhysQp, Post, Posted, VecStore};
     use core::cell::RefCell;
     use std::vec;
     use std::vec::Vec;
@@ -227,10 +266,72 @@ mod tests {
         }
     }
 
-    fn qps() -> Vec<RefCell<PhysQp<VecStore>>> {
-        (0..4)
-            .map(|_| RefCell::new(PhysQp::new(vec![Posted::EMPTY; 8])))
-            .collect()
+    /// Four QPs and one links shard with no locks of their own (the tests serialize
+    /// everything): a `RefCell` per part, which also catches a section re-entered.
+    struct Serial {
+        qps: Vec<RefCell<PhysQp<VecStore>>>,
+        links: RefCell<Messages<VecStore>>,
+    }
+
+    impl core::ops::Index<usize> for Serial {
+        type Output = RefCell<PhysQp<VecStore>>;
+        fn index(&self, i: usize) -> &Self::Output {
+            &self.qps[i]
+        }
+    }
+
+    impl Qps<VecStore> for Serial {
+        fn count(&self) -> usize {
+            self.qps.len()
+        }
+        fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<VecStore>, &mut dyn Post) -> R) -> R {
+            f(&mut self.qps[i as usize].borrow_mut(), &mut NoPost)
+        }
+    }
+
+    impl Links<VecStore> for Serial {
+        type Shard<'a> = core::cell::RefMut<'a, Messages<VecStore>>;
+        fn shards(&self) -> u32 {
+            1
+        }
+        fn shard(&self, _: u32) -> Self::Shard<'_> {
+            self.links.borrow_mut()
+        }
+    }
+
+    /// A recovery over four QPs, with what its steps routed.
+    struct Bed {
+        r: Recovery,
+        hw: Hw,
+        q: Serial,
+        deadline_ms: i64,
+        owed: Vec<(u32, Completion)>,
+    }
+
+    impl Bed {
+        fn new(deadline_ms: i64) -> Bed {
+            Bed {
+                r: Recovery::new(2),
+                hw: Hw::default(),
+                q: Serial {
+                    qps: (0..4)
+                        .map(|_| RefCell::new(PhysQp::new(vec![Posted::EMPTY; 8])))
+                        .collect(),
+                    links: RefCell::new(Messages::with_capacity(4, 4)),
+                },
+                deadline_ms,
+                owed: Vec::new(),
+            }
+        }
+
+        /// A whole step at `now_ms`, as the kernel takes it: the sweep over every
+        /// shard, then the membership's part. Returns what it reports.
+        fn at(&mut self, now_ms: i64) -> usize {
+            let owed = &mut self.owed;
+            let mut route = |id: WrId, c| owed.push((id.slot, c));
+            let (n, failed) = sweep(&self.q, u32::MAX, self.deadline_ms, now_ms, &mut route);
+            n + self.r.step(&self.q, &mut self.hw, failed, now_ms, route)
+        }
     }
 
     fn posted(wr_id: u64) -> Posted {
@@ -242,8 +343,8 @@ mod tests {
 
     #[test]
     fn a_failed_qp_takes_its_pair_through_flush_and_rearm() {
-        let (mut r, mut hw, q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
-        q[3].borrow_mut().reserve(posted(
+        let mut b = Bed::new(DEFAULT_DEADLINE_MS);
+        b.q[3].borrow_mut().reserve(posted(
             WrId {
                 ring: 1,
                 ring_gen: 1,
@@ -251,66 +352,55 @@ mod tests {
             }
             .encode(),
         ));
-        q[3].borrow_mut().fail();
-        let mut owed = Vec::new();
-        let mut m = Messages::with_capacity(4, 4);
-        let mut step = |r: &mut Recovery, hw: &mut Hw, q: &[RefCell<PhysQp<VecStore>>], now| {
-            r.step(q, &mut m, hw, now, |id, c| owed.push((id.slot, c)))
-        };
-        assert_eq!(step(&mut r, &mut hw, &q, 0), 0, "nothing settled yet");
+        b.q[3].borrow_mut().fail();
+        assert_eq!(b.at(0), 0, "nothing settled yet");
         assert_eq!(
-            hw.errored,
+            b.hw.errored,
             [(2, Recovery::marker(2)), (3, Recovery::marker(3))]
         );
+        let q = &b.q;
         assert!(
             q[2].borrow().failed() && q[3].borrow().failed() && !q[0].borrow().failed(),
             "the pair, only"
         );
-        assert!(r.busy());
-        assert!(!r.on_completion(3, 9), "a ring's completion is routed");
-        assert!(r.on_completion(3, Recovery::marker(3)));
-        assert_eq!(step(&mut r, &mut hw, &q, 10), 0, "QP 2's marker is missing");
-        assert!(r.on_completion(2, Recovery::marker(2)));
-        assert_eq!(step(&mut r, &mut hw, &q, 20), 2);
-        assert_eq!(hw.rearmed, [(2, 2)]);
-        assert_eq!(owed, [(9, Completion::Failed(Reason::QpError))]);
-        assert!(!q[2].borrow().failed() && !q[3].borrow().failed() && !r.busy());
+        assert!(b.r.busy());
+        assert!(!b.r.on_completion(3, 9), "a ring's completion is routed");
+        assert!(b.r.on_completion(3, Recovery::marker(3)));
+        assert_eq!(b.at(10), 0, "QP 2's marker is missing");
+        assert!(b.r.on_completion(2, Recovery::marker(2)));
+        assert_eq!(b.at(20), 2);
+        assert_eq!(b.hw.rearmed, [(2, 2)]);
+        assert_eq!(b.owed, [(9, Completion::Failed(Reason::QpError))]);
+        let q = &b.q;
+        assert!(!q[2].borrow().failed() && !q[3].borrow().failed() && !b.r.busy());
     }
 
     #[test]
     fn idle_only_with_nothing_to_do() {
-        let (r, q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), qps());
-        let m = Messages::with_capacity(4, 4);
-        assert!(r.idle(&q[..], &m));
-        q[1].borrow_mut().reserve(posted(7));
-        assert!(!r.idle(&q[..], &m), "a request posted");
-        let q = qps();
-        q[2].borrow_mut().fail();
-        assert!(!r.idle(&q[..], &m), "a QP failed");
+        let b = Bed::new(DEFAULT_DEADLINE_MS);
+        assert!(b.r.idle(&b.q));
+        b.q[1].borrow_mut().reserve(posted(7));
+        assert!(!b.r.idle(&b.q), "a request posted");
+        let b = Bed::new(DEFAULT_DEADLINE_MS);
+        b.q[2].borrow_mut().fail();
+        assert!(!b.r.idle(&b.q), "a QP failed");
     }
 
     #[test]
     fn a_lost_marker_waits_for_the_patience_and_a_failed_rearm_sticks() {
-        let (mut r, mut hw, q) = (Recovery::new(2, DEFAULT_DEADLINE_MS), Hw::default(), qps());
-        hw.fail_rearm = true;
-        q[0].borrow_mut().fail();
-        let m = &mut Messages::with_capacity(4, 4);
-        assert_eq!(r.step(&q[..], m, &mut hw, 100, |_, _| ()), 0);
-        assert_eq!(
-            r.step(&q[..], m, &mut hw, 100 + FLUSH_PATIENCE_MS, |_, _| ()),
-            0
-        );
-        assert_eq!(
-            r.step(&q[..], m, &mut hw, 101 + FLUSH_PATIENCE_MS, |_, _| ()),
-            2
-        );
+        let mut b = Bed::new(DEFAULT_DEADLINE_MS);
+        b.hw.fail_rearm = true;
+        b.q[0].borrow_mut().fail();
+        assert_eq!(b.at(100), 0);
+        assert_eq!(b.at(100 + FLUSH_PATIENCE_MS), 0);
+        assert_eq!(b.at(101 + FLUSH_PATIENCE_MS), 2);
         assert!(
-            q[0].borrow().failed() && q[1].borrow().failed(),
+            b.q[0].borrow().failed() && b.q[1].borrow().failed(),
             "re-arming failed: left failed"
         );
-        assert_eq!(r.step(&q[..], m, &mut hw, 10_000, |_, _| ()), 0);
+        assert_eq!(b.at(10_000), 0);
         assert_eq!(
-            (hw.errored.len(), hw.rearmed.len()),
+            (b.hw.errored.len(), b.hw.rearmed.len()),
             (2, 1),
             "and never retried"
         );
@@ -318,8 +408,7 @@ mod tests {
 
     #[test]
     fn a_stuck_qp_fails_with_deadline_and_the_receive_it_was_filling_too() {
-        let (mut r, mut hw, q) = (Recovery::new(2, 100), Hw::default(), qps());
-        let m = &mut Messages::with_capacity(4, 4);
+        let mut b = Bed::new(100);
         let send = WrId {
             ring: 1,
             ring_gen: 1,
@@ -332,8 +421,8 @@ mod tests {
             slot: 4,
         }
         .encode();
-        r.step(&q[..], m, &mut hw, 1000, |_, _| ());
-        q[0].borrow_mut().reserve(Posted {
+        b.at(1000);
+        b.q[0].borrow_mut().reserve(Posted {
             wr_id: send,
             delivery: Some(Delivery {
                 recv,
@@ -341,40 +430,26 @@ mod tests {
                 imm: None,
             }),
         });
-        let mut owed = Vec::new();
         // The deadline counts from the first step that sees the QP busy.
-        assert_eq!(
-            r.step(&q[..], m, &mut hw, 1050, |id, c| owed.push((id.slot, c))),
-            0
-        );
-        assert_eq!(
-            r.step(&q[..], m, &mut hw, 1150, |id, c| owed.push((id.slot, c))),
-            0
-        );
-        assert!(!q[0].borrow().failed(), "within the deadline");
-        assert_eq!(
-            r.step(&q[..], m, &mut hw, 1151, |id, c| owed.push((id.slot, c))),
-            0
-        );
+        assert_eq!(b.at(1050), 0);
+        assert_eq!(b.at(1150), 0);
+        assert!(!b.q[0].borrow().failed(), "within the deadline");
+        assert_eq!(b.at(1151), 0);
         assert!(
-            q[0].borrow().failed() && q[1].borrow().failed(),
+            b.q[0].borrow().failed() && b.q[1].borrow().failed(),
             "past it: the pair fails"
         );
         // Neither marker arrives; after the patience the pair is re-armed and what it
         // still owed, the receive its send was filling included, is retired.
-        let later = 1151 + FLUSH_PATIENCE_MS + 1;
+        assert_eq!(b.at(1151 + FLUSH_PATIENCE_MS + 1), 2);
+        b.owed.sort_by_key(|o| o.0);
         assert_eq!(
-            r.step(&q[..], m, &mut hw, later, |id, c| owed.push((id.slot, c))),
-            2
-        );
-        owed.sort_by_key(|o| o.0);
-        assert_eq!(
-            owed,
+            b.owed,
             [
                 (3, Completion::Failed(Reason::Deadline)),
                 (4, Completion::Failed(Reason::Deadline)),
             ]
         );
-        assert_eq!(q[0].borrow().outstanding(), 0);
+        assert_eq!(b.q[0].borrow().outstanding(), 0);
     }
 }

@@ -28,7 +28,9 @@ pub struct Vqp {
     pub sends: u32,
     /// Receives posted and not completed.
     pub recvs: u32,
-    /// Its link for two-sided messages (see [`message`](super::message)).
+    /// The links shard its link is in ([`shard_of`](super::message::shard_of)).
+    pub shard: u32,
+    /// Its link for two-sided messages, in that shard (see [`message`](super::message)).
     pub link: u32,
     /// Its end of the link (0 or 1).
     pub end: u8,
@@ -336,11 +338,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.closed = true;
         // Its virtual QPs depart their links now: a CONNECT meanwhile never joins a
         // closing ring, and sends waiting for its receives fail at once.
-        if !self.tables.vqps.is_empty() {
-            let mut m = f.members();
-            for (_, v) in self.tables.vqps.iter() {
-                m.messages().depart(v.link, v.end, f);
-            }
+        for (_, v) in self.tables.vqps.iter() {
+            f.shard(v.shard).depart(v.link, v.end, f);
         }
         // Its exports are revoked now, not when its MRs go idle: an importer's next
         // request fails instead of reaching memory whose owner is gone.
@@ -370,7 +369,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         if !self.tables.vqps.is_empty() {
             let mut m = f.members();
             self.tables.vqps.drain_where(|_, v| {
-                m.messages().leave(v.link, v.end, f);
+                f.shard(v.shard).leave(v.link, v.end, f);
                 if (v.qp as usize) < f.count() {
                     f.qp(v.qp, |q, _| q.unbind());
                 }
@@ -395,7 +394,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             // them, and the peer may never send.
             for i in 0..self.tables.vqps.capacity() {
                 if let Some(h) = self.tables.vqps.handle_at(i) {
-                    self.cancel_recvs(h, m.messages());
+                    let k = self.tables.vqps.get(h).expect("live").shard;
+                    self.cancel_recvs(h, &mut f.shard(k));
                 }
             }
             let rmrs = &mut self.tables.rmrs;
@@ -403,7 +403,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 let idle = v.sends == 0 && v.recvs == 0;
                 if idle {
                     rmrs.drain_where(|_, r| r.vqp == h);
-                    m.messages().leave(v.link, v.end, f);
+                    f.shard(v.shard).leave(v.link, v.end, f);
                     f.qp(v.qp, |q, _| q.unbind());
                     m.disconnect(v.qp);
                 }

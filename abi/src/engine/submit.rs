@@ -7,17 +7,20 @@
 //!
 //! Locks (see [`fabric`](super::fabric)): the caller holds the ring's. A one-sided
 //! request claims its credit in one section of its QP's lock and is posted, with the
-//! rest of its chain, in another; the exports' lock is taken to resolve an import. Only
-//! control entries and two-sided messages take the device's membership lock, once per
-//! call, held to its end (a chain's matched receives are put back under it if its post
-//! fails).
+//! rest of its chain, in another; the exports' lock is taken to resolve an import. A
+//! two-sided message takes its link's shard and keeps it while entries after it use the
+//! same shard, and while the chain holding the receives it matched is unposted (a failed
+//! post puts them back under it, first in line again): before another shard is taken,
+//! the chain is posted and the shard let go. Only control entries take the device's
+//! membership lock, once per call, held to its end; taken after a shard, that shard is
+//! let go first (members come before shards in the order).
 
 use super::backend::{PostError, SendKind, SendWr, Sge};
 use super::cqe::{Cqe, Reason};
 use super::errno::Errno;
 use super::fabric::{Fabric, Members};
 use super::layout::SqFlags;
-use super::message::{Messages, PostedRecv, RecvStep, SendStep, Target, WaitingSend};
+use super::message::{shard_of, Messages, PostedRecv, RecvStep, SendStep, Target, WaitingSend};
 use super::qp::{Delivery, Posted};
 use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
@@ -108,20 +111,35 @@ enum Step {
     Wait(Stall),
 }
 
-/// The membership lock, once a submission has taken it.
-type Held<'f, S, F> = Option<<F as Fabric<S>>::Members<'f>>;
+/// The locks a submission holds across entries (see the module doc).
+struct Held<'f, S: Store, F: Fabric<S> + 'f> {
+    members: Option<F::Members<'f>>,
+    shard: Option<(u32, F::Shard<'f>)>,
+}
 
-/// The membership lock, taken now if the submission has not yet.
-fn members<'a, 'f, S: Store, F: Fabric<S>>(
-    f: &'f F,
-    held: &'a mut Held<'f, S, F>,
-) -> &'a mut <F as Fabric<S>>::Members<'f> {
-    held.get_or_insert_with(|| f.members())
+impl<'f, S: Store, F: Fabric<S>> Held<'f, S, F> {
+    const NONE: Self = Held {
+        members: None,
+        shard: None,
+    };
+
+    /// The membership, held (the caller took it).
+    fn members(&mut self) -> &mut F::Members<'f> {
+        self.members.as_mut().expect("members held")
+    }
+
+    /// Shard `k`, held (the caller took it).
+    fn shard(&mut self, k: u32) -> &mut Messages<S> {
+        match &mut self.shard {
+            Some((j, g)) if *j == k => g,
+            _ => panic!("shard {k} not held"),
+        }
+    }
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Takes up to `max` SQEs in context `cx`, validating against this ring's tables and
-    /// the node's exports, matching two-sided messages through the node's membership.
+    /// the node's exports, matching two-sided messages in their links' shards.
     /// Fails, taking none, when the SQ tail is hostile.
     pub fn submit<F: Fabric<S>>(
         &mut self,
@@ -146,7 +164,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         };
         let (mut taken, mut stall) = (0, None);
         let throttled = self.blame.throttled(cx.now_ms);
-        let mut held: Held<'_, S, F> = None;
+        let mut held: Held<'_, S, F> = Held::NONE;
         while taken < ready.min(max) {
             if !self.has_room() {
                 stall = Some(Stall::CqFull);
@@ -226,8 +244,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 Cqe::err(ud, Reason::TableFull)
             }
             Op::Connect { gid, service } => {
-                let m = members(f, held);
-                let open = m.messages().half_open(&gid, service);
+                let k = shard_of(&gid, service, f.shards());
+                self.hold_members(f, held);
+                self.hold_shard(f, held, k);
+                let t = &mut self.tables;
+                let open = held.shard(k).half_open(&gid, service);
+                let m = held.members();
                 match m.connect(gid, service, open.map(|o| o.qp)) {
                     Err(e) => Cqe::err_errno(
                         ud,
@@ -242,9 +264,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         m.disconnect(conn.qp);
                         Cqe::err(ud, Reason::Verbs)
                     }
-                    Ok(conn) => match m.messages().join(gid, service, conn.qp, open) {
+                    Ok(conn) => match held.shard(k).join(gid, service, conn.qp, open) {
                         None => {
-                            m.disconnect(conn.qp);
+                            held.members().disconnect(conn.qp);
                             Cqe::err(ud, Reason::TableFull)
                         }
                         Some((link, end)) => {
@@ -253,6 +275,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                                 qpn: conn.qpn,
                                 sends: 0,
                                 recvs: 0,
+                                shard: k,
                                 link,
                                 end,
                             });
@@ -264,7 +287,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 }
             }
             Op::Disconnect { vqp } => {
-                self.cancel_recvs(vqp, members(f, held).messages());
+                let v = *t.vqps.get(vqp).expect("validated");
+                self.hold_members(f, held);
+                self.hold_shard(f, held, v.shard);
+                self.cancel_recvs(vqp, held.shard(v.shard));
                 let t = &mut self.tables;
                 let v = *t.vqps.get(vqp).expect("validated");
                 if v.sends > 0 || v.recvs > 0 {
@@ -274,10 +300,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 }
                 t.vqps.remove(vqp);
                 t.rmrs.drain_where(|_, r| r.vqp == vqp);
-                let m = members(f, held);
-                m.messages().leave(v.link, v.end, f);
+                held.shard(v.shard).leave(v.link, v.end, f);
                 f.qp(v.qp, |q, _| q.unbind());
-                m.disconnect(v.qp);
+                held.members().disconnect(v.qp);
                 Cqe::ok(ud, 0, 0)
             }
             Op::ImportMr {
@@ -354,11 +379,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     len: local.len,
                     rkey,
                 };
-                match members(f, held).messages().recv(v.link, v.end, r, f) {
+                self.hold_shard(f, held, v.shard);
+                match held.shard(v.shard).recv(v.link, v.end, r, f) {
                     RecvStep::Queued => {}
                     RecvStep::Fail(why) => self.fail_unposted(wr_id, why, why.errno()),
                     RecvStep::Deliver { send, qp } => {
-                        self.deliver_waiting(send, qp, r, (v.link, 1 - v.end), f, held)
+                        let from = (v.shard, v.link, 1 - v.end);
+                        self.deliver_waiting(send, qp, r, from, f, held)
                     }
                 }
                 return Step::Taken;
@@ -406,7 +433,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     flags,
                     since_ms: cx.now_ms,
                 };
-                match members(f, held).messages().send(v.link, v.end, s) {
+                self.hold_shard(f, held, v.shard);
+                match held.shard(v.shard).send(v.link, v.end, s) {
                     SendStep::Deliver(r) => (s.kind(&r), Some((v.link, 1 - v.end, r, imm))),
                     SendStep::Waits => {
                         f.qp(v.qp, |q, _| {
@@ -473,6 +501,34 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         )
     }
 
+    /// Holds the membership lock for the rest of the call, letting a shard go first.
+    fn hold_members<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) {
+        if held.members.is_none() {
+            self.let_shard_go(f, held);
+            held.members = Some(f.members());
+        }
+    }
+
+    /// Holds shard `k`, letting another go first.
+    fn hold_shard<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>, k: u32) {
+        if !matches!(held.shard, Some((j, _)) if j == k) {
+            self.let_shard_go(f, held);
+            held.shard = Some((k, f.shard(k)));
+        }
+    }
+
+    /// Lets the held shard go, posting the chain first if it holds receives matched
+    /// under it (a failed post puts them back under the same lock).
+    fn let_shard_go<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) {
+        if held.shard.is_some() {
+            let c = &self.chain;
+            if c.took[..c.n].iter().any(Option::is_some) {
+                self.flush_chain(f, held);
+            }
+            held.shard = None;
+        }
+    }
+
     /// The object's sends may be in our own unposted chain: post it, then wait.
     fn wait_for_sends<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) -> Step {
         self.flush_chain(f, held);
@@ -491,14 +547,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
 
     /// Posts `send`, a SEND another ring left waiting on physical QP `qp` (holding its
     /// credit there), into our receive `r`. If the post fails (or the QP failed), the
-    /// receive fails and the send waits again, first in its end (`from`: its link and
-    /// end).
+    /// receive fails and the send waits again, first in its end (`from`: its shard, held,
+    /// its link and end).
     fn deliver_waiting<'f, F: Fabric<S>>(
         &mut self,
         send: WaitingSend,
         qp: u32,
         r: PostedRecv,
-        from: (u32, u8),
+        from: (u32, u32, u8),
         f: &'f F,
         held: &mut Held<'f, S, F>,
     ) {
@@ -535,9 +591,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             })
         });
         if let Err((why, errno)) = out {
-            members(f, held)
-                .messages()
-                .unmatch_send(from.0, from.1, send);
+            held.shard(from.0).unmatch_send(from.1, from.2, send);
             self.fail_unposted(r.wr_id, why, errno);
         }
     }
@@ -581,7 +635,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             for i in (posted..n).rev() {
                 let wr_id = self.chain.wrs[i].wr_id;
                 if let Some((link, end, r)) = self.chain.took[i].take() {
-                    members(f, held).messages().unmatch_recv(link, end, r);
+                    let (_, g) = held.shard.as_mut().expect("held since it was matched");
+                    g.unmatch_recv(link, end, r);
                 }
                 self.fail_unposted(wr_id, why, errno);
             }

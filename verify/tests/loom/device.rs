@@ -1,6 +1,6 @@
 //! A device as the kernel shares it (kmod's devctx.rs, fabric.rs, ring_ctx.rs), on loom's
 //! mutexes and atomics: a mutex per ring (with its completion inbox, a leaf), per
-//! physical QP, for the membership, the exports and the CQ's router, abi's busy hint
+//! physical QP, per links shard, for the membership, the exports and the CQ's router, abi's busy hint
 //! and inbox, and the same enter, route and close paths. The engine's decisions are
 //! abi's own; only the glue is restated here, as kmod has it.
 //!
@@ -16,10 +16,11 @@ use core::sync::atomic::Ordering;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
     complete_wc, BusyHint, Completion, Connection, Context, ExportSlot, Exports, Fabric, Inbox,
-    Members, Messages, MrKeys, PhysQp, Post, PostError, Posted, Qps, Ring, RingStorage, SendWr,
-    Slot, Stall, VecStore, WrId,
+    Links, Members, Messages, MrKeys, PhysQp, Post, PostError, Posted, Qps, Ring, RingStorage,
+    SendWr, Slot, Stall, VecStore, WrId,
 };
 use krcore_abi::errno::Errno;
+use krcore_abi::opcode::Opcode;
 use krcore_abi::ring::{CqConsumer, SqProducer};
 use krcore_abi::sqe::{MrAccess, Sqe};
 use verify::fake::FakeNic;
@@ -37,6 +38,9 @@ pub struct Faults {
     pub deliver_under_qp: bool,
     /// The rings' CQ index words use relaxed orderings.
     pub weak_cq: bool,
+    /// Every links shard's section also takes the one device-wide lock (messages under
+    /// the membership lock, as before shards).
+    pub links_device_wide: bool,
 }
 
 /// What rings share: abi's [`Fabric`] under a lock per part.
@@ -47,7 +51,8 @@ pub struct Shared {
     /// The lock [`Faults::device_wide`] adds.
     device: Mutex<()>,
     hint: BusyHint<Cell>,
-    members: Mutex<Messages<VecStore>>,
+    members: Mutex<()>,
+    links: Vec<Mutex<Messages<VecStore>>>,
     exports: Mutex<Exports<VecStore>>,
     /// The exports' epoch, published as each exports section ends (kmod's).
     epoch: AtomicU64,
@@ -85,13 +90,10 @@ impl Qps<VecStore> for Shared {
 /// The membership lock, held.
 pub struct SharedMembers<'a> {
     nic: &'a Mutex<FakeNic>,
-    messages: MutexGuard<'a, Messages<VecStore>>,
+    _held: MutexGuard<'a, ()>,
 }
 
 impl Members<VecStore> for SharedMembers<'_> {
-    fn messages(&mut self) -> &mut Messages<VecStore> {
-        &mut self.messages
-    }
     fn connect(
         &mut self,
         gid: [u8; 16],
@@ -105,13 +107,50 @@ impl Members<VecStore> for SharedMembers<'_> {
     }
 }
 
+/// A links shard's lock, held (with the device lock under [`Faults::links_device_wide`]).
+pub struct SharedShard<'a> {
+    g: MutexGuard<'a, Messages<VecStore>>,
+    _device: Option<MutexGuard<'a, ()>>,
+}
+
+impl std::ops::Deref for SharedShard<'_> {
+    type Target = Messages<VecStore>;
+    fn deref(&self) -> &Messages<VecStore> {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for SharedShard<'_> {
+    fn deref_mut(&mut self) -> &mut Messages<VecStore> {
+        &mut self.g
+    }
+}
+
+impl Links<VecStore> for Shared {
+    type Shard<'a> = SharedShard<'a>;
+
+    fn shards(&self) -> u32 {
+        self.links.len() as u32
+    }
+    fn shard(&self, k: u32) -> SharedShard<'_> {
+        let device = self
+            .faults
+            .links_device_wide
+            .then(|| self.device.lock().unwrap());
+        SharedShard {
+            g: self.links[k as usize].lock().unwrap(),
+            _device: device,
+        }
+    }
+}
+
 impl Fabric<VecStore> for Shared {
     type Members<'a> = SharedMembers<'a>;
 
     fn members(&self) -> SharedMembers<'_> {
         SharedMembers {
             nic: &self.nic,
-            messages: self.members.lock().unwrap(),
+            _held: self.members.lock().unwrap(),
         }
     }
     fn exports<R>(&self, f: impl FnOnce(&mut Exports<VecStore>) -> R) -> R {
@@ -165,7 +204,7 @@ impl App {
         let (v, mr, rmr) = self.handles;
         self.sq
             .push(Sqe::one_sided(
-                krcore_abi::opcode::Opcode::Read,
+                Opcode::Read,
                 user_data,
                 v,
                 mr,
@@ -174,6 +213,24 @@ impl App {
                 rmr,
                 MR,
             ))
+            .unwrap();
+        self.sq.publish();
+    }
+
+    /// Queues a RECV of up to 8 bytes into the local MR (not yet submitted).
+    pub fn recv(&mut self, user_data: u64) {
+        self.two_sided(Opcode::Recv, user_data);
+    }
+
+    /// Queues a SEND of 8 bytes from the local MR (not yet submitted).
+    pub fn send(&mut self, user_data: u64) {
+        self.two_sided(Opcode::Send, user_data);
+    }
+
+    fn two_sided(&mut self, op: Opcode, user_data: u64) {
+        let (v, mr, _) = self.handles;
+        self.sq
+            .push(Sqe::two_sided(op, user_data, v, mr, MR, 8))
             .unwrap();
         self.sq.publish();
     }
@@ -208,6 +265,17 @@ impl Device {
     /// returns it and the applications' sides. Runs single-threaded, before the model's
     /// threads start.
     pub fn new(depths: &[u32], rings: usize, faults: Faults) -> (Arc<Device>, Vec<App>) {
+        Device::with_services(depths, &vec![1; rings], faults)
+    }
+
+    /// As [`new`](Self::new), ring `r` connecting to `services[r]` (rings on one
+    /// service pair up into links, in order).
+    pub fn with_services(
+        depths: &[u32],
+        services: &[u32],
+        faults: Faults,
+    ) -> (Arc<Device>, Vec<App>) {
+        let rings = services.len();
         let fab = Shared {
             nic: Mutex::new(FakeNic::new(depths)),
             qps: depths
@@ -219,8 +287,11 @@ impl Device {
                 a: AtomicU32::new(0),
                 weak: false,
             }),
-            members: Mutex::new(Messages::with_capacity(4, 4)),
-            exports: Mutex::new(Exports::new(vec![ExportSlot::EMPTY; 4])),
+            members: Mutex::new(()),
+            links: (0..2)
+                .map(|_| Mutex::new(Messages::with_capacity(4, 4)))
+                .collect(),
+            exports: Mutex::new(Exports::new(vec![ExportSlot::EMPTY; 8])),
             epoch: AtomicU64::new(0),
             faults,
         };
@@ -252,15 +323,19 @@ impl Device {
         let apps = mems
             .into_iter()
             .enumerate()
-            .map(|(r, (sq, cq))| dev.setup(r, SqProducer::new(sq), CqConsumer::new(cq)))
+            .map(|(r, (sq, cq))| {
+                dev.setup(r, services[r], SqProducer::new(sq), CqConsumer::new(cq))
+            })
             .collect();
         (dev, apps)
     }
 
-    /// Connects ring `r`, registers an MR and imports it, each entry through `enter`.
+    /// Connects ring `r` to `service`, registers an MR and imports it, each entry
+    /// through `enter`.
     fn setup(
         &self,
         r: usize,
+        service: u32,
         mut sq: SqProducer<LoomRing<Sqe>>,
         mut cq: CqConsumer<LoomRing<Cqe>>,
     ) -> App {
@@ -273,7 +348,7 @@ impl Device {
             assert!(c.res > 0, "{c:?}");
             c
         };
-        let v = run(Sqe::connect(1, [0; 16], 1)).res as u32;
+        let v = run(Sqe::connect(1, [0; 16], service)).res as u32;
         let mr = run(Sqe::reg_mr(
             2,
             MR,
@@ -412,5 +487,11 @@ impl Device {
     /// Runs `f` in QP `i`'s section (as a ring posting on it would be).
     pub fn in_qp_section<R>(&self, i: u32, f: impl FnOnce() -> R) -> R {
         self.fab.qp(i, |_, _| f())
+    }
+
+    /// Runs `f` while this thread holds links shard `k`'s lock.
+    pub fn in_shard_section<R>(&self, k: u32, f: impl FnOnce() -> R) -> R {
+        let _g = self.fab.shard(k);
+        f()
     }
 }

@@ -1,6 +1,8 @@
 //! The engine under the kernel's locks ([`device`](crate::device)): rings sharing a
-//! physical QP, rings on different QPs, routing against enters and a ring's close.
+//! physical QP, rings on different QPs, routing against enters and a ring's close,
+//! messages on links in different shards.
 
+use krcore_abi::engine::shard_of;
 use loom::thread;
 
 use crate::device::{Device, Faults};
@@ -89,13 +91,18 @@ fn different_qps_model(faults: Faults) {
         }
         assert_eq!(apps[0].reap(), vec![101]);
         assert_eq!(apps[1].reap(), vec![200]);
-        assert_eq!(
-            (dev.outstanding(0), dev.outstanding(1)),
-            (0, 0),
-            "credits leaked"
-        );
-        assert!(!dev.hinted(), "busy hint left up on quiet QPs");
+        two_qps_at_rest(&dev);
     });
+}
+
+/// Both QPs of a two-QP device came back to rest: no credit held, the hint down.
+fn two_qps_at_rest(dev: &Device) {
+    assert_eq!(
+        (dev.outstanding(0), dev.outstanding(1)),
+        (0, 0),
+        "credits leaked"
+    );
+    assert!(!dev.hinted(), "busy hint left up on quiet QPs");
 }
 
 #[test]
@@ -169,6 +176,79 @@ fn weakened_routing_completes_under_the_qp_lock() {
 fn twin_deliver_under_qp() {
     route_enter_close_model(Faults {
         deliver_under_qp: true,
+        ..Faults::default()
+    });
+}
+
+/// Two services whose links are in different shards.
+fn services_in_two_shards() -> (u32, u32) {
+    let shard = |s| shard_of(&[0; 16], s, 2);
+    (1, (2..).find(|&s| shard(s) != shard(1)).unwrap())
+}
+
+/// Messages on links in different shards do not wait for each other. Rings 0 and 1 are
+/// one link, rings 2 and 3 another, in the other shard. Ring 1 posts a receive and
+/// ring 0 sends into it, entering on another thread while this thread sits in the
+/// other link's shard section; then, receives posted, both links' sends enter at once,
+/// each on its own thread. Every ring gets exactly its own completions, and the QPs
+/// come back to rest. With every
+/// shard behind one device-wide lock the first part deadlocks.
+fn different_shards_model(faults: Faults) {
+    model(move || {
+        let (a, b) = services_in_two_shards();
+        let (dev, mut apps) = Device::with_services(&[2, 2], &[a, a, b, b], faults);
+        apps[1].recv(10);
+        dev.enter(1);
+        apps[0].send(11);
+        let link_a = {
+            let dev = dev.clone();
+            thread::spawn(move || dev.enter(0))
+        };
+        let other = shard_of(&[0; 16], b, 2);
+        dev.in_shard_section(other, || link_a.join().unwrap());
+        assert_eq!(
+            apps[0].reap(),
+            vec![11],
+            "the send, while the other shard was held"
+        );
+        dev.route();
+        assert_eq!(apps[1].reap(), vec![10]);
+
+        // The receives wait; both sends go at once.
+        apps[1].recv(20);
+        apps[3].recv(40);
+        dev.enter(1);
+        dev.enter(3);
+        apps[0].send(21);
+        apps[2].send(41);
+        let link_b = {
+            let dev = dev.clone();
+            thread::spawn(move || dev.enter(2))
+        };
+        dev.enter(0);
+        link_b.join().unwrap();
+        dev.route();
+        let got: Vec<_> = apps.iter_mut().map(|a| a.reap()).collect();
+        assert_eq!(got, vec![vec![21], vec![20], vec![41], vec![40]]);
+        two_qps_at_rest(&dev);
+    });
+}
+
+#[test]
+fn messages_on_different_shards_progress_at_once() {
+    different_shards_model(Faults::default());
+}
+
+#[test]
+fn weakened_messages_behind_a_device_lock() {
+    fails_in_child("engine::twin_links_device_lock", "deadlock");
+}
+
+#[test]
+#[ignore = "run by its weakened_ test, in a child process"]
+fn twin_links_device_lock() {
+    different_shards_model(Faults {
+        links_device_wide: true,
         ..Faults::default()
     });
 }
