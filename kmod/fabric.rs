@@ -177,12 +177,16 @@ impl core::ops::DerefMut for ShardGuard<'_> {
 
 impl Drop for ShardGuard<'_> {
     fn drop(&mut self) {
-        // Still under the shard's lock: the bit follows the state it describes.
+        // Still under the shard's lock: the bit follows the state it describes. Only
+        // this lock changes this bit, so reading it first is exact, and spares the
+        // read-modify-write when it stays (a CONNECT's or a matched message's case).
         let bit = 1u32 << self.k;
-        if self.g.quiet() {
-            self.shared.links_busy.fetch_and(!bit, Ordering::Release);
-        } else {
+        let busy = !self.g.quiet();
+        let was = self.shared.links_busy.load(Ordering::Relaxed) & bit != 0;
+        if busy && !was {
             self.shared.links_busy.fetch_or(bit, Ordering::Release);
+        } else if !busy && was {
+            self.shared.links_busy.fetch_and(!bit, Ordering::Release);
         }
     }
 }
