@@ -112,6 +112,17 @@ impl Hw {
         self.cq
     }
 
+    /// What a connection to a peer kernel is made with (cm.c): the device, its PD and
+    /// CQ, and the pool's GID (the local address), once the pool is built.
+    pub(crate) fn peer_resources(&self) -> Option<(*mut IbDevice, *mut IbPd, *mut IbCq, [u8; 16])> {
+        (!self.dead && !self.pool.is_empty()).then_some((self.ib, self.pd, self.cq, self.pool_gid))
+    }
+
+    /// The PD and CQ a peer kernel's accepted connection is made with (cm.c).
+    pub(crate) fn accept_resources(&self) -> Option<(*mut IbPd, *mut IbCq)> {
+        (!self.dead).then_some((self.pd, self.cq))
+    }
+
     /// Pooled QP `i` and its number, once the pool is built.
     pub(crate) fn pool_qp(&self, i: usize) -> Option<(*mut IbQp, u32)> {
         self.pool.get(i).map(|q| (q.qp, q.qpn))

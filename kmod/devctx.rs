@@ -60,7 +60,7 @@ use crate::backend::{self, CqArm, CqPoll, Hw, QpPost, POOL_QPS, SEND_DEPTH};
 use crate::cq_events::CqEvents;
 use crate::fabric::{MemberState, QpCell, Shared};
 use crate::ring_ctx::{RingAreas, RingCell, RingCtx};
-use crate::shim::{self, IbDevice, WcC};
+use crate::shim::{self, IbCq, IbDevice, IbPd, WcC};
 use crate::store::KBuf;
 
 /// The monotonic clock, us.
@@ -204,12 +204,50 @@ impl DevCtx {
         }
     }
 
-    /// Builds the QP pool if the device can have one now (the prewarm work item).
+    /// Builds the QP pool if the device can have one now (the prewarm work item), then
+    /// connects to the `cm_peer` kernel, if one is named.
     pub(crate) fn prewarm(&self) {
         // SAFETY: reads a module parameter.
         if unsafe { shim::krcore_shim_prewarm_enabled() } && self.shared.members().prewarm() {
             pr_debug!("QP pool ready\n");
+            self.dial_peer();
         }
+    }
+
+    /// Connects an RC QP to the kernel named by the `cm_peer` parameter (cm.c), with no
+    /// lock held, and says how long it took. Issue 11's first step: the connection
+    /// lives until the device or the module goes; nothing binds to it yet.
+    fn dial_peer(&self) {
+        let mut peer = [0u8; 16];
+        // SAFETY: `peer` has the 16 bytes of a GID.
+        if unsafe { shim::krcore_shim_cm_peer_gid(peer.as_mut_ptr()) } != 0 {
+            return;
+        }
+        let Some((ib, pd, cq, gid)) = self.shared.members().g.hw.peer_resources() else {
+            return;
+        };
+        let [a, b, c, d] = [peer[12], peer[13], peer[14], peer[15]];
+        let started = now_us();
+        let mut qpn = 0u32;
+        // SAFETY: the device, PD and CQ live until this context's removal, which stops
+        // this work item first; the GIDs are 16 bytes each.
+        let r = unsafe {
+            shim::krcore_shim_cm_connect(ib, pd, cq, gid.as_ptr(), peer.as_ptr(), 10_000, &mut qpn)
+        };
+        let us = now_us() - started;
+        if r == 0 {
+            pr_info!("connected to the peer kernel at {a}.{b}.{c}.{d} in {us} us, QP {qpn}\n");
+        } else {
+            pr_warn!("no connection to the peer kernel at {a}.{b}.{c}.{d}: error {r} after {us} us\n");
+        }
+    }
+
+    /// The PD and CQ a peer kernel's connection is accepted with (cm.c).
+    pub(crate) fn accept_resources(&self) -> Option<(*mut IbPd, *mut IbCq)> {
+        if self.dead.load(Ordering::Acquire) {
+            return None;
+        }
+        self.shared.members().g.hw.accept_resources()
     }
 
     /// Sets up a ring on this device; returns it and its areas (which the file maps

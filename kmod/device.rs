@@ -21,7 +21,7 @@ use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::abi::limits::{Limits, Resource, UserTable};
 use crate::devctx::DevCtx;
 use crate::backend::PORT;
-use crate::shim::{self, DevWatch, IbDevice, PortAttr};
+use crate::shim::{self, DevWatch, IbCq, IbDevice, IbPd, PortAttr};
 
 /// One tracked device.
 ///
@@ -252,5 +252,33 @@ extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
             devices.set_len(last);
             drop(core::ptr::read(devices.as_ptr().add(last)));
         }
+    }
+}
+
+/// rdma_cm's listener got a peer kernel's connection request on `dev` (cm.c): the PD
+/// and CQ of its device context.
+#[no_mangle]
+extern "C" fn krcore_rs_cm_resources(
+    dev: *mut IbDevice,
+    pd: *mut *mut IbPd,
+    cq: *mut *mut IbCq,
+) -> c_int {
+    let ctx = {
+        let devices = Registry::get().devices.lock();
+        match devices.iter().find(|d| d.ib == dev) {
+            Some(d) => d.ctx.clone(),
+            None => return ENODEV.to_errno(),
+        }
+    };
+    match ctx.accept_resources() {
+        Some((p, c)) => {
+            // SAFETY: the caller passes two writable pointers.
+            unsafe {
+                *pd = p;
+                *cq = c;
+            }
+            0
+        }
+        None => ENODEV.to_errno(),
     }
 }

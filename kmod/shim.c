@@ -135,7 +135,8 @@ static int krcore_client_add(struct ib_device *dev)
 
 static void krcore_client_remove(struct ib_device *dev, void *client_data)
 {
-	krcore_rs_dev_remove(dev);
+	/* Peer connections on the device go first: they use its context's PD and CQ. */
+	krcore_shim_cm_remove_device(dev, krcore_rs_dev_remove);
 }
 
 static struct ib_client krcore_client = {
@@ -763,12 +764,21 @@ int krcore_shim_register(void)
 	krcore_misc.mode = dev_mode & 0777;
 	ret = misc_register(&krcore_misc);
 	if (ret)
-		ib_unregister_client(&krcore_client);
+		goto client;
+	ret = krcore_shim_cm_listen();
+	if (ret)
+		goto misc;
+	return 0;
+misc:
+	misc_deregister(&krcore_misc);
+client:
+	ib_unregister_client(&krcore_client);
 	return ret;
 }
 
 void krcore_shim_unregister(void)
 {
+	krcore_shim_cm_stop();
 	misc_deregister(&krcore_misc);
 	ib_unregister_client(&krcore_client);
 }

@@ -34,6 +34,10 @@ void krcore_rs_dev_remove(struct ib_device *dev);
  * NEED_WAKEUP and rechecked the SQ), 2 nothing to do: yield, then keep polling. */
 int krcore_rs_sqpoll_step(void *ctx);
 
+/* rdma_cm's listener got a peer kernel's request on `dev`: the PD and CQ of its device
+ * context, or -ENODEV (cm.c; called with no krcore lock held but cm.c's list lock). */
+int krcore_rs_cm_resources(struct ib_device *dev, struct ib_pd **pd, struct ib_cq **cq);
+
 /* Build the device's QP pool now if it can (work context; ctx is the device context). */
 void krcore_rs_dev_prewarm(void *ctx);
 
@@ -226,5 +230,23 @@ int krcore_shim_query_port(struct ib_device *dev, u32 port, struct krcore_port_a
 /* One GID table entry: 0 and the GID (16 bytes) and its type, or a negative errno. */
 int krcore_shim_query_gid(struct ib_device *dev, u32 port, u32 index, u8 *gid,
 			  u32 *gid_type);
+
+/* ---- Kernel-to-kernel connections (cm.c) ---- */
+struct ib_pd;
+struct ib_cq;
+/* Listen on the cm_port parameter (nothing when it is 0); stop and tear every peer
+ * connection down. */
+int krcore_shim_cm_listen(void);
+void krcore_shim_cm_stop(void);
+/* The cm_peer parameter as an IPv4-mapped GID (16 bytes): 0, -ENOENT when unset. */
+int krcore_shim_cm_peer_gid(u8 *gid);
+/* Connects an RC QP on `dev` with `pd` and `cq` from local address src_gid to dst_gid
+ * (IPv4-mapped) at cm_port, waiting up to timeout_ms; 0 and the QP's number, or a
+ * negative errno. Sleeps; call with no krcore lock held. */
+int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u32 *qpn);
+/* A device goes away: refuse its requests, tear its peer connections down, then call
+ * `remove` (the device context's removal). */
+void krcore_shim_cm_remove_device(struct ib_device *dev, void (*remove)(struct ib_device *));
 
 #endif /* KRCORE_SHIM_H */

@@ -171,6 +171,16 @@ extern "C" {
         -> *mut DevWatch;
     pub(crate) fn krcore_shim_devwatch_stop(w: *mut DevWatch);
     pub(crate) fn krcore_shim_prewarm_enabled() -> bool;
+    pub(crate) fn krcore_shim_cm_peer_gid(gid: *mut u8) -> c_int;
+    pub(crate) fn krcore_shim_cm_connect(
+        dev: *mut IbDevice,
+        pd: *mut IbPd,
+        cq: *mut IbCq,
+        src_gid: *const u8,
+        dst_gid: *const u8,
+        timeout_ms: u32,
+        qpn: *mut u32,
+    ) -> c_int;
     pub(crate) fn krcore_shim_bench_direct_enabled() -> bool;
     pub(crate) fn krcore_shim_eventfd_get(fd: c_int) -> *mut EventfdCtx;
     pub(crate) fn krcore_shim_eventfd_signal(ctx: *mut EventfdCtx);

@@ -6,7 +6,16 @@
 #                                   while it boots or serves another client (up to 60 s)
 #   cluster-smoke.sh cycle ROLE     have the runner kill ROLE's guest and boot it again
 #   cluster-smoke.sh reborn ROLE    first boot: wait to be killed; later boots: ping ROLE
+#   cluster-smoke.sh listen N       reload the module listening for peer kernels (rdma_cm,
+#                                   port 7471); wait until it accepted N connections (60 s),
+#                                   then unload it with them live
+#   cluster-smoke.sh dial ROLE      reload the module listening and naming ROLE's guest as
+#                                   its peer: the kernel connects to ROLE's kernel once its
+#                                   pool is ready; retried while ROLE's module is not
+#                                   listening yet (up to 60 s); then remove rxe0 with the
+#                                   connection live, and unload
 set -u
+CM_PORT=7471
 addr_of() {
   for p in $KRCORE_PEERS; do
     [ "${p%%=*}" = "$1" ] && { echo "${p#*=}"; return 0; }
@@ -26,7 +35,52 @@ ping_role() {
   echo "$KRCORE_NODE: no RC round trip with $1 ($peer) in 60 s" >&2
   exit 1
 }
+# Reloads the module with the cm port and any further parameters ($@).
+reload() {
+  rmmod krcore 2>/dev/null
+  insmod "$KRCORE_KO" cm_port=$CM_PORT "$@"
+}
+# How many kernel log lines contain $1.
+count() { dmesg | grep -c "$1"; }
 case "$1" in
+listen)
+  reload || exit 1
+  for _ in $(seq 60); do
+    if [ "$(count "accepted a peer kernel")" -ge "$2" ]; then
+      echo "$KRCORE_NODE ($KRCORE_ADDR): accepted $2 peer kernel connection(s)"
+      sleep 2
+      rmmod krcore || exit 1
+      echo "$KRCORE_NODE: unloaded with the connection(s) live"
+      exit 0
+    fi
+    sleep 1
+  done
+  echo "$KRCORE_NODE: accepted fewer than $2 peer kernel connections in 60 s" >&2
+  exit 1
+  ;;
+dial)
+  peer=$(addr_of "$2") || exit 1
+  for _ in $(seq 30); do
+    ok=$(count "connected to the peer kernel")
+    failed=$(count "no connection to the peer kernel")
+    reload cm_peer="$peer" || exit 1
+    for _ in $(seq 40); do
+      if [ "$(count "connected to the peer kernel")" -gt "$ok" ]; then
+        echo "$KRCORE_NODE ($KRCORE_ADDR) -> $2 ($peer): $(dmesg | grep "connected to the peer kernel" | tail -1 | sed 's/.*krcore: //')"
+        rdma link delete rxe0 || exit 1
+        rmmod krcore || exit 1
+        echo "$KRCORE_NODE: rxe0 removed with the connection live, module unloaded"
+        exit 0
+      fi
+      [ "$(count "no connection to the peer kernel")" -gt "$failed" ] && break
+      sleep 0.5
+    done
+    sleep 1
+  done
+  echo "$KRCORE_NODE: no kernel connection to $2 ($peer) in 60 s" >&2
+  dmesg | grep krcore | tail -5 >&2
+  exit 1
+  ;;
 serve)
   for _ in $(seq "$2"); do
     ibv_rc_pingpong -d rxe0 -g 1 -n 10 >/dev/null || exit 1
@@ -48,7 +102,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE" >&2
   exit 2
   ;;
 esac

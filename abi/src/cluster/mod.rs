@@ -3,7 +3,10 @@
 //!
 //! - [`conn_set`]: a node's connection set to one peer, and how two nodes connecting to
 //!   each other at once end with one.
+//! - [`peers`]: the table of a node's sets, each owning a block of the device's
+//!   physical QP slots, reused least recently used first when nothing is bound.
 //!
 //! What the MetaServer holds and how it is read is in [`meta`](super::meta).
 
 pub mod conn_set;
+pub mod peers;

@@ -1,0 +1,339 @@
+//! A node's connection sets, one per peer node it talks to, each owning a fixed block of
+//! the device's physical QP slots (issue 11; not yet used by the module).
+//!
+//! The engine accounts, routes and recovers physical QPs by index
+//! ([`Qps`](crate::engine::Qps)). The loopback pool takes the first indices; after it
+//! come the remote sets' blocks, `qps_per_set` each, block `i` for table entry `i`. So a
+//! remote QP is accounted, routed by its QP number and recovered exactly as a pooled one
+//! is, and the entry a failing QP belongs to is one division away ([`Peers::of_qp`]).
+//!
+//! A CONNECT naming a peer asks [`Peers::dial`]: an entry whose set is up is used (a bind,
+//! microseconds), one being connected is waited for, and a peer not in the table takes a
+//! free entry, or the least recently used entry no virtual QP is bound to (its old set is
+//! torn down first): the caller then connects the entry's QPs (rdma_cm, milliseconds) and
+//! reports the outcome ([`Peers::attempt_done`]). A table whose every entry is in use
+//! answers `Full`, which CONNECT reports by name: nothing waits for room.
+
+use core::ops::Range;
+
+use super::conn_set::{Action, Answer, ConnSet, State};
+use crate::engine::Store;
+
+/// One peer node and our set to it.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer {
+    /// Its address (an IPv4-mapped GID: what a CONNECT names).
+    pub addr: [u8; 16],
+    /// Our set to it.
+    pub set: ConnSet,
+    /// Virtual QPs bound to the set's QPs: while any is, the entry is never reused.
+    pub bound: u32,
+    /// When a CONNECT last used or started it, ms (the least recent goes first).
+    pub last_used_ms: i64,
+}
+
+/// What a CONNECT to a peer does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dial {
+    /// The set is up: bind to one of these physical QPs.
+    Use {
+        /// The entry.
+        peer: u32,
+        /// Its physical QP slots.
+        qps: Range<u32>,
+    },
+    /// Connect these physical QP slots to the peer, then report the outcome.
+    Connect {
+        /// The entry.
+        peer: u32,
+        /// Its physical QP slots.
+        qps: Range<u32>,
+        /// The entry held another peer's set, which must be torn down first.
+        evicts: bool,
+    },
+    /// A connection to the peer is under way (ours or its), or the last one failed and
+    /// the set backs off: try again later.
+    Wait,
+    /// Every entry has virtual QPs bound or a connection under way.
+    Full,
+}
+
+/// A node's peers, over a table the caller provides (its length is the capacity).
+pub struct Peers<S: Store> {
+    table: S::Buf<Option<Peer>>,
+    me: u16,
+    first_qp: u32,
+    qps_per_set: u32,
+}
+
+impl<S: Store> Peers<S> {
+    /// No peers yet, for node `me`, whose sets take physical QP slots from `first_qp`
+    /// on, `qps_per_set` (at least 1) each.
+    pub fn new(table: S::Buf<Option<Peer>>, me: u16, first_qp: u32, qps_per_set: u32) -> Self {
+        assert!(qps_per_set > 0);
+        let mut p: Self = Peers {
+            table,
+            me,
+            first_qp,
+            qps_per_set,
+        };
+        let t: &mut [Option<Peer>] = p.table.as_mut();
+        t.fill(None);
+        p
+    }
+
+    /// Physical QP slots the table can use, all entries together.
+    pub fn qp_slots(&self) -> u32 {
+        self.table.as_ref().len() as u32 * self.qps_per_set
+    }
+
+    /// Entry `peer`, if it holds one.
+    pub fn get(&self, peer: u32) -> Option<&Peer> {
+        self.table.as_ref().get(peer as usize)?.as_ref()
+    }
+
+    /// The entry of the peer at `addr`.
+    pub fn find(&self, addr: &[u8; 16]) -> Option<u32> {
+        self.table
+            .as_ref()
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|p| p.addr == *addr))
+            .map(|i| i as u32)
+    }
+
+    /// Entry `peer`'s physical QP slots.
+    pub fn qps(&self, peer: u32) -> Range<u32> {
+        let first = self.first_qp + peer * self.qps_per_set;
+        first..first + self.qps_per_set
+    }
+
+    /// The entry whose set physical QP slot `qp` belongs to.
+    pub fn of_qp(&self, qp: u32) -> Option<u32> {
+        let i = qp.checked_sub(self.first_qp)? / self.qps_per_set;
+        self.get(i).map(|_| i)
+    }
+
+    /// A CONNECT at `now_ms` to the peer at `addr`, node `node` of incarnation
+    /// `incarnation` (from its node record).
+    pub fn dial(&mut self, addr: &[u8; 16], node: u16, incarnation: u64, now_ms: i64) -> Dial {
+        let (i, evicts) = match self.find(addr) {
+            Some(i) => (i, false),
+            None => match self.claim() {
+                Some(c) => c,
+                None => return Dial::Full,
+            },
+        };
+        let me = self.me;
+        let qps = self.qps(i);
+        let e = &mut self.table.as_mut()[i as usize];
+        let p = e.get_or_insert(Peer {
+            addr: *addr,
+            set: ConnSet::new(me, node),
+            bound: 0,
+            last_used_ms: now_ms,
+        });
+        p.last_used_ms = now_ms;
+        match p.set.want(incarnation, now_ms) {
+            Action::Use => Dial::Use { peer: i, qps },
+            Action::Wait => Dial::Wait,
+            Action::Connect => Dial::Connect {
+                peer: i,
+                qps,
+                evicts,
+            },
+        }
+    }
+
+    /// A free entry, or the least recently used one nothing is bound to and nothing is
+    /// connecting (emptied here; whether it held a set).
+    fn claim(&mut self) -> Option<(u32, bool)> {
+        let t = self.table.as_mut();
+        if let Some(i) = t.iter().position(Option::is_none) {
+            return Some((i as u32, false));
+        }
+        let (i, _) = t
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|p| (i, p)))
+            .filter(|(_, p)| p.bound == 0 && !matches!(p.set.state(), State::Connecting { .. }))
+            .min_by_key(|(_, p)| p.last_used_ms)?;
+        let had_set = matches!(t[i].map(|p| p.set.state()), Some(State::Ready { .. }));
+        t[i] = None;
+        Some((i as u32, had_set))
+    }
+
+    /// The peer at `addr`, node `node` of incarnation `incarnation`, asks to connect:
+    /// the answer and the entry whose slots take the connection (when accepted), or
+    /// `None` when the table has no room (refuse it).
+    pub fn request(
+        &mut self,
+        addr: &[u8; 16],
+        node: u16,
+        incarnation: u64,
+        now_ms: i64,
+    ) -> Option<(Answer, u32, bool)> {
+        let (i, evicts) = match self.find(addr) {
+            Some(i) => (i, false),
+            None => self.claim()?,
+        };
+        let me = self.me;
+        let p = self.table.as_mut()[i as usize].get_or_insert(Peer {
+            addr: *addr,
+            set: ConnSet::new(me, node),
+            bound: 0,
+            last_used_ms: now_ms,
+        });
+        Some((p.set.request(incarnation), i, evicts))
+    }
+
+    /// Our attempt on entry `peer` ended at `now_ms`.
+    pub fn attempt_done(&mut self, peer: u32, established: bool, now_ms: i64) {
+        if let Some(p) = self.entry(peer) {
+            p.set.attempt_done(established, now_ms);
+        }
+    }
+
+    /// Entry `peer`'s set broke, or its peer's node record shows `incarnation`: whether
+    /// the set is gone (its virtual QPs then fail, and its QPs are torn down).
+    pub fn lost(&mut self, peer: u32, incarnation: Option<u64>) -> bool {
+        self.entry(peer).is_some_and(|p| p.set.lost(incarnation))
+    }
+
+    /// A virtual QP was bound to entry `peer`'s set.
+    pub fn bind(&mut self, peer: u32) {
+        if let Some(p) = self.entry(peer) {
+            p.bound += 1;
+        }
+    }
+
+    /// A virtual QP bound to entry `peer`'s set was released.
+    pub fn unbind(&mut self, peer: u32) {
+        if let Some(p) = self.entry(peer) {
+            p.bound = p.bound.saturating_sub(1);
+        }
+    }
+
+    fn entry(&mut self, peer: u32) -> Option<&mut Peer> {
+        self.table.as_mut().get_mut(peer as usize)?.as_mut()
+    }
+}
+
+#[cfg(any(test, feature = "alloc"))]
+impl Peers<crate::engine::VecStore> {
+    /// Room for `n` peers (tests, benchmarks).
+    pub fn with_capacity(n: usize, me: u16, first_qp: u32, qps_per_set: u32) -> Self {
+        Peers::new(alloc::vec![None; n], me, first_qp, qps_per_set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(n: u8) -> [u8; 16] {
+        let mut a = [0u8; 16];
+        a[10..12].fill(0xff);
+        a[12..].copy_from_slice(&[192, 0, 2, n]);
+        a
+    }
+
+    #[test]
+    fn a_first_contact_connects_once_and_later_ones_use_the_set() {
+        let mut p = Peers::with_capacity(4, 1, 4, 2);
+        let Dial::Connect { peer, qps, evicts } = p.dial(&addr(12), 2, 7, 0) else {
+            panic!("first contact connects");
+        };
+        assert_eq!((qps, evicts), (4..6, false));
+        assert_eq!(
+            p.dial(&addr(12), 2, 7, 1),
+            Dial::Wait,
+            "one attempt at a time"
+        );
+        p.attempt_done(peer, true, 2);
+        assert_eq!(p.dial(&addr(12), 2, 7, 3), Dial::Use { peer, qps: 4..6 });
+        assert_eq!(
+            (p.of_qp(4), p.of_qp(5), p.of_qp(3)),
+            (Some(0), Some(0), None)
+        );
+        // A second peer takes the next block.
+        let Dial::Connect { qps, .. } = p.dial(&addr(13), 3, 1, 4) else {
+            panic!()
+        };
+        assert_eq!(qps, 6..8);
+        assert_eq!(p.of_qp(7), Some(1));
+        assert_eq!(p.of_qp(8), None, "no entry there");
+    }
+
+    #[test]
+    fn a_full_table_reuses_only_idle_entries_least_recent_first() {
+        let mut p = Peers::with_capacity(2, 1, 0, 1);
+        for (n, t) in [(10u8, 0i64), (11, 1)] {
+            let Dial::Connect { peer, .. } = p.dial(&addr(n), n as u16, 1, t) else {
+                panic!()
+            };
+            p.attempt_done(peer, true, t);
+        }
+        p.bind(1);
+        // Entry 0 (peer .10) is idle and least recent: it goes, its set torn down.
+        assert_eq!(
+            p.dial(&addr(20), 20, 1, 5),
+            Dial::Connect {
+                peer: 0,
+                qps: 0..1,
+                evicts: true
+            }
+        );
+        assert_eq!(p.find(&addr(10)), None);
+        // Entry 0 is connecting, entry 1 bound: no room.
+        assert_eq!(p.dial(&addr(21), 21, 1, 6), Dial::Full);
+        assert_eq!(p.request(&addr(21), 21, 1, 6), None, "nor for a request");
+        p.unbind(1);
+        assert!(matches!(
+            p.dial(&addr(21), 21, 1, 7),
+            Dial::Connect {
+                peer: 1,
+                evicts: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_lost_set_is_rebuilt_by_the_next_connect_in_the_same_slots() {
+        let mut p = Peers::with_capacity(2, 1, 4, 2);
+        let Dial::Connect { peer, .. } = p.dial(&addr(12), 2, 7, 0) else {
+            panic!()
+        };
+        p.attempt_done(peer, true, 0);
+        p.bind(peer);
+        assert!(!p.lost(peer, Some(7)), "same incarnation");
+        assert!(p.lost(peer, Some(8)), "the peer restarted");
+        assert_eq!(
+            p.dial(&addr(12), 2, 8, 1),
+            Dial::Connect {
+                peer,
+                qps: 4..6,
+                evicts: false
+            }
+        );
+    }
+
+    /// Both nodes dial each other at once; whatever order the requests arrive in, the
+    /// lower id's attempt becomes the one set on both.
+    #[test]
+    fn both_at_once_through_the_table() {
+        let (mut a, mut b) = (
+            Peers::with_capacity(2, 1, 0, 2),
+            Peers::with_capacity(2, 2, 0, 2),
+        );
+        assert!(matches!(a.dial(&addr(12), 2, 20, 0), Dial::Connect { .. }));
+        assert!(matches!(b.dial(&addr(11), 1, 10, 0), Dial::Connect { .. }));
+        let (ans_b, pb, _) = b.request(&addr(11), 1, 10, 1).unwrap();
+        let (ans_a, pa, _) = a.request(&addr(12), 2, 20, 1).unwrap();
+        assert_eq!((ans_a, ans_b), (Answer::Refuse, Answer::Accept));
+        a.attempt_done(pa, true, 2);
+        b.attempt_done(pb, false, 2);
+        assert!(matches!(a.dial(&addr(12), 2, 20, 3), Dial::Use { .. }));
+        assert!(matches!(b.dial(&addr(11), 1, 10, 3), Dial::Use { .. }));
+    }
+}

@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Kernel-to-kernel RC connections with rdma_cm (issue 11): every module listens on
+ * cm_port, and a node connects to a peer's address in the kernel. Mechanism only, as
+ * the rest of the shim: which peers, when, and what a connection carries are Rust's.
+ *
+ * A connection (struct krcore_cm_conn) owns its cm_id and the RC QP created on it with
+ * the device context's PD and CQ; all connections are on one list, so a device going
+ * away (its context's PD and CQ are freed right after) and the module's exit tear
+ * theirs down first. Lock order: krcore_cm_lock (the list), then nothing; a handler
+ * never takes it while it runs under the CM's handler mutex except to add or mark its
+ * own connection, and teardown takes connections off the list before destroying their
+ * ids (rdma_destroy_id waits for a running handler).
+ */
+#include <linux/completion.h>
+#include <linux/in.h>
+#include <linux/inet.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/slab.h>
+#include <linux/moduleparam.h>
+#include <linux/ktime.h>
+#include <rdma/rdma_cm.h>
+
+#include "shim.h"
+
+static ushort cm_port;
+module_param(cm_port, ushort, 0444);
+MODULE_PARM_DESC(cm_port, "TCP-space port krcore listens on for peer kernels (default 0: none)");
+
+static char *cm_peer;
+module_param(cm_peer, charp, 0444);
+MODULE_PARM_DESC(cm_peer, "IPv4 address of a peer kernel each device connects to once its pool is ready (default: none)");
+
+/* Each step of an active connect (address, route) is bounded by this. */
+#define KRCORE_CM_STEP_MS 2000
+#define KRCORE_CM_SEND_DEPTH 64
+
+struct krcore_cm_conn {
+	struct list_head node;
+	/* Held by its handler throughout, and by teardown to mark it abandoned. */
+	struct mutex lock;
+	struct rdma_cm_id *id;
+	struct ib_device *dev;
+	struct ib_pd *pd;
+	struct ib_cq *cq;
+	struct completion done;
+	int status;
+	/* The waiter gave up: the handler must not touch the id any more. */
+	bool abandoned;
+	bool qp_created;
+	bool broken;
+};
+
+/* A device being removed: requests arriving on it meanwhile are refused. */
+struct krcore_cm_closing {
+	struct list_head node;
+	struct ib_device *dev;
+};
+
+static LIST_HEAD(krcore_cm_conns);
+static LIST_HEAD(krcore_cm_closing_devs);
+static DEFINE_MUTEX(krcore_cm_lock);
+static struct rdma_cm_id *krcore_cm_listener;
+
+/* Whether `dev` is being removed (krcore_cm_lock held). */
+static bool krcore_cm_closing(struct ib_device *dev)
+{
+	struct krcore_cm_closing *cl;
+
+	list_for_each_entry(cl, &krcore_cm_closing_devs, node)
+		if (cl->dev == dev)
+			return true;
+	return false;
+}
+
+static int krcore_cm_create_qp(struct krcore_cm_conn *c)
+{
+	struct ib_qp_init_attr attr = {
+		.send_cq = c->cq,
+		.recv_cq = c->cq,
+		.cap = {
+			.max_send_wr = KRCORE_CM_SEND_DEPTH,
+			.max_recv_wr = 1,
+			.max_send_sge = 1,
+			.max_recv_sge = 1,
+		},
+		.sq_sig_type = IB_SIGNAL_REQ_WR,
+		.qp_type = IB_QPT_RC,
+	};
+	int ret = rdma_create_qp(c->id, c->pd, &attr);
+
+	c->qp_created = !ret;
+	return ret;
+}
+
+static void krcore_cm_param(struct rdma_conn_param *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->responder_resources = 16;
+	p->initiator_depth = 16;
+	/* As the pooled QPs: finite retries, so nothing waits forever on the wire. */
+	p->retry_count = 7;
+	p->rnr_retry_count = 6;
+}
+
+/* Destroys `c`'s QP and id and frees it; `c` is on no list. A handler that runs after
+ * the mark sees it and touches nothing; one running before has finished when the mark
+ * is taken; rdma_destroy_id waits for one that is about to look. */
+static void krcore_cm_free(struct krcore_cm_conn *c)
+{
+	bool qp;
+
+	mutex_lock(&c->lock);
+	c->abandoned = true;
+	qp = c->qp_created;
+	mutex_unlock(&c->lock);
+	if (qp)
+		rdma_destroy_qp(c->id);
+	rdma_destroy_id(c->id);
+	kfree(c);
+}
+
+static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
+			  struct rdma_cm_event *ev)
+{
+	struct rdma_conn_param p;
+	int ret;
+
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		return rdma_resolve_route(id, KRCORE_CM_STEP_MS);
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		/* The route must leave through the device whose PD and CQ we were given. */
+		if (id->device != c->dev)
+			return -EXDEV;
+		ret = krcore_cm_create_qp(c);
+		if (ret)
+			return ret;
+		krcore_cm_param(&p);
+		return rdma_connect_locked(id, &p);
+	case RDMA_CM_EVENT_ESTABLISHED:
+		c->status = 0;
+		complete(&c->done);
+		return 0;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		WRITE_ONCE(c->broken, true);
+		return 0;
+	default:
+		/* ADDR_ERROR, ROUTE_ERROR, CONNECT_ERROR, UNREACHABLE, REJECTED, ... */
+		return ev->status < 0 ? ev->status : -ECONNREFUSED;
+	}
+}
+
+/* Events of a connection's id (both sides). Returns 0 always: the id is ours to
+ * destroy; a failed step ends the waiting connect with its errno. */
+static int krcore_cm_conn_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
+{
+	struct krcore_cm_conn *c = id->context;
+	int ret;
+
+	mutex_lock(&c->lock);
+	if (!c->abandoned) {
+		ret = krcore_cm_step(c, id, ev);
+		if (ret) {
+			c->status = ret;
+			complete(&c->done);
+		}
+	}
+	mutex_unlock(&c->lock);
+	return 0;
+}
+
+static struct krcore_cm_conn *krcore_cm_conn_alloc(struct ib_device *dev, struct ib_pd *pd,
+						   struct ib_cq *cq)
+{
+	struct krcore_cm_conn *c = kzalloc(sizeof(*c), GFP_KERNEL);
+
+	if (!c)
+		return NULL;
+	c->dev = dev;
+	c->pd = pd;
+	c->cq = cq;
+	c->status = -ETIMEDOUT;
+	mutex_init(&c->lock);
+	init_completion(&c->done);
+	return c;
+}
+
+int krcore_shim_cm_peer_gid(u8 *gid)
+{
+	if (!cm_peer || !*cm_peer)
+		return -ENOENT;
+	memset(gid, 0, 16);
+	gid[10] = 0xff;
+	gid[11] = 0xff;
+	return in4_pton(cm_peer, -1, gid + 12, -1, NULL) ? 0 : -EINVAL;
+}
+
+int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u32 *qpn)
+{
+	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
+	struct krcore_cm_conn *c;
+	int ret;
+
+	if (!cm_port)
+		return -ENOTCONN;
+	c = krcore_cm_conn_alloc(dev, pd, cq);
+	if (!c)
+		return -ENOMEM;
+	/* IPv4-mapped GIDs: the address is the last four bytes. */
+	memcpy(&src.sin_addr.s_addr, src_gid + 12, 4);
+	memcpy(&dst.sin_addr.s_addr, dst_gid + 12, 4);
+	dst.sin_port = htons(cm_port);
+	c->id = rdma_create_id(&init_net, krcore_cm_conn_handler, c, RDMA_PS_TCP, IB_QPT_RC);
+	if (IS_ERR(c->id)) {
+		ret = PTR_ERR(c->id);
+		kfree(c);
+		return ret;
+	}
+	ret = rdma_resolve_addr(c->id, (struct sockaddr *)&src, (struct sockaddr *)&dst,
+				KRCORE_CM_STEP_MS);
+	if (!ret && !wait_for_completion_timeout(&c->done, msecs_to_jiffies(timeout_ms)))
+		ret = -ETIMEDOUT;
+	if (!ret)
+		ret = c->status;
+	if (ret) {
+		krcore_cm_free(c);
+		return ret;
+	}
+	*qpn = c->id->qp->qp_num;
+	mutex_lock(&krcore_cm_lock);
+	/* The device's removal began while we connected: its CQ is about to go. */
+	if (krcore_cm_closing(dev)) {
+		mutex_unlock(&krcore_cm_lock);
+		krcore_cm_free(c);
+		return -ENODEV;
+	}
+	list_add(&c->node, &krcore_cm_conns);
+	mutex_unlock(&krcore_cm_lock);
+	return 0;
+}
+
+/* A peer kernel's connection request, on the listener: the new connection's QP is
+ * created with its device context's PD and CQ and accepted. Under krcore_cm_lock
+ * throughout, so a device's removal either sees the connection on the list or refuses
+ * it first. Returning nonzero has the CM destroy the new id. */
+static int krcore_cm_accept(struct rdma_cm_id *id)
+{
+	struct krcore_cm_conn *c;
+	struct rdma_conn_param p;
+	struct ib_pd *pd;
+	struct ib_cq *cq;
+	int ret;
+
+	if (krcore_cm_closing(id->device))
+		return -ENODEV;
+	ret = krcore_rs_cm_resources(id->device, &pd, &cq);
+	if (ret)
+		return ret;
+	c = krcore_cm_conn_alloc(id->device, pd, cq);
+	if (!c)
+		return -ENOMEM;
+	c->id = id;
+	ret = krcore_cm_create_qp(c);
+	if (ret)
+		goto free;
+	id->context = c;
+	id->event_handler = krcore_cm_conn_handler;
+	krcore_cm_param(&p);
+	ret = rdma_accept(id, &p);
+	if (ret) {
+		rdma_destroy_qp(id);
+		goto free;
+	}
+	pr_info("krcore: %s: accepted a peer kernel's connection, QP %u\n",
+		dev_name(&id->device->dev), id->qp->qp_num);
+	list_add(&c->node, &krcore_cm_conns);
+	return 0;
+free:
+	kfree(c);
+	return ret;
+}
+
+static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
+{
+	int ret;
+
+	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
+		return 0;
+	mutex_lock(&krcore_cm_lock);
+	ret = krcore_cm_accept(id);
+	mutex_unlock(&krcore_cm_lock);
+	return ret;
+}
+
+int krcore_shim_cm_listen(void)
+{
+	struct sockaddr_in any = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
+	struct rdma_cm_id *id;
+	int ret;
+
+	if (!cm_port)
+		return 0;
+	any.sin_port = htons(cm_port);
+	id = rdma_create_id(&init_net, krcore_cm_listen_handler, NULL, RDMA_PS_TCP, IB_QPT_RC);
+	if (IS_ERR(id))
+		return PTR_ERR(id);
+	ret = rdma_bind_addr(id, (struct sockaddr *)&any);
+	if (!ret)
+		ret = rdma_listen(id, 64);
+	if (ret) {
+		rdma_destroy_id(id);
+		return ret;
+	}
+	krcore_cm_listener = id;
+	return 0;
+}
+
+/* Takes the connections on `dev` (every one when NULL) off the list and tears them
+ * down. */
+static void krcore_cm_drop(struct ib_device *dev)
+{
+	struct krcore_cm_conn *c, *n;
+	LIST_HEAD(gone);
+
+	mutex_lock(&krcore_cm_lock);
+	list_for_each_entry_safe(c, n, &krcore_cm_conns, node) {
+		if (!dev || c->dev == dev)
+			list_move(&c->node, &gone);
+	}
+	mutex_unlock(&krcore_cm_lock);
+	list_for_each_entry_safe(c, n, &gone, node) {
+		list_del(&c->node);
+		rdma_disconnect(c->id);
+		krcore_cm_free(c);
+	}
+}
+
+void krcore_shim_cm_remove_device(struct ib_device *dev, void (*remove)(struct ib_device *))
+{
+	struct krcore_cm_closing cl = { .dev = dev };
+
+	mutex_lock(&krcore_cm_lock);
+	list_add(&cl.node, &krcore_cm_closing_devs);
+	mutex_unlock(&krcore_cm_lock);
+	krcore_cm_drop(dev);
+	remove(dev);
+	mutex_lock(&krcore_cm_lock);
+	list_del(&cl.node);
+	mutex_unlock(&krcore_cm_lock);
+}
+
+void krcore_shim_cm_stop(void)
+{
+	if (krcore_cm_listener) {
+		/* Waits for a running request handler; none comes after. */
+		rdma_destroy_id(krcore_cm_listener);
+		krcore_cm_listener = NULL;
+	}
+	krcore_cm_drop(NULL);
+}
