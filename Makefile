@@ -81,14 +81,17 @@ vm-test: kmod host
 # module loaded and its own address; in the 3-guest run one guest is killed mid-run
 # and booted again, and reaches its peer after. Then kernel-to-kernel connections: b's
 # module connects to a's over rdma_cm, then b removes its device and a unloads, each
-# with the connection live.
+# with the connection live; and remote CONNECT: b's applications CONNECT to a's node
+# (first contact, then warm), a unloads, and b's next CONNECT fails by name.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
+CONNECT_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) connect a"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) serve 2" --role "b:$(SMOKE) reborn a" --role "c:sleep 8; $(SMOKE) cycle b && $(SMOKE) ping a"
 	@$(VM) --timeout 300 --nodes 2 $(CM_ROLES)
+	@$(VM) --timeout 300 --nodes 2 $(CONNECT_ROLES)
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the
@@ -101,6 +104,7 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 2400 -- /bin/sh -c '$(GUEST_SUITE) && $(STRESS) $(STRESS_SECONDS) 3 3 1'
 	@echo "[test] kernel-to-kernel connections between 2 guests on the debug kernel"
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(CM_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 2 $(CONNECT_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the
 # debug kernel; STRESS_SEED picks another random sequence.

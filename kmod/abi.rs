@@ -8,6 +8,8 @@
 #[path = "bitflags.rs"]
 pub(crate) mod bitflags;
 
+#[path = "../abi/src/cluster/mod.rs"]
+pub(crate) mod cluster;
 #[path = "../abi/src/compat.rs"]
 pub(crate) mod compat;
 #[path = "../abi/src/cqe.rs"]

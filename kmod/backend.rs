@@ -32,8 +32,11 @@ pub(crate) const SEND_DEPTH: u32 = 64;
 /// Receive queue depth of a pooled QP: the engine posts no receives (a message is
 /// written into its receiver's buffer, abi's engine/message.rs), but a QP has a queue.
 const RECV_DEPTH: u32 = 1;
-/// CQ entries: room for every request the pool can have outstanding.
-const CQ_DEPTH: i32 = (POOL_QPS as i32) * (SEND_DEPTH + RECV_DEPTH) as i32;
+/// Physical QP slots of a device: the pool's, then the peer sets' (peer.rs).
+pub(crate) const QPS: usize = POOL_QPS + crate::peer::PEER_QPS;
+/// CQ entries: room for every request the pool and the peer sets can have outstanding
+/// (a peer QP has the pool's depths: cm.c creates it so).
+const CQ_DEPTH: i32 = (QPS as i32) * (SEND_DEPTH + RECV_DEPTH) as i32;
 /// GID table entries searched for the local RoCE v2 GID.
 const GID_SEARCH: u32 = 16;
 /// The port krcore serves on every device (its pool's GIDs are this port's).
@@ -118,9 +121,14 @@ impl Hw {
         (!self.dead && !self.pool.is_empty()).then_some((self.ib, self.pd, self.cq, self.pool_gid))
     }
 
-    /// The PD and CQ a peer kernel's accepted connection is made with (cm.c).
-    pub(crate) fn accept_resources(&self) -> Option<(*mut IbPd, *mut IbCq)> {
-        (!self.dead).then_some((self.pd, self.cq))
+    /// The PD and CQ (live until [`destroy`](Self::destroy)).
+    pub(crate) fn pd_cq(&self) -> (*mut IbPd, *mut IbCq) {
+        (self.pd, self.cq)
+    }
+
+    /// The GID the pool is connected over, once it is built: this device's address.
+    pub(crate) fn pool_gid(&self) -> Option<[u8; 16]> {
+        (!self.pool.is_empty()).then_some(self.pool_gid)
     }
 
     /// Pooled QP `i` and its number, once the pool is built.
@@ -524,6 +532,7 @@ impl Hw {
         Ok(Connection {
             qp: qp as u32,
             qpn: self.pool[qp].qpn,
+            peer: false,
         })
     }
 }

@@ -5,12 +5,20 @@
  * the rest of the shim: which peers, when, and what a connection carries are Rust's.
  *
  * A connection (struct krcore_cm_conn) owns its cm_id and the RC QP created on it with
- * the device context's PD and CQ; all connections are on one list, so a device going
- * away (its context's PD and CQ are freed right after) and the module's exit tear
- * theirs down first. Lock order: krcore_cm_lock (the list), then nothing; a handler
- * never takes it while it runs under the CM's handler mutex except to add or mark its
- * own connection, and teardown takes connections off the list before destroying their
- * ids (rdma_destroy_id waits for a running handler).
+ * the device context's PD and CQ. Every live connection is on one list, so a device
+ * going away (its context's PD and CQ are freed right after) and the module's exit
+ * tear theirs down first; whoever takes a connection off the list (under
+ * krcore_cm_lock) tears it down, once. A connection made for Rust (an active one) is
+ * also referenced by Rust's handle, so the struct outlives a teardown by the device's
+ * removal until Rust lets go (krcore_shim_cm_close / _put).
+ *
+ * Locks: krcore_cm_lock (the list) is taken briefly and nothing is taken under it. A
+ * request handler pins its device context (krcore_rs_cm_resources, which takes the
+ * registry's mutex, with no cm.c lock held) until its connection is on the list or
+ * torn down; a device's removal marks the device closing, tears its connections down,
+ * then removes the context, which waits for the pins. A connection's own mutex is held
+ * by its handler and by its teardown's mark; rdma_destroy_id waits for a running
+ * handler, so it is never called under that mutex.
  */
 #include <linux/completion.h>
 #include <linux/in.h>
@@ -38,6 +46,10 @@ MODULE_PARM_DESC(cm_peer, "IPv4 address of a peer kernel each device connects to
 
 struct krcore_cm_conn {
 	struct list_head node;
+	/* On the list (krcore_cm_lock): whoever clears it tears the connection down. */
+	bool on_list;
+	/* The list's reference and Rust's handle's (active connections). */
+	refcount_t refs;
 	/* Held by its handler throughout, and by teardown to mark it abandoned. */
 	struct mutex lock;
 	struct rdma_cm_id *id;
@@ -104,10 +116,17 @@ static void krcore_cm_param(struct rdma_conn_param *p)
 	p->rnr_retry_count = 6;
 }
 
-/* Destroys `c`'s QP and id and frees it; `c` is on no list. A handler that runs after
- * the mark sees it and touches nothing; one running before has finished when the mark
- * is taken; rdma_destroy_id waits for one that is about to look. */
-static void krcore_cm_free(struct krcore_cm_conn *c)
+static void krcore_cm_put(struct krcore_cm_conn *c)
+{
+	if (refcount_dec_and_test(&c->refs))
+		kfree(c);
+}
+
+/* Destroys `c`'s QP and id, once, by whoever took it off the list (or never put it
+ * there). A handler that runs after the mark sees it and touches nothing; one running
+ * before has finished when the mark is taken; rdma_destroy_id waits for one that is
+ * about to look. */
+static void krcore_cm_teardown(struct krcore_cm_conn *c)
 {
 	bool qp;
 
@@ -115,10 +134,26 @@ static void krcore_cm_free(struct krcore_cm_conn *c)
 	c->abandoned = true;
 	qp = c->qp_created;
 	mutex_unlock(&c->lock);
+	WRITE_ONCE(c->broken, true);
 	if (qp)
 		rdma_destroy_qp(c->id);
 	rdma_destroy_id(c->id);
-	kfree(c);
+	c->id = NULL;
+}
+
+/* Puts `c` on the list unless its device is closing: then tears it down. */
+static int krcore_cm_publish(struct krcore_cm_conn *c)
+{
+	mutex_lock(&krcore_cm_lock);
+	if (krcore_cm_closing(c->dev)) {
+		mutex_unlock(&krcore_cm_lock);
+		krcore_cm_teardown(c);
+		return -ENODEV;
+	}
+	c->on_list = true;
+	list_add(&c->node, &krcore_cm_conns);
+	mutex_unlock(&krcore_cm_lock);
+	return 0;
 }
 
 static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
@@ -184,6 +219,7 @@ static struct krcore_cm_conn *krcore_cm_conn_alloc(struct ib_device *dev, struct
 	c->pd = pd;
 	c->cq = cq;
 	c->status = -ETIMEDOUT;
+	refcount_set(&c->refs, 1);
 	mutex_init(&c->lock);
 	init_completion(&c->done);
 	return c;
@@ -200,7 +236,8 @@ int krcore_shim_cm_peer_gid(u8 *gid)
 }
 
 int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u32 *qpn)
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms,
+			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn)
 {
 	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
 	struct krcore_cm_conn *c;
@@ -228,72 +265,104 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 	if (!ret)
 		ret = c->status;
 	if (ret) {
-		krcore_cm_free(c);
+		krcore_cm_teardown(c);
+		krcore_cm_put(c);
 		return ret;
 	}
+	*qp = c->id->qp;
 	*qpn = c->id->qp->qp_num;
-	mutex_lock(&krcore_cm_lock);
-	/* The device's removal began while we connected: its CQ is about to go. */
-	if (krcore_cm_closing(dev)) {
-		mutex_unlock(&krcore_cm_lock);
-		krcore_cm_free(c);
-		return -ENODEV;
+	/* The device's removal may have begun while we connected: its CQ is about to go. */
+	ret = krcore_cm_publish(c);
+	if (ret) {
+		krcore_cm_put(c);
+		return ret;
 	}
-	list_add(&c->node, &krcore_cm_conns);
-	mutex_unlock(&krcore_cm_lock);
+	refcount_inc(&c->refs);
+	*out = c;
 	return 0;
 }
 
+bool krcore_shim_cm_broken(struct krcore_cm_conn *c)
+{
+	return READ_ONCE(c->broken);
+}
+
+void krcore_shim_cm_close(struct krcore_cm_conn *c)
+{
+	bool mine;
+
+	mutex_lock(&krcore_cm_lock);
+	mine = c->on_list;
+	if (mine) {
+		c->on_list = false;
+		list_del(&c->node);
+	}
+	mutex_unlock(&krcore_cm_lock);
+	if (mine) {
+		rdma_disconnect(c->id);
+		krcore_cm_teardown(c);
+		krcore_cm_put(c);
+	}
+	krcore_cm_put(c);
+}
+
+void krcore_shim_cm_put(struct krcore_cm_conn *c)
+{
+	krcore_cm_put(c);
+}
+
 /* A peer kernel's connection request, on the listener: the new connection's QP is
- * created with its device context's PD and CQ and accepted. Under krcore_cm_lock
- * throughout, so a device's removal either sees the connection on the list or refuses
- * it first. Returning nonzero has the CM destroy the new id. */
-static int krcore_cm_accept(struct rdma_cm_id *id)
+ * created with its device context's PD and CQ, pinned meanwhile, and accepted.
+ * Returning nonzero has the CM destroy the new id. */
+static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
 {
 	struct krcore_cm_conn *c;
 	struct rdma_conn_param p;
 	struct ib_pd *pd;
 	struct ib_cq *cq;
+	void *pin;
 	int ret;
 
-	if (krcore_cm_closing(id->device))
+	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
+		return 0;
+	pin = krcore_rs_cm_resources(id->device, &pd, &cq);
+	if (!pin)
 		return -ENODEV;
-	ret = krcore_rs_cm_resources(id->device, &pd, &cq);
-	if (ret)
-		return ret;
+	ret = -ENOMEM;
 	c = krcore_cm_conn_alloc(id->device, pd, cq);
 	if (!c)
-		return -ENOMEM;
+		goto unpin;
 	c->id = id;
 	ret = krcore_cm_create_qp(c);
 	if (ret)
 		goto free;
-	id->context = c;
-	id->event_handler = krcore_cm_conn_handler;
 	krcore_cm_param(&p);
 	ret = rdma_accept(id, &p);
 	if (ret) {
 		rdma_destroy_qp(id);
 		goto free;
 	}
+	id->context = c;
+	id->event_handler = krcore_cm_conn_handler;
 	pr_info("krcore: %s: accepted a peer kernel's connection, QP %u\n",
 		dev_name(&id->device->dev), id->qp->qp_num);
+	mutex_lock(&krcore_cm_lock);
+	if (krcore_cm_closing(c->dev)) {
+		/* Its device is going: the CM destroys the id; its QP goes now. */
+		mutex_unlock(&krcore_cm_lock);
+		rdma_destroy_qp(id);
+		ret = -ENODEV;
+		goto free;
+	}
+	c->on_list = true;
 	list_add(&c->node, &krcore_cm_conns);
+	mutex_unlock(&krcore_cm_lock);
+	krcore_rs_cm_unpin(pin);
 	return 0;
 free:
 	kfree(c);
-	return ret;
-}
-
-static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
-{
-	int ret;
-
-	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
-		return 0;
-	mutex_lock(&krcore_cm_lock);
-	ret = krcore_cm_accept(id);
-	mutex_unlock(&krcore_cm_lock);
+unpin:
+	krcore_rs_cm_unpin(pin);
 	return ret;
 }
 
@@ -329,14 +398,17 @@ static void krcore_cm_drop(struct ib_device *dev)
 
 	mutex_lock(&krcore_cm_lock);
 	list_for_each_entry_safe(c, n, &krcore_cm_conns, node) {
-		if (!dev || c->dev == dev)
+		if (!dev || c->dev == dev) {
+			c->on_list = false;
 			list_move(&c->node, &gone);
+		}
 	}
 	mutex_unlock(&krcore_cm_lock);
 	list_for_each_entry_safe(c, n, &gone, node) {
 		list_del(&c->node);
 		rdma_disconnect(c->id);
-		krcore_cm_free(c);
+		krcore_cm_teardown(c);
+		krcore_cm_put(c);
 	}
 }
 

@@ -39,7 +39,7 @@
 //! wait (under 3). Every function here must be called from a context that may sleep.
 
 use core::ffi::c_long;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
 use kernel::new_mutex;
 use kernel::prelude::*;
@@ -56,9 +56,10 @@ use crate::abi::engine::{
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
 use crate::abi::waiter::{Wait, WaitPolicy};
-use crate::backend::{self, CqArm, CqPoll, Hw, QpPost, POOL_QPS, SEND_DEPTH};
+use crate::backend::{self, CqArm, CqPoll, Hw, QpPost, POOL_QPS, QPS, SEND_DEPTH};
 use crate::cq_events::CqEvents;
 use crate::fabric::{MemberState, QpCell, Shared};
+use crate::peer::{PeerQp, PeerSets, QPS_PER_SET};
 use crate::ring_ctx::{RingAreas, RingCell, RingCtx};
 use crate::shim::{self, IbCq, IbDevice, IbPd, WcC};
 use crate::store::KBuf;
@@ -96,6 +97,24 @@ enum Next<T> {
     Again,
     /// Register memory for the ring without the lock, then step again.
     Register(Registration),
+    /// A CONNECT waits for its node's connection set: make it (or wait for whoever
+    /// does) without the lock, then step again.
+    Dial,
+}
+
+/// Work a submission leaves its caller to do without the ring's lock.
+enum Work {
+    Register(Registration),
+    Dial,
+}
+
+impl<T> From<Work> for Next<T> {
+    fn from(w: Work) -> Next<T> {
+        match w {
+            Work::Register(r) => Next::Register(r),
+            Work::Dial => Next::Dial,
+        }
+    }
 }
 
 /// The rings bound to a device, by slot (a leaf lock).
@@ -124,6 +143,12 @@ pub(crate) struct DevCtx {
     sleepers: AtomicU32,
     /// The device is gone.
     dead: AtomicBool,
+    /// The PD and CQ, fixed from creation to removal, for cm.c's request handler
+    /// (which must not wait for the membership lock: a CONNECT holding it may be
+    /// closing a connection in cm.c).
+    verbs: (AtomicPtr<IbPd>, AtomicPtr<IbCq>),
+    /// cm.c's request handlers using `verbs` now; the removal waits for them.
+    cm_pins: AtomicU32,
     /// A request's deadline (the `request_timeout_ms` parameter at creation).
     deadline_ms: i64,
     /// The CQ's event work (cq_events.rs).
@@ -134,8 +159,8 @@ impl DevCtx {
     /// Allocates the context of `ib`: PD, CQ, the engine's pool accounting.
     pub(crate) fn new(ib: *mut IbDevice) -> Result<Arc<DevCtx>> {
         let events = CqEvents::new()?;
-        let mut cells = KVec::with_capacity(POOL_QPS, GFP_KERNEL)?;
-        for _ in 0..POOL_QPS {
+        let mut cells = KVec::with_capacity(QPS, GFP_KERNEL)?;
+        for _ in 0..QPS {
             let acct = PhysQp::new(KBuf::filled(SEND_DEPTH as usize, Posted::EMPTY, GFP_KERNEL)?);
             cells.push(
                 QpCell {
@@ -161,8 +186,12 @@ impl DevCtx {
         let hw = Hw::new(ib, events.raw())?;
         let cq_ptr = hw.cq();
         let poll = CqPoll::new(cq_ptr)?;
+        let (verbs_pd, _) = hw.pd_cq();
         let members = MemberState {
             hw,
+            // Node ids come with the MetaServer; until then the both-at-once rule is
+            // unused (peer.rs).
+            peers: PeerSets::new(0)?,
             registering: 0,
             recovery: Recovery::new(2),
         };
@@ -183,6 +212,8 @@ impl DevCtx {
                 dirty: AtomicBool::new(false),
                 sleepers: AtomicU32::new(0),
                 dead: AtomicBool::new(false),
+                verbs: (AtomicPtr::new(verbs_pd), AtomicPtr::new(cq_ptr)),
+                cm_pins: AtomicU32::new(0),
                 // SAFETY: reads a module parameter.
                 deadline_ms: unsafe { shim::krcore_shim_request_timeout_ms() } as i64,
                 events,
@@ -214,40 +245,84 @@ impl DevCtx {
         }
     }
 
-    /// Connects an RC QP to the kernel named by the `cm_peer` parameter (cm.c), with no
-    /// lock held, and says how long it took. Issue 11's first step: the connection
-    /// lives until the device or the module goes; nothing binds to it yet.
+    /// Prewarms the set to the kernel named by the `cm_peer` parameter (peer.rs), with
+    /// no lock held while it connects, and says how long it took.
     fn dial_peer(&self) {
         let mut peer = [0u8; 16];
         // SAFETY: `peer` has the 16 bytes of a GID.
         if unsafe { shim::krcore_shim_cm_peer_gid(peer.as_mut_ptr()) } != 0 {
             return;
         }
-        let Some((ib, pd, cq, gid)) = self.shared.members().g.hw.peer_resources() else {
+        // SAFETY: plain call.
+        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        if !self.shared.members().g.peers.prewarm(&self.shared, &peer, now) {
             return;
-        };
-        let [a, b, c, d] = [peer[12], peer[13], peer[14], peer[15]];
+        }
         let started = now_us();
-        let mut qpn = 0u32;
-        // SAFETY: the device, PD and CQ live until this context's removal, which stops
-        // this work item first; the GIDs are 16 bytes each.
-        let r = unsafe {
-            shim::krcore_shim_cm_connect(ib, pd, cq, gid.as_ptr(), peer.as_ptr(), 10_000, &mut qpn)
-        };
+        self.dial();
         let us = now_us() - started;
-        if r == 0 {
-            pr_info!("connected to the peer kernel at {a}.{b}.{c}.{d} in {us} us, QP {qpn}\n");
-        } else {
-            pr_warn!("no connection to the peer kernel at {a}.{b}.{c}.{d}: error {r} after {us} us\n");
+        let [a, b, c, d] = [peer[12], peer[13], peer[14], peer[15]];
+        match self.shared.members().g.peers.ready(&peer) {
+            Some(qpn) => {
+                pr_info!("connected to the peer kernel at {a}.{b}.{c}.{d} in {us} us, QP {qpn}\n")
+            }
+            None => pr_warn!("no connection to the peer kernel at {a}.{b}.{c}.{d} after {us} us\n"),
         }
     }
 
-    /// The PD and CQ a peer kernel's connection is accepted with (cm.c).
-    pub(crate) fn accept_resources(&self) -> Option<(*mut IbPd, *mut IbCq)> {
-        if self.dead.load(Ordering::Acquire) {
+    /// Makes the connection set a CONNECT asked for (peer.rs), with no lock held, or,
+    /// when another caller is making it, waits a moment for it.
+    fn dial(&self) {
+        let job = {
+            let mut m = self.shared.members();
+            m.g.peers.take_job().map(|j| (j, m.g.hw.peer_resources()))
+        };
+        let Some((job, verbs)) = job else {
+            // SAFETY: plain sleep, no lock held.
+            unsafe { shim::krcore_shim_msleep(1) };
+            return;
+        };
+        let mut made: [Option<PeerQp>; QPS_PER_SET] = [None; QPS_PER_SET];
+        if let Some((ib, pd, cq, gid)) = verbs {
+            for q in made.iter_mut() {
+                let (mut conn, mut qp, mut qpn) = (core::ptr::null_mut(), core::ptr::null_mut(), 0);
+                // SAFETY: the device, PD and CQ live until this context's removal, which
+                // cm.c orders after tearing down (or refusing) this connection; the GIDs
+                // are 16 bytes each.
+                let r = unsafe {
+                    shim::krcore_shim_cm_connect(
+                        ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), 10_000, &mut conn, &mut qp,
+                        &mut qpn,
+                    )
+                };
+                if r != 0 {
+                    let [a, b, c, d] = [job.addr[12], job.addr[13], job.addr[14], job.addr[15]];
+                    pr_warn!("no connection to the peer kernel at {a}.{b}.{c}.{d}: error {r}\n");
+                    break;
+                }
+                *q = Some(PeerQp { conn, qp, qpn });
+            }
+        }
+        // SAFETY: plain call (the clock the peer table's other times come from).
+        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        self.shared.members().dialed(job, &made, now);
+    }
+
+    /// The PD and CQ a peer kernel's connection is accepted with (cm.c), pinned: the
+    /// removal waits until [`cm_unpin`](Self::cm_unpin).
+    pub(crate) fn cm_pin(&self) -> Option<(*mut IbPd, *mut IbCq)> {
+        // SeqCst with the removal's store and load: one of the two sees the other.
+        self.cm_pins.fetch_add(1, Ordering::SeqCst);
+        if self.dead.load(Ordering::SeqCst) {
+            self.cm_unpin();
             return None;
         }
-        self.shared.members().g.hw.accept_resources()
+        Some((self.verbs.0.load(Ordering::Relaxed), self.verbs.1.load(Ordering::Relaxed)))
+    }
+
+    /// Ends a [`cm_pin`](Self::cm_pin).
+    pub(crate) fn cm_unpin(&self) {
+        self.cm_pins.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Sets up a ring on this device; returns it and its areas (which the file maps
@@ -285,10 +360,10 @@ impl DevCtx {
         let flags = args.validate()?;
         let mut taken = 0u32;
         let done = self.until(ring, |ctx| {
-            let (n, reg) = self.submit(ctx, args.to_submit - taken, caller)?;
+            let (n, work) = self.submit(ctx, args.to_submit - taken, caller)?;
             taken += n;
-            if let Some(r) = reg {
-                return Ok(Next::Register(r));
+            if let Some(w) = work {
+                return Ok(w.into());
             }
             Ok(
                 if !flags.contains(EnterFlags::GETEVENTS)
@@ -317,8 +392,8 @@ impl DevCtx {
         }
         op.popped = 0;
         let popped = self.until(ring, |ctx| {
-            if let (_, Some(r)) = self.submit(ctx, u32::MAX, caller)? {
-                return Ok(Next::Register(r));
+            if let (_, Some(w)) = self.submit(ctx, u32::MAX, caller)? {
+                return Ok(w.into());
             }
             if !flags.contains(OneFlags::POP) {
                 return Ok(Next::Done(None));
@@ -378,6 +453,14 @@ impl DevCtx {
                     self.register(ring, r);
                     continue;
                 }
+                Next::Dial => {
+                    drop(ctx);
+                    if kernel::current!().signal_pending() {
+                        return Ok(None);
+                    }
+                    self.dial();
+                    continue;
+                }
                 Next::Again => {}
             }
             if !routed {
@@ -425,7 +508,7 @@ impl DevCtx {
         ctx: &mut RingCtx,
         max: u32,
         caller: Caller,
-    ) -> Result<(u32, Option<Registration>)> {
+    ) -> Result<(u32, Option<Work>)> {
         if self.dead.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
@@ -438,7 +521,10 @@ impl DevCtx {
             now_ms: unsafe { shim::krcore_shim_coarse_ms() },
         };
         match ring.submit(&self.shared, max, cx) {
-            Ok(s) if s.stall == Some(Stall::Register) => Ok((s.taken, ring.claim_registration())),
+            Ok(s) if s.stall == Some(Stall::Register) => {
+                Ok((s.taken, ring.claim_registration().map(Work::Register)))
+            }
+            Ok(s) if s.stall == Some(Stall::Dial) => Ok((s.taken, Some(Work::Dial))),
             Ok(s) => Ok((s.taken, None)),
             Err(_) => Err(EINVAL),
         }
@@ -487,13 +573,13 @@ impl DevCtx {
     /// `NotOwner` (it has no user address space to pin from). A hostile SQ tail parks
     /// the ring (NEED_WAKEUP set) until the application repairs it and wakes the thread.
     pub(crate) fn poll_step(&self, ring: &RingCell) -> Option<bool> {
-        let taken = {
+        let (taken, work) = {
             let mut ctx = ring.ctx.lock();
             ring.absorb_mail(&mut ctx);
             let taken = self.submit(&mut ctx, u32::MAX, Caller::Other);
             ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
             match taken {
-                Ok((n, _)) => n,
+                Ok(t) => t,
                 Err(e) if e == EINVAL => {
                     ctx.engine().sq().park();
                     return None;
@@ -501,6 +587,11 @@ impl DevCtx {
                 Err(_) => return None,
             }
         };
+        // A CONNECT to a node with no set yet: the polling thread dials (a kernel
+        // thread touches no user memory doing so).
+        if let Some(Work::Dial) = work {
+            self.dial();
+        }
         let routed = self.route();
         Some(taken > 0 || routed > 0)
     }
@@ -738,7 +829,15 @@ impl DevCtx {
             unsafe { shim::krcore_shim_msleep(1) };
         }
         let mut cq = self.cq.lock();
-        self.dead.store(true, Ordering::Release);
+        self.dead.store(true, Ordering::SeqCst);
+        // cm.c's request handlers that pinned the PD and CQ before: each ends within its
+        // QP's creation and accept.
+        while self.cm_pins.load(Ordering::SeqCst) != 0 {
+            // SAFETY: plain sleep; the CQ lock held is not one they take.
+            unsafe { shim::krcore_shim_msleep(1) };
+        }
+        // cm.c tore this device's connections down before the removal began.
+        self.shared.members().g.peers.forget();
         self.shared.uninstall_pool();
         self.shared.members().g.hw.destroy_qps();
         let n = self.rings.lock().rings.len();

@@ -256,29 +256,38 @@ extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
 }
 
 /// rdma_cm's listener got a peer kernel's connection request on `dev` (cm.c): the PD
-/// and CQ of its device context.
+/// and CQ of its device context, pinned until [`krcore_rs_cm_unpin`] of the returned
+/// pin; null when there is no context or it is going.
 #[no_mangle]
 extern "C" fn krcore_rs_cm_resources(
     dev: *mut IbDevice,
     pd: *mut *mut IbPd,
     cq: *mut *mut IbCq,
-) -> c_int {
+) -> *const DevCtx {
     let ctx = {
         let devices = Registry::get().devices.lock();
         match devices.iter().find(|d| d.ib == dev) {
             Some(d) => d.ctx.clone(),
-            None => return ENODEV.to_errno(),
+            None => return ptr::null(),
         }
     };
-    match ctx.accept_resources() {
+    match ctx.cm_pin() {
         Some((p, c)) => {
             // SAFETY: the caller passes two writable pointers.
             unsafe {
                 *pd = p;
                 *cq = c;
             }
-            0
+            Arc::into_raw(ctx)
         }
-        None => ENODEV.to_errno(),
+        None => ptr::null(),
     }
+}
+
+/// Ends a pin [`krcore_rs_cm_resources`] returned.
+#[no_mangle]
+extern "C" fn krcore_rs_cm_unpin(pin: *const DevCtx) {
+    // SAFETY: `pin` came from `Arc::into_raw` in krcore_rs_cm_resources, once.
+    let ctx = unsafe { Arc::from_raw(pin) };
+    ctx.cm_unpin();
 }

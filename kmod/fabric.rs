@@ -23,7 +23,9 @@ use crate::abi::engine::{
     Recovery,
 };
 use crate::abi::errno::Errno;
-use crate::backend::{self, Hw, QpPost, POOL_QPS};
+use crate::backend::{self, Hw, QpPost, QPS};
+use crate::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
+use crate::shim::IbQp;
 use crate::store::KStore;
 
 /// One pooled QP, under its mutex.
@@ -35,6 +37,8 @@ pub(crate) struct QpCell {
 /// What the membership mutex guards.
 pub(crate) struct MemberState {
     pub(crate) hw: Hw,
+    /// The device's connection sets to peer kernels.
+    pub(crate) peers: PeerSets,
     pub(crate) recovery: Recovery,
     /// Registrations pinning memory with no lock held, each holding a
     /// [`backend::PdRef`].
@@ -45,7 +49,7 @@ pub(crate) struct MemberState {
 pub(crate) struct Shared {
     pub(crate) qps: KVec<Arc<Mutex<QpCell>>>,
     /// Each pooled QP's number, once the pool is built (0 before: no RC QP is QP 0).
-    pub(crate) qpns: [AtomicU32; POOL_QPS],
+    pub(crate) qpns: [AtomicU32; QPS],
     pub(crate) members: Pin<KBox<Mutex<MemberState>>>,
     /// The links shards (abi's `shard_of` picks one per peer and service).
     links: KVec<Pin<KBox<Mutex<Messages<KStore>>>>>,
@@ -82,7 +86,7 @@ impl Shared {
         }
         Ok(Shared {
             qps,
-            qpns: [const { AtomicU32::new(0) }; POOL_QPS],
+            qpns: [const { AtomicU32::new(0) }; QPS],
             members: KBox::pin_init(new_mutex!(members, "krcore_members"), GFP_KERNEL)?,
             links,
             exports: KBox::pin_init(new_mutex!(exports, "krcore_exports"), GFP_KERNEL)?,
@@ -123,6 +127,13 @@ impl Shared {
         }
     }
 
+    /// Gives slot `i` (a peer set's, peer.rs) the QP `qp` numbered `qpn`, or none (null:
+    /// nothing posts on it from here).
+    pub(crate) fn install_qp(&self, i: usize, qp: *mut IbQp, qpn: u32) {
+        self.qps[i].lock().post.qp = qp;
+        self.qpns[i].store(qpn, Ordering::Relaxed);
+    }
+
     /// The pool is being destroyed: no QP is posted on from here (membership not held).
     pub(crate) fn uninstall_pool(&self) {
         for cell in self.qps.iter() {
@@ -145,6 +156,13 @@ impl MembersGuard<'_> {
             self.shared.install_pool(&self.g.hw);
         }
         built
+    }
+}
+
+impl MembersGuard<'_> {
+    /// A caller dialed `job` at `now_ms` (devctx's `dial`): see [`PeerSets::dialed`].
+    pub(crate) fn dialed(&mut self, job: DialJob, made: &[Option<PeerQp>; QPS_PER_SET], now_ms: i64) {
+        self.g.peers.dialed(self.shared, job, made, now_ms)
     }
 }
 
@@ -215,6 +233,13 @@ impl Members<KStore> for MembersGuard<'_> {
         service: u32,
         opposite: Option<u32>,
     ) -> Result<Connection, Errno> {
+        if let Some(own) = self.g.hw.pool_gid() {
+            if gid != own {
+                // SAFETY: plain call.
+                let now = unsafe { crate::shim::krcore_shim_coarse_ms() };
+                return self.g.peers.connect(self.shared, &gid, service, now);
+            }
+        }
         let built = self.g.hw.pool_qp(0).is_some();
         let c = self.g.hw.connect(gid, service, opposite);
         if !built {
@@ -223,8 +248,10 @@ impl Members<KStore> for MembersGuard<'_> {
         c
     }
 
-    fn disconnect(&mut self, _qp: u32) {
-        // Pooled QPs stay connected for the next CONNECT; the engine tracks bindings.
+    fn disconnect(&mut self, qp: u32) {
+        // Pooled QPs and peer sets stay connected for the next CONNECT; the engine
+        // tracks bindings, the peer table how many a set has.
+        self.g.peers.disconnect(qp);
     }
 }
 

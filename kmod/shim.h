@@ -34,9 +34,11 @@ void krcore_rs_dev_remove(struct ib_device *dev);
  * NEED_WAKEUP and rechecked the SQ), 2 nothing to do: yield, then keep polling. */
 int krcore_rs_sqpoll_step(void *ctx);
 
-/* rdma_cm's listener got a peer kernel's request on `dev`: the PD and CQ of its device
- * context, or -ENODEV (cm.c; called with no krcore lock held but cm.c's list lock). */
-int krcore_rs_cm_resources(struct ib_device *dev, struct ib_pd **pd, struct ib_cq **cq);
+/* rdma_cm's listener got a peer kernel's request on `dev` (cm.c, no cm.c lock held):
+ * the PD and CQ of its device context, pinned (its removal waits) until
+ * krcore_rs_cm_unpin(the returned pin); NULL when there is none or it is going. */
+void *krcore_rs_cm_resources(struct ib_device *dev, struct ib_pd **pd, struct ib_cq **cq);
+void krcore_rs_cm_unpin(void *pin);
 
 /* Build the device's QP pool now if it can (work context; ctx is the device context). */
 void krcore_rs_dev_prewarm(void *ctx);
@@ -241,10 +243,20 @@ void krcore_shim_cm_stop(void);
 /* The cm_peer parameter as an IPv4-mapped GID (16 bytes): 0, -ENOENT when unset. */
 int krcore_shim_cm_peer_gid(u8 *gid);
 /* Connects an RC QP on `dev` with `pd` and `cq` from local address src_gid to dst_gid
- * (IPv4-mapped) at cm_port, waiting up to timeout_ms; 0 and the QP's number, or a
+ * (IPv4-mapped) at cm_port, waiting up to timeout_ms; 0 with the connection (a handle
+ * for the caller, released by _close or _put), its QP and the QP's number, or a
  * negative errno. Sleeps; call with no krcore lock held. */
+struct krcore_cm_conn;
+struct ib_qp;
 int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u32 *qpn);
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms,
+			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn);
+/* Whether the connection broke (the peer disconnected, its device went). */
+bool krcore_shim_cm_broken(struct krcore_cm_conn *c);
+/* Tears the connection down (unless its device's removal did) and releases the handle. */
+void krcore_shim_cm_close(struct krcore_cm_conn *c);
+/* Releases the handle of a connection its device's removal tore down. */
+void krcore_shim_cm_put(struct krcore_cm_conn *c);
 /* A device goes away: refuse its requests, tear its peer connections down, then call
  * `remove` (the device context's removal). */
 void krcore_shim_cm_remove_device(struct ib_device *dev, void (*remove)(struct ib_device *));

@@ -68,6 +68,8 @@ opaque! {
     IbCq;
     /// `struct ib_qp`, opaque.
     IbQp;
+    /// `struct krcore_cm_conn` (cm.c), opaque.
+    CmConn;
     /// `struct ib_mr`, opaque.
     IbMr;
     /// `struct krcore_scratch`, opaque.
@@ -179,8 +181,13 @@ extern "C" {
         src_gid: *const u8,
         dst_gid: *const u8,
         timeout_ms: u32,
+        out: *mut *mut CmConn,
+        qp: *mut *mut IbQp,
         qpn: *mut u32,
     ) -> c_int;
+    pub(crate) fn krcore_shim_cm_broken(c: *mut CmConn) -> bool;
+    pub(crate) fn krcore_shim_cm_close(c: *mut CmConn);
+    pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
     pub(crate) fn krcore_shim_bench_direct_enabled() -> bool;
     pub(crate) fn krcore_shim_eventfd_get(fd: c_int) -> *mut EventfdCtx;
     pub(crate) fn krcore_shim_eventfd_signal(ctx: *mut EventfdCtx);

@@ -220,6 +220,12 @@ enum krcore_Reason
   KRCORE_REASON_TOO_LONG = 24,
   // A RECV cancelled by DISCONNECT before a message filled it.
   KRCORE_REASON_CANCELLED = 25,
+  // CONNECT to another node found no connection to it: the node did not answer, had
+  // no route, or refused (retried after a backoff).
+  KRCORE_REASON_UNREACHABLE = 26,
+  // A two-sided message on a virtual QP with no message link: one connected to
+  // another node (messages do not cross nodes yet).
+  KRCORE_REASON_NO_LINK = 27,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -108,13 +108,19 @@ pub enum Reason {
     TooLong = 24,
     /// A RECV cancelled by DISCONNECT before a message filled it.
     Cancelled = 25,
+    /// CONNECT to another node found no connection to it: the node did not answer, had
+    /// no route, or refused (retried after a backoff).
+    Unreachable = 26,
+    /// A two-sided message on a virtual QP with no message link: one connected to
+    /// another node (messages do not cross nodes yet).
+    NoLink = 27,
 }
 
 impl Reason {
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
         use Reason::*;
-        const ALL: [Reason; 26] = [
+        const ALL: [Reason; 28] = [
             None,
             BadOpcode,
             UnknownFlags,
@@ -141,6 +147,8 @@ impl Reason {
             NoReceiver,
             TooLong,
             Cancelled,
+            Unreachable,
+            NoLink,
         ];
         ALL.get(v as usize).copied()
     }
@@ -164,6 +172,8 @@ impl Reason {
             Reason::Throttled => Errno::EAGAIN,
             Reason::Deadline | Reason::NoReceiver => Errno::ETIMEDOUT,
             Reason::TooLong => Errno::EMSGSIZE,
+            Reason::Unreachable => Errno::EHOSTUNREACH,
+            Reason::NoLink => Errno::EOPNOTSUPP,
         }
     }
 
@@ -198,6 +208,8 @@ impl Reason {
             }
             Reason::TooLong => "message longer than the receive buffer",
             Reason::Cancelled => "receive cancelled by DISCONNECT",
+            Reason::Unreachable => "no connection to the peer node: it did not answer or refused",
+            Reason::NoLink => "no message link: two-sided messages do not cross nodes yet",
         }
     }
 }
@@ -255,7 +267,7 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_carry_an_errno() {
-        for v in 0..=25u16 {
+        for v in 0..=27u16 {
             let r = Reason::from_u16(v).unwrap();
             assert_eq!(r as u16, v);
             assert_eq!(r.errno().0 == 0, r == Reason::None);
@@ -264,6 +276,6 @@ mod tests {
                 assert_eq!(c.failure(), Some(r));
             }
         }
-        assert_eq!(Reason::from_u16(26), None);
+        assert_eq!(Reason::from_u16(28), None);
     }
 }

@@ -58,6 +58,10 @@ impl Errno {
     pub const ECANCELED: Errno = Errno(125);
     /// Message too long.
     pub const EMSGSIZE: Errno = Errno(90);
+    /// No route to the host: the peer node did not answer or refused the connection.
+    pub const EHOSTUNREACH: Errno = Errno(113);
+    /// In progress: a connection to the peer node is being made.
+    pub const EINPROGRESS: Errno = Errno(115);
 
     /// The value as the kernel returns it: negative.
     pub const fn to_neg(self) -> i32 {

@@ -268,7 +268,10 @@ impl Ring {
     }
 
     /// Connects to the peer at `gid` (its service), binding a virtual QP to a pooled
-    /// kernel QP. On one machine, the device's own GID reaches the loopback pool.
+    /// kernel QP. The device's own GID reaches the loopback pool; another node's address
+    /// (its IPv4-mapped GID, both modules loaded with `cm_port`) reaches a QP of this
+    /// node's connection set to that node, made by the first such CONNECT (milliseconds;
+    /// later ones bind in microseconds). `Unreachable` when the node does not answer.
     pub fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
         let c = self.control("connect", Sqe::connect(0, gid, service))?;
         Ok(Vqp {

@@ -14,7 +14,13 @@
 #                                   pool is ready; retried while ROLE's module is not
 #                                   listening yet (up to 60 s); then remove rxe0 with the
 #                                   connection live, and unload
+#   cluster-smoke.sh connect ROLE   reload the module listening; CONNECT to ROLE's node 200
+#                                   times (the first makes the node's set to it, retried
+#                                   while ROLE's module is not listening yet); once ROLE's
+#                                   module is gone, a CONNECT fails by name, in bounded
+#                                   time; then remove rxe0 and unload
 set -u
+CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 CM_PORT=7471
 addr_of() {
   for p in $KRCORE_PEERS; do
@@ -48,7 +54,7 @@ listen)
   for _ in $(seq 60); do
     if [ "$(count "accepted a peer kernel")" -ge "$2" ]; then
       echo "$KRCORE_NODE ($KRCORE_ADDR): accepted $2 peer kernel connection(s)"
-      sleep 2
+      sleep 3
       rmmod krcore || exit 1
       echo "$KRCORE_NODE: unloaded with the connection(s) live"
       exit 0
@@ -81,6 +87,30 @@ dial)
   dmesg | grep krcore | tail -5 >&2
   exit 1
   ;;
+connect)
+  peer=$(addr_of "$2") || exit 1
+  reload || exit 1
+  ok=
+  for _ in $(seq 30); do
+    if "$CONNECT_PEER" "$peer" 200; then ok=1; break; fi
+    sleep 2
+  done
+  [ -n "$ok" ] || { echo "$KRCORE_NODE: no CONNECT to $2 ($peer) in 60 s" >&2; exit 1; }
+  # The peer unloads its module: the set breaks, and the next CONNECT tries a new one,
+  # which fails by name while nobody listens there.
+  for _ in $(seq 30); do
+    out=$("$CONNECT_PEER" "$peer" 1 2>&1) || {
+      echo "$KRCORE_NODE: after $2 unloaded: $out"
+      echo "$out" | grep -q "Unreachable" || exit 1
+      rdma link delete rxe0 && rmmod krcore || exit 1
+      echo "$KRCORE_NODE: rxe0 removed, module unloaded"
+      exit 0
+    }
+    sleep 1
+  done
+  echo "$KRCORE_NODE: CONNECTs to $2 still succeed 30 s after it unloaded" >&2
+  exit 1
+  ;;
 serve)
   for _ in $(seq "$2"); do
     ibv_rc_pingpong -d rxe0 -g 1 -n 10 >/dev/null || exit 1
@@ -102,7 +132,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE" >&2
   exit 2
   ;;
 esac

@@ -43,6 +43,8 @@ pub struct FakeNic {
     pub fail_connect: Option<Errno>,
     /// Fail `reg_mr` with this errno.
     pub fail_reg: Option<Errno>,
+    /// A GID that names another node: CONNECTs to it bind QP 0 as a peer set's QP.
+    pub remote: Option<[u8; 16]>,
     rr: u32,
     /// Requests posted in all.
     pub posted: u64,
@@ -218,12 +220,20 @@ impl FakeNic {
     /// Binds to a QP: `opposite`'s partner, or the next round robin.
     pub fn connect(
         &mut self,
-        _gid: [u8; 16],
+        gid: [u8; 16],
         _service: u32,
         opposite: Option<u32>,
     ) -> Result<Connection, Errno> {
         if let Some(e) = self.fail_connect.take() {
             return Err(e);
+        }
+        if self.remote == Some(gid) {
+            self.qps[0].bound += 1;
+            return Ok(Connection {
+                qp: 0,
+                qpn: 100,
+                peer: true,
+            });
         }
         let n = self.qps.len() as u32;
         // QPs connected in pairs (0-1, 2-3, ...), as the kernel's pool is.
@@ -235,7 +245,11 @@ impl FakeNic {
             }
         };
         self.qps[qp as usize].bound += 1;
-        Ok(Connection { qp, qpn: 100 + qp })
+        Ok(Connection {
+            qp,
+            qpn: 100 + qp,
+            peer: false,
+        })
     }
 
     /// Releases a binding.

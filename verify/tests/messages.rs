@@ -20,11 +20,16 @@ struct End {
 }
 
 fn end(rig: &mut Rig, service: u32) -> End {
+    end_at(rig, [0; 16], service)
+}
+
+/// One endpoint connected to `service` at the node of `gid`.
+fn end_at(rig: &mut Rig, gid: [u8; 16], service: u32) -> End {
     let ring = rig.open(Limits::default());
     let c = rig.run(
         ring,
         &[
-            Sqe::connect(1, [0; 16], service),
+            Sqe::connect(1, gid, service),
             Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE),
         ],
     );
@@ -281,4 +286,23 @@ fn messages_take_only_their_links_shard() {
         "messages took the membership lock"
     );
     assert!(shards(&rig) != before);
+}
+
+/// A virtual QP bound to a QP to another node gets no message link (a delivery writes
+/// into a receiver of this node, through a QP of this node): two of them on one service
+/// are not paired, and their SEND and RECV fail by name, putting nothing on the wire.
+#[test]
+fn virtual_qps_on_a_peer_set_get_no_link() {
+    let mut rig = Rig::new(&[16, 16]);
+    let remote = [0xfe; 16];
+    rig.nic.remote = Some(remote);
+    let ends: Vec<End> = (0..2).map(|_| end_at(&mut rig, remote, 5)).collect();
+    assert_eq!(rig.messages.links(), 0, "no link made");
+    let posted = rig.nic.posted;
+    let c = rig.run(ends[1].ring, &[recv(&ends[1], 1, 64)]);
+    assert_eq!(c[0].failure(), Some(Reason::NoLink), "{c:?}");
+    let c = rig.run(ends[0].ring, &[send(&ends[0], 2, 8, 7)]);
+    assert_eq!(c[0].failure(), Some(Reason::NoLink), "{c:?}");
+    assert_eq!(rig.nic.posted, posted, "nothing reached the wire");
+    assert_eq!(rig.nic.qps[0].bound, 2, "both bound to the peer set's QP");
 }

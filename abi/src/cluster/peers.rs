@@ -2,10 +2,10 @@
 //! the device's physical QP slots (issue 11; not yet used by the module).
 //!
 //! The engine accounts, routes and recovers physical QPs by index
-//! ([`Qps`](crate::engine::Qps)). The loopback pool takes the first indices; after it
+//! ([`Qps`](super::super::engine::Qps)). The loopback pool takes the first indices; after it
 //! come the remote sets' blocks, `qps_per_set` each, block `i` for table entry `i`. So a
 //! remote QP is accounted, routed by its QP number and recovered exactly as a pooled one
-//! is, and the entry a failing QP belongs to is one division away ([`Peers::of_qp`]).
+//! is, and the entry a failing QP belongs to is found from its index ([`Peers::of_qp`]).
 //!
 //! A CONNECT naming a peer asks [`Peers::dial`]: an entry whose set is up is used (a bind,
 //! microseconds), one being connected is waited for, and a peer not in the table takes a
@@ -16,8 +16,8 @@
 
 use core::ops::Range;
 
+use super::super::engine::Store;
 use super::conn_set::{Action, Answer, ConnSet, State};
-use crate::engine::Store;
 
 /// One peer node and our set to it.
 #[derive(Clone, Copy, Debug)]
@@ -109,8 +109,10 @@ impl<S: Store> Peers<S> {
 
     /// The entry whose set physical QP slot `qp` belongs to.
     pub fn of_qp(&self, qp: u32) -> Option<u32> {
-        let i = qp.checked_sub(self.first_qp)? / self.qps_per_set;
-        self.get(i).map(|_| i)
+        // A search, not a division: the kernel build's objtool rejects a division's
+        // panic path (and there are few entries).
+        let n = self.table.as_ref().len() as u32;
+        (0..n).find(|&i| self.qps(i).contains(&qp) && self.get(i).is_some())
     }
 
     /// A CONNECT at `now_ms` to the peer at `addr`, node `node` of incarnation
@@ -219,7 +221,7 @@ impl<S: Store> Peers<S> {
 }
 
 #[cfg(any(test, feature = "alloc"))]
-impl Peers<crate::engine::VecStore> {
+impl Peers<super::super::engine::VecStore> {
     /// Room for `n` peers (tests, benchmarks).
     pub fn with_capacity(n: usize, me: u16, first_qp: u32, qps_per_set: u32) -> Self {
         Peers::new(alloc::vec![None; n], me, first_qp, qps_per_set)

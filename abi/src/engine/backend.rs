@@ -156,6 +156,9 @@ pub struct Connection {
     pub qp: u32,
     /// The physical QP's number on the wire.
     pub qpn: u32,
+    /// The QP reaches another node's kernel: its virtual QPs get no message link (a
+    /// message's delivery writes into a receiver on this node, through a local QP).
+    pub peer: bool,
 }
 
 /// A post that failed after `posted` requests of the chain went out.

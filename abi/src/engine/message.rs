@@ -393,7 +393,7 @@ impl<S: Store> Messages<S> {
     /// A SEND from end `end` of `link`, taken at `s.since_ms`.
     pub fn send(&mut self, link: u32, end: u8, s: WaitingSend) -> SendStep {
         let Some(l) = self.links.get_mut(link) else {
-            return SendStep::Fail(Reason::NoReceiver);
+            return SendStep::Fail(Reason::NoLink);
         };
         let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
         if l.ends[peer].holder != Holder::Bound && l.ends[peer].holder != Holder::Open
@@ -429,7 +429,7 @@ impl<S: Store> Messages<S> {
         qps: &(impl Qps<S> + ?Sized),
     ) -> RecvStep {
         let Some(l) = self.links.get_mut(link) else {
-            return RecvStep::Fail(Reason::TableFull);
+            return RecvStep::Fail(Reason::NoLink);
         };
         let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
         let qp = l.ends[peer].qp;

@@ -47,6 +47,10 @@ pub enum Stall {
     /// A REG_MR was taken (or is still being registered): the caller registers it
     /// outside its locks (see [`register`](super::register)), then submits again.
     Register,
+    /// A CONNECT to another node waits for the node's connection set (the membership
+    /// said `EINPROGRESS`): the caller makes it, or waits for whoever makes it, outside
+    /// its locks, then submits again. The CONNECT stays in the SQ.
+    Dial,
 }
 
 /// What one submission call did.
@@ -251,12 +255,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 let open = held.shard(k).half_open(&gid, service);
                 let m = held.members();
                 match m.connect(gid, service, open.map(|o| o.qp)) {
+                    Err(Errno::EINPROGRESS) => return self.dial(f, held),
                     Err(e) => Cqe::err_errno(
                         ud,
-                        if e == Errno::ENODEV {
-                            Reason::NoDevice
-                        } else {
-                            Reason::Verbs
+                        match e {
+                            Errno::ENODEV => Reason::NoDevice,
+                            Errno::EHOSTUNREACH => Reason::Unreachable,
+                            _ => Reason::Verbs,
                         },
                         e,
                     ),
@@ -264,26 +269,34 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         m.disconnect(conn.qp);
                         Cqe::err(ud, Reason::Verbs)
                     }
-                    Ok(conn) => match held.shard(k).join(gid, service, conn.qp, open) {
-                        None => {
-                            held.members().disconnect(conn.qp);
-                            Cqe::err(ud, Reason::TableFull)
+                    Ok(conn) => {
+                        // No link on a QP to another node: nothing of a message may
+                        // reach this node's receivers through it.
+                        let joined = match conn.peer {
+                            true => Some((u32::MAX, 0)),
+                            false => held.shard(k).join(gid, service, conn.qp, open),
+                        };
+                        match joined {
+                            None => {
+                                held.members().disconnect(conn.qp);
+                                Cqe::err(ud, Reason::TableFull)
+                            }
+                            Some((link, end)) => {
+                                let h = t.vqps.insert(Vqp {
+                                    qp: conn.qp,
+                                    qpn: conn.qpn,
+                                    sends: 0,
+                                    recvs: 0,
+                                    shard: k,
+                                    link,
+                                    end,
+                                });
+                                let h = h.expect("room checked");
+                                f.qp(conn.qp, |q, _| q.bind());
+                                Cqe::ok(ud, h as i32, conn.qpn as u64)
+                            }
                         }
-                        Some((link, end)) => {
-                            let h = t.vqps.insert(Vqp {
-                                qp: conn.qp,
-                                qpn: conn.qpn,
-                                sends: 0,
-                                recvs: 0,
-                                shard: k,
-                                link,
-                                end,
-                            });
-                            let h = h.expect("room checked");
-                            f.qp(conn.qp, |q, _| q.bind());
-                            Cqe::ok(ud, h as i32, conn.qpn as u64)
-                        }
-                    },
+                    }
                 }
             }
             Op::Disconnect { vqp } => {
@@ -527,6 +540,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             }
             held.shard = None;
         }
+    }
+
+    /// A CONNECT waits for its node's connection set: our unposted requests go out
+    /// first (the caller drops its locks to dial).
+    fn dial<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) -> Step {
+        self.flush_chain(f, held);
+        Step::Wait(Stall::Dial)
     }
 
     /// The object's sends may be in our own unposted chain: post it, then wait.

@@ -66,6 +66,20 @@ pub fn safe_batches_and_reasons() -> Result<(), String> {
         }),
         || "foreign GID accepted".into(),
     )?;
+    // An IPv4 node that is not there (and this module listens for none): the dial
+    // fails and the CONNECT says so by name.
+    let nobody = std::net::Ipv4Addr::new(192, 0, 2, 99)
+        .to_ipv6_mapped()
+        .octets();
+    let e = ring.connect(nobody, 0).err();
+    println!(
+        "  connect to a node that is not there: {}",
+        e.as_ref().map(|e| e.to_string()).unwrap_or_default()
+    );
+    check(
+        e.is_some_and(|e| e.reason() == Some(Reason::Unreachable)),
+        || "CONNECT to an absent node did not fail Unreachable".into(),
+    )?;
     ring.deregister(mr).map_err(|e| e.to_string())
 }
 

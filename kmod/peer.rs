@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: GPL-2.0
+//! A device's connection sets to peer kernels (issue 11): abi's peer table
+//! (abi/src/cluster/peers.rs) over cm.c's connections, under the membership lock.
+//!
+//! A CONNECT naming another node's address binds to a physical QP of the device's set to
+//! that node, in the slots after the pool's ([`PEER_QPS`] of them, [`QPS_PER_SET`] per
+//! set, so abi's recovery groups a set's QPs as it groups a loopback pair). When there is
+//! no set yet, the membership answers `EINPROGRESS`: the engine stops at the CONNECT
+//! (`Stall::Dial`), and its caller makes the set with no lock held (devctx's `dial`,
+//! one rdma_cm connection per QP, milliseconds), while other CONNECTs to the node wait
+//! for it; every later CONNECT binds in microseconds. A set whose connections broke (the
+//! peer disconnected or went) is closed at the next CONNECT, which builds a new one; a
+//! failed attempt backs off (abi's conn_set), and CONNECTs meanwhile fail with
+//! `Unreachable`.
+//!
+//! Not yet: the peer's incarnation from the MetaServer (0 for every node until then),
+//! its node id (the low 16 bits of its IPv4 address until then), the rule for both
+//! nodes connecting at once (each side makes its own set today), and data across nodes
+//! (a virtual QP on a set has no message link; one-sided requests need imports resolved
+//! across nodes).
+
+use kernel::prelude::*;
+
+use crate::abi::cluster::conn_set::State;
+use crate::abi::cluster::peers::{Dial, Peers};
+use crate::abi::engine::Connection;
+use crate::abi::errno::Errno;
+use crate::backend::POOL_QPS;
+use crate::fabric::Shared;
+use crate::shim::{self, CmConn, IbQp};
+use crate::store::{KBuf, KStore};
+
+/// Whether `gid` is an IPv4-mapped address (`::ffff:a.b.c.d`).
+fn v4_mapped(gid: &[u8; 16]) -> bool {
+    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
+}
+
+/// Peer nodes a device keeps sets to at once.
+pub(crate) const PEER_SETS: usize = 4;
+/// QPs in a set.
+pub(crate) const QPS_PER_SET: usize = 2;
+/// Physical QP slots of the sets, after the pool's.
+pub(crate) const PEER_QPS: usize = PEER_SETS * QPS_PER_SET;
+
+/// One connected QP of a set.
+#[derive(Clone, Copy)]
+pub(crate) struct PeerQp {
+    /// cm.c's handle.
+    pub(crate) conn: *mut CmConn,
+    pub(crate) qp: *mut IbQp,
+    pub(crate) qpn: u32,
+}
+
+/// A set to connect, taken by the caller that dials.
+#[derive(Clone, Copy)]
+pub(crate) struct DialJob {
+    peer: u32,
+    /// The peer's address (an IPv4-mapped GID).
+    pub(crate) addr: [u8; 16],
+}
+
+/// The device's sets.
+pub(crate) struct PeerSets {
+    table: Peers<KStore>,
+    /// Slot `i` (physical QP `POOL_QPS + i`).
+    qps: [Option<PeerQp>; PEER_QPS],
+    /// A set to connect, for the next caller that dials.
+    job: Option<DialJob>,
+}
+
+// SAFETY: the handles are used only under the membership mutex.
+unsafe impl Send for PeerSets {}
+
+impl PeerSets {
+    /// No sets yet, for node `me`.
+    pub(crate) fn new(me: u16) -> Result<PeerSets> {
+        let table = KBuf::filled(PEER_SETS, None, GFP_KERNEL)?;
+        Ok(PeerSets {
+            table: Peers::new(table, me, POOL_QPS as u32, QPS_PER_SET as u32),
+            qps: [None; PEER_QPS],
+            job: None,
+        })
+    }
+
+    /// A CONNECT at `now_ms` to the node at `addr` (not this device's), for `service`.
+    pub(crate) fn connect(
+        &mut self,
+        shared: &Shared,
+        addr: &[u8; 16],
+        service: u32,
+        now_ms: i64,
+    ) -> Result<Connection, Errno> {
+        // rdma_cm reaches nodes by IPv4 address: any other GID names no node.
+        if !v4_mapped(addr) {
+            return Err(Errno::ENETUNREACH);
+        }
+        if let Some(p) = self.table.find(addr) {
+            if self.broken(p) && self.table.lost(p, None) {
+                self.close(shared, p);
+            }
+        }
+        let node = u16::from_be_bytes([addr[14], addr[15]]);
+        match self.table.dial(addr, node, 0, now_ms) {
+            Dial::Use { peer, qps } => {
+                let slot = qps.start + service % QPS_PER_SET as u32;
+                let q = self.qps[(slot as usize) - POOL_QPS].ok_or(Errno::EHOSTUNREACH)?;
+                self.table.bind(peer);
+                Ok(Connection {
+                    qp: slot,
+                    qpn: q.qpn,
+                    peer: true,
+                })
+            }
+            Dial::Connect { peer, evicts, .. } => {
+                if evicts {
+                    self.close(shared, peer);
+                }
+                self.job = Some(DialJob { peer, addr: *addr });
+                Err(Errno::EINPROGRESS)
+            }
+            Dial::Wait => {
+                let state = self.table.find(addr).and_then(|p| self.table.get(p));
+                match state.map(|p| p.set.state()) {
+                    Some(State::Backoff { .. }) => Err(Errno::EHOSTUNREACH),
+                    _ => Err(Errno::EINPROGRESS),
+                }
+            }
+            Dial::Full => Err(Errno::ENOSPC),
+        }
+    }
+
+    /// Starts a set to `addr` at `now_ms` if there is none (prewarming): whether a dial
+    /// is due.
+    pub(crate) fn prewarm(&mut self, shared: &Shared, addr: &[u8; 16], now_ms: i64) -> bool {
+        if !v4_mapped(addr) {
+            return false;
+        }
+        let node = u16::from_be_bytes([addr[14], addr[15]]);
+        match self.table.dial(addr, node, 0, now_ms) {
+            Dial::Connect { peer, evicts, .. } => {
+                if evicts {
+                    self.close(shared, peer);
+                }
+                self.job = Some(DialJob { peer, addr: *addr });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The number of the first QP of the set to `addr`, when it is up.
+    pub(crate) fn ready(&self, addr: &[u8; 16]) -> Option<u32> {
+        let p = self.table.find(addr)?;
+        matches!(self.table.get(p)?.set.state(), State::Ready { .. })
+            .then(|| self.qps[self.table.qps(p).start as usize - POOL_QPS].map(|q| q.qpn))
+            .flatten()
+    }
+
+    /// A virtual QP bound to physical QP `qp` was released.
+    pub(crate) fn disconnect(&mut self, qp: u32) {
+        if let Some(p) = self.table.of_qp(qp) {
+            self.table.unbind(p);
+        }
+    }
+
+    /// The set to connect, if a CONNECT asked for one and no caller took it yet.
+    pub(crate) fn take_job(&mut self) -> Option<DialJob> {
+        self.job.take()
+    }
+
+    /// The caller dialed `job` at `now_ms`: `made` holds the QPs it connected (all of
+    /// them when it succeeded), installed into their slots; a failure closes them.
+    pub(crate) fn dialed(
+        &mut self,
+        shared: &Shared,
+        job: DialJob,
+        made: &[Option<PeerQp>; QPS_PER_SET],
+        now_ms: i64,
+    ) {
+        let ok = made.iter().all(Option::is_some);
+        let slots = self.table.qps(job.peer);
+        for (slot, q) in slots.zip(made.iter()) {
+            let Some(q) = *q else { continue };
+            if ok {
+                shared.install_qp(slot as usize, q.qp, q.qpn);
+                self.qps[slot as usize - POOL_QPS] = Some(q);
+            } else {
+                // SAFETY: a handle cm_connect gave, released once.
+                unsafe { shim::krcore_shim_cm_close(q.conn) };
+            }
+        }
+        self.table.attempt_done(job.peer, ok, now_ms);
+    }
+
+    /// Whether a connection of entry `peer`'s set broke.
+    fn broken(&self, peer: u32) -> bool {
+        self.table.qps(peer).any(|s| {
+            self.qps[s as usize - POOL_QPS]
+                // SAFETY: a live handle (released only by `close` and `forget`).
+                .is_some_and(|q| unsafe { shim::krcore_shim_cm_broken(q.conn) })
+        })
+    }
+
+    /// Closes entry `peer`'s set: nothing posts on its QPs from here.
+    fn close(&mut self, shared: &Shared, peer: u32) {
+        for s in self.table.qps(peer) {
+            if let Some(q) = self.qps[s as usize - POOL_QPS].take() {
+                shared.install_qp(s as usize, core::ptr::null_mut(), 0);
+                // SAFETY: a handle cm_connect gave, released once.
+                unsafe { shim::krcore_shim_cm_close(q.conn) };
+            }
+        }
+    }
+
+    /// The device is going: cm.c tore every connection down already; let go of the
+    /// handles.
+    pub(crate) fn forget(&mut self) {
+        for q in self.qps.iter_mut().filter_map(Option::take) {
+            // SAFETY: a handle cm_connect gave, released once.
+            unsafe { shim::krcore_shim_cm_put(q.conn) };
+        }
+    }
+}
