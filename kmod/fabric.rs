@@ -260,6 +260,12 @@ impl Qps<KStore> for Shared {
         self.qps.len()
     }
 
+    fn in_use(&self, i: u32) -> bool {
+        // Numbered once a QP was installed; a peer slot whose set was closed keeps its
+        // number (peer.rs), so its accounting is still swept.
+        self.qpns[i as usize].load(Ordering::Relaxed) != 0
+    }
+
     fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<KStore>, &mut dyn Post) -> R) -> R {
         let mut cell = self.qps[i as usize].lock();
         let QpCell { acct, post } = &mut *cell;

@@ -205,7 +205,8 @@ impl PeerSets {
     fn close(&mut self, shared: &Shared, peer: u32) {
         for s in self.table.qps(peer) {
             if let Some(q) = self.qps[s as usize - POOL_QPS].take() {
-                shared.install_qp(s as usize, core::ptr::null_mut(), 0);
+                // The number stays: the slot's accounting is still swept (fabric.rs).
+                shared.install_qp(s as usize, core::ptr::null_mut(), q.qpn);
                 // SAFETY: a handle cm_connect gave, released once.
                 unsafe { shim::krcore_shim_cm_close(q.conn) };
             }

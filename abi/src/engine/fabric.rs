@@ -45,6 +45,11 @@ pub trait Qps<S: Store> {
     /// Runs `f` on physical QP `i` (less than [`count`](Self::count)) with its lock held;
     /// `f` posts on it through the [`Post`] it gets.
     fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<S>, &mut dyn Post) -> R) -> R;
+    /// Whether slot `i` may hold a QP, read without its lock: a slot no QP was ever
+    /// installed in (a peer set's not yet made) has nothing for the recovery's sweep.
+    fn in_use(&self, _i: u32) -> bool {
+        true
+    }
 }
 
 /// The links for two-sided messages, in shards, each behind its own lock.

@@ -63,6 +63,9 @@ pub fn sweep<S: Store>(
     let owed = settle_links(f, busy, deadline_ms, now_ms, route);
     let mut failed = 0u64;
     for i in 0..f.count().min(MAX_RECOVERED_QPS) {
+        if !f.in_use(i as u32) {
+            continue;
+        }
         let fl = f.qp(i as u32, |q, _| {
             if !q.failed() && q.stuck(now_ms, deadline_ms) {
                 q.fail_with(Reason::Deadline);
