@@ -82,7 +82,8 @@ vm-test: kmod host
 # and booted again, and reaches its peer after. Then kernel-to-kernel connections: b's
 # module connects to a's over rdma_cm, then b removes its device and a unloads, each
 # with the connection live; and remote CONNECT: b's applications CONNECT to a's node
-# (first contact, then warm), a unloads, and b's next CONNECT fails by name.
+# (first contact, then warm), a unloads, and b's next CONNECT fails by name; then c
+# keeps sets to two nodes at once, a and b, which both unload.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
 CONNECT_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) connect a"
@@ -92,6 +93,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) serve 2" --role "b:$(SMOKE) reborn a" --role "c:sleep 8; $(SMOKE) cycle b && $(SMOKE) ping a"
 	@$(VM) --timeout 300 --nodes 2 $(CM_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(CONNECT_ROLES)
+	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) listen 2" --role "c:$(SMOKE) connect a b"
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the

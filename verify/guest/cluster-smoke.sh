@@ -14,11 +14,11 @@
 #                                   pool is ready; retried while ROLE's module is not
 #                                   listening yet (up to 60 s); then remove rxe0 with the
 #                                   connection live, and unload
-#   cluster-smoke.sh connect ROLE   reload the module listening; CONNECT to ROLE's node 200
-#                                   times (the first makes the node's set to it, retried
-#                                   while ROLE's module is not listening yet); once ROLE's
-#                                   module is gone, a CONNECT fails by name, in bounded
-#                                   time; then remove rxe0 and unload
+#   cluster-smoke.sh connect ROLE.. reload the module listening; CONNECT to each ROLE's
+#                                   node 200 times (the first makes the node's set to it,
+#                                   retried while ROLE's module is not listening yet); once
+#                                   each ROLE's module is gone, a CONNECT to it fails by
+#                                   name, in bounded time; then remove rxe0 and unload
 set -u
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 CM_PORT=7471
@@ -88,28 +88,32 @@ dial)
   exit 1
   ;;
 connect)
-  peer=$(addr_of "$2") || exit 1
+  shift
   reload || exit 1
-  ok=
-  for _ in $(seq 30); do
-    if "$CONNECT_PEER" "$peer" 200; then ok=1; break; fi
-    sleep 2
+  for role in "$@"; do
+    peer=$(addr_of "$role") || exit 1
+    ok=
+    for _ in $(seq 30); do
+      if "$CONNECT_PEER" "$peer" 200; then ok=1; break; fi
+      sleep 2
+    done
+    [ -n "$ok" ] || { echo "$KRCORE_NODE: no CONNECT to $role ($peer) in 60 s" >&2; exit 1; }
   done
-  [ -n "$ok" ] || { echo "$KRCORE_NODE: no CONNECT to $2 ($peer) in 60 s" >&2; exit 1; }
-  # The peer unloads its module: the set breaks, and the next CONNECT tries a new one,
-  # which fails by name while nobody listens there.
-  for _ in $(seq 30); do
-    out=$("$CONNECT_PEER" "$peer" 1 2>&1) || {
-      echo "$KRCORE_NODE: after $2 unloaded: $out"
-      echo "$out" | grep -q "Unreachable" || exit 1
-      rdma link delete rxe0 && rmmod krcore || exit 1
-      echo "$KRCORE_NODE: rxe0 removed, module unloaded"
-      exit 0
-    }
-    sleep 1
+  # Each peer unloads its module: its set breaks, and the next CONNECT tries a new
+  # one, which fails by name while nobody listens there.
+  for role in "$@"; do
+    peer=$(addr_of "$role") || exit 1
+    gone=
+    for _ in $(seq 30); do
+      if ! out=$("$CONNECT_PEER" "$peer" 1 2>&1); then gone=1; break; fi
+      sleep 1
+    done
+    [ -n "$gone" ] || { echo "$KRCORE_NODE: CONNECTs to $role still succeed 30 s after it unloaded" >&2; exit 1; }
+    echo "$KRCORE_NODE: after $role unloaded: $out"
+    echo "$out" | grep -q "Unreachable" || exit 1
   done
-  echo "$KRCORE_NODE: CONNECTs to $2 still succeed 30 s after it unloaded" >&2
-  exit 1
+  rdma link delete rxe0 && rmmod krcore || exit 1
+  echo "$KRCORE_NODE: rxe0 removed, module unloaded"
   ;;
 serve)
   for _ in $(seq "$2"); do
@@ -132,7 +136,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE..." >&2
   exit 2
   ;;
 esac
