@@ -1,6 +1,7 @@
 //! A node's connection set to one peer node: its state and the rules that make two
-//! nodes connecting to each other at once end with exactly one set (issue 11; not yet
-//! used by the module).
+//! nodes connecting to each other at once end with exactly one set (issue 11; the
+//! module keeps a set's state through [`peers`](super::peers); the both-at-once rule
+//! is not wired in yet: each node makes its own set today).
 //!
 //! Every ring on a node shares the node's set to each peer (as RDS shares a connection
 //! per address pair). The first CONNECT to a peer starts the set; later ones wait for it

@@ -1,5 +1,6 @@
 //! krcore across machines (issue 11): the decisions a node's kernel makes about its
-//! peers, kept here to be tested without a cluster. Not yet used by the module.
+//! peers, kept here to be tested without a cluster. The module's remote CONNECT
+//! (kmod/peer.rs) runs on them.
 //!
 //! - [`conn_set`]: a node's connection set to one peer, and how two nodes connecting to
 //!   each other at once end with one.

@@ -137,8 +137,9 @@ impl Recovery {
     /// with requests posted, no send waiting for a receive, nothing owed. The caller
     /// may then skip the step (and reading the clock for it). A caller that cannot
     /// afford every lock for this keeps each part's answer as it changes
-    /// ([`PhysQp::quiet`], [`Messages::quiet`](super::message::Messages::quiet), [`Recovery::quiet`]) and combines them
-    /// itself.
+    /// ([`PhysQp::quiet`](super::qp::PhysQp::quiet),
+    /// [`Messages::quiet`](super::message::Messages::quiet), [`Recovery::quiet`]) and
+    /// combines them itself.
     pub fn idle<S: Store>(&self, f: &(impl Links<S> + ?Sized)) -> bool {
         self.quiet()
             && (0..f.shards()).all(|k| f.shard(k).quiet())
