@@ -26,6 +26,7 @@
 #include <linux/list.h>
 #include <linux/mutex.h>
 #include <linux/slab.h>
+#include <linux/workqueue.h>
 #include <linux/moduleparam.h>
 #include <linux/ktime.h>
 #include <rdma/rdma_cm.h>
@@ -62,6 +63,10 @@ struct krcore_cm_conn {
 	bool abandoned;
 	bool qp_created;
 	bool broken;
+	/* Accepted from a peer (counted in krcore_cm_accepted while on the list). */
+	bool accepted;
+	/* Tears an accepted connection down once its peer left (krcore_cm_wq). */
+	struct work_struct reap;
 };
 
 /* A device being removed: requests arriving on it meanwhile are refused. */
@@ -105,6 +110,28 @@ static int krcore_cm_create_qp(struct krcore_cm_conn *c)
 	c->qp_created = !ret;
 	return ret;
 }
+
+/*
+ * Nothing crosses these connections yet, and the CM grants an RC responder remote write
+ * (and read): a host on the segment that connected could then reach any MR of the
+ * device's PD by rkey. So a connection's QP answers no remote access until exports
+ * across nodes exist (issue 11), set as soon as the QP reaches RTR (after the accept)
+ * and again at ESTABLISHED (the active side's RTR is the CM's).
+ */
+static int krcore_cm_no_remote_access(struct ib_qp *qp)
+{
+	struct ib_qp_attr attr = { .qp_access_flags = 0 };
+
+	return ib_modify_qp(qp, &attr, IB_QP_ACCESS_FLAGS);
+}
+
+/* Peer kernels' connections accepted at once, at most: a host flooding requests gets
+ * refused past it, not a QP each. */
+#define KRCORE_CM_MAX_ACCEPTED 64
+static unsigned int krcore_cm_accepted;
+/* Runs the reaping of accepted connections whose peer left: a handler cannot destroy its
+ * own id; the module's exit drains it. */
+static struct workqueue_struct *krcore_cm_wq;
 
 static void krcore_cm_param(struct rdma_conn_param *p)
 {
@@ -156,6 +183,33 @@ static int krcore_cm_publish(struct krcore_cm_conn *c)
 	return 0;
 }
 
+/* Takes `c` off the list if it is still there: whether the caller now tears it down. */
+static bool krcore_cm_unlist(struct krcore_cm_conn *c)
+{
+	bool mine;
+
+	mutex_lock(&krcore_cm_lock);
+	mine = c->on_list;
+	if (mine) {
+		c->on_list = false;
+		krcore_cm_accepted -= c->accepted;
+		list_del(&c->node);
+	}
+	mutex_unlock(&krcore_cm_lock);
+	return mine;
+}
+
+static void krcore_cm_reap(struct work_struct *w)
+{
+	struct krcore_cm_conn *c = container_of(w, struct krcore_cm_conn, reap);
+
+	if (krcore_cm_unlist(c)) {
+		krcore_cm_teardown(c);
+		krcore_cm_put(c);
+	}
+	krcore_cm_put(c);
+}
+
 static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 			  struct rdma_cm_event *ev)
 {
@@ -175,6 +229,9 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		krcore_cm_param(&p);
 		return rdma_connect_locked(id, &p);
 	case RDMA_CM_EVENT_ESTABLISHED:
+		ret = krcore_cm_no_remote_access(id->qp);
+		if (ret)
+			return ret;
 		c->status = 0;
 		complete(&c->done);
 		return 0;
@@ -182,6 +239,13 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
 		WRITE_ONCE(c->broken, true);
+		/* An accepted connection has no other owner to close it: reap it (the work
+		 * holds a reference; queued once). */
+		if (c->accepted) {
+			refcount_inc(&c->refs);
+			if (!queue_work(krcore_cm_wq, &c->reap))
+				refcount_dec(&c->refs);
+		}
 		return 0;
 	default:
 		/* ADDR_ERROR, ROUTE_ERROR, CONNECT_ERROR, UNREACHABLE, REJECTED, ... */
@@ -221,6 +285,7 @@ static struct krcore_cm_conn *krcore_cm_conn_alloc(struct ib_device *dev, struct
 	c->status = -ETIMEDOUT;
 	refcount_set(&c->refs, 1);
 	mutex_init(&c->lock);
+	INIT_WORK(&c->reap, krcore_cm_reap);
 	init_completion(&c->done);
 	return c;
 }
@@ -289,16 +354,7 @@ bool krcore_shim_cm_broken(struct krcore_cm_conn *c)
 
 void krcore_shim_cm_close(struct krcore_cm_conn *c)
 {
-	bool mine;
-
-	mutex_lock(&krcore_cm_lock);
-	mine = c->on_list;
-	if (mine) {
-		c->on_list = false;
-		list_del(&c->node);
-	}
-	mutex_unlock(&krcore_cm_lock);
-	if (mine) {
+	if (krcore_cm_unlist(c)) {
 		rdma_disconnect(c->id);
 		krcore_cm_teardown(c);
 		krcore_cm_put(c);
@@ -325,6 +381,8 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 
 	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
 		return 0;
+	if (READ_ONCE(krcore_cm_accepted) >= KRCORE_CM_MAX_ACCEPTED)
+		return -EBUSY;
 	pin = krcore_rs_cm_resources(id->device, &pd, &cq);
 	if (!pin)
 		return -ENODEV;
@@ -338,6 +396,8 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		goto free;
 	krcore_cm_param(&p);
 	ret = rdma_accept(id, &p);
+	if (!ret)
+		ret = krcore_cm_no_remote_access(id->qp);
 	if (ret) {
 		rdma_destroy_qp(id);
 		goto free;
@@ -355,6 +415,8 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		goto free;
 	}
 	c->on_list = true;
+	c->accepted = true;
+	krcore_cm_accepted++;
 	list_add(&c->node, &krcore_cm_conns);
 	mutex_unlock(&krcore_cm_lock);
 	krcore_rs_cm_unpin(pin);
@@ -374,15 +436,23 @@ int krcore_shim_cm_listen(void)
 
 	if (!cm_port)
 		return 0;
+	krcore_cm_wq = alloc_workqueue("krcore_cm", 0, 0);
+	if (!krcore_cm_wq)
+		return -ENOMEM;
 	any.sin_port = htons(cm_port);
 	id = rdma_create_id(&init_net, krcore_cm_listen_handler, NULL, RDMA_PS_TCP, IB_QPT_RC);
-	if (IS_ERR(id))
+	if (IS_ERR(id)) {
+		destroy_workqueue(krcore_cm_wq);
+		krcore_cm_wq = NULL;
 		return PTR_ERR(id);
+	}
 	ret = rdma_bind_addr(id, (struct sockaddr *)&any);
 	if (!ret)
 		ret = rdma_listen(id, 64);
 	if (ret) {
 		rdma_destroy_id(id);
+		destroy_workqueue(krcore_cm_wq);
+		krcore_cm_wq = NULL;
 		return ret;
 	}
 	krcore_cm_listener = id;
@@ -400,6 +470,7 @@ static void krcore_cm_drop(struct ib_device *dev)
 	list_for_each_entry_safe(c, n, &krcore_cm_conns, node) {
 		if (!dev || c->dev == dev) {
 			c->on_list = false;
+			krcore_cm_accepted -= c->accepted;
 			list_move(&c->node, &gone);
 		}
 	}
@@ -434,4 +505,9 @@ void krcore_shim_cm_stop(void)
 		krcore_cm_listener = NULL;
 	}
 	krcore_cm_drop(NULL);
+	/* Reaps still queued find their connections torn down and let go. */
+	if (krcore_cm_wq) {
+		destroy_workqueue(krcore_cm_wq);
+		krcore_cm_wq = NULL;
+	}
 }

@@ -64,8 +64,9 @@ pub(crate) struct PeerSets {
     table: Peers<KStore>,
     /// Slot `i` (physical QP `POOL_QPS + i`).
     qps: [Option<PeerQp>; PEER_QPS],
-    /// A set to connect, for the next caller that dials.
-    job: Option<DialJob>,
+    /// Entries whose set a CONNECT asked for and no caller has taken to dial yet (each
+    /// stays asked for until one does: CONNECTs to other nodes meanwhile ask for theirs).
+    asked: [bool; PEER_SETS],
 }
 
 // SAFETY: the handles are used only under the membership mutex.
@@ -78,7 +79,7 @@ impl PeerSets {
         Ok(PeerSets {
             table: Peers::new(table, me, POOL_QPS as u32, QPS_PER_SET as u32),
             qps: [None; PEER_QPS],
-            job: None,
+            asked: [false; PEER_SETS],
         })
     }
 
@@ -115,7 +116,7 @@ impl PeerSets {
                 if evicts {
                     self.close(shared, peer);
                 }
-                self.job = Some(DialJob { peer, addr: *addr });
+                self.asked[peer as usize] = true;
                 Err(Errno::EINPROGRESS)
             }
             Dial::Wait => {
@@ -141,7 +142,7 @@ impl PeerSets {
                 if evicts {
                     self.close(shared, peer);
                 }
-                self.job = Some(DialJob { peer, addr: *addr });
+                self.asked[peer as usize] = true;
                 true
             }
             _ => false,
@@ -163,9 +164,15 @@ impl PeerSets {
         }
     }
 
-    /// The set to connect, if a CONNECT asked for one and no caller took it yet.
+    /// A set to connect, if a CONNECT asked for one and no caller took it yet.
     pub(crate) fn take_job(&mut self) -> Option<DialJob> {
-        self.job.take()
+        let peer = self.asked.iter().position(|&a| a)?;
+        self.asked[peer] = false;
+        let addr = self.table.get(peer as u32)?.addr;
+        Some(DialJob {
+            peer: peer as u32,
+            addr,
+        })
     }
 
     /// The caller dialed `job` at `now_ms`: `made` holds the QPs it connected (all of
