@@ -26,6 +26,8 @@ pub(crate) mod ioctl;
 pub(crate) mod layout;
 #[path = "../abi/src/limits.rs"]
 pub(crate) mod limits;
+#[path = "../abi/src/meta/mod.rs"]
+pub(crate) mod meta;
 #[path = "../abi/src/opcode.rs"]
 pub(crate) mod opcode;
 #[path = "../abi/src/poller.rs"]

@@ -41,6 +41,31 @@ static char *cm_peer;
 module_param(cm_peer, charp, 0444);
 MODULE_PARM_DESC(cm_peer, "IPv4 address of a peer kernel each device connects to once its pool is ready (default: none)");
 
+/* A secret the cluster's kernels share: a request that does not carry it is refused, so
+ * a host on the segment that is not one of them gets no QP (and no remote access to
+ * this node's exports or MetaServer region). Readable by root only. */
+static ulong cluster_key;
+module_param(cluster_key, ulong, 0400);
+MODULE_PARM_DESC(cluster_key, "Secret the cluster's kernels share; requests without it are refused (default 0)");
+
+/* A connection request's private data: who asks, and for what. */
+#define KRCORE_CM_MAGIC 0x4b524331 /* "KRC1" */
+struct krcore_cm_hello {
+	__be32 magic;
+	u8 kind; /* KRCORE_CM_PEER or KRCORE_CM_META */
+	u8 resv[3];
+	__be64 key;
+} __packed;
+
+/* The MetaServer's accept: where its region is (struct krcore_meta_offer, wire form). */
+struct krcore_cm_offer {
+	__be32 magic;
+	__be32 rkey;
+	__be64 base;
+	__be32 node_slots;
+	__be32 export_slots;
+} __packed;
+
 /* Each step of an active connect (address, route) is bounded by this. */
 #define KRCORE_CM_STEP_MS 2000
 #define KRCORE_CM_SEND_DEPTH 64
@@ -67,6 +92,12 @@ struct krcore_cm_conn {
 	bool accepted;
 	/* Tears an accepted connection down once its peer left (krcore_cm_wq). */
 	struct work_struct reap;
+	/* Remote access its QP grants (set at RTR, again at ESTABLISHED). */
+	int access;
+	/* An active connection: its request's private data, and the accept's. */
+	struct krcore_cm_hello hello;
+	u8 reply[sizeof(struct krcore_cm_offer)];
+	u8 reply_len;
 };
 
 /* A device being removed: requests arriving on it meanwhile are refused. */
@@ -112,15 +143,18 @@ static int krcore_cm_create_qp(struct krcore_cm_conn *c)
 }
 
 /*
- * Nothing crosses these connections yet, and the CM grants an RC responder remote write
- * (and read): a host on the segment that connected could then reach any MR of the
- * device's PD by rkey. So a connection's QP answers no remote access until exports
- * across nodes exist (issue 11), set as soon as the QP reaches RTR (after the accept)
- * and again at ESTABLISHED (the active side's RTR is the CM's).
+ * The CM grants an RC responder remote write (and read) whatever was asked: set what a
+ * connection's QP answers as soon as it reaches RTR (after the accept) and again at
+ * ESTABLISHED (the active side's RTR is the CM's). An accepted connection (a cluster
+ * kernel's: it carried the key) answers READs, WRITEs and atomics, which is how one
+ * node's requests reach another's exports and the MetaServer's region; an active one
+ * answers none (nothing is asked of it: the peer makes its own).
  */
-static int krcore_cm_no_remote_access(struct ib_qp *qp)
+#define KRCORE_CM_REMOTE (IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_ATOMIC)
+
+static int krcore_cm_set_access(struct ib_qp *qp, int access)
 {
-	struct ib_qp_attr attr = { .qp_access_flags = 0 };
+	struct ib_qp_attr attr = { .qp_access_flags = access };
 
 	return ib_modify_qp(qp, &attr, IB_QP_ACCESS_FLAGS);
 }
@@ -204,6 +238,7 @@ static void krcore_cm_reap(struct work_struct *w)
 	struct krcore_cm_conn *c = container_of(w, struct krcore_cm_conn, reap);
 
 	if (krcore_cm_unlist(c)) {
+		pr_info("krcore: a peer kernel left: its connection closed\n");
 		krcore_cm_teardown(c);
 		krcore_cm_put(c);
 	}
@@ -227,11 +262,17 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		if (ret)
 			return ret;
 		krcore_cm_param(&p);
+		p.private_data = &c->hello;
+		p.private_data_len = sizeof(c->hello);
 		return rdma_connect_locked(id, &p);
 	case RDMA_CM_EVENT_ESTABLISHED:
-		ret = krcore_cm_no_remote_access(id->qp);
+		ret = krcore_cm_set_access(id->qp, c->access);
 		if (ret)
 			return ret;
+		if (!c->accepted) {
+			c->reply_len = min_t(u8, ev->param.conn.private_data_len, sizeof(c->reply));
+			memcpy(c->reply, ev->param.conn.private_data, c->reply_len);
+		}
 		c->status = 0;
 		complete(&c->done);
 		return 0;
@@ -290,18 +331,28 @@ static struct krcore_cm_conn *krcore_cm_conn_alloc(struct ib_device *dev, struct
 	return c;
 }
 
-int krcore_shim_cm_peer_gid(u8 *gid)
+u16 krcore_shim_cm_port(void)
 {
-	if (!cm_peer || !*cm_peer)
+	return cm_port;
+}
+
+int krcore_cm_param_gid(const char *param, u8 *gid)
+{
+	if (!param || !*param)
 		return -ENOENT;
 	memset(gid, 0, 16);
 	gid[10] = 0xff;
 	gid[11] = 0xff;
-	return in4_pton(cm_peer, -1, gid + 12, -1, NULL) ? 0 : -EINVAL;
+	return in4_pton(param, -1, gid + 12, -1, NULL) ? 0 : -EINVAL;
+}
+
+int krcore_shim_cm_peer_gid(u8 *gid)
+{
+	return krcore_cm_param_gid(cm_peer, gid);
 }
 
 int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms,
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind,
 			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn)
 {
 	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
@@ -313,6 +364,9 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 	c = krcore_cm_conn_alloc(dev, pd, cq);
 	if (!c)
 		return -ENOMEM;
+	c->hello.magic = cpu_to_be32(KRCORE_CM_MAGIC);
+	c->hello.kind = kind;
+	c->hello.key = cpu_to_be64(cluster_key);
 	/* IPv4-mapped GIDs: the address is the last four bytes. */
 	memcpy(&src.sin_addr.s_addr, src_gid + 12, 4);
 	memcpy(&dst.sin_addr.s_addr, dst_gid + 12, 4);
@@ -367,11 +421,51 @@ void krcore_shim_cm_put(struct krcore_cm_conn *c)
 	krcore_cm_put(c);
 }
 
+int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o)
+{
+	const struct krcore_cm_offer *w = (const void *)c->reply;
+
+	if (c->reply_len < sizeof(*w) || be32_to_cpu(w->magic) != KRCORE_CM_MAGIC)
+		return -EPROTO;
+	o->base = be64_to_cpu(w->base);
+	o->rkey = be32_to_cpu(w->rkey);
+	o->node_slots = be32_to_cpu(w->node_slots);
+	o->export_slots = be32_to_cpu(w->export_slots);
+	o->ready = true;
+	return 0;
+}
+
+int krcore_cm_post(struct krcore_cm_conn *c, const struct ib_send_wr *wr)
+{
+	int ret = -ENOTCONN;
+
+	/* Under the connection's mutex: a teardown marks it abandoned under the same mutex
+	 * before destroying the QP, so nothing posts on a destroyed QP. */
+	mutex_lock(&c->lock);
+	if (!c->abandoned && c->qp_created && !READ_ONCE(c->broken))
+		ret = ib_post_send(c->id->qp, wr, NULL);
+	mutex_unlock(&c->lock);
+	return ret;
+}
+
+/* Whether a request on the listener comes from this node's own address. */
+static bool krcore_cm_from_self(struct rdma_cm_id *id)
+{
+	const struct sockaddr_in *src = (const void *)&id->route.addr.src_addr;
+	const struct sockaddr_in *dst = (const void *)&id->route.addr.dst_addr;
+
+	return src->sin_family == AF_INET && dst->sin_family == AF_INET &&
+	       src->sin_addr.s_addr == dst->sin_addr.s_addr;
+}
+
 /* A peer kernel's connection request, on the listener: the new connection's QP is
  * created with its device context's PD and CQ, pinned meanwhile, and accepted.
  * Returning nonzero has the CM destroy the new id. */
 static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
 {
+	const struct krcore_cm_hello *hello;
+	struct krcore_meta_offer offer = {};
+	struct krcore_cm_offer wire;
 	struct krcore_cm_conn *c;
 	struct rdma_conn_param p;
 	struct ib_pd *pd;
@@ -381,31 +475,55 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 
 	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
 		return 0;
+	hello = ev->param.conn.private_data;
+	if (ev->param.conn.private_data_len < sizeof(*hello) ||
+	    be32_to_cpu(hello->magic) != KRCORE_CM_MAGIC ||
+	    be64_to_cpu(hello->key) != cluster_key ||
+	    (hello->kind != KRCORE_CM_PEER && hello->kind != KRCORE_CM_META))
+		return -EPERM;
 	if (READ_ONCE(krcore_cm_accepted) >= KRCORE_CM_MAX_ACCEPTED)
 		return -EBUSY;
-	pin = krcore_rs_cm_resources(id->device, &pd, &cq);
+	pin = krcore_rs_cm_resources(id->device, &pd, &cq, &offer);
 	if (!pin)
 		return -ENODEV;
+	/* The MetaServer answers only once its region is registered, but for its own
+	 * node's connection, over which it registers it. */
+	ret = -EAGAIN;
+	if (hello->kind == KRCORE_CM_META && !offer.ready && !krcore_cm_from_self(id))
+		goto unpin;
+	if (hello->kind == KRCORE_CM_META && !offer.rkey)
+		goto unpin;
 	ret = -ENOMEM;
 	c = krcore_cm_conn_alloc(id->device, pd, cq);
 	if (!c)
 		goto unpin;
 	c->id = id;
+	c->access = KRCORE_CM_REMOTE;
 	ret = krcore_cm_create_qp(c);
 	if (ret)
 		goto free;
 	krcore_cm_param(&p);
+	if (hello->kind == KRCORE_CM_META) {
+		wire.magic = cpu_to_be32(KRCORE_CM_MAGIC);
+		wire.rkey = cpu_to_be32(offer.rkey);
+		wire.base = cpu_to_be64(offer.base);
+		wire.node_slots = cpu_to_be32(offer.node_slots);
+		wire.export_slots = cpu_to_be32(offer.export_slots);
+		p.private_data = &wire;
+		p.private_data_len = sizeof(wire);
+	}
 	ret = rdma_accept(id, &p);
 	if (!ret)
-		ret = krcore_cm_no_remote_access(id->qp);
+		ret = krcore_cm_set_access(id->qp, c->access);
 	if (ret) {
 		rdma_destroy_qp(id);
 		goto free;
 	}
 	id->context = c;
 	id->event_handler = krcore_cm_conn_handler;
-	pr_info("krcore: %s: accepted a peer kernel's connection, QP %u\n",
-		dev_name(&id->device->dev), id->qp->qp_num);
+	pr_info("krcore: %s: accepted a peer kernel's %s connection, QP %u\n",
+		dev_name(&id->device->dev), hello->kind == KRCORE_CM_META ? "MetaServer" : "peer",
+		id->qp->qp_num);
 	mutex_lock(&krcore_cm_lock);
 	if (krcore_cm_closing(c->dev)) {
 		/* Its device is going: the CM destroys the id; its QP goes now. */

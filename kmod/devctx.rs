@@ -21,9 +21,13 @@
 //!    messages, CONNECT, DISCONNECT, ring close and the recovery; never two;
 //! 7. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
 //! 8. leaves, under which nothing is taken: the device's exports, its ring table
-//!    (`rings`), a ring's completion inbox (ring_ctx.rs), the CQ's arming (`arm`);
+//!    (`rings`), a ring's completion inbox (ring_ctx.rs), the CQ's arming (`arm`), what
+//!    rings asked of the MetaServer (meta.rs's `krcore_meta`);
 //!
-//! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too. abi's
+//! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too. The
+//! MetaServer connection's mutex (meta.rs's `krcore_meta_link`) is taken with none of
+//! these held, by network work and the device's removal only, and only the MetaServer
+//! leaf is taken inside it. abi's
 //! engine takes 5-8 as its `fabric` module says (verify's fake fabric checks that order in
 //! every property test and fuzzing run). Routing runs under 3 and a QP's 7 and hands a
 //! completion to its ring's inbox (8); the ring takes it in under its own lock (4), from
@@ -59,6 +63,7 @@ use crate::abi::waiter::{Wait, WaitPolicy};
 use crate::backend::{self, CqArm, CqPoll, Hw, QpPost, POOL_QPS, QPS, SEND_DEPTH};
 use crate::cq_events::CqEvents;
 use crate::fabric::{MemberState, QpCell, Shared};
+use crate::meta::MetaNet;
 use crate::peer::{PeerQp, PeerSets, QPS_PER_SET};
 use crate::ring_ctx::{RingAreas, RingCell, RingCtx};
 use crate::shim::{self, IbCq, IbDevice, IbPd, WcC};
@@ -97,22 +102,22 @@ enum Next<T> {
     Again,
     /// Register memory for the ring without the lock, then step again.
     Register(Registration),
-    /// A CONNECT waits for its node's connection set: make it (or wait for whoever
-    /// does) without the lock, then step again.
-    Dial,
+    /// An entry waits for another node (a connection set, the MetaServer), or network
+    /// work is due: do it (or wait for whoever does) without the lock, then step again.
+    Net,
 }
 
 /// Work a submission leaves its caller to do without the ring's lock.
 enum Work {
     Register(Registration),
-    Dial,
+    Net,
 }
 
 impl<T> From<Work> for Next<T> {
     fn from(w: Work) -> Next<T> {
         match w {
             Work::Register(r) => Next::Register(r),
-            Work::Dial => Next::Dial,
+            Work::Net => Next::Net,
         }
     }
 }
@@ -153,6 +158,8 @@ pub(crate) struct DevCtx {
     deadline_ms: i64,
     /// The CQ's event work (cq_events.rs).
     events: CqEvents,
+    /// The connection to the MetaServer, and the region if this node serves it.
+    meta: MetaNet,
 }
 
 impl DevCtx {
@@ -197,6 +204,7 @@ impl DevCtx {
         };
         // From here a failure drops `members`, whose Hw releases the verbs objects.
         let shared = Shared::new(cells, members, shards, exports)?;
+        let meta = MetaNet::new()?;
         let ctx = Arc::pin_init(
             pin_init!(DevCtx {
                 cq <- new_mutex!(poll, "krcore_cq"),
@@ -217,6 +225,7 @@ impl DevCtx {
                 // SAFETY: reads a module parameter.
                 deadline_ms: unsafe { shim::krcore_shim_request_timeout_ms() } as i64,
                 events,
+                meta,
             }),
             GFP_KERNEL,
         )?;
@@ -236,12 +245,26 @@ impl DevCtx {
     }
 
     /// Builds the QP pool if the device can have one now (the prewarm work item), then
-    /// connects to the `cm_peer` kernel, if one is named.
+    /// serves the MetaServer if this is its node, registers with it, and connects to
+    /// the `cm_peer` kernel, if one is named.
     pub(crate) fn prewarm(&self) {
         // SAFETY: reads a module parameter.
         if unsafe { shim::krcore_shim_prewarm_enabled() } && self.shared.members().prewarm() {
             pr_debug!("QP pool ready\n");
+            self.meta_up();
             self.dial_peer();
+        }
+    }
+
+    /// Serves the MetaServer's region if this node is named for it, then registers this
+    /// node (a MetaServer not up yet is tried again at the next request).
+    fn meta_up(&self) {
+        let dev = self.shared.members().g.hw.peer_resources();
+        let Some((ib, pd, _, gid)) = dev else { return };
+        self.meta.serve_if_named(&crate::meta::Device { ib, pd, gid });
+        if self.shared.meta.id().is_none() {
+            self.shared.meta.ask_register();
+            self.meta_work();
         }
     }
 
@@ -270,17 +293,42 @@ impl DevCtx {
         }
     }
 
-    /// Makes the connection set a CONNECT asked for (peer.rs), with no lock held, or,
-    /// when another caller is making it, waits a moment for it.
-    fn dial(&self) {
+    /// Network work, with no lock held: a connection set a CONNECT asked for, and the
+    /// MetaServer's jobs. When there was none (another caller is doing it), waits a
+    /// moment for it.
+    fn net(&self) {
+        let dialed = self.dial();
+        let meta = self.meta_work();
+        if !dialed && !meta {
+            // SAFETY: plain sleep, no lock held.
+            unsafe { shim::krcore_shim_msleep(1) };
+        }
+    }
+
+    /// Runs the MetaServer's due jobs (meta.rs). Whether there were any.
+    fn meta_work(&self) -> bool {
+        if !self.shared.meta.due() {
+            return false;
+        }
+        let dev = self.shared.members().g.hw.peer_resources();
+        let dev = dev.map(|(ib, pd, _, gid)| crate::meta::Device { ib, pd, gid });
+        self.meta.work(&self.shared.meta, dev)
+    }
+
+    /// What cm.c tells a node asking for this node's MetaServer.
+    pub(crate) fn meta_offer(&self) -> shim::MetaOffer {
+        self.meta.offer()
+    }
+
+    /// Makes the connection set a CONNECT asked for (peer.rs), with no lock held.
+    /// Whether there was one to make.
+    fn dial(&self) -> bool {
         let job = {
             let mut m = self.shared.members();
             m.g.peers.take_job().map(|j| (j, m.g.hw.peer_resources()))
         };
         let Some((job, verbs)) = job else {
-            // SAFETY: plain sleep, no lock held.
-            unsafe { shim::krcore_shim_msleep(1) };
-            return;
+            return false;
         };
         let mut made: [Option<PeerQp>; QPS_PER_SET] = [None; QPS_PER_SET];
         if let Some((ib, pd, cq, gid)) = verbs {
@@ -291,8 +339,8 @@ impl DevCtx {
                 // are 16 bytes each.
                 let r = unsafe {
                     shim::krcore_shim_cm_connect(
-                        ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), 10_000, &mut conn, &mut qp,
-                        &mut qpn,
+                        ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), 10_000, shim::CM_PEER,
+                        &mut conn, &mut qp, &mut qpn,
                     )
                 };
                 if r != 0 {
@@ -306,6 +354,7 @@ impl DevCtx {
         // SAFETY: plain call (the clock the peer table's other times come from).
         let now = unsafe { shim::krcore_shim_coarse_ms() };
         self.shared.members().dialed(job, &made, now);
+        true
     }
 
     /// The PD and CQ a peer kernel's connection is accepted with (cm.c), pinned: the
@@ -453,12 +502,12 @@ impl DevCtx {
                     self.register(ring, r);
                     continue;
                 }
-                Next::Dial => {
+                Next::Net => {
                     drop(ctx);
                     if kernel::current!().signal_pending() {
                         return Ok(None);
                     }
-                    self.dial();
+                    self.net();
                     continue;
                 }
                 Next::Again => {}
@@ -524,7 +573,9 @@ impl DevCtx {
             Ok(s) if s.stall == Some(Stall::Register) => {
                 Ok((s.taken, ring.claim_registration().map(Work::Register)))
             }
-            Ok(s) if s.stall == Some(Stall::Dial) => Ok((s.taken, Some(Work::Dial))),
+            Ok(s) if s.stall == Some(Stall::Remote) => Ok((s.taken, Some(Work::Net))),
+            // A revoked export's names wait to be taken out of the MetaServer.
+            Ok(s) if self.shared.meta.due() => Ok((s.taken, Some(Work::Net))),
             Ok(s) => Ok((s.taken, None)),
             Err(_) => Err(EINVAL),
         }
@@ -587,10 +638,10 @@ impl DevCtx {
                 Err(_) => return None,
             }
         };
-        // A CONNECT to a node with no set yet: the polling thread dials (a kernel
-        // thread touches no user memory doing so).
-        if let Some(Work::Dial) = work {
-            self.dial();
+        // A CONNECT to a node with no set yet, or a MetaServer request: the polling
+        // thread does the network work (a kernel thread touches no user memory doing so).
+        if let Some(Work::Net) = work {
+            self.net();
         }
         let routed = self.route();
         Some(taken > 0 || routed > 0)
@@ -813,6 +864,9 @@ impl DevCtx {
         ring.touch();
         self.dirty.swap(true, Ordering::AcqRel);
         self.route();
+        // Its exports' names leave the MetaServer now (an MR still in flight is
+        // revoked when its ring is freed; the next network work takes those).
+        self.meta_work();
     }
 
     /// The device is going away: wait for registrations pinning without the lock (they
@@ -828,6 +882,9 @@ impl DevCtx {
             // SAFETY: plain sleep, no lock held.
             unsafe { shim::krcore_shim_msleep(1) };
         }
+        // The MetaServer connection and region, before the verbs they use (a job running
+        // on the connection ends within its bounded verb first).
+        self.meta.remove();
         let mut cq = self.cq.lock();
         self.dead.store(true, Ordering::SeqCst);
         // cm.c's request handlers that pinned the PD and CQ before: each ends within its

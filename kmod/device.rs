@@ -21,7 +21,7 @@ use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::abi::limits::{Limits, Resource, UserTable};
 use crate::devctx::DevCtx;
 use crate::backend::PORT;
-use crate::shim::{self, DevWatch, IbCq, IbDevice, IbPd, PortAttr};
+use crate::shim::{self, DevWatch, IbCq, IbDevice, IbPd, MetaOffer, PortAttr};
 
 /// One tracked device.
 ///
@@ -263,6 +263,7 @@ extern "C" fn krcore_rs_cm_resources(
     dev: *mut IbDevice,
     pd: *mut *mut IbPd,
     cq: *mut *mut IbCq,
+    offer: *mut MetaOffer,
 ) -> *const DevCtx {
     let ctx = {
         let devices = Registry::get().devices.lock();
@@ -273,10 +274,11 @@ extern "C" fn krcore_rs_cm_resources(
     };
     match ctx.cm_pin() {
         Some((p, c)) => {
-            // SAFETY: the caller passes two writable pointers.
+            // SAFETY: the caller passes three writable pointers.
             unsafe {
                 *pd = p;
                 *cq = c;
+                *offer = ctx.meta_offer();
             }
             Arc::into_raw(ctx)
         }

@@ -22,8 +22,13 @@ use crate::abi::engine::{
     BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys, PhysQp, Post, Qps,
     Recovery,
 };
+use crate::abi::cqe::Reason;
+use crate::abi::engine::Export;
 use crate::abi::errno::Errno;
-use crate::backend::{self, Hw, QpPost, QPS};
+use crate::abi::meta::client::Answer;
+use crate::abi::meta::record::NAME_LEN;
+use crate::backend::{self, Hw, QpPost, POOL_QPS, QPS};
+use crate::meta::Meta;
 use crate::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
 use crate::shim::IbQp;
 use crate::store::KStore;
@@ -62,6 +67,8 @@ pub(crate) struct Shared {
     pub(crate) members_busy: AtomicBool,
     /// Shards with work for the recovery, a bit each (see the module doc).
     links_busy: AtomicU32,
+    /// What rings asked of the MetaServer (meta.rs; a leaf lock).
+    pub(crate) meta: Meta,
 }
 
 impl Shared {
@@ -94,6 +101,7 @@ impl Shared {
             busy_qps: BusyHint::new(AtomicU32::new(0)),
             members_busy: AtomicBool::new(false),
             links_busy: AtomicU32::new(0),
+            meta: Meta::new()?,
         })
     }
 
@@ -253,6 +261,20 @@ impl Members<KStore> for MembersGuard<'_> {
         // tracks bindings, the peer table how many a set has.
         self.g.peers.disconnect(qp);
     }
+
+    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<Export> {
+        // A pooled QP connects this node to itself; a set's, to its peer.
+        let node = match (qp as usize) < POOL_QPS {
+            true => self.shared.meta.id(),
+            false => self.g.peers.node_of_qp(qp),
+        };
+        match node {
+            Some(node) => self.shared.meta.import(name, node),
+            // Not registered yet: asking registers (or says why not).
+            None if (qp as usize) < POOL_QPS => self.shared.meta.import(name, 0),
+            None => Answer::Failed(Reason::NotOnPeer),
+        }
+    }
 }
 
 impl Qps<KStore> for Shared {
@@ -301,5 +323,13 @@ impl Fabric<KStore> for Shared {
 
     fn descriptor(&self) -> u64 {
         backend::descriptor()
+    }
+
+    fn publish(&self, name: &[u8; NAME_LEN], export: &Export) -> Answer<()> {
+        self.meta.publish(name, export)
+    }
+
+    fn unpublish(&self, descriptor: u64) {
+        self.meta.unpublish(descriptor)
     }
 }

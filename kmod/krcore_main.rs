@@ -14,6 +14,7 @@ mod devctx;
 mod device;
 mod fabric;
 mod file;
+mod meta;
 mod peer;
 mod ring_ctx;
 mod ring_mem;

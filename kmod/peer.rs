@@ -13,11 +13,11 @@
 //! failed attempt backs off (abi's conn_set), and CONNECTs meanwhile fail with
 //! `Unreachable`.
 //!
-//! Not yet: the peer's incarnation from the MetaServer (0 for every node until then),
-//! its node id (the low 16 bits of its IPv4 address until then), the rule for both
-//! nodes connecting at once (each side makes its own set today), and data across nodes
-//! (a virtual QP on a set has no message link; one-sided requests need imports resolved
-//! across nodes).
+//! A node's id is the low 16 bits of its IPv4 address (as in its MetaServer record);
+//! one-sided requests on a set reach the peer's exports imported by name (meta.rs).
+//! Not yet: the peer's incarnation checked at CONNECT (0 for every node here), the rule
+//! for both nodes connecting at once (each side makes its own set today), and messages
+//! across nodes (a virtual QP on a set has no message link).
 
 use kernel::prelude::*;
 
@@ -95,12 +95,14 @@ impl PeerSets {
         if !v4_mapped(addr) {
             return Err(Errno::ENETUNREACH);
         }
+        let node = u16::from_be_bytes([addr[14], addr[15]]);
         if let Some(p) = self.table.find(addr) {
             if self.broken(p) && self.table.lost(p, None) {
                 self.close(shared, p);
+                // The node may have restarted: what we cached of its exports goes.
+                shared.meta.peer_lost(node);
             }
         }
-        let node = u16::from_be_bytes([addr[14], addr[15]]);
         match self.table.dial(addr, node, 0, now_ms) {
             Dial::Use { peer, qps } => {
                 let slot = qps.start + service % QPS_PER_SET as u32;
@@ -155,6 +157,12 @@ impl PeerSets {
         matches!(self.table.get(p)?.set.state(), State::Ready { .. })
             .then(|| self.qps[self.table.qps(p).start as usize - POOL_QPS].map(|q| q.qpn))
             .flatten()
+    }
+
+    /// The node id of the peer whose set physical QP `qp` belongs to.
+    pub(crate) fn node_of_qp(&self, qp: u32) -> Option<u16> {
+        let addr = self.table.get(self.table.of_qp(qp)?)?.addr;
+        Some(u16::from_be_bytes([addr[14], addr[15]]))
     }
 
     /// A virtual QP bound to physical QP `qp` was released.

@@ -34,10 +34,25 @@ void krcore_rs_dev_remove(struct ib_device *dev);
  * NEED_WAKEUP and rechecked the SQ), 2 nothing to do: yield, then keep polling. */
 int krcore_rs_sqpoll_step(void *ctx);
 
+/* Where a MetaServer's region is, as its accept tells a connecting node. */
+struct krcore_meta_offer {
+	u64 base;
+	u32 rkey;
+	u32 node_slots;
+	u32 export_slots;
+	/* Registered, and served to every node (before: to this node's own only). */
+	u8 ready;
+	u8 resv[3];
+};
+
 /* rdma_cm's listener got a peer kernel's request on `dev` (cm.c, no cm.c lock held):
- * the PD and CQ of its device context, pinned (its removal waits) until
- * krcore_rs_cm_unpin(the returned pin); NULL when there is none or it is going. */
-void *krcore_rs_cm_resources(struct ib_device *dev, struct ib_pd **pd, struct ib_cq **cq);
+ * the PD and CQ of its device context, and its MetaServer region if it serves one
+ * (rkey 0: none), pinned (its removal waits) until krcore_rs_cm_unpin(the returned
+ * pin); NULL when there is none or it is going. */
+struct ib_pd;
+struct ib_cq;
+void *krcore_rs_cm_resources(struct ib_device *dev, struct ib_pd **pd, struct ib_cq **cq,
+			     struct krcore_meta_offer *offer);
 void krcore_rs_cm_unpin(void *pin);
 
 /* Build the device's QP pool now if it can (work context; ctx is the device context). */
@@ -242,14 +257,18 @@ int krcore_shim_cm_listen(void);
 void krcore_shim_cm_stop(void);
 /* The cm_peer parameter as an IPv4-mapped GID (16 bytes): 0, -ENOENT when unset. */
 int krcore_shim_cm_peer_gid(u8 *gid);
+/* The cm_port parameter. */
+u16 krcore_shim_cm_port(void);
 /* Connects an RC QP on `dev` with `pd` and `cq` from local address src_gid to dst_gid
  * (IPv4-mapped) at cm_port, waiting up to timeout_ms; 0 with the connection (a handle
  * for the caller, released by _close or _put), its QP and the QP's number, or a
  * negative errno. Sleeps; call with no krcore lock held. */
 struct krcore_cm_conn;
 struct ib_qp;
+#define KRCORE_CM_PEER 1 /* a connection set's QP */
+#define KRCORE_CM_META 2 /* a node's connection to the MetaServer */
 int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms,
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind,
 			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn);
 /* Whether the connection broke (the peer disconnected, its device went). */
 bool krcore_shim_cm_broken(struct krcore_cm_conn *c);
@@ -260,5 +279,46 @@ void krcore_shim_cm_put(struct krcore_cm_conn *c);
 /* A device goes away: refuse its requests, tear its peer connections down, then call
  * `remove` (the device context's removal). */
 void krcore_shim_cm_remove_device(struct ib_device *dev, void (*remove)(struct ib_device *));
+/* For meta.c: the MetaServer's offer an active META connection's accept carried
+ * (-EPROTO when it carried none), and a post on a connection's QP unless it was torn
+ * down (-ENOTCONN). */
+struct ib_send_wr;
+int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o);
+/* A module parameter naming an IPv4 address, as an IPv4-mapped GID (16 bytes): 0,
+ * -ENOENT when unset, -EINVAL when it is no address. */
+int krcore_cm_param_gid(const char *param, u8 *gid);
+int krcore_cm_post(struct krcore_cm_conn *c, const struct ib_send_wr *wr);
+
+/* ---- The MetaServer (meta.c) ---- */
+/* The meta_server parameter as an IPv4-mapped GID (16 bytes): 0, -ENOENT when unset. */
+int krcore_shim_meta_server_gid(u8 *gid);
+/* A MetaServer's region: `bytes` of zeroed kernel memory and the fast-registration MR
+ * that will cover it on `pd` (registered by _region_register); NULL on failure. */
+struct krcore_meta_region;
+struct krcore_meta_region *krcore_shim_meta_region_alloc(struct ib_pd *pd, u32 bytes);
+void krcore_shim_meta_region_offer(struct krcore_meta_region *r, struct krcore_meta_offer *o);
+/* Frees it: no connection may reach it any more (their QPs are destroyed). */
+void krcore_shim_meta_region_free(struct krcore_meta_region *r);
+/* A node's connection to the MetaServer at dst_gid: an RC QP with its own CQ and a
+ * kernel bounce buffer of KRCORE_META_BUF bytes, and the offer its accept carried.
+ * Sleeps (up to timeout_ms); no krcore lock held. */
+#define KRCORE_META_BUF 1024
+struct krcore_meta_conn;
+int krcore_shim_meta_open(struct ib_device *dev, struct ib_pd *pd, const u8 *src_gid,
+			  const u8 *dst_gid, u32 timeout_ms, struct krcore_meta_conn **out,
+			  struct krcore_meta_offer *offer);
+/* Registers `r` with a fast-registration request on `m`'s QP (the region's device's). */
+int krcore_shim_meta_region_register(struct krcore_meta_region *r, struct krcore_meta_conn *m);
+/* One verb at `off` in the region, `len` bytes of the bounce buffer (CAS: 8, its old
+ * value left in the buffer's first 8 bytes), waited for up to KRCORE_META_WAIT_MS;
+ * 0, or a negative errno (the connection is then broken). */
+#define KRCORE_META_READ 0
+#define KRCORE_META_WRITE 1
+#define KRCORE_META_CAS 2
+int krcore_shim_meta_op(struct krcore_meta_conn *m, u32 op, u64 off, u32 len, u64 compare,
+			u64 swap);
+u8 *krcore_shim_meta_buf(struct krcore_meta_conn *m);
+bool krcore_shim_meta_broken(struct krcore_meta_conn *m);
+void krcore_shim_meta_close(struct krcore_meta_conn *m);
 
 #endif /* KRCORE_SHIM_H */

@@ -70,6 +70,10 @@ opaque! {
     IbQp;
     /// `struct krcore_cm_conn` (cm.c), opaque.
     CmConn;
+    /// `struct krcore_meta_region` (meta.c), opaque.
+    MetaRegion;
+    /// `struct krcore_meta_conn` (meta.c), opaque.
+    MetaConn;
     /// `struct ib_mr`, opaque.
     IbMr;
     /// `struct krcore_scratch`, opaque.
@@ -97,6 +101,29 @@ pub(crate) struct PortAttr {
     pub(crate) gid_tbl_len: u32,
     pub(crate) link_layer: u32,
 }
+
+/// `struct krcore_meta_offer` (shim.h): where a MetaServer's region is.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct MetaOffer {
+    pub(crate) base: u64,
+    pub(crate) rkey: u32,
+    pub(crate) node_slots: u32,
+    pub(crate) export_slots: u32,
+    pub(crate) ready: u8,
+    pub(crate) resv: [u8; 3],
+}
+
+/// `KRCORE_CM_PEER` (shim.h): a connection set's QP (meta.c makes the META ones).
+pub(crate) const CM_PEER: u8 = 1;
+/// `KRCORE_META_BUF` (shim.h): the bounce buffer's bytes.
+pub(crate) const META_BUF: usize = 1024;
+/// `KRCORE_META_READ`, `_WRITE`, `_CAS` (shim.h).
+pub(crate) const META_READ: u32 = 0;
+/// See [`META_READ`].
+pub(crate) const META_WRITE: u32 = 1;
+/// See [`META_READ`].
+pub(crate) const META_CAS: u32 = 2;
 
 extern "C" {
     pub(crate) fn krcore_shim_ptr_err(p: *const c_void) -> core::ffi::c_long;
@@ -174,6 +201,7 @@ extern "C" {
     pub(crate) fn krcore_shim_devwatch_stop(w: *mut DevWatch);
     pub(crate) fn krcore_shim_prewarm_enabled() -> bool;
     pub(crate) fn krcore_shim_cm_peer_gid(gid: *mut u8) -> c_int;
+    pub(crate) fn krcore_shim_cm_port() -> u16;
     pub(crate) fn krcore_shim_cm_connect(
         dev: *mut IbDevice,
         pd: *mut IbPd,
@@ -181,6 +209,7 @@ extern "C" {
         src_gid: *const u8,
         dst_gid: *const u8,
         timeout_ms: u32,
+        kind: u8,
         out: *mut *mut CmConn,
         qp: *mut *mut IbQp,
         qpn: *mut u32,
@@ -188,6 +217,31 @@ extern "C" {
     pub(crate) fn krcore_shim_cm_broken(c: *mut CmConn) -> bool;
     pub(crate) fn krcore_shim_cm_close(c: *mut CmConn);
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
+    pub(crate) fn krcore_shim_meta_server_gid(gid: *mut u8) -> c_int;
+    pub(crate) fn krcore_shim_meta_region_alloc(pd: *mut IbPd, bytes: u32) -> *mut MetaRegion;
+    pub(crate) fn krcore_shim_meta_region_offer(r: *mut MetaRegion, o: *mut MetaOffer);
+    pub(crate) fn krcore_shim_meta_region_free(r: *mut MetaRegion);
+    pub(crate) fn krcore_shim_meta_open(
+        dev: *mut IbDevice,
+        pd: *mut IbPd,
+        src_gid: *const u8,
+        dst_gid: *const u8,
+        timeout_ms: u32,
+        out: *mut *mut MetaConn,
+        offer: *mut MetaOffer,
+    ) -> c_int;
+    pub(crate) fn krcore_shim_meta_region_register(r: *mut MetaRegion, m: *mut MetaConn) -> c_int;
+    pub(crate) fn krcore_shim_meta_op(
+        m: *mut MetaConn,
+        op: u32,
+        off: u64,
+        len: u32,
+        compare: u64,
+        swap: u64,
+    ) -> c_int;
+    pub(crate) fn krcore_shim_meta_buf(m: *mut MetaConn) -> *mut u8;
+    pub(crate) fn krcore_shim_meta_broken(m: *mut MetaConn) -> bool;
+    pub(crate) fn krcore_shim_meta_close(m: *mut MetaConn);
     pub(crate) fn krcore_shim_bench_direct_enabled() -> bool;
     pub(crate) fn krcore_shim_eventfd_get(fd: c_int) -> *mut EventfdCtx;
     pub(crate) fn krcore_shim_eventfd_signal(ctx: *mut EventfdCtx);

@@ -1,19 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The engine's storage in the kernel: fixed-size `KVec`s, allocated at ring setup.
+//! The engine's storage in the kernel: fixed-size `KVVec`s (kmalloc, or vmalloc when
+//! large: a MetaServer client's tables are over a MiB), allocated at setup.
 
 use kernel::prelude::*;
 
 use crate::abi::engine::Store;
 
-/// A `KVec` of fixed length, as the engine's buffer type (6.12's KVec lacks `AsRef`).
-pub(crate) struct KBuf<T>(KVec<T>);
+/// A `KVVec` of fixed length, as the engine's buffer type (6.12's vectors lack `AsRef`).
+pub(crate) struct KBuf<T>(KVVec<T>);
 
 impl<T: Clone> KBuf<T> {
     /// `n` copies of `v`, allocated with `flags` (`GFP_KERNEL_ACCOUNT` for what a user's
     /// ring owns, so it is charged to the user's memory cgroup). Must not be called from
     /// an atomic context.
     pub(crate) fn filled(n: usize, v: T, flags: kernel::alloc::Flags) -> Result<Self> {
-        let mut k = KVec::with_capacity(n, flags)?;
+        let mut k = KVVec::with_capacity(n, flags)?;
         k.extend_with(n, v, flags)?;
         Ok(KBuf(k))
     }

@@ -109,7 +109,7 @@
 #define krcore_MAX_CQ_ENTRIES 8192
 
 // One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
-#define krcore_OPCODE_LAST 14
+#define krcore_OPCODE_LAST 16
 
 // An operation code. The closed set: any other byte is rejected with
 // [`Reason::BadOpcode`](super::cqe::Reason::BadOpcode).
@@ -146,6 +146,10 @@ enum krcore_Opcode
   KRCORE_OPCODE_CAS = 12,
   // 8-byte remote fetch-and-add.
   KRCORE_OPCODE_FAA = 13,
+  // Publishes an MR's export in the MetaServer under a name.
+  KRCORE_OPCODE_PUBLISH = 14,
+  // Imports another node's export by name, through the MetaServer.
+  KRCORE_OPCODE_IMPORT_NAME = 15,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -220,12 +224,22 @@ enum krcore_Reason
   KRCORE_REASON_TOO_LONG = 24,
   // A RECV cancelled by DISCONNECT before a message filled it.
   KRCORE_REASON_CANCELLED = 25,
-  // CONNECT to another node found no connection to it: the node did not answer, had
-  // no route, or refused (retried after a backoff).
+  // Another node did not answer, had no route, or refused: a CONNECT's peer (retried
+  // after a backoff), or the MetaServer (none configured, or not reachable).
   KRCORE_REASON_UNREACHABLE = 26,
   // A two-sided message on a virtual QP with no message link: one connected to
   // another node (messages do not cross nodes yet).
   KRCORE_REASON_NO_LINK = 27,
+  // An export name that is empty, longer than 24 bytes, or not NUL-padded.
+  KRCORE_REASON_BAD_NAME = 28,
+  // PUBLISH of a name already published (by any node).
+  KRCORE_REASON_NAME_TAKEN = 29,
+  // IMPORT_NAME of a name no live export has: never published, revoked, or its
+  // node restarted since.
+  KRCORE_REASON_NO_SUCH_NAME = 30,
+  // IMPORT_NAME through a virtual QP that is not connected to the node the export
+  // lives on.
+  KRCORE_REASON_NOT_ON_PEER = 31,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -504,6 +518,6 @@ typedef uint32_t krcore_OneFlags;
 
 
 // Every opcode, in numeric order.
-#define krcore_Opcode_ALL { krcore_Opcode_Nop, krcore_Opcode_RegMr, krcore_Opcode_DeregMr, krcore_Opcode_Connect, krcore_Opcode_Disconnect, krcore_Opcode_ImportMr, krcore_Opcode_Read, krcore_Opcode_Write, krcore_Opcode_Send, krcore_Opcode_SendImm, krcore_Opcode_WriteImm, krcore_Opcode_Recv, krcore_Opcode_Cas, krcore_Opcode_Faa, }
+#define krcore_Opcode_ALL { krcore_Opcode_Nop, krcore_Opcode_RegMr, krcore_Opcode_DeregMr, krcore_Opcode_Connect, krcore_Opcode_Disconnect, krcore_Opcode_ImportMr, krcore_Opcode_Read, krcore_Opcode_Write, krcore_Opcode_Send, krcore_Opcode_SendImm, krcore_Opcode_WriteImm, krcore_Opcode_Recv, krcore_Opcode_Cas, krcore_Opcode_Faa, krcore_Opcode_Publish, krcore_Opcode_ImportName, }
 
 #endif  /* KRCORE_ABI_H */

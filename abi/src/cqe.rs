@@ -108,19 +108,29 @@ pub enum Reason {
     TooLong = 24,
     /// A RECV cancelled by DISCONNECT before a message filled it.
     Cancelled = 25,
-    /// CONNECT to another node found no connection to it: the node did not answer, had
-    /// no route, or refused (retried after a backoff).
+    /// Another node did not answer, had no route, or refused: a CONNECT's peer (retried
+    /// after a backoff), or the MetaServer (none configured, or not reachable).
     Unreachable = 26,
     /// A two-sided message on a virtual QP with no message link: one connected to
     /// another node (messages do not cross nodes yet).
     NoLink = 27,
+    /// An export name that is empty, longer than 24 bytes, or not NUL-padded.
+    BadName = 28,
+    /// PUBLISH of a name already published (by any node).
+    NameTaken = 29,
+    /// IMPORT_NAME of a name no live export has: never published, revoked, or its
+    /// node restarted since.
+    NoSuchName = 30,
+    /// IMPORT_NAME through a virtual QP that is not connected to the node the export
+    /// lives on.
+    NotOnPeer = 31,
 }
 
 impl Reason {
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
         use Reason::*;
-        const ALL: [Reason; 28] = [
+        const ALL: [Reason; 32] = [
             None,
             BadOpcode,
             UnknownFlags,
@@ -149,6 +159,10 @@ impl Reason {
             Cancelled,
             Unreachable,
             NoLink,
+            BadName,
+            NameTaken,
+            NoSuchName,
+            NotOnPeer,
         ];
         ALL.get(v as usize).copied()
     }
@@ -174,6 +188,10 @@ impl Reason {
             Reason::TooLong => Errno::EMSGSIZE,
             Reason::Unreachable => Errno::EHOSTUNREACH,
             Reason::NoLink => Errno::EOPNOTSUPP,
+            Reason::BadName => Errno::EINVAL,
+            Reason::NameTaken => Errno::EEXIST,
+            Reason::NoSuchName => Errno::ENOENT,
+            Reason::NotOnPeer => Errno::EXDEV,
         }
     }
 
@@ -208,8 +226,16 @@ impl Reason {
             }
             Reason::TooLong => "message longer than the receive buffer",
             Reason::Cancelled => "receive cancelled by DISCONNECT",
-            Reason::Unreachable => "no connection to the peer node: it did not answer or refused",
+            Reason::Unreachable => {
+                "no connection to the peer node or the MetaServer: it did not answer or refused"
+            }
             Reason::NoLink => "no message link: two-sided messages do not cross nodes yet",
+            Reason::BadName => "export name empty, over 24 bytes, or not NUL-padded",
+            Reason::NameTaken => "export name already published",
+            Reason::NoSuchName => {
+                "no live export of that name (never published, revoked, or its node restarted)"
+            }
+            Reason::NotOnPeer => "the export lives on another node than the virtual QP connects to",
         }
     }
 }
@@ -267,7 +293,7 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_carry_an_errno() {
-        for v in 0..=27u16 {
+        for v in 0..=31u16 {
             let r = Reason::from_u16(v).unwrap();
             assert_eq!(r as u16, v);
             assert_eq!(r.errno().0 == 0, r == Reason::None);
@@ -276,6 +302,6 @@ mod tests {
                 assert_eq!(c.failure(), Some(r));
             }
         }
-        assert_eq!(Reason::from_u16(28), None);
+        assert_eq!(Reason::from_u16(32), None);
     }
 }

@@ -62,6 +62,10 @@ impl Errno {
     pub const EHOSTUNREACH: Errno = Errno(113);
     /// In progress: a connection to the peer node is being made.
     pub const EINPROGRESS: Errno = Errno(115);
+    /// File exists (a name taken).
+    pub const EEXIST: Errno = Errno(17);
+    /// Cross-device link (a resource on another node).
+    pub const EXDEV: Errno = Errno(18);
 
     /// The value as the kernel returns it: negative.
     pub const fn to_neg(self) -> i32 {

@@ -15,10 +15,16 @@
 //! | RECV | `vqp`, `addr`, `len`, `mr` | bytes received | immediate data, when `IMM` is set in `flags` |
 //! | CAS | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = compare, `arg1` = swap | 8 | - |
 //! | FAA | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = add | 8 | - |
+//! | PUBLISH | `mr` (one this ring registered with remote access), name = `remote_addr`, `arg0`, `arg1` | 0 | - |
+//! | IMPORT_NAME | `vqp` (connected to the exporting node), name = `remote_addr`, `arg0`, `arg1`, `len` (0: the whole export) | remote MR handle | the export's start address |
 //!
 //! Atomics write the old remote value into the local 8 bytes, as RDMA does. No entry
 //! carries an rkey: remote memory is named by the descriptor its owner's REG_MR returned
 //! (see the engine's `export` module), and only the owner's ring may submit REG_MR.
+//! Across nodes it is named by an export *name* (up to 24 bytes, NUL-padded, in three
+//! little-endian words): PUBLISH puts an MR's export in the MetaServer under a name,
+//! DEREG_MR of the MR takes it out again, and IMPORT_NAME resolves it in the exporting
+//! node's kernel's own record (see abi's `meta` module).
 //!
 //! [`Sqe`]: super::sqe::Sqe
 
@@ -55,10 +61,14 @@ pub enum Opcode {
     Cas = 12,
     /// 8-byte remote fetch-and-add.
     Faa = 13,
+    /// Publishes an MR's export in the MetaServer under a name.
+    Publish = 14,
+    /// Imports another node's export by name, through the MetaServer.
+    ImportName = 15,
 }
 
 /// One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
-pub const OPCODE_LAST: u8 = 14;
+pub const OPCODE_LAST: u8 = 16;
 
 impl Opcode {
     /// Every opcode, in numeric order.
@@ -77,6 +87,8 @@ impl Opcode {
         Opcode::Recv,
         Opcode::Cas,
         Opcode::Faa,
+        Opcode::Publish,
+        Opcode::ImportName,
     ];
 
     /// Decodes a raw opcode byte.
@@ -114,4 +126,4 @@ impl Opcode {
 }
 
 const _: () = assert!(Opcode::ALL.len() == OPCODE_LAST as usize);
-const _: () = assert!(Opcode::Faa as u8 + 1 == OPCODE_LAST);
+const _: () = assert!(Opcode::ImportName as u8 + 1 == OPCODE_LAST);

@@ -182,6 +182,29 @@ impl Sqe {
         }
     }
 
+    /// PUBLISH of MR `mr`'s export under `name` (see `meta::record::name_words`).
+    pub const fn publish(user_data: u64, mr: u32, name: [u64; 3]) -> Sqe {
+        Sqe {
+            mr,
+            remote_addr: name[0],
+            arg0: name[1],
+            arg1: name[2],
+            ..Sqe::new(Opcode::Publish, user_data)
+        }
+    }
+
+    /// IMPORT_NAME of the first `len` bytes (0: all) of the export `name` for `vqp`.
+    pub const fn import_name(user_data: u64, vqp: u32, name: [u64; 3], len: u32) -> Sqe {
+        Sqe {
+            vqp,
+            len,
+            remote_addr: name[0],
+            arg0: name[1],
+            arg1: name[2],
+            ..Sqe::new(Opcode::ImportName, user_data)
+        }
+    }
+
     /// A one-sided READ, WRITE or WRITE_IMM of `len` bytes between local `(mr, addr)` and
     /// remote `(rmr, remote_addr)`.
     #[allow(clippy::too_many_arguments)]

@@ -146,15 +146,20 @@ fn bench_connect(c: &mut Criterion) {
 }
 
 fn bench_meta_lookup(c: &mut Criterion) {
-    use krcore_abi::meta::frame;
-    use krcore_abi::meta::lookup::{home, lookup, EXPORT_FRAME, PROBE};
-    use krcore_abi::meta::record::{name, ExportRecord, EXPORT_PAYLOAD};
-    const SLOTS: usize = 40_000;
-    let mut table = vec![0u8; SLOTS * EXPORT_FRAME];
+    use krcore_abi::meta::claim::publish;
+    use krcore_abi::meta::lookup::{lookup, EXPORT_FRAME, PROBE};
+    use krcore_abi::meta::record::{name, ExportRecord};
+    use krcore_abi::meta::tables::{mem::MemRegion, Tables};
+    // The module's table: 16,384 slots, 10,000 exports published by the claim protocol.
+    let t = Tables {
+        node_slots: 1024,
+        export_slots: 16_384,
+    };
+    let mut m = MemRegion::new(t.bytes());
+    let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
     let names: Vec<_> = (0..10_000)
         .filter_map(|i| name(&format!("export-{i}")))
         .collect();
-    let mut placed = Vec::new();
     for (i, n) in names.iter().enumerate() {
         let r = ExportRecord {
             name: *n,
@@ -165,40 +170,13 @@ fn bench_meta_lookup(c: &mut Criterion) {
             access: 2,
             rkey: i as u32,
         };
-        let h = home(n, SLOTS);
-        // The exporter claims the first free slot of the window; a full window refuses.
-        if let Some(s) = (0..PROBE).map(|k| (h + k) % SLOTS).find(|&s| {
-            frame::decode(
-                &table[s * EXPORT_FRAME..(s + 1) * EXPORT_FRAME],
-                EXPORT_PAYLOAD,
-            )
-            .is_err()
-        }) {
-            frame::encode(
-                &mut table[s * EXPORT_FRAME..(s + 1) * EXPORT_FRAME],
-                2,
-                &r.encode(),
-            )
-            .unwrap();
-            placed.push(*n);
-        }
+        publish(&mut m, &t, &r, &mut buf).expect("every export finds room in its window");
     }
-    assert_eq!(
-        placed.len(),
-        names.len(),
-        "every export found room in its window"
-    );
-    let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
     let mut i = 0;
     c.bench_function("meta_lookup_10k", |bench| {
         bench.iter(|| {
-            i = (i + 1) % placed.len();
-            let got = lookup(&placed[i], SLOTS, &mut buf, |first, b| {
-                let at = first * EXPORT_FRAME;
-                b.copy_from_slice(&table[at..at + b.len()]);
-                Ok(())
-            });
-            black_box(got.unwrap());
+            i = (i + 1) % names.len();
+            black_box(lookup(&names[i], &t, &mut buf, &mut m).unwrap());
         })
     });
 }

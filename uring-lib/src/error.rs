@@ -48,6 +48,15 @@ impl Error {
         }
     }
 
+    /// `op` refused before it reached the kernel, for the reason the kernel would give.
+    pub(crate) fn refused(op: &'static str, reason: krcore_abi::cqe::Reason) -> Error {
+        Error {
+            op,
+            source: io::Error::from_raw_os_error(reason.errno().0),
+            reason: Some(reason),
+        }
+    }
+
     /// Why the kernel rejected or failed the operation, when a completion said so.
     pub fn reason(&self) -> Option<krcore_abi::cqe::Reason> {
         self.reason

@@ -13,7 +13,16 @@ use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 
 use crate::mmap::Mmap;
+
 use crate::{Batch, Device, Error, MemoryRegion, MrDescriptor, RemoteRegion, Vqp};
+
+/// An export name as an SQE carries it; one the kernel would refuse is refused here, with
+/// the kernel's reason.
+fn name_words(name: &str) -> Result<[u64; 3], Error> {
+    krcore_abi::meta::record::name(name)
+        .map(|n| krcore_abi::meta::record::name_words(&n))
+        .ok_or_else(|| Error::refused("export name", krcore_abi::cqe::Reason::BadName))
+}
 
 /// Sizes and options of a ring.
 #[derive(Clone, Copy, Debug)]
@@ -319,6 +328,33 @@ impl Ring {
             vqp: vqp.handle,
             addr: d.addr,
             len: d.len,
+        })
+    }
+
+    /// Publishes `mr` (registered with remote access) under `name` in the MetaServer,
+    /// so a ring on any node can import it by name. Revoked when `mr` is deregistered.
+    /// A name already published fails with `NameTaken`; no MetaServer, `Unreachable`.
+    pub fn publish(&mut self, mr: &MemoryRegion, name: &str) -> Result<(), Error> {
+        let words = name_words(name)?;
+        self.control("publish memory", Sqe::publish(0, mr.handle, words))
+            .map(|_| ())
+    }
+
+    /// Imports the first `len` bytes of the export published as `name` for `vqp`,
+    /// which must be connected to the exporting node (else `NotOnPeer`). The kernel
+    /// resolves the name in the MetaServer (two one-sided READs, then cached) and
+    /// checks that its node has not restarted since; no rkey passes through here.
+    pub fn import_name(&mut self, vqp: &Vqp, name: &str, len: u32) -> Result<RemoteRegion, Error> {
+        let words = name_words(name)?;
+        let c = self.control(
+            "import memory by name",
+            Sqe::import_name(0, vqp.handle, words, len),
+        )?;
+        Ok(RemoteRegion {
+            handle: c.res as u32,
+            vqp: vqp.handle,
+            addr: c.aux,
+            len,
         })
     }
 

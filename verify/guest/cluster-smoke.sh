@@ -19,8 +19,19 @@
 #                                   retried while ROLE's module is not listening yet); once
 #                                   each ROLE's module is gone, a CONNECT to it fails by
 #                                   name, in bounded time; then remove rxe0 and unload
+#   cluster-smoke.sh meta N         reload serving the MetaServer (naming this node); wait
+#                                   until N other nodes connected to it and left (150 s)
+#   cluster-smoke.sh export META NAME
+#                                   reload with META's node as the MetaServer (this node's
+#                                   own when META is this role); publish 64 KiB as NAME,
+#                                   wait for an importer to finish, revoke it, unload
+#   cluster-smoke.sh import META ROLE NAME
+#                                   reload with META's node as the MetaServer; CONNECT to
+#                                   ROLE's node, import NAME, READ/WRITE/CAS/FAA it with
+#                                   the bytes checked, unload
 set -u
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
+REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
 CM_PORT=7471
 addr_of() {
   for p in $KRCORE_PEERS; do
@@ -115,6 +126,39 @@ connect)
   rdma link delete rxe0 && rmmod krcore || exit 1
   echo "$KRCORE_NODE: rxe0 removed, module unloaded"
   ;;
+meta)
+  reload meta_server="$KRCORE_ADDR" || exit 1
+  for _ in $(seq 150); do
+    # The MetaServer's own connection to itself is one of those accepted, never closed.
+    if [ "$(count "accepted a peer kernel's MetaServer")" -gt "$2" ] &&
+       [ "$(count "a peer kernel left")" -ge "$2" ]; then
+      echo "$KRCORE_NODE ($KRCORE_ADDR): served the MetaServer to $2 node(s), which left"
+      rmmod krcore || exit 1
+      exit 0
+    fi
+    sleep 1
+  done
+  echo "$KRCORE_NODE: the MetaServer did not see $2 nodes come and go in 150 s" >&2
+  dmesg | grep krcore | tail -5 >&2
+  exit 1
+  ;;
+export)
+  meta=$(addr_of "$2") || exit 1
+  reload meta_server="$meta" || exit 1
+  "$REMOTE_MEMORY" export "$3" 150 || exit 1
+  # Importers still connected leave before this module does.
+  sleep 3
+  rmmod krcore || exit 1
+  echo "$KRCORE_NODE: module unloaded"
+  ;;
+import)
+  meta=$(addr_of "$2") || exit 1
+  peer=$(addr_of "$3") || exit 1
+  reload meta_server="$meta" || exit 1
+  "$REMOTE_MEMORY" import "$peer" "$4" || exit 1
+  rmmod krcore || exit 1
+  echo "$KRCORE_NODE: module unloaded"
+  ;;
 serve)
   for _ in $(seq "$2"); do
     ibv_rc_pingpong -d rxe0 -g 1 -n 10 >/dev/null || exit 1
@@ -136,7 +180,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE..." >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME" >&2
   exit 2
   ;;
 esac

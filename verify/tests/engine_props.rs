@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use krcore_abi::cqe::{Cqe, Reason};
 use krcore_abi::engine::{Stall, DEFAULT_DEADLINE_MS};
 use krcore_abi::layout::SqFlags;
-use krcore_abi::opcode::Opcode;
+use krcore_abi::opcode::{Opcode, OPCODE_LAST};
 use krcore_abi::ring::RingError;
 use krcore_abi::sqe::{MrAccess, Sqe};
 use verify::node::Node;
@@ -139,7 +139,7 @@ fn random_sqe(rng: &mut Rng, r: usize, app: &mut App) -> Sqe {
         let (bad, reason) = match rng.below(8) {
             0 => (
                 Sqe {
-                    opcode: 14 + rng.below(200) as u8,
+                    opcode: OPCODE_LAST + rng.below(200) as u8,
                     ..s
                 },
                 Reason::BadOpcode,

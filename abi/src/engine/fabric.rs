@@ -12,7 +12,10 @@
 //!   [`Links::shard`], spread over shards by peer and service
 //!   ([`shard_of`](super::message::shard_of)), a lock per shard, so messages on
 //!   different services never wait for each other, nor for a CONNECT elsewhere;
-//! - the exported MRs: [`Fabric::exports`], a leaf.
+//! - the exported MRs: [`Fabric::exports`], a leaf;
+//! - what rings asked of the MetaServer ([`Fabric::publish`], [`Fabric::unpublish`],
+//!   [`Members::import_named`]): a leaf in the fabric; its network work runs outside
+//!   every engine lock.
 //!
 //! # Lock order
 //!
@@ -24,8 +27,11 @@
 //! (the kernel's per-ring inbox), never taking a ring's lock inside a QP's.
 
 use super::backend::{Connection, MrKeys, PostError, SendWr};
+use super::cqe::Reason;
 use super::errno::Errno;
-use super::export::Exports;
+use super::export::{Export, Exports};
+use super::meta::client::Answer;
+use super::meta::record::NAME_LEN;
 use core::ops::DerefMut;
 
 use super::message::Messages;
@@ -78,6 +84,12 @@ pub trait Members<S: Store> {
     ) -> Result<Connection, Errno>;
     /// Releases the binding made by [`connect`](Self::connect).
     fn disconnect(&mut self, qp: u32);
+    /// IMPORT_NAME of `name` for a virtual QP bound to physical QP `qp`: the export, as
+    /// the exporting node's kernel recorded it in the MetaServer, when `qp` connects to
+    /// that node (see abi's `meta::client`). A fabric without a MetaServer has none.
+    fn import_named(&mut self, _name: &[u8; NAME_LEN], _qp: u32) -> Answer<Export> {
+        Answer::Failed(Reason::Unreachable)
+    }
 }
 
 /// Everything rings share on one device.
@@ -103,6 +115,15 @@ pub trait Fabric<S: Store>: Links<S> {
     /// A fresh unpredictable 64-bit value for an export descriptor (the kernel's
     /// CSPRNG; see [`export`](super::export)).
     fn descriptor(&self) -> u64;
+    /// PUBLISH of `export` (a live one of the calling ring's) under `name`, in the
+    /// MetaServer (see abi's `meta::client`). Takes only a leaf lock. A fabric without a
+    /// MetaServer has none.
+    fn publish(&self, _name: &[u8; NAME_LEN], _export: &Export) -> Answer<()> {
+        Answer::Failed(Reason::Unreachable)
+    }
+    /// Export `descriptor` was revoked: its published names go too (the network work
+    /// is the caller's, after the submission). Takes only a leaf lock.
+    fn unpublish(&self, _descriptor: u64) {}
 }
 
 /// A [`Post`] that posts nothing (for QPs no request is ever posted on).

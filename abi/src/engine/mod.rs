@@ -32,7 +32,7 @@ mod validate;
 mod wrid;
 
 // Siblings of the engine that its modules reach as `super::x`.
-use super::{cqe, errno, layout, opcode, ring, sqe};
+use super::{cqe, errno, layout, meta, opcode, ring, sqe};
 
 pub use backend::{Connection, MrKeys, PostError, SendKind, SendWr, Sge, Wc, WcStatus};
 pub use blame::{Blame, BACKOFF_BASE_MS, BACKOFF_MAX_MS};

@@ -75,6 +75,9 @@ pub struct RemoteMr {
     pub access: MrAccess,
     /// See `rkey`.
     pub checked: u64,
+    /// Another node's export, resolved through the MetaServer (IMPORT_NAME): not in
+    /// this node's exports table, so never resolved again here.
+    pub across: bool,
 }
 
 /// A request in flight.
@@ -428,9 +431,15 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
 /// Removes export `descriptor` if `owner` (a ring's id and generation) still holds it;
 /// a descriptor already revoked (at close) is left alone.
 pub(crate) fn revoke<S: Store>(f: &impl Fabric<S>, descriptor: u64, owner: (u16, u16)) {
-    f.exports(|exports| {
-        if exports.get(descriptor).is_some_and(|e| e.owner == owner) {
+    let revoked = f.exports(|exports| {
+        let mine = exports.get(descriptor).is_some_and(|e| e.owner == owner);
+        if mine {
             exports.remove(descriptor);
         }
+        mine
     });
+    // Its names in the MetaServer go too.
+    if revoked {
+        f.unpublish(descriptor);
+    }
 }

@@ -18,9 +18,11 @@
 use super::backend::{PostError, SendKind, SendWr, Sge};
 use super::cqe::{Cqe, Reason};
 use super::errno::Errno;
+use super::export::Export;
 use super::fabric::{Fabric, Members};
 use super::layout::SqFlags;
 use super::message::{shard_of, Messages, PostedRecv, RecvStep, SendStep, Target, WaitingSend};
+use super::meta::client::Answer;
 use super::qp::{Delivery, Posted};
 use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
@@ -47,10 +49,11 @@ pub enum Stall {
     /// A REG_MR was taken (or is still being registered): the caller registers it
     /// outside its locks (see [`register`](super::register)), then submits again.
     Register,
-    /// A CONNECT to another node waits for the node's connection set (the membership
-    /// said `EINPROGRESS`): the caller makes it, or waits for whoever makes it, outside
-    /// its locks, then submits again. The CONNECT stays in the SQ.
-    Dial,
+    /// An entry waits for another node: a CONNECT for the node's connection set (the
+    /// membership said `EINPROGRESS`), a PUBLISH or IMPORT_NAME for the MetaServer (the
+    /// answer was `Pending`). The caller does that network work, or waits for whoever
+    /// does, outside its locks, then submits again. The entry stays in the SQ.
+    Remote,
 }
 
 /// What one submission call did.
@@ -255,7 +258,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 let open = held.shard(k).half_open(&gid, service);
                 let m = held.members();
                 match m.connect(gid, service, open.map(|o| o.qp)) {
-                    Err(Errno::EINPROGRESS) => return self.dial(f, held),
+                    Err(Errno::EINPROGRESS) => return self.remote(f, held),
                     Err(e) => Cqe::err_errno(
                         ud,
                         match e {
@@ -333,10 +336,52 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 rkey: export.rkey,
                 access: export.access,
                 checked,
+                across: false,
             }) {
                 Ok(h) => Cqe::ok(ud, h as i32, 0),
                 Err(_) => Cqe::err(ud, Reason::TableFull),
             },
+            Op::Publish { mr, name } => {
+                let m = *t.mrs.get(mr).expect("validated");
+                let export = Export {
+                    descriptor: m.descriptor,
+                    owner: (self.id, self.gen),
+                    addr: m.addr,
+                    len: m.len,
+                    access: m.access,
+                    rkey: m.keys.rkey,
+                };
+                match f.publish(&name, &export) {
+                    Answer::Done(()) => Cqe::ok(ud, 0, 0),
+                    Answer::Failed(why) => Cqe::err(ud, why),
+                    Answer::Pending => return self.remote(f, held),
+                }
+            }
+            Op::ImportName { vqp, name, len } => {
+                let v = *t.vqps.get(vqp).expect("validated");
+                self.hold_members(f, held);
+                match held.members().import_named(&name, v.qp) {
+                    Answer::Pending => return self.remote(f, held),
+                    Answer::Failed(why) => Cqe::err(ud, why),
+                    Answer::Done(e) if len > e.len => Cqe::err(ud, Reason::RemoteRange),
+                    Answer::Done(e) => {
+                        let t = &mut self.tables;
+                        match t.rmrs.insert(super::ring_state::RemoteMr {
+                            vqp,
+                            addr: e.addr,
+                            len: if len == 0 { e.len } else { len },
+                            descriptor: 0,
+                            rkey: e.rkey,
+                            access: e.access,
+                            checked: 0,
+                            across: true,
+                        }) {
+                            Ok(h) => Cqe::ok(ud, h as i32, e.addr),
+                            Err(_) => Cqe::err(ud, Reason::TableFull),
+                        }
+                    }
+                }
+            }
             Op::Send {
                 vqp,
                 mr,
@@ -542,11 +587,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         }
     }
 
-    /// A CONNECT waits for its node's connection set: our unposted requests go out
-    /// first (the caller drops its locks to dial).
-    fn dial<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) -> Step {
+    /// An entry waits for another node: our unposted requests go out first (the
+    /// caller drops its locks for the network work).
+    fn remote<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) -> Step {
         self.flush_chain(f, held);
-        Step::Wait(Stall::Dial)
+        Step::Wait(Stall::Remote)
     }
 
     /// The object's sends may be in our own unposted chain: post it, then wait.

@@ -16,6 +16,7 @@ use super::backend::{SendKind, Sge};
 use super::cqe::Reason;
 use super::export::Export;
 use super::fabric::Fabric;
+use super::meta::record::{name_from_words, NAME_LEN};
 use super::opcode::{Opcode, OPCODE_LAST};
 use super::ring_state::{LocalMr, Tables};
 use super::sqe::{MrAccess, Sqe, SqeFlags};
@@ -57,8 +58,13 @@ const READS: [u16; OPCODE_LAST as usize] = {
     t[Opcode::Recv as usize] = LOCAL;
     t[Opcode::Cas as usize] = ONE_SIDED | ARG0 | ARG1;
     t[Opcode::Faa as usize] = ONE_SIDED | ARG0;
+    t[Opcode::Publish as usize] = MR | NAME;
+    t[Opcode::ImportName as usize] = VQP | LEN | NAME;
     t
 };
+
+/// The three words an export name travels in (see abi's `meta::record`).
+const NAME: u16 = RADDR | ARG0 | ARG1;
 
 /// A validated operation, with everything resolved that the tables can resolve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +111,22 @@ pub enum Op {
         export: Export,
         /// The exports' epoch, read before it was resolved.
         checked: u64,
+    },
+    /// Publish MR `mr`'s export under `name`.
+    Publish {
+        /// MR handle.
+        mr: u32,
+        /// The name.
+        name: [u8; NAME_LEN],
+    },
+    /// Import `len` bytes (0: all) of another node's export `name` for `vqp`.
+    ImportName {
+        /// Virtual QP handle.
+        vqp: u32,
+        /// The name.
+        name: [u8; NAME_LEN],
+        /// Bytes from the export's start; 0 for the whole export.
+        len: u32,
     },
     /// A send-queue request on `vqp` using local MR `mr`.
     Send {
@@ -230,6 +252,11 @@ fn local<S: Store>(sqe: &Sqe, t: &Tables<S>, needs_write: bool) -> Result<(Local
     ))
 }
 
+/// The export name an SQE carries.
+fn name_of(sqe: &Sqe) -> Result<[u8; NAME_LEN], Reason> {
+    name_from_words([sqe.remote_addr, sqe.arg0, sqe.arg1]).ok_or(Reason::BadName)
+}
+
 /// The export `descriptor` names now, under the exports' lock.
 fn resolve<S: Store, F: Fabric<S>>(f: &F, descriptor: u64) -> Option<Export> {
     f.exports(|e| e.get(descriptor).copied())
@@ -249,9 +276,10 @@ fn remote<S: Store, F: Fabric<S>>(
     if !inside(sqe.remote_addr, sqe.len, r.addr, r.len) {
         return Err(Reason::RemoteRange);
     }
-    // A revoked export stops its importers here: the revocation moved the epoch.
+    // A revoked export stops its importers here: the revocation moved the epoch. An
+    // import from another node was resolved in that node's record (IMPORT_NAME).
     let epoch = f.exports_epoch();
-    if r.checked != epoch {
+    if !r.across && r.checked != epoch {
         let e = resolve(f, r.descriptor).ok_or(Reason::BadDescriptor)?;
         (r.rkey, r.access, r.checked) = (e.rkey, e.access, epoch);
     }
@@ -329,6 +357,28 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
                 descriptor: sqe.arg0,
                 export: e,
                 checked,
+            }
+        }
+        Opcode::Publish => {
+            let m = t.mrs.get(sqe.mr).ok_or(Reason::BadMr)?;
+            // Only an MR granting remote access has an export to publish.
+            if m.descriptor == 0 {
+                return Err(Reason::MrAccess);
+            }
+            Op::Publish {
+                mr: sqe.mr,
+                name: name_of(sqe)?,
+            }
+        }
+        Opcode::ImportName => {
+            t.vqps.get(sqe.vqp).ok_or(Reason::BadVqp)?;
+            if sqe.len > MAX_LEN {
+                return Err(Reason::BadLength);
+            }
+            Op::ImportName {
+                vqp: sqe.vqp,
+                name: name_of(sqe)?,
+                len: sqe.len,
             }
         }
         Opcode::Recv => {

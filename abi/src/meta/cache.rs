@@ -18,14 +18,14 @@ pub struct MetaCache<S: Store> {
     entries: S::Buf<Option<ExportRecord>>,
     /// Where the next insertion goes when no slot is free (oldest first).
     next: usize,
-    /// Newest incarnation seen per node id (0: none yet); ids past its length are not
-    /// tracked, and their records are not cached.
-    nodes: S::Buf<u64>,
+    /// Newest incarnation seen per node, by node id modulo its length: `(id,
+    /// incarnation)`, a node whose id shares the slot replacing it.
+    nodes: S::Buf<(u16, u64)>,
 }
 
 impl<S: Store> MetaCache<S> {
-    /// A cache over `entries` (all `None`) and `nodes` (all 0).
-    pub fn new(entries: S::Buf<Option<ExportRecord>>, nodes: S::Buf<u64>) -> Self {
+    /// A cache over `entries` (all `None`) and `nodes` (all `(0, 0)`, at least one).
+    pub fn new(entries: S::Buf<Option<ExportRecord>>, nodes: S::Buf<(u16, u64)>) -> Self {
         MetaCache {
             entries,
             next: 0,
@@ -43,24 +43,34 @@ impl<S: Store> MetaCache<S> {
             .copied()
     }
 
+    /// Node `id`'s slot in `nodes`.
+    fn node_slot(&mut self, id: u16) -> Option<&mut (u16, u64)> {
+        let nodes = self.nodes.as_mut();
+        // checked_rem: no panic path (the kernel build's objtool rejects one).
+        let i = (id as usize).checked_rem(nodes.len())?;
+        nodes.get_mut(i)
+    }
+
     /// Caches `r` (a lookup's result), replacing a record of the same name; refused
-    /// (`false`) when its node is untracked or `r` is older than that node's newest
-    /// incarnation seen.
+    /// (`false`) when `r` is older than its node's newest incarnation seen.
     pub fn put(&mut self, r: ExportRecord) -> bool {
-        let Some(&newest) = self.nodes.as_ref().get(r.node as usize) else {
-            return false;
-        };
-        if r.incarnation < newest {
+        if self
+            .node_slot(r.node)
+            .is_some_and(|&mut (id, newest)| id == r.node && r.incarnation < newest)
+        {
             return false;
         }
         let entries = self.entries.as_mut();
+        if entries.is_empty() {
+            return false;
+        }
         let slot = entries
             .iter()
             .position(|e| e.is_some_and(|e| e.name == r.name))
             .or_else(|| entries.iter().position(Option::is_none))
             .unwrap_or_else(|| {
                 let s = self.next;
-                self.next = (self.next + 1) % entries.len();
+                self.next = if s + 1 < entries.len() { s + 1 } else { 0 };
                 s
             });
         entries[slot] = Some(r);
@@ -70,10 +80,18 @@ impl<S: Store> MetaCache<S> {
     /// A node record of `node` was read showing `incarnation`: drops every cached
     /// record of that node from another incarnation. Returns how many went.
     pub fn saw_node(&mut self, node: u16, incarnation: u64) -> usize {
-        if let Some(n) = self.nodes.as_mut().get_mut(node as usize) {
-            *n = (*n).max(incarnation);
+        if let Some(n) = self.node_slot(node) {
+            *n = match *n {
+                (id, newest) if id == node => (id, newest.max(incarnation)),
+                _ => (node, incarnation),
+            };
         }
         self.drop_where(|r| r.node == node && r.incarnation != incarnation)
+    }
+
+    /// Drops every record of `node` (its connection set broke: it may have restarted).
+    pub fn forget_node(&mut self, node: u16) -> usize {
+        self.drop_where(|r| r.node == node)
     }
 
     /// Drops the record of `name` (its use failed: revoked).
@@ -113,7 +131,7 @@ mod tests {
     }
 
     fn cache(entries: usize) -> MetaCache<VecStore> {
-        MetaCache::new(vec![None; entries], vec![0; 8])
+        MetaCache::new(vec![None; entries], vec![(0, 0); 8])
     }
 
     #[test]
@@ -129,7 +147,11 @@ mod tests {
             "a lookup of the old incarnation is refused"
         );
         assert!(c.put(rec("a", 1, 11)));
-        assert!(!c.put(rec("z", 99, 1)), "untracked node");
+        // Node 9 shares node 1's slot (of 8): tracked in its place.
+        assert_eq!(c.saw_node(9, 4), 0);
+        assert!(c.put(rec("z", 9, 4)));
+        assert_eq!(c.forget_node(1), 1);
+        assert!(c.get(&name("z").unwrap()).is_some());
     }
 
     #[test]

@@ -17,8 +17,9 @@
 //! [`lookup`]: super::lookup
 
 use super::frame::{self, Torn};
-use super::lookup::EXPORT_FRAME;
+use super::lookup::{home, EXPORT_FRAME, TRIES};
 use super::record::{ExportRecord, EXPORT_PAYLOAD, NAME_LEN};
+use super::tables::{read_window, Remote, Tables, Unreachable};
 
 /// What an exporter does with its name's window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,12 +61,22 @@ fn slots(window: &[u8]) -> impl Iterator<Item = Result<(u64, ExportRecord), Torn
     })
 }
 
-/// What to do to publish `name`, given its window as one READ brought it.
-pub fn plan(name: &[u8; NAME_LEN], window: &[u8]) -> Plan {
+/// What to do to publish `rec`, given its name's window as one READ brought it. A
+/// record of the name left by an earlier incarnation of `rec`'s own node (it restarted
+/// without revoking) is stale: it is claimed over, not a reason to refuse.
+pub fn plan(rec: &ExportRecord, window: &[u8]) -> Plan {
     let mut free = None;
     for (i, s) in slots(window).enumerate() {
         match s {
-            Ok((_, r)) if r.name == *name => return Plan::Exists { slot: i },
+            Ok((v, r))
+                if r.name == rec.name && r.node == rec.node && r.incarnation != rec.incarnation =>
+            {
+                return Plan::Claim {
+                    slot: i,
+                    version: v,
+                };
+            }
+            Ok((_, r)) if r.name == rec.name => return Plan::Exists { slot: i },
             Ok((v, r)) if is_tombstone(&r) => {
                 free.get_or_insert(Plan::Claim {
                     slot: i,
@@ -109,6 +120,120 @@ pub fn recheck(name: &[u8; NAME_LEN], window: &[u8], mine: usize) -> Recheck {
     Recheck::Keep
 }
 
+/// Why a publication failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublishError {
+    /// The name is published already (by this node or another).
+    Taken,
+    /// No free slot in the name's window.
+    Full,
+    /// Slots stayed torn, or claims were lost, for every try.
+    Contended,
+    /// A verb failed.
+    Unreachable,
+}
+
+impl From<Unreachable> for PublishError {
+    fn from(_: Unreachable) -> Self {
+        PublishError::Unreachable
+    }
+}
+
+/// Rewrites the entry at `off`, whose head holds `version` (even), to `payload`:
+/// claim the head by compare-and-swap, then body and tail, then head. Whether the claim
+/// held (a lost one wrote nothing).
+fn rewrite(
+    r: &mut impl Remote,
+    off: u64,
+    version: u64,
+    payload: &[u8; EXPORT_PAYLOAD],
+) -> Result<bool, Unreachable> {
+    if r.cas(off, version, frame::writing(version))? != version {
+        return Ok(false);
+    }
+    let mut f = [0u8; EXPORT_FRAME];
+    frame::encode(&mut f, version + 2, payload).expect("frame size");
+    let [_, (at, n), _] = frame::rewrite_steps(&f);
+    r.write(off + at as u64, &f[at..at + n])?;
+    r.write(off, &f[..8])?;
+    Ok(true)
+}
+
+/// Publishes `rec` under its name through `r` (see the module doc): the slot it took.
+/// `buf` holds a probe window.
+pub fn publish(
+    r: &mut impl Remote,
+    t: &Tables,
+    rec: &ExportRecord,
+    buf: &mut [u8],
+) -> Result<u32, PublishError> {
+    let first = home(&rec.name, t.export_slots as usize) as u32;
+    // The window's `w`th slot, wrapping (a subtraction, not a remainder: the kernel
+    // build's objtool rejects a division's panic path).
+    let at = |w: usize| {
+        let s = first + w as u32;
+        if s >= t.export_slots {
+            s - t.export_slots
+        } else {
+            s
+        }
+    };
+    for _ in 0..2 * TRIES {
+        let window = read_window(r, t, first, buf)?;
+        let (w, version) = match plan(rec, &buf[..window * EXPORT_FRAME]) {
+            Plan::Exists { .. } => return Err(PublishError::Taken),
+            Plan::Full => return Err(PublishError::Full),
+            Plan::Retry(_) => continue,
+            Plan::Claim { slot, version } => (slot, version),
+        };
+        if !rewrite(r, t.export(at(w)), version, &rec.encode())? {
+            continue;
+        }
+        // Another exporter of the name may have claimed a slot at once: the lower keeps it.
+        for _ in 0..TRIES {
+            let window = read_window(r, t, first, buf)?;
+            match recheck(&rec.name, &buf[..window * EXPORT_FRAME], w) {
+                Recheck::Keep => return Ok(at(w)),
+                Recheck::Yield => {
+                    rewrite(r, t.export(at(w)), version + 2, &tombstone())?;
+                    return Err(PublishError::Taken);
+                }
+                Recheck::Retry(_) => {}
+            }
+        }
+        // Torn each time: keep ours; a racer with a lower slot yields when it rechecks.
+        return Ok(at(w));
+    }
+    Err(PublishError::Contended)
+}
+
+/// Revokes `name` from slot `slot` (where [`publish`] put it): a tombstone. Nothing is
+/// written when the slot holds another name (or was revoked already).
+pub fn revoke(
+    r: &mut impl Remote,
+    t: &Tables,
+    slot: u32,
+    name: &[u8; NAME_LEN],
+) -> Result<(), PublishError> {
+    let off = t.export(slot);
+    let mut f = [0u8; EXPORT_FRAME];
+    for _ in 0..TRIES {
+        r.read(off, &mut f)?;
+        let (version, body) = match frame::decode(&f, EXPORT_PAYLOAD) {
+            Ok(v) => v,
+            Err(Torn::Empty) => return Ok(()),
+            Err(_) => continue,
+        };
+        if ExportRecord::decode(body.try_into().expect("payload")).name != *name {
+            return Ok(());
+        }
+        if rewrite(r, off, version, &tombstone())? {
+            return Ok(());
+        }
+    }
+    Err(PublishError::Contended)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,7 +269,7 @@ mod tests {
 
     #[test]
     fn plans() {
-        let n = name("kv").unwrap();
+        let n = rec("kv");
         let mut w = window();
         assert_eq!(
             plan(&n, &w),
@@ -167,29 +292,46 @@ mod tests {
         assert_eq!(plan(&n, &w), Plan::Exists { slot: 3 });
         // Being written by another exporter: its name may be ours.
         w[2 * EXPORT_FRAME..2 * EXPORT_FRAME + 8].copy_from_slice(&1u64.to_le_bytes());
-        assert_eq!(
-            plan(&name("new").unwrap(), &w),
-            Plan::Retry(Torn::Rewriting)
-        );
+        assert_eq!(plan(&rec("new"), &w), Plan::Retry(Torn::Rewriting));
         let mut full = window();
         for s in 0..PROBE {
             put(&mut full, s, 2, &rec(&alloc::format!("n{s}")).encode());
         }
         assert_eq!(plan(&n, &full), Plan::Full);
+        // Our own node's record of the name from before a restart is claimed over.
+        let mut w = window();
+        put(&mut w, 3, 2, &rec("kv").encode());
+        let reloaded = ExportRecord {
+            incarnation: 2,
+            ..rec("kv")
+        };
+        assert_eq!(
+            plan(&reloaded, &w),
+            Plan::Claim {
+                slot: 3,
+                version: 2
+            }
+        );
+        let other_node = ExportRecord {
+            node: 5,
+            ..reloaded
+        };
+        assert_eq!(plan(&other_node, &w), Plan::Exists { slot: 3 });
     }
 
     /// Two exporters of one name that both planned before either claimed: both write,
     /// both recheck; exactly one keeps it.
     #[test]
     fn racing_exporters_of_one_name_keep_one() {
-        let n = name("kv").unwrap();
+        let k = rec("kv");
+        let n = k.name;
         let mut w = window();
         put(&mut w, 0, 2, &rec("other").encode());
-        let (a, b) = (plan(&n, &w), plan(&n, &w));
+        let (a, b) = (plan(&k, &w), plan(&k, &w));
         assert_eq!(a, b);
         // A wins slot 1's CAS; B's CAS fails, it reads again and claims slot 2.
         put(&mut w, 1, 2, &rec("kv").encode());
-        let Plan::Exists { slot: 1 } = plan(&n, &w) else {
+        let Plan::Exists { slot: 1 } = plan(&k, &w) else {
             panic!("B's second plan sees A's export");
         };
         // Had B's read come before A's write landed, B would have claimed slot 2:
@@ -200,11 +342,71 @@ mod tests {
         put(&mut w, 2, 4, &tombstone());
         assert_eq!(recheck(&n, &w, 1), Recheck::Keep);
         assert_eq!(
-            plan(&name("next").unwrap(), &w),
+            plan(&rec("next"), &w),
             Plan::Claim {
                 slot: 2,
                 version: 4
             }
+        );
+    }
+
+    const T: Tables = Tables {
+        node_slots: 1,
+        export_slots: 32,
+    };
+
+    fn found(m: &mut crate::meta::tables::mem::MemRegion, n: &str) -> Option<u16> {
+        let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
+        crate::meta::lookup::lookup(&name(n).unwrap(), &T, &mut buf, m)
+            .ok()
+            .map(|(r, _)| r.node)
+    }
+
+    #[test]
+    fn publish_then_revoke_over_verbs() {
+        let mut m = crate::meta::tables::mem::MemRegion::new(T.bytes());
+        let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
+        let a = rec("kv");
+        let s = publish(&mut m, &T, &a, &mut buf).unwrap();
+        assert_eq!(found(&mut m, "kv"), Some(1));
+        assert_eq!(publish(&mut m, &T, &a, &mut buf), Err(PublishError::Taken));
+        revoke(&mut m, &T, s, &a.name).unwrap();
+        assert_eq!(found(&mut m, "kv"), None, "revoked at once");
+        // The tombstone is claimed again by the next publication of any name there.
+        let again = publish(&mut m, &T, &a, &mut buf).unwrap();
+        assert_eq!(again, s);
+        revoke(&mut m, &T, s, &name("other").unwrap()).unwrap();
+        assert_eq!(
+            found(&mut m, "kv"),
+            Some(1),
+            "revoking another name writes nothing"
+        );
+        m.down = true;
+        assert_eq!(
+            publish(&mut m, &T, &rec("x"), &mut buf),
+            Err(PublishError::Unreachable)
+        );
+    }
+
+    #[test]
+    fn a_full_window_refuses() {
+        let mut m = crate::meta::tables::mem::MemRegion::new(T.bytes());
+        let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
+        let target = home(&name("kv").unwrap(), 32);
+        let mut placed = 0;
+        for i in 0.. {
+            let n = alloc::format!("f{i}");
+            if home(&name(&n).unwrap(), 32) == target {
+                publish(&mut m, &T, &rec(&n), &mut buf).unwrap();
+                placed += 1;
+                if placed == PROBE {
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            publish(&mut m, &T, &rec("kv"), &mut buf),
+            Err(PublishError::Full)
         );
     }
 }

@@ -3,19 +3,20 @@
 //! The exports table is an open-addressed array of [`EXPORT_FRAME`]-byte entries; a
 //! name's home slot is its hash modulo the table size and a name lives within
 //! [`PROBE`] slots of home (its exporter claims the first free one there). A lookup reads
-//! the [`PROBE`] slots from home in **one** READ (wrapping tables read a second part
-//! from the start), so it costs one round trip unless a slot was being rewritten, in
+//! the [`PROBE`] slots from home in **one** READ (a window that wraps at the table's end
+//! reads its second part from the start), so it costs one round trip unless a slot was being rewritten, in
 //! which case it reads again, at most [`TRIES`] times in all, and then fails saying so.
 //! The found record is checked against the exporting node's current incarnation by the
 //! caller (see [`cache`](super::cache)).
 
 use super::frame::{self, Torn};
 use super::record::{ExportRecord, EXPORT_PAYLOAD, NAME_LEN};
+use super::tables::{read_window, Remote, Tables};
 
 /// Bytes of one framed export entry.
 pub const EXPORT_FRAME: usize = frame::size(EXPORT_PAYLOAD);
 
-/// Slots a name may live in, from its home slot on: read together (768 bytes), so a
+/// Slots a name may live in, from its home slot on: read together (704 bytes), so a
 /// lookup stays one round trip; an export whose window is full is refused, so the table
 /// is sized at several times the exports it holds (see the README's cluster section).
 pub const PROBE: usize = 8;
@@ -42,32 +43,25 @@ pub fn home(name: &[u8; NAME_LEN], slots: usize) -> usize {
         h ^= *b as u64;
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (h % slots as u64) as usize
+    // checked_rem: no panic path (the kernel build's objtool rejects one); 0 slots has
+    // no home.
+    h.checked_rem(slots as u64).unwrap_or(0) as usize
 }
 
-/// Looks `name` up in a table of `slots` entries. `read(first_slot, buf)` fills `buf`
-/// (a whole number of entries) with the entries from `first_slot` on, in one READ, or
-/// fails. `buf` must hold [`PROBE`] entries. Returns the record and how many READs it
-/// took.
+/// Looks `name` up in the exports table of `t` through `r`; `buf` must hold [`PROBE`]
+/// entries. Returns the record and how many window reads it took.
 pub fn lookup(
     name: &[u8; NAME_LEN],
-    slots: usize,
+    t: &Tables,
     buf: &mut [u8],
-    mut read: impl FnMut(usize, &mut [u8]) -> Result<(), ()>,
+    r: &mut impl Remote,
 ) -> Result<(ExportRecord, u32), LookupError> {
-    let window = PROBE.min(slots);
-    let buf = &mut buf[..window * EXPORT_FRAME];
-    let first = home(name, slots);
+    let first = home(name, t.export_slots as usize) as u32;
     let mut last_torn = Torn::Rewriting;
     for attempt in 1..=TRIES {
-        // The window, wrapping at the table's end: one READ, or two for a wrapped window.
-        let head = window.min(slots - first);
-        read(first, &mut buf[..head * EXPORT_FRAME]).map_err(|()| LookupError::Read)?;
-        if head < window {
-            read(0, &mut buf[head * EXPORT_FRAME..]).map_err(|()| LookupError::Read)?;
-        }
+        let window = read_window(r, t, first, buf).map_err(|_| LookupError::Read)?;
         let mut torn = None;
-        for entry in buf.chunks_exact(EXPORT_FRAME) {
+        for entry in buf[..window * EXPORT_FRAME].chunks_exact(EXPORT_FRAME) {
             match frame::decode(entry, EXPORT_PAYLOAD) {
                 Ok((_, body)) => {
                     let r = ExportRecord::decode(body.try_into().expect("payload size"));
@@ -95,6 +89,7 @@ pub fn lookup(
 mod tests {
     use super::*;
     use crate::meta::record::name;
+    use crate::meta::tables::mem::MemRegion;
     use alloc::vec;
     use alloc::vec::Vec;
 
@@ -110,24 +105,32 @@ mod tests {
         }
     }
 
-    /// A table as the MetaServer's memory holds it.
+    /// A MetaServer's region with an exports table of `slots` entries.
     struct Table {
-        mem: Vec<u8>,
-        slots: usize,
+        t: Tables,
+        m: MemRegion,
     }
 
     impl Table {
-        fn new(slots: usize) -> Table {
+        fn new(slots: u32) -> Table {
+            let t = Tables {
+                node_slots: 4,
+                export_slots: slots,
+            };
             Table {
-                mem: vec![0; slots * EXPORT_FRAME],
-                slots,
+                t,
+                m: MemRegion::new(t.bytes()),
             }
         }
-        fn put(&mut self, r: &ExportRecord) -> usize {
-            let h = home(&r.name, self.slots);
-            for k in 0..PROBE {
-                let s = (h + k) % self.slots;
-                let e = &mut self.mem[s * EXPORT_FRAME..(s + 1) * EXPORT_FRAME];
+        fn entry(&mut self, slot: u32) -> &mut [u8] {
+            let at = self.t.export(slot) as usize;
+            &mut self.m.bytes[at..at + EXPORT_FRAME]
+        }
+        fn put(&mut self, r: &ExportRecord) -> u32 {
+            let h = home(&r.name, self.t.export_slots as usize) as u32;
+            for k in 0..PROBE as u32 {
+                let s = (h + k) % self.t.export_slots;
+                let e = self.entry(s);
                 if frame::decode(e, EXPORT_PAYLOAD) == Err(Torn::Empty) {
                     frame::encode(e, 2, &r.encode()).unwrap();
                     return s;
@@ -135,10 +138,9 @@ mod tests {
             }
             panic!("no room in the probe window");
         }
-        fn read(&self, first: usize, buf: &mut [u8]) -> Result<(), ()> {
-            let at = first * EXPORT_FRAME;
-            buf.copy_from_slice(&self.mem[at..at + buf.len()]);
-            Ok(())
+        fn find(&mut self, n: &str) -> Result<(ExportRecord, u32), LookupError> {
+            let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
+            lookup(&name(n).unwrap(), &self.t, &mut buf, &mut self.m)
         }
     }
 
@@ -150,24 +152,16 @@ mod tests {
         for (i, n) in names.iter().enumerate() {
             t.put(&record(n, i as u16));
         }
-        let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
-        let mut reads = 0;
         for (i, n) in names.iter().enumerate() {
-            let (r, tries) = lookup(&name(n).unwrap(), t.slots, &mut buf, |f, b| {
-                reads += 1;
-                t.read(f, b)
-            })
-            .unwrap();
+            let (r, tries) = t.find(n).unwrap();
             assert_eq!((r.node, tries), (i as u16, 1));
         }
         assert!(
-            reads <= names.len() + names.len() / 50,
-            "{reads} READs: wraps only"
+            t.m.verbs as usize <= names.len() + names.len() / 50,
+            "{} READs: wraps only",
+            t.m.verbs
         );
-        let miss = lookup(&name("absent").unwrap(), t.slots, &mut buf, |f, b| {
-            t.read(f, b)
-        });
-        assert_eq!(miss.unwrap_err(), LookupError::NotFound);
+        assert_eq!(t.find("absent").unwrap_err(), LookupError::NotFound);
     }
 
     /// A revoked export leaves a tombstone, past which lookups still find a name that
@@ -180,17 +174,16 @@ mod tests {
         // Find a name whose home is the same slot, so it lands after "a".
         let other = (0..)
             .map(|i| record(&alloc::format!("b{i}"), 2))
-            .find(|r| home(&r.name, t.slots) == s)
+            .find(|r| home(&r.name, 64) as u32 == s)
             .unwrap();
         let s2 = t.put(&other);
-        assert_eq!(s2, (s + 1) % t.slots);
-        let e = &mut t.mem[s * EXPORT_FRAME..(s + 1) * EXPORT_FRAME];
-        frame::encode(e, 4, &crate::meta::claim::tombstone()).unwrap();
-        let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
-        let got = lookup(&other.name, t.slots, &mut buf, |f, b| t.read(f, b));
-        assert_eq!(got.map(|(r, _)| r.node), Ok(2));
-        let gone = lookup(&first.name, t.slots, &mut buf, |f, b| t.read(f, b));
-        assert_eq!(gone.unwrap_err(), LookupError::NotFound);
+        assert_eq!(s2, (s + 1) % 64);
+        frame::encode(t.entry(s), 4, &crate::meta::claim::tombstone()).unwrap();
+        let b = core::str::from_utf8(&other.name[..])
+            .unwrap()
+            .trim_end_matches('\0');
+        assert_eq!(t.find(b).map(|(r, _)| r.node), Ok(2));
+        assert_eq!(t.find("a").unwrap_err(), LookupError::NotFound);
     }
 
     #[test]
@@ -199,25 +192,33 @@ mod tests {
         let r = record("kv", 3);
         let s = t.put(&r);
         // Its owner is rewriting it: odd head.
-        let at = s * EXPORT_FRAME;
-        t.mem[at..at + 8].copy_from_slice(&3u64.to_le_bytes());
-        let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
-        let mut reads = 0;
-        let got = lookup(&r.name, t.slots, &mut buf, |f, b| {
-            reads += 1;
-            // The rewrite finishes after the second READ.
-            if reads == 3 {
-                let e = &mut t.mem[at..at + EXPORT_FRAME];
-                frame::encode(e, 4, &r.encode()).unwrap();
-            }
-            t.read(f, b)
-        });
-        assert_eq!(got.map(|(x, tries)| (x.node, tries)), Ok((3, 3)));
-        // Never finished: given up after TRIES reads, saying why.
-        t.mem[at..at + 8].copy_from_slice(&5u64.to_le_bytes());
-        let got = lookup(&r.name, t.slots, &mut buf, |f, b| t.read(f, b));
-        assert_eq!(got.unwrap_err(), LookupError::Torn(Torn::Rewriting));
-        let got = lookup(&r.name, t.slots, &mut buf, |_, _| Err(()));
-        assert_eq!(got.unwrap_err(), LookupError::Read);
+        t.entry(s)[..8].copy_from_slice(&3u64.to_le_bytes());
+        assert_eq!(
+            t.find("kv").unwrap_err(),
+            LookupError::Torn(Torn::Rewriting)
+        );
+        assert_eq!(t.m.verbs, TRIES, "read again, then given up");
+        frame::encode(t.entry(s), 4, &r.encode()).unwrap();
+        assert_eq!(t.find("kv").map(|(x, tries)| (x.node, tries)), Ok((3, 1)));
+        t.m.down = true;
+        assert_eq!(t.find("kv").unwrap_err(), LookupError::Read);
+    }
+
+    #[test]
+    fn a_window_wrapping_at_the_end_is_read_in_two() {
+        let mut t = Table::new(16);
+        let r = (0..)
+            .map(|i| record(&alloc::format!("w{i}"), 5))
+            .find(|r| home(&r.name, 16) == 15)
+            .unwrap();
+        let n = core::str::from_utf8(&r.name[..])
+            .unwrap()
+            .trim_end_matches('\0');
+        // Slot 15 is taken, so the name lands in slot 0, read by the second READ.
+        frame::encode(t.entry(15), 2, &record("filler", 9).encode()).unwrap();
+        assert_eq!(t.put(&r), 0);
+        let before = t.m.verbs;
+        assert_eq!(t.find(n).map(|(x, _)| x.node), Ok(5));
+        assert_eq!(t.m.verbs - before, 2);
     }
 }

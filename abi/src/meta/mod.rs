@@ -6,24 +6,33 @@
 //!   version word with a checksum, written by exactly one owner in a fixed order, so a
 //!   READ racing a rewrite is detected as torn and retried, never used.
 //! - [`record`]: the payloads: a node's record (its address and GID for rdma_cm, and its
-//!   *incarnation*, which changes when its module reloads) and an export's record (the
+//!   *incarnation*, which moves when its module reloads) and an export's record (the
 //!   exporting node and incarnation, the range, rights and rkey; the name is the key).
+//! - [`tables`]: where entries lie in the MetaServer's region, and the one-sided verbs
+//!   ([`Remote`](tables::Remote)) a node's kernel reaches them with.
+//! - [`node`]: registering a node's record (its incarnation chosen there), reading one.
 //! - [`claim`]: how an exporter publishes (claims a slot by compare-and-swap) and
 //!   revokes (a tombstone) an export next to readers that never lock.
-//! - [`resolve`]: a name to a usable record: the cache, else the window and the
-//!   exporting node's record (two READs), checking the node's incarnation.
-//! - [`cache`]: a node's cache of lookups, dropping records of an earlier incarnation
-//!   of their node and revoked ones.
 //! - [`lookup`]: an export by name in one READ of its probe window, read again while an
 //!   entry in it is being rewritten, given up after a bound.
+//! - [`resolve`]: a name to a live record: the window, then the exporting node's record
+//!   (two READs), checking the node's incarnation.
+//! - [`cache`]: a node's cache of lookups, dropping records of an earlier incarnation
+//!   of their node and revoked ones.
+//! - [`client`]: what rings asked of the MetaServer, as jobs run outside the engine's
+//!   locks, and their answers.
 //!
 //! A lookup's result is stale when the incarnation it carries is not the node's current
 //! one (the node restarted: its QPs and MRs are gone); callers cache results keyed by
-//! it and drop them when a READ of the node's record shows a new incarnation.
+//! it and drop them when a READ of the node's record shows a new incarnation, or when
+//! their connection set to the node breaks.
 
 pub mod cache;
 pub mod claim;
+pub mod client;
 pub mod frame;
 pub mod lookup;
+pub mod node;
 pub mod record;
 pub mod resolve;
+pub mod tables;

@@ -4,9 +4,8 @@
 //! A node's record lives in the slot of its node id and is written only by that node's
 //! kernel; an export's record lives in a slot of the exports table found by hashing its
 //! name, claimed by its exporting node. Sizes: a node entry is 64 bytes framed, an
-//! export entry 96, so 10,000 exports take under 1 MiB of the MetaServer's memory and a
-//! lookup is one READ of one entry (a second when the name's first slot is taken by
-//! another name).
+//! export entry 88, so 10,000 exports take under 1 MiB of the MetaServer's memory and a
+//! lookup is one READ of its name's probe window (see [`lookup`](super::lookup)).
 
 use super::frame;
 
@@ -19,15 +18,17 @@ pub struct NodeRecord {
     pub ipv4: [u8; 4],
     /// rdma_cm port its kernel listens on.
     pub cm_port: u16,
-    /// Changes every time its module loads (its QPs, MRs and exports are then new).
+    /// One more than the record it replaced each time its module loads and registers
+    /// (its QPs, MRs and exports are then new); never 0.
     pub incarnation: u64,
 }
 
 /// Payload bytes of a [`NodeRecord`] (its frame: 64 bytes).
 pub const NODE_PAYLOAD: usize = 40;
 
-/// Longest export name.
-pub const NAME_LEN: usize = 32;
+/// Longest export name: 24 bytes, so a name fits in an SQE's three 64-bit words
+/// (see [`name_from_words`]).
+pub const NAME_LEN: usize = 24;
 
 /// An export's record: a range of an exporting node's registered memory, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,11 +49,11 @@ pub struct ExportRecord {
     pub rkey: u32,
 }
 
-/// Payload bytes of an [`ExportRecord`] (its frame: 96 bytes).
-pub const EXPORT_PAYLOAD: usize = 72;
+/// Payload bytes of an [`ExportRecord`] (its frame: 88 bytes).
+pub const EXPORT_PAYLOAD: usize = 64;
 
 const _: () = assert!(frame::size(NODE_PAYLOAD) == 64);
-const _: () = assert!(frame::size(EXPORT_PAYLOAD) == 96);
+const _: () = assert!(frame::size(EXPORT_PAYLOAD) == 88);
 
 /// A little-endian cursor over a fixed buffer (writes past the end are bugs here: the
 /// layouts are constants checked by the tests).
@@ -86,6 +87,11 @@ impl Get<'_> {
 }
 
 impl NodeRecord {
+    /// Its node id: the low 16 bits of its IPv4 address.
+    pub fn id(&self) -> u16 {
+        u16::from_be_bytes([self.ipv4[2], self.ipv4[3]])
+    }
+
     /// Its payload.
     pub fn encode(&self) -> [u8; NODE_PAYLOAD] {
         let mut b = [0u8; NODE_PAYLOAD];
@@ -163,6 +169,24 @@ pub fn name(s: &str) -> Option<[u8; NAME_LEN]> {
     Some(n)
 }
 
+/// A name as an SQE carries it: three little-endian words (`remote_addr`, `arg0`,
+/// `arg1`), NUL-padded. `None` unless it is a valid name in its one canonical form
+/// (nonempty, nothing but NULs after the first NUL).
+pub fn name_from_words(words: [u64; 3]) -> Option<[u8; NAME_LEN]> {
+    let mut n = [0u8; NAME_LEN];
+    for (chunk, w) in n.chunks_exact_mut(8).zip(words) {
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
+    let used = n.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+    (used > 0 && n[used..].iter().all(|&b| b == 0)).then_some(n)
+}
+
+/// The three words an SQE carries `name` in (see [`name_from_words`]).
+pub fn name_words(name: &[u8; NAME_LEN]) -> [u64; 3] {
+    let w = |i: usize| u64::from_le_bytes(name[i..i + 8].try_into().expect("8 bytes"));
+    [w(0), w(8), w(16)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,5 +235,17 @@ mod tests {
         assert!(name("a\0b").is_none());
         assert!(name(&"x".repeat(NAME_LEN)).is_some());
         assert!(name(&"x".repeat(NAME_LEN + 1)).is_none());
+    }
+
+    #[test]
+    fn names_travel_in_three_words_in_one_form() {
+        let n = name("kv-table").unwrap();
+        assert_eq!(name_from_words(name_words(&n)), Some(n));
+        let full = name(&"y".repeat(NAME_LEN)).unwrap();
+        assert_eq!(name_from_words(name_words(&full)), Some(full));
+        assert_eq!(name_from_words([0; 3]), None, "empty");
+        let mut gap = name_words(&n);
+        gap[2] = 1;
+        assert_eq!(name_from_words(gap), None, "bytes after the NUL");
     }
 }

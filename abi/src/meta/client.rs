@@ -1,0 +1,597 @@
+//! A node's side of the MetaServer: what rings asked of it, and the jobs that do it.
+//!
+//! Rings ask from inside a submission, where nothing may wait for the network: a PUBLISH
+//! or an IMPORT_NAME whose answer is not known yet gets [`Answer::Pending`], and its SQE
+//! stays in the SQ (the engine stops with `Stall::Remote`). The submission's caller then
+//! takes [`jobs`](MetaClient::take_job) with no engine lock held, runs each with
+//! one-sided verbs ([`run`]), and hands the outcome back
+//! ([`finish`](MetaClient::finish)); the SQE, submitted again, finds its answer: a
+//! lookup's in the cache, a publication's in the table of this node's published names,
+//! a failure kept for the asker until it comes back for it.
+//!
+//! A deregistered MR's names are revoked ([`unpublish`](MetaClient::unpublish)): the
+//! tombstones are jobs too, run by the same caller before its call returns.
+//!
+//! Bounded: the tables are caller storage; a full one answers `TableFull`.
+
+use super::super::cqe::Reason;
+use super::super::engine::Store;
+use super::cache::MetaCache;
+use super::claim::{self, PublishError};
+use super::lookup::LookupError;
+use super::record::{ExportRecord, NAME_LEN};
+use super::resolve::{fetch, ResolveError};
+use super::tables::{Remote, Tables};
+
+/// What a ring's request gets now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer<T> {
+    /// Answered.
+    Done(T),
+    /// Failed, for this reason.
+    Failed(Reason),
+    /// Not known yet: a job will find out; ask again after it ran.
+    Pending,
+}
+
+/// Where one of this node's publications is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PubState {
+    /// A PUBLISH asked for it; no job has taken it.
+    Asked,
+    /// A job is publishing it; `revoked` when its MR went meanwhile.
+    Running { revoked: bool },
+    /// In the MetaServer's slot `slot`.
+    Live { slot: u32 },
+    /// Failed; kept until the PUBLISH comes back for the reason.
+    Failed(Reason),
+    /// Its MR went: tombstone slot `slot` (tries left).
+    Revoke { slot: u32, tries: u8 },
+    /// A job is revoking it.
+    Revoking { slot: u32, tries: u8 },
+}
+
+/// One of this node's publications.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Published {
+    record: ExportRecord,
+    /// The exporting MR's descriptor (the local export it publishes).
+    descriptor: u64,
+    state: PubState,
+}
+
+/// Where a lookup a ring asked for is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AskState {
+    Asked,
+    Running,
+    Failed(Reason),
+}
+
+/// A lookup a ring asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ask {
+    name: [u8; NAME_LEN],
+    state: AskState,
+}
+
+/// Work for the network, taken with [`MetaClient::take_job`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Job {
+    /// Resolve a name.
+    Lookup {
+        /// The name.
+        name: [u8; NAME_LEN],
+    },
+    /// Publish a record.
+    Publish {
+        /// The record.
+        record: ExportRecord,
+    },
+    /// Tombstone a name's slot.
+    Revoke {
+        /// The name.
+        name: [u8; NAME_LEN],
+        /// Its slot.
+        slot: u32,
+    },
+}
+
+/// What a job found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A lookup's live record, and its node's incarnation.
+    Found {
+        /// The record.
+        record: ExportRecord,
+        /// Its node's current incarnation.
+        incarnation: u64,
+    },
+    /// A lookup found the name's node restarted since it exported.
+    Stale {
+        /// The node.
+        node: u16,
+        /// Its current incarnation.
+        incarnation: u64,
+    },
+    /// Published in slot `slot`.
+    Published {
+        /// The slot.
+        slot: u32,
+    },
+    /// Revoked.
+    Revoked,
+    /// Failed, for this reason.
+    Failed(Reason),
+}
+
+/// A node's requests to the MetaServer, over caller storage.
+pub struct MetaClient<S: Store> {
+    cache: MetaCache<S>,
+    pubs: S::Buf<Option<Published>>,
+    asks: S::Buf<Option<Ask>>,
+}
+
+/// Revocations tried this many times, then given up (the MetaServer is gone; the
+/// export's node record moves on at its next registration, which makes it stale).
+const REVOKE_TRIES: u8 = 8;
+
+impl<S: Store> MetaClient<S> {
+    /// Empty, over `cache`, `pubs` and `asks` (all `None`).
+    pub fn new(
+        cache: MetaCache<S>,
+        pubs: S::Buf<Option<Published>>,
+        asks: S::Buf<Option<Ask>>,
+    ) -> Self {
+        MetaClient { cache, pubs, asks }
+    }
+
+    /// IMPORT_NAME of `name` through a virtual QP connected to node `peer`.
+    pub fn import(&mut self, name: &[u8; NAME_LEN], peer: u16) -> Answer<ExportRecord> {
+        if let Some(r) = self.cache.get(name) {
+            return match r.node == peer {
+                true => Answer::Done(r),
+                false => Answer::Failed(Reason::NotOnPeer),
+            };
+        }
+        let asks = self.asks.as_mut();
+        if let Some(a) = asks.iter_mut().find(|a| a.is_some_and(|a| a.name == *name)) {
+            return match a.expect("found").state {
+                AskState::Failed(why) => {
+                    *a = None;
+                    Answer::Failed(why)
+                }
+                _ => Answer::Pending,
+            };
+        }
+        match asks.iter_mut().find(|a| a.is_none()) {
+            Some(free) => {
+                *free = Some(Ask {
+                    name: *name,
+                    state: AskState::Asked,
+                });
+                Answer::Pending
+            }
+            None => Answer::Failed(Reason::TableFull),
+        }
+    }
+
+    /// PUBLISH of `record` (this node's, of the local export `descriptor`).
+    pub fn publish(&mut self, record: ExportRecord, descriptor: u64) -> Answer<()> {
+        let pubs = self.pubs.as_mut();
+        let mine = pubs
+            .iter_mut()
+            .find(|p| p.is_some_and(|p| p.record.name == record.name));
+        if let Some(e) = mine {
+            let p = e.expect("found");
+            if p.descriptor != descriptor {
+                return Answer::Failed(Reason::NameTaken);
+            }
+            return match p.state {
+                PubState::Live { .. } => Answer::Done(()),
+                PubState::Failed(why) => {
+                    *e = None;
+                    Answer::Failed(why)
+                }
+                PubState::Asked | PubState::Running { .. } => Answer::Pending,
+                PubState::Revoke { .. } | PubState::Revoking { .. } => {
+                    Answer::Failed(Reason::NameTaken)
+                }
+            };
+        }
+        match pubs.iter_mut().find(|p| p.is_none()) {
+            Some(free) => {
+                *free = Some(Published {
+                    record,
+                    descriptor,
+                    state: PubState::Asked,
+                });
+                Answer::Pending
+            }
+            None => Answer::Failed(Reason::TableFull),
+        }
+    }
+
+    /// The local export `descriptor` was revoked: its published names go. Whether any
+    /// job is due for it.
+    pub fn unpublish(&mut self, descriptor: u64) -> bool {
+        let mut due = false;
+        for e in self.pubs.as_mut() {
+            let Some(p) = e else { continue };
+            if p.descriptor != descriptor {
+                continue;
+            }
+            match p.state {
+                PubState::Live { slot } => {
+                    p.state = PubState::Revoke {
+                        slot,
+                        tries: REVOKE_TRIES,
+                    };
+                    due = true;
+                }
+                PubState::Running { .. } => p.state = PubState::Running { revoked: true },
+                PubState::Asked | PubState::Failed(_) => *e = None,
+                PubState::Revoke { .. } | PubState::Revoking { .. } => {}
+            }
+        }
+        due
+    }
+
+    /// Node `node`'s connection set broke: its cached records go (it may have
+    /// restarted; the next lookup reads its record again).
+    pub fn peer_lost(&mut self, node: u16) {
+        self.cache.forget_node(node);
+    }
+
+    /// Whether a job waits to be taken.
+    pub fn due(&self) -> bool {
+        let asked = self.asks.as_ref().iter().flatten();
+        let pubs = self.pubs.as_ref().iter().flatten();
+        asked.into_iter().any(|a| a.state == AskState::Asked)
+            || pubs
+                .into_iter()
+                .any(|p| matches!(p.state, PubState::Asked | PubState::Revoke { .. }))
+    }
+
+    /// The next job, marked taken.
+    pub fn take_job(&mut self) -> Option<Job> {
+        for a in self.asks.as_mut().iter_mut().flatten() {
+            if a.state == AskState::Asked {
+                a.state = AskState::Running;
+                return Some(Job::Lookup { name: a.name });
+            }
+        }
+        for p in self.pubs.as_mut().iter_mut().flatten() {
+            match p.state {
+                PubState::Asked => {
+                    p.state = PubState::Running { revoked: false };
+                    return Some(Job::Publish { record: p.record });
+                }
+                PubState::Revoke { slot, tries } => {
+                    p.state = PubState::Revoking { slot, tries };
+                    return Some(Job::Revoke {
+                        name: p.record.name,
+                        slot,
+                    });
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// `job` ended with `outcome`.
+    pub fn finish(&mut self, job: Job, outcome: Outcome) {
+        match job {
+            Job::Lookup { name } => {
+                let fail = match outcome {
+                    Outcome::Found {
+                        record,
+                        incarnation,
+                    } => {
+                        self.cache.saw_node(record.node, incarnation);
+                        match self.cache.put(record) {
+                            true => None,
+                            // A newer incarnation was seen meanwhile.
+                            false => Some(Reason::NoSuchName),
+                        }
+                    }
+                    Outcome::Stale { node, incarnation } => {
+                        self.cache.saw_node(node, incarnation);
+                        Some(Reason::NoSuchName)
+                    }
+                    Outcome::Failed(why) => Some(why),
+                    _ => Some(Reason::Verbs),
+                };
+                let a = self
+                    .asks
+                    .as_mut()
+                    .iter_mut()
+                    .find(|a| a.is_some_and(|a| a.name == name));
+                if let Some(a) = a {
+                    *a = fail.map(|why| Ask {
+                        name,
+                        state: AskState::Failed(why),
+                    });
+                }
+            }
+            Job::Publish { record } => {
+                let Some(e) = self.entry(&record.name) else {
+                    return;
+                };
+                let p = e.as_mut().expect("found");
+                let revoked = matches!(p.state, PubState::Running { revoked: true });
+                p.state = match (outcome, revoked) {
+                    (Outcome::Published { slot }, false) => PubState::Live { slot },
+                    (Outcome::Published { slot }, true) => PubState::Revoke {
+                        slot,
+                        tries: REVOKE_TRIES,
+                    },
+                    (_, true) => {
+                        *e = None;
+                        return;
+                    }
+                    (Outcome::Failed(why), false) => PubState::Failed(why),
+                    (_, false) => PubState::Failed(Reason::Verbs),
+                };
+            }
+            Job::Revoke { name, .. } => {
+                self.cache.forget(&name);
+                let Some(e) = self.entry(&name) else { return };
+                let p = e.as_mut().expect("found");
+                match (outcome, p.state) {
+                    (Outcome::Failed(_), PubState::Revoking { slot, tries }) if tries > 1 => {
+                        p.state = PubState::Revoke {
+                            slot,
+                            tries: tries - 1,
+                        }
+                    }
+                    _ => *e = None,
+                }
+            }
+        }
+    }
+
+    fn entry(&mut self, name: &[u8; NAME_LEN]) -> Option<&mut Option<Published>> {
+        self.pubs
+            .as_mut()
+            .iter_mut()
+            .find(|p| p.is_some_and(|p| p.record.name == *name))
+    }
+}
+
+/// Runs `job` against the MetaServer's tables `t` through `r`; `buf` holds a probe
+/// window.
+pub fn run(job: &Job, r: &mut impl Remote, t: &Tables, buf: &mut [u8]) -> Outcome {
+    match job {
+        Job::Lookup { name } => match fetch(name, t, buf, r) {
+            Ok((record, node)) => Outcome::Found {
+                record,
+                incarnation: node.incarnation,
+            },
+            Err(ResolveError::Stale) => match super::lookup::lookup(name, t, buf, r) {
+                // Read once more for the node's incarnation to tell the cache.
+                Ok((rec, _)) => match super::node::read_node(r, t, rec.node) {
+                    Ok(n) => Outcome::Stale {
+                        node: rec.node,
+                        incarnation: n.incarnation,
+                    },
+                    Err(_) => Outcome::Failed(Reason::NoSuchName),
+                },
+                Err(_) => Outcome::Failed(Reason::NoSuchName),
+            },
+            Err(e) => Outcome::Failed(match e {
+                ResolveError::Lookup(LookupError::NotFound)
+                | ResolveError::NoNode
+                | ResolveError::Stale => Reason::NoSuchName,
+                ResolveError::Lookup(LookupError::Torn(_)) | ResolveError::NodeTorn(_) => {
+                    Reason::Busy
+                }
+                ResolveError::Lookup(LookupError::Read) | ResolveError::Read => Reason::Unreachable,
+            }),
+        },
+        Job::Publish { record } => match claim::publish(r, t, record, buf) {
+            Ok(slot) => Outcome::Published { slot },
+            Err(e) => Outcome::Failed(publish_reason(e)),
+        },
+        Job::Revoke { name, slot } => match claim::revoke(r, t, *slot, name) {
+            Ok(()) => Outcome::Revoked,
+            Err(e) => Outcome::Failed(publish_reason(e)),
+        },
+    }
+}
+
+fn publish_reason(e: PublishError) -> Reason {
+    match e {
+        PublishError::Taken => Reason::NameTaken,
+        PublishError::Full => Reason::TableFull,
+        PublishError::Contended => Reason::Busy,
+        PublishError::Unreachable => Reason::Unreachable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::VecStore;
+    use crate::meta::lookup::{EXPORT_FRAME, PROBE};
+    use crate::meta::node::register;
+    use crate::meta::record::{name, NodeRecord};
+    use crate::meta::tables::mem::MemRegion;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    const T: Tables = Tables {
+        node_slots: 16,
+        export_slots: 64,
+    };
+
+    struct Node {
+        client: MetaClient<VecStore>,
+        me: NodeRecord,
+    }
+
+    impl Node {
+        fn new(m: &mut MemRegion, last: u8) -> Node {
+            let mut me = NodeRecord {
+                gid: [0; 16],
+                ipv4: [192, 0, 2, last],
+                cm_port: 7471,
+                incarnation: 0,
+            };
+            me.incarnation = register(m, &T, &me).unwrap();
+            Node {
+                client: MetaClient::new(
+                    MetaCache::new(vec![None; 4], vec![(0, 0); 4]),
+                    vec![None; 4],
+                    vec![None; 2],
+                ),
+                me,
+            }
+        }
+        fn record(&self, n: &str) -> ExportRecord {
+            ExportRecord {
+                name: name(n).unwrap(),
+                node: self.me.id(),
+                incarnation: self.me.incarnation,
+                addr: 0x1000,
+                len: 64,
+                access: 2,
+                rkey: 77,
+            }
+        }
+        /// Runs every due job.
+        fn net(&mut self, m: &mut MemRegion) -> usize {
+            let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
+            let mut n = 0;
+            while let Some(j) = self.client.take_job() {
+                let o = run(&j, m, &T, &mut buf);
+                self.client.finish(j, o);
+                n += 1;
+            }
+            n
+        }
+    }
+
+    #[test]
+    fn publish_import_revoke_across_two_nodes() {
+        let mut m = MemRegion::new(T.bytes());
+        let (mut a, mut b) = (Node::new(&mut m, 11), Node::new(&mut m, 12));
+        let kv = a.record("kv");
+        assert_eq!(a.client.publish(kv, 9), Answer::Pending);
+        assert_eq!(a.client.publish(kv, 9), Answer::Pending, "one job");
+        assert_eq!(a.net(&mut m), 1);
+        assert_eq!(a.client.publish(kv, 9), Answer::Done(()));
+        assert_eq!(
+            a.client.publish(kv, 10),
+            Answer::Failed(Reason::NameTaken),
+            "another MR of ours"
+        );
+
+        let n = &kv.name;
+        assert_eq!(b.client.import(n, a.me.id()), Answer::Pending);
+        assert!(b.client.due());
+        let verbs = m.verbs;
+        b.net(&mut m);
+        assert_eq!(m.verbs - verbs, 2, "two READs");
+        assert_eq!(b.client.import(n, a.me.id()).map_rkey(), Some(77));
+        let verbs = m.verbs;
+        assert_eq!(b.client.import(n, a.me.id()).map_rkey(), Some(77));
+        assert_eq!(m.verbs, verbs, "cached");
+        assert_eq!(b.client.import(n, 13), Answer::Failed(Reason::NotOnPeer));
+        assert_eq!(
+            a.me.id(),
+            u16::from_be_bytes([2, 11]),
+            "the address's low 16 bits"
+        );
+
+        // A revokes: a new lookup finds nothing.
+        assert!(a.client.unpublish(9));
+        a.net(&mut m);
+        let c = &mut Node::new(&mut m, 14);
+        assert_eq!(c.client.import(n, a.me.id()), Answer::Pending);
+        c.net(&mut m);
+        assert_eq!(
+            c.client.import(n, a.me.id()),
+            Answer::Failed(Reason::NoSuchName)
+        );
+        assert_eq!(
+            c.client.import(n, a.me.id()),
+            Answer::Pending,
+            "asked again"
+        );
+    }
+
+    #[test]
+    fn a_reload_makes_cached_and_published_records_stale() {
+        let mut m = MemRegion::new(T.bytes());
+        let (mut a, mut b) = (Node::new(&mut m, 11), Node::new(&mut m, 12));
+        let kv = a.record("kv");
+        a.client.publish(kv, 9);
+        a.net(&mut m);
+        b.client.import(&kv.name, a.me.id());
+        b.net(&mut m);
+        assert!(matches!(
+            b.client.import(&kv.name, a.me.id()),
+            Answer::Done(_)
+        ));
+        // A reloads without revoking; B's set to it broke.
+        let mut a = Node::new(&mut m, 11);
+        assert_eq!(a.me.incarnation, 2);
+        b.client.peer_lost(a.me.id());
+        assert_eq!(b.client.import(&kv.name, a.me.id()), Answer::Pending);
+        b.net(&mut m);
+        assert_eq!(
+            b.client.import(&kv.name, a.me.id()),
+            Answer::Failed(Reason::NoSuchName),
+            "the old incarnation's export is stale"
+        );
+        // The reloaded A publishes the name again: its earlier record is claimed over.
+        let kv = a.record("kv");
+        assert_eq!(kv.incarnation, 2);
+        a.client.publish(kv, 1);
+        a.net(&mut m);
+        assert_eq!(a.client.publish(kv, 1), Answer::Done(()));
+        b.client.import(&kv.name, a.me.id());
+        b.net(&mut m);
+        assert_eq!(
+            b.client.import(&kv.name, a.me.id()),
+            Answer::Done(kv),
+            "the new incarnation's"
+        );
+    }
+
+    #[test]
+    fn an_unreachable_metaserver_and_full_tables_say_so() {
+        let mut m = MemRegion::new(T.bytes());
+        let mut a = Node::new(&mut m, 11);
+        m.down = true;
+        a.client.publish(a.record("x"), 1);
+        a.net(&mut m);
+        assert_eq!(
+            a.client.publish(a.record("x"), 1),
+            Answer::Failed(Reason::Unreachable)
+        );
+        let names: Vec<_> = (0..5).map(|i| alloc::format!("n{i}")).collect();
+        let answers: Vec<_> = names
+            .iter()
+            .map(|n| a.client.publish(a.record(n), 2))
+            .collect();
+        assert_eq!(answers[4], Answer::Failed(Reason::TableFull));
+        a.client.import(&name("p").unwrap(), 1);
+        a.client.import(&name("q").unwrap(), 1);
+        assert_eq!(
+            a.client.import(&name("r").unwrap(), 1),
+            Answer::Failed(Reason::TableFull)
+        );
+    }
+
+    impl Answer<ExportRecord> {
+        fn map_rkey(self) -> Option<u32> {
+            match self {
+                Answer::Done(r) => Some(r.rkey),
+                _ => None,
+            }
+        }
+    }
+}

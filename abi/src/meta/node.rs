@@ -1,0 +1,131 @@
+//! A node's own record in the MetaServer: registering it when the module loads, and
+//! reading a peer's.
+//!
+//! Only a node's kernel writes its record, but a node that crashed mid-write leaves an
+//! odd head behind, and two nodes whose ids share a slot may register at once: so the
+//! first step of a rewrite is a compare-and-swap of the head (from what a READ found to
+//! odd), not a plain write, and a lost race reads again. The new incarnation is one
+//! more than the slot's previous record's, whole or torn (a node that reloads is never
+//! mistaken for its earlier self by a cache that saw that), or 1.
+
+use super::frame::{self, Torn};
+use super::lookup::TRIES;
+use super::record::{NodeRecord, NODE_PAYLOAD};
+use super::resolve::ResolveError;
+use super::tables::{Remote, Tables, Unreachable, NODE_FRAME};
+
+/// Why a registration failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterError {
+    /// A verb failed.
+    Unreachable,
+    /// Another writer won the slot's head every time.
+    Contended,
+}
+
+impl From<Unreachable> for RegisterError {
+    fn from(_: Unreachable) -> Self {
+        RegisterError::Unreachable
+    }
+}
+
+/// Reads node `id`'s record: whole, and the node's (its address's low 16 bits are `id`).
+pub fn read_node(r: &mut impl Remote, t: &Tables, id: u16) -> Result<NodeRecord, ResolveError> {
+    let mut node = [0u8; NODE_FRAME];
+    let mut last = Torn::Rewriting;
+    for _ in 0..TRIES {
+        r.read(t.node(id), &mut node)
+            .map_err(|_| ResolveError::Read)?;
+        match frame::decode(&node, NODE_PAYLOAD) {
+            Ok((_, body)) => {
+                let n = NodeRecord::decode(body.try_into().expect("payload"));
+                if n.id() != id {
+                    return Err(ResolveError::NoNode);
+                }
+                return Ok(n);
+            }
+            Err(Torn::Empty) => return Err(ResolveError::NoNode),
+            Err(t) => last = t,
+        }
+    }
+    Err(ResolveError::NodeTorn(last))
+}
+
+/// Registers `me` (its `incarnation` is chosen here): the incarnation it now has.
+pub fn register(r: &mut impl Remote, t: &Tables, me: &NodeRecord) -> Result<u64, RegisterError> {
+    let off = t.node(me.id());
+    let mut f = [0u8; NODE_FRAME];
+    for _ in 0..TRIES {
+        r.read(off, &mut f)?;
+        let head = u64::from_le_bytes(f[..8].try_into().expect("8 bytes"));
+        // The body as found, whole or not: a crashed writer's record still names the
+        // incarnation it moved to, so the next one is past it either way.
+        let body = f[8..8 + NODE_PAYLOAD].try_into().expect("payload");
+        let before = NodeRecord::decode(body).incarnation;
+        // Even, at or past what is there (a crashed writer's odd head included).
+        let base = head + (head & 1);
+        if r.cas(off, head, frame::writing(base))? != head {
+            continue;
+        }
+        let incarnation = before.wrapping_add(1).max(1);
+        let rec = NodeRecord { incarnation, ..*me };
+        frame::encode(&mut f, base + 2, &rec.encode()).expect("frame size");
+        let [_, body, _] = frame::rewrite_steps(&f);
+        r.write(off + body.0 as u64, &f[body.0..body.0 + body.1])?;
+        r.write(off, &f[..8])?;
+        return Ok(incarnation);
+    }
+    Err(RegisterError::Contended)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::tables::mem::MemRegion;
+
+    const T: Tables = Tables {
+        node_slots: 8,
+        export_slots: 8,
+    };
+
+    fn me(last: u8) -> NodeRecord {
+        NodeRecord {
+            gid: [1; 16],
+            ipv4: [192, 0, 2, last],
+            cm_port: 7471,
+            incarnation: 0,
+        }
+    }
+
+    #[test]
+    fn registering_again_moves_the_incarnation() {
+        let mut m = MemRegion::new(T.bytes());
+        let a = me(11);
+        assert_eq!(register(&mut m, &T, &a), Ok(1));
+        assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.incarnation), Ok(1));
+        assert_eq!(register(&mut m, &T, &a), Ok(2), "a reload");
+        assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.ipv4), Ok(a.ipv4));
+        // Node 19 shares the slot (19 % 8 == 11 % 8): after it registers, node 11's
+        // record is gone, not mistaken for 19's.
+        let b = me(19);
+        assert_eq!(register(&mut m, &T, &b), Ok(3));
+        assert_eq!(read_node(&mut m, &T, a.id()), Err(ResolveError::NoNode));
+    }
+
+    #[test]
+    fn a_crashed_writers_odd_head_is_written_over() {
+        let mut m = MemRegion::new(T.bytes());
+        let a = me(3);
+        register(&mut m, &T, &a).unwrap();
+        let at = T.node(a.id()) as usize;
+        m.bytes[at..at + 8].copy_from_slice(&3u64.to_le_bytes());
+        assert_eq!(
+            read_node(&mut m, &T, a.id()),
+            Err(ResolveError::NodeTorn(Torn::Rewriting))
+        );
+        assert_eq!(register(&mut m, &T, &a), Ok(2), "past the torn record's");
+        assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.incarnation), Ok(2));
+        m.down = true;
+        assert_eq!(register(&mut m, &T, &a), Err(RegisterError::Unreachable));
+    }
+}

@@ -1,0 +1,146 @@
+//! Where the MetaServer's entries lie in its registered memory, and the one-sided verbs
+//! a node reaches them with.
+//!
+//! ```text
+//! offset 0                      node_slots * 64
+//!        | node table: 64 B each | exports table: 88 B each, export_slots of them |
+//! ```
+//!
+//! The MetaServer's kernel allocates and registers the region and tells each node that
+//! connects to it the region's base, rkey and both slot counts (cm.c's reply); every
+//! read and write after that is a one-sided verb from the node's kernel, addressed by
+//! the offsets here. Node `id`'s entry is slot `id % node_slots`: node ids are the low 16
+//! bits of a node's IPv4 address, and a record names its whole address, so two nodes
+//! sharing a slot are told apart (the later registration wins the slot; see the README).
+
+use super::frame;
+use super::lookup::{EXPORT_FRAME, PROBE};
+use super::record::NODE_PAYLOAD;
+
+/// Bytes of one framed node entry.
+pub const NODE_FRAME: usize = frame::size(NODE_PAYLOAD);
+
+/// The region's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tables {
+    /// Entries in the node table.
+    pub node_slots: u32,
+    /// Entries in the exports table.
+    pub export_slots: u32,
+}
+
+impl Tables {
+    /// Bytes the region takes.
+    pub const fn bytes(&self) -> usize {
+        self.node_slots as usize * NODE_FRAME + self.export_slots as usize * EXPORT_FRAME
+    }
+
+    /// Whether a region of this shape can be used (the counts a peer's reply carried).
+    pub const fn valid(&self) -> bool {
+        self.node_slots > 0 && self.export_slots as usize >= PROBE
+    }
+
+    /// Offset of node `id`'s entry.
+    pub fn node(&self, id: u16) -> u64 {
+        // checked_rem: no panic path (the kernel build's objtool rejects one).
+        (id as u32).checked_rem(self.node_slots).unwrap_or(0) as u64 * NODE_FRAME as u64
+    }
+
+    /// Offset of export slot `slot` (less than `export_slots`).
+    pub fn export(&self, slot: u32) -> u64 {
+        self.node_slots as u64 * NODE_FRAME as u64 + slot as u64 * EXPORT_FRAME as u64
+    }
+}
+
+/// A verb failed: the connection to the MetaServer broke or did not answer in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unreachable;
+
+/// One-sided verbs on the MetaServer's region, at offsets from its base; each returns
+/// when its completion did (so a verb issued after another's return lands after it).
+pub trait Remote {
+    /// Reads `buf.len()` bytes at `off`.
+    fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<(), Unreachable>;
+    /// Writes `data` at `off`.
+    fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Unreachable>;
+    /// 8-byte compare-and-swap at `off` (8-aligned): the value found.
+    fn cas(&mut self, off: u64, expect: u64, swap: u64) -> Result<u64, Unreachable>;
+}
+
+/// Reads the probe window of a name whose home slot is `home` into `buf` (which holds
+/// [`PROBE`] entries): one READ, or two when the window wraps at the table's end.
+/// Returns the window's length in slots.
+pub fn read_window(
+    r: &mut impl Remote,
+    t: &Tables,
+    home: u32,
+    buf: &mut [u8],
+) -> Result<usize, Unreachable> {
+    let window = PROBE.min(t.export_slots as usize);
+    let head = window.min((t.export_slots - home) as usize);
+    r.read(t.export(home), &mut buf[..head * EXPORT_FRAME])?;
+    if head < window {
+        r.read(
+            t.export(0),
+            &mut buf[head * EXPORT_FRAME..window * EXPORT_FRAME],
+        )?;
+    }
+    Ok(window)
+}
+
+/// A region in local memory, as tests and the fake node reach it.
+#[cfg(any(test, feature = "alloc"))]
+pub mod mem {
+    use super::{Remote, Unreachable};
+    use alloc::vec::Vec;
+
+    /// The region as bytes, with a count of verbs and a switch that fails them all.
+    pub struct MemRegion {
+        /// The bytes.
+        pub bytes: Vec<u8>,
+        /// Verbs issued.
+        pub verbs: u32,
+        /// Fail every verb (an unreachable MetaServer).
+        pub down: bool,
+    }
+
+    impl MemRegion {
+        /// A zeroed region of `len` bytes.
+        pub fn new(len: usize) -> MemRegion {
+            MemRegion {
+                bytes: alloc::vec![0; len],
+                verbs: 0,
+                down: false,
+            }
+        }
+
+        fn range(&mut self, off: u64, len: usize) -> Result<&mut [u8], Unreachable> {
+            self.verbs += 1;
+            let at = off as usize;
+            match self.bytes.get_mut(at..at + len) {
+                Some(b) if !self.down => Ok(b),
+                _ => Err(Unreachable),
+            }
+        }
+    }
+
+    impl Remote for MemRegion {
+        fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<(), Unreachable> {
+            let n = buf.len();
+            buf.copy_from_slice(self.range(off, n)?);
+            Ok(())
+        }
+        fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Unreachable> {
+            self.range(off, data.len())?.copy_from_slice(data);
+            Ok(())
+        }
+        fn cas(&mut self, off: u64, expect: u64, swap: u64) -> Result<u64, Unreachable> {
+            let w = self.range(off, 8)?;
+            let old = u64::from_le_bytes((&*w).try_into().expect("8 bytes"));
+            if old == expect {
+                w.copy_from_slice(&swap.to_le_bytes());
+            }
+            Ok(old)
+        }
+    }
+}

@@ -1,0 +1,458 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The MetaServer on a device (issue 11): abi's `meta` client over meta.c's verbs.
+//!
+//! [`Meta`] (in the fabric, a leaf lock) holds what rings asked of the MetaServer and
+//! this node's identity in it; the engine reaches it from a submission (PUBLISH,
+//! IMPORT_NAME, and the revocation of a deregistered MR's names) and never waits there:
+//! what needs the network is a job. [`MetaNet`] (in the device context) holds the
+//! connection to the MetaServer under its own mutex, taken with no other krcore lock
+//! held, by whoever runs the jobs (devctx's `net`: the submitting process, or the SQ
+//! polling thread; neither touches user memory doing so). Its first use connects (rdma_cm,
+//! milliseconds) and registers this node's record, which chooses its incarnation.
+//!
+//! The node named by the `meta_server` parameter also serves: at its device's prewarm it
+//! allocates the region ([`TABLES`]), connects to itself, registers the region with a
+//! fast-registration request on that connection, and from then on cm.c accepts other
+//! nodes' MetaServer connections, telling each where the region is.
+
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use kernel::new_mutex;
+use kernel::prelude::*;
+use kernel::sync::Mutex;
+
+use crate::abi::cqe::Reason;
+use crate::abi::engine::Export;
+use crate::abi::meta::cache::MetaCache;
+use crate::abi::meta::client::{run, Answer, MetaClient};
+use crate::abi::meta::lookup::{EXPORT_FRAME, PROBE};
+use crate::abi::meta::node::register;
+use crate::abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
+use crate::abi::meta::tables::{Remote, Tables, Unreachable};
+use crate::abi::sqe::MrAccess;
+use crate::shim::{self, IbDevice, IbPd, MetaConn, MetaOffer, MetaRegion};
+use crate::store::{KBuf, KStore};
+
+/// The region a MetaServer serves: 1,024 node entries (64 KiB) and 16,384 export
+/// entries (1.4 MiB): 10,000 exports fill it to 61%, where a probe window of 8 still
+/// finds room (abi's meta::lookup).
+pub(crate) const TABLES: Tables = Tables {
+    node_slots: 1024,
+    export_slots: 16384,
+};
+/// Export records a node caches.
+const CACHE: usize = 1024;
+/// Nodes whose newest incarnation the cache tracks (by id modulo this).
+const CACHE_NODES: usize = 64;
+/// Names this node can have published at once.
+const PUBLISHED: usize = 16384;
+/// Lookups asked for at once.
+const ASKS: usize = 64;
+/// After the MetaServer could not be reached, requests fail at once for this long.
+const DOWN_MS: i64 = 1000;
+/// A connection to the MetaServer is given this long.
+const CONNECT_MS: u32 = 10_000;
+
+fn now_ms() -> i64 {
+    // SAFETY: plain call.
+    unsafe { shim::krcore_shim_coarse_ms() }
+}
+
+/// What rings ask of the MetaServer, and this node's identity in it (in the fabric).
+pub(crate) struct Meta {
+    client: Pin<KBox<Mutex<MetaClient<KStore>>>>,
+    /// This node's id (its address's low 16 bits) and incarnation, once registered
+    /// (incarnation 0: not yet).
+    id: AtomicU32,
+    incarnation: AtomicU64,
+    /// Requests fail `Unreachable` until then, ms (the MetaServer did not answer).
+    down_until_ms: AtomicI64,
+    /// Network work is due: a job waits, or this node must register first.
+    due: AtomicBool,
+    /// Whether a MetaServer is named (the `meta_server` parameter).
+    configured: bool,
+}
+
+impl Meta {
+    /// Nothing asked yet.
+    pub(crate) fn new() -> Result<Meta> {
+        let cache = MetaCache::new(
+            KBuf::filled(CACHE, None, GFP_KERNEL)?,
+            KBuf::filled(CACHE_NODES, (0, 0), GFP_KERNEL)?,
+        );
+        let client = MetaClient::new(
+            cache,
+            KBuf::filled(PUBLISHED, None, GFP_KERNEL)?,
+            KBuf::filled(ASKS, None, GFP_KERNEL)?,
+        );
+        let mut gid = [0u8; 16];
+        // SAFETY: `gid` has 16 bytes.
+        let configured = unsafe { shim::krcore_shim_meta_server_gid(gid.as_mut_ptr()) } == 0;
+        Ok(Meta {
+            client: KBox::pin_init(new_mutex!(client, "krcore_meta"), GFP_KERNEL)?,
+            id: AtomicU32::new(0),
+            incarnation: AtomicU64::new(0),
+            down_until_ms: AtomicI64::new(0),
+            due: AtomicBool::new(false),
+            configured,
+        })
+    }
+
+    /// Why nothing can be asked now (`Failed`), or that this node must register first
+    /// (`Pending`); `None` when requests can be served.
+    fn gate<T>(&self) -> Option<Answer<T>> {
+        if !self.configured || now_ms() < self.down_until_ms.load(Ordering::Relaxed) {
+            return Some(Answer::Failed(Reason::Unreachable));
+        }
+        if self.incarnation.load(Ordering::Acquire) == 0 {
+            self.due.store(true, Ordering::Release);
+            return Some(Answer::Pending);
+        }
+        None
+    }
+
+    fn mark<T>(&self, a: Answer<T>) -> Answer<T> {
+        if matches!(a, Answer::Pending) {
+            self.due.store(true, Ordering::Release);
+        }
+        a
+    }
+
+    /// This node's id, once registered.
+    pub(crate) fn id(&self) -> Option<u16> {
+        (self.incarnation.load(Ordering::Acquire) != 0)
+            .then(|| self.id.load(Ordering::Relaxed) as u16)
+    }
+
+    /// PUBLISH (abi's `Fabric::publish`).
+    pub(crate) fn publish(&self, name: &[u8; NAME_LEN], e: &Export) -> Answer<()> {
+        if let Some(a) = self.gate() {
+            return a;
+        }
+        let record = ExportRecord {
+            name: *name,
+            node: self.id.load(Ordering::Relaxed) as u16,
+            incarnation: self.incarnation.load(Ordering::Acquire),
+            addr: e.addr,
+            len: e.len,
+            access: e.access.bits(),
+            rkey: e.rkey,
+        };
+        self.mark(self.client.lock().publish(record, e.descriptor))
+    }
+
+    /// IMPORT_NAME through a virtual QP connected to node `node`.
+    pub(crate) fn import(&self, name: &[u8; NAME_LEN], node: u16) -> Answer<Export> {
+        if let Some(a) = self.gate() {
+            return a;
+        }
+        let a = self.client.lock().import(name, node);
+        match self.mark(a) {
+            Answer::Done(r) => Answer::Done(Export {
+                descriptor: 0,
+                owner: (0, 0),
+                addr: r.addr,
+                len: r.len,
+                access: MrAccess::from_bits_truncate(r.access),
+                rkey: r.rkey,
+            }),
+            Answer::Failed(why) => Answer::Failed(why),
+            Answer::Pending => Answer::Pending,
+        }
+    }
+
+    /// A local export was revoked: its names go (a job).
+    pub(crate) fn unpublish(&self, descriptor: u64) {
+        if self.configured && self.client.lock().unpublish(descriptor) {
+            self.due.store(true, Ordering::Release);
+        }
+    }
+
+    /// The connection set to node `node` broke: its cached records go.
+    pub(crate) fn peer_lost(&self, node: u16) {
+        if self.configured {
+            self.client.lock().peer_lost(node);
+        }
+    }
+
+    /// Has the next network work register this node (when a MetaServer is named).
+    pub(crate) fn ask_register(&self) {
+        if self.configured {
+            self.due.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether network work is due.
+    pub(crate) fn due(&self) -> bool {
+        self.due.load(Ordering::Acquire)
+    }
+}
+
+/// The connection to the MetaServer, as the mutex in [`MetaNet`] guards it.
+struct Link {
+    conn: *mut MetaConn,
+    /// The device is going: no new connection.
+    closed: bool,
+    tables: Tables,
+    /// A probe window's bytes, for the jobs.
+    window: KBox<[u8; PROBE * EXPORT_FRAME]>,
+}
+
+// SAFETY: the connection is used only under the mutex.
+unsafe impl Send for Link {}
+
+/// The MetaServer connection and, on its node, the region (in the device context).
+pub(crate) struct MetaNet {
+    link: Pin<KBox<Mutex<Link>>>,
+    /// The region this node serves (null: none).
+    region: AtomicPtr<MetaRegion>,
+    /// The region's rkey and base (fixed once it is allocated), and whether it is
+    /// registered (then every node is accepted).
+    rkey: AtomicU32,
+    base: AtomicU64,
+    ready: AtomicBool,
+}
+
+/// One-sided verbs on a MetaServer connection (abi's `Remote`).
+struct Wire(*mut MetaConn);
+
+impl Wire {
+    fn op(&mut self, op: u32, off: u64, len: usize, compare: u64, swap: u64) -> Result<(), Unreachable> {
+        // SAFETY: a live connection, used under the link's mutex; len <= META_BUF.
+        match unsafe { shim::krcore_shim_meta_op(self.0, op, off, len as u32, compare, swap) } {
+            0 => Ok(()),
+            _ => Err(Unreachable),
+        }
+    }
+
+    fn buf(&mut self) -> &mut [u8] {
+        // SAFETY: the connection's bounce buffer, META_BUF bytes, used only under the
+        // link's mutex and between verbs (each waited for).
+        unsafe { core::slice::from_raw_parts_mut(shim::krcore_shim_meta_buf(self.0), shim::META_BUF) }
+    }
+}
+
+impl Remote for Wire {
+    fn read(&mut self, off: u64, out: &mut [u8]) -> Result<(), Unreachable> {
+        for (i, chunk) in out.chunks_mut(shim::META_BUF).enumerate() {
+            let at = off + (i * shim::META_BUF) as u64;
+            self.op(shim::META_READ, at, chunk.len(), 0, 0)?;
+            let n = chunk.len();
+            chunk.copy_from_slice(&self.buf()[..n]);
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Unreachable> {
+        for (i, chunk) in data.chunks(shim::META_BUF).enumerate() {
+            self.buf()[..chunk.len()].copy_from_slice(chunk);
+            self.op(shim::META_WRITE, off + (i * shim::META_BUF) as u64, chunk.len(), 0, 0)?;
+        }
+        Ok(())
+    }
+
+    fn cas(&mut self, off: u64, expect: u64, swap: u64) -> Result<u64, Unreachable> {
+        self.op(shim::META_CAS, off, 8, expect, swap)?;
+        let mut old = [0u8; 8];
+        old.copy_from_slice(&self.buf()[..8]);
+        // The responder writes the old value in the requester's (host) order.
+        Ok(u64::from_ne_bytes(old))
+    }
+}
+
+/// What opening the link needs from the device.
+pub(crate) struct Device {
+    pub(crate) ib: *mut IbDevice,
+    pub(crate) pd: *mut IbPd,
+    /// This node's address (IPv4-mapped GID).
+    pub(crate) gid: [u8; 16],
+}
+
+impl MetaNet {
+    /// No connection, no region.
+    pub(crate) fn new() -> Result<MetaNet> {
+        let link = Link {
+            conn: core::ptr::null_mut(),
+            closed: false,
+            tables: TABLES,
+            window: KBox::new([0u8; PROBE * EXPORT_FRAME], GFP_KERNEL)?,
+        };
+        Ok(MetaNet {
+            link: KBox::pin_init(new_mutex!(link, "krcore_meta_link"), GFP_KERNEL)?,
+            region: AtomicPtr::new(core::ptr::null_mut()),
+            rkey: AtomicU32::new(0),
+            base: AtomicU64::new(0),
+            ready: AtomicBool::new(false),
+        })
+    }
+
+    /// What cm.c tells a node connecting to this one's MetaServer (rkey 0: none).
+    pub(crate) fn offer(&self) -> MetaOffer {
+        MetaOffer {
+            base: self.base.load(Ordering::Relaxed),
+            rkey: self.rkey.load(Ordering::Acquire),
+            node_slots: TABLES.node_slots,
+            export_slots: TABLES.export_slots,
+            ready: self.ready.load(Ordering::Acquire) as u8,
+            resv: [0; 3],
+        }
+    }
+
+    /// Allocates the region if `dev` is the MetaServer's node and has none yet (its
+    /// registration comes with the link to itself).
+    pub(crate) fn serve_if_named(&self, dev: &Device) {
+        let mut gid = [0u8; 16];
+        // SAFETY: `gid` has 16 bytes.
+        if unsafe { shim::krcore_shim_meta_server_gid(gid.as_mut_ptr()) } != 0
+            || gid != dev.gid
+            || !self.region.load(Ordering::Acquire).is_null()
+        {
+            return;
+        }
+        // SAFETY: the PD is live (the caller holds the device's verbs, before removal).
+        let r = unsafe { shim::krcore_shim_meta_region_alloc(dev.pd, TABLES.bytes() as u32) };
+        if r.is_null() {
+            pr_warn!("cannot allocate the MetaServer's region ({} bytes)\n", TABLES.bytes());
+            return;
+        }
+        let mut o = MetaOffer::default();
+        // SAFETY: a region just allocated.
+        unsafe { shim::krcore_shim_meta_region_offer(r, &mut o) };
+        self.base.store(o.base, Ordering::Relaxed);
+        self.rkey.store(o.rkey, Ordering::Release);
+        self.region.store(r, Ordering::Release);
+    }
+
+    /// Runs what is due for `meta` (connecting and registering first if needed), with
+    /// no other krcore lock held. Whether there was anything to do.
+    pub(crate) fn work(&self, meta: &Meta, dev: Option<Device>) -> bool {
+        if !meta.due.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        let mut link = self.link.lock();
+        let linked = match dev {
+            Some(dev) => self.ensure(&mut link, meta, &dev),
+            None => false,
+        };
+        if !linked {
+            meta.down_until_ms.store(now_ms() + DOWN_MS, Ordering::Relaxed);
+        }
+        let Link {
+            conn,
+            tables,
+            window,
+            ..
+        } = &mut *link;
+        loop {
+            let Some(job) = meta.client.lock().take_job() else {
+                break;
+            };
+            let outcome = match linked && !conn.is_null() {
+                true => run(&job, &mut Wire(*conn), tables, &mut window[..]),
+                false => crate::abi::meta::client::Outcome::Failed(Reason::Unreachable),
+            };
+            meta.client.lock().finish(job, outcome);
+        }
+        true
+    }
+
+    /// Opens the link if it is not open (or broke) and registers this node. Whether
+    /// it is usable.
+    fn ensure(&self, link: &mut Link, meta: &Meta, dev: &Device) -> bool {
+        // SAFETY: a live connection (closed only here and at removal, under the mutex).
+        if !link.conn.is_null() && !unsafe { shim::krcore_shim_meta_broken(link.conn) } {
+            return true;
+        }
+        if !link.conn.is_null() {
+            // SAFETY: as above; released once.
+            unsafe { shim::krcore_shim_meta_close(link.conn) };
+            link.conn = core::ptr::null_mut();
+        }
+        let mut server = [0u8; 16];
+        // SAFETY: `server` has 16 bytes.
+        if link.closed || unsafe { shim::krcore_shim_meta_server_gid(server.as_mut_ptr()) } != 0 {
+            return false;
+        }
+        let mut conn = core::ptr::null_mut();
+        let mut offer = MetaOffer::default();
+        // SAFETY: the device and PD live until the context's removal, which closes the
+        // link under this mutex first; the GIDs are 16 bytes.
+        let r = unsafe {
+            shim::krcore_shim_meta_open(
+                dev.ib,
+                dev.pd,
+                dev.gid.as_ptr(),
+                server.as_ptr(),
+                CONNECT_MS,
+                &mut conn,
+                &mut offer,
+            )
+        };
+        if r != 0 {
+            pr_warn!("no connection to the MetaServer: error {r}\n");
+            return false;
+        }
+        link.conn = conn;
+        let tables = Tables {
+            node_slots: offer.node_slots,
+            export_slots: offer.export_slots,
+        };
+        if !tables.valid() {
+            pr_warn!("the MetaServer offered an unusable region\n");
+            return false;
+        }
+        link.tables = tables;
+        // Our own region, reached over our own connection: register it now.
+        let region = self.region.load(Ordering::Acquire);
+        if !region.is_null() && !self.ready.load(Ordering::Acquire) {
+            // SAFETY: the region and the connection are live (same device).
+            if unsafe { shim::krcore_shim_meta_region_register(region, conn) } != 0 {
+                pr_warn!("cannot register the MetaServer's region\n");
+                return false;
+            }
+            self.ready.store(true, Ordering::Release);
+            pr_info!("serving the MetaServer: {} node and {} export entries\n",
+                TABLES.node_slots, TABLES.export_slots);
+        }
+        let me = NodeRecord {
+            gid: dev.gid,
+            ipv4: [dev.gid[12], dev.gid[13], dev.gid[14], dev.gid[15]],
+            // SAFETY: reads a module parameter.
+            cm_port: unsafe { shim::krcore_shim_cm_port() },
+            incarnation: 0,
+        };
+        match register(&mut Wire(conn), &link.tables, &me) {
+            Ok(incarnation) => {
+                meta.id.store(me.id() as u32, Ordering::Relaxed);
+                meta.incarnation.store(incarnation, Ordering::Release);
+                pr_info!("registered with the MetaServer as node {}, incarnation {}\n", me.id(),
+                    incarnation);
+                true
+            }
+            Err(_) => {
+                pr_warn!("cannot register with the MetaServer\n");
+                false
+            }
+        }
+    }
+
+    /// The device goes (cm.c tore its connections down): let go of the link and the
+    /// region. Waits for a job running on the link (each verb is bounded).
+    pub(crate) fn remove(&self) {
+        let mut link = self.link.lock();
+        link.closed = true;
+        if !link.conn.is_null() {
+            // SAFETY: a live handle, released once.
+            unsafe { shim::krcore_shim_meta_close(link.conn) };
+            link.conn = core::ptr::null_mut();
+        }
+        self.ready.store(false, Ordering::Release);
+        self.rkey.store(0, Ordering::Release);
+        let r = self.region.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if !r.is_null() {
+            // SAFETY: allocated by serve_if_named, freed once; no QP reaches it (cm.c
+            // destroyed the device's connections before the removal began).
+            unsafe { shim::krcore_shim_meta_region_free(r) };
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! One-sided RDMA to another node's memory, found by name through the MetaServer.
+//!
+//! `remote_memory export NAME SECS`: registers 64 KiB with remote access (a pattern at
+//! offset 0, a compare-and-swap word at 4096 holding 100, a fetch-and-add word at 4104
+//! holding 5), publishes it as NAME (retried while no MetaServer answers), checks that
+//! the name cannot be published twice, then waits (up to SECS) for an importer to set
+//! the done word at 8192, checks what the importer wrote (a pattern at 12288, the CAS
+//! and FAA results) and deregisters the memory, which revokes the name.
+//!
+//! `remote_memory import ADDR NAME`: CONNECTs to the node at ADDR, imports NAME
+//! (retried while it is not published yet), READs the pattern, WRITEs its own, CASes
+//! and FAAs the words with their old values checked, READs back what it wrote, sets
+//! the done word; prints how long the first (uncached) and later (cached) imports
+//! took, and checks the refusals: an unknown name, and the name through a virtual QP
+//! that is not connected to its node.
+use std::net::Ipv4Addr;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use krcore_abi::cqe::Reason;
+use krcore_abi::sqe::MrAccess;
+use krcore_uring::{Batch, Builder, Device, Error, Ring};
+
+const LEN: usize = 64 << 10;
+const PATTERN: u64 = 0;
+const CAS_WORD: u64 = 4096;
+const FAA_WORD: u64 = 4104;
+const DONE_WORD: u64 = 8192;
+const THEIRS: u64 = 12288;
+const DONE: u64 = 0xd0e;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn word(b: &[u8], at: u64) -> u64 {
+    let at = at as usize;
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Retries `f` while it fails for one of `reasons` (a peer or the MetaServer still
+/// booting, a name not published yet), up to `secs` seconds.
+fn retry<T>(
+    secs: u64,
+    reasons: &[Reason],
+    mut f: impl FnMut() -> std::result::Result<T, Error>,
+) -> Result<T> {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match f() {
+            Err(e)
+                if e.reason().is_some_and(|r| reasons.contains(&r)) && Instant::now() < until =>
+            {
+                sleep(Duration::from_millis(500))
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
+fn expect_reason<T>(what: &str, r: std::result::Result<T, Error>, want: Reason) -> Result<()> {
+    match r {
+        Err(e) if e.reason() == Some(want) => {
+            println!("{what}: refused, {want:?}");
+            Ok(())
+        }
+        Err(e) => Err(format!("{what}: {e}, not {want:?}").into()),
+        Ok(_) => Err(format!("{what}: succeeded, should fail with {want:?}").into()),
+    }
+}
+
+fn export(ring: &mut Ring, name: &str, secs: u64) -> Result<()> {
+    let all = MrAccess::LOCAL_WRITE
+        | MrAccess::REMOTE_READ
+        | MrAccess::REMOTE_WRITE
+        | MrAccess::REMOTE_ATOMIC;
+    let mut mr = ring.register(LEN, all)?;
+    {
+        let b = mr.bytes_mut();
+        for (i, x) in b[..4096].iter_mut().enumerate() {
+            *x = (i * 7) as u8;
+        }
+        b[CAS_WORD as usize..][..8].copy_from_slice(&100u64.to_le_bytes());
+        b[FAA_WORD as usize..][..8].copy_from_slice(&5u64.to_le_bytes());
+    }
+    let t = Instant::now();
+    retry(secs, &[Reason::Unreachable], || ring.publish(&mr, name))?;
+    println!("published {name} in {:?}", t.elapsed());
+    let other = ring.register(4096, all)?;
+    expect_reason(
+        "the same name again",
+        ring.publish(&other, name),
+        Reason::NameTaken,
+    )?;
+    let local = ring.register(4096, MrAccess::LOCAL_WRITE)?;
+    expect_reason(
+        "memory without remote access",
+        ring.publish(&local, "local-only"),
+        Reason::MrAccess,
+    )?;
+    let until = Instant::now() + Duration::from_secs(secs);
+    while word(mr.bytes(), DONE_WORD) != DONE {
+        if Instant::now() > until {
+            return Err(format!("no importer finished within {secs} s").into());
+        }
+        sleep(Duration::from_millis(100));
+    }
+    let b = mr.bytes();
+    let wrote = (0..4096).all(|i| b[THEIRS as usize + i] == (i * 3) as u8);
+    let (cas, faa) = (word(b, CAS_WORD), word(b, FAA_WORD));
+    if !wrote || cas != 200 || faa != 1005 {
+        return Err(format!("after the importer: its WRITE landed {wrote}, CAS word {cas} (200), FAA word {faa} (1005)").into());
+    }
+    println!("the importer's WRITE, CAS (100 -> 200) and FAA (5 + 1000) landed here");
+    ring.deregister(mr)?;
+    println!("deregistered: {name} revoked");
+    Ok(())
+}
+
+fn import(ring: &mut Ring, addr: Ipv4Addr, name: &str) -> Result<()> {
+    let gid = addr.to_ipv6_mapped().octets();
+    let v = retry(60, &[Reason::Unreachable], || ring.connect(gid, 0))?;
+    let t = Instant::now();
+    let remote = retry(60, &[Reason::Unreachable, Reason::NoSuchName], || {
+        ring.import_name(&v, name, LEN as u32)
+    })?;
+    let first = t.elapsed();
+    // Each import takes a slot of the ring's imports table (freed by DISCONNECT).
+    const CACHED: u32 = 16;
+    let t = Instant::now();
+    for _ in 0..CACHED {
+        let r = ring.import_name(&v, name, LEN as u32)?;
+        if r.addr() != remote.addr() {
+            return Err("a cached import named another address".into());
+        }
+    }
+    println!(
+        "IMPORT_NAME {name} from {addr}: first {first:?} (MetaServer READs), then cached: {:?} each",
+        t.elapsed() / CACHED
+    );
+    expect_reason(
+        "an unknown name",
+        ring.import_name(&v, "no-such-export", 8),
+        Reason::NoSuchName,
+    )?;
+    // A virtual QP connected to this node itself (its pool) does not reach the export.
+    let rows = Device::open()?.query_devices()?.rows;
+    let v4 = |g: &[u8; 16]| g[..10] == [0; 10] && g[10..12] == [0xff, 0xff];
+    let gid = rows
+        .iter()
+        .find(|r| r.has_gid() && v4(&r.gid))
+        .ok_or("no IPv4 GID")?
+        .gid;
+    let own = ring.connect(gid, 9)?;
+    expect_reason(
+        "through a QP to another node",
+        ring.import_name(&own, name, 8),
+        Reason::NotOnPeer,
+    )?;
+
+    let all = MrAccess::LOCAL_WRITE;
+    let mut mine = ring.register(16 << 10, all)?;
+    for (i, x) in mine.bytes_mut()[4096..8192].iter_mut().enumerate() {
+        *x = (i * 3) as u8;
+    }
+    let mut b = Batch::new();
+    b.read(&v, &mine, 0, &remote, PATTERN, 4096)?
+        .write(&v, &mine, 4096, &remote, THEIRS, 4096)?
+        .cas(&v, &mine, 8192, &remote, CAS_WORD, 100, 200)?
+        .faa(&v, &mine, 8200, &remote, FAA_WORD, 1000)?
+        .read(&v, &mine, 12288, &remote, THEIRS, 4096)?;
+    for c in ring.run(b)? {
+        c?;
+    }
+    let got = mine.bytes();
+    if !(0..4096).all(|i| got[i] == (i * 7) as u8) {
+        return Err("READ did not bring the exporter's pattern".into());
+    }
+    if (word(got, 8192), word(got, 8200)) != (100, 5) {
+        return Err(format!(
+            "old values: CAS {} (100), FAA {} (5)",
+            word(got, 8192),
+            word(got, 8200)
+        )
+        .into());
+    }
+    if got[12288..16384] != got[4096..8192] {
+        return Err("READ back did not return what WRITE wrote".into());
+    }
+    println!("READ, WRITE, CAS (old 100), FAA (old 5) and READ back across nodes: bytes checked");
+    mine.bytes_mut()[0..8].copy_from_slice(&DONE.to_le_bytes());
+    let mut b = Batch::new();
+    b.write(&v, &mine, 0, &remote, DONE_WORD, 8)?;
+    for c in ring.run(b)? {
+        c?;
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME";
+    let mut ring = Builder::new(64).build(Device::open()?)?;
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["export", name, secs] => export(&mut ring, name, secs.parse()?),
+        ["import", addr, name] => import(&mut ring, addr.parse()?, name),
+        _ => Err(usage.into()),
+    }
+}
