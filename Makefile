@@ -86,11 +86,15 @@ vm-test: kmod host
 # keeps sets to two nodes at once, a and b, which both unload. Then the MetaServer and
 # one-sided requests across nodes: a serves the MetaServer and exports memory by name,
 # b imports it and READs, WRITEs, CASes and FAAs it (bytes checked on both sides); then
-# on 3 guests, a serves the MetaServer, b exports, c imports.
+# on 3 guests, a serves the MetaServer, b exports, c imports. Then failures: b keeps
+# READs in flight to a, has a's guest killed (they fail, each with a completion, within
+# the deadline), booted again, and uses its memory anew; and 1,000 CONNECT/DISCONNECT
+# cycles from b to a with both kernels' memory flat.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
 CONNECT_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) connect a"
 META_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) import a a kv"
+KILL_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) hammer a a kv"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
@@ -100,6 +104,8 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) listen 2" --role "c:$(SMOKE) connect a b"
 	@$(VM) --timeout 300 --nodes 2 $(META_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) import a b kv"
+	@$(VM) --timeout 600 --nodes 2 $(KILL_ROLES)
+	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000"
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the
@@ -114,6 +120,7 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(CM_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(CONNECT_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(META_ROLES)
+	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the
 # debug kernel; STRESS_SEED picks another random sequence.

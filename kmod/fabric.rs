@@ -170,7 +170,10 @@ impl MembersGuard<'_> {
 impl MembersGuard<'_> {
     /// A caller dialed `job` at `now_ms` (devctx's `dial`): see [`PeerSets::dialed`].
     pub(crate) fn dialed(&mut self, job: DialJob, made: &[Option<PeerQp>; QPS_PER_SET], now_ms: i64) {
-        self.g.peers.dialed(self.shared, job, made, now_ms)
+        let MemberState { peers, recovery, .. } = &mut *self.g;
+        for slot in peers.dialed(self.shared, job, made, now_ms).into_iter().flatten() {
+            recovery.revive(slot);
+        }
     }
 }
 

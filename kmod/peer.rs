@@ -97,7 +97,7 @@ impl PeerSets {
         }
         let node = u16::from_be_bytes([addr[14], addr[15]]);
         if let Some(p) = self.table.find(addr) {
-            if self.broken(p) && self.table.lost(p, None) {
+            if self.broken(shared, p) && self.table.lost(p, None) {
                 self.close(shared, p);
                 // The node may have restarted: what we cached of its exports goes.
                 shared.meta.peer_lost(node);
@@ -184,20 +184,23 @@ impl PeerSets {
     }
 
     /// The caller dialed `job` at `now_ms`: `made` holds the QPs it connected (all of
-    /// them when it succeeded), installed into their slots; a failure closes them.
+    /// them when it succeeded), installed into their slots (whose accounting starts
+    /// anew: an earlier set's there failed); a failure closes them. The slots
+    /// installed, for the recovery to forget.
     pub(crate) fn dialed(
         &mut self,
         shared: &Shared,
         job: DialJob,
         made: &[Option<PeerQp>; QPS_PER_SET],
         now_ms: i64,
-    ) {
+    ) -> Option<core::ops::Range<u32>> {
         let ok = made.iter().all(Option::is_some);
         let slots = self.table.qps(job.peer);
-        for (slot, q) in slots.zip(made.iter()) {
+        for (slot, q) in slots.clone().zip(made.iter()) {
             let Some(q) = *q else { continue };
             if ok {
                 shared.install_qp(slot as usize, q.qp, q.qpn);
+                shared.qps[slot as usize].lock().acct.revive();
                 self.qps[slot as usize - POOL_QPS] = Some(q);
             } else {
                 // SAFETY: a handle cm_connect gave, released once.
@@ -205,14 +208,19 @@ impl PeerSets {
             }
         }
         self.table.attempt_done(job.peer, ok, now_ms);
+        ok.then_some(slots)
     }
 
-    /// Whether a connection of entry `peer`'s set broke.
-    fn broken(&self, peer: u32) -> bool {
+    /// Whether a connection of entry `peer`'s set broke: the CM said so (the peer
+    /// disconnected, its device went), or the recovery failed one of its QPs (a peer
+    /// that vanished: retries exhausted, or requests stuck past the deadline).
+    fn broken(&self, shared: &Shared, peer: u32) -> bool {
         self.table.qps(peer).any(|s| {
-            self.qps[s as usize - POOL_QPS]
-                // SAFETY: a live handle (released only by `close` and `forget`).
-                .is_some_and(|q| unsafe { shim::krcore_shim_cm_broken(q.conn) })
+            let failed = shared.qps[s as usize].lock().acct.failed();
+            failed
+                || self.qps[s as usize - POOL_QPS]
+                    // SAFETY: a live handle (released only by `close` and `forget`).
+                    .is_some_and(|q| unsafe { shim::krcore_shim_cm_broken(q.conn) })
         })
     }
 

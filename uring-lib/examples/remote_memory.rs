@@ -13,13 +13,15 @@
 //! the done word; prints how long the first (uncached) and later (cached) imports
 //! took, and checks the refusals: an unknown name, and the name through a virtual QP
 //! that is not connected to its node.
+//!
+//! `remote_memory hammer ADDR NAME ROLE`: the failure test (see [`hammer`]).
 use std::net::Ipv4Addr;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use krcore_abi::cqe::Reason;
 use krcore_abi::sqe::MrAccess;
-use krcore_uring::{Batch, Builder, Device, Error, Ring};
+use krcore_uring::{Batch, Builder, Device, Error, RemoteRegion, Ring, Vqp};
 
 const LEN: usize = 64 << 10;
 const PATTERN: u64 = 0;
@@ -156,17 +158,23 @@ fn import(ring: &mut Ring, addr: Ipv4Addr, name: &str) -> Result<()> {
         Reason::NotOnPeer,
     )?;
 
+    exercise(ring, &v, &remote)
+}
+
+/// READ the exporter's pattern, WRITE ours, CAS and FAA its words (old values
+/// checked), READ back what we wrote, then set its done word.
+fn exercise(ring: &mut Ring, v: &Vqp, remote: &RemoteRegion) -> Result<()> {
     let all = MrAccess::LOCAL_WRITE;
     let mut mine = ring.register(16 << 10, all)?;
     for (i, x) in mine.bytes_mut()[4096..8192].iter_mut().enumerate() {
         *x = (i * 3) as u8;
     }
     let mut b = Batch::new();
-    b.read(&v, &mine, 0, &remote, PATTERN, 4096)?
-        .write(&v, &mine, 4096, &remote, THEIRS, 4096)?
-        .cas(&v, &mine, 8192, &remote, CAS_WORD, 100, 200)?
-        .faa(&v, &mine, 8200, &remote, FAA_WORD, 1000)?
-        .read(&v, &mine, 12288, &remote, THEIRS, 4096)?;
+    b.read(v, &mine, 0, remote, PATTERN, 4096)?
+        .write(v, &mine, 4096, remote, THEIRS, 4096)?
+        .cas(v, &mine, 8192, remote, CAS_WORD, 100, 200)?
+        .faa(v, &mine, 8200, remote, FAA_WORD, 1000)?
+        .read(v, &mine, 12288, remote, THEIRS, 4096)?;
     for c in ring.run(b)? {
         c?;
     }
@@ -188,20 +196,80 @@ fn import(ring: &mut Ring, addr: Ipv4Addr, name: &str) -> Result<()> {
     println!("READ, WRITE, CAS (old 100), FAA (old 5) and READ back across nodes: bytes checked");
     mine.bytes_mut()[0..8].copy_from_slice(&DONE.to_le_bytes());
     let mut b = Batch::new();
-    b.write(&v, &mine, 0, &remote, DONE_WORD, 8)?;
+    b.write(v, &mine, 0, remote, DONE_WORD, 8)?;
     for c in ring.run(b)? {
         c?;
     }
     Ok(())
 }
 
+/// Keeps 12 READs in flight to NAME at ADDR; after a while has the test runner kill
+/// ROLE's guest (the exporter) and checks that the requests then in flight fail,
+/// every one with a completion, within the bound; has ROLE booted again, and
+/// connects, imports and READs anew once it is back.
+fn hammer(ring: &mut Ring, addr: Ipv4Addr, name: &str, role: &str) -> Result<()> {
+    let gid = addr.to_ipv6_mapped().octets();
+    let v = retry(60, &[Reason::Unreachable], || ring.connect(gid, 0))?;
+    let remote = retry(60, &[Reason::Unreachable, Reason::NoSuchName], || {
+        ring.import_name(&v, name, LEN as u32)
+    })?;
+    let mine = ring.register(LEN, MrAccess::LOCAL_WRITE)?;
+    let mut killed: Option<Instant> = None;
+    for round in 0.. {
+        let mut b = Batch::new();
+        for k in 0..12u64 {
+            b.read(&v, &mine, k * 4096, &remote, (k % 4) * 4096, 4096)?;
+        }
+        let got = ring.run(b)?;
+        let failed: Vec<_> = got.iter().filter_map(|c| c.as_ref().err()).collect();
+        if let (Some(at), Some(e)) = (killed, failed.first()) {
+            println!(
+                "{} s after the kill: {} of 12 READs in flight failed ({:?}), every one completed",
+                at.elapsed().as_secs_f32(),
+                failed.len(),
+                e.reason()
+            );
+            break;
+        }
+        if !failed.is_empty() {
+            return Err(format!("READs failed before the kill: {:?}", failed[0]).into());
+        }
+        match killed {
+            None if round == 20 => {
+                println!("KRCORE-CLUSTER: kill {role}");
+                killed = Some(Instant::now());
+            }
+            Some(at) if at.elapsed() > Duration::from_secs(120) => {
+                return Err("READs to a killed node still succeed after 120 s".into());
+            }
+            _ => {}
+        }
+    }
+    println!("KRCORE-CLUSTER: boot {role}");
+    let _ = ring.disconnect(v);
+    // Back: a new set to it (the old one broke), the name resolved again (the node's
+    // new incarnation: what was cached of the old one is gone).
+    let v = retry(
+        180,
+        &[Reason::Unreachable, Reason::QpError, Reason::Deadline],
+        || ring.connect(gid, 0),
+    )?;
+    let remote = retry(120, &[Reason::Unreachable, Reason::NoSuchName], || {
+        ring.import_name(&v, name, LEN as u32)
+    })?;
+    exercise(ring, &v, &remote)?;
+    println!("{role} back: connected, imported and used its memory again");
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME";
+    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE";
     let mut ring = Builder::new(64).build(Device::open()?)?;
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["export", name, secs] => export(&mut ring, name, secs.parse()?),
         ["import", addr, name] => import(&mut ring, addr.parse()?, name),
+        ["hammer", addr, name, role] => hammer(&mut ring, addr.parse()?, name, role),
         _ => Err(usage.into()),
     }
 }

@@ -19,12 +19,22 @@
 #                                   retried while ROLE's module is not listening yet); once
 #                                   each ROLE's module is gone, a CONNECT to it fails by
 #                                   name, in bounded time; then remove rxe0 and unload
+#   cluster-smoke.sh cycles ROLE N  reload listening; CONNECT to ROLE's node 10 times (its set
+#                                   made), then N CONNECT/DISCONNECT cycles: kernel memory
+#                                   (slab + vmalloc) must stay flat across them
+#   cluster-smoke.sh steady         reload listening; once a peer's set is accepted, kernel
+#                                   memory must stay flat over the next 10 s (the peer's
+#                                   cycles run then); unload once it left (60 s)
 #   cluster-smoke.sh meta N         reload serving the MetaServer (naming this node); wait
 #                                   until N other nodes connected to it and left (150 s)
 #   cluster-smoke.sh export META NAME
 #                                   reload with META's node as the MetaServer (this node's
 #                                   own when META is this role); publish 64 KiB as NAME,
 #                                   wait for an importer to finish, revoke it, unload
+#   cluster-smoke.sh hammer META ROLE NAME
+#                                   as import, but keep READs in flight, have ROLE's guest
+#                                   killed, check they fail in bounded time, have it booted
+#                                   again, then import and READ anew
 #   cluster-smoke.sh import META ROLE NAME
 #                                   reload with META's node as the MetaServer; CONNECT to
 #                                   ROLE's node, import NAME, READ/WRITE/CAS/FAA it with
@@ -59,6 +69,13 @@ reload() {
 }
 # How many kernel log lines contain $1.
 count() { dmesg | grep -c "$1"; }
+# Kernel memory in slabs and vmalloc areas, kB.
+kmem() { awk '/^(Slab|VmallocUsed):/ { s += $2 } END { print s }' /proc/meminfo; }
+# Fails unless kernel memory grew by less than 512 kB from $1 to $2 over $3.
+flat() {
+  echo "$KRCORE_NODE: kernel memory (slab + vmalloc) $1 kB -> $2 kB over $3"
+  [ $(($2 - $1)) -lt 512 ] || { echo "$KRCORE_NODE: kernel memory grew by $(($2 - $1)) kB" >&2; exit 1; }
+}
 case "$1" in
 listen)
   reload || exit 1
@@ -126,6 +143,35 @@ connect)
   rdma link delete rxe0 && rmmod krcore || exit 1
   echo "$KRCORE_NODE: rxe0 removed, module unloaded"
   ;;
+cycles)
+  peer=$(addr_of "$2") || exit 1
+  reload || exit 1
+  ok=
+  for _ in $(seq 30); do
+    if "$CONNECT_PEER" "$peer" 10 >/dev/null; then ok=1; break; fi
+    sleep 2
+  done
+  [ -n "$ok" ] || { echo "$KRCORE_NODE: no CONNECT to $2 ($peer) in 60 s" >&2; exit 1; }
+  before=$(kmem)
+  "$CONNECT_PEER" "$peer" "$3" || exit 1
+  flat "$before" "$(kmem)" "$3 CONNECT/DISCONNECT cycles to $2"
+  rmmod krcore || exit 1
+  ;;
+steady)
+  reload || exit 1
+  for _ in $(seq 60); do
+    [ "$(count "accepted a peer kernel")" -ge 2 ] && break
+    sleep 1
+  done
+  before=$(kmem)
+  sleep 10
+  flat "$before" "$(kmem)" "10 s of a peer's CONNECT/DISCONNECT cycles"
+  for _ in $(seq 60); do
+    [ "$(count "a peer kernel left")" -ge 2 ] && break
+    sleep 1
+  done
+  rmmod krcore || exit 1
+  ;;
 meta)
   reload meta_server="$KRCORE_ADDR" || exit 1
   for _ in $(seq 150); do
@@ -159,6 +205,14 @@ import)
   rmmod krcore || exit 1
   echo "$KRCORE_NODE: module unloaded"
   ;;
+hammer)
+  meta=$(addr_of "$2") || exit 1
+  peer=$(addr_of "$3") || exit 1
+  reload meta_server="$meta" || exit 1
+  "$REMOTE_MEMORY" hammer "$peer" "$4" "$3" || exit 1
+  rmmod krcore || exit 1
+  echo "$KRCORE_NODE: module unloaded"
+  ;;
 serve)
   for _ in $(seq "$2"); do
     ibv_rc_pingpong -d rxe0 -g 1 -n 10 >/dev/null || exit 1
@@ -180,7 +234,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | cycles ROLE N | steady" >&2
   exit 2
   ;;
 esac

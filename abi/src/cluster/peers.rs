@@ -30,6 +30,11 @@ pub struct Peer {
     pub bound: u32,
     /// When a CONNECT last used or started it, ms (the least recent goes first).
     pub last_used_ms: i64,
+    /// Its set was lost while virtual QPs were bound to it: they keep failing on its
+    /// slots until released, and the peer's next set takes another entry (so no old
+    /// virtual QP, with what it imported from the peer's earlier incarnation, ever
+    /// reaches the new one). Freed when the last is released.
+    pub retired: bool,
 }
 
 /// What a CONNECT to a peer does next.
@@ -92,12 +97,12 @@ impl<S: Store> Peers<S> {
         self.table.as_ref().get(peer as usize)?.as_ref()
     }
 
-    /// The entry of the peer at `addr`.
+    /// The entry of the peer at `addr` (not a retired one).
     pub fn find(&self, addr: &[u8; 16]) -> Option<u32> {
         self.table
             .as_ref()
             .iter()
-            .position(|e| e.as_ref().is_some_and(|p| p.addr == *addr))
+            .position(|e| e.as_ref().is_some_and(|p| p.addr == *addr && !p.retired))
             .map(|i| i as u32)
     }
 
@@ -133,6 +138,7 @@ impl<S: Store> Peers<S> {
             set: ConnSet::new(me, node),
             bound: 0,
             last_used_ms: now_ms,
+            retired: false,
         });
         p.last_used_ms = now_ms;
         match p.set.want(incarnation, now_ms) {
@@ -184,6 +190,7 @@ impl<S: Store> Peers<S> {
             set: ConnSet::new(me, node),
             bound: 0,
             last_used_ms: now_ms,
+            retired: false,
         });
         Some((p.set.request(incarnation), i, evicts))
     }
@@ -198,7 +205,14 @@ impl<S: Store> Peers<S> {
     /// Entry `peer`'s set broke, or its peer's node record shows `incarnation`: whether
     /// the set is gone (its virtual QPs then fail, and its QPs are torn down).
     pub fn lost(&mut self, peer: u32, incarnation: Option<u64>) -> bool {
-        self.entry(peer).is_some_and(|p| p.set.lost(incarnation))
+        let Some(p) = self.entry(peer) else {
+            return false;
+        };
+        let gone = p.set.lost(incarnation);
+        if gone && p.bound > 0 {
+            p.retired = true;
+        }
+        gone
     }
 
     /// A virtual QP was bound to entry `peer`'s set.
@@ -210,8 +224,14 @@ impl<S: Store> Peers<S> {
 
     /// A virtual QP bound to entry `peer`'s set was released.
     pub fn unbind(&mut self, peer: u32) {
-        if let Some(p) = self.entry(peer) {
-            p.bound = p.bound.saturating_sub(1);
+        let e = self.table.as_mut().get_mut(peer as usize);
+        if let Some(e) = e {
+            if let Some(p) = e {
+                p.bound = p.bound.saturating_sub(1);
+                if p.retired && p.bound == 0 {
+                    *e = None;
+                }
+            }
         }
     }
 
@@ -301,15 +321,15 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_set_is_rebuilt_by_the_next_connect_in_the_same_slots() {
+    fn a_lost_set_is_rebuilt_by_the_next_connect_away_from_its_bound_vqps() {
         let mut p = Peers::with_capacity(2, 1, 4, 2);
         let Dial::Connect { peer, .. } = p.dial(&addr(12), 2, 7, 0) else {
             panic!()
         };
         p.attempt_done(peer, true, 0);
-        p.bind(peer);
         assert!(!p.lost(peer, Some(7)), "same incarnation");
         assert!(p.lost(peer, Some(8)), "the peer restarted");
+        // Nothing was bound: the same slots again.
         assert_eq!(
             p.dial(&addr(12), 2, 8, 1),
             Dial::Connect {
@@ -318,6 +338,36 @@ mod tests {
                 evicts: false
             }
         );
+        p.attempt_done(peer, true, 1);
+        p.bind(peer);
+        assert!(p.lost(peer, None), "broke with a virtual QP bound");
+        // The bound virtual QP keeps the old slots; the next set takes the other block.
+        assert_eq!(
+            p.dial(&addr(12), 2, 9, 2),
+            Dial::Connect {
+                peer: 1,
+                qps: 6..8,
+                evicts: false
+            }
+        );
+        p.attempt_done(1, true, 2);
+        p.bind(1);
+        assert_eq!(
+            p.of_qp(4),
+            Some(peer),
+            "the old block is still the retired entry's"
+        );
+        assert_eq!(
+            p.dial(&addr(20), 20, 1, 3),
+            Dial::Full,
+            "nor free for another peer"
+        );
+        p.unbind(peer);
+        assert_eq!(p.of_qp(4), None, "freed with its last virtual QP");
+        assert!(matches!(
+            p.dial(&addr(20), 20, 1, 4),
+            Dial::Connect { peer: 0, .. }
+        ));
     }
 
     /// Both nodes dial each other at once; whatever order the requests arrive in, the

@@ -254,6 +254,15 @@ impl<S: Store> PhysQp<S> {
         self.progressed = true;
     }
 
+    /// A failed QP with nothing owed gets a new connection (a peer set's slot, made
+    /// again): usable from here.
+    pub fn revive(&mut self) {
+        debug_assert!(self.posted.is_empty(), "revived with requests owed");
+        self.unsignaled_run = 0;
+        self.failed = None;
+        self.progressed = true;
+    }
+
     /// Retires posted requests up to and including `wr_id`, oldest first, calling
     /// `retire(request, is_the_completed_one)` for each. Returns `false`, retiring none,
     /// if `wr_id` was never posted here.

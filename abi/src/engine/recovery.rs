@@ -222,6 +222,17 @@ impl Recovery {
         recycled
     }
 
+    /// QP `qp` (one the backend cannot re-arm: a peer set's) has a new connection:
+    /// forget that it was broken, so it is failed and recovered anew if it fails.
+    pub fn revive(&mut self, qp: u32) {
+        if (qp as usize) < MAX_RECOVERED_QPS {
+            let bit = !(1u64 << qp);
+            self.broken &= bit;
+            self.errored &= bit;
+            self.flushed &= bit;
+        }
+    }
+
     fn to_error<B: Rearm>(&mut self, hw: &mut B, qp: usize, now_ms: i64) {
         if (self.errored | self.broken) & (1 << qp) != 0 {
             return;
