@@ -15,7 +15,7 @@
 #include <linux/moduleparam.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
-#include <linux/vmalloc.h>
+#include <linux/sizes.h>
 #include <linux/delay.h>
 #include <rdma/ib_verbs.h>
 
@@ -28,10 +28,15 @@ MODULE_PARM_DESC(meta_server, "IPv4 address of the MetaServer node; the node wit
 /* How long one verb may take before the connection is given up. */
 #define KRCORE_META_WAIT_MS 2000
 
+/* The region is made of physically contiguous 64 KiB chunks, registered with a 64 KiB
+ * MR page size: an MR takes a bounded number of pages (512 on rxe), and 4 KiB pages
+ * would cap the region at 2 MiB. */
+#define KRCORE_META_CHUNK SZ_64K
+
 struct krcore_meta_region {
 	struct ib_device *dev;
-	void *mem;
-	u32 bytes;
+	struct page **chunks;
+	u32 n;
 	struct sg_table sgt;
 	int nents;
 	struct ib_mr *mr;
@@ -53,42 +58,56 @@ int krcore_shim_meta_server_gid(u8 *gid)
 	return krcore_cm_param_gid(meta_server, gid);
 }
 
+static void krcore_meta_chunks_free(struct krcore_meta_region *r)
+{
+	u32 i;
+
+	for (i = 0; i < r->n; i++)
+		if (r->chunks[i])
+			__free_pages(r->chunks[i], get_order(KRCORE_META_CHUNK));
+	kfree(r->chunks);
+}
+
 struct krcore_meta_region *krcore_shim_meta_region_alloc(struct ib_pd *pd, u32 bytes)
 {
 	struct krcore_meta_region *r = kzalloc(sizeof(*r), GFP_KERNEL);
-	u32 pages = DIV_ROUND_UP(bytes, PAGE_SIZE);
 	struct scatterlist *sg;
 	int i, n;
 
 	if (!r)
 		return NULL;
 	r->dev = pd->device;
-	r->bytes = pages * PAGE_SIZE;
-	r->mem = vzalloc(r->bytes);
-	if (!r->mem)
+	r->n = DIV_ROUND_UP(bytes, KRCORE_META_CHUNK);
+	r->chunks = kcalloc(r->n, sizeof(*r->chunks), GFP_KERNEL);
+	if (!r->chunks)
 		goto free;
-	if (sg_alloc_table(&r->sgt, pages, GFP_KERNEL))
-		goto vfree;
-	for_each_sg(r->sgt.sgl, sg, pages, i)
-		sg_set_page(sg, vmalloc_to_page(r->mem + i * PAGE_SIZE), PAGE_SIZE, 0);
-	r->nents = ib_dma_map_sg(r->dev, r->sgt.sgl, pages, DMA_BIDIRECTIONAL);
+	for (i = 0; i < r->n; i++) {
+		r->chunks[i] = alloc_pages(GFP_KERNEL | __GFP_ZERO, get_order(KRCORE_META_CHUNK));
+		if (!r->chunks[i])
+			goto chunks;
+	}
+	if (sg_alloc_table(&r->sgt, r->n, GFP_KERNEL))
+		goto chunks;
+	for_each_sg(r->sgt.sgl, sg, r->n, i)
+		sg_set_page(sg, r->chunks[i], KRCORE_META_CHUNK, 0);
+	r->nents = ib_dma_map_sg(r->dev, r->sgt.sgl, r->n, DMA_BIDIRECTIONAL);
 	if (r->nents <= 0)
 		goto sgfree;
 	r->mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, r->nents);
 	if (IS_ERR(r->mr))
 		goto unmap;
-	n = ib_map_mr_sg(r->mr, r->sgt.sgl, r->nents, NULL, PAGE_SIZE);
+	n = ib_map_mr_sg(r->mr, r->sgt.sgl, r->nents, NULL, KRCORE_META_CHUNK);
 	if (n != r->nents)
 		goto dereg;
 	return r;
 dereg:
 	ib_dereg_mr(r->mr);
 unmap:
-	ib_dma_unmap_sg(r->dev, r->sgt.sgl, pages, DMA_BIDIRECTIONAL);
+	ib_dma_unmap_sg(r->dev, r->sgt.sgl, r->n, DMA_BIDIRECTIONAL);
 sgfree:
 	sg_free_table(&r->sgt);
-vfree:
-	vfree(r->mem);
+chunks:
+	krcore_meta_chunks_free(r);
 free:
 	kfree(r);
 	return NULL;
@@ -103,9 +122,9 @@ void krcore_shim_meta_region_offer(struct krcore_meta_region *r, struct krcore_m
 void krcore_shim_meta_region_free(struct krcore_meta_region *r)
 {
 	ib_dereg_mr(r->mr);
-	ib_dma_unmap_sg(r->dev, r->sgt.sgl, r->sgt.orig_nents, DMA_BIDIRECTIONAL);
+	ib_dma_unmap_sg(r->dev, r->sgt.sgl, r->n, DMA_BIDIRECTIONAL);
 	sg_free_table(&r->sgt);
-	vfree(r->mem);
+	krcore_meta_chunks_free(r);
 	kfree(r);
 }
 

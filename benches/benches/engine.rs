@@ -150,10 +150,11 @@ fn bench_meta_lookup(c: &mut Criterion) {
     use krcore_abi::meta::lookup::{lookup, EXPORT_FRAME, PROBE};
     use krcore_abi::meta::record::{name, ExportRecord};
     use krcore_abi::meta::tables::{mem::MemRegion, Tables};
-    // The module's table: 16,384 slots, 10,000 exports published by the claim protocol.
+    // The module's table (kmod/meta.rs): 40,960 slots, 10,000 exports published by the
+    // claim protocol.
     let t = Tables {
         node_slots: 1024,
-        export_slots: 16_384,
+        export_slots: 40_960,
     };
     let mut m = MemRegion::new(t.bytes());
     let mut buf = vec![0u8; PROBE * EXPORT_FRAME];

@@ -25,6 +25,10 @@
 #   cluster-smoke.sh steady         reload listening; once a peer's set is accepted, kernel
 #                                   memory must stay flat over the next 10 s (the peer's
 #                                   cycles run then); unload once it left (60 s)
+#   cluster-smoke.sh publish N      reload serving the MetaServer; publish N names
+#   cluster-smoke.sh lookup ROLE N K
+#                                   reload with ROLE's node as the MetaServer; once ROLE's
+#                                   N names are there, time K uncached and cached lookups
 #   cluster-smoke.sh meta N         reload serving the MetaServer (naming this node); wait
 #                                   until N other nodes connected to it and left (150 s)
 #   cluster-smoke.sh export META NAME
@@ -42,6 +46,7 @@
 set -u
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
+META_LOOKUP=$(dirname "$0")/../../target/release/examples/meta_lookup
 CM_PORT=7471
 addr_of() {
   for p in $KRCORE_PEERS; do
@@ -172,6 +177,18 @@ steady)
   done
   rmmod krcore || exit 1
   ;;
+publish)
+  reload meta_server="$KRCORE_ADDR" || exit 1
+  "$META_LOOKUP" publish "$2" 900 || exit 1
+  sleep 3
+  rmmod krcore || exit 1
+  ;;
+lookup)
+  peer=$(addr_of "$2") || exit 1
+  reload meta_server="$peer" || exit 1
+  "$META_LOOKUP" lookup "$peer" "$3" "$4" || exit 1
+  rmmod krcore || exit 1
+  ;;
 meta)
   reload meta_server="$KRCORE_ADDR" || exit 1
   for _ in $(seq 150); do
@@ -234,7 +251,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | cycles ROLE N | steady" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | cycles ROLE N | steady | publish N | lookup ROLE N K" >&2
   exit 2
   ;;
 esac
