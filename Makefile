@@ -22,7 +22,7 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-meta clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -153,6 +153,17 @@ bench: kmod host
 	 grep -E '^\[figures\]|^\[vm\]' $(BENCH_LOG) || true; \
 	 [ $$rc = 0 ] || { tail -40 $(BENCH_LOG); echo "[bench] in-VM figures failed (exit $$rc; log: $(BENCH_LOG))"; exit 1; }
 	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) benches/results --readme README.md
+	@$(MAKE) -s bench-meta
+
+# The MetaServer's lookup across two guests with 10,000 exports present: uncached (the
+# name's window and its node's record, two one-sided READs) and cached, beside an 8 B
+# READ through the rings, in one run (benches/results/meta_lookup.txt).
+bench-meta: kmod host
+	@echo "[bench] MetaServer lookups across 2 guests, 10,000 entries present"
+	@mkdir -p benches/results
+	@$(VM) --timeout 1400 --nodes 2 --role "a:$(SMOKE) publish 10000" --role "b:$(SMOKE) lookup a 10000 200" > $(CURDIR)/target/bench-meta.log 2>&1 \
+	  || { grep -E '^\[(a|b|vm)\] [^[]' $(CURDIR)/target/bench-meta.log | tail -20; exit 1; }
+	@grep -hE '^\[(a|b)\] (published|MetaServer lookups)' $(CURDIR)/target/bench-meta.log | sed 's/^\[.\] //' | tee benches/results/meta_lookup.txt
 
 clean:
 	@$(CARGO) clean
