@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! A device's connection sets to peer kernels (issue 11): abi's peer table
-//! (abi/src/cluster/peers.rs) over cm.c's connections, under the membership lock.
+//! (abi/src/cluster/peers.rs), which decides, over cm.c's connections, which this file
+//! holds and closes, under the membership lock.
 //!
 //! A CONNECT naming another node's address binds to a physical QP of the device's set to
 //! that node, in the slots after the pool's ([`PEER_QPS`] of them, [`QPS_PER_SET`] per
@@ -22,18 +23,13 @@
 use kernel::prelude::*;
 
 use crate::abi::cluster::conn_set::State;
-use crate::abi::cluster::peers::{Dial, Peers};
+use crate::abi::cluster::peers::{Connect, Peers};
 use crate::abi::engine::Connection;
 use crate::abi::errno::Errno;
 use crate::backend::POOL_QPS;
 use crate::fabric::Shared;
 use crate::shim::{self, CmConn, IbQp};
 use crate::store::{KBuf, KStore};
-
-/// Whether `gid` is an IPv4-mapped address (`::ffff:a.b.c.d`).
-fn v4_mapped(gid: &[u8; 16]) -> bool {
-    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
-}
 
 /// Peer nodes a device keeps sets to at once.
 pub(crate) const PEER_SETS: usize = 4;
@@ -64,9 +60,6 @@ pub(crate) struct PeerSets {
     table: Peers<KStore>,
     /// Slot `i` (physical QP `POOL_QPS + i`).
     qps: [Option<PeerQp>; PEER_QPS],
-    /// Entries whose set a CONNECT asked for and no caller has taken to dial yet (each
-    /// stays asked for until one does: CONNECTs to other nodes meanwhile ask for theirs).
-    asked: [bool; PEER_SETS],
 }
 
 // SAFETY: the handles are used only under the membership mutex.
@@ -79,11 +72,11 @@ impl PeerSets {
         Ok(PeerSets {
             table: Peers::new(table, me, POOL_QPS as u32, QPS_PER_SET as u32),
             qps: [None; PEER_QPS],
-            asked: [false; PEER_SETS],
         })
     }
 
-    /// A CONNECT at `now_ms` to the node at `addr` (not this device's), for `service`.
+    /// A CONNECT at `now_ms` to the node at `addr` (not this device's), for `service`:
+    /// abi's decision (`Peers::connect`), carried out.
     pub(crate) fn connect(
         &mut self,
         shared: &Shared,
@@ -91,21 +84,17 @@ impl PeerSets {
         service: u32,
         now_ms: i64,
     ) -> Result<Connection, Errno> {
-        // rdma_cm reaches nodes by IPv4 address: any other GID names no node.
-        if !v4_mapped(addr) {
-            return Err(Errno::ENETUNREACH);
+        // Only the node's own entry is asked about: look first, with the handles.
+        let broken = self.table.find(addr).filter(|&p| self.broken(shared, p));
+        let step = self.table.connect(addr, service, now_ms, |p| Some(p) == broken);
+        if let Some(p) = step.close {
+            self.close(shared, p);
         }
-        let node = u16::from_be_bytes([addr[14], addr[15]]);
-        if let Some(p) = self.table.find(addr) {
-            if self.broken(shared, p) && self.table.lost(p, None) {
-                self.close(shared, p);
-                // The node may have restarted: what we cached of its exports goes.
-                shared.meta.peer_lost(node);
-            }
+        if let Some(node) = step.lost_node {
+            shared.meta.peer_lost(node);
         }
-        match self.table.dial(addr, node, 0, now_ms) {
-            Dial::Use { peer, qps } => {
-                let slot = qps.start + service % QPS_PER_SET as u32;
+        match step.outcome {
+            Connect::Bind { peer, slot } => {
                 let q = self.qps[(slot as usize) - POOL_QPS].ok_or(Errno::EHOSTUNREACH)?;
                 self.table.bind(peer);
                 Ok(Connection {
@@ -114,41 +103,17 @@ impl PeerSets {
                     peer: true,
                 })
             }
-            Dial::Connect { peer, evicts, .. } => {
-                if evicts {
-                    self.close(shared, peer);
-                }
-                self.asked[peer as usize] = true;
-                Err(Errno::EINPROGRESS)
-            }
-            Dial::Wait => {
-                let state = self.table.find(addr).and_then(|p| self.table.get(p));
-                match state.map(|p| p.set.state()) {
-                    Some(State::Backoff { .. }) => Err(Errno::EHOSTUNREACH),
-                    _ => Err(Errno::EINPROGRESS),
-                }
-            }
-            Dial::Full => Err(Errno::ENOSPC),
+            Connect::InProgress => Err(Errno::EINPROGRESS),
+            Connect::Unreachable => Err(Errno::EHOSTUNREACH),
+            Connect::Full => Err(Errno::ENOSPC),
+            Connect::NotANode => Err(Errno::ENETUNREACH),
         }
     }
 
     /// Starts a set to `addr` at `now_ms` if there is none (prewarming): whether a dial
     /// is due.
     pub(crate) fn prewarm(&mut self, shared: &Shared, addr: &[u8; 16], now_ms: i64) -> bool {
-        if !v4_mapped(addr) {
-            return false;
-        }
-        let node = u16::from_be_bytes([addr[14], addr[15]]);
-        match self.table.dial(addr, node, 0, now_ms) {
-            Dial::Connect { peer, evicts, .. } => {
-                if evicts {
-                    self.close(shared, peer);
-                }
-                self.asked[peer as usize] = true;
-                true
-            }
-            _ => false,
-        }
+        matches!(self.connect(shared, addr, 0, now_ms), Err(Errno::EINPROGRESS))
     }
 
     /// The number of the first QP of the set to `addr`, when it is up.
@@ -174,13 +139,9 @@ impl PeerSets {
 
     /// A set to connect, if a CONNECT asked for one and no caller took it yet.
     pub(crate) fn take_job(&mut self) -> Option<DialJob> {
-        let peer = self.asked.iter().position(|&a| a)?;
-        self.asked[peer] = false;
-        let addr = self.table.get(peer as u32)?.addr;
-        Some(DialJob {
-            peer: peer as u32,
-            addr,
-        })
+        self.table
+            .take_job()
+            .map(|(peer, addr)| DialJob { peer, addr })
     }
 
     /// The caller dialed `job` at `now_ms`: `made` holds the QPs it connected (all of

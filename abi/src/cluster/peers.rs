@@ -30,6 +30,9 @@ pub struct Peer {
     pub bound: u32,
     /// When a CONNECT last used or started it, ms (the least recent goes first).
     pub last_used_ms: i64,
+    /// A CONNECT asked for its set to be made and no caller has taken the job yet
+    /// ([`Peers::take_job`]).
+    pub asked: bool,
     /// Its set was lost while virtual QPs were bound to it: they keep failing on its
     /// slots until released, and the peer's next set takes another entry (so no old
     /// virtual QP, with what it imported from the peer's earlier incarnation, ever
@@ -61,6 +64,45 @@ pub enum Dial {
     Wait,
     /// Every entry has virtual QPs bound or a connection under way.
     Full,
+}
+
+/// What a CONNECT to another node does, as [`Peers::connect`] decides it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Connect {
+    /// Bind to physical QP slot `slot` of entry `peer`'s set (the service picks the QP).
+    Bind {
+        /// The entry.
+        peer: u32,
+        /// The slot.
+        slot: u32,
+    },
+    /// The set is being made (a job waits for a caller, or one is running): wait.
+    InProgress,
+    /// The last attempt failed and the set backs off: the node is unreachable.
+    Unreachable,
+    /// Every entry has virtual QPs bound or a connection under way.
+    Full,
+    /// The address names no node (not IPv4-mapped: rdma_cm reaches nodes by IPv4).
+    NotANode,
+}
+
+/// [`Peers::connect`]'s decision, and what the caller must do first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectStep {
+    /// What the CONNECT does.
+    pub outcome: Connect,
+    /// An entry whose QPs the caller closes before anything else: a set found broken,
+    /// or the idle set evicted for this one.
+    pub close: Option<u32>,
+    /// A node whose set broke: what this node cached of its exports goes (it may have
+    /// restarted).
+    pub lost_node: Option<u16>,
+}
+
+/// The node id of an IPv4-mapped address (its low 16 bits), or `None` for any other GID.
+pub fn node_of(addr: &[u8; 16]) -> Option<u16> {
+    let mapped = addr[..10].iter().all(|&b| b == 0) && addr[10] == 0xff && addr[11] == 0xff;
+    mapped.then(|| u16::from_be_bytes([addr[14], addr[15]]))
 }
 
 /// A node's peers, over a table the caller provides (its length is the capacity).
@@ -138,6 +180,7 @@ impl<S: Store> Peers<S> {
             set: ConnSet::new(me, node),
             bound: 0,
             last_used_ms: now_ms,
+            asked: false,
             retired: false,
         });
         p.last_used_ms = now_ms;
@@ -150,6 +193,75 @@ impl<S: Store> Peers<S> {
                 evicts,
             },
         }
+    }
+
+    /// A CONNECT at `now_ms` to the node at `addr` for `service`. `broken(peer)` says
+    /// whether entry `peer`'s set broke (the CM said so, or the recovery failed a QP of
+    /// it): such a set is lost (retired if virtual QPs are bound) and a new one made.
+    /// A set to make is left as a job ([`take_job`](Self::take_job)).
+    pub fn connect(
+        &mut self,
+        addr: &[u8; 16],
+        service: u32,
+        now_ms: i64,
+        broken: impl Fn(u32) -> bool,
+    ) -> ConnectStep {
+        let mut step = ConnectStep {
+            outcome: Connect::NotANode,
+            close: None,
+            lost_node: None,
+        };
+        let Some(node) = node_of(addr) else {
+            return step;
+        };
+        if let Some(p) = self.find(addr) {
+            if broken(p) && self.lost(p, None) {
+                step.close = Some(p);
+                step.lost_node = Some(node);
+            }
+        }
+        step.outcome = match self.dial(addr, node, 0, now_ms) {
+            Dial::Use { peer, qps } => {
+                // checked_rem: no panic path (the kernel build's objtool rejects one).
+                let k = service.checked_rem(self.qps_per_set).unwrap_or(0);
+                Connect::Bind {
+                    peer,
+                    slot: qps.start + k,
+                }
+            }
+            Dial::Connect { peer, evicts, .. } => {
+                if evicts {
+                    step.close = Some(peer);
+                }
+                if let Some(p) = self.entry(peer) {
+                    p.asked = true;
+                }
+                Connect::InProgress
+            }
+            Dial::Wait => match self
+                .find(addr)
+                .and_then(|p| self.get(p))
+                .map(|p| p.set.state())
+            {
+                Some(State::Backoff { .. }) => Connect::Unreachable,
+                _ => Connect::InProgress,
+            },
+            Dial::Full => Connect::Full,
+        };
+        step
+    }
+
+    /// A set a CONNECT asked for and no caller took yet: its entry and address, now
+    /// taken (each stays asked for until a caller takes it, so CONNECTs to other nodes
+    /// meanwhile ask for theirs).
+    pub fn take_job(&mut self) -> Option<(u32, [u8; 16])> {
+        let t = self.table.as_mut();
+        let (i, p) = t
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, e)| e.as_mut().filter(|p| p.asked).map(|p| (i, p)))?;
+        p.asked = false;
+        Some((i as u32, p.addr))
     }
 
     /// A free entry, or the least recently used one nothing is bound to and nothing is
@@ -190,6 +302,7 @@ impl<S: Store> Peers<S> {
             set: ConnSet::new(me, node),
             bound: 0,
             last_used_ms: now_ms,
+            asked: false,
             retired: false,
         });
         Some((p.set.request(incarnation), i, evicts))
@@ -387,5 +500,59 @@ mod tests {
         b.attempt_done(pb, false, 2);
         assert!(matches!(a.dial(&addr(12), 2, 20, 3), Dial::Use { .. }));
         assert!(matches!(b.dial(&addr(11), 1, 10, 3), Dial::Use { .. }));
+    }
+
+    #[test]
+    fn connect_decides_bind_dial_wait_and_refusals() {
+        let mut p = Peers::with_capacity(1, 1, 4, 2);
+        let never = |_| false;
+        let step = p.connect(&[9; 16], 0, 0, never);
+        assert_eq!(step.outcome, Connect::NotANode, "not IPv4-mapped");
+        let step = p.connect(&addr(12), 0, 0, never);
+        assert_eq!((step.outcome, step.close), (Connect::InProgress, None));
+        assert_eq!(
+            p.take_job(),
+            Some((0, addr(12))),
+            "the set is asked for once"
+        );
+        assert_eq!(p.take_job(), None);
+        assert_eq!(
+            p.connect(&addr(12), 0, 1, never).outcome,
+            Connect::InProgress
+        );
+        p.attempt_done(0, false, 2);
+        assert_eq!(
+            p.connect(&addr(12), 0, 3, never).outcome,
+            Connect::Unreachable,
+            "backing off"
+        );
+        let step = p.connect(&addr(12), 0, 200, never);
+        assert_eq!(
+            step.outcome,
+            Connect::InProgress,
+            "tried again after the backoff"
+        );
+        p.take_job();
+        p.attempt_done(0, true, 201);
+        assert_eq!(
+            p.connect(&addr(12), 3, 202, never).outcome,
+            Connect::Bind { peer: 0, slot: 5 },
+            "service 3 on the set's second QP"
+        );
+        p.bind(0);
+        assert_eq!(p.connect(&addr(13), 0, 203, never).outcome, Connect::Full);
+        // The set broke: closed, the node's records dropped, a new set asked for (the
+        // old entry retired: a virtual QP is bound; no entry is free for the new one).
+        let step = p.connect(&addr(12), 0, 204, |_| true);
+        assert_eq!(
+            (step.close, step.lost_node, step.outcome),
+            (Some(0), node_of(&addr(12)), Connect::Full)
+        );
+        p.unbind(0);
+        assert_eq!(
+            p.connect(&addr(12), 0, 205, never).outcome,
+            Connect::InProgress
+        );
+        assert_eq!(node_of(&addr(12)), Some(u16::from_be_bytes([2, 12])));
     }
 }
