@@ -69,6 +69,11 @@ fn expect_reason<T>(what: &str, r: std::result::Result<T, Error>, want: Reason) 
     }
 }
 
+/// The name `export` publishes and revokes before `name`.
+fn revoked_name(name: &str) -> String {
+    format!("{name}-revoked")
+}
+
 fn export(ring: &mut Ring, name: &str, secs: u64) -> Result<()> {
     let all = MrAccess::LOCAL_WRITE
         | MrAccess::REMOTE_READ
@@ -83,9 +88,17 @@ fn export(ring: &mut Ring, name: &str, secs: u64) -> Result<()> {
         b[CAS_WORD as usize..][..8].copy_from_slice(&100u64.to_le_bytes());
         b[FAA_WORD as usize..][..8].copy_from_slice(&5u64.to_le_bytes());
     }
+    // A name published and revoked before NAME appears: an importer must be refused it.
+    let gone = revoked_name(name);
     let t = Instant::now();
+    let short = ring.register(4096, all)?;
+    retry(secs, &[Reason::Unreachable], || ring.publish(&short, &gone))?;
+    ring.deregister(short)?;
     retry(secs, &[Reason::Unreachable], || ring.publish(&mr, name))?;
-    println!("published {name} in {:?}", t.elapsed());
+    println!(
+        "published {gone} and revoked it, then published {name}, in {:?}",
+        t.elapsed()
+    );
     let other = ring.register(4096, all)?;
     expect_reason(
         "the same name again",
@@ -143,6 +156,11 @@ fn import(ring: &mut Ring, addr: Ipv4Addr, name: &str) -> Result<()> {
         ring.import_name(&v, "no-such-export", 8),
         Reason::NoSuchName,
     )?;
+    expect_reason(
+        "a revoked name",
+        ring.import_name(&v, &revoked_name(name), 8),
+        Reason::NoSuchName,
+    )?;
     // A virtual QP connected to this node itself (its pool) does not reach the export.
     let rows = Device::open()?.query_devices()?.rows;
     let v4 = |g: &[u8; 16]| g[..10] == [0; 10] && g[10..12] == [0xff, 0xff];
@@ -194,6 +212,12 @@ fn exercise(ring: &mut Ring, v: &Vqp, remote: &RemoteRegion) -> Result<()> {
         return Err("READ back did not return what WRITE wrote".into());
     }
     println!("READ, WRITE, CAS (old 100), FAA (old 5) and READ back across nodes: bytes checked");
+    // Messages do not cross nodes yet: refused by name, at once.
+    let mut b = Batch::new();
+    b.send(v, &mine, 0, 8, None)?.recv(v, &mine, 8, 8)?;
+    for c in ring.run(b)? {
+        expect_reason("a message across nodes", c, Reason::NoLink)?;
+    }
     mine.bytes_mut()[0..8].copy_from_slice(&DONE.to_le_bytes());
     let mut b = Batch::new();
     b.write(v, &mine, 0, remote, DONE_WORD, 8)?;
