@@ -88,7 +88,9 @@ vm-test: kmod host
 # b imports it and READs, WRITEs, CASes and FAAs it (bytes checked on both sides); then
 # on 3 guests, a serves the MetaServer, b exports, c imports. Then failures: b keeps
 # READs in flight to a, has a's guest killed (they fail, each with a completion, within
-# the deadline), booted again, and uses its memory anew; and 1,000 CONNECT/DISCONNECT
+# the deadline), booted again, and uses its memory anew; the MetaServer's guest killed
+# (a lookup then fails Unreachable in bounded time) and booted again (the exporter
+# publishes its names again by itself, and they are found); and 1,000 CONNECT/DISCONNECT
 # cycles from b to a with both kernels' memory flat.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
@@ -105,6 +107,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 $(META_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) import a b kv"
 	@$(VM) --timeout 600 --nodes 2 $(KILL_ROLES)
+	@$(VM) --timeout 600 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) failover a b kv"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000"
 
 # The same suite on the debug kernel, then the surface stress program for

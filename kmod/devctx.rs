@@ -915,6 +915,16 @@ impl DevCtx {
     }
 }
 
+/// The periodic tick of a device context (the device watch's delayed work).
+#[no_mangle]
+extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
+    // SAFETY: as for krcore_rs_dev_prewarm: the watch is stopped before the context goes.
+    let dev = unsafe { &*ctx.cast::<DevCtx>() };
+    if dev.shared.meta.check() {
+        dev.meta_work();
+    }
+}
+
 /// The prewarm work item of a device context.
 #[no_mangle]
 extern "C" fn krcore_rs_dev_prewarm(ctx: *mut core::ffi::c_void) {

@@ -25,6 +25,15 @@ static char *meta_server;
 module_param(meta_server, charp, 0444);
 MODULE_PARM_DESC(meta_server, "IPv4 address of the MetaServer node; the node with that address serves it (default: none)");
 
+static uint meta_check_ms = 1000;
+module_param(meta_check_ms, uint, 0444);
+MODULE_PARM_DESC(meta_check_ms, "How often a node with published names checks that the MetaServer still holds its record, ms (0: never; default 1000)");
+
+uint krcore_shim_meta_check_ms(void)
+{
+	return meta_check_ms;
+}
+
 /* How long one verb may take before the connection is given up. */
 #define KRCORE_META_WAIT_MS 2000
 

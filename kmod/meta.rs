@@ -26,7 +26,8 @@ use crate::abi::engine::Export;
 use crate::abi::meta::cache::MetaCache;
 use crate::abi::meta::client::{run, Answer, MetaClient};
 use crate::abi::meta::lookup::{EXPORT_FRAME, PROBE};
-use crate::abi::meta::node::register;
+use crate::abi::meta::node::{read_node, register};
+use crate::abi::meta::resolve::ResolveError;
 use crate::abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
 use crate::abi::meta::tables::{Remote, Tables, Unreachable};
 use crate::abi::sqe::MrAccess;
@@ -70,6 +71,8 @@ pub(crate) struct Meta {
     down_until_ms: AtomicI64,
     /// Network work is due: a job waits, or this node must register first.
     due: AtomicBool,
+    /// The next network work checks that the MetaServer still holds this node's record.
+    verify: AtomicBool,
     /// Whether a MetaServer is named (the `meta_server` parameter).
     configured: bool,
 }
@@ -95,6 +98,7 @@ impl Meta {
             incarnation: AtomicU64::new(0),
             down_until_ms: AtomicI64::new(0),
             due: AtomicBool::new(false),
+            verify: AtomicBool::new(false),
             configured,
         })
     }
@@ -181,6 +185,21 @@ impl Meta {
         if self.configured {
             self.due.store(true, Ordering::Release);
         }
+    }
+
+    /// The periodic check (every `meta_check_ms`): when this node has names published,
+    /// has the next network work make sure the MetaServer still holds its record (and
+    /// publish them again if it lost them). Whether work is due.
+    pub(crate) fn check(&self) -> bool {
+        if !self.configured
+            || self.incarnation.load(Ordering::Acquire) == 0
+            || !self.client.lock().publishes()
+        {
+            return false;
+        }
+        self.verify.store(true, Ordering::Release);
+        self.due.store(true, Ordering::Release);
+        true
     }
 
     /// Whether network work is due.
@@ -331,9 +350,14 @@ impl MetaNet {
             return false;
         }
         let mut link = self.link.lock();
-        let linked = match dev {
-            Some(dev) => self.ensure(&mut link, meta, &dev),
+        let linked = match &dev {
+            Some(dev) => self.ensure(&mut link, meta, dev),
             None => false,
+        };
+        // A periodic check (devctx's tick): is this node's record still there?
+        let linked = match (linked, meta.verify.swap(false, Ordering::AcqRel), &dev) {
+            (true, true, Some(dev)) => Self::reconcile(&mut link, meta, dev),
+            (l, ..) => l,
         };
         if !linked {
             meta.down_until_ms.store(now_ms() + DOWN_MS, Ordering::Relaxed);
@@ -415,19 +439,41 @@ impl MetaNet {
             pr_info!("serving the MetaServer: {} node and {} export entries\n",
                 TABLES.node_slots, TABLES.export_slots);
         }
+        Self::reconcile(link, meta, dev)
+    }
+
+    /// Makes sure the MetaServer holds this node's record: reads it (when this node has
+    /// registered before) and registers anew when it is not there as we left it (the
+    /// MetaServer restarted with empty tables, or another node took the slot), then
+    /// publishes this node's live names again under the new incarnation. Whether the
+    /// record is there.
+    fn reconcile(link: &mut Link, meta: &Meta, dev: &Device) -> bool {
+        let had = meta.incarnation.load(Ordering::Acquire);
         let me = NodeRecord {
             gid: dev.gid,
             ipv4: [dev.gid[12], dev.gid[13], dev.gid[14], dev.gid[15]],
             // SAFETY: reads a module parameter.
             cm_port: unsafe { shim::krcore_shim_cm_port() },
-            incarnation: 0,
+            incarnation: had,
         };
-        match register(&mut Wire(conn), &link.tables, &me) {
+        let mut wire = Wire(link.conn);
+        if had != 0 {
+            match read_node(&mut wire, &link.tables, me.id()) {
+                Ok(n) if n == me => return true,
+                Err(ResolveError::Read) => return false,
+                _ => {}
+            }
+        }
+        match register(&mut wire, &link.tables, &me) {
             Ok(incarnation) => {
                 meta.id.store(me.id() as u32, Ordering::Relaxed);
                 meta.incarnation.store(incarnation, Ordering::Release);
                 pr_info!("registered with the MetaServer as node {}, incarnation {}\n", me.id(),
                     incarnation);
+                if had != 0 {
+                    let n = meta.client.lock().republish(me.id(), incarnation);
+                    pr_info!("the MetaServer had lost this node's record: publishing {n} name(s) again\n");
+                }
                 true
             }
             Err(_) => {

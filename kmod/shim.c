@@ -710,8 +710,17 @@ bool krcore_shim_bench_direct_enabled(void)
 struct krcore_devwatch {
 	struct ib_event_handler eh;
 	struct work_struct work;
+	struct delayed_work tick;
 	void *ctx;
 };
+
+static void krcore_devwatch_tick(struct work_struct *work)
+{
+	struct krcore_devwatch *w = container_of(to_delayed_work(work), struct krcore_devwatch, tick);
+
+	krcore_rs_dev_tick(w->ctx);
+	schedule_delayed_work(&w->tick, msecs_to_jiffies(krcore_shim_meta_check_ms()));
+}
 
 static void krcore_devwatch_work(struct work_struct *work)
 {
@@ -737,15 +746,20 @@ struct krcore_devwatch *krcore_shim_devwatch_start(struct ib_device *dev, void *
 		return ERR_PTR(-ENOMEM);
 	w->ctx = ctx;
 	INIT_WORK(&w->work, krcore_devwatch_work);
+	INIT_DELAYED_WORK(&w->tick, krcore_devwatch_tick);
 	INIT_IB_EVENT_HANDLER(&w->eh, dev, krcore_devwatch_event);
 	ib_register_event_handler(&w->eh);
 	schedule_work(&w->work);
+	if (krcore_shim_meta_check_ms())
+		schedule_delayed_work(&w->tick, msecs_to_jiffies(krcore_shim_meta_check_ms()));
 	return w;
 }
 
 void krcore_shim_devwatch_stop(struct krcore_devwatch *w)
 {
 	ib_unregister_event_handler(&w->eh);
+	/* Stops the tick's re-arming too. */
+	cancel_delayed_work_sync(&w->tick);
 	cancel_work_sync(&w->work);
 	kfree(w);
 }

@@ -57,6 +57,8 @@ void krcore_rs_cm_unpin(void *pin);
 
 /* Build the device's QP pool now if it can (work context; ctx is the device context). */
 void krcore_rs_dev_prewarm(void *ctx);
+/* The device's periodic tick, every meta_check_ms (work context). */
+void krcore_rs_dev_tick(void *ctx);
 
 /* The device's CQ had an event: poll, route, wake (work context; ctx is the device
  * context, or NULL before it is set). */
@@ -65,7 +67,8 @@ void krcore_rs_dev_cq_event(void *ctx);
 /* ---- Implemented in C (shim.c) ---- */
 
 /* Watches a device's GID and port events, running krcore_rs_dev_prewarm(ctx) from a
- * work item after each (and once at start). Stopping waits for a running one. */
+ * work item after each (and once at start), and krcore_rs_dev_tick(ctx) every
+ * meta_check_ms. Stopping waits for a running one. */
 struct krcore_devwatch;
 struct krcore_devwatch *krcore_shim_devwatch_start(struct ib_device *dev, void *ctx);
 void krcore_shim_devwatch_stop(struct krcore_devwatch *w);
@@ -290,6 +293,8 @@ int krcore_cm_param_gid(const char *param, u8 *gid);
 int krcore_cm_post(struct krcore_cm_conn *c, const struct ib_send_wr *wr);
 
 /* ---- The MetaServer (meta.c) ---- */
+/* The meta_check_ms parameter: the device watch's tick period (0: no tick). */
+uint krcore_shim_meta_check_ms(void);
 /* The meta_server parameter as an IPv4-mapped GID (16 bytes): 0, -ENOENT when unset. */
 int krcore_shim_meta_server_gid(u8 *gid);
 /* A MetaServer's region: `bytes` of zeroed kernel memory and the fast-registration MR

@@ -15,6 +15,7 @@
 //! that is not connected to its node.
 //!
 //! `remote_memory hammer ADDR NAME ROLE`: the failure test (see [`hammer`]).
+//! `remote_memory probe ADDR NAME SECS`: import and READ, no more (see [`probe`]).
 use std::net::Ipv4Addr;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -286,14 +287,54 @@ fn hammer(ring: &mut Ring, addr: Ipv4Addr, name: &str, role: &str) -> Result<()>
     Ok(())
 }
 
+/// Connects to ADDR and imports NAME, retrying while the node, the MetaServer or the
+/// name is not there yet, for up to SECS; READs its pattern. Exits 3 when it ends
+/// `Unreachable` (the failover test expects that while the MetaServer is down).
+fn probe(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> {
+    let gid = addr.to_ipv6_mapped().octets();
+    let t = Instant::now();
+    let found = retry(secs, &[Reason::Unreachable], || ring.connect(gid, 0)).and_then(|v| {
+        let r = retry(secs, &[Reason::Unreachable, Reason::NoSuchName], || {
+            ring.import_name(&v, name, LEN as u32)
+        })?;
+        Ok((v, r))
+    });
+    let (v, remote) = match found {
+        Ok(x) => x,
+        Err(e) => {
+            let unreachable = e
+                .downcast_ref::<Error>()
+                .is_some_and(|e| e.reason() == Some(Reason::Unreachable));
+            println!("{name} at {addr}: not found after {:?}: {e}", t.elapsed());
+            std::process::exit(if unreachable { 3 } else { 1 });
+        }
+    };
+    let mine = ring.register(4096, MrAccess::LOCAL_WRITE)?;
+    let mut b = Batch::new();
+    b.read(&v, &mine, 0, &remote, PATTERN, 4096)?;
+    for c in ring.run(b)? {
+        c?;
+    }
+    let mut mine = mine;
+    if !(0..4096).all(|i| mine.bytes()[i] == (i * 7) as u8) {
+        return Err("READ did not bring the exporter's pattern".into());
+    }
+    println!(
+        "{name} at {addr}: imported and READ after {:?}",
+        t.elapsed()
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE";
+    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE | probe ADDR NAME SECS";
     let mut ring = Builder::new(64).build(Device::open()?)?;
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["export", name, secs] => export(&mut ring, name, secs.parse()?),
         ["import", addr, name] => import(&mut ring, addr.parse()?, name),
         ["hammer", addr, name, role] => hammer(&mut ring, addr.parse()?, name, role),
+        ["probe", addr, name, secs] => probe(&mut ring, addr.parse()?, name, secs.parse()?),
         _ => Err(usage.into()),
     }
 }

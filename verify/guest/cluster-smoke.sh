@@ -39,6 +39,12 @@
 #                                   as import, but keep READs in flight, have ROLE's guest
 #                                   killed, check they fail in bounded time, have it booted
 #                                   again, then import and READ anew
+#   cluster-smoke.sh failover META ROLE NAME
+#                                   import NAME from ROLE; have META's guest (the
+#                                   MetaServer) killed: with a fresh module, NAME cannot be
+#                                   found (Unreachable, in bounded time); have it booted
+#                                   again: with a fresh module, NAME is found (ROLE
+#                                   published it again by itself), used, and done
 #   cluster-smoke.sh import META ROLE NAME
 #                                   reload with META's node as the MetaServer; CONNECT to
 #                                   ROLE's node, import NAME, READ/WRITE/CAS/FAA it with
@@ -222,6 +228,22 @@ import)
   rmmod krcore || exit 1
   echo "$KRCORE_NODE: module unloaded"
   ;;
+failover)
+  meta=$(addr_of "$2") || exit 1
+  peer=$(addr_of "$3") || exit 1
+  reload meta_server="$meta" || exit 1
+  "$REMOTE_MEMORY" probe "$peer" "$4" 120 || exit 1
+  echo "KRCORE-CLUSTER: kill $2"
+  sleep 2
+  reload meta_server="$meta" || exit 1
+  rc=0; "$REMOTE_MEMORY" probe "$peer" "$4" 5 || rc=$?
+  [ "$rc" = 3 ] || { echo "$KRCORE_NODE: with the MetaServer down, the lookup ended $rc, not Unreachable" >&2; exit 1; }
+  echo "KRCORE-CLUSTER: boot $2"
+  reload meta_server="$meta" || exit 1
+  "$REMOTE_MEMORY" import "$peer" "$4" || exit 1
+  rmmod krcore || exit 1
+  echo "$KRCORE_NODE: module unloaded"
+  ;;
 hammer)
   meta=$(addr_of "$2") || exit 1
   peer=$(addr_of "$3") || exit 1
@@ -251,7 +273,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | cycles ROLE N | steady | publish N | lookup ROLE N K" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | cycles ROLE N | steady | publish N | lookup ROLE N K" >&2
   exit 2
   ;;
 esac

@@ -237,6 +237,31 @@ impl<S: Store> MetaClient<S> {
         due
     }
 
+    /// This node registered anew as `node` with `incarnation` (the MetaServer lost its
+    /// record: it restarted, or another node took the slot): its live publications
+    /// are published again under the new incarnation. How many.
+    pub fn republish(&mut self, node: u16, incarnation: u64) -> usize {
+        let mut n = 0;
+        for p in self.pubs.as_mut().iter_mut().flatten() {
+            if let PubState::Live { .. } = p.state {
+                p.record.node = node;
+                p.record.incarnation = incarnation;
+                p.state = PubState::Asked;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Whether any name of this node is published (then its record is worth checking).
+    pub fn publishes(&self) -> bool {
+        self.pubs
+            .as_ref()
+            .iter()
+            .flatten()
+            .any(|p| matches!(p.state, PubState::Live { .. }))
+    }
+
     /// Node `node`'s connection set broke: its cached records go (it may have
     /// restarted; the next lookup reads its record again).
     pub fn peer_lost(&mut self, node: u16) {
@@ -558,6 +583,33 @@ mod tests {
             b.client.import(&kv.name, a.me.id()),
             Answer::Done(kv),
             "the new incarnation's"
+        );
+    }
+
+    /// The MetaServer restarts with empty tables: the exporter registers anew and
+    /// republishes; an importer that never looked the name up finds it.
+    #[test]
+    fn a_metaserver_restart_is_followed_by_republishing() {
+        let mut m = MemRegion::new(T.bytes());
+        let mut a = Node::new(&mut m, 11);
+        let kv = a.record("kv");
+        a.client.publish(kv, 9);
+        a.net(&mut m);
+        assert!(a.client.publishes());
+        let mut m = MemRegion::new(T.bytes());
+        let again = register(&mut m, &T, &a.me).unwrap();
+        assert_eq!(again, a.me.incarnation + 1);
+        assert_eq!(a.client.republish(a.me.id(), again), 1);
+        assert_eq!(a.net(&mut m), 1);
+        let mut b = Node::new(&mut m, 12);
+        b.client.import(&kv.name, a.me.id());
+        b.net(&mut m);
+        assert_eq!(
+            b.client.import(&kv.name, a.me.id()),
+            Answer::Done(ExportRecord {
+                incarnation: again,
+                ..kv
+            })
         );
     }
 

@@ -51,7 +51,9 @@ pub fn read_node(r: &mut impl Remote, t: &Tables, id: u16) -> Result<NodeRecord,
     Err(ResolveError::NodeTorn(last))
 }
 
-/// Registers `me` (its `incarnation` is chosen here): the incarnation it now has.
+/// Registers `me`: the incarnation it now has, chosen here past both the slot's last
+/// record and `me.incarnation` (what this node had before, 0 when it just loaded), so a
+/// node registering again after the MetaServer lost its tables still moves on.
 pub fn register(r: &mut impl Remote, t: &Tables, me: &NodeRecord) -> Result<u64, RegisterError> {
     let off = t.node(me.id());
     let mut f = [0u8; NODE_FRAME];
@@ -67,7 +69,7 @@ pub fn register(r: &mut impl Remote, t: &Tables, me: &NodeRecord) -> Result<u64,
         if r.cas(off, head, frame::writing(base))? != head {
             continue;
         }
-        let incarnation = before.wrapping_add(1).max(1);
+        let incarnation = before.max(me.incarnation).wrapping_add(1).max(1);
         let rec = NodeRecord { incarnation, ..*me };
         frame::encode(&mut f, base + 2, &rec.encode()).expect("frame size");
         let [_, body, _] = frame::rewrite_steps(&f);
@@ -104,6 +106,13 @@ mod tests {
         assert_eq!(register(&mut m, &T, &a), Ok(1));
         assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.incarnation), Ok(1));
         assert_eq!(register(&mut m, &T, &a), Ok(2), "a reload");
+        // The MetaServer lost its tables: the node moves past what it had.
+        let mut fresh = MemRegion::new(T.bytes());
+        let had = NodeRecord {
+            incarnation: 2,
+            ..a
+        };
+        assert_eq!(register(&mut fresh, &T, &had), Ok(3));
         assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.ipv4), Ok(a.ipv4));
         // Node 19 shares the slot (19 % 8 == 11 % 8): after it registers, node 11's
         // record is gone, not mistaken for 19's.
