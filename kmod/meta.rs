@@ -30,7 +30,6 @@ use crate::abi::meta::node::{read_node, register};
 use crate::abi::meta::resolve::ResolveError;
 use crate::abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
 use crate::abi::meta::tables::{Remote, Tables, Unreachable};
-use crate::abi::sqe::MrAccess;
 use crate::shim::{self, IbDevice, IbPd, MetaConn, MetaOffer, MetaRegion};
 use crate::store::{KBuf, KStore};
 
@@ -152,18 +151,7 @@ impl Meta {
             return a;
         }
         let a = self.client.lock().import(name, node);
-        match self.mark(a) {
-            Answer::Done(r) => Answer::Done(Export {
-                descriptor: 0,
-                owner: (0, 0),
-                addr: r.addr,
-                len: r.len,
-                access: MrAccess::from_bits_truncate(r.access),
-                rkey: r.rkey,
-            }),
-            Answer::Failed(why) => Answer::Failed(why),
-            Answer::Pending => Answer::Pending,
-        }
+        self.mark(a).map(|r| r.export())
     }
 
     /// A local export was revoked: its names go (a job).

@@ -45,6 +45,8 @@ pub struct FakeNic {
     pub fail_reg: Option<Errno>,
     /// A GID that names another node: CONNECTs to it bind QP 0 as a peer set's QP.
     pub remote: Option<[u8; 16]>,
+    /// Whether a CONNECT to `remote` bound QP 0.
+    remote_used: bool,
     rr: u32,
     /// Requests posted in all.
     pub posted: u64,
@@ -217,6 +219,11 @@ impl FakeNic {
         );
     }
 
+    /// The remote GID physical QP `qp` connects to, when it is the peer set's.
+    pub fn remote_bound(&self, qp: u32) -> Option<[u8; 16]> {
+        self.remote.filter(|_| qp == 0 && self.remote_used)
+    }
+
     /// Binds to a QP: `opposite`'s partner, or the next round robin.
     pub fn connect(
         &mut self,
@@ -228,6 +235,7 @@ impl FakeNic {
             return Err(e);
         }
         if self.remote == Some(gid) {
+            self.remote_used = true;
             self.qps[0].bound += 1;
             return Ok(Connection {
                 qp: 0,
@@ -243,6 +251,12 @@ impl FakeNic {
                 self.rr += 1;
                 (self.rr - 1) % n
             }
+        };
+        // With a remote GID, QP 0 is the peer set's: this node's own CONNECTs take the
+        // pair after it.
+        let qp = match (self.remote, qp) {
+            (Some(_), 0) if n > 2 => 2,
+            _ => qp,
         };
         self.qps[qp as usize].bound += 1;
         Ok(Connection {

@@ -1,19 +1,23 @@
 //! The engine fuzzing program: arbitrary bytes drive rings on the fake NIC. Entries are
-//! raw bytes or valid templates with bytes overwritten; indices are scribbled as a
-//! hostile application would. The engine must never panic, never post past a queue's
+//! raw bytes or valid templates with bytes overwritten (PUBLISH and IMPORT_NAME among
+//! them, half the programs with a MetaServer); indices are scribbled as a hostile
+//! application would. The engine must never panic, never post past a queue's
 //! depth (the fake NIC asserts it), return every credit at quiescence, and release
 //! every MR and connection once its rings are closed.
 //!
 //! `fuzz/fuzz_targets/engine.rs` runs it under libFuzzer; a test runs it over seeded
 //! random inputs so `cargo test` covers it too.
 
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
 use krcore_abi::engine::DEFAULT_DEADLINE_MS;
+use krcore_abi::meta::record::{name, name_words};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::meta::FakeMeta;
 use crate::rig::{Limits, Rig};
 
 const MR: u64 = 0x10_0000;
@@ -70,7 +74,11 @@ fn setup(rig: &mut Rig, r: usize) -> Handles {
 
 fn template(h: &Handles, k: u8) -> Sqe {
     let (v, m, r) = (h.vqp, h.mr, h.rmr);
-    match k % 8 {
+    let words = |n: &str| name_words(&name(n).expect("a name"));
+    match k % 11 {
+        8 => Sqe::publish(8, m, words("f")),
+        9 => Sqe::import_name(9, v, words("f"), 0),
+        10 => Sqe::import_name(10, v, words("kv"), 64),
         0 => Sqe::nop(0),
         1 => Sqe::one_sided(Opcode::Read, 1, v, m, MR, 64, r, MR),
         2 => Sqe::one_sided(Opcode::Write, 2, v, m, MR + 8, 8, r, MR + 64),
@@ -88,6 +96,12 @@ pub fn run(data: &[u8]) {
     let nqps = 1 + inp.byte() as usize % 3;
     let depths: Vec<u32> = (0..nqps).map(|_| 1 + inp.byte() as u32 % 16).collect();
     let mut rig = Rig::new(&depths);
+    // Half the programs run with a MetaServer (another node published "kv").
+    if inp.byte() % 2 == 0 {
+        let mut meta = FakeMeta::new([192, 0, 2, 11]);
+        meta.other_node_publishes([192, 0, 2, 12], "kv", MR, 4096, 0x4242);
+        rig.kernel.meta = Some(RefCell::new(meta));
+    }
     let nrings = 1 + inp.byte() as usize % 3;
     let mut handles = Vec::new();
     for r in 0..nrings {

@@ -7,6 +7,7 @@ pub mod fake;
 pub mod fuzzprog;
 pub mod guest;
 pub mod heapring;
+pub mod meta;
 pub mod node;
 pub mod rig;
 pub mod rng;

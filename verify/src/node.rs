@@ -7,19 +7,26 @@
 use std::cell::{Cell, RefCell, RefMut};
 use std::sync::atomic::AtomicU32;
 
+use krcore_abi::cluster::peers::node_of;
+use krcore_abi::cqe::Reason;
 use krcore_abi::engine::{
-    BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys, PhysQp, Post,
+    BusyHint, Connection, Export, Exports, Fabric, Links, Members, Messages, MrKeys, PhysQp, Post,
     PostError, Qps, SendWr, VecStore,
 };
 use krcore_abi::errno::Errno;
+use krcore_abi::meta::client::Answer;
+use krcore_abi::meta::record::NAME_LEN;
 
 use crate::fake::FakeNic;
+use crate::meta::FakeMeta;
 
 /// The locks, in the order they may be taken (a bit each, in [`Node::held`]).
 const MEMBERS: u8 = 1;
 const SHARD: u8 = 2;
 const QP: u8 = 4;
 const EXPORTS: u8 = 8;
+/// What rings asked of the MetaServer: a leaf, as the exports.
+const META: u8 = 16;
 
 /// The rig's shared parts, borrowed for one engine call.
 pub struct Node<'a> {
@@ -45,6 +52,8 @@ pub struct KernelState {
     pub shard_sections: [Cell<u64>; 8],
     /// Shards whose lock was let go with work for the recovery, a bit each (kmod's).
     pub links_busy: Cell<u32>,
+    /// The node's MetaServer client, when the test gives it one.
+    pub meta: Option<RefCell<FakeMeta>>,
 }
 
 /// Counts a section entered.
@@ -82,13 +91,24 @@ impl<'a> Node<'a> {
         let held = self.held.get();
         assert!(
             held < l,
-            "lock order: {name} taken while holding {held:#b} (members 1, shard 2, QP 4, exports 8)"
+            "lock order: {name} taken while holding {held:#b} (members 1, shard 2, QP 4, exports 8, meta 16)"
         );
         self.held.set(held | l);
     }
 
     fn give(&self, l: u8) {
         self.held.set(self.held.get() & !l);
+    }
+
+    /// Runs `f` on the MetaServer client under its (leaf) lock; `none` without one.
+    fn meta<R>(&self, none: R, f: impl FnOnce(&mut FakeMeta) -> R) -> R {
+        let Some(m) = &self.kernel.meta else {
+            return none;
+        };
+        self.take(META, "meta");
+        let r = f(&mut m.borrow_mut());
+        self.give(META);
+        r
     }
 }
 
@@ -141,6 +161,17 @@ impl Members<VecStore> for NodeMembers<'_, '_> {
     }
     fn disconnect(&mut self, qp: u32) {
         self.node.nic.borrow_mut().disconnect(qp)
+    }
+
+    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<Export> {
+        // The fake's peer set is QP 0 once a CONNECT named its remote GID; every other
+        // QP connects this node to itself.
+        let remote = self.node.nic.borrow().remote_bound(qp);
+        let none = Answer::Failed(Reason::Unreachable);
+        self.node.meta(none, |m| {
+            let node = remote.and_then(|g| node_of(&g)).unwrap_or(m.me.id());
+            m.import(name, node)
+        })
     }
 }
 
@@ -233,6 +264,16 @@ impl<'a> Fabric<VecStore> for Node<'a> {
 
     fn descriptor(&self) -> u64 {
         self.nic.borrow_mut().descriptor()
+    }
+
+    fn publish(&self, name: &[u8; NAME_LEN], export: &Export) -> Answer<()> {
+        self.meta(Answer::Failed(Reason::Unreachable), |m| {
+            m.publish(name, export)
+        })
+    }
+
+    fn unpublish(&self, descriptor: u64) {
+        self.meta((), |m| m.unpublish(descriptor))
     }
 }
 

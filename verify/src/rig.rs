@@ -197,6 +197,14 @@ impl Rig {
         loop {
             let s = ring.submit(&node, max - total, cx)?;
             total += s.taken;
+            // Network work, outside the engine's locks: the MetaServer's jobs.
+            let due = kernel.meta.as_ref().is_some_and(|m| m.borrow().due);
+            if due {
+                kernel.meta.as_ref().expect("due").borrow_mut().net();
+                if s.stall == Some(Stall::Remote) {
+                    continue;
+                }
+            }
             if s.stall != Some(Stall::Register) {
                 return Ok(Submitted {
                     taken: total,

@@ -34,6 +34,17 @@ pub enum Answer<T> {
     Pending,
 }
 
+impl<T> Answer<T> {
+    /// The answer with `f` applied to what it is done with.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Answer<U> {
+        match self {
+            Answer::Done(v) => Answer::Done(f(v)),
+            Answer::Failed(why) => Answer::Failed(why),
+            Answer::Pending => Answer::Pending,
+        }
+    }
+}
+
 /// Where one of this node's publications is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PubState {

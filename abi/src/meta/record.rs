@@ -7,6 +7,8 @@
 //! export entry 88, so 10,000 exports take under 1 MiB of the MetaServer's memory and a
 //! lookup is one READ of its name's probe window (see [`lookup`](super::lookup)).
 
+use super::super::engine::Export;
+use super::super::sqe::MrAccess;
 use super::frame;
 
 /// A node's record: what a peer needs to connect to it, and its incarnation.
@@ -148,6 +150,19 @@ impl ExportRecord {
             len: g.u32(),
             access: g.u32(),
             rkey: g.u32(),
+        }
+    }
+
+    /// The export it describes, as the engine imports it (no descriptor: it was
+    /// resolved in the exporting node's record, not this node's table).
+    pub fn export(&self) -> Export {
+        Export {
+            descriptor: 0,
+            owner: (0, 0),
+            addr: self.addr,
+            len: self.len,
+            access: MrAccess::from_bits_truncate(self.access),
+            rkey: self.rkey,
         }
     }
 

@@ -1,0 +1,125 @@
+//! The fake node's MetaServer: abi's meta client over a region in local memory, as
+//! kmod/meta.rs runs it over one-sided verbs. The rig runs its jobs where the kernel
+//! runs its network work: after a submission that stopped with `Stall::Remote`, or
+//! left work due (a revocation), with no engine lock held.
+
+use krcore_abi::engine::{Export, VecStore};
+use krcore_abi::meta::cache::MetaCache;
+use krcore_abi::meta::client::{run, Answer, MetaClient};
+use krcore_abi::meta::lookup::{EXPORT_FRAME, PROBE};
+use krcore_abi::meta::node::register;
+use krcore_abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
+use krcore_abi::meta::tables::{mem::MemRegion, Tables};
+use krcore_abi::sqe::MrAccess;
+
+/// The region's shape (small: the tests place entries themselves).
+pub const TABLES: Tables = Tables {
+    node_slots: 64,
+    export_slots: 256,
+};
+
+/// A node's MetaServer client and the MetaServer's region it reaches.
+pub struct FakeMeta {
+    /// What rings asked.
+    pub client: MetaClient<VecStore>,
+    /// The MetaServer's region (other nodes' records are placed in it directly).
+    pub region: MemRegion,
+    /// This node, registered.
+    pub me: NodeRecord,
+    /// Network work is due.
+    pub due: bool,
+}
+
+impl FakeMeta {
+    /// This node (at `ipv4`) registered with a fresh MetaServer.
+    pub fn new(ipv4: [u8; 4]) -> FakeMeta {
+        let mut region = MemRegion::new(TABLES.bytes());
+        let mut me = NodeRecord {
+            gid: [0; 16],
+            ipv4,
+            cm_port: 7471,
+            incarnation: 0,
+        };
+        me.incarnation = register(&mut region, &TABLES, &me).expect("registered");
+        let cache = MetaCache::new(vec![None; 16], vec![(0, 0); 8]);
+        FakeMeta {
+            client: MetaClient::new(cache, vec![None; 16], vec![None; 4]),
+            region,
+            me,
+            due: false,
+        }
+    }
+
+    /// PUBLISH (the fabric's).
+    pub fn publish(&mut self, name: &[u8; NAME_LEN], e: &Export) -> Answer<()> {
+        let record = ExportRecord {
+            name: *name,
+            node: self.me.id(),
+            incarnation: self.me.incarnation,
+            addr: e.addr,
+            len: e.len,
+            access: e.access.bits(),
+            rkey: e.rkey,
+        };
+        let a = self.client.publish(record, e.descriptor);
+        self.due |= a == Answer::Pending;
+        a
+    }
+
+    /// IMPORT_NAME through a virtual QP connected to node `node`.
+    pub fn import(&mut self, name: &[u8; NAME_LEN], node: u16) -> Answer<Export> {
+        let a = self.client.import(name, node);
+        self.due |= a == Answer::Pending;
+        a.map(|r| r.export())
+    }
+
+    /// A local export was revoked.
+    pub fn unpublish(&mut self, descriptor: u64) {
+        self.due |= self.client.unpublish(descriptor);
+    }
+
+    /// Runs every job due (the kernel's network work); how many.
+    pub fn net(&mut self) -> usize {
+        self.due = false;
+        let mut window = vec![0u8; PROBE * EXPORT_FRAME];
+        let mut n = 0;
+        while let Some(job) = self.client.take_job() {
+            let outcome = run(&job, &mut self.region, &TABLES, &mut window);
+            self.client.finish(job, outcome);
+            n += 1;
+        }
+        n
+    }
+
+    /// Another node (at `ipv4`) registers and publishes `name` over `[addr, addr +
+    /// len)` with `rkey`, as its own kernel would.
+    pub fn other_node_publishes(
+        &mut self,
+        ipv4: [u8; 4],
+        name: &str,
+        addr: u64,
+        len: u32,
+        rkey: u32,
+    ) -> NodeRecord {
+        let mut other = NodeRecord {
+            gid: [0; 16],
+            ipv4,
+            cm_port: 7471,
+            incarnation: 0,
+        };
+        other.incarnation = register(&mut self.region, &TABLES, &other).expect("registered");
+        let r = ExportRecord {
+            name: krcore_abi::meta::record::name(name).expect("a name"),
+            node: other.id(),
+            incarnation: other.incarnation,
+            addr,
+            len,
+            access: MrAccess::REMOTE_READ.bits() | MrAccess::REMOTE_WRITE.bits(),
+            rkey,
+        };
+        let mut window = vec![0u8; PROBE * EXPORT_FRAME];
+        krcore_abi::meta::claim::publish(&mut self.region, &TABLES, &r, &mut window)
+            .expect("published");
+        other
+    }
+}

@@ -1,0 +1,193 @@
+//! PUBLISH and IMPORT_NAME through the engine, natively: the fake node's MetaServer
+//! client (verify's meta.rs, abi's meta client over a region in local memory), its jobs
+//! run where the kernel runs its network work, the lock order checked throughout.
+
+use std::cell::RefCell;
+
+use krcore_abi::cqe::Reason;
+use krcore_abi::meta::lookup::{lookup, LookupError, EXPORT_FRAME, PROBE};
+use krcore_abi::meta::record::{name, name_words};
+use krcore_abi::opcode::Opcode;
+use krcore_abi::sqe::{MrAccess, Sqe};
+use verify::meta::{FakeMeta, TABLES};
+use verify::rig::{Limits, Rig};
+
+const MR: u64 = 0x10_0000;
+const LEN: u32 = 1 << 16;
+
+/// A node at 192.0.2.11 with a MetaServer, and a peer at 192.0.2.12 that published "kv"
+/// (4 KiB at 0x7000_0000, rkey 0x4242).
+fn rig() -> (Rig, [u8; 16]) {
+    let mut rig = Rig::new(&[16, 16, 16, 16]);
+    let mut meta = FakeMeta::new([192, 0, 2, 11]);
+    meta.other_node_publishes([192, 0, 2, 12], "kv", 0x7000_0000, 4096, 0x4242);
+    rig.kernel.meta = Some(RefCell::new(meta));
+    let peer = std::net::Ipv4Addr::new(192, 0, 2, 12)
+        .to_ipv6_mapped()
+        .octets();
+    rig.nic.remote = Some(peer);
+    (rig, peer)
+}
+
+fn import(ud: u64, vqp: u32, n: &str, len: u32) -> Sqe {
+    Sqe::import_name(ud, vqp, name_words(&name(n).unwrap()), len)
+}
+
+#[test]
+fn an_import_by_name_puts_the_exporters_rkey_on_the_wire_and_nothing_else() {
+    let (mut rig, peer) = rig();
+    let r = rig.open(Limits::default());
+    let c = rig.run(
+        r,
+        &[
+            Sqe::connect(1, peer, 0),
+            Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE),
+        ],
+    );
+    let (vqp, mr) = (c[0].res as u32, c[1].res as u32);
+    // Uncached: the engine stops at the entry, the jobs run, the entry completes.
+    let c = rig.run(r, &[import(3, vqp, "kv", 0)]);
+    assert!(c[0].res >= 0, "{c:?}");
+    assert_eq!(c[0].aux, 0x7000_0000, "the export's address");
+    let rmr = c[0].res as u32;
+    let mut c = rig.run(
+        r,
+        &[
+            Sqe::one_sided(Opcode::Read, 4, vqp, mr, MR, 64, rmr, 0x7000_0000 + 128),
+            Sqe::one_sided(Opcode::Read, 5, vqp, mr, MR, 64, rmr, 0x7000_0000 + 4090),
+        ],
+    );
+    c.sort_by_key(|c| c.user_data);
+    assert_eq!(c[0].res, 64, "{c:?}");
+    assert_eq!(
+        c[1].failure(),
+        Some(Reason::RemoteRange),
+        "past the export's end"
+    );
+    assert_eq!(
+        rig.nic.wire_rkeys,
+        vec![0x4242],
+        "the exporter's rkey, once"
+    );
+    let before = rig.kernel.meta.as_ref().unwrap().borrow().region.verbs;
+    let c = rig.run(r, &[import(6, vqp, "kv", 4096)]);
+    assert!(c[0].res >= 0, "{c:?}");
+    assert_eq!(
+        rig.kernel.meta.as_ref().unwrap().borrow().region.verbs,
+        before,
+        "cached: no READ"
+    );
+    let c = rig.run(r, &[import(7, vqp, "kv", 4097)]);
+    assert_eq!(
+        c[0].failure(),
+        Some(Reason::RemoteRange),
+        "longer than the export"
+    );
+}
+
+#[test]
+fn imports_are_refused_by_name() {
+    let (mut rig, peer) = rig();
+    let r = rig.open(Limits::default());
+    let c = rig.run(
+        r,
+        &[Sqe::connect(1, peer, 0), Sqe::connect(2, [0xfe; 16], 0)],
+    );
+    let (remote, local) = (c[0].res as u32, c[1].res as u32);
+    let mut gap = name_words(&name("kv").unwrap());
+    gap[2] = 7;
+    let mut c = rig.run(
+        r,
+        &[
+            import(3, remote, "nope", 0),
+            Sqe::import_name(4, remote, gap, 0),
+            import(5, local, "kv", 0),
+            import(6, remote + 100, "kv", 0),
+        ],
+    );
+    c.sort_by_key(|c| c.user_data);
+    let reasons: Vec<_> = c.iter().map(|c| c.failure()).collect();
+    assert_eq!(
+        reasons,
+        vec![
+            Some(Reason::NoSuchName),
+            Some(Reason::BadName),
+            Some(Reason::NotOnPeer),
+            Some(Reason::BadVqp)
+        ]
+    );
+    assert!(rig.nic.wire_rkeys.is_empty());
+}
+
+#[test]
+fn publish_then_deregister_revokes_the_name() {
+    let (mut rig, _) = rig();
+    let r = rig.open(Limits::default());
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+    let c = rig.run(
+        r,
+        &[
+            Sqe::reg_mr(1, MR, LEN, all),
+            Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE),
+        ],
+    );
+    let (mr, private) = (c[0].res as u32, c[1].res as u32);
+    let words = name_words(&name("mine").unwrap());
+    let mut c = rig.run(
+        r,
+        &[
+            Sqe::publish(3, mr, words),
+            Sqe::publish(4, private, words),
+            Sqe::publish(5, mr, name_words(&name("kv").unwrap())),
+        ],
+    );
+    c.sort_by_key(|c| c.user_data);
+    let got: Vec<_> = c.iter().map(|c| (c.res, c.failure())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, None),
+            (-13, Some(Reason::MrAccess)),
+            (-17, Some(Reason::NameTaken))
+        ],
+        "published; no export to publish; another node's name"
+    );
+    let found = |rig: &mut Rig| {
+        let mut m = rig.kernel.meta.as_ref().unwrap().borrow_mut();
+        let mut w = vec![0u8; PROBE * EXPORT_FRAME];
+        lookup(&name("mine").unwrap(), &TABLES, &mut w, &mut m.region).map(|(r, _)| r.rkey)
+    };
+    assert!(found(&mut rig).is_ok(), "in the MetaServer");
+    let c = rig.run(r, &[Sqe::dereg_mr(6, mr)]);
+    assert_eq!(c[0].res, 0);
+    assert_eq!(
+        found(&mut rig),
+        Err(LookupError::NotFound),
+        "revoked with its MR"
+    );
+}
+
+#[test]
+fn without_a_metaserver_names_are_unreachable() {
+    let mut rig = Rig::new(&[16, 16]);
+    let r = rig.open(Limits::default());
+    let c = rig.run(
+        r,
+        &[
+            Sqe::connect(1, [0xfe; 16], 0),
+            Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ),
+        ],
+    );
+    let (vqp, mr) = (c[0].res as u32, c[1].res as u32);
+    let c = rig.run(
+        r,
+        &[
+            import(3, vqp, "kv", 0),
+            Sqe::publish(4, mr, name_words(&name("kv").unwrap())),
+        ],
+    );
+    assert!(
+        c.iter().all(|c| c.failure() == Some(Reason::Unreachable)),
+        "{c:?}"
+    );
+}
