@@ -97,7 +97,10 @@ fn lookup(ring: &mut Ring, addr: Ipv4Addr, n: usize, k: usize) -> Result<()> {
             {
                 sleep(Duration::from_secs(1))
             }
-            r => break drop(r?),
+            r => {
+                r?;
+                break;
+            }
         };
     }
     ring.disconnect(v)?;

@@ -19,6 +19,9 @@
 #                                   retried while ROLE's module is not listening yet); once
 #                                   each ROLE's module is gone, a CONNECT to it fails by
 #                                   name, in bounded time; then remove rxe0 and unload
+#   cluster-smoke.sh mutual ROLE    reload listening; CONNECT to ROLE's node 200 times while
+#                                   ROLE does the same to this one (both first contacts at
+#                                   once); wait for ROLE's CONNECTs to be done; unload
 #   cluster-smoke.sh cycles ROLE N  reload listening; CONNECT to ROLE's node 10 times (its set
 #                                   made), then N CONNECT/DISCONNECT cycles: kernel memory
 #                                   (slab + vmalloc) must stay flat across them
@@ -154,6 +157,24 @@ connect)
   rdma link delete rxe0 && rmmod krcore || exit 1
   echo "$KRCORE_NODE: rxe0 removed, module unloaded"
   ;;
+mutual)
+  peer=$(addr_of "$2") || exit 1
+  reload || exit 1
+  ok=
+  for _ in $(seq 30); do
+    if "$CONNECT_PEER" "$peer" 200; then ok=1; break; fi
+    sleep 1
+  done
+  [ -n "$ok" ] || { echo "$KRCORE_NODE: no CONNECT to $2 ($peer) in 30 s" >&2; exit 1; }
+  # ROLE's set to this node: accepted here (its CONNECTs bind to it there).
+  for _ in $(seq 60); do
+    [ "$(count "accepted a peer kernel")" -ge 2 ] && break
+    sleep 1
+  done
+  echo "$KRCORE_NODE: accepted $(count "accepted a peer kernel") connection(s) of $2's set"
+  sleep 5
+  rmmod krcore || exit 1
+  ;;
 cycles)
   peer=$(addr_of "$2") || exit 1
   reload || exit 1
@@ -273,7 +294,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | cycles ROLE N | steady | publish N | lookup ROLE N K" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | publish N | lookup ROLE N K" >&2
   exit 2
   ;;
 esac

@@ -175,9 +175,18 @@ impl<S: Store> MetaClient<S> {
                 _ => Answer::Pending,
             };
         }
-        match asks.iter_mut().find(|a| a.is_none()) {
-            Some(free) => {
-                *free = Some(Ask {
+        // A free slot, else one holding a failure nobody came back for (its asker may
+        // have closed its ring): it would hold the slot forever. Asking again costs
+        // that asker a lookup, nothing more.
+        let slot = match asks.iter().position(Option::is_none) {
+            Some(i) => Some(i),
+            None => asks
+                .iter()
+                .position(|a| a.is_some_and(|a| matches!(a.state, AskState::Failed(_)))),
+        };
+        match slot {
+            Some(i) => {
+                asks[i] = Some(Ask {
                     name: *name,
                     state: AskState::Asked,
                 });
@@ -647,6 +656,11 @@ mod tests {
             a.client.import(&name("r").unwrap(), 1),
             Answer::Failed(Reason::TableFull)
         );
+        // Their lookups fail (the MetaServer is down) and nobody comes back for the
+        // answers: new lookups take those slots.
+        a.net(&mut m);
+        assert_eq!(a.client.import(&name("r").unwrap(), 1), Answer::Pending);
+        assert_eq!(a.client.import(&name("s").unwrap(), 1), Answer::Pending);
     }
 
     impl Answer<ExportRecord> {
