@@ -90,8 +90,9 @@ vm-test: kmod host
 # READs in flight to a, has a's guest killed (they fail, each with a completion, within
 # the deadline), booted again, and uses its memory anew; the MetaServer's guest killed
 # (a lookup then fails Unreachable in bounded time) and booted again (the exporter
-# publishes its names again by itself, and they are found); and 1,000 CONNECT/DISCONNECT
-# cycles from b to a with both kernels' memory flat.
+# publishes its names again by itself, and they are found); 1,000 CONNECT/DISCONNECT
+# cycles from b to a with both kernels' memory flat; and a and b making first contact
+# with each other at once (each makes its own set today).
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
 CONNECT_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) connect a"
@@ -109,6 +110,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 600 --nodes 2 $(KILL_ROLES)
 	@$(VM) --timeout 600 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) failover a b kv"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000"
+	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) mutual b" --role "b:$(SMOKE) mutual a"
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the
