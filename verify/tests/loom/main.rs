@@ -11,6 +11,7 @@
 
 mod device;
 mod engine;
+mod meta;
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 
