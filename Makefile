@@ -92,7 +92,7 @@ vm-test: kmod host
 # (a lookup then fails Unreachable in bounded time) and booted again (the exporter
 # publishes its names again by itself, and they are found); 1,000 CONNECT/DISCONNECT
 # cycles from b to a with both kernels' memory flat; and a and b making first contact
-# with each other at once (each makes its own set today).
+# with each other, about together (each makes its own set today).
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
 CONNECT_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) connect a"
