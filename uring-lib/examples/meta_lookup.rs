@@ -133,10 +133,19 @@ fn lookup(ring: &mut Ring, addr: Ipv4Addr, n: usize, k: usize) -> Result<()> {
         reads.push(t.elapsed());
     }
     let read = stats(reads);
+    // Timings on a coarse clock (a guest whose TSC was judged unstable runs on 4 ms
+    // jiffies) are multiples of its tick: say which clock they came from.
+    let clock =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default();
+    let clock = clock.trim();
+    if clock != "tsc" {
+        eprintln!("warning: timed on the {clock} clocksource, not the TSC: figures are coarse");
+    }
     println!(
         "MetaServer lookups with {n} entries present ({addr}), {k} names: uncached median {:.1} us, \
          p99 {:.1} us; cached median {:.1} us, p99 {:.1} us; 8 B READ median {:.1} us, p99 {:.1} us; \
-         uncached lookup = {:.2} READs",
+         uncached lookup = {:.2} READs; clock {clock}",
         uncached.0,
         uncached.1,
         cached.0,
