@@ -26,8 +26,7 @@ use crate::abi::engine::Export;
 use crate::abi::meta::cache::MetaCache;
 use crate::abi::meta::client::{run, Answer, MetaClient};
 use crate::abi::meta::lookup::{EXPORT_FRAME, PROBE};
-use crate::abi::meta::node::{read_node, register};
-use crate::abi::meta::resolve::ResolveError;
+use crate::abi::meta::node::{reconcile, Reconciled};
 use crate::abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
 use crate::abi::meta::tables::{Remote, Tables, Unreachable};
 use crate::shim::{self, IbDevice, IbPd, MetaConn, MetaOffer, MetaRegion};
@@ -133,15 +132,12 @@ impl Meta {
         if let Some(a) = self.gate() {
             return a;
         }
-        let record = ExportRecord {
-            name: *name,
-            node: self.id.load(Ordering::Relaxed) as u16,
-            incarnation: self.incarnation.load(Ordering::Acquire),
-            addr: e.addr,
-            len: e.len,
-            access: e.access.bits(),
-            rkey: e.rkey,
-        };
+        let record = ExportRecord::published(
+            *name,
+            self.id.load(Ordering::Relaxed) as u16,
+            self.incarnation.load(Ordering::Acquire),
+            e,
+        );
         self.mark(self.client.lock().publish(record, e.descriptor))
     }
 
@@ -430,11 +426,9 @@ impl MetaNet {
         Self::reconcile(link, meta, dev)
     }
 
-    /// Makes sure the MetaServer holds this node's record: reads it (when this node has
-    /// registered before) and registers anew when it is not there as we left it (the
-    /// MetaServer restarted with empty tables, or another node took the slot), then
-    /// publishes this node's live names again under the new incarnation. Whether the
-    /// record is there.
+    /// Makes sure the MetaServer holds this node's record (abi's `reconcile`), and
+    /// publishes this node's live names again when it had to register anew. Whether
+    /// the record is there.
     fn reconcile(link: &mut Link, meta: &Meta, dev: &Device) -> bool {
         let had = meta.incarnation.load(Ordering::Acquire);
         let me = NodeRecord {
@@ -444,21 +438,14 @@ impl MetaNet {
             cm_port: unsafe { shim::krcore_shim_cm_port() },
             incarnation: had,
         };
-        let mut wire = Wire(link.conn);
-        if had != 0 {
-            match read_node(&mut wire, &link.tables, me.id()) {
-                Ok(n) if n == me => return true,
-                Err(ResolveError::Read) => return false,
-                _ => {}
-            }
-        }
-        match register(&mut wire, &link.tables, &me) {
-            Ok(incarnation) => {
+        match reconcile(&mut Wire(link.conn), &link.tables, &me) {
+            Ok(Reconciled::Kept) => true,
+            Ok(Reconciled::Registered { incarnation, again }) => {
                 meta.id.store(me.id() as u32, Ordering::Relaxed);
                 meta.incarnation.store(incarnation, Ordering::Release);
                 pr_info!("registered with the MetaServer as node {}, incarnation {}\n", me.id(),
                     incarnation);
-                if had != 0 {
+                if again {
                     let n = meta.client.lock().republish(me.id(), incarnation);
                     pr_info!("the MetaServer had lost this node's record: publishing {n} name(s) again\n");
                 }

@@ -82,6 +82,16 @@ reload() {
   rmmod krcore 2>/dev/null
   insmod "$KRCORE_KO" cm_port=$CM_PORT "$@"
 }
+# Reloads naming role $1's node as the MetaServer; $peer: role $2's address.
+with_meta() {
+  meta=$(addr_of "$1") || exit 1
+  peer=$(addr_of "$2") || exit 1
+  reload meta_server="$meta" || exit 1
+}
+unload() {
+  rmmod krcore || exit 1
+  echo "$KRCORE_NODE: module unloaded"
+}
 # How many kernel log lines contain $1.
 count() { dmesg | grep -c "$1"; }
 # Kernel memory in slabs and vmalloc areas, kB.
@@ -240,21 +250,15 @@ export)
   "$REMOTE_MEMORY" export "$3" 150 || exit 1
   # Importers still connected leave before this module does.
   sleep 3
-  rmmod krcore || exit 1
-  echo "$KRCORE_NODE: module unloaded"
+  unload
   ;;
 import)
-  meta=$(addr_of "$2") || exit 1
-  peer=$(addr_of "$3") || exit 1
-  reload meta_server="$meta" || exit 1
+  with_meta "$2" "$3"
   "$REMOTE_MEMORY" import "$peer" "$4" || exit 1
-  rmmod krcore || exit 1
-  echo "$KRCORE_NODE: module unloaded"
+  unload
   ;;
 failover)
-  meta=$(addr_of "$2") || exit 1
-  peer=$(addr_of "$3") || exit 1
-  reload meta_server="$meta" || exit 1
+  with_meta "$2" "$3"
   "$REMOTE_MEMORY" probe "$peer" "$4" 120 || exit 1
   echo "KRCORE-CLUSTER: kill $2"
   sleep 2
@@ -264,16 +268,12 @@ failover)
   echo "KRCORE-CLUSTER: boot $2"
   reload meta_server="$meta" || exit 1
   "$REMOTE_MEMORY" import "$peer" "$4" || exit 1
-  rmmod krcore || exit 1
-  echo "$KRCORE_NODE: module unloaded"
+  unload
   ;;
 hammer)
-  meta=$(addr_of "$2") || exit 1
-  peer=$(addr_of "$3") || exit 1
-  reload meta_server="$meta" || exit 1
+  with_meta "$2" "$3"
   "$REMOTE_MEMORY" hammer "$peer" "$4" "$3" || exit 1
-  rmmod krcore || exit 1
-  echo "$KRCORE_NODE: module unloaded"
+  unload
   ;;
 serve)
   for _ in $(seq "$2"); do

@@ -52,15 +52,7 @@ impl FakeMeta {
 
     /// PUBLISH (the fabric's).
     pub fn publish(&mut self, name: &[u8; NAME_LEN], e: &Export) -> Answer<()> {
-        let record = ExportRecord {
-            name: *name,
-            node: self.me.id(),
-            incarnation: self.me.incarnation,
-            addr: e.addr,
-            len: e.len,
-            access: e.access.bits(),
-            rkey: e.rkey,
-        };
+        let record = ExportRecord::published(*name, self.me.id(), self.me.incarnation, e);
         let a = self.client.publish(record, e.descriptor);
         self.due |= a == Answer::Pending;
         a

@@ -113,6 +113,20 @@ pub struct Peers<S: Store> {
     qps_per_set: u32,
 }
 
+impl Peer {
+    /// A new entry for the node at `addr` (id `node`), seen from node `me` at `now_ms`.
+    fn new(addr: &[u8; 16], me: u16, node: u16, now_ms: i64) -> Peer {
+        Peer {
+            addr: *addr,
+            set: ConnSet::new(me, node),
+            bound: 0,
+            last_used_ms: now_ms,
+            asked: false,
+            retired: false,
+        }
+    }
+}
+
 impl<S: Store> Peers<S> {
     /// No peers yet, for node `me`, whose sets take physical QP slots from `first_qp`
     /// on, `qps_per_set` (at least 1) each.
@@ -175,14 +189,7 @@ impl<S: Store> Peers<S> {
         let me = self.me;
         let qps = self.qps(i);
         let e = &mut self.table.as_mut()[i as usize];
-        let p = e.get_or_insert(Peer {
-            addr: *addr,
-            set: ConnSet::new(me, node),
-            bound: 0,
-            last_used_ms: now_ms,
-            asked: false,
-            retired: false,
-        });
+        let p = e.get_or_insert(Peer::new(addr, me, node, now_ms));
         p.last_used_ms = now_ms;
         match p.set.want(incarnation, now_ms) {
             Action::Use => Dial::Use { peer: i, qps },
@@ -297,14 +304,7 @@ impl<S: Store> Peers<S> {
             None => self.claim()?,
         };
         let me = self.me;
-        let p = self.table.as_mut()[i as usize].get_or_insert(Peer {
-            addr: *addr,
-            set: ConnSet::new(me, node),
-            bound: 0,
-            last_used_ms: now_ms,
-            asked: false,
-            retired: false,
-        });
+        let p = self.table.as_mut()[i as usize].get_or_insert(Peer::new(addr, me, node, now_ms));
         Some((p.set.request(incarnation), i, evicts))
     }
 

@@ -80,6 +80,43 @@ pub fn register(r: &mut impl Remote, t: &Tables, me: &NodeRecord) -> Result<u64,
     Err(RegisterError::Contended)
 }
 
+/// What [`reconcile`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reconciled {
+    /// The record is there as this node left it.
+    Kept,
+    /// This node registered (again, when it had a record before: the MetaServer lost
+    /// it, and its names must be published again) with this incarnation.
+    Registered {
+        /// The incarnation it now has.
+        incarnation: u64,
+        /// It had registered before.
+        again: bool,
+    },
+}
+
+/// Makes sure the MetaServer holds `me` (its `incarnation` what this node had, 0 when
+/// it never registered): a node that registered before reads its record first and
+/// registers anew only when it is not there as it was left (the MetaServer restarted
+/// with empty tables, or another node took the slot).
+pub fn reconcile(
+    r: &mut impl Remote,
+    t: &Tables,
+    me: &NodeRecord,
+) -> Result<Reconciled, RegisterError> {
+    if me.incarnation != 0 {
+        match read_node(r, t, me.id()) {
+            Ok(n) if n == *me => return Ok(Reconciled::Kept),
+            Err(ResolveError::Read) => return Err(RegisterError::Unreachable),
+            _ => {}
+        }
+    }
+    Ok(Reconciled::Registered {
+        incarnation: register(r, t, me)?,
+        again: me.incarnation != 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +173,42 @@ mod tests {
         assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.incarnation), Ok(2));
         m.down = true;
         assert_eq!(register(&mut m, &T, &a), Err(RegisterError::Unreachable));
+    }
+
+    #[test]
+    fn reconcile_registers_only_when_the_record_is_gone() {
+        let mut m = MemRegion::new(T.bytes());
+        let a = me(5);
+        let first = reconcile(&mut m, &T, &a);
+        assert_eq!(
+            first,
+            Ok(Reconciled::Registered {
+                incarnation: 1,
+                again: false
+            })
+        );
+        let had = NodeRecord {
+            incarnation: 1,
+            ..a
+        };
+        assert_eq!(
+            reconcile(&mut m, &T, &had),
+            Ok(Reconciled::Kept),
+            "still there"
+        );
+        let mut fresh = MemRegion::new(T.bytes());
+        assert_eq!(
+            reconcile(&mut fresh, &T, &had),
+            Ok(Reconciled::Registered {
+                incarnation: 2,
+                again: true
+            }),
+            "the MetaServer lost it"
+        );
+        fresh.down = true;
+        assert_eq!(
+            reconcile(&mut fresh, &T, &had),
+            Err(RegisterError::Unreachable)
+        );
     }
 }

@@ -153,6 +153,20 @@ impl ExportRecord {
         }
     }
 
+    /// The record of `e` (a local export) published as `name` by node `node` of
+    /// incarnation `incarnation`.
+    pub fn published(name: [u8; NAME_LEN], node: u16, incarnation: u64, e: &Export) -> Self {
+        ExportRecord {
+            name,
+            node,
+            incarnation,
+            addr: e.addr,
+            len: e.len,
+            access: e.access.bits(),
+            rkey: e.rkey,
+        }
+    }
+
     /// The export it describes, as the engine imports it (no descriptor: it was
     /// resolved in the exporting node's record, not this node's table).
     pub fn export(&self) -> Export {
