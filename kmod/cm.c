@@ -29,6 +29,7 @@
 #include <linux/workqueue.h>
 #include <linux/moduleparam.h>
 #include <linux/ktime.h>
+#include <rdma/ib_cm.h>
 #include <rdma/rdma_cm.h>
 
 #include "shim.h"
@@ -40,6 +41,17 @@ MODULE_PARM_DESC(cm_port, "TCP-space port krcore listens on for peer kernels (de
 static char *cm_peer;
 module_param(cm_peer, charp, 0444);
 MODULE_PARM_DESC(cm_peer, "IPv4 address of a peer kernel each device connects to once its pool is ready (default: none)");
+
+/* Fault injection for tests: a dial waits this long before connecting, so that two nodes
+ * starting a set to each other about together surely overlap (both at once). */
+static uint cm_dial_delay_ms;
+module_param(cm_dial_delay_ms, uint, 0444);
+MODULE_PARM_DESC(cm_dial_delay_ms, "Test: hold each connection set's dial this long, ms (default 0)");
+
+u32 krcore_shim_cm_dial_delay_ms(void)
+{
+	return cm_dial_delay_ms;
+}
 
 /* A secret the cluster's kernels share: a request that does not carry it is refused, so
  * a host on the segment that is not one of them gets no QP (and no remote access to
@@ -53,9 +65,14 @@ MODULE_PARM_DESC(cluster_key, "Secret the cluster's kernels share; requests with
 struct krcore_cm_hello {
 	__be32 magic;
 	u8 kind; /* KRCORE_CM_PEER or KRCORE_CM_META */
-	u8 resv[3];
+	u8 index; /* which connection of a set (PEER) */
+	u8 resv[2];
 	__be64 key;
 } __packed;
+
+/* A refusal's private data when our own attempt wins (both nodes dialing at once): the
+ * dialer yields to it (-EALREADY) rather than failing. */
+#define KRCORE_CM_YIELD 0x4b525959 /* "KRYY" */
 
 /* The MetaServer's accept: where its region is (struct krcore_meta_offer, wire form). */
 struct krcore_cm_offer {
@@ -90,8 +107,13 @@ struct krcore_cm_conn {
 	bool broken;
 	/* Accepted from a peer (counted in krcore_cm_accepted while on the list). */
 	bool accepted;
+	/* An accepted connection Rust adopted into a connection set: Rust closes it, the
+	 * reap leaves it (krcore_cm_lock). */
+	bool owned;
 	/* Tears an accepted connection down once its peer left (krcore_cm_wq). */
 	struct work_struct reap;
+	/* Closes a handle Rust let go of under its locks (krcore_shim_cm_close_later). */
+	struct work_struct close;
 	/* Remote access its QP grants (set at RTR, again at ESTABLISHED). */
 	int access;
 	/* An active connection: its request's private data, and the accept's. */
@@ -145,10 +167,12 @@ static int krcore_cm_create_qp(struct krcore_cm_conn *c)
 /*
  * The CM grants an RC responder remote write (and read) whatever was asked: set what a
  * connection's QP answers as soon as it reaches RTR (after the accept) and again at
- * ESTABLISHED (the active side's RTR is the CM's). An accepted connection (a cluster
- * kernel's: it carried the key) answers READs, WRITEs and atomics, which is how one
- * node's requests reach another's exports and the MetaServer's region; an active one
- * answers none (nothing is asked of it: the peer makes its own).
+ * ESTABLISHED (the active side's RTR is the CM's). A connection of a set (both ends:
+ * both nodes use the one set, see peer.rs) answers READs, WRITEs and atomics, which is
+ * how one node's requests reach another's exports, and so does an accepted MetaServer
+ * connection (the region); an active MetaServer connection answers none (nothing is
+ * asked of a node by the MetaServer). Both ends are cluster kernels: they carried the
+ * key.
  */
 #define KRCORE_CM_REMOTE (IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_ATOMIC)
 
@@ -236,13 +260,37 @@ static bool krcore_cm_unlist(struct krcore_cm_conn *c)
 static void krcore_cm_reap(struct work_struct *w)
 {
 	struct krcore_cm_conn *c = container_of(w, struct krcore_cm_conn, reap);
+	bool owned;
 
-	if (krcore_cm_unlist(c)) {
+	mutex_lock(&krcore_cm_lock);
+	owned = c->owned;
+	mutex_unlock(&krcore_cm_lock);
+	/* An adopted connection is Rust's to close (it sees it broken). */
+	if (!owned && krcore_cm_unlist(c)) {
 		pr_info("krcore: a peer kernel left: its connection closed\n");
 		krcore_cm_teardown(c);
 		krcore_cm_put(c);
 	}
 	krcore_cm_put(c);
+}
+
+static void krcore_cm_close_work(struct work_struct *w)
+{
+	krcore_shim_cm_close(container_of(w, struct krcore_cm_conn, close));
+}
+
+/*
+ * Rust closes a set's connections under the membership lock, which cm.c's listener
+ * takes inside rdma_cm's handler mutex (to answer a request): destroying an id there
+ * would take a handler mutex of the same class under the membership lock, an inverted
+ * order lockdep rightly reports. So the close runs on krcore_cm_wq, with no krcore
+ * lock held; the caller has already stopped posting on the QP.
+ */
+void krcore_shim_cm_close_later(struct krcore_cm_conn *c)
+{
+	/* The handle's reference passes to the work; one close per handle. */
+	if (!krcore_cm_wq || !queue_work(krcore_cm_wq, &c->close))
+		krcore_shim_cm_close(c);
 }
 
 static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
@@ -288,8 +336,13 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 				refcount_dec(&c->refs);
 		}
 		return 0;
+	case RDMA_CM_EVENT_REJECTED:
+		if (ev->param.conn.private_data_len >= sizeof(__be32) &&
+		    be32_to_cpup(ev->param.conn.private_data) == KRCORE_CM_YIELD)
+			return -EALREADY;
+		return -ECONNREFUSED;
 	default:
-		/* ADDR_ERROR, ROUTE_ERROR, CONNECT_ERROR, UNREACHABLE, REJECTED, ... */
+		/* ADDR_ERROR, ROUTE_ERROR, CONNECT_ERROR, UNREACHABLE, ... */
 		return ev->status < 0 ? ev->status : -ECONNREFUSED;
 	}
 }
@@ -327,6 +380,7 @@ static struct krcore_cm_conn *krcore_cm_conn_alloc(struct ib_device *dev, struct
 	refcount_set(&c->refs, 1);
 	mutex_init(&c->lock);
 	INIT_WORK(&c->reap, krcore_cm_reap);
+	INIT_WORK(&c->close, krcore_cm_close_work);
 	init_completion(&c->done);
 	return c;
 }
@@ -352,7 +406,7 @@ int krcore_shim_cm_peer_gid(u8 *gid)
 }
 
 int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind,
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind, u8 index,
 			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn)
 {
 	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
@@ -366,7 +420,9 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 		return -ENOMEM;
 	c->hello.magic = cpu_to_be32(KRCORE_CM_MAGIC);
 	c->hello.kind = kind;
+	c->hello.index = index;
 	c->hello.key = cpu_to_be64(cluster_key);
+	c->access = kind == KRCORE_CM_PEER ? KRCORE_CM_REMOTE : 0;
 	/* IPv4-mapped GIDs: the address is the last four bytes. */
 	memcpy(&src.sin_addr.s_addr, src_gid + 12, 4);
 	memcpy(&dst.sin_addr.s_addr, dst_gid + 12, 4);
@@ -421,6 +477,20 @@ void krcore_shim_cm_put(struct krcore_cm_conn *c)
 	krcore_cm_put(c);
 }
 
+bool krcore_cm_own(struct krcore_cm_conn *c)
+{
+	bool ok;
+
+	mutex_lock(&krcore_cm_lock);
+	ok = c->on_list && !READ_ONCE(c->broken);
+	if (ok) {
+		c->owned = true;
+		refcount_inc(&c->refs);
+	}
+	mutex_unlock(&krcore_cm_lock);
+	return ok;
+}
+
 int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o)
 {
 	const struct krcore_cm_offer *w = (const void *)c->reply;
@@ -463,8 +533,11 @@ static bool krcore_cm_from_self(struct rdma_cm_id *id)
  * Returning nonzero has the CM destroy the new id. */
 static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
 {
+	const struct sockaddr_in *from = (const void *)&id->route.addr.dst_addr;
 	const struct krcore_cm_hello *hello;
 	struct krcore_meta_offer offer = {};
+	__be32 yield = cpu_to_be32(KRCORE_CM_YIELD);
+	u8 peer_gid[16] = { [10] = 0xff, [11] = 0xff };
 	struct krcore_cm_offer wire;
 	struct krcore_cm_conn *c;
 	struct rdma_conn_param p;
@@ -493,6 +566,18 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		goto unpin;
 	if (hello->kind == KRCORE_CM_META && !offer.rkey)
 		goto unpin;
+	if (hello->kind == KRCORE_CM_PEER) {
+		/* One set per pair of nodes: Rust answers by the both-at-once rule. */
+		ret = -EPROTO;
+		if (from->sin_family != AF_INET)
+			goto unpin;
+		memcpy(peer_gid + 12, &from->sin_addr.s_addr, 4);
+		ret = krcore_rs_cm_peer_request(pin, peer_gid, hello->index);
+		if (ret == -EALREADY)
+			rdma_reject(id, &yield, sizeof(yield), IB_CM_REJ_CONSUMER_DEFINED);
+		if (ret)
+			goto unpin;
+	}
 	ret = -ENOMEM;
 	c = krcore_cm_conn_alloc(id->device, pd, cq);
 	if (!c)
@@ -537,6 +622,10 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	krcore_cm_accepted++;
 	list_add(&c->node, &krcore_cm_conns);
 	mutex_unlock(&krcore_cm_lock);
+	/* Into the set: Rust takes its own reference (krcore_cm_own), or leaves it an
+	 * accepted connection like any other (an adoption given up meanwhile). */
+	if (hello->kind == KRCORE_CM_PEER)
+		krcore_rs_cm_adopt(pin, c, id->qp, id->qp->qp_num, peer_gid, hello->index);
 	krcore_rs_cm_unpin(pin);
 	return 0;
 free:

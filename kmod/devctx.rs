@@ -51,6 +51,7 @@ use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
 
 use crate::abi::compat::{OneFlags, OneOp};
+use crate::abi::cluster::conn_set::Attempt;
 use crate::abi::cqe::{Cqe, Reason};
 use crate::abi::engine::{
     complete_wc, direct_complete, is_backend_wr_id, sweep, Caller, Completion, Context,
@@ -330,9 +331,14 @@ impl DevCtx {
         let Some((job, verbs)) = job else {
             return false;
         };
+        // SAFETY: plain calls; no lock held (tests use the delay to make two nodes'
+        // dials overlap).
+        unsafe { shim::krcore_shim_msleep(shim::krcore_shim_cm_dial_delay_ms()) };
         let mut made: [Option<PeerQp>; QPS_PER_SET] = [None; QPS_PER_SET];
+        let mut how = Attempt::Failed;
         if let Some((ib, pd, cq, gid)) = verbs {
-            for q in made.iter_mut() {
+            how = Attempt::Established;
+            for (index, q) in made.iter_mut().enumerate() {
                 let (mut conn, mut qp, mut qpn) = (core::ptr::null_mut(), core::ptr::null_mut(), 0);
                 // SAFETY: the device, PD and CQ live until this context's removal, which
                 // cm.c orders after tearing down (or refusing) this connection; the GIDs
@@ -340,12 +346,19 @@ impl DevCtx {
                 let r = unsafe {
                     shim::krcore_shim_cm_connect(
                         ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), 10_000, shim::CM_PEER,
-                        &mut conn, &mut qp, &mut qpn,
+                        index as u8, &mut conn, &mut qp, &mut qpn,
                     )
                 };
+                if r == Errno::EALREADY.to_neg() {
+                    // Both at once: the peer's attempt wins; its set is adopted here.
+                    crate::peer::log_set(&job.addr, "our attempt yielded to the peer's");
+                    how = Attempt::Yielded;
+                    break;
+                }
                 if r != 0 {
                     let [a, b, c, d] = [job.addr[12], job.addr[13], job.addr[14], job.addr[15]];
                     pr_warn!("no connection to the peer kernel at {a}.{b}.{c}.{d}: error {r}\n");
+                    how = Attempt::Failed;
                     break;
                 }
                 *q = Some(PeerQp { conn, qp, qpn });
@@ -353,8 +366,23 @@ impl DevCtx {
         }
         // SAFETY: plain call (the clock the peer table's other times come from).
         let now = unsafe { shim::krcore_shim_coarse_ms() };
-        self.shared.members().dialed(job, &made, now);
+        self.shared.members().dialed(job, &made, how, now);
         true
+    }
+
+    /// A peer kernel at `addr` asks for connection `index` of a set (cm.c's listener):
+    /// whether to accept it (see peer.rs).
+    pub(crate) fn cm_request(&self, addr: &[u8; 16], index: u32) -> Result<(), Errno> {
+        // SAFETY: plain call.
+        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        let mut m = self.shared.members();
+        let MemberState { peers, .. } = &mut *m.g;
+        peers.request(&self.shared, addr, index, now)
+    }
+
+    /// The connection accepted for it: adopted into the set (see peer.rs).
+    pub(crate) fn cm_adopt(&self, addr: &[u8; 16], index: u32, q: PeerQp) {
+        self.shared.members().adopt(addr, index, q);
     }
 
     /// The PD and CQ a peer kernel's connection is accepted with (cm.c), pinned: the

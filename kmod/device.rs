@@ -20,6 +20,8 @@ use kernel::sync::{Arc, Mutex};
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::abi::limits::{Limits, Resource, UserTable};
 use crate::devctx::DevCtx;
+use crate::peer::PeerQp;
+use crate::shim::{CmConn, IbQp};
 use crate::backend::PORT;
 use crate::shim::{self, DevWatch, IbCq, IbDevice, IbPd, MetaOffer, PortAttr};
 
@@ -284,6 +286,35 @@ extern "C" fn krcore_rs_cm_resources(
         }
         None => ptr::null(),
     }
+}
+
+/// A peer kernel at `gid` asks for connection `index` of a set (cm.c's listener, with
+/// a pin from [`krcore_rs_cm_resources`]): 0 to accept it, a negative errno to refuse
+/// it (`-EALREADY`: our own attempt wins).
+#[no_mangle]
+extern "C" fn krcore_rs_cm_peer_request(pin: *const DevCtx, gid: *const u8, index: u8) -> c_int {
+    // SAFETY: a live pin (the caller holds it); `gid` points at 16 bytes.
+    let (ctx, gid) = unsafe { (&*pin, &*gid.cast::<[u8; 16]>()) };
+    match ctx.cm_request(gid, index as u32) {
+        Ok(()) => 0,
+        Err(e) => e.to_neg(),
+    }
+}
+
+/// The connection accepted for that request: adopted into the set when it still wants
+/// it (cm.c's listener, with the pin).
+#[no_mangle]
+extern "C" fn krcore_rs_cm_adopt(
+    pin: *const DevCtx,
+    conn: *mut CmConn,
+    qp: *mut IbQp,
+    qpn: u32,
+    gid: *const u8,
+    index: u8,
+) {
+    // SAFETY: a live pin (the caller holds it); `gid` points at 16 bytes.
+    let (ctx, gid) = unsafe { (&*pin, &*gid.cast::<[u8; 16]>()) };
+    ctx.cm_adopt(gid, index as u32, PeerQp { conn, qp, qpn });
 }
 
 /// Ends a pin [`krcore_rs_cm_resources`] returned.

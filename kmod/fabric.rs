@@ -29,6 +29,7 @@ use crate::abi::meta::client::Answer;
 use crate::abi::meta::record::NAME_LEN;
 use crate::backend::{self, Hw, QpPost, POOL_QPS, QPS};
 use crate::meta::Meta;
+use crate::abi::cluster::conn_set::Attempt;
 use crate::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
 use crate::shim::IbQp;
 use crate::store::KStore;
@@ -169,9 +170,24 @@ impl MembersGuard<'_> {
 
 impl MembersGuard<'_> {
     /// A caller dialed `job` at `now_ms` (devctx's `dial`): see [`PeerSets::dialed`].
-    pub(crate) fn dialed(&mut self, job: DialJob, made: &[Option<PeerQp>; QPS_PER_SET], now_ms: i64) {
+    pub(crate) fn dialed(
+        &mut self,
+        job: DialJob,
+        made: &[Option<PeerQp>; QPS_PER_SET],
+        how: Attempt,
+        now_ms: i64,
+    ) {
         let MemberState { peers, recovery, .. } = &mut *self.g;
-        for slot in peers.dialed(self.shared, job, made, now_ms).into_iter().flatten() {
+        for slot in peers.dialed(self.shared, job, made, how, now_ms).into_iter().flatten() {
+            recovery.revive(slot);
+        }
+    }
+
+    /// A peer's connection was accepted for the set it asked for: see
+    /// [`PeerSets::adopt`].
+    pub(crate) fn adopt(&mut self, addr: &[u8; 16], index: u32, q: PeerQp) {
+        let MemberState { peers, recovery, .. } = &mut *self.g;
+        for slot in peers.adopt(self.shared, addr, index, q).into_iter().flatten() {
             recovery.revive(slot);
         }
     }

@@ -202,7 +202,7 @@ int krcore_shim_meta_open(struct ib_device *dev, struct ib_pd *pd, const u8 *src
 		ret = PTR_ERR(m->cq);
 		goto unmap;
 	}
-	ret = krcore_shim_cm_connect(dev, pd, m->cq, src_gid, dst_gid, timeout_ms, KRCORE_CM_META,
+	ret = krcore_shim_cm_connect(dev, pd, m->cq, src_gid, dst_gid, timeout_ms, KRCORE_CM_META, 0,
 				     &m->conn, &qp, &qpn);
 	if (ret)
 		goto cq;

@@ -14,16 +14,21 @@
 //! failed attempt backs off (abi's conn_set), and CONNECTs meanwhile fail with
 //! `Unreachable`.
 //!
+//! One set joins a pair of nodes: a peer's request for a set is answered by abi's rule
+//! (conn_set: the lower id's attempt wins when both dial at once) and the accepted
+//! connections are adopted into the peer's entry ([`PeerSets::request`],
+//! [`PeerSets::adopt`], called by cm.c's listener), so CONNECTs on both nodes bind to
+//! the one set.
+//!
 //! A node's id is the low 16 bits of its IPv4 address (as in its MetaServer record);
 //! one-sided requests on a set reach the peer's exports imported by name (meta.rs).
-//! Not yet: the peer's incarnation checked at CONNECT (0 for every node here), the rule
-//! for both nodes connecting at once (each side makes its own set today), and messages
-//! across nodes (a virtual QP on a set has no message link).
+//! Not yet: the peer's incarnation checked at CONNECT (0 for every node here), and
+//! messages across nodes (a virtual QP on a set has no message link).
 
 use kernel::prelude::*;
 
-use crate::abi::cluster::conn_set::State;
-use crate::abi::cluster::peers::{Connect, Peers};
+use crate::abi::cluster::conn_set::{Answer, Attempt, State};
+use crate::abi::cluster::peers::{node_of, Connect, Peers};
 use crate::abi::engine::Connection;
 use crate::abi::errno::Errno;
 use crate::backend::POOL_QPS;
@@ -144,32 +149,114 @@ impl PeerSets {
             .map(|(peer, addr)| DialJob { peer, addr })
     }
 
-    /// The caller dialed `job` at `now_ms`: `made` holds the QPs it connected (all of
-    /// them when it succeeded), installed into their slots (whose accounting starts
-    /// anew: an earlier set's there failed); a failure closes them. The slots
-    /// installed, for the recovery to forget.
+    /// The caller dialed `job` at `now_ms`, ending `how`: `made` holds the QPs it
+    /// connected (all of them when established). When the attempt became the set they
+    /// are installed into their slots (whose accounting starts anew: an earlier set's
+    /// there failed); otherwise (it failed, or the peer's set was adopted meanwhile)
+    /// they are closed. The slots installed, for the recovery to forget.
     pub(crate) fn dialed(
         &mut self,
         shared: &Shared,
         job: DialJob,
         made: &[Option<PeerQp>; QPS_PER_SET],
+        how: Attempt,
         now_ms: i64,
     ) -> Option<core::ops::Range<u32>> {
-        let ok = made.iter().all(Option::is_some);
+        let how = match how {
+            Attempt::Established if !made.iter().all(Option::is_some) => Attempt::Failed,
+            h => h,
+        };
+        let set = self.table.attempt_done(job.peer, how, now_ms);
         let slots = self.table.qps(job.peer);
         for (slot, q) in slots.clone().zip(made.iter()) {
             let Some(q) = *q else { continue };
-            if ok {
-                shared.install_qp(slot as usize, q.qp, q.qpn);
-                shared.qps[slot as usize].lock().acct.revive();
-                self.qps[slot as usize - POOL_QPS] = Some(q);
+            if set {
+                self.install(shared, slot, q);
             } else {
                 // SAFETY: a handle cm_connect gave, released once.
-                unsafe { shim::krcore_shim_cm_close(q.conn) };
+                unsafe { shim::krcore_shim_cm_close_later(q.conn) };
             }
         }
-        self.table.attempt_done(job.peer, ok, now_ms);
-        ok.then_some(slots)
+        if set {
+            log_set(&job.addr, "up, dialed here");
+        }
+        set.then_some(slots)
+    }
+
+    /// Installs a connected QP of a set in `slot`, its accounting started anew.
+    fn install(&mut self, shared: &Shared, slot: u32, q: PeerQp) {
+        shared.install_qp(slot as usize, q.qp, q.qpn);
+        shared.qps[slot as usize].lock().acct.revive();
+        self.qps[slot as usize - POOL_QPS] = Some(q);
+    }
+
+    /// The peer kernel at `addr` asks at `now_ms` for connection `index` of a set
+    /// (cm.c's listener, before accepting): abi's answer (`Peers::request`), with what
+    /// it drops closed first. `Ok` to accept; `EALREADY` when our own attempt wins.
+    pub(crate) fn request(
+        &mut self,
+        shared: &Shared,
+        addr: &[u8; 16],
+        index: u32,
+        now_ms: i64,
+    ) -> Result<(), Errno> {
+        let node = node_of(addr).ok_or(Errno::EINVAL)?;
+        if index as usize >= QPS_PER_SET {
+            return Err(Errno::EINVAL);
+        }
+        let broken = self.table.find(addr).filter(|&p| self.broken(shared, p));
+        let step = self
+            .table
+            .request(addr, node, 0, index, now_ms, |p| Some(p) == broken)
+            .ok_or(Errno::ENOSPC)?;
+        if let Some(p) = step.close {
+            self.close(shared, p);
+        }
+        if let Some(node) = step.lost_node {
+            shared.meta.peer_lost(node);
+        }
+        match step.answer {
+            Answer::Accept => Ok(()),
+            Answer::Refuse => {
+                log_set(addr, "refused the peer's attempt: ours wins (both at once)");
+                Err(Errno::EALREADY)
+            }
+        }
+    }
+
+    /// Connection `index` of the set the peer at `addr` asked for was accepted (cm.c):
+    /// installed into the adopting entry's slot, when that adoption is still under way.
+    /// The slots, when the set is now complete, for the recovery to forget.
+    pub(crate) fn adopt(
+        &mut self,
+        shared: &Shared,
+        addr: &[u8; 16],
+        index: u32,
+        q: PeerQp,
+    ) -> Option<core::ops::Range<u32>> {
+        let p = self.table.find(addr)?;
+        let adopting = self.table.get(p)?.set.state();
+        if !matches!(adopting, State::Adopting { .. }) || index as usize >= QPS_PER_SET {
+            return None;
+        }
+        let slot = self.table.qps(p).start + index;
+        if let Some(old) = self.qps[slot as usize - POOL_QPS] {
+            // A connection of an adoption given up and begun again: replaced.
+            shared.install_qp(slot as usize, core::ptr::null_mut(), old.qpn);
+            // SAFETY: a handle krcore_cm_own gave, released once.
+            unsafe { shim::krcore_shim_cm_close_later(old.conn) };
+            self.qps[slot as usize - POOL_QPS] = None;
+        }
+        // SAFETY: `q.conn` is the live connection cm.c just accepted and listed.
+        if !unsafe { shim::krcore_cm_own(q.conn) } {
+            return None;
+        }
+        self.install(shared, slot, q);
+        if !self.table.adopted(p, index, QPS_PER_SET as u32) {
+            return None;
+        }
+        log_set(addr, "up, adopted (the peer dialed it)");
+        Some(self.table.qps(p))
     }
 
     /// Whether a connection of entry `peer`'s set broke: the CM said so (the peer
@@ -192,17 +279,23 @@ impl PeerSets {
                 // The number stays: the slot's accounting is still swept (fabric.rs).
                 shared.install_qp(s as usize, core::ptr::null_mut(), q.qpn);
                 // SAFETY: a handle cm_connect gave, released once.
-                unsafe { shim::krcore_shim_cm_close(q.conn) };
+                unsafe { shim::krcore_shim_cm_close_later(q.conn) };
             }
         }
     }
 
     /// The device is going: cm.c tore every connection down already; let go of the
-    /// handles.
+    /// handles (dialed and adopted alike).
     pub(crate) fn forget(&mut self) {
         for q in self.qps.iter_mut().filter_map(Option::take) {
             // SAFETY: a handle cm_connect gave, released once.
             unsafe { shim::krcore_shim_cm_put(q.conn) };
         }
     }
+}
+
+/// Says what became of the set to the node at `addr`.
+pub(crate) fn log_set(addr: &[u8; 16], what: &str) {
+    let [a, b, c, d] = [addr[12], addr[13], addr[14], addr[15]];
+    pr_info!("set to {a}.{b}.{c}.{d}: {what}\n");
 }

@@ -54,6 +54,16 @@ struct ib_cq;
 void *krcore_rs_cm_resources(struct ib_device *dev, struct ib_pd **pd, struct ib_cq **cq,
 			     struct krcore_meta_offer *offer);
 void krcore_rs_cm_unpin(void *pin);
+/* A peer kernel at `gid` (IPv4-mapped) asks for connection `index` of a set (cm.c, with
+ * the pin, no cm.c lock held): 0 to accept it, -EALREADY to refuse it because our own
+ * attempt wins (the dialer yields), another errno to refuse it. */
+int krcore_rs_cm_peer_request(void *pin, const u8 *gid, u8 index);
+/* The connection accepted for it: the set adopts it (krcore_cm_own) when it still
+ * wants it. */
+struct krcore_cm_conn;
+struct ib_qp;
+void krcore_rs_cm_adopt(void *pin, struct krcore_cm_conn *c, struct ib_qp *qp, u32 qpn,
+			const u8 *gid, u8 index);
 
 /* Build the device's QP pool now if it can (work context; ctx is the device context). */
 void krcore_rs_dev_prewarm(void *ctx);
@@ -262,23 +272,31 @@ void krcore_shim_cm_stop(void);
 int krcore_shim_cm_peer_gid(u8 *gid);
 /* The cm_port parameter. */
 u16 krcore_shim_cm_port(void);
+/* The cm_dial_delay_ms parameter (fault injection for tests). */
+u32 krcore_shim_cm_dial_delay_ms(void);
 /* Connects an RC QP on `dev` with `pd` and `cq` from local address src_gid to dst_gid
- * (IPv4-mapped) at cm_port, waiting up to timeout_ms; 0 with the connection (a handle
- * for the caller, released by _close or _put), its QP and the QP's number, or a
- * negative errno. Sleeps; call with no krcore lock held. */
+ * (IPv4-mapped) at cm_port, as connection `index` of a set (PEER), waiting up to
+ * timeout_ms; 0 with the connection (a handle for the caller, released by _close or
+ * _put), its QP and the QP's number, or a negative errno (-EALREADY: the peer refused
+ * it for its own attempt). Sleeps; call with no krcore lock held. */
 struct krcore_cm_conn;
 struct ib_qp;
 #define KRCORE_CM_PEER 1 /* a connection set's QP */
 #define KRCORE_CM_META 2 /* a node's connection to the MetaServer */
 int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind,
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind, u8 index,
 			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn);
 /* Whether the connection broke (the peer disconnected, its device went). */
 bool krcore_shim_cm_broken(struct krcore_cm_conn *c);
 /* Tears the connection down (unless its device's removal did) and releases the handle. */
 void krcore_shim_cm_close(struct krcore_cm_conn *c);
+/* The same, on cm.c's workqueue: for callers holding a krcore lock (see cm.c). */
+void krcore_shim_cm_close_later(struct krcore_cm_conn *c);
 /* Releases the handle of a connection its device's removal tore down. */
 void krcore_shim_cm_put(struct krcore_cm_conn *c);
+/* Takes a handle on an accepted connection for a set (released as an active one's):
+ * false when it is already gone or broken. */
+bool krcore_cm_own(struct krcore_cm_conn *c);
 /* A device goes away: refuse its requests, tear its peer connections down, then call
  * `remove` (the device context's removal). */
 void krcore_shim_cm_remove_device(struct ib_device *dev, void (*remove)(struct ib_device *));

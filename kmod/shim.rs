@@ -202,6 +202,7 @@ extern "C" {
     pub(crate) fn krcore_shim_prewarm_enabled() -> bool;
     pub(crate) fn krcore_shim_cm_peer_gid(gid: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_cm_port() -> u16;
+    pub(crate) fn krcore_shim_cm_dial_delay_ms() -> u32;
     pub(crate) fn krcore_shim_cm_connect(
         dev: *mut IbDevice,
         pd: *mut IbPd,
@@ -210,13 +211,15 @@ extern "C" {
         dst_gid: *const u8,
         timeout_ms: u32,
         kind: u8,
+        index: u8,
         out: *mut *mut CmConn,
         qp: *mut *mut IbQp,
         qpn: *mut u32,
     ) -> c_int;
     pub(crate) fn krcore_shim_cm_broken(c: *mut CmConn) -> bool;
-    pub(crate) fn krcore_shim_cm_close(c: *mut CmConn);
+    pub(crate) fn krcore_shim_cm_close_later(c: *mut CmConn);
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
+    pub(crate) fn krcore_cm_own(c: *mut CmConn) -> bool;
     pub(crate) fn krcore_shim_meta_server_gid(gid: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_meta_region_alloc(pd: *mut IbPd, bytes: u32) -> *mut MetaRegion;
     pub(crate) fn krcore_shim_meta_region_offer(r: *mut MetaRegion, o: *mut MetaOffer);

@@ -13,6 +13,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// How long an adoption may take from the peer's first connection to its last, and how
+// long a yielded attempt waits for the peer's set, ms: past it, a CONNECT dials anew.
+#define krcore_ADOPT_MS 3000
+
+// Bytes of a notice on the wire.
+#define krcore_NOTICE_LEN 32
+
+// "No link": a [`Notice::Hello`] from an end that knows no peer end yet.
+#define krcore_NO_LINK UINT64_MAX
+
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
 #define krcore_ABI_VERSION 1

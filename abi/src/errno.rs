@@ -60,6 +60,9 @@ impl Errno {
     pub const EMSGSIZE: Errno = Errno(90);
     /// No route to the host: the peer node did not answer or refused the connection.
     pub const EHOSTUNREACH: Errno = Errno(113);
+    /// Already in progress: the peer node's own connection attempt wins (both nodes
+    /// dialed each other at once).
+    pub const EALREADY: Errno = Errno(114);
     /// In progress: a connection to the peer node is being made.
     pub const EINPROGRESS: Errno = Errno(115);
     /// File exists (a name taken).

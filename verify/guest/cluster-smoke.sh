@@ -21,8 +21,9 @@
 #                                   name, in bounded time; then remove rxe0 and unload
 #   cluster-smoke.sh mutual ROLE    reload listening; CONNECT to ROLE's node 200 times while
 #                                   ROLE does the same to this one (both first contacts
-#                                   about together when the guests boot together); wait
-#                                   for ROLE's set to be accepted here; unload
+#                                   together: each dial is held 3 s); one set must join the
+#                                   two, dialed here or adopted, once, the lower address
+#                                   having refused the higher's attempt; unload
 #   cluster-smoke.sh cycles ROLE N  reload listening; CONNECT to ROLE's node 10 times (its set
 #                                   made), then N CONNECT/DISCONNECT cycles: kernel memory
 #                                   (slab + vmalloc) must stay flat across them
@@ -170,7 +171,8 @@ connect)
   ;;
 mutual)
   peer=$(addr_of "$2") || exit 1
-  reload || exit 1
+  # Each dial held 3 s: the two nodes' first CONNECTs, about together, surely overlap.
+  reload cm_dial_delay_ms=3000 || exit 1
   ok=
   for _ in $(seq 30); do
     # Quiet while ROLE's module is not listening yet.
@@ -178,12 +180,22 @@ mutual)
     sleep 1
   done
   [ -n "$ok" ] || { echo "$KRCORE_NODE: no CONNECT to $2 ($peer) in 30 s" >&2; exit 1; }
-  # ROLE's set to this node: accepted here (its CONNECTs bind to it there).
-  for _ in $(seq 60); do
-    [ "$(count "accepted a peer kernel")" -ge 2 ] && break
-    sleep 1
-  done
-  echo "$KRCORE_NODE: accepted $(count "accepted a peer kernel") connection(s) of $2's set"
+  # One set joins the two nodes: it came up here once, dialed here (and nothing of
+  # ROLE's accepted) or adopted (both of its connections accepted here).
+  up=$(count "set to $peer: up")
+  how=$(dmesg | grep "set to $peer: up" | tail -1 | sed 's/.*up, //')
+  accepted=$(count "accepted a peer kernel's peer connection")
+  echo "$KRCORE_NODE: the set to $2 came up $up time(s), $how; accepted $accepted connection(s) of $2's"
+  dmesg | grep -E "set to $peer: (refused|our attempt)" | sed "s/.*krcore: /$KRCORE_NODE: /"
+  [ "$up" -eq 1 ] || { echo "$KRCORE_NODE: not one set to $2" >&2; exit 1; }
+  # Both at once: the lower address refused the higher's attempt, which yielded.
+  if [ "${KRCORE_ADDR##*.}" -lt "${peer##*.}" ]; then race="refused"; else race="our attempt yielded"; fi
+  [ "$(count "set to $peer: $race")" -ge 1 ] || { echo "$KRCORE_NODE: the dials did not overlap (no \"$race\")" >&2; exit 1; }
+  case "$how" in
+  dialed*) [ "$accepted" -eq 0 ] ;;
+  adopted*) [ "$accepted" -eq 2 ] ;;
+  *) false ;;
+  esac || { echo "$KRCORE_NODE: a second set between this node and $2" >&2; exit 1; }
   sleep 5
   rmmod krcore || exit 1
   ;;

@@ -1,22 +1,27 @@
 //! A node's connection set to one peer node: its state and the rules that make two
 //! nodes connecting to each other at once end with exactly one set (issue 11; the
-//! module keeps a set's state through [`peers`](super::peers); the both-at-once rule
-//! is not wired in yet: each node makes its own set today).
+//! module keeps a set's state through [`peers`](super::peers)).
 //!
-//! Every ring on a node shares the node's set to each peer (as RDS shares a connection
-//! per address pair). The first CONNECT to a peer starts the set; later ones wait for it
+//! One set joins a pair of nodes, and both use it: the node that dialed it, and the one
+//! that accepted it, which *adopts* the accepted connections as its own set to the
+//! dialer (as RDS keeps one connection per address pair, whoever initiated it). The
+//! first CONNECT on either node starts the set; later ones, on both nodes, wait for it
 //! or use it. When both nodes start one at once, the attempt of the node with the lower
 //! id wins: the higher one, seeing the lower one's request while its own attempt is
 //! under way, accepts it and drops its own; the lower one refuses the higher one's
-//! request and keeps its own, which the higher one accepts. A set that fails backs off
-//! (doubling, bounded) before the next attempt; a peer that restarted (a new
-//! incarnation in its node record, or on its request) ends the set, failing what was on
-//! it, and the next CONNECT builds a new one.
+//! request and keeps its own. The higher one's refused attempt then *yields*: its
+//! CONNECTs wait a bounded time for the lower one's set to arrive rather than failing.
+//! A set that fails backs off (doubling, bounded) before the next attempt; a peer that
+//! restarted (a new incarnation in its node record, or a new request) ends the set,
+//! failing what was on it, and the next CONNECT builds a new one.
 
 /// Shortest wait before retrying a failed set, ms.
 pub const CONNECT_BACKOFF_MIN_MS: i64 = 100;
 /// Longest, ms.
 pub const CONNECT_BACKOFF_MAX_MS: i64 = 5_000;
+/// How long an adoption may take from the peer's first connection to its last, and how
+/// long a yielded attempt waits for the peer's set, ms: past it, a CONNECT dials anew.
+pub const ADOPT_MS: i64 = 3_000;
 
 /// Where a set is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +37,22 @@ pub enum State {
     Ready {
         /// The peer's incarnation it connects.
         incarnation: u64,
+    },
+    /// The peer dialed a set to us, which we adopt; connections `have` (a bit each) of
+    /// it are here.
+    Adopting {
+        /// The peer's incarnation.
+        incarnation: u64,
+        /// The set's connections accepted so far, a bit each.
+        have: u32,
+        /// It must be complete by then, ms.
+        until_ms: i64,
+    },
+    /// The peer refused our attempt for its own (it has the lower id): its set is
+    /// awaited until `until_ms`.
+    Yielded {
+        /// Dial anew after this, ms.
+        until_ms: i64,
     },
     /// The last attempt failed; no new one before `until_ms`.
     Backoff {
@@ -60,12 +81,25 @@ pub enum Answer {
     Refuse,
 }
 
+/// How our attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// Every connection of the set is up.
+    Established,
+    /// It failed (the peer unreachable, or refusing for want of room).
+    Failed,
+    /// The peer refused it for its own attempt (it has the lower id).
+    Yielded,
+}
+
 /// Our set to one peer.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnSet {
     me: u16,
     peer: u16,
     state: State,
+    /// The set up is the peer's, adopted (not our attempt).
+    adopted: bool,
     /// Consecutive failures (for the backoff).
     failures: u32,
 }
@@ -77,6 +111,7 @@ impl ConnSet {
             me,
             peer,
             state: State::Idle,
+            adopted: false,
             failures: 0,
         }
     }
@@ -96,53 +131,117 @@ impl ConnSet {
                 Action::Connect
             }
             State::Connecting { .. } => Action::Wait,
-            State::Backoff { until_ms } if now_ms < until_ms => Action::Wait,
-            State::Idle | State::Backoff { .. } => {
+            State::Backoff { until_ms }
+            | State::Adopting { until_ms, .. }
+            | State::Yielded { until_ms }
+                if now_ms < until_ms =>
+            {
+                Action::Wait
+            }
+            // An adoption that did not complete in time: its connections go (the
+            // caller closes them, see `Peers::connect`), and we dial.
+            State::Idle
+            | State::Backoff { .. }
+            | State::Adopting { .. }
+            | State::Yielded { .. } => {
                 self.state = State::Connecting { incarnation };
                 Action::Connect
             }
         }
     }
 
-    /// The peer asks to connect, from its incarnation `incarnation`.
-    pub fn request(&mut self, incarnation: u64) -> Answer {
-        match self.state {
-            // Both at once: the lower id's attempt wins.
-            State::Connecting { .. } if self.me < self.peer => Answer::Refuse,
-            _ => {
-                self.state = State::Ready { incarnation };
-                self.failures = 0;
-                Answer::Accept
-            }
+    /// What to answer the peer's request for a new set: refused only while our own
+    /// attempt, or the set it made, stands and we have the lower id. (A peer asks for a
+    /// new set when it has none: whatever we had with it is gone on its side.)
+    pub fn answer(&self) -> Answer {
+        let ours = match self.state {
+            State::Connecting { .. } => true,
+            State::Ready { .. } => !self.adopted,
+            _ => false,
+        };
+        if ours && self.me < self.peer {
+            Answer::Refuse
+        } else {
+            Answer::Accept
         }
     }
 
-    /// Our attempt ended: established (`true`) or failed, at `now_ms`. An attempt we
-    /// gave up for the peer's (see [`request`](Self::request)) changes nothing.
-    pub fn attempt_done(&mut self, established: bool, now_ms: i64) {
-        let State::Connecting { incarnation } = self.state else {
-            return;
+    /// The peer's request for a new set was accepted at `now_ms` (see
+    /// [`answer`](Self::answer)); whatever set or attempt we had is dropped.
+    pub fn adopt(&mut self, incarnation: u64, now_ms: i64) {
+        self.state = State::Adopting {
+            incarnation,
+            have: 0,
+            until_ms: now_ms + ADOPT_MS,
         };
-        if established {
-            self.state = State::Ready { incarnation };
-            self.failures = 0;
-        } else {
-            self.failures = self.failures.saturating_add(1);
-            let shift = (self.failures - 1).min(16);
-            let wait = (CONNECT_BACKOFF_MIN_MS << shift).min(CONNECT_BACKOFF_MAX_MS);
-            self.state = State::Backoff {
-                until_ms: now_ms + wait,
-            };
+    }
+
+    /// Connection `index` of `count` of the adopted set is here: whether the set is
+    /// now complete (and up). Nothing when no adoption is under way.
+    pub fn adopted(&mut self, index: u32, count: u32) -> bool {
+        let State::Adopting {
+            incarnation, have, ..
+        } = &mut self.state
+        else {
+            return false;
+        };
+        *have |= 1u32.checked_shl(index).unwrap_or(0);
+        let all = 1u32.checked_shl(count).map_or(u32::MAX, |b| b - 1);
+        if *have & all != all {
+            return false;
         }
+        self.state = State::Ready {
+            incarnation: *incarnation,
+        };
+        self.adopted = true;
+        self.failures = 0;
+        true
+    }
+
+    /// Whether an adoption is under way (a further connection of it is accepted).
+    pub fn adopting(&self) -> bool {
+        matches!(self.state, State::Adopting { .. })
+    }
+
+    /// Our attempt ended, at `now_ms`: whether it became the set. An attempt we gave
+    /// up for the peer's (see [`adopt`](Self::adopt)) changes nothing: its connections
+    /// are the caller's to close.
+    pub fn attempt_done(&mut self, how: Attempt, now_ms: i64) -> bool {
+        let State::Connecting { incarnation } = self.state else {
+            return false;
+        };
+        match how {
+            Attempt::Established => {
+                self.state = State::Ready { incarnation };
+                self.adopted = false;
+                self.failures = 0;
+                return true;
+            }
+            Attempt::Yielded => {
+                self.state = State::Yielded {
+                    until_ms: now_ms + ADOPT_MS,
+                }
+            }
+            Attempt::Failed => {
+                self.failures = self.failures.saturating_add(1);
+                let shift = (self.failures - 1).min(16);
+                let wait = (CONNECT_BACKOFF_MIN_MS << shift).min(CONNECT_BACKOFF_MAX_MS);
+                self.state = State::Backoff {
+                    until_ms: now_ms + wait,
+                };
+            }
+        }
+        false
     }
 
     /// The set broke, or the peer's node record shows `incarnation` (a restart when it
     /// differs from the set's): the set is gone, and whether it was (its virtual QPs
-    /// then fail, naming the peer's restart or the broken set).
+    /// then fail, naming the peer's restart or the broken set). A set being adopted
+    /// goes too (its connections are closed).
     pub fn lost(&mut self, incarnation: Option<u64>) -> bool {
         match (self.state, incarnation) {
             (State::Ready { incarnation: i }, Some(now)) if i == now => false,
-            (State::Ready { .. }, _) => {
+            (State::Ready { .. } | State::Adopting { .. }, _) => {
                 self.state = State::Idle;
                 true
             }
@@ -155,9 +254,21 @@ impl ConnSet {
 mod tests {
     use super::*;
 
+    /// The peer's request, answered and (when accepted) adopted in full, at `now`.
+    fn ask(s: &mut ConnSet, incarnation: u64, now: i64) -> Answer {
+        let a = s.answer();
+        if a == Answer::Accept {
+            s.adopt(incarnation, now);
+            assert!(!s.adopted(0, 2), "one of two connections");
+            assert!(s.adopted(1, 2));
+        }
+        a
+    }
+
     /// Both nodes start at once; the two requests and the two attempts' endings arrive in
     /// every order a network allows. Each ends Ready on the other's incarnation, and
-    /// exactly one of the two attempts became the set.
+    /// exactly one of the two attempts became the set: the lower id's, which the other
+    /// adopted.
     #[test]
     fn both_at_once_end_with_one_set() {
         // Events: 0 = node 1 receives 2's request, 1 = node 2 receives 1's request;
@@ -171,22 +282,51 @@ mod tests {
             let mut answers = [None, None];
             for e in order {
                 if e == 0 {
-                    answers[0] = Some(a.request(20));
+                    answers[0] = Some(ask(&mut a, 20, 1));
                 } else {
-                    answers[1] = Some(b.request(10));
+                    answers[1] = Some(ask(&mut b, 10, 1));
                 }
             }
-            // Node 1 refused 2's request; node 2 accepted 1's.
             assert_eq!(answers, [Some(Answer::Refuse), Some(Answer::Accept)]);
-            // 1's attempt is established (2 accepted); 2's failed (1 refused) but 2 has
-            // already taken 1's as its set, so that ending changes nothing.
-            a.attempt_done(true, 5);
-            b.attempt_done(false, 5);
+            // 1's attempt is established (2 accepted); 2's was refused, but 2 has
+            // already taken 1's as its set: that ending changes nothing.
+            assert!(a.attempt_done(Attempt::Established, 5));
+            assert!(!b.attempt_done(Attempt::Yielded, 5), "not the set");
             assert_eq!(a.state(), State::Ready { incarnation: 20 });
             assert_eq!(b.state(), State::Ready { incarnation: 10 });
             assert_eq!(a.want(20, 6), Action::Use);
             assert_eq!(b.want(10, 6), Action::Use);
+            // A set 1 made stands against a late request of 2's; one 2 adopted does
+            // not stand against 1's (1 asks only when it has lost it).
+            assert_eq!(a.answer(), Answer::Refuse);
+            assert_eq!(b.answer(), Answer::Accept);
         }
+    }
+
+    /// The higher id's attempt, refused, waits for the lower id's set (bounded), and
+    /// CONNECTs meanwhile wait rather than fail.
+    #[test]
+    fn a_yielded_attempt_waits_for_the_peers_set_then_dials_again() {
+        let mut b = ConnSet::new(2, 1);
+        assert_eq!(b.want(10, 0), Action::Connect);
+        assert!(!b.attempt_done(Attempt::Yielded, 5));
+        assert_eq!(b.want(10, 5 + ADOPT_MS - 1), Action::Wait);
+        // Its set arrives: used.
+        assert_eq!(ask(&mut b, 10, 6), Answer::Accept);
+        assert_eq!(b.want(10, 7), Action::Use);
+        // Never arrives: dialed again once the wait is over.
+        let mut c = ConnSet::new(2, 1);
+        c.want(10, 0);
+        c.attempt_done(Attempt::Yielded, 0);
+        assert_eq!(c.want(10, ADOPT_MS), Action::Connect);
+        // An adoption left half done is given up the same way.
+        let mut d = ConnSet::new(1, 2);
+        assert_eq!(d.answer(), Answer::Accept, "nothing of ours");
+        d.adopt(20, 0);
+        assert!(!d.adopted(0, 2));
+        assert_eq!(d.want(20, 1), Action::Wait, "the rest is coming");
+        assert_eq!(d.want(20, ADOPT_MS), Action::Connect);
+        assert!(!d.adopted(1, 2), "too late: no adoption under way");
     }
 
     #[test]
@@ -194,10 +334,10 @@ mod tests {
         let mut s = ConnSet::new(1, 2);
         assert_eq!(s.want(7, 0), Action::Connect);
         assert_eq!(s.want(7, 1), Action::Wait, "one attempt at a time");
-        s.attempt_done(false, 10);
+        s.attempt_done(Attempt::Failed, 10);
         assert_eq!(s.want(7, 10 + CONNECT_BACKOFF_MIN_MS - 1), Action::Wait);
         assert_eq!(s.want(7, 10 + CONNECT_BACKOFF_MIN_MS), Action::Connect);
-        s.attempt_done(false, 200);
+        s.attempt_done(Attempt::Failed, 200);
         assert_eq!(
             s.state(),
             State::Backoff {
@@ -206,7 +346,7 @@ mod tests {
         );
         let now = 200 + 2 * CONNECT_BACKOFF_MIN_MS;
         assert_eq!(s.want(7, now), Action::Connect);
-        s.attempt_done(true, now);
+        s.attempt_done(Attempt::Established, now);
         assert_eq!(s.want(7, now), Action::Use);
         assert!(!s.lost(Some(7)), "same incarnation: the set stands");
         assert!(s.lost(Some(8)), "the peer restarted");
@@ -215,7 +355,7 @@ mod tests {
             Action::Connect,
             "the next CONNECT builds a new set"
         );
-        s.attempt_done(true, now);
+        s.attempt_done(Attempt::Established, now);
         assert_eq!(
             s.want(9, now),
             Action::Connect,

@@ -6,8 +6,11 @@
 //!   each other at once end with one.
 //! - [`peers`]: the table of a node's sets, each owning a block of the device's
 //!   physical QP slots, reused least recently used first when nothing is bound.
+//! - [`notice`]: what two kernels tell each other about the message links between
+//!   their nodes, on the set's QPs.
 //!
 //! What the MetaServer holds and how it is read is in [`meta`](super::meta).
 
 pub mod conn_set;
+pub mod notice;
 pub mod peers;

@@ -13,11 +13,17 @@
 //! torn down first): the caller then connects the entry's QPs (rdma_cm, milliseconds) and
 //! reports the outcome ([`Peers::attempt_done`]). A table whose every entry is in use
 //! answers `Full`, which CONNECT reports by name: nothing waits for room.
+//!
+//! A peer's request for a set ([`Peers::request`]) is answered by the rule of
+//! [`conn_set`](super::conn_set); an accepted set is adopted into the peer's entry,
+//! connection by connection ([`Peers::adopted`]), and both nodes then use it. Evicting
+//! an idle set, on either node, closes it for both: the other node's virtual QPs on it
+//! fail (`QpError`) and its next CONNECT makes a new one.
 
 use core::ops::Range;
 
 use super::super::engine::Store;
-use super::conn_set::{Action, Answer, ConnSet, State};
+use super::conn_set::{Action, Answer, Attempt, ConnSet, State};
 
 /// One peer node and our set to it.
 #[derive(Clone, Copy, Debug)]
@@ -96,6 +102,20 @@ pub struct ConnectStep {
     pub close: Option<u32>,
     /// A node whose set broke: what this node cached of its exports goes (it may have
     /// restarted).
+    pub lost_node: Option<u16>,
+}
+
+/// [`Peers::request`]'s answer, and what the caller must do first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestStep {
+    /// Accept the connection, or refuse it.
+    pub answer: Answer,
+    /// The entry that adopts it (when accepted).
+    pub peer: u32,
+    /// An entry whose QPs the caller closes first: the set we had with the peer, or
+    /// the idle set evicted for this one.
+    pub close: Option<u32>,
+    /// A node whose set went: what this node cached of its exports goes.
     pub lost_node: Option<u16>,
 }
 
@@ -227,6 +247,13 @@ impl<S: Store> Peers<S> {
                 step.lost_node = Some(node);
             }
         }
+        // An adoption that did not complete in time: its connections go, we dial.
+        let stale = self.find(addr).filter(|&p| {
+            self.get(p).is_some_and(
+                |e| matches!(e.set.state(), State::Adopting { until_ms, .. } if now_ms >= until_ms),
+            )
+        });
+        step.close = step.close.or(stale);
         step.outcome = match self.dial(addr, node, 0, now_ms) {
             Dial::Use { peer, qps } => {
                 // checked_rem: no panic path (the kernel build's objtool rejects one).
@@ -289,30 +316,88 @@ impl<S: Store> Peers<S> {
         Some((i as u32, had_set))
     }
 
-    /// The peer at `addr`, node `node` of incarnation `incarnation`, asks to connect:
-    /// the answer and the entry whose slots take the connection (when accepted), or
-    /// `None` when the table has no room (refuse it).
+    /// The peer at `addr`, node `node` of incarnation `incarnation`, asks at `now_ms`
+    /// for connection `index` of a new set: the answer ([`ConnSet::answer`]), with the
+    /// entry that adopts it and what the caller closes first, or `None` when the table
+    /// has no room (refuse it). Connection 0 begins the set (whatever we had with the
+    /// peer is dropped: it asks only when it has none); a later one joins an adoption
+    /// under way, and is refused when none is. `broken` as for
+    /// [`connect`](Self::connect).
     pub fn request(
         &mut self,
         addr: &[u8; 16],
         node: u16,
         incarnation: u64,
+        index: u32,
         now_ms: i64,
-    ) -> Option<(Answer, u32, bool)> {
-        let (i, evicts) = match self.find(addr) {
-            Some(i) => (i, false),
-            None => self.claim()?,
+        broken: impl Fn(u32) -> bool,
+    ) -> Option<RequestStep> {
+        let mut step = RequestStep {
+            answer: Answer::Accept,
+            peer: 0,
+            close: None,
+            lost_node: None,
+        };
+        if index > 0 {
+            step.peer = self.find(addr)?;
+            if !self.get(step.peer)?.set.adopting() {
+                step.answer = Answer::Refuse;
+            }
+            return Some(step);
+        }
+        let lose = |t: &mut Self, p: u32, step: &mut RequestStep| {
+            if t.lost(p, None) {
+                step.close = Some(p);
+                step.lost_node = Some(node);
+            }
+        };
+        if let Some(p) = self.find(addr) {
+            if broken(p) {
+                lose(self, p, &mut step);
+            }
+        }
+        if let Some(p) = self.find(addr) {
+            step.answer = self.get(p)?.set.answer();
+            if step.answer == Answer::Refuse {
+                step.peer = p;
+                return Some(step);
+            }
+            // The peer has no set: whatever we had with it is gone.
+            lose(self, p, &mut step);
+        }
+        let p = match self.find(addr) {
+            Some(p) => p,
+            None => {
+                let (p, evicts) = self.claim()?;
+                if evicts {
+                    step.close = Some(p);
+                }
+                p
+            }
         };
         let me = self.me;
-        let p = self.table.as_mut()[i as usize].get_or_insert(Peer::new(addr, me, node, now_ms));
-        Some((p.set.request(incarnation), i, evicts))
+        let e = self.table.as_mut()[p as usize].get_or_insert(Peer::new(addr, me, node, now_ms));
+        e.set.adopt(incarnation, now_ms);
+        // Our own attempt, if not yet started, is not wanted now.
+        e.asked = false;
+        e.last_used_ms = now_ms;
+        step.peer = p;
+        Some(step)
     }
 
-    /// Our attempt on entry `peer` ended at `now_ms`.
-    pub fn attempt_done(&mut self, peer: u32, established: bool, now_ms: i64) {
-        if let Some(p) = self.entry(peer) {
-            p.set.attempt_done(established, now_ms);
-        }
+    /// Connection `index` of `count` of the set entry `peer` adopts is here (its QP
+    /// installed in slot `index` of the entry's block): whether the set is now up.
+    pub fn adopted(&mut self, peer: u32, index: u32, count: u32) -> bool {
+        self.entry(peer)
+            .is_some_and(|p| p.set.adopted(index, count))
+    }
+
+    /// Our attempt on entry `peer` ended at `now_ms`: whether it became the set (when
+    /// not, the caller closes what it connected: the peer's set was adopted meanwhile,
+    /// or the attempt failed).
+    pub fn attempt_done(&mut self, peer: u32, how: Attempt, now_ms: i64) -> bool {
+        self.entry(peer)
+            .is_some_and(|p| p.set.attempt_done(how, now_ms))
     }
 
     /// Entry `peer`'s set broke, or its peer's node record shows `incarnation`: whether
@@ -384,7 +469,7 @@ mod tests {
             Dial::Wait,
             "one attempt at a time"
         );
-        p.attempt_done(peer, true, 2);
+        p.attempt_done(peer, Attempt::Established, 2);
         assert_eq!(p.dial(&addr(12), 2, 7, 3), Dial::Use { peer, qps: 4..6 });
         assert_eq!(
             (p.of_qp(4), p.of_qp(5), p.of_qp(3)),
@@ -406,7 +491,7 @@ mod tests {
             let Dial::Connect { peer, .. } = p.dial(&addr(n), n as u16, 1, t) else {
                 panic!()
             };
-            p.attempt_done(peer, true, t);
+            p.attempt_done(peer, Attempt::Established, t);
         }
         p.bind(1);
         // Entry 0 (peer .10) is idle and least recent: it goes, its set torn down.
@@ -421,7 +506,11 @@ mod tests {
         assert_eq!(p.find(&addr(10)), None);
         // Entry 0 is connecting, entry 1 bound: no room.
         assert_eq!(p.dial(&addr(21), 21, 1, 6), Dial::Full);
-        assert_eq!(p.request(&addr(21), 21, 1, 6), None, "nor for a request");
+        assert_eq!(
+            p.request(&addr(21), 21, 1, 0, 6, |_| false),
+            None,
+            "nor for a request"
+        );
         p.unbind(1);
         assert!(matches!(
             p.dial(&addr(21), 21, 1, 7),
@@ -439,7 +528,7 @@ mod tests {
         let Dial::Connect { peer, .. } = p.dial(&addr(12), 2, 7, 0) else {
             panic!()
         };
-        p.attempt_done(peer, true, 0);
+        p.attempt_done(peer, Attempt::Established, 0);
         assert!(!p.lost(peer, Some(7)), "same incarnation");
         assert!(p.lost(peer, Some(8)), "the peer restarted");
         // Nothing was bound: the same slots again.
@@ -451,7 +540,7 @@ mod tests {
                 evicts: false
             }
         );
-        p.attempt_done(peer, true, 1);
+        p.attempt_done(peer, Attempt::Established, 1);
         p.bind(peer);
         assert!(p.lost(peer, None), "broke with a virtual QP bound");
         // The bound virtual QP keeps the old slots; the next set takes the other block.
@@ -463,7 +552,7 @@ mod tests {
                 evicts: false
             }
         );
-        p.attempt_done(1, true, 2);
+        p.attempt_done(1, Attempt::Established, 2);
         p.bind(1);
         assert_eq!(
             p.of_qp(4),
@@ -484,22 +573,83 @@ mod tests {
     }
 
     /// Both nodes dial each other at once; whatever order the requests arrive in, the
-    /// lower id's attempt becomes the one set on both.
+    /// lower id's attempt becomes the one set, which the other adopts, and CONNECTs on
+    /// both bind to it.
     #[test]
     fn both_at_once_through_the_table() {
-        let (mut a, mut b) = (
-            Peers::with_capacity(2, 1, 0, 2),
-            Peers::with_capacity(2, 2, 0, 2),
+        for order in [[0, 1], [1, 0]] {
+            let (mut a, mut b) = (
+                Peers::with_capacity(2, 1, 0, 2),
+                Peers::with_capacity(2, 2, 0, 2),
+            );
+            let never = |_| false;
+            assert!(matches!(a.dial(&addr(12), 2, 20, 0), Dial::Connect { .. }));
+            assert!(matches!(b.dial(&addr(11), 1, 10, 0), Dial::Connect { .. }));
+            let mut steps = [None, None];
+            for e in order {
+                if e == 0 {
+                    steps[0] = a.request(&addr(12), 2, 20, 0, 1, never);
+                } else {
+                    steps[1] = b.request(&addr(11), 1, 10, 0, 1, never);
+                }
+            }
+            let [Some(sa), Some(sb)] = steps else {
+                panic!("room on both")
+            };
+            assert_eq!((sa.answer, sb.answer), (Answer::Refuse, Answer::Accept));
+            assert_eq!(sb.close, None, "nothing of 2's was up");
+            // 1's second connection joins 2's adoption; 2's own attempt was refused.
+            let s1 = b.request(&addr(11), 1, 10, 1, 2, never).unwrap();
+            assert_eq!((s1.answer, s1.peer), (Answer::Accept, sb.peer));
+            assert!(!b.adopted(sb.peer, 0, 2));
+            assert!(b.adopted(sb.peer, 1, 2), "complete");
+            assert!(a.attempt_done(sa.peer, Attempt::Established, 3));
+            assert!(
+                !b.attempt_done(sb.peer, Attempt::Yielded, 3),
+                "2 closes what it connected"
+            );
+            assert!(matches!(a.dial(&addr(12), 2, 20, 4), Dial::Use { .. }));
+            assert!(matches!(b.dial(&addr(11), 1, 10, 4), Dial::Use { .. }));
+        }
+    }
+
+    /// A request from a peer we have a set with means it lost it: ours goes (retired if
+    /// bound, the new one elsewhere); a second connection with no adoption under way,
+    /// or one from a peer we refuse, is refused.
+    #[test]
+    fn a_request_replaces_what_the_peer_lost() {
+        let never = |_| false;
+        let mut b = Peers::with_capacity(2, 2, 0, 2);
+        assert_eq!(
+            b.request(&addr(11), 1, 10, 1, 0, never).map(|s| s.answer),
+            None,
+            "no entry for a stray second connection"
         );
-        assert!(matches!(a.dial(&addr(12), 2, 20, 0), Dial::Connect { .. }));
-        assert!(matches!(b.dial(&addr(11), 1, 10, 0), Dial::Connect { .. }));
-        let (ans_b, pb, _) = b.request(&addr(11), 1, 10, 1).unwrap();
-        let (ans_a, pa, _) = a.request(&addr(12), 2, 20, 1).unwrap();
-        assert_eq!((ans_a, ans_b), (Answer::Refuse, Answer::Accept));
-        a.attempt_done(pa, true, 2);
-        b.attempt_done(pb, false, 2);
-        assert!(matches!(a.dial(&addr(12), 2, 20, 3), Dial::Use { .. }));
-        assert!(matches!(b.dial(&addr(11), 1, 10, 3), Dial::Use { .. }));
+        let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
+        b.adopted(s.peer, 0, 2);
+        b.adopted(s.peer, 1, 2);
+        b.bind(s.peer);
+        let again = b.request(&addr(11), 1, 11, 0, 5, never).unwrap();
+        assert_eq!(again.answer, Answer::Accept);
+        assert_eq!((again.close, again.lost_node), (Some(s.peer), Some(1)));
+        assert_ne!(
+            again.peer, s.peer,
+            "the old set's bound virtual QP keeps its slots"
+        );
+        assert!(b.get(s.peer).unwrap().retired);
+        // A node with the lower id keeps a set it made against a late request.
+        let mut a = Peers::with_capacity(2, 1, 0, 2);
+        let Dial::Connect { peer, .. } = a.dial(&addr(12), 2, 20, 0) else {
+            panic!()
+        };
+        a.attempt_done(peer, Attempt::Established, 1);
+        let late = a.request(&addr(12), 2, 20, 0, 2, never).unwrap();
+        assert_eq!((late.answer, late.close), (Answer::Refuse, None));
+        // Unless it is broken: then the peer's new one is adopted.
+        let fresh = a.request(&addr(12), 2, 20, 0, 3, |_| true).unwrap();
+        assert_eq!((fresh.answer, fresh.close), (Answer::Accept, Some(peer)));
+        let s2 = a.request(&addr(12), 2, 20, 1, 4, never).unwrap();
+        assert_eq!(s2.answer, Answer::Accept);
     }
 
     #[test]
@@ -520,7 +670,7 @@ mod tests {
             p.connect(&addr(12), 0, 1, never).outcome,
             Connect::InProgress
         );
-        p.attempt_done(0, false, 2);
+        p.attempt_done(0, Attempt::Failed, 2);
         assert_eq!(
             p.connect(&addr(12), 0, 3, never).outcome,
             Connect::Unreachable,
@@ -533,7 +683,7 @@ mod tests {
             "tried again after the backoff"
         );
         p.take_job();
-        p.attempt_done(0, true, 201);
+        p.attempt_done(0, Attempt::Established, 201);
         assert_eq!(
             p.connect(&addr(12), 3, 202, never).outcome,
             Connect::Bind { peer: 0, slot: 5 },

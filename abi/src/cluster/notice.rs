@@ -1,0 +1,260 @@
+//! Notices: what two nodes' kernels tell each other about the message links between
+//! them, as small SENDs on the set's QPs (see [`message`](super::super::engine::message)
+//! for the links themselves).
+//!
+//! A notice is [`NOTICE_LEN`] bytes, little-endian, with a magic and a kind first, so a
+//! buffer that is none (a bug, or a peer of another version) is refused whole rather
+//! than half read. Each names the link it is about by the handle the *receiving* kernel
+//! gave it (`to`), learned from the peer's [`Notice::Hello`]; a handle is
+//! generation-tagged, so a notice for a link that ended finds nothing.
+//!
+//! Kernels of the cluster trust each other (the connection carried the cluster key): a
+//! notice is checked for form and against the receiver's own tables, never taken as
+//! permission to reach memory the receiver did not advertise.
+
+/// Bytes of a notice on the wire.
+pub const NOTICE_LEN: usize = 32;
+
+/// "No link": a [`Notice::Hello`] from an end that knows no peer end yet.
+pub const NO_LINK: u64 = u64::MAX;
+
+const MAGIC: u16 = 0x4b4e; // "KN"
+
+/// A link handle on the wire: the shard and the handle within it.
+pub const fn link_id(shard: u32, link: u32) -> u64 {
+    ((shard as u64) << 32) | link as u64
+}
+
+/// The shard and handle of a [`link_id`].
+pub const fn split_link_id(id: u64) -> (u32, u32) {
+    ((id >> 32) as u32, id as u32)
+}
+
+/// What one kernel tells another about a link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// A virtual QP connected to the receiver's node for `service`: its end is `from`;
+    /// `to` is the receiver's end it pairs with, when the sender already knows it.
+    Hello {
+        /// The service.
+        service: u32,
+        /// The sender's end.
+        from: u64,
+        /// The receiver's end, or [`NO_LINK`].
+        to: u64,
+    },
+    /// A receive posted at the sender's end: the next message from the receiver's end
+    /// `to` goes into it (oldest first).
+    Advert {
+        /// The receiver's end.
+        to: u64,
+        /// The buffer.
+        addr: u64,
+        /// Its length.
+        len: u32,
+        /// The rkey of the MR it is in (kernel to kernel).
+        rkey: u32,
+    },
+    /// A message from the sender's end went into the oldest receive the receiver's end
+    /// `to` advertised (its bytes written just before, on the same QP), or could not.
+    Data {
+        /// The receiver's end.
+        to: u64,
+        /// Bytes written.
+        len: u32,
+        /// Immediate data, if the message had any.
+        imm: Option<u32>,
+        /// It was longer than the receive: nothing written, the receive fails.
+        too_long: bool,
+    },
+    /// The sender's end `from` left: nothing more comes from it, and the receiver's end
+    /// `to` must stop using its receives (and answer [`Notice::Left`]).
+    Leave {
+        /// The receiver's end, or [`NO_LINK`] when the sender knew none.
+        to: u64,
+        /// The end that left.
+        from: u64,
+    },
+    /// The answer to a [`Notice::Leave`]: the receiver's end `to` may take its receives
+    /// back (every message for them came before this).
+    Left {
+        /// The receiver's end (the one that left).
+        to: u64,
+    },
+}
+
+/// Why a buffer is no notice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadNotice {
+    /// Shorter than [`NOTICE_LEN`].
+    Short,
+    /// Not our magic.
+    Magic,
+    /// An unknown kind.
+    Kind,
+}
+
+const HELLO: u8 = 1;
+const ADVERT: u8 = 2;
+const DATA: u8 = 3;
+const LEAVE: u8 = 4;
+const LEFT: u8 = 5;
+
+const HAS_IMM: u8 = 1;
+const TOO_LONG: u8 = 2;
+
+fn put<const N: usize>(b: &mut [u8; NOTICE_LEN], at: usize, v: [u8; N]) {
+    b[at..at + N].copy_from_slice(&v);
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+impl Notice {
+    /// The wire form: magic (2), kind (1), flags (1), then the fields from byte 4.
+    pub fn encode(&self) -> [u8; NOTICE_LEN] {
+        let mut b = [0u8; NOTICE_LEN];
+        put(&mut b, 0, MAGIC.to_le_bytes());
+        let (kind, flags) = match *self {
+            Notice::Hello { service, from, to } => {
+                put(&mut b, 4, service.to_le_bytes());
+                put(&mut b, 8, from.to_le_bytes());
+                put(&mut b, 16, to.to_le_bytes());
+                (HELLO, 0)
+            }
+            Notice::Advert {
+                to,
+                addr,
+                len,
+                rkey,
+            } => {
+                put(&mut b, 8, to.to_le_bytes());
+                put(&mut b, 16, addr.to_le_bytes());
+                put(&mut b, 24, len.to_le_bytes());
+                put(&mut b, 28, rkey.to_le_bytes());
+                (ADVERT, 0)
+            }
+            Notice::Data {
+                to,
+                len,
+                imm,
+                too_long,
+            } => {
+                put(&mut b, 8, to.to_le_bytes());
+                put(&mut b, 16, len.to_le_bytes());
+                put(&mut b, 20, imm.unwrap_or(0).to_le_bytes());
+                let f =
+                    if imm.is_some() { HAS_IMM } else { 0 } | if too_long { TOO_LONG } else { 0 };
+                (DATA, f)
+            }
+            Notice::Leave { to, from } => {
+                put(&mut b, 8, to.to_le_bytes());
+                put(&mut b, 16, from.to_le_bytes());
+                (LEAVE, 0)
+            }
+            Notice::Left { to } => {
+                put(&mut b, 8, to.to_le_bytes());
+                (LEFT, 0)
+            }
+        };
+        b[2] = kind;
+        b[3] = flags;
+        b
+    }
+
+    /// Reads a notice from the bytes a receive got.
+    pub fn decode(b: &[u8]) -> Result<Notice, BadNotice> {
+        if b.len() < NOTICE_LEN {
+            return Err(BadNotice::Short);
+        }
+        if u16::from_le_bytes([b[0], b[1]]) != MAGIC {
+            return Err(BadNotice::Magic);
+        }
+        let flags = b[3];
+        Ok(match b[2] {
+            HELLO => Notice::Hello {
+                service: u32_at(b, 4),
+                from: u64_at(b, 8),
+                to: u64_at(b, 16),
+            },
+            ADVERT => Notice::Advert {
+                to: u64_at(b, 8),
+                addr: u64_at(b, 16),
+                len: u32_at(b, 24),
+                rkey: u32_at(b, 28),
+            },
+            DATA => Notice::Data {
+                to: u64_at(b, 8),
+                len: u32_at(b, 16),
+                imm: (flags & HAS_IMM != 0).then(|| u32_at(b, 20)),
+                too_long: flags & TOO_LONG != 0,
+            },
+            LEAVE => Notice::Leave {
+                to: u64_at(b, 8),
+                from: u64_at(b, 16),
+            },
+            LEFT => Notice::Left { to: u64_at(b, 8) },
+            _ => return Err(BadNotice::Kind),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips_and_garbage_is_refused() {
+        let all = [
+            Notice::Hello {
+                service: 7,
+                from: link_id(3, 0x0100_0002),
+                to: NO_LINK,
+            },
+            Notice::Advert {
+                to: link_id(1, 9),
+                addr: 0x7fff_0000_1000,
+                len: 4096,
+                rkey: 0xabcd,
+            },
+            Notice::Data {
+                to: 5,
+                len: 12,
+                imm: Some(0xdead_beef),
+                too_long: false,
+            },
+            Notice::Data {
+                to: 5,
+                len: 0,
+                imm: None,
+                too_long: true,
+            },
+            Notice::Leave {
+                to: NO_LINK,
+                from: 4,
+            },
+            Notice::Left { to: 4 },
+        ];
+        for n in all {
+            assert_eq!(Notice::decode(&n.encode()), Ok(n));
+        }
+        let b = all[0].encode();
+        assert_eq!(Notice::decode(&b[..31]), Err(BadNotice::Short));
+        let mut m = b;
+        m[0] ^= 1;
+        assert_eq!(Notice::decode(&m), Err(BadNotice::Magic));
+        let mut k = b;
+        k[2] = 0;
+        assert_eq!(Notice::decode(&k), Err(BadNotice::Kind));
+        assert_eq!(split_link_id(link_id(3, 0x0100_0002)), (3, 0x0100_0002));
+    }
+}
