@@ -93,13 +93,16 @@ vm-test: kmod host
 # publishes its names again by itself, and they are found); 1,000 CONNECT/DISCONNECT
 # cycles from b to a with both kernels' memory flat; and a and b dialing each other at
 # once (each dial held 3 s), which must end with one set, dialed by one and adopted by
-# the other.
+# the other; then two-sided messages between them (two services, two rings, each
+# service receiving only its own messages, bytes and immediates checked, and a
+# DISCONNECT whose advertised receives come back Cancelled once the peer answered).
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
 CONNECT_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) connect a"
 META_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) import a a kv"
 KILL_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) hammer a a kv"
 MUTUAL_ROLES = --role "a:$(SMOKE) mutual b" --role "b:$(SMOKE) mutual a"
+MESSAGE_ROLES = --role "a:$(SMOKE) messages b recv 64" --role "b:$(SMOKE) messages a send 64"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
@@ -113,6 +116,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 600 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) failover a b kv"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000"
 	@$(VM) --timeout 300 --nodes 2 $(MUTUAL_ROLES)
+	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the
@@ -129,6 +133,7 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(META_ROLES)
 	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MUTUAL_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MESSAGE_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the
 # debug kernel; STRESS_SEED picks another random sequence.

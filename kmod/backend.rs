@@ -19,7 +19,11 @@ use core::ffi::c_void;
 
 use kernel::prelude::*;
 
-use crate::abi::engine::{Connection, MrKeys, Post, PostError, Rearm, SendKind, SendWr, CHAIN};
+use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
+use crate::abi::engine::{
+    Connection, MrKeys, Post, PostError, Rearm, SendKind, SendWr, CHAIN, FAR_WRITE_WR_ID,
+    NOTICE_RECVS, NOTICE_ROOM, NOTICE_WR_ID,
+};
 use crate::abi::errno::Errno;
 use crate::abi::sqe::{MrAccess, SqeFlags};
 use crate::shim::{self, CqNotify, IbCq, IbDevice, IbMr, IbPd, IbQp, Scratch, SendWrC};
@@ -36,7 +40,11 @@ const RECV_DEPTH: u32 = 1;
 pub(crate) const QPS: usize = POOL_QPS + crate::peer::PEER_QPS;
 /// CQ entries: room for every request the pool and the peer sets can have outstanding
 /// (a peer QP has the pool's depths: cm.c creates it so).
-const CQ_DEPTH: i32 = (QPS as i32) * (SEND_DEPTH + RECV_DEPTH) as i32;
+/// A set's QP may flush every work request it holds (a message to another node is two)
+/// and every notice receive (cm.c's sizes).
+const SET_CQES: u32 = 2 * SEND_DEPTH + NOTICE_ROOM + NOTICE_RECVS;
+const CQ_DEPTH: i32 = (POOL_QPS as u32 * (SEND_DEPTH + RECV_DEPTH)
+    + crate::peer::PEER_QPS as u32 * SET_CQES) as i32;
 /// GID table entries searched for the local RoCE v2 GID.
 const GID_SEARCH: u32 = 16;
 /// The port krcore serves on every device (its pool's GIDs are this port's).
@@ -317,7 +325,9 @@ impl Drop for Hw {
     }
 }
 
-fn to_c(wr: &SendWr) -> SendWrC {
+/// The C work requests carrying `wr` into `out` (one, or two for a message to another
+/// node: the WRITE of its bytes, then the notice saying so); how many.
+fn to_c(wr: &SendWr, out: &mut [SendWrC]) -> usize {
     let mut c = SendWrC {
         wr_id: wr.wr_id,
         local_addr: wr.local.addr,
@@ -349,6 +359,34 @@ fn to_c(wr: &SendWr) -> SendWrC {
             (c.kind, c.remote_addr, c.rkey) = (shim::WR_WRITE, remote_addr, rkey);
             None
         }
+        SendKind::DeliverFar {
+            remote_addr,
+            rkey,
+            to,
+            imm,
+        } => {
+            // The bytes, unsignaled (RC completes them with the notice after them),
+            // then the notice, carrying the request's wr_id and signaling.
+            let write = SendWrC {
+                wr_id: FAR_WRITE_WR_ID,
+                kind: shim::WR_WRITE,
+                remote_addr,
+                rkey,
+                signaled: 0,
+                solicited: 0,
+                ..c
+            };
+            let n = Notice::Data {
+                to,
+                len: wr.local.len,
+                imm,
+                too_long: false,
+            };
+            out[0] = write;
+            out[1] = notice_wr(wr.wr_id, &n.encode(), wr.signaled);
+            out[1].solicited = c.solicited;
+            return 2;
+        }
         SendKind::Cas {
             remote_addr,
             rkey,
@@ -371,7 +409,28 @@ fn to_c(wr: &SendWr) -> SendWrC {
     if let Some(v) = imm {
         (c.has_imm, c.imm) = (1, v);
     }
-    c
+    out[0] = c;
+    1
+}
+
+/// A set's QP's connection and peer, as its QP cell knows them.
+#[derive(Clone, Copy)]
+pub(crate) struct SetEnd {
+    /// cm.c's connection (a handle peer.rs holds while this is set).
+    pub(crate) conn: *mut crate::shim::CmConn,
+    /// The peer node's address.
+    pub(crate) gid: [u8; 16],
+}
+
+/// A notice to a peer kernel, sent inline.
+fn notice_wr(wr_id: u64, notice: &[u8; NOTICE_LEN], signaled: bool) -> SendWrC {
+    SendWrC {
+        wr_id,
+        kind: shim::WR_NOTICE,
+        signaled: signaled as u8,
+        notice: *notice,
+        ..SendWrC::default()
+    }
 }
 
 /// Scratch memory a chain of work requests, or a batch of work completions, is
@@ -404,7 +463,12 @@ impl Drop for ScratchBuf {
 pub(crate) struct QpPost {
     /// The QP, null until the pool is built and again once it is destroyed.
     pub(crate) qp: *mut IbQp,
+    /// A set's QP: its connection (whose notice receives it holds) and the peer's
+    /// address; set and cleared with `qp` (peer.rs).
+    pub(crate) peer: Option<SetEnd>,
     scratch: ScratchBuf,
+    /// A chain in C's terms (off the stack: 3 KiB).
+    c: KBox<[SendWrC; 2 * CHAIN]>,
 }
 
 // SAFETY: used only under its QP's mutex.
@@ -415,7 +479,9 @@ impl QpPost {
     pub(crate) fn new() -> Result<QpPost> {
         Ok(QpPost {
             qp: core::ptr::null_mut(),
+            peer: None,
             scratch: ScratchBuf::new()?,
+            c: KBox::new([SendWrC::default(); 2 * CHAIN], GFP_KERNEL)?,
         })
     }
 }
@@ -467,37 +533,61 @@ impl CqArm {
     }
 }
 
-impl Post for QpPost {
-    fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError> {
-        if self.qp.is_null() {
-            return Err(PostError {
-                posted: 0,
-                errno: Errno::ENODEV,
-            });
-        }
-        let mut c = [SendWrC::default(); CHAIN];
-        for (d, w) in c.iter_mut().zip(wrs) {
-            *d = to_c(w);
-        }
+impl QpPost {
+    /// Posts the first `n` C requests of `self.c`, those of requests ending at `ends`
+    /// (`ends[i]`: one past request `i`'s last).
+    fn post_c(&mut self, n: usize, ends: &[usize]) -> Result<(), PostError> {
+        let c = &self.c[..n];
         let mut posted = 0u32;
-        // SAFETY: live QP (non-null: between the pool's building and its destruction,
-        // both under this QP's lock); `c` holds `wrs.len()` (<= CHAIN = 16) requests.
+        // SAFETY: live QP (non-null: checked by the callers, under this QP's lock);
+        // `c` holds at most KRCORE_POST_MAX (2 * CHAIN) requests.
         let r = unsafe {
             shim::krcore_shim_post_send(
                 self.scratch.0,
                 self.qp,
                 c.as_ptr(),
-                wrs.len() as u32,
+                c.len() as u32,
                 &mut posted,
             )
         };
         if r != 0 {
+            // Requests whose every C request went out.
             return Err(PostError {
-                posted: posted as usize,
+                posted: ends.iter().take_while(|&&e| e <= posted as usize).count(),
                 errno: Errno(-r),
             });
         }
         Ok(())
+    }
+
+    fn gone() -> PostError {
+        PostError {
+            posted: 0,
+            errno: Errno::ENODEV,
+        }
+    }
+}
+
+impl Post for QpPost {
+    fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError> {
+        if self.qp.is_null() {
+            return Err(Self::gone());
+        }
+        let mut ends = [0usize; CHAIN];
+        let mut n = 0;
+        for (i, w) in wrs.iter().enumerate().take(CHAIN) {
+            n += to_c(w, &mut self.c[n..]);
+            ends[i] = n;
+        }
+        self.post_c(n, &ends[..wrs.len().min(CHAIN)])
+    }
+
+    fn post_notice(&mut self, notice: &[u8; NOTICE_LEN]) -> Result<(), PostError> {
+        if self.qp.is_null() {
+            return Err(Self::gone());
+        }
+        self.c[0] = notice_wr(NOTICE_WR_ID, notice, true);
+        self.post_c(1, &[1])
     }
 }
 

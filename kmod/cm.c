@@ -86,6 +86,18 @@ struct krcore_cm_offer {
 /* Each step of an active connect (address, route) is bounded by this. */
 #define KRCORE_CM_STEP_MS 2000
 #define KRCORE_CM_SEND_DEPTH 64
+/*
+ * A set's QP carries its requests (up to SEND_DEPTH, each up to two work requests: a
+ * message to another node is a WRITE and a notice) and up to NOTICE_ROOM notices of
+ * its own (abi's qp.rs), and keeps NOTICE_RECVS kernel receives posted for the peer
+ * kernel's notices (abi's far.rs, whose constants these are).
+ */
+#define KRCORE_NOTICE_LEN 32
+#define KRCORE_NOTICE_ROOM 16
+#define KRCORE_NOTICE_RECVS 64
+#define KRCORE_SET_SEND_DEPTH (2 * KRCORE_CM_SEND_DEPTH + KRCORE_NOTICE_ROOM)
+/* abi's notice_recv_wr_id(i): the backend's wr_id class (u64::MAX - n). */
+#define KRCORE_NOTICE_RECV_WR_ID(i) (U64_MAX - (0x50000000ULL + (i)))
 
 struct krcore_cm_conn {
 	struct list_head node;
@@ -116,6 +128,11 @@ struct krcore_cm_conn {
 	struct work_struct close;
 	/* Remote access its QP grants (set at RTR, again at ESTABLISHED). */
 	int access;
+	/* KRCORE_CM_PEER or KRCORE_CM_META. */
+	u8 kind;
+	/* A set's QP: its notice receive buffers (NOTICE_RECVS of NOTICE_LEN), mapped. */
+	u8 *notices;
+	u64 notices_dma;
 	/* An active connection: its request's private data, and the accept's. */
 	struct krcore_cm_hello hello;
 	u8 reply[sizeof(struct krcore_cm_offer)];
@@ -144,16 +161,93 @@ static bool krcore_cm_closing(struct ib_device *dev)
 	return false;
 }
 
+static int krcore_cm_post_notice_recv(struct krcore_cm_conn *c, u32 i)
+{
+	struct ib_sge sge = {
+		.addr = c->notices_dma + i * KRCORE_NOTICE_LEN,
+		.length = KRCORE_NOTICE_LEN,
+		.lkey = c->pd->local_dma_lkey,
+	};
+	struct ib_recv_wr wr = {
+		.wr_id = KRCORE_NOTICE_RECV_WR_ID(i),
+		.sg_list = &sge,
+		.num_sge = 1,
+	};
+
+	return ib_post_recv(c->id->qp, &wr, NULL);
+}
+
+/* A set's QP (in INIT, before it connects): its notice receives posted. */
+static int krcore_cm_notices_up(struct krcore_cm_conn *c)
+{
+	size_t bytes = KRCORE_NOTICE_RECVS * KRCORE_NOTICE_LEN;
+	u32 i;
+	int ret;
+
+	c->notices = kzalloc(bytes, GFP_KERNEL);
+	if (!c->notices)
+		return -ENOMEM;
+	c->notices_dma = ib_dma_map_single(c->dev, c->notices, bytes, DMA_FROM_DEVICE);
+	if (ib_dma_mapping_error(c->dev, c->notices_dma)) {
+		kfree(c->notices);
+		c->notices = NULL;
+		return -ENOMEM;
+	}
+	for (i = 0; i < KRCORE_NOTICE_RECVS; i++) {
+		ret = krcore_cm_post_notice_recv(c, i);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* After its QP is destroyed (nothing can land any more). */
+static void krcore_cm_notices_down(struct krcore_cm_conn *c)
+{
+	if (!c->notices)
+		return;
+	ib_dma_unmap_single(c->dev, c->notices_dma, KRCORE_NOTICE_RECVS * KRCORE_NOTICE_LEN,
+			    DMA_FROM_DEVICE);
+	kfree(c->notices);
+	c->notices = NULL;
+}
+
+int krcore_cm_take_notice(struct krcore_cm_conn *c, u32 i, u8 *out)
+{
+	int ret = -ENOTCONN;
+
+	if (i >= KRCORE_NOTICE_RECVS)
+		return -EINVAL;
+	/* Under the connection's mutex, as a post: a teardown marks it abandoned first. */
+	mutex_lock(&c->lock);
+	if (!c->abandoned && c->notices) {
+		u64 at = c->notices_dma + i * KRCORE_NOTICE_LEN;
+
+		ib_dma_sync_single_for_cpu(c->dev, at, KRCORE_NOTICE_LEN, DMA_FROM_DEVICE);
+		memcpy(out, c->notices + i * KRCORE_NOTICE_LEN, KRCORE_NOTICE_LEN);
+		ib_dma_sync_single_for_device(c->dev, at, KRCORE_NOTICE_LEN, DMA_FROM_DEVICE);
+		/* Posted again at once: the peer's notices find room (a failure here means
+		 * the QP is going; its set breaks). */
+		if (!READ_ONCE(c->broken))
+			krcore_cm_post_notice_recv(c, i);
+		ret = 0;
+	}
+	mutex_unlock(&c->lock);
+	return ret;
+}
+
 static int krcore_cm_create_qp(struct krcore_cm_conn *c)
 {
+	bool set = c->kind == KRCORE_CM_PEER;
 	struct ib_qp_init_attr attr = {
 		.send_cq = c->cq,
 		.recv_cq = c->cq,
 		.cap = {
-			.max_send_wr = KRCORE_CM_SEND_DEPTH,
-			.max_recv_wr = 1,
+			.max_send_wr = set ? KRCORE_SET_SEND_DEPTH : KRCORE_CM_SEND_DEPTH,
+			.max_recv_wr = set ? KRCORE_NOTICE_RECVS : 1,
 			.max_send_sge = 1,
 			.max_recv_sge = 1,
+			.max_inline_data = set ? KRCORE_NOTICE_LEN : 0,
 		},
 		.sq_sig_type = IB_SIGNAL_REQ_WR,
 		.qp_type = IB_QPT_RC,
@@ -161,6 +255,8 @@ static int krcore_cm_create_qp(struct krcore_cm_conn *c)
 	int ret = rdma_create_qp(c->id, c->pd, &attr);
 
 	c->qp_created = !ret;
+	if (!ret && set)
+		ret = krcore_cm_notices_up(c);
 	return ret;
 }
 
@@ -191,14 +287,17 @@ static unsigned int krcore_cm_accepted;
  * own id; the module's exit drains it. */
 static struct workqueue_struct *krcore_cm_wq;
 
-static void krcore_cm_param(struct rdma_conn_param *p)
+static void krcore_cm_param(struct rdma_conn_param *p, u8 kind)
 {
 	memset(p, 0, sizeof(*p));
 	p->responder_resources = 16;
 	p->initiator_depth = 16;
 	/* As the pooled QPs: finite retries, so nothing waits forever on the wire. */
 	p->retry_count = 7;
-	p->rnr_retry_count = 6;
+	/* A set's notices wait for the peer kernel to post its receive again (it does at
+	 * once, but may lag): retried without end on the wire, bounded by the requests'
+	 * deadline, which fails a QP that makes no progress. */
+	p->rnr_retry_count = kind == KRCORE_CM_PEER ? 7 : 6;
 }
 
 static void krcore_cm_put(struct krcore_cm_conn *c)
@@ -222,6 +321,7 @@ static void krcore_cm_teardown(struct krcore_cm_conn *c)
 	WRITE_ONCE(c->broken, true);
 	if (qp)
 		rdma_destroy_qp(c->id);
+	krcore_cm_notices_down(c);
 	rdma_destroy_id(c->id);
 	c->id = NULL;
 }
@@ -309,7 +409,7 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		ret = krcore_cm_create_qp(c);
 		if (ret)
 			return ret;
-		krcore_cm_param(&p);
+		krcore_cm_param(&p, c->kind);
 		p.private_data = &c->hello;
 		p.private_data_len = sizeof(c->hello);
 		return rdma_connect_locked(id, &p);
@@ -420,6 +520,7 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 		return -ENOMEM;
 	c->hello.magic = cpu_to_be32(KRCORE_CM_MAGIC);
 	c->hello.kind = kind;
+	c->kind = kind;
 	c->hello.index = index;
 	c->hello.key = cpu_to_be64(cluster_key);
 	c->access = kind == KRCORE_CM_PEER ? KRCORE_CM_REMOTE : 0;
@@ -584,10 +685,14 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		goto unpin;
 	c->id = id;
 	c->access = KRCORE_CM_REMOTE;
+	c->kind = hello->kind;
 	ret = krcore_cm_create_qp(c);
-	if (ret)
+	if (ret) {
+		if (c->qp_created)
+			rdma_destroy_qp(id);
 		goto free;
-	krcore_cm_param(&p);
+	}
+	krcore_cm_param(&p, c->kind);
 	if (hello->kind == KRCORE_CM_META) {
 		wire.magic = cpu_to_be32(KRCORE_CM_MAGIC);
 		wire.rkey = cpu_to_be32(offer.rkey);
@@ -622,13 +727,21 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	krcore_cm_accepted++;
 	list_add(&c->node, &krcore_cm_conns);
 	mutex_unlock(&krcore_cm_lock);
-	/* Into the set: Rust takes its own reference (krcore_cm_own), or leaves it an
-	 * accepted connection like any other (an adoption given up meanwhile). */
-	if (hello->kind == KRCORE_CM_PEER)
-		krcore_rs_cm_adopt(pin, c, id->qp, id->qp->qp_num, peer_gid, hello->index);
+	/* Into the set: Rust takes its own reference (krcore_cm_own); a connection no set
+	 * wants any more (its adoption given up meanwhile) is reaped, as one whose peer
+	 * left, so no QP with notice receives on the device's CQ is left unaccounted. */
+	if (hello->kind == KRCORE_CM_PEER &&
+	    !krcore_rs_cm_adopt(pin, c, id->qp, id->qp->qp_num, peer_gid, hello->index)) {
+		WRITE_ONCE(c->broken, true);
+		refcount_inc(&c->refs);
+		if (!queue_work(krcore_cm_wq, &c->reap))
+			refcount_dec(&c->refs);
+	}
 	krcore_rs_cm_unpin(pin);
 	return 0;
 free:
+	/* Its QP is destroyed (or never was). */
+	krcore_cm_notices_down(c);
 	kfree(c);
 unpin:
 	krcore_rs_cm_unpin(pin);

@@ -52,9 +52,11 @@ use kernel::time::Ktime;
 
 use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::cluster::conn_set::Attempt;
+use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::cqe::{Cqe, Reason};
 use crate::abi::engine::{
-    complete_wc, direct_complete, is_backend_wr_id, sweep, Caller, Completion, Context,
+    complete_wc, direct_complete, is_backend_wr_id, notice_recv_index, sweep, Caller,
+    Completion, Context, Links, NOTICE_WR_ID,
     ExportSlot, Exports, Fabric, MessageStorage, Messages, PhysQp, Posted, Qps, Recovery,
     Registration, Slot, Stall, Wc, WcStatus, DIRECT_WR_ID,
 };
@@ -181,13 +183,15 @@ impl DevCtx {
         let exports = Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY, GFP_KERNEL)?);
         let mut shards = KVec::with_capacity(SHARDS, GFP_KERNEL)?;
         for _ in 0..SHARDS {
-            let m = Messages::new(MessageStorage {
+            let mut m = Messages::new(MessageStorage {
                 links: KBuf::filled(LINKS, Slot::EMPTY, GFP_KERNEL)?,
                 half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
                 recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
                 waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
                 owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
+                due: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
             });
+            m.set_index(shards.len() as u32);
             shards.push(m, GFP_KERNEL)?;
         }
         // The verbs objects last; a failure after them drops them (Hw releases them).
@@ -380,9 +384,10 @@ impl DevCtx {
         peers.request(&self.shared, addr, index, now)
     }
 
-    /// The connection accepted for it: adopted into the set (see peer.rs).
-    pub(crate) fn cm_adopt(&self, addr: &[u8; 16], index: u32, q: PeerQp) {
-        self.shared.members().adopt(addr, index, q);
+    /// The connection accepted for it: adopted into the set (see peer.rs); whether it
+    /// was.
+    pub(crate) fn cm_adopt(&self, addr: &[u8; 16], index: u32, q: PeerQp) -> bool {
+        self.shared.members().adopt(addr, index, q)
     }
 
     /// The PD and CQ a peer kernel's connection is accepted with (cm.c), pinned: the
@@ -807,11 +812,45 @@ impl DevCtx {
     /// Routes one work completion of physical QP `qp` to the rings it completes (or to
     /// the recovery, for its own requests).
     fn route_wc(&self, qp: u32, wc: &Wc) {
+        if wc.wr_id == NOTICE_WR_ID {
+            // Room for the next notice (the sweep posts what waits for it).
+            self.shared.qp(qp, |q, _| q.notice_done());
+            return;
+        }
+        if let Some(i) = notice_recv_index(wc.wr_id) {
+            if wc.recv && wc.status == WcStatus::Success {
+                self.notice_in(qp, i);
+            }
+            return;
+        }
         if is_backend_wr_id(wc.wr_id) {
             self.shared.members().g.recovery.on_completion(qp, wc.wr_id);
             return;
         }
         complete_wc(&self.shared, qp, wc, |id, done| self.deliver(id, done));
+    }
+
+    /// Notice receive `i` of set QP `qp` completed: the peer kernel's notice, taken
+    /// (and the receive posted again) and handed to its links shard (abi's far.rs).
+    fn notice_in(&self, qp: u32, i: u32) {
+        let mut b = [0u8; NOTICE_LEN];
+        let gid = {
+            // Under the QP's lock: a set's close clears `peer` there before it lets the
+            // connection go.
+            let c = self.shared.qps[qp as usize].lock();
+            let Some(end) = c.post.peer else { return };
+            // SAFETY: a live connection (see above); `b` has room for a notice.
+            if unsafe { shim::krcore_cm_take_notice(end.conn, i, b.as_mut_ptr()) } != 0 {
+                return;
+            }
+            end.gid
+        };
+        // A malformed notice is dropped (a peer of another version, or a bug).
+        let Ok(n) = Notice::decode(&b) else { return };
+        let k = n.shard(&gid, self.shared.shards());
+        if k < self.shared.shards() {
+            self.shared.shard(k).on_notice(&gid, qp, n, &self.shared);
+        }
     }
 
     /// `IOC_DIRECT` (engine/direct.rs): posts `op.sqe` straight to its physical QP and

@@ -302,7 +302,7 @@ extern "C" fn krcore_rs_cm_peer_request(pin: *const DevCtx, gid: *const u8, inde
 }
 
 /// The connection accepted for that request: adopted into the set when it still wants
-/// it (cm.c's listener, with the pin).
+/// it (cm.c's listener, with the pin); whether it was (cm.c closes it otherwise).
 #[no_mangle]
 extern "C" fn krcore_rs_cm_adopt(
     pin: *const DevCtx,
@@ -311,10 +311,10 @@ extern "C" fn krcore_rs_cm_adopt(
     qpn: u32,
     gid: *const u8,
     index: u8,
-) {
+) -> bool {
     // SAFETY: a live pin (the caller holds it); `gid` points at 16 bytes.
     let (ctx, gid) = unsafe { (&*pin, &*gid.cast::<[u8; 16]>()) };
-    ctx.cm_adopt(gid, index as u32, PeerQp { conn, qp, qpn });
+    ctx.cm_adopt(gid, index as u32, PeerQp { conn, qp, qpn })
 }
 
 /// Ends a pin [`krcore_rs_cm_resources`] returned.

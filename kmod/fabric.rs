@@ -27,7 +27,7 @@ use crate::abi::engine::Export;
 use crate::abi::errno::Errno;
 use crate::abi::meta::client::Answer;
 use crate::abi::meta::record::NAME_LEN;
-use crate::backend::{self, Hw, QpPost, POOL_QPS, QPS};
+use crate::backend::{self, Hw, QpPost, SetEnd, POOL_QPS, QPS};
 use crate::meta::Meta;
 use crate::abi::cluster::conn_set::Attempt;
 use crate::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
@@ -136,10 +136,24 @@ impl Shared {
         }
     }
 
-    /// Gives slot `i` (a peer set's, peer.rs) the QP `qp` numbered `qpn`, or none (null:
-    /// nothing posts on it from here).
-    pub(crate) fn install_qp(&self, i: usize, qp: *mut IbQp, qpn: u32) {
-        self.qps[i].lock().post.qp = qp;
+    /// Gives slot `i` (a peer set's, peer.rs) the QP `qp` numbered `qpn` of the
+    /// connection `set` (its accounting started anew, listening for the peer's
+    /// notices), or none (null, `None`: nothing posts on it or takes its notices from
+    /// here; the number stays, so its accounting is still swept).
+    pub(crate) fn install_qp(&self, i: usize, qp: *mut IbQp, qpn: u32, set: Option<SetEnd>) {
+        {
+            let mut c = self.qps[i].lock();
+            c.post.qp = qp;
+            c.post.peer = set;
+        }
+        if set.is_some() {
+            self.qp(i as u32, |q, _| {
+                q.revive();
+                q.set_listening(true);
+            });
+        } else {
+            self.qp(i as u32, |q, _| q.set_listening(false));
+        }
         self.qpns[i].store(qpn, Ordering::Relaxed);
     }
 
@@ -184,12 +198,14 @@ impl MembersGuard<'_> {
     }
 
     /// A peer's connection was accepted for the set it asked for: see
-    /// [`PeerSets::adopt`].
-    pub(crate) fn adopt(&mut self, addr: &[u8; 16], index: u32, q: PeerQp) {
+    /// [`PeerSets::adopt`]. Whether it was adopted.
+    pub(crate) fn adopt(&mut self, addr: &[u8; 16], index: u32, q: PeerQp) -> bool {
         let MemberState { peers, recovery, .. } = &mut *self.g;
-        for slot in peers.adopt(self.shared, addr, index, q).into_iter().flatten() {
+        let (adopted, up) = peers.adopt(self.shared, addr, index, q);
+        for slot in up.into_iter().flatten() {
             recovery.revive(slot);
         }
+        adopted
     }
 }
 

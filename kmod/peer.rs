@@ -21,9 +21,10 @@
 //! the one set.
 //!
 //! A node's id is the low 16 bits of its IPv4 address (as in its MetaServer record);
-//! one-sided requests on a set reach the peer's exports imported by name (meta.rs).
-//! Not yet: the peer's incarnation checked at CONNECT (0 for every node here), and
-//! messages across nodes (a virtual QP on a set has no message link).
+//! one-sided requests on a set reach the peer's exports imported by name (meta.rs);
+//! two-sided messages cross it as abi's far.rs says, its notices received into kernel
+//! buffers cm.c keeps posted on every set QP. Not yet: the peer's incarnation checked
+//! at CONNECT (0 for every node here).
 
 use kernel::prelude::*;
 
@@ -32,6 +33,7 @@ use crate::abi::cluster::peers::{node_of, Connect, Peers};
 use crate::abi::engine::Connection;
 use crate::abi::errno::Errno;
 use crate::backend::POOL_QPS;
+use crate::backend::SetEnd;
 use crate::fabric::Shared;
 use crate::shim::{self, CmConn, IbQp};
 use crate::store::{KBuf, KStore};
@@ -171,7 +173,7 @@ impl PeerSets {
         for (slot, q) in slots.clone().zip(made.iter()) {
             let Some(q) = *q else { continue };
             if set {
-                self.install(shared, slot, q);
+                self.install(shared, slot, q, &job.addr);
             } else {
                 // SAFETY: a handle cm_connect gave, released once.
                 unsafe { shim::krcore_shim_cm_close_later(q.conn) };
@@ -183,10 +185,14 @@ impl PeerSets {
         set.then_some(slots)
     }
 
-    /// Installs a connected QP of a set in `slot`, its accounting started anew.
-    fn install(&mut self, shared: &Shared, slot: u32, q: PeerQp) {
-        shared.install_qp(slot as usize, q.qp, q.qpn);
-        shared.qps[slot as usize].lock().acct.revive();
+    /// Installs a connected QP of a set to `addr` in `slot`, its accounting started
+    /// anew.
+    fn install(&mut self, shared: &Shared, slot: u32, q: PeerQp, addr: &[u8; 16]) {
+        let end = SetEnd {
+            conn: q.conn,
+            gid: *addr,
+        };
+        shared.install_qp(slot as usize, q.qp, q.qpn, Some(end));
         self.qps[slot as usize - POOL_QPS] = Some(q);
     }
 
@@ -226,37 +232,39 @@ impl PeerSets {
 
     /// Connection `index` of the set the peer at `addr` asked for was accepted (cm.c):
     /// installed into the adopting entry's slot, when that adoption is still under way.
-    /// The slots, when the set is now complete, for the recovery to forget.
+    /// Whether it was, and the slots, when the set is now complete, for the recovery
+    /// to forget.
     pub(crate) fn adopt(
         &mut self,
         shared: &Shared,
         addr: &[u8; 16],
         index: u32,
         q: PeerQp,
-    ) -> Option<core::ops::Range<u32>> {
-        let p = self.table.find(addr)?;
-        let adopting = self.table.get(p)?.set.state();
-        if !matches!(adopting, State::Adopting { .. }) || index as usize >= QPS_PER_SET {
-            return None;
+    ) -> (bool, Option<core::ops::Range<u32>>) {
+        let Some(p) = self.table.find(addr) else {
+            return (false, None);
+        };
+        let adopting = self.table.get(p).map(|e| e.set.state());
+        if !matches!(adopting, Some(State::Adopting { .. })) || index as usize >= QPS_PER_SET {
+            return (false, None);
         }
         let slot = self.table.qps(p).start + index;
-        if let Some(old) = self.qps[slot as usize - POOL_QPS] {
+        if let Some(old) = self.qps[slot as usize - POOL_QPS].take() {
             // A connection of an adoption given up and begun again: replaced.
-            shared.install_qp(slot as usize, core::ptr::null_mut(), old.qpn);
+            shared.install_qp(slot as usize, core::ptr::null_mut(), old.qpn, None);
             // SAFETY: a handle krcore_cm_own gave, released once.
             unsafe { shim::krcore_shim_cm_close_later(old.conn) };
-            self.qps[slot as usize - POOL_QPS] = None;
         }
         // SAFETY: `q.conn` is the live connection cm.c just accepted and listed.
         if !unsafe { shim::krcore_cm_own(q.conn) } {
-            return None;
+            return (false, None);
         }
-        self.install(shared, slot, q);
+        self.install(shared, slot, q, addr);
         if !self.table.adopted(p, index, QPS_PER_SET as u32) {
-            return None;
+            return (true, None);
         }
         log_set(addr, "up, adopted (the peer dialed it)");
-        Some(self.table.qps(p))
+        (true, Some(self.table.qps(p)))
     }
 
     /// Whether a connection of entry `peer`'s set broke: the CM said so (the peer
@@ -277,7 +285,7 @@ impl PeerSets {
         for s in self.table.qps(peer) {
             if let Some(q) = self.qps[s as usize - POOL_QPS].take() {
                 // The number stays: the slot's accounting is still swept (fabric.rs).
-                shared.install_qp(s as usize, core::ptr::null_mut(), q.qpn);
+                shared.install_qp(s as usize, core::ptr::null_mut(), q.qpn, None);
                 // SAFETY: a handle cm_connect gave, released once.
                 unsafe { shim::krcore_shim_cm_close_later(q.conn) };
             }

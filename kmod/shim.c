@@ -478,8 +478,8 @@ struct krcore_scratch {
 	union {
 		struct ib_atomic_wr atomic;
 		struct ib_rdma_wr rdma;
-	} wr[16];
-	struct ib_sge sge[16];
+	} wr[KRCORE_POST_MAX];
+	struct ib_sge sge[KRCORE_POST_MAX];
 	struct ib_wc wc[16];
 };
 
@@ -502,7 +502,7 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 	u32 i;
 	int ret;
 
-	if (n > 16)
+	if (n > KRCORE_POST_MAX)
 		return -EINVAL;
 	for (i = 0; i < n; i++) {
 		const struct krcore_send_wr *w = &wrs[i];
@@ -536,6 +536,14 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 			s->wr[i].rdma.wr.opcode = w->has_imm ? IB_WR_SEND_WITH_IMM : IB_WR_SEND;
 			wr = &s->wr[i].rdma.wr;
 			break;
+		case KRCORE_WR_NOTICE:
+			/* Inline: the driver copies the bytes at post time. */
+			sge[i] = (struct ib_sge){ .addr = (uintptr_t)w->notice,
+						  .length = sizeof(w->notice) };
+			s->wr[i].rdma = (struct ib_rdma_wr){};
+			s->wr[i].rdma.wr.opcode = IB_WR_SEND;
+			wr = &s->wr[i].rdma.wr;
+			break;
 		default:
 			return -EINVAL;
 		}
@@ -544,7 +552,8 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 		wr->num_sge = 1;
 		wr->send_flags = (w->signaled ? IB_SEND_SIGNALED : 0) |
 				 (w->fence ? IB_SEND_FENCE : 0) |
-				 (w->solicited ? IB_SEND_SOLICITED : 0);
+				 (w->solicited ? IB_SEND_SOLICITED : 0) |
+				 (w->kind == KRCORE_WR_NOTICE ? IB_SEND_INLINE : 0);
 		if (w->has_imm)
 			wr->ex.imm_data = cpu_to_be32(w->imm);
 		wr->next = NULL;

@@ -59,10 +59,10 @@ void krcore_rs_cm_unpin(void *pin);
  * attempt wins (the dialer yields), another errno to refuse it. */
 int krcore_rs_cm_peer_request(void *pin, const u8 *gid, u8 index);
 /* The connection accepted for it: the set adopts it (krcore_cm_own) when it still
- * wants it. */
+ * wants it; false when it does not (cm.c then closes it). */
 struct krcore_cm_conn;
 struct ib_qp;
-void krcore_rs_cm_adopt(void *pin, struct krcore_cm_conn *c, struct ib_qp *qp, u32 qpn,
+bool krcore_rs_cm_adopt(void *pin, struct krcore_cm_conn *c, struct ib_qp *qp, u32 qpn,
 			const u8 *gid, u8 index);
 
 /* Build the device's QP pool now if it can (work context; ctx is the device context). */
@@ -147,6 +147,8 @@ enum krcore_wr_kind {
 	KRCORE_WR_SEND = 3,
 	KRCORE_WR_CAS = 4,
 	KRCORE_WR_FAA = 5,
+	/* A notice to a peer kernel: `notice` sent inline (a set's QP, see abi's far.rs). */
+	KRCORE_WR_NOTICE = 6,
 };
 
 /* A send work request, flat. */
@@ -166,6 +168,7 @@ struct krcore_send_wr {
 	u8 fence;
 	u8 solicited;
 	u8 pad[3];
+	u8 notice[32];		/* KRCORE_WR_NOTICE's bytes */
 };
 
 /* A work completion, flat. */
@@ -230,6 +233,8 @@ void krcore_shim_scratch_free(struct krcore_scratch *s);
 /* Posts n (<= 16) requests in order; *posted says how many went out. */
 int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 			  const struct krcore_send_wr *wrs, u32 n, u32 *posted);
+/* At most this many work requests per krcore_shim_post_send call. */
+#define KRCORE_POST_MAX 32
 /* Polls up to n (<= 16) completions. */
 int krcore_shim_poll_cq(struct krcore_scratch *s, struct ib_cq *cq, struct krcore_wc *out,
 			int n);
@@ -309,6 +314,9 @@ int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o);
  * -ENOENT when unset, -EINVAL when it is no address. */
 int krcore_cm_param_gid(const char *param, u8 *gid);
 int krcore_cm_post(struct krcore_cm_conn *c, const struct ib_send_wr *wr);
+/* A set's QP's notice receive `i` completed: its 32 bytes copied to `out` and the
+ * receive posted again; -ENOTCONN once the connection is torn down. */
+int krcore_cm_take_notice(struct krcore_cm_conn *c, u32 i, u8 *out);
 
 /* ---- The MetaServer (meta.c) ---- */
 /* The meta_check_ms parameter: the device watch's tick period (0: no tick). */

@@ -9,6 +9,7 @@ pub(crate) const WR_WRITE: u8 = 2;
 pub(crate) const WR_SEND: u8 = 3;
 pub(crate) const WR_CAS: u8 = 4;
 pub(crate) const WR_FAA: u8 = 5;
+pub(crate) const WR_NOTICE: u8 = 6;
 
 /// `struct krcore_send_wr`.
 #[repr(C)]
@@ -29,6 +30,7 @@ pub(crate) struct SendWrC {
     pub(crate) fence: u8,
     pub(crate) solicited: u8,
     pub(crate) pad: [u8; 3],
+    pub(crate) notice: [u8; 32],
 }
 
 /// `struct krcore_wc`.
@@ -220,6 +222,7 @@ extern "C" {
     pub(crate) fn krcore_shim_cm_close_later(c: *mut CmConn);
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
     pub(crate) fn krcore_cm_own(c: *mut CmConn) -> bool;
+    pub(crate) fn krcore_cm_take_notice(c: *mut CmConn, i: u32, out: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_meta_server_gid(gid: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_meta_region_alloc(pd: *mut IbPd, bytes: u32) -> *mut MetaRegion;
     pub(crate) fn krcore_shim_meta_region_offer(r: *mut MetaRegion, o: *mut MetaOffer);

@@ -39,6 +39,18 @@
 // Longest backoff.
 #define krcore_BACKOFF_MAX_MS 60000
 
+// The `wr_id` of a receive the peer's kernel advertised (never routed to a ring).
+#define krcore_FAR_RECV UINT64_MAX
+
+// Kernel receives for notices kept posted on each set QP (kmod/cm.c posts them; its
+// `KRCORE_NOTICE_RECVS` is this).
+#define krcore_NOTICE_RECVS 64
+
+// Notices a set's QP carries at once beyond its requests' depth: its hardware send
+// queue has room for them (see the module's set QPs), so they never take a ring's
+// credit. A notice waits in its link (see `message`) while there is no room.
+#define krcore_NOTICE_ROOM 16
+
 // The default deadline of a send request: past it with no completion on its QP, the
 // QP is failed and its requests complete with `Deadline` (the module's
 // `request_timeout_ms` sets it). The wire's own retries end far sooner on a live
@@ -237,8 +249,7 @@ enum krcore_Reason
   // Another node did not answer, had no route, or refused: a CONNECT's peer (retried
   // after a backoff), or the MetaServer (none configured, or not reachable).
   KRCORE_REASON_UNREACHABLE = 26,
-  // A two-sided message on a virtual QP with no message link: one connected to
-  // another node (messages do not cross nodes yet).
+  // A two-sided message on a virtual QP whose message link is gone.
   KRCORE_REASON_NO_LINK = 27,
   // An export name that is empty, longer than 24 bytes, or not NUL-padded.
   KRCORE_REASON_BAD_NAME = 28,
@@ -250,6 +261,9 @@ enum krcore_Reason
   // IMPORT_NAME through a virtual QP that is not connected to the node the export
   // lives on.
   KRCORE_REASON_NOT_ON_PEER = 31,
+  // CONNECT to another node for a service another virtual QP of this node already
+  // holds with that node (across nodes a service names one link per pair of nodes).
+  KRCORE_REASON_SERVICE_TAKEN = 32,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -518,6 +532,10 @@ typedef uint32_t krcore_OneFlags;
 #define krcore_OneFlags_POP (uint32_t)(1 << 1)
 // With `POP`: wait until there is one (interruptible: `EINTR`).
 #define krcore_OneFlags_WAIT (uint32_t)(1 << 2)
+
+
+
+
 
 
 

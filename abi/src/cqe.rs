@@ -111,8 +111,7 @@ pub enum Reason {
     /// Another node did not answer, had no route, or refused: a CONNECT's peer (retried
     /// after a backoff), or the MetaServer (none configured, or not reachable).
     Unreachable = 26,
-    /// A two-sided message on a virtual QP with no message link: one connected to
-    /// another node (messages do not cross nodes yet).
+    /// A two-sided message on a virtual QP whose message link is gone.
     NoLink = 27,
     /// An export name that is empty, longer than 24 bytes, or not NUL-padded.
     BadName = 28,
@@ -124,13 +123,16 @@ pub enum Reason {
     /// IMPORT_NAME through a virtual QP that is not connected to the node the export
     /// lives on.
     NotOnPeer = 31,
+    /// CONNECT to another node for a service another virtual QP of this node already
+    /// holds with that node (across nodes a service names one link per pair of nodes).
+    ServiceTaken = 32,
 }
 
 impl Reason {
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
         use Reason::*;
-        const ALL: [Reason; 32] = [
+        const ALL: [Reason; 33] = [
             None,
             BadOpcode,
             UnknownFlags,
@@ -163,6 +165,7 @@ impl Reason {
             NameTaken,
             NoSuchName,
             NotOnPeer,
+            ServiceTaken,
         ];
         ALL.get(v as usize).copied()
     }
@@ -192,6 +195,7 @@ impl Reason {
             Reason::NameTaken => Errno::EEXIST,
             Reason::NoSuchName => Errno::ENOENT,
             Reason::NotOnPeer => Errno::EXDEV,
+            Reason::ServiceTaken => Errno::EADDRINUSE,
         }
     }
 
@@ -229,13 +233,16 @@ impl Reason {
             Reason::Unreachable => {
                 "no connection to the peer node or the MetaServer: it did not answer or refused"
             }
-            Reason::NoLink => "no message link: two-sided messages do not cross nodes yet",
+            Reason::NoLink => "no message link: the virtual QP's link is gone",
             Reason::BadName => "export name empty, over 24 bytes, or not NUL-padded",
             Reason::NameTaken => "export name already published",
             Reason::NoSuchName => {
                 "no live export of that name (never published, revoked, or its node restarted)"
             }
             Reason::NotOnPeer => "the export lives on another node than the virtual QP connects to",
+            Reason::ServiceTaken => {
+                "another virtual QP of this node holds that service with that node already"
+            }
         }
     }
 }
@@ -293,7 +300,7 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_carry_an_errno() {
-        for v in 0..=31u16 {
+        for v in 0..=32u16 {
             let r = Reason::from_u16(v).unwrap();
             assert_eq!(r as u16, v);
             assert_eq!(r.errno().0 == 0, r == Reason::None);
@@ -302,6 +309,6 @@ mod tests {
                 assert_eq!(c.failure(), Some(r));
             }
         }
-        assert_eq!(Reason::from_u16(32), None);
+        assert_eq!(Reason::from_u16(33), None);
     }
 }

@@ -65,6 +65,8 @@ impl Errno {
     pub const EALREADY: Errno = Errno(114);
     /// In progress: a connection to the peer node is being made.
     pub const EINPROGRESS: Errno = Errno(115);
+    /// Address in use (a service held with that node already).
+    pub const EADDRINUSE: Errno = Errno(98);
     /// File exists (a name taken).
     pub const EEXIST: Errno = Errno(17);
     /// Cross-device link (a resource on another node).

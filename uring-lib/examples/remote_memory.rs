@@ -16,9 +16,12 @@
 //!
 //! `remote_memory hammer ADDR NAME ROLE`: the failure test (see [`hammer`]).
 //! `remote_memory probe ADDR NAME SECS`: import and READ, no more (see [`probe`]).
+#[path = "support/retry.rs"]
+mod support;
 use std::net::Ipv4Addr;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+use support::retry;
 
 use krcore_abi::cqe::Reason;
 use krcore_abi::sqe::MrAccess;
@@ -37,26 +40,6 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 fn word(b: &[u8], at: u64) -> u64 {
     let at = at as usize;
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-/// Retries `f` while it fails for one of `reasons` (a peer or the MetaServer still
-/// booting, a name not published yet), up to `secs` seconds.
-fn retry<T>(
-    secs: u64,
-    reasons: &[Reason],
-    mut f: impl FnMut() -> std::result::Result<T, Error>,
-) -> Result<T> {
-    let until = Instant::now() + Duration::from_secs(secs);
-    loop {
-        match f() {
-            Err(e)
-                if e.reason().is_some_and(|r| reasons.contains(&r)) && Instant::now() < until =>
-            {
-                sleep(Duration::from_millis(500))
-            }
-            r => return Ok(r?),
-        }
-    }
 }
 
 fn expect_reason<T>(what: &str, r: std::result::Result<T, Error>, want: Reason) -> Result<()> {
@@ -302,9 +285,7 @@ fn probe(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> {
     let (v, remote) = match found {
         Ok(x) => x,
         Err(e) => {
-            let unreachable = e
-                .downcast_ref::<Error>()
-                .is_some_and(|e| e.reason() == Some(Reason::Unreachable));
+            let unreachable = e.reason() == Some(Reason::Unreachable);
             println!("{name} at {addr}: not found after {:?}: {e}", t.elapsed());
             std::process::exit(if unreachable { 3 } else { 1 });
         }

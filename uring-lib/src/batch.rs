@@ -163,6 +163,15 @@ impl<'a> Batch<'a> {
         Ok(self)
     }
 
+    /// DISCONNECT of `vqp`, after the entries before it (receives still posted on it
+    /// come back `Cancelled` first; across nodes once the peer's kernel confirmed it
+    /// writes none of them).
+    pub fn disconnect(&mut self, vqp: Vqp) -> &mut Self {
+        let ud = self.sqes.len() as u64;
+        self.sqes.push(Sqe::disconnect(ud, vqp.handle));
+        self
+    }
+
     /// RECV into `local` at `local_off`, up to `len` bytes. Its completion needs the
     /// peer's SEND, in this batch or from another process.
     pub fn recv(

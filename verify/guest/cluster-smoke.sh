@@ -54,7 +54,14 @@
 #                                   reload with META's node as the MetaServer; CONNECT to
 #                                   ROLE's node, import NAME, READ/WRITE/CAS/FAA it with
 #                                   the bytes checked, unload
+#   cluster-smoke.sh messages ROLE recv|send N
+#                                   reload listening; two-sided messages with ROLE's node
+#                                   (uring-lib/examples/messages.rs: two services, two
+#                                   rings, N messages each way checked, a DISCONNECT with
+#                                   receives advertised); unload once ROLE is done (recv
+#                                   waits for send's last word, send for recv's)
 set -u
+MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
 META_LOOKUP=$(dirname "$0")/../../target/release/examples/meta_lookup
@@ -198,6 +205,14 @@ mutual)
   esac || { echo "$KRCORE_NODE: a second set between this node and $2" >&2; exit 1; }
   sleep 5
   rmmod krcore || exit 1
+  ;;
+messages)
+  peer=$(addr_of "$2") || exit 1
+  reload || exit 1
+  "$MESSAGES" "$3" "$peer" "$4" || exit 1
+  # The peer may still be finishing with this node's kernel (its DISCONNECTs).
+  sleep 3
+  unload
   ;;
 cycles)
   peer=$(addr_of "$2") || exit 1

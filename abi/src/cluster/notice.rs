@@ -70,6 +70,8 @@ pub enum Notice {
     /// The sender's end `from` left: nothing more comes from it, and the receiver's end
     /// `to` must stop using its receives (and answer [`Notice::Left`]).
     Leave {
+        /// The service (to find an end the sender knew no id of).
+        service: u32,
         /// The receiver's end, or [`NO_LINK`] when the sender knew none.
         to: u64,
         /// The end that left.
@@ -156,7 +158,8 @@ impl Notice {
                     if imm.is_some() { HAS_IMM } else { 0 } | if too_long { TOO_LONG } else { 0 };
                 (DATA, f)
             }
-            Notice::Leave { to, from } => {
+            Notice::Leave { service, to, from } => {
+                put(&mut b, 4, service.to_le_bytes());
                 put(&mut b, 8, to.to_le_bytes());
                 put(&mut b, 16, from.to_le_bytes());
                 (LEAVE, 0)
@@ -169,6 +172,22 @@ impl Notice {
         b[2] = kind;
         b[3] = flags;
         b
+    }
+
+    /// The shard of the receiving kernel a notice goes to, of `shards`: an end named by
+    /// its id carries its shard; one named by service only is where
+    /// [`shard_of`](super::super::engine::shard_of) puts the sender's node and service.
+    pub fn shard(&self, from_gid: &[u8; 16], shards: u32) -> u32 {
+        let to = match *self {
+            Notice::Hello { to, .. } | Notice::Leave { to, .. } => to,
+            Notice::Advert { to, .. } | Notice::Data { to, .. } | Notice::Left { to } => to,
+        };
+        match *self {
+            Notice::Hello { service, .. } | Notice::Leave { service, .. } if to == NO_LINK => {
+                super::super::engine::shard_of(from_gid, service, shards)
+            }
+            _ => split_link_id(to).0,
+        }
     }
 
     /// Reads a notice from the bytes a receive got.
@@ -199,6 +218,7 @@ impl Notice {
                 too_long: flags & TOO_LONG != 0,
             },
             LEAVE => Notice::Leave {
+                service: u32_at(b, 4),
                 to: u64_at(b, 8),
                 from: u64_at(b, 16),
             },
@@ -239,6 +259,7 @@ mod tests {
                 too_long: true,
             },
             Notice::Leave {
+                service: 9,
                 to: NO_LINK,
                 from: 4,
             },

@@ -50,6 +50,23 @@ pub enum SendKind {
         /// The receiving MR's rkey.
         rkey: u32,
     },
+    /// A message to another node, matched with a receive its kernel advertised (see
+    /// `far`): an RDMA WRITE of the bytes (into the receive, or for WRITE_IMM into the
+    /// remote range it names), then on the same QP a notice to the peer kernel saying
+    /// which receive they completed ([`Notice::Data`]): two work requests, the
+    /// notice carrying this request's `wr_id` and signaling.
+    ///
+    /// [`Notice::Data`]: super::cluster::notice::Notice::Data
+    DeliverFar {
+        /// Where the bytes go.
+        remote_addr: u64,
+        /// Its rkey (the receiving kernel's, or the import's for WRITE_IMM).
+        rkey: u32,
+        /// The receiving end, in the peer kernel's terms.
+        to: u64,
+        /// Immediate data.
+        imm: Option<u32>,
+    },
     /// 8-byte compare-and-swap; the old value lands in the local buffer.
     Cas {
         /// Remote address.

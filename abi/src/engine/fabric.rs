@@ -27,6 +27,7 @@
 //! (the kernel's per-ring inbox), never taking a ring's lock inside a QP's.
 
 use super::backend::{Connection, MrKeys, PostError, SendWr};
+use super::cluster::notice::NOTICE_LEN;
 use super::cqe::Reason;
 use super::errno::Errno;
 use super::export::{Export, Exports};
@@ -42,6 +43,14 @@ use super::Store;
 pub trait Post {
     /// Posts a chain of send requests, in order.
     fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError>;
+    /// Posts a notice to the peer kernel (a set's QP only; see `far`), signaled, with
+    /// [`NOTICE_WR_ID`](super::far::NOTICE_WR_ID).
+    fn post_notice(&mut self, _notice: &[u8; NOTICE_LEN]) -> Result<(), PostError> {
+        Err(PostError {
+            posted: 0,
+            errno: Errno::ENODEV,
+        })
+    }
 }
 
 /// The physical QPs, each behind its own lock.

@@ -44,7 +44,7 @@ use super::wrid::WrId;
 use super::Store;
 
 /// End of a list.
-const NIL: u32 = u32::MAX;
+pub(super) const NIL: u32 = u32::MAX;
 
 /// The shard, of `shards` (a power of two), holding the links to `gid`/`service`: a
 /// multiply-xorshift of the GID's two halves and the service, cheap on the CONNECT
@@ -135,28 +135,32 @@ impl WaitingSend {
 /// A node of a list threaded through a [`Table`].
 #[derive(Clone, Copy, Debug)]
 pub struct Node<T> {
-    val: T,
-    next: u32,
+    pub(super) val: T,
+    pub(super) next: u32,
 }
 
 /// A FIFO threaded through a table: head and tail handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct List {
-    head: u32,
-    tail: u32,
+pub(super) struct List {
+    pub(super) head: u32,
+    pub(super) tail: u32,
 }
 
 impl List {
-    const EMPTY: List = List {
+    pub(super) const EMPTY: List = List {
         head: NIL,
         tail: NIL,
     };
 
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.head == NIL
     }
 
-    fn push_back<T, S: Store>(&mut self, t: &mut Table<Node<T>, S>, val: T) -> Result<(), T> {
+    pub(super) fn push_back<T, S: Store>(
+        &mut self,
+        t: &mut Table<Node<T>, S>,
+        val: T,
+    ) -> Result<(), T> {
         let h = t.insert(Node { val, next: NIL }).map_err(|n| n.val)?;
         match t.get_mut(self.tail) {
             Some(last) => last.next = h,
@@ -166,7 +170,11 @@ impl List {
         Ok(())
     }
 
-    fn push_front<T, S: Store>(&mut self, t: &mut Table<Node<T>, S>, val: T) -> Result<(), T> {
+    pub(super) fn push_front<T, S: Store>(
+        &mut self,
+        t: &mut Table<Node<T>, S>,
+        val: T,
+    ) -> Result<(), T> {
         let h = t
             .insert(Node {
                 val,
@@ -180,11 +188,11 @@ impl List {
         Ok(())
     }
 
-    fn front<'a, T, S: Store>(&self, t: &'a Table<Node<T>, S>) -> Option<&'a T> {
+    pub(super) fn front<'a, T, S: Store>(&self, t: &'a Table<Node<T>, S>) -> Option<&'a T> {
         t.get(self.head).map(|n| &n.val)
     }
 
-    fn pop<T, S: Store>(&mut self, t: &mut Table<Node<T>, S>) -> Option<T> {
+    pub(super) fn pop<T, S: Store>(&mut self, t: &mut Table<Node<T>, S>) -> Option<T> {
         let n = t.remove(self.head)?;
         self.head = n.next;
         if self.head == NIL {
@@ -196,7 +204,7 @@ impl List {
 
 /// Who holds an end of a link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Holder {
+pub(super) enum Holder {
     /// Nobody yet: the link waits for a second CONNECT.
     Open,
     /// A virtual QP.
@@ -210,18 +218,19 @@ enum Holder {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct End {
-    holder: Holder,
+pub(super) struct End {
+    pub(super) holder: Holder,
     /// The physical QP its virtual QP is bound to.
-    qp: u32,
-    /// Receives posted at this end, oldest first.
-    recvs: List,
+    pub(super) qp: u32,
+    /// Receives posted at this end, oldest first (for a far end: the receives its
+    /// kernel advertised).
+    pub(super) recvs: List,
     /// Sends from this end waiting for the other end's receives, oldest first.
-    waiting: List,
+    pub(super) waiting: List,
 }
 
 impl End {
-    const OPEN: End = End {
+    pub(super) const OPEN: End = End {
         holder: Holder::Open,
         qp: 0,
         recvs: List::EMPTY,
@@ -229,12 +238,15 @@ impl End {
     };
 }
 
-/// Two virtual QPs joined for two-sided messages.
+/// Two virtual QPs joined for two-sided messages: on this node, or (with `far`) one
+/// here and one on another node (see `far`).
 #[derive(Clone, Copy, Debug)]
 pub struct Link {
-    gid: [u8; 16],
-    service: u32,
-    ends: [End; 2],
+    pub(super) gid: [u8; 16],
+    pub(super) service: u32,
+    pub(super) ends: [End; 2],
+    /// Across nodes: end 0 is here, end 1 on the node at `gid`.
+    pub(super) far: Option<super::far::Far>,
 }
 
 /// The storage [`Messages`] is built from; its sizes are the device's limits.
@@ -250,6 +262,8 @@ pub struct MessageStorage<S: Store> {
     pub waiting: S::Buf<Slot<Node<WaitingSend>>>,
     /// Completions owed to rings; as many as `recvs` and `waiting` together.
     pub owed: S::Buf<(u64, Completion)>,
+    /// Links across nodes with notices due to the peer kernel; as many as `links`.
+    pub due: S::Buf<u32>,
 }
 
 /// A link waiting for its second end.
@@ -266,6 +280,16 @@ pub struct HalfOpen {
 pub enum SendStep {
     /// The oldest receive at the peer: deliver into it.
     Deliver(PostedRecv),
+    /// The oldest receive the peer node's kernel advertised for end `to` (its id):
+    /// deliver into it and tell it ([`SendKind::DeliverFar`]).
+    ///
+    /// [`SendKind::DeliverFar`]: super::backend::SendKind::DeliverFar
+    DeliverFar {
+        /// The receive.
+        r: PostedRecv,
+        /// The peer's end.
+        to: u64,
+    },
     /// No receive yet: the send waits (the caller holds its credit).
     Waits,
     /// It can never be received (the peer left), or no room to wait.
@@ -292,13 +316,19 @@ pub enum RecvStep {
 
 /// The device's links, with their receives and waiting sends.
 pub struct Messages<S: Store> {
-    links: Table<Link, S>,
+    pub(super) links: Table<Link, S>,
     half_open: Fifo<u32, S>,
-    recvs: Table<Node<PostedRecv>, S>,
-    waiting: Table<Node<WaitingSend>, S>,
-    owed: Fifo<(u64, Completion), S>,
+    pub(super) recvs: Table<Node<PostedRecv>, S>,
+    pub(super) waiting: Table<Node<WaitingSend>, S>,
+    pub(super) owed: Fifo<(u64, Completion), S>,
     /// No waiting send expires before this, ms.
-    next_expiry_ms: i64,
+    pub(super) next_expiry_ms: i64,
+    /// Links across nodes with notices due, each once (see `far`).
+    pub(super) due: Fifo<u32, S>,
+    /// Which shard of the device this is (a link's id on the wire names it).
+    pub(super) index: u32,
+    /// Links across nodes whose local end left and waits for the peer's answer.
+    pub(super) retracting: u32,
 }
 
 impl<S: Store> Messages<S> {
@@ -311,10 +341,19 @@ impl<S: Store> Messages<S> {
             waiting: Table::new(storage.waiting),
             owed: Fifo::new(storage.owed),
             next_expiry_ms: i64::MAX,
+            due: Fifo::new(storage.due),
+            index: 0,
+            retracting: 0,
         };
         assert!(m.half_open.capacity() >= m.links.capacity());
+        assert!(m.due.capacity() >= m.links.capacity());
         assert!(m.owed.capacity() >= m.recvs.capacity() + m.waiting.capacity());
         m
+    }
+
+    /// Names this shard `k` of its device (a link's id on the wire carries it).
+    pub fn set_index(&mut self, k: u32) {
+        self.index = k;
     }
 
     /// Links in use.
@@ -335,7 +374,7 @@ impl<S: Store> Messages<S> {
     /// Whether nothing here needs the recovery's step: no send waiting for a receive
     /// (it may expire), nothing owed.
     pub fn quiet(&self) -> bool {
-        self.waiting() == 0 && !self.owes()
+        self.waiting() == 0 && !self.owes() && self.due.is_empty() && self.retracting == 0
     }
 
     /// The oldest link waiting for a second end at `gid`/`service`, with its first end's
@@ -383,6 +422,7 @@ impl<S: Store> Messages<S> {
                 gid,
                 service,
                 ends: [bound, End::OPEN],
+                far: None,
             })
             .ok()?;
         let r = self.half_open.push(h);
@@ -404,6 +444,15 @@ impl<S: Store> Messages<S> {
         // Behind an earlier waiting send, or with no receive: wait, in order.
         if l.ends[me].waiting.is_empty() {
             if let Some(r) = l.ends[peer].recvs.pop(&mut self.recvs) {
+                if let Some(far) = l.far {
+                    if !s.fits(&r) {
+                        // Across nodes only the send fails: the receive stays for the
+                        // next message (see `far`).
+                        let _ = l.ends[peer].recvs.push_front(&mut self.recvs, r);
+                        return SendStep::Fail(Reason::TooLong);
+                    }
+                    return SendStep::DeliverFar { r, to: far.id };
+                }
                 if !s.fits(&r) {
                     self.owe(r.wr_id, Completion::Failed(Reason::TooLong));
                     return SendStep::Fail(Reason::TooLong);
@@ -431,6 +480,9 @@ impl<S: Store> Messages<S> {
         let Some(l) = self.links.get_mut(link) else {
             return RecvStep::Fail(Reason::NoLink);
         };
+        if l.far.is_some_and(|f| f.broken()) {
+            return RecvStep::Fail(Reason::QpError);
+        }
         let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
         let qp = l.ends[peer].qp;
         while let Some(s) = l.ends[peer].waiting.pop(&mut self.waiting) {
@@ -450,7 +502,12 @@ impl<S: Store> Messages<S> {
             }
         }
         match l.ends[me].recvs.push_back(&mut self.recvs, r) {
-            Ok(()) => RecvStep::Queued,
+            Ok(()) => {
+                if l.far.is_some() {
+                    self.advertise(link, qps);
+                }
+                RecvStep::Queued
+            }
             Err(_) => RecvStep::Fail(Reason::TableFull),
         }
     }
@@ -477,6 +534,18 @@ impl<S: Store> Messages<S> {
     /// Takes the oldest unmatched receive of end `end` (to cancel it).
     pub fn cancel_recv(&mut self, link: u32, end: u8) -> Option<u64> {
         let l = self.links.get_mut(link)?;
+        if let Some(far) = &mut l.far {
+            // Advertised receives are the peer's to fill until it answers our leaving.
+            if far.retract_since.is_some() {
+                return None;
+            }
+            let head = l.ends[0].recvs.head;
+            let r = l.ends[0].recvs.pop(&mut self.recvs)?;
+            if far.cursor == head {
+                far.cursor = l.ends[0].recvs.head;
+            }
+            return Some(r.wr_id);
+        }
         l.ends[end as usize & 1]
             .recvs
             .pop(&mut self.recvs)
@@ -491,6 +560,9 @@ impl<S: Store> Messages<S> {
         let Some(l) = self.links.get_mut(link) else {
             return;
         };
+        if l.far.is_some() {
+            return self.depart_far(link, qps);
+        }
         let (me, peer) = (end as usize & 1, 1 - (end as usize & 1));
         if l.ends[me].holder != Holder::Bound {
             return;
@@ -513,6 +585,9 @@ impl<S: Store> Messages<S> {
     /// device is gone), and the link goes once the other end has left too (or never
     /// came): until then that end's receives stay for its ring to cancel.
     pub fn leave(&mut self, link: u32, end: u8, qps: &(impl Qps<S> + ?Sized)) {
+        if self.links.get(link).is_some_and(|l| l.far.is_some()) {
+            return self.leave_far(link, qps);
+        }
         self.depart(link, end, qps);
         let Some(l) = self.links.get_mut(link) else {
             return;
@@ -567,11 +642,13 @@ impl<S: Store> Messages<S> {
         mut route: impl FnMut(WrId, Completion),
     ) -> usize {
         self.expire(now_ms, deadline_ms, qps);
+        self.expire_far(now_ms, deadline_ms, qps);
+        self.flush_due(qps);
         self.drain_owed(|w, c| route(WrId::decode(w), c))
     }
 
     /// Owes `c` to the request `wr_id` of some ring.
-    fn owe(&mut self, wr_id: u64, c: Completion) {
+    pub(super) fn owe(&mut self, wr_id: u64, c: Completion) {
         let r = self.owed.push((wr_id, c));
         debug_assert!(r.is_ok(), "owed outsizes what can be owed");
     }
@@ -622,6 +699,7 @@ impl Messages<super::VecStore> {
             recvs: vec![Slot::EMPTY; n],
             waiting: vec![Slot::EMPTY; n],
             owed: vec![(0, Completion::Done); 2 * n],
+            due: vec![0; links],
         })
     }
 }

@@ -20,6 +20,7 @@ mod complete;
 mod direct;
 mod export;
 mod fabric;
+mod far;
 mod message;
 mod qp;
 mod recovery;
@@ -32,7 +33,7 @@ mod validate;
 mod wrid;
 
 // Siblings of the engine that its modules reach as `super::x`.
-use super::{cqe, errno, layout, meta, opcode, ring, sqe};
+use super::{cluster, cqe, errno, layout, meta, opcode, ring, sqe};
 
 pub use backend::{Connection, MrKeys, PostError, SendKind, SendWr, Sge, Wc, WcStatus};
 pub use blame::{Blame, BACKOFF_BASE_MS, BACKOFF_MAX_MS};
@@ -40,11 +41,14 @@ pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
 pub use fabric::{Fabric, Links, Members, NoPost, Post, Qps};
+pub use far::{
+    notice_recv_index, notice_recv_wr_id, FAR_RECV, FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_WR_ID,
+};
 pub use message::{
     shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep,
     Target, WaitingSend,
 };
-pub use qp::{Delivery, PhysQp, Posted};
+pub use qp::{Delivery, PhysQp, Posted, NOTICE_ROOM};
 pub use recovery::{
     settle_links, sweep, Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS,
 };

@@ -87,7 +87,18 @@ pub struct PhysQp<S: Store> {
     progressed: bool,
     /// Counted in a [`BusyHint`](super::route::BusyHint) (kept by its `section`).
     pub(super) hinted: bool,
+    /// Notices to the peer kernel posted and not yet completed (a set's QP; see
+    /// [`NOTICE_ROOM`]).
+    notices: u32,
+    /// Kernel receives for the peer's notices are posted on it (a set's QP): their
+    /// completions may come at any time.
+    listening: bool,
 }
+
+/// Notices a set's QP carries at once beyond its requests' depth: its hardware send
+/// queue has room for them (see the module's set QPs), so they never take a ring's
+/// credit. A notice waits in its link (see `message`) while there is no room.
+pub const NOTICE_ROOM: u32 = 16;
 
 impl<S: Store> PhysQp<S> {
     /// A QP with a send queue of `send.len()` entries.
@@ -106,6 +117,8 @@ impl<S: Store> PhysQp<S> {
             progress_ms: 0,
             progressed: false,
             hinted: false,
+            notices: 0,
+            listening: false,
         }
     }
 
@@ -142,7 +155,29 @@ impl<S: Store> PhysQp<S> {
     /// Whether nothing is posted and the QP has not failed: no completion can come for
     /// it, and recovery has nothing to do with it.
     pub fn quiet(&self) -> bool {
-        self.failed.is_none() && self.posted.is_empty()
+        self.failed.is_none() && self.posted.is_empty() && self.notices == 0 && !self.listening
+    }
+
+    /// Whether a notice may be posted now (and [`notice_posted`](Self::notice_posted)
+    /// then counted).
+    pub fn notice_room(&self) -> bool {
+        self.failed.is_none() && self.notices < NOTICE_ROOM
+    }
+
+    /// A notice was posted.
+    pub fn notice_posted(&mut self) {
+        self.notices += 1;
+    }
+
+    /// A notice completed (or was flushed).
+    pub fn notice_done(&mut self) {
+        self.notices = self.notices.saturating_sub(1);
+    }
+
+    /// Kernel receives for notices are posted on it (`true`, a set's QP installed) or
+    /// no longer (`false`, its set closed).
+    pub fn set_listening(&mut self, on: bool) {
+        self.listening = on;
     }
 
     /// Whether the QP failed (its requests are flushed; it must be recycled).
@@ -252,6 +287,8 @@ impl<S: Store> PhysQp<S> {
         self.unsignaled_run = 0;
         self.failed = None;
         self.progressed = true;
+        // Flushed with the rest: none can complete any more.
+        self.notices = 0;
     }
 
     /// A failed QP with nothing owed gets a new connection (a peer set's slot, made
@@ -261,6 +298,7 @@ impl<S: Store> PhysQp<S> {
         self.unsignaled_run = 0;
         self.failed = None;
         self.progressed = true;
+        self.notices = 0;
     }
 
     /// Retires posted requests up to and including `wr_id`, oldest first, calling

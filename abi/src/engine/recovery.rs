@@ -45,11 +45,13 @@ pub trait Rearm {
 }
 
 /// The part of a recovery step that takes no device-wide lock, at time `now_ms`, run
-/// by every routing that may have work: in each shard of `busy` (a bit each: those
-/// whose lock was last let go with sends waiting or completions owed), one shard at a
-/// time, expires the sends that waited more than `deadline_ms` for a receive and routes
-/// what the shard owes; then, one QP's section at a time, fails the QPs whose send
-/// queue made no progress for `deadline_ms` with `Deadline`. Returns the completions
+/// by every routing that may have work: one QP's section at a time, fails the QPs
+/// whose send queue made no progress for `deadline_ms` with `Deadline`; if any QP is
+/// failed, ends the message links across nodes on it in every shard; then in each
+/// shard of `busy` (a bit each: those whose lock was last let go with sends waiting,
+/// notices due or completions owed) and each the links' ending left owing, one shard
+/// at a time, expires the sends that waited more than `deadline_ms` for a receive,
+/// posts the notices due and routes what the shard owes. Returns the completions
 /// routed and the failed QPs, a bit each: if any, or while the [`Recovery`] is not
 /// [`quiet`](Recovery::quiet), its [`step`](Recovery::step) follows under the
 /// membership lock.
@@ -60,7 +62,6 @@ pub fn sweep<S: Store>(
     now_ms: i64,
     route: impl FnMut(WrId, Completion),
 ) -> (usize, u64) {
-    let owed = settle_links(f, busy, deadline_ms, now_ms, route);
     let mut failed = 0u64;
     for i in 0..f.count().min(MAX_RECOVERED_QPS) {
         if !f.in_use(i as u32) {
@@ -74,6 +75,19 @@ pub fn sweep<S: Store>(
         });
         failed |= (fl as u64) << i;
     }
+    // Message links across nodes on a failed QP end (see `far`); what that owes is
+    // routed with the rest.
+    let mut busy = busy;
+    if failed != 0 {
+        for k in 0..f.shards().min(32) {
+            let mut s = f.shard(k);
+            s.fail_far(failed, f);
+            if !s.quiet() {
+                busy |= 1 << k;
+            }
+        }
+    }
+    let owed = settle_links(f, busy, deadline_ms, now_ms, route);
     (owed, failed)
 }
 

@@ -273,18 +273,21 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         Cqe::err(ud, Reason::Verbs)
                     }
                     Ok(conn) => {
-                        // No link on a QP to another node: nothing of a message may
-                        // reach this node's receivers through it.
+                        // Across nodes the link is made with the peer's kernel (see
+                        // `far`); here, with the oldest half-open end.
                         let joined = match conn.peer {
-                            true => Some((u32::MAX, 0)),
-                            false => held.shard(k).join(gid, service, conn.qp, open),
+                            true => held.shard(k).join_far(gid, service, conn.qp, f),
+                            false => held
+                                .shard(k)
+                                .join(gid, service, conn.qp, open)
+                                .ok_or(Reason::TableFull),
                         };
                         match joined {
-                            None => {
+                            Err(why) => {
                                 held.members().disconnect(conn.qp);
-                                Cqe::err(ud, Reason::TableFull)
+                                Cqe::err(ud, why)
                             }
-                            Some((link, end)) => {
+                            Ok((link, end)) => {
                                 let h = t.vqps.insert(Vqp {
                                     qp: conn.qp,
                                     qpn: conn.qpn,
@@ -306,6 +309,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 let v = *t.vqps.get(vqp).expect("validated");
                 self.hold_members(f, held);
                 self.hold_shard(f, held, v.shard);
+                // Across nodes the peer is told first: its answer frees our receives.
+                held.shard(v.shard).depart_far_end(v.link, f);
                 self.cancel_recvs(vqp, held.shard(v.shard));
                 let t = &mut self.tables;
                 let v = *t.vqps.get(vqp).expect("validated");
@@ -481,6 +486,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             } => Some(Target::Remote { remote_addr, rkey }),
             _ => None,
         };
+        let mut far = false;
         let (kind, took) = match (target, kind) {
             (Some(target), SendKind::Send { imm } | SendKind::Write { imm, .. }) => {
                 let s = WaitingSend {
@@ -494,6 +500,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 self.hold_shard(f, held, v.shard);
                 match held.shard(v.shard).send(v.link, v.end, s) {
                     SendStep::Deliver(r) => (s.kind(&r), Some((v.link, 1 - v.end, r, imm))),
+                    // The receive is the peer node's: its kernel completes it.
+                    SendStep::DeliverFar { r, to } => {
+                        far = true;
+                        (s.far_kind(&r, to), Some((v.link, 1 - v.end, r, imm)))
+                    }
                     SendStep::Waits => {
                         f.qp(v.qp, |q, _| {
                             q.unclaim(1);
@@ -521,7 +532,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         };
         c.posted[c.n] = Posted {
             wr_id,
-            delivery: took.map(|(_, _, r, imm)| Delivery {
+            delivery: took.filter(|_| !far).map(|(_, _, r, imm)| Delivery {
                 recv: r.wr_id,
                 byte_len: local.len,
                 imm,
