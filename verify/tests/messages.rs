@@ -288,21 +288,29 @@ fn messages_take_only_their_links_shard() {
     assert!(shards(&rig) != before);
 }
 
-/// A virtual QP bound to a QP to another node gets no message link (a delivery writes
-/// into a receiver of this node, through a QP of this node): two of them on one service
-/// are not paired, and their SEND and RECV fail by name, putting nothing on the wire.
+/// A virtual QP bound to a QP to another node gets a link across nodes (engine's
+/// `far`): a service names one per pair of nodes, so a second CONNECT for it is
+/// refused; with no peer end yet, a RECV waits (not advertised) and a SEND waits for an
+/// advert, putting no request on the wire.
 #[test]
-fn virtual_qps_on_a_peer_set_get_no_link() {
+fn virtual_qps_on_a_peer_set_get_one_link_per_service() {
     let mut rig = Rig::new(&[16, 16]);
     let remote = [0xfe; 16];
     rig.nic.remote = Some(remote);
-    let ends: Vec<End> = (0..2).map(|_| end_at(&mut rig, remote, 5)).collect();
-    assert_eq!(rig.messages.links(), 0, "no link made");
+    let first = end_at(&mut rig, remote, 5);
+    let ring = rig.open(Limits::default());
+    let c = rig.run(ring, &[Sqe::connect(1, remote, 5)]);
+    assert_eq!(c[0].failure(), Some(Reason::ServiceTaken), "{c:?}");
+    assert_eq!(rig.messages.links(), 1, "one link for the service");
     let posted = rig.nic.posted;
-    let c = rig.run(ends[1].ring, &[recv(&ends[1], 1, 64)]);
-    assert_eq!(c[0].failure(), Some(Reason::NoLink), "{c:?}");
-    let c = rig.run(ends[0].ring, &[send(&ends[0], 2, 8, 7)]);
-    assert_eq!(c[0].failure(), Some(Reason::NoLink), "{c:?}");
-    assert_eq!(rig.nic.posted, posted, "nothing reached the wire");
-    assert_eq!(rig.nic.qps[0].bound, 2, "both bound to the peer set's QP");
+    assert!(
+        rig.run(first.ring, &[recv(&first, 1, 64)]).is_empty(),
+        "the RECV waits"
+    );
+    assert!(
+        rig.run(first.ring, &[send(&first, 2, 8, 7)]).is_empty(),
+        "so does the SEND"
+    );
+    assert_eq!(rig.nic.posted, posted, "no request reached the wire");
+    assert_eq!(rig.nic.qps[0].bound, 1);
 }
