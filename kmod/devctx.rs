@@ -56,7 +56,7 @@ use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::cqe::{Cqe, Reason};
 use crate::abi::engine::{
     complete_wc, direct_complete, is_backend_wr_id, notice_recv_index, sweep, Caller,
-    Completion, Context, Links, NOTICE_WR_ID,
+    Completion, Context, Links, FAR_WRITE_WR_ID, NOTICE_WR_ID,
     ExportSlot, Exports, Fabric, MessageStorage, Messages, PhysQp, Posted, Qps, Recovery,
     Registration, Slot, Stall, Wc, WcStatus, DIRECT_WR_ID,
 };
@@ -71,6 +71,18 @@ use crate::peer::{PeerQp, PeerSets, QPS_PER_SET};
 use crate::ring_ctx::{RingAreas, RingCell, RingCtx};
 use crate::shim::{self, IbCq, IbDevice, IbPd, WcC};
 use crate::store::KBuf;
+
+/// The tick-updated clock the engine's times come from, ms.
+pub(crate) fn coarse_ms() -> i64 {
+    // SAFETY: plain call.
+    unsafe { shim::krcore_shim_coarse_ms() }
+}
+
+/// The requests' deadline (`request_timeout_ms`), ms.
+pub(crate) fn deadline_ms() -> i64 {
+    // SAFETY: reads a module parameter.
+    unsafe { shim::krcore_shim_request_timeout_ms() as i64 }
+}
 
 /// The monotonic clock, us.
 fn now_us() -> u64 {
@@ -541,6 +553,8 @@ impl DevCtx {
                         return Ok(None);
                     }
                     self.net();
+                    // Answers from other nodes (a revocation's) come through the CQ.
+                    self.route();
                     continue;
                 }
                 Next::Again => {}
@@ -813,14 +827,19 @@ impl DevCtx {
     /// the recovery, for its own requests).
     fn route_wc(&self, qp: u32, wc: &Wc) {
         if wc.wr_id == NOTICE_WR_ID {
-            // Room for the next notice (the sweep posts what waits for it).
+            // Room for the next notice (the sweep posts the links' that wait for it).
             self.shared.qp(qp, |q, _| q.notice_done());
+            self.shared.flush_revocations();
             return;
         }
         if let Some(i) = notice_recv_index(wc.wr_id) {
             if wc.recv && wc.status == WcStatus::Success {
                 self.notice_in(qp, i);
             }
+            return;
+        }
+        if wc.wr_id == FAR_WRITE_WR_ID {
+            // A message's WRITE, flushed: its notice's completion says the rest.
             return;
         }
         if is_backend_wr_id(wc.wr_id) {
@@ -847,10 +866,52 @@ impl DevCtx {
         };
         // A malformed notice is dropped (a peer of another version, or a bug).
         let Ok(n) = Notice::decode(&b) else { return };
-        let k = n.shard(&gid, self.shared.shards());
-        if k < self.shared.shards() {
-            self.shared.shard(k).on_notice(&gid, qp, n, &self.shared);
+        match (n, n.shard(&gid, self.shared.shards())) {
+            (_, Some(k)) if k < self.shared.shards() => {
+                self.shared.shard(k).on_notice(&gid, qp, n, &self.shared)
+            }
+            (Notice::Revoke { rkey }, _) => self.revoked_far(&gid, qp, rkey),
+            (Notice::RevokeAck { rkey }, _) => {
+                if self.shared.revocations.lock().acked(rkey, qp) {
+                    self.touch_closed_rings();
+                }
+            }
+            _ => {}
         }
+    }
+
+    /// The node at `gid` revoked its export `rkey` (its Revoke arrived on set QP `qp`):
+    /// what was cached of it goes, every ring's imports of it are marked dead (each
+    /// under its ring's lock, so no request validated before is still unposted), then
+    /// the answer is owed on the same QP, after every request of ours on it.
+    fn revoked_far(&self, gid: &[u8; 16], qp: u32, rkey: u32) {
+        if let Some(node) = crate::abi::cluster::peers::node_of(gid) {
+            self.shared.meta.revoked_far(node, rkey);
+        }
+        let first = (POOL_QPS as u32..QPS as u32)
+            .find(|&i| self.shared.qps[i as usize].lock().post.peer.is_some_and(|p| p.gid == *gid));
+        if let Some(first) = first {
+            let set = first..first + QPS_PER_SET as u32;
+            let n = self.rings.lock().rings.len();
+            for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
+                r.ctx.lock().engine().revoke_far(rkey, set.clone());
+            }
+        }
+        if !self.shared.revocations.lock().owe_ack(qp, rkey) {
+            // No room to answer: the peer's wait ends at its deadline, failing the QP.
+            return;
+        }
+        self.shared.flush_revocations();
+    }
+
+    /// Closed rings may be waiting for a revocation to finish before their memory goes:
+    /// the router looks at them again.
+    fn touch_closed_rings(&self) {
+        let n = self.rings.lock().rings.len();
+        for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
+            r.touch();
+        }
+        self.dirty.store(true, Ordering::Release);
     }
 
     /// `IOC_DIRECT` (engine/direct.rs): posts `op.sqe` straight to its physical QP and

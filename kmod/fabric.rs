@@ -30,6 +30,7 @@ use crate::abi::meta::record::NAME_LEN;
 use crate::backend::{self, Hw, QpPost, SetEnd, POOL_QPS, QPS};
 use crate::meta::Meta;
 use crate::abi::cluster::conn_set::Attempt;
+use crate::abi::cluster::revoke::{Progress, Revocations};
 use crate::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
 use crate::shim::IbQp;
 use crate::store::KStore;
@@ -70,6 +71,11 @@ pub(crate) struct Shared {
     links_busy: AtomicU32,
     /// What rings asked of the MetaServer (meta.rs; a leaf lock).
     pub(crate) meta: Meta,
+    /// Revocations of exports other nodes may hold, and answers owed to theirs (abi's
+    /// `cluster::revoke`): taken after a shard's lock, before a QP's.
+    pub(crate) revocations: Pin<KBox<Mutex<Revocations>>>,
+    /// Set QP slots with a live connection, a bit each (whom a revocation asks).
+    far_live: AtomicU64,
 }
 
 impl Shared {
@@ -103,6 +109,11 @@ impl Shared {
             members_busy: AtomicBool::new(false),
             links_busy: AtomicU32::new(0),
             meta: Meta::new()?,
+            revocations: KBox::pin_init(
+                new_mutex!(Revocations::new(), "krcore_revocations"),
+                GFP_KERNEL,
+            )?,
+            far_live: AtomicU64::new(0),
         })
     }
 
@@ -146,15 +157,42 @@ impl Shared {
             c.post.qp = qp;
             c.post.peer = set;
         }
+        let bit = 1u64 << i;
         if set.is_some() {
             self.qp(i as u32, |q, _| {
                 q.revive();
                 q.set_listening(true);
             });
+            self.far_live.fetch_or(bit, Ordering::AcqRel);
         } else {
             self.qp(i as u32, |q, _| q.set_listening(false));
+            self.far_live.fetch_and(!bit, Ordering::AcqRel);
+            // Nothing of it lands any more: no answer is awaited from it.
+            self.revocations.lock().lost(bit);
         }
         self.qpns[i].store(qpn, Ordering::Relaxed);
+    }
+
+    /// Posts the revocation notices due (abi's `cluster::revoke`), each when its QP has
+    /// room; what has none waits for a notice's completion.
+    pub(crate) fn flush_revocations(&self) {
+        let mut r = self.revocations.lock();
+        while let Some(due) = r.next_due() {
+            let b = due.notice.encode();
+            let live = (due.slot as usize) < self.qps.len();
+            let sent = live
+                && self.qp(due.slot, |q, post| {
+                    let ok = q.notice_room() && post.post_notice(&b).is_ok();
+                    if ok {
+                        q.notice_posted();
+                    }
+                    ok
+                });
+            if !sent && live {
+                return;
+            }
+            r.sent(due);
+        }
     }
 
     /// The pool is being destroyed: no QP is posted on from here (membership not held).
@@ -365,6 +403,35 @@ impl Fabric<KStore> for Shared {
     }
 
     fn unpublish(&self, descriptor: u64) {
-        self.meta.unpublish(descriptor)
+        let rkey = self.meta.published_rkey(descriptor);
+        self.meta.unpublish(descriptor);
+        // Imported elsewhere perhaps: every node with a set is told before it goes.
+        if let Some(rkey) = rkey {
+            let live = self.far_live.load(Ordering::Acquire);
+            let now = crate::devctx::coarse_ms();
+            // A full table is tried again by `revoke_far`.
+            let _ = self.revocations.lock().begin(rkey, live, now);
+            self.flush_revocations();
+        }
+    }
+
+    fn revoke_far(&self, rkey: u32) -> Answer<()> {
+        let now = crate::devctx::coarse_ms();
+        let deadline = crate::devctx::deadline_ms();
+        let progress = self.revocations.lock().progress(rkey, now, deadline);
+        match progress {
+            Progress::Done => Answer::Done(()),
+            Progress::Pending => {
+                self.flush_revocations();
+                Answer::Pending
+            }
+            // Silent nodes' QPs fail: nothing of theirs lands after.
+            Progress::TimedOut(slots) => {
+                for i in (0..self.qps.len() as u32).filter(|&i| i < 64 && slots & (1 << i) != 0) {
+                    self.qp(i, |q, _| q.fail_with(Reason::Deadline));
+                }
+                Answer::Done(())
+            }
+        }
     }
 }

@@ -150,6 +150,21 @@ impl Meta {
         self.mark(a).map(|r| r.export())
     }
 
+    /// The rkey of local export `descriptor` when a name of it was published.
+    pub(crate) fn published_rkey(&self, descriptor: u64) -> Option<u32> {
+        if !self.configured {
+            return None;
+        }
+        self.client.lock().published_rkey(descriptor)
+    }
+
+    /// Node `node` revoked its export `rkey`: what was cached of it goes.
+    pub(crate) fn revoked_far(&self, node: u16, rkey: u32) {
+        if self.configured {
+            self.client.lock().revoked_far(node, rkey);
+        }
+    }
+
     /// A local export was revoked: its names go (a job).
     pub(crate) fn unpublish(&self, descriptor: u64) {
         if self.configured && self.client.lock().unpublish(descriptor) {

@@ -23,6 +23,13 @@
 // "No link": a [`Notice::Hello`] from an end that knows no peer end yet.
 #define krcore_NO_LINK UINT64_MAX
 
+// Revocations under way at once (a DEREG_MR past them waits).
+#define krcore_MAX_REVOKING 16
+
+// Answers owed at once (past them, a Revoke waits in the peer's receive queue: its
+// ack comes when room frees).
+#define krcore_MAX_ACKS 64
+
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
 #define krcore_ABI_VERSION 1
@@ -56,6 +63,10 @@
 // `request_timeout_ms` sets it). The wire's own retries end far sooner on a live
 // fabric.
 #define krcore_DEFAULT_DEADLINE_MS 5000
+
+// `RemoteMr::checked` of an import from another node whose exporter revoked it: every
+// request through it fails `BadDescriptor`.
+#define krcore_REVOKED_ACROSS UINT64_MAX
 
 // The ioctl type byte of every krcore command.
 #define krcore_IOC_MAGIC 75
@@ -129,6 +140,10 @@
 
 // Largest CQ a ring may ask for.
 #define krcore_MAX_CQ_ENTRIES 8192
+
+// Revocations remembered against a lookup that read the record before the exporter
+// tombstoned it (one in flight across that many later revocations is not caught).
+#define krcore_RECENTLY_REVOKED 32
 
 // One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
 #define krcore_OPCODE_LAST 16

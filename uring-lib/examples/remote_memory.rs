@@ -5,14 +5,18 @@
 //! holding 5), publishes it as NAME (retried while no MetaServer answers), checks that
 //! the name cannot be published twice, then waits (up to SECS) for an importer to set
 //! the done word at 8192, checks what the importer wrote (a pattern at 12288, the CAS
-//! and FAA results) and deregisters the memory, which revokes the name.
+//! and FAA results) and deregisters the memory, which revokes the name (the DEREG_MR
+//! completes once the importing node's kernel answered). A second name, NAME-2 (4 KiB),
+//! stays until the importer sets its done word.
 //!
 //! `remote_memory import ADDR NAME`: CONNECTs to the node at ADDR, imports NAME
 //! (retried while it is not published yet), READs the pattern, WRITEs its own, CASes
 //! and FAAs the words with their old values checked, READs back what it wrote, sets
 //! the done word; prints how long the first (uncached) and later (cached) imports
 //! took, and checks the refusals: an unknown name, and the name through a virtual QP
-//! that is not connected to its node.
+//! that is not connected to its node. Then, once the exporter revoked NAME, its import
+//! (cached here) fails `BadDescriptor` and a new IMPORT_NAME `NoSuchName`, while the set
+//! stays up: NAME-2 is imported and READ over it, and its done word set.
 //!
 //! `remote_memory hammer ADDR NAME ROLE`: the failure test (see [`hammer`]).
 //! `remote_memory probe ADDR NAME SECS`: import and READ, no more (see [`probe`]).
@@ -25,7 +29,7 @@ use support::retry;
 
 use krcore_abi::cqe::Reason;
 use krcore_abi::sqe::MrAccess;
-use krcore_uring::{Batch, Builder, Device, Error, RemoteRegion, Ring, Vqp};
+use krcore_uring::{Batch, Builder, Device, Error, MemoryRegion, RemoteRegion, Ring, Vqp};
 
 const LEN: usize = 64 << 10;
 const PATTERN: u64 = 0;
@@ -56,6 +60,29 @@ fn expect_reason<T>(what: &str, r: std::result::Result<T, Error>, want: Reason) 
 /// The name `export` publishes and revokes before `name`.
 fn revoked_name(name: &str) -> String {
     format!("{name}-revoked")
+}
+
+/// The second name `export` publishes, kept after `name` is revoked.
+fn kept_name(name: &str) -> String {
+    format!("{name}-2")
+}
+
+/// The kept region's pattern byte at `i`, and where its done word is.
+fn kept_byte(i: usize) -> u8 {
+    (i * 13 + 1) as u8
+}
+const KEPT_DONE: u64 = 1024;
+
+/// Waits up to `secs` for `mr`'s done word at `at`.
+fn wait_done(mr: &mut MemoryRegion, at: u64, secs: u64, what: &str) -> Result<()> {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while word(mr.bytes(), at) != DONE {
+        if Instant::now() > until {
+            return Err(format!("no importer finished {what} within {secs} s").into());
+        }
+        sleep(Duration::from_millis(100));
+    }
+    Ok(())
 }
 
 fn export(ring: &mut Ring, name: &str, secs: u64) -> Result<()> {
@@ -95,13 +122,17 @@ fn export(ring: &mut Ring, name: &str, secs: u64) -> Result<()> {
         ring.publish(&local, "local-only"),
         Reason::MrAccess,
     )?;
-    let until = Instant::now() + Duration::from_secs(secs);
-    while word(mr.bytes(), DONE_WORD) != DONE {
-        if Instant::now() > until {
-            return Err(format!("no importer finished within {secs} s").into());
-        }
-        sleep(Duration::from_millis(100));
+    let mut kept = ring.register(4096, all)?;
+    for (i, x) in kept.bytes_mut()[..KEPT_DONE as usize]
+        .iter_mut()
+        .enumerate()
+    {
+        *x = kept_byte(i);
     }
+    retry(secs, &[Reason::Unreachable], || {
+        ring.publish(&kept, &kept_name(name))
+    })?;
+    wait_done(&mut mr, DONE_WORD, secs, "")?;
     let b = mr.bytes();
     let wrote = (0..4096).all(|i| b[THEIRS as usize + i] == (i * 3) as u8);
     let (cas, faa) = (word(b, CAS_WORD), word(b, FAA_WORD));
@@ -109,8 +140,14 @@ fn export(ring: &mut Ring, name: &str, secs: u64) -> Result<()> {
         return Err(format!("after the importer: its WRITE landed {wrote}, CAS word {cas} (200), FAA word {faa} (1005)").into());
     }
     println!("the importer's WRITE, CAS (100 -> 200) and FAA (5 + 1000) landed here");
+    let t = Instant::now();
     ring.deregister(mr)?;
-    println!("deregistered: {name} revoked");
+    println!(
+        "deregistered: {name} revoked, the importing node's kernel answered in {:?}",
+        t.elapsed()
+    );
+    wait_done(&mut kept, KEPT_DONE, secs, "with the kept name")?;
+    ring.deregister(kept)?;
     Ok(())
 }
 
@@ -160,12 +197,14 @@ fn import(ring: &mut Ring, addr: Ipv4Addr, name: &str) -> Result<()> {
         Reason::NotOnPeer,
     )?;
 
-    exercise(ring, &v, &remote)
+    let mut mine = exercise(ring, &v, &remote)?;
+    after_revocation(ring, &v, &mut mine, &remote, name)
 }
 
 /// READ the exporter's pattern, WRITE ours, CAS and FAA its words (old values
-/// checked), READ back what we wrote, then set its done word.
-fn exercise(ring: &mut Ring, v: &Vqp, remote: &RemoteRegion) -> Result<()> {
+/// checked), READ back what we wrote, then set its done word. Returns the local region
+/// it used.
+fn exercise(ring: &mut Ring, v: &Vqp, remote: &RemoteRegion) -> Result<MemoryRegion> {
     let all = MrAccess::LOCAL_WRITE;
     let mut mine = ring.register(16 << 10, all)?;
     for (i, x) in mine.bytes_mut()[4096..8192].iter_mut().enumerate() {
@@ -202,6 +241,58 @@ fn exercise(ring: &mut Ring, v: &Vqp, remote: &RemoteRegion) -> Result<()> {
     for c in ring.run(b)? {
         c?;
     }
+    Ok(mine)
+}
+
+/// The exporter revokes `name` once its done word is set: the import fails by name
+/// from then on, a new one is refused, and the set stays up for its other name.
+fn after_revocation(
+    ring: &mut Ring,
+    v: &Vqp,
+    mine: &mut MemoryRegion,
+    remote: &RemoteRegion,
+    name: &str,
+) -> Result<()> {
+    let t = Instant::now();
+    loop {
+        let mut b = Batch::new();
+        b.read(v, mine, 0, remote, PATTERN, 8)?;
+        match ring.run(b)?.remove(0) {
+            Ok(_) if t.elapsed() < Duration::from_secs(60) => sleep(Duration::from_millis(20)),
+            Ok(_) => return Err(format!("{name}: still readable 60 s after the done word").into()),
+            Err(e) if e.reason() == Some(Reason::BadDescriptor) => break,
+            Err(e) => {
+                return Err(format!("{name} after its revocation: {e}, not BadDescriptor").into())
+            }
+        }
+    }
+    println!(
+        "{name} revoked by its exporter: this node's import of it fails BadDescriptor ({:?} after the done word)",
+        t.elapsed()
+    );
+    expect_reason(
+        "IMPORT_NAME of the revoked name",
+        ring.import_name(v, name, 0),
+        Reason::NoSuchName,
+    )?;
+    // The set is up: nothing stale reached the exporter's dead rkey.
+    let kept = retry(60, &[Reason::NoSuchName], || {
+        ring.import_name(v, &kept_name(name), 4096)
+    })?;
+    let mut b = Batch::new();
+    b.read(v, mine, 0, &kept, 0, 64)?;
+    ring.run(b)?.remove(0)?;
+    if (0..64).any(|i| mine.bytes()[i] != kept_byte(i)) {
+        return Err("the kept name's bytes differ".into());
+    }
+    mine.bytes_mut()[0..8].copy_from_slice(&DONE.to_le_bytes());
+    let mut b = Batch::new();
+    b.write(v, mine, 0, &kept, KEPT_DONE, 8)?;
+    ring.run(b)?.remove(0)?;
+    println!(
+        "the set stayed up: {} imported and READ over it",
+        kept_name(name)
+    );
     Ok(())
 }
 

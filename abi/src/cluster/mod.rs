@@ -7,10 +7,13 @@
 //! - [`peers`]: the table of a node's sets, each owning a block of the device's
 //!   physical QP slots, reused least recently used first when nothing is bound.
 //! - [`notice`]: what two kernels tell each other about the message links between
-//!   their nodes, on the set's QPs.
+//!   their nodes, and about revoked exports, on the set's QPs.
+//! - [`revoke`]: revoking an export other nodes may have imported, on every node the
+//!   exporter has a set with, before its memory goes.
 //!
 //! What the MetaServer holds and how it is read is in [`meta`](super::meta).
 
 pub mod conn_set;
 pub mod notice;
 pub mod peers;
+pub mod revoke;

@@ -83,6 +83,18 @@ pub enum Notice {
         /// The receiver's end (the one that left).
         to: u64,
     },
+    /// An export of the sender's node (`rkey`) was revoked: the receiver stops every
+    /// request to it and answers [`Notice::RevokeAck`] on the same QP.
+    Revoke {
+        /// The revoked export's rkey.
+        rkey: u32,
+    },
+    /// The answer to a [`Notice::Revoke`]: nothing of the receiver's for `rkey` comes
+    /// after it on this QP.
+    RevokeAck {
+        /// The revoked export's rkey.
+        rkey: u32,
+    },
 }
 
 /// Why a buffer is no notice.
@@ -101,6 +113,8 @@ const ADVERT: u8 = 2;
 const DATA: u8 = 3;
 const LEAVE: u8 = 4;
 const LEFT: u8 = 5;
+const REVOKE: u8 = 6;
+const REVOKE_ACK: u8 = 7;
 
 const HAS_IMM: u8 = 1;
 const TOO_LONG: u8 = 2;
@@ -168,26 +182,38 @@ impl Notice {
                 put(&mut b, 8, to.to_le_bytes());
                 (LEFT, 0)
             }
+            Notice::Revoke { rkey } => {
+                put(&mut b, 4, rkey.to_le_bytes());
+                (REVOKE, 0)
+            }
+            Notice::RevokeAck { rkey } => {
+                put(&mut b, 4, rkey.to_le_bytes());
+                (REVOKE_ACK, 0)
+            }
         };
         b[2] = kind;
         b[3] = flags;
         b
     }
 
-    /// The shard of the receiving kernel a notice goes to, of `shards`: an end named by
-    /// its id carries its shard; one named by service only is where
+    /// The shard of the receiving kernel a notice about a link goes to, of `shards`: an
+    /// end named by its id carries its shard; one named by service only is where
     /// [`shard_of`](super::super::engine::shard_of) puts the sender's node and service.
-    pub fn shard(&self, from_gid: &[u8; 16], shards: u32) -> u32 {
-        let to = match *self {
-            Notice::Hello { to, .. } | Notice::Leave { to, .. } => to,
-            Notice::Advert { to, .. } | Notice::Data { to, .. } | Notice::Left { to } => to,
+    /// `None` for a notice about an export (the device's, not a link's).
+    pub fn shard(&self, from_gid: &[u8; 16], shards: u32) -> Option<u32> {
+        let (to, service) = match *self {
+            Notice::Hello { to, service, .. } | Notice::Leave { to, service, .. } => {
+                (to, Some(service))
+            }
+            Notice::Advert { to, .. } | Notice::Data { to, .. } | Notice::Left { to } => (to, None),
+            Notice::Revoke { .. } | Notice::RevokeAck { .. } => return None,
         };
-        match *self {
-            Notice::Hello { service, .. } | Notice::Leave { service, .. } if to == NO_LINK => {
+        Some(match service {
+            Some(service) if to == NO_LINK => {
                 super::super::engine::shard_of(from_gid, service, shards)
             }
             _ => split_link_id(to).0,
-        }
+        })
     }
 
     /// Reads a notice from the bytes a receive got.
@@ -223,6 +249,8 @@ impl Notice {
                 from: u64_at(b, 16),
             },
             LEFT => Notice::Left { to: u64_at(b, 8) },
+            REVOKE => Notice::Revoke { rkey: u32_at(b, 4) },
+            REVOKE_ACK => Notice::RevokeAck { rkey: u32_at(b, 4) },
             _ => return Err(BadNotice::Kind),
         })
     }
@@ -264,6 +292,8 @@ mod tests {
                 from: 4,
             },
             Notice::Left { to: 4 },
+            Notice::Revoke { rkey: 0x1234 },
+            Notice::RevokeAck { rkey: 0x1234 },
         ];
         for n in all {
             assert_eq!(Notice::decode(&n.encode()), Ok(n));

@@ -19,7 +19,10 @@
 //!
 //! # Lock order
 //!
-//! ring → members → one links shard → one QP → exports. The engine never holds two
+//! ring → members → one links shard → revocations → one QP → exports.
+//!
+//! (The revocations' lock is the fabric's own, taken by [`Fabric::unpublish`] and
+//! [`Fabric::revoke_far`], which may post notices under it.) The engine never holds two
 //! shards or two QP locks, never takes members or a shard while in a QP's section, and
 //! takes nothing while in the exports section; a fabric's implementation may check it
 //! (verify's does, with `RefCell`s, and its loom models with real mutexes). Completion routing comes in below the ring: it takes a QP
@@ -131,8 +134,16 @@ pub trait Fabric<S: Store>: Links<S> {
         Answer::Failed(Reason::Unreachable)
     }
     /// Export `descriptor` was revoked: its published names go too (the network work
-    /// is the caller's, after the submission). Takes only a leaf lock.
+    /// is the caller's, after the submission), and other nodes that may have imported
+    /// it are told (see `cluster::revoke`). Takes the revocations' lock, then QP locks.
     fn unpublish(&self, _descriptor: u64) {}
+    /// Whether the MR whose remote key is `rkey` may be deregistered: `Pending` while
+    /// other nodes told of its export's revocation have not all answered (the caller
+    /// waits, as for the MetaServer: `Stall::Remote`). A fabric with no other nodes
+    /// answers `Done`.
+    fn revoke_far(&self, _rkey: u32) -> Answer<()> {
+        Answer::Done(())
+    }
 }
 
 /// A [`Post`] that posts nothing (for QPs no request is ever posted on).

@@ -306,6 +306,8 @@ impl<S: Store> Messages<S> {
             } => self.on_data(gid, to, len, imm, too_long),
             Notice::Leave { service, to, from } => self.on_leave(gid, qp, service, to, from, qps),
             Notice::Left { to } => self.on_left(gid, to),
+            // About exports: the device's (`cluster::revoke`), never a shard's.
+            Notice::Revoke { .. } | Notice::RevokeAck { .. } => {}
         }
         self.flush_due(qps);
     }
@@ -752,7 +754,7 @@ impl<S: Store> Messages<S> {
             }
             Notice::Leave { .. } => f.leave = false,
             Notice::Left { .. } => f.left = false,
-            Notice::Data { .. } => {}
+            Notice::Data { .. } | Notice::Revoke { .. } | Notice::RevokeAck { .. } => {}
         }
     }
 

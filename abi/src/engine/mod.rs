@@ -55,6 +55,7 @@ pub use recovery::{
 pub use register::{Caller, Context, Registration};
 pub use ring_state::{
     Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,
+    REVOKED_ACROSS,
 };
 pub use route::{BusyHint, Delivered, Inbox};
 pub use submit::{Stall, Submitted, CHAIN};

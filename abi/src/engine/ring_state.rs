@@ -10,6 +10,7 @@ use super::cqe::{Cqe, CqeFlags, Reason};
 use super::errno::Errno;
 use super::fabric::{Fabric, Members as _};
 use super::layout::SqFlags;
+use super::meta::client::Answer;
 use super::ring::{CqProducer, RingMem, SqConsumer};
 use super::sqe::{MrAccess, Sqe};
 use super::submit::Chain;
@@ -76,9 +77,14 @@ pub struct RemoteMr {
     /// See `rkey`.
     pub checked: u64,
     /// Another node's export, resolved through the MetaServer (IMPORT_NAME): not in
-    /// this node's exports table, so never resolved again here.
+    /// this node's exports table, so never resolved again here; its exporter's
+    /// revocation marks it (`checked` = [`REVOKED_ACROSS`]).
     pub across: bool,
 }
+
+/// `RemoteMr::checked` of an import from another node whose exporter revoked it: every
+/// request through it fails `BadDescriptor`.
+pub const REVOKED_ACROSS: u64 = u64::MAX;
 
 /// A request in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -356,6 +362,22 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         }
     }
 
+    /// Another node revoked its export `rkey`, imported here through virtual QPs bound
+    /// to physical QPs `qps` (the set to that node): each such import is marked, so its
+    /// next request fails `BadDescriptor`. How many were.
+    pub fn revoke_far(&mut self, rkey: u32, qps: core::ops::Range<u32>) -> usize {
+        let Tables { rmrs, vqps, .. } = &mut self.tables;
+        let mut n = 0;
+        for r in rmrs.values_mut() {
+            let on = vqps.get(r.vqp).is_some_and(|v| qps.contains(&v.qp));
+            if r.across && r.rkey == rkey && on && r.checked != REVOKED_ACROSS {
+                r.checked = REVOKED_ACROSS;
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Whether the ring was closed.
     pub fn is_closed(&self) -> bool {
         self.closed
@@ -414,9 +436,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             });
         }
         self.tables.mrs.drain_where(|_, m| {
-            let idle = m.sends == 0 && m.recvs == 0;
+            let mut idle = m.sends == 0 && m.recvs == 0;
             if idle {
                 revoke(f, m.descriptor, owner);
+                // Other nodes told of its revocation answer first (the ring is
+                // marked again when they have).
+                idle = f.revoke_far(m.keys.rkey) != Answer::Pending;
+            }
+            if idle {
                 f.dereg_mr(m.keys);
             }
             idle

@@ -240,8 +240,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 } else if m.sends > 0 {
                     return self.wait_for_sends(f, held);
                 } else {
-                    t.mrs.remove(mr);
                     revoke(f, m.descriptor, (self.id, self.gen));
+                    // Nodes that may have imported it answer first (its memory stays
+                    // registered, and the MR here, until they have).
+                    if f.revoke_far(m.keys.rkey) == Answer::Pending {
+                        return self.remote(f, held);
+                    }
+                    self.tables.mrs.remove(mr);
                     f.dereg_mr(m.keys);
                     Cqe::ok(ud, 0, 0)
                 }

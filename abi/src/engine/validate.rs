@@ -18,7 +18,7 @@ use super::export::Export;
 use super::fabric::Fabric;
 use super::meta::record::{name_from_words, NAME_LEN};
 use super::opcode::{Opcode, OPCODE_LAST};
-use super::ring_state::{LocalMr, Tables};
+use super::ring_state::{LocalMr, Tables, REVOKED_ACROSS};
 use super::sqe::{MrAccess, Sqe, SqeFlags};
 use super::Store;
 
@@ -279,6 +279,9 @@ fn remote<S: Store, F: Fabric<S>>(
     // A revoked export stops its importers here: the revocation moved the epoch. An
     // import from another node was resolved in that node's record (IMPORT_NAME).
     let epoch = f.exports_epoch();
+    if r.across && r.checked == REVOKED_ACROSS {
+        return Err(Reason::BadDescriptor);
+    }
     if !r.across && r.checked != epoch {
         let e = resolve(f, r.descriptor).ok_or(Reason::BadDescriptor)?;
         (r.rkey, r.access, r.checked) = (e.rkey, e.access, epoch);

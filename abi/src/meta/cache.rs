@@ -94,6 +94,11 @@ impl<S: Store> MetaCache<S> {
         self.drop_where(|r| r.node == node)
     }
 
+    /// Drops the records of `node`'s export `rkey` (revoked there).
+    pub fn forget_export(&mut self, node: u16, rkey: u32) -> usize {
+        self.drop_where(|r| r.node == node && r.rkey == rkey)
+    }
+
     /// Drops the record of `name` (its use failed: revoked).
     pub fn forget(&mut self, name: &[u8; NAME_LEN]) -> bool {
         self.drop_where(|r| r.name == *name) > 0

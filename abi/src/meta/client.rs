@@ -141,7 +141,15 @@ pub struct MetaClient<S: Store> {
     cache: MetaCache<S>,
     pubs: S::Buf<Option<Published>>,
     asks: S::Buf<Option<Ask>>,
+    /// Exports other nodes revoked lately, `(node, rkey)` (see
+    /// [`revoked_far`](Self::revoked_far)), the oldest overwritten first.
+    revoked: [(u16, u32); RECENTLY_REVOKED],
+    next_revoked: usize,
 }
+
+/// Revocations remembered against a lookup that read the record before the exporter
+/// tombstoned it (one in flight across that many later revocations is not caught).
+pub const RECENTLY_REVOKED: usize = 32;
 
 /// Revocations tried this many times, then given up (the MetaServer is gone; the
 /// export's node record moves on at its next registration, which makes it stale).
@@ -154,7 +162,13 @@ impl<S: Store> MetaClient<S> {
         pubs: S::Buf<Option<Published>>,
         asks: S::Buf<Option<Ask>>,
     ) -> Self {
-        MetaClient { cache, pubs, asks }
+        MetaClient {
+            cache,
+            pubs,
+            asks,
+            revoked: [(0, 0); RECENTLY_REVOKED],
+            next_revoked: 0,
+        }
     }
 
     /// IMPORT_NAME of `name` through a virtual QP connected to node `peer`.
@@ -230,6 +244,30 @@ impl<S: Store> MetaClient<S> {
             }
             None => Answer::Failed(Reason::TableFull),
         }
+    }
+
+    /// The rkey of the local export `descriptor`, if a name of it was published (or is
+    /// being): other nodes may have imported it.
+    pub fn published_rkey(&self, descriptor: u64) -> Option<u32> {
+        self.pubs
+            .as_ref()
+            .iter()
+            .flatten()
+            .find(|p| p.descriptor == descriptor)
+            .map(|p| p.record.rkey)
+    }
+
+    /// Node `node` revoked its export `rkey` (its Revoke notice): what was cached of it
+    /// goes, and a lookup that still reads its record (the exporter tombstones it in
+    /// the MetaServer in its own time) finds it `NoSuchName`.
+    pub fn revoked_far(&mut self, node: u16, rkey: u32) {
+        self.cache.forget_export(node, rkey);
+        self.revoked[self.next_revoked] = (node, rkey);
+        self.next_revoked = if self.next_revoked + 1 < RECENTLY_REVOKED {
+            self.next_revoked + 1
+        } else {
+            0
+        };
     }
 
     /// The local export `descriptor` was revoked: its published names go. Whether any
@@ -330,6 +368,13 @@ impl<S: Store> MetaClient<S> {
         match job {
             Job::Lookup { name } => {
                 let fail = match outcome {
+                    Outcome::Found {
+                        record,
+                        incarnation,
+                    } if self.revoked.contains(&(record.node, record.rkey)) => {
+                        self.cache.saw_node(record.node, incarnation);
+                        Some(Reason::NoSuchName)
+                    }
                     Outcome::Found {
                         record,
                         incarnation,
@@ -564,6 +609,34 @@ mod tests {
             c.client.import(n, a.me.id()),
             Answer::Pending,
             "asked again"
+        );
+    }
+
+    /// A's Revoke notice reaches B before A tombstoned the name in the MetaServer: B's
+    /// cached record goes, and a lookup that still reads the live record is refused.
+    #[test]
+    fn a_revoke_notice_beats_the_metaserver() {
+        let mut m = MemRegion::new(T.bytes());
+        let (mut a, mut b) = (Node::new(&mut m, 11), Node::new(&mut m, 12));
+        let kv = a.record("kv");
+        a.client.publish(kv, 9);
+        a.net(&mut m);
+        assert_eq!(a.client.published_rkey(9), Some(77));
+        assert_eq!(a.client.published_rkey(10), None);
+        b.client.import(&kv.name, a.me.id());
+        b.net(&mut m);
+        assert_eq!(b.client.import(&kv.name, a.me.id()).map_rkey(), Some(77));
+        b.client.revoked_far(a.me.id(), 77);
+        assert_eq!(
+            b.client.import(&kv.name, a.me.id()),
+            Answer::Pending,
+            "not cached any more"
+        );
+        b.net(&mut m);
+        assert_eq!(
+            b.client.import(&kv.name, a.me.id()),
+            Answer::Failed(Reason::NoSuchName),
+            "the MetaServer's record is live still, but revoked"
         );
     }
 
