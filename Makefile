@@ -94,15 +94,17 @@ vm-test: kmod host
 # cycles from b to a with both kernels' memory flat; and a and b dialing each other at
 # once (each dial held 3 s), which must end with one set, dialed by one and adopted by
 # the other; then two-sided messages between them (two services, two rings, each
-# service receiving only its own messages, bytes and immediates checked, and a
-# DISCONNECT whose advertised receives come back Cancelled once the peer answered).
+# service receiving only its own messages, bytes and immediates checked, WRITE_IMM
+# into memory published by name, and a DISCONNECT whose advertised receives come back
+# Cancelled once the peer answered), on 2 guests (one the MetaServer) and on 3 (the
+# MetaServer apart).
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
 CONNECT_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) connect a"
 META_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) import a a kv"
 KILL_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) hammer a a kv"
 MUTUAL_ROLES = --role "a:$(SMOKE) mutual b" --role "b:$(SMOKE) mutual a"
-MESSAGE_ROLES = --role "a:$(SMOKE) messages b recv 64" --role "b:$(SMOKE) messages a send 64"
+MESSAGE_ROLES = --role "a:$(SMOKE) messages b recv 64 a" --role "b:$(SMOKE) messages a send 64 a"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
@@ -117,6 +119,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000"
 	@$(VM) --timeout 300 --nodes 2 $(MUTUAL_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
+	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the

@@ -177,7 +177,13 @@ static int krcore_cm_post_notice_recv(struct krcore_cm_conn *c, u32 i)
 	return ib_post_recv(c->id->qp, &wr, NULL);
 }
 
-/* A set's QP (in INIT, before it connects): its notice receives posted. */
+/*
+ * A set's QP, connected and about to be Rust's: its notice receives posted (from here
+ * on its QP holds work requests whose completions land in the device's CQ, so it is
+ * destroyed only after krcore_cm_drain's markers came back). Fails (-ENOMEM) only
+ * before the first receive is posted; a post that fails after (the QP broke meanwhile)
+ * marks the connection broken instead, so that its owner drains it like any other.
+ */
 static int krcore_cm_notices_up(struct krcore_cm_conn *c)
 {
 	size_t bytes = KRCORE_NOTICE_RECVS * KRCORE_NOTICE_LEN;
@@ -195,8 +201,10 @@ static int krcore_cm_notices_up(struct krcore_cm_conn *c)
 	}
 	for (i = 0; i < KRCORE_NOTICE_RECVS; i++) {
 		ret = krcore_cm_post_notice_recv(c, i);
-		if (ret)
-			return ret;
+		if (ret) {
+			WRITE_ONCE(c->broken, true);
+			break;
+		}
 	}
 	return 0;
 }
@@ -243,8 +251,9 @@ static int krcore_cm_create_qp(struct krcore_cm_conn *c)
 		.send_cq = c->cq,
 		.recv_cq = c->cq,
 		.cap = {
-			.max_send_wr = set ? KRCORE_SET_SEND_DEPTH : KRCORE_CM_SEND_DEPTH,
-			.max_recv_wr = set ? KRCORE_NOTICE_RECVS : 1,
+			/* +1 each: the drain's markers (krcore_cm_drain). */
+			.max_send_wr = set ? KRCORE_SET_SEND_DEPTH + 1 : KRCORE_CM_SEND_DEPTH,
+			.max_recv_wr = set ? KRCORE_NOTICE_RECVS + 1 : 1,
 			.max_send_sge = 1,
 			.max_recv_sge = 1,
 			.max_inline_data = set ? KRCORE_NOTICE_LEN : 0,
@@ -255,8 +264,6 @@ static int krcore_cm_create_qp(struct krcore_cm_conn *c)
 	int ret = rdma_create_qp(c->id, c->pd, &attr);
 
 	c->qp_created = !ret;
-	if (!ret && set)
-		ret = krcore_cm_notices_up(c);
 	return ret;
 }
 
@@ -547,6 +554,14 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 	}
 	*qp = c->id->qp;
 	*qpn = c->id->qp->qp_num;
+	if (kind == KRCORE_CM_PEER) {
+		ret = krcore_cm_notices_up(c);
+		if (ret) {
+			krcore_cm_teardown(c);
+			krcore_cm_put(c);
+			return ret;
+		}
+	}
 	/* The device's removal may have begun while we connected: its CQ is about to go. */
 	ret = krcore_cm_publish(c);
 	if (ret) {
@@ -589,7 +604,36 @@ bool krcore_cm_own(struct krcore_cm_conn *c)
 		refcount_inc(&c->refs);
 	}
 	mutex_unlock(&krcore_cm_lock);
+	/* Its notice receives, now that Rust will drain it before it goes (an accepted
+	 * connection no set took never has any: its reap destroys an idle QP). */
+	if (ok && krcore_cm_notices_up(c))
+		WRITE_ONCE(c->broken, true);
 	return ok;
+}
+
+int krcore_cm_drain(struct krcore_cm_conn *c, u64 send_id, u64 recv_id)
+{
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+	struct ib_rdma_wr swr = {
+		.wr = { .wr_id = send_id, .opcode = IB_WR_RDMA_WRITE,
+			.send_flags = IB_SEND_SIGNALED },
+	};
+	struct ib_recv_wr rwr = { .wr_id = recv_id };
+	int ret = -ENOTCONN;
+
+	mutex_lock(&c->lock);
+	if (!c->abandoned && c->qp_created) {
+		/* In the error state every work request is flushed, the markers last. */
+		ret = ib_modify_qp(c->id->qp, &attr, IB_QP_STATE);
+		if (!ret)
+			ret = ib_post_send(c->id->qp, &swr.wr, NULL);
+		if (!ret && c->notices)
+			ret = ib_post_recv(c->id->qp, &rwr, NULL);
+		else if (!ret)
+			ret = 1;
+	}
+	mutex_unlock(&c->lock);
+	return ret;
 }
 
 int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o)
@@ -810,6 +854,9 @@ void krcore_shim_cm_remove_device(struct ib_device *dev, void (*remove)(struct i
 	mutex_lock(&krcore_cm_lock);
 	list_add(&cl.node, &krcore_cm_closing_devs);
 	mutex_unlock(&krcore_cm_lock);
+	/* Nothing polls the device's CQ from here: destroying the connections' QPs leaves
+	 * their flushed completions there, naming freed QPs. */
+	krcore_rs_dev_quiesce(dev);
 	krcore_cm_drop(dev);
 	remove(dev);
 	mutex_lock(&krcore_cm_lock);

@@ -65,7 +65,7 @@ use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
 use crate::abi::waiter::{Wait, WaitPolicy};
 use crate::backend::{self, CqArm, CqPoll, Hw, QpPost, POOL_QPS, QPS, SEND_DEPTH};
 use crate::cq_events::CqEvents;
-use crate::fabric::{MemberState, QpCell, Shared};
+use crate::fabric::{drain_of, MemberState, QpCell, Shared};
 use crate::meta::MetaNet;
 use crate::peer::{PeerQp, PeerSets, QPS_PER_SET};
 use crate::ring_ctx::{RingAreas, RingCell, RingCtx};
@@ -714,6 +714,10 @@ impl DevCtx {
             return 0;
         }
         let mut cq = self.cq.lock();
+        // Quiesced for the device's removal (see `quiesce`).
+        if self.dead.load(Ordering::SeqCst) {
+            return 0;
+        }
         let polled = if self.shared.busy() {
             let polled = self.drain(&mut cq);
             self.recover();
@@ -798,6 +802,12 @@ impl DevCtx {
             let n = cq.poll(&mut wcs);
             polled += n;
             for c in &wcs[..n] {
+                // A drained set connection's marker (before its QP number, which may
+                // be no slot's any more).
+                if let Some((k, recv)) = drain_of(c.wr_id) {
+                    self.shared.drains.lock().seen(k, recv);
+                    continue;
+                }
                 if let Some((qp, wc)) = self.wc(c) {
                     self.route_wc(qp, &wc);
                 }
@@ -1001,6 +1011,14 @@ impl DevCtx {
     /// hold the PD), stop routing, destroy its QPs (nothing touches memory any more),
     /// then release every ring's MRs and bindings, then the CQ and PD, then the CQ's
     /// event work. Idempotent.
+    /// cm.c is about to tear this device's connections down: nothing polls the CQ from
+    /// here (their QPs' flushed completions stay there, naming freed QPs); a routing
+    /// under way finishes first.
+    pub(crate) fn quiesce(&self) {
+        let _cq = self.cq.lock();
+        self.dead.store(true, Ordering::SeqCst);
+    }
+
     pub(crate) fn remove(&self) {
         loop {
             if self.shared.members().g.registering == 0 {
@@ -1023,6 +1041,7 @@ impl DevCtx {
         }
         // cm.c tore this device's connections down before the removal began.
         self.shared.members().g.peers.forget();
+        self.shared.drains.lock().forget();
         self.shared.uninstall_pool();
         self.shared.members().g.hw.destroy_qps();
         let n = self.rings.lock().rings.len();

@@ -317,6 +317,19 @@ extern "C" fn krcore_rs_cm_adopt(
     ctx.cm_adopt(gid, index as u32, PeerQp { conn, qp, qpn })
 }
 
+/// cm.c is about to tear `dev`'s connections down (its removal): its CQ is polled no
+/// more.
+#[no_mangle]
+extern "C" fn krcore_rs_dev_quiesce(dev: *mut IbDevice) {
+    let ctx = {
+        let devices = Registry::get().devices.lock();
+        devices.iter().find(|d| d.ib == dev).map(|d| d.ctx.clone())
+    };
+    if let Some(ctx) = ctx {
+        ctx.quiesce();
+    }
+}
+
 /// Ends a pin [`krcore_rs_cm_resources`] returned.
 #[no_mangle]
 extern "C" fn krcore_rs_cm_unpin(pin: *const DevCtx) {

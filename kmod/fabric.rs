@@ -19,8 +19,8 @@ use kernel::sync::lock::Guard;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::engine::{
-    BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys, PhysQp, Post, Qps,
-    Recovery,
+    backend_wr_id, BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys,
+    PhysQp, Post, Qps, Recovery,
 };
 use crate::abi::cqe::Reason;
 use crate::abi::engine::Export;
@@ -76,6 +76,98 @@ pub(crate) struct Shared {
     pub(crate) revocations: Pin<KBox<Mutex<Revocations>>>,
     /// Set QP slots with a live connection, a bit each (whom a revocation asks).
     far_live: AtomicU64,
+    /// Set connections closed and being drained before their QPs go (a leaf).
+    pub(crate) drains: Pin<KBox<Mutex<Drains>>>,
+}
+
+/// Set connections being drained: a set's QP holds work requests (its notice receives
+/// at least) whose completions land in the device's shared CQ, each naming the QP; a
+/// QP destroyed before they are polled leaves them naming freed memory. So a closed
+/// connection's QP is moved to the error state with markers behind everything
+/// (cm.c's `krcore_cm_drain`) and destroyed only once both markers were polled.
+pub(crate) struct Drains {
+    slots: [Option<Draining>; DRAINS],
+}
+
+/// Connections drained at once; past them a close waits in `PeerSets` for room.
+pub(crate) const DRAINS: usize = 16;
+
+#[derive(Clone, Copy)]
+struct Draining {
+    conn: *mut crate::shim::CmConn,
+    /// Its send marker came back.
+    send: bool,
+    /// Its receive marker came back (or it had none).
+    recv: bool,
+}
+
+// SAFETY: the handles are used only under the drains' mutex.
+unsafe impl Send for Drains {}
+
+/// The `wr_id` of drain `k`'s send marker (`recv` false) or receive marker.
+pub(crate) const fn drain_marker(k: usize, recv: bool) -> u64 {
+    backend_wr_id(0x6000_0000 + 2 * k as u32 + recv as u32)
+}
+
+/// Which drain and marker a `wr_id` is, if it is one.
+pub(crate) fn drain_of(wr_id: u64) -> Option<(usize, bool)> {
+    let n = u64::MAX - wr_id;
+    let i = n.checked_sub(0x6000_0000)?;
+    (i < 2 * DRAINS as u64).then(|| ((i / 2) as usize, i & 1 == 1))
+}
+
+impl Drains {
+    const fn new() -> Drains {
+        Drains {
+            slots: [None; DRAINS],
+        }
+    }
+
+    /// Drains `conn` (a set connection Rust let go of), or closes it at once when it
+    /// is torn down already (nothing of its QP can be in the CQ: the device's removal
+    /// quiesced it first). `false` when every drain is in use (try again later).
+    pub(crate) fn start(&mut self, conn: *mut crate::shim::CmConn) -> bool {
+        let Some(k) = self.slots.iter().position(Option::is_none) else {
+            return false;
+        };
+        // SAFETY: a handle Rust holds, released once (here or when the markers return).
+        let r = unsafe { crate::shim::krcore_cm_drain(conn, drain_marker(k, false), drain_marker(k, true)) };
+        if r < 0 {
+            // SAFETY: as above.
+            unsafe { crate::shim::krcore_shim_cm_close_later(conn) };
+            return true;
+        }
+        self.slots[k] = Some(Draining {
+            conn,
+            send: false,
+            recv: r == 1,
+        });
+        true
+    }
+
+    /// Drain `k`'s marker came back; its connection goes once both have.
+    pub(crate) fn seen(&mut self, k: usize, recv: bool) {
+        let Some(Some(d)) = self.slots.get_mut(k) else { return };
+        if recv {
+            d.recv = true;
+        } else {
+            d.send = true;
+        }
+        if d.send && d.recv {
+            let conn = d.conn;
+            self.slots[k] = None;
+            // SAFETY: a handle Rust held, released once; its QP has nothing left.
+            unsafe { crate::shim::krcore_shim_cm_close_later(conn) };
+        }
+    }
+
+    /// The device is going: cm.c tore the connections down; let go of the handles.
+    pub(crate) fn forget(&mut self) {
+        for d in self.slots.iter_mut().filter_map(Option::take) {
+            // SAFETY: a handle Rust held, released once.
+            unsafe { crate::shim::krcore_shim_cm_put(d.conn) };
+        }
+    }
 }
 
 impl Shared {
@@ -114,6 +206,7 @@ impl Shared {
                 GFP_KERNEL,
             )?,
             far_live: AtomicU64::new(0),
+            drains: KBox::pin_init(new_mutex!(Drains::new(), "krcore_drains"), GFP_KERNEL)?,
         })
     }
 

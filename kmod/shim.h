@@ -299,9 +299,17 @@ void krcore_shim_cm_close(struct krcore_cm_conn *c);
 void krcore_shim_cm_close_later(struct krcore_cm_conn *c);
 /* Releases the handle of a connection its device's removal tore down. */
 void krcore_shim_cm_put(struct krcore_cm_conn *c);
-/* Takes a handle on an accepted connection for a set (released as an active one's):
- * false when it is already gone or broken. */
+/* Takes a handle on an accepted connection for a set (released as an active one's) and
+ * posts its notice receives: false when it is already gone or broken. */
 bool krcore_cm_own(struct krcore_cm_conn *c);
+/* Moves a set's QP to the error state and posts a signaled send marker (`send_id`) and,
+ * when it has notice receives, a receive marker (`recv_id`) behind everything: once both
+ * completed (polled from the device's CQ), nothing of the QP is left there and it may
+ * be destroyed. 0: both posted; 1: only the send marker (no receives); <0: neither
+ * (the connection is torn down already). */
+int krcore_cm_drain(struct krcore_cm_conn *c, u64 send_id, u64 recv_id);
+/* A device is about to lose its connections (cm.c): its CQ is polled no more. */
+void krcore_rs_dev_quiesce(struct ib_device *dev);
 /* A device goes away: refuse its requests, tear its peer connections down, then call
  * `remove` (the device context's removal). */
 void krcore_shim_cm_remove_device(struct ib_device *dev, void (*remove)(struct ib_device *));

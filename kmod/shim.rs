@@ -222,6 +222,7 @@ extern "C" {
     pub(crate) fn krcore_shim_cm_close_later(c: *mut CmConn);
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
     pub(crate) fn krcore_cm_own(c: *mut CmConn) -> bool;
+    pub(crate) fn krcore_cm_drain(c: *mut CmConn, send_id: u64, recv_id: u64) -> c_int;
     pub(crate) fn krcore_cm_take_notice(c: *mut CmConn, i: u32, out: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_meta_server_gid(gid: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_meta_region_alloc(pd: *mut IbPd, bytes: u32) -> *mut MetaRegion;

@@ -13,6 +13,13 @@
 //! "ready" on 9, checks that a message longer than the peer's receive fails `TooLong`
 //! (the receive stays for the next), SENDs N messages on each of 7 and 8, interleaved
 //! ("s7-i" with immediate 7000+i, "s8-i" with 8000+i), then waits for "ack" on 9.
+//!
+//! With a MetaServer (a last argument `imm`), WRITE_IMM too: after the messages, the
+//! receiving side publishes 64 KiB as "msgbuf-ADDR" (its own address), posts N more
+//! receives on 7 and says "imm" on 9; the sending side imports the name through its
+//! virtual QP on 7 and WRITE_IMMs N pieces into it (immediate 9000+i): each consumes a
+//! receive, which completes with the length and immediate, and the bytes land in the
+//! published memory, where the receiving side checks them.
 #[path = "support/retry.rs"]
 mod support;
 use std::net::Ipv4Addr;
@@ -43,6 +50,16 @@ fn message(service: u32, i: u64) -> String {
     format!("s{service}-{i}")
 }
 
+/// The i-th piece WRITE_IMM puts into the published memory, at `i * SLOT`.
+fn piece(i: u64) -> String {
+    format!("w-{i}")
+}
+
+/// The name the receiving node at `addr` publishes its WRITE_IMM target under.
+fn msgbuf_name(addr: Ipv4Addr) -> String {
+    format!("msgbuf-{addr}")
+}
+
 /// SENDs `text` on `vqp` with immediate `imm` (retried while the peer has posted no
 /// receive: `NoReceiver` after the deadline).
 fn say(ring: &mut Ring, vqp: &Vqp, mr: &mut MemoryRegion, text: &str, imm: u32) -> Result<()> {
@@ -64,8 +81,9 @@ fn hear(ring: &mut Ring, vqp: &Vqp, mr: &mut MemoryRegion) -> Result<(String, u3
     Ok((text, c.aux as u32))
 }
 
-fn recv_side(gid: [u8; 16], n: u64) -> Result<()> {
+fn recv_side(gid: [u8; 16], n: u64, imm: Option<String>) -> Result<()> {
     let (posted, go) = mpsc::channel();
+    let with_imm = imm.is_some();
     std::thread::scope(|s| {
         let receiver = s.spawn(move || -> Result<()> {
             let mut ring = new_ring()?;
@@ -113,6 +131,9 @@ fn recv_side(gid: [u8; 16], n: u64) -> Result<()> {
                 }
             }
             println!("services 7 and 8: {n} messages each, each in its own service's receives, in order, bytes and immediates checked");
+            if let Some(name) = &imm {
+                writes_imm(&mut ring, &v7, &mut mr, n, name, &posted)?;
+            }
             retract(&mut ring, v8, &mut mr, n)?;
             ring.disconnect(v7)?;
             ring.deregister(mr)?;
@@ -123,11 +144,62 @@ fn recv_side(gid: [u8; 16], n: u64) -> Result<()> {
         let mut mr = ring.register(SLOT as usize, MrAccess::LOCAL_WRITE)?;
         go.recv_timeout(Duration::from_secs(90))?;
         say(&mut ring, &v9, &mut mr, "ready", 1)?;
+        if with_imm {
+            // Its receives for the WRITE_IMMs are posted, its memory published.
+            go.recv_timeout(Duration::from_secs(90))?;
+            say(&mut ring, &v9, &mut mr, "imm", 3)?;
+        }
         receiver.join().map_err(|_| "receiver panicked")??;
         say(&mut ring, &v9, &mut mr, "ack", 2)?;
         ring.disconnect(v9)?;
         Ok(())
     })
+}
+
+/// Publishes 64 KiB as `name`, posts `n` receives on `v7` (after `posted` tells the
+/// other thread, which says "imm" to the peer), and checks what the peer's WRITE_IMMs
+/// did: each receive completes with its piece's length and immediate, and the pieces
+/// are in the published memory, not in the receives.
+fn writes_imm(
+    ring: &mut Ring,
+    v7: &Vqp,
+    mr: &mut MemoryRegion,
+    n: u64,
+    name: &str,
+    posted: &mpsc::Sender<()>,
+) -> Result<()> {
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE;
+    let mut target = ring.register(64 << 10, all)?;
+    retry(60, &[Reason::Unreachable], || ring.publish(&target, name))?;
+    posted.send(()).ok();
+    let mut b = Batch::new();
+    for i in 0..n {
+        b.recv(v7, mr, i * SLOT, SLOT as u32)?;
+    }
+    let got = ring.run(b)?;
+    let bytes = target.bytes().to_vec();
+    for (i, c) in got.into_iter().enumerate() {
+        let c = c?;
+        let want = piece(i as u64);
+        let at = i * SLOT as usize;
+        if c.res as usize != want.len()
+            || c.aux != 9000 + i as u64
+            || &bytes[at..at + want.len()] != want.as_bytes()
+        {
+            return Err(format!(
+                "WRITE_IMM {i}: receive res {} imm {}, memory {:?}; not {} bytes, imm {}, {want:?}",
+                c.res,
+                c.aux,
+                String::from_utf8_lossy(&bytes[at..at + want.len()]),
+                want.len(),
+                9000 + i
+            )
+            .into());
+        }
+    }
+    println!("WRITE_IMM across nodes: {n} pieces in the published memory, each receive completed with its length and immediate");
+    ring.deregister(target)?;
+    Ok(())
 }
 
 /// Posts receives on `v8` and DISCONNECTs it: each comes back `Cancelled` (after the
@@ -161,7 +233,7 @@ fn retract(ring: &mut Ring, v8: Vqp, mr: &mut MemoryRegion, n: u64) -> Result<()
     Ok(())
 }
 
-fn send_side(gid: [u8; 16], n: u64) -> Result<()> {
+fn send_side(gid: [u8; 16], n: u64, msgbuf: Option<String>) -> Result<()> {
     let mut ring = new_ring()?;
     let mut side = new_ring()?;
     let v7 = connect(&mut ring, gid, 7)?;
@@ -204,6 +276,29 @@ fn send_side(gid: [u8; 16], n: u64) -> Result<()> {
         2 * n,
         t.elapsed().as_micros()
     );
+    if let Some(name) = &msgbuf {
+        let (text, _) = hear(&mut side, &v9, &mut small)?;
+        if text != "imm" {
+            return Err(format!("on service 9: {text:?}, not \"imm\"").into());
+        }
+        let remote = retry(60, &[Reason::NoSuchName, Reason::Unreachable], || {
+            ring.import_name(&v7, name, 64 << 10)
+        })?;
+        for i in 0..n {
+            let p = piece(i);
+            let at = (i * SLOT) as usize;
+            mr.bytes_mut()[at..at + p.len()].copy_from_slice(p.as_bytes());
+        }
+        let mut b = Batch::new();
+        for i in 0..n {
+            let len = piece(i).len() as u32;
+            b.write_imm(&v7, &mr, i * SLOT, &remote, i * SLOT, len, 9000 + i as u32)?;
+        }
+        for (k, c) in ring.run(b)?.into_iter().enumerate() {
+            c.map_err(|e| format!("WRITE_IMM {k}: {e}"))?;
+        }
+        println!("{n} WRITE_IMMs into {name} across nodes");
+    }
     let (text, imm) = hear(&mut side, &v9, &mut small)?;
     if (text.as_str(), imm) != ("ack", 2) {
         return Err(format!("on service 9: {text:?} imm {imm}, not \"ack\" imm 2").into());
@@ -217,15 +312,32 @@ fn send_side(gid: [u8; 16], n: u64) -> Result<()> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: messages recv|send ADDR N";
-    let (role, addr, n) = match &args[1..] {
-        [r, a, n] => (r.as_str(), a.parse::<Ipv4Addr>()?, n.parse::<u64>()?),
+    let usage = "usage: messages recv|send ADDR N [imm]";
+    let (role, addr, n, with_imm) = match &args[1..] {
+        [r, a, n] => (r.as_str(), a.parse::<Ipv4Addr>()?, n.parse::<u64>()?, false),
+        [r, a, n, i] if i == "imm" => (r.as_str(), a.parse::<Ipv4Addr>()?, n.parse::<u64>()?, true),
         _ => return Err(usage.into()),
     };
     let gid = addr.to_ipv6_mapped().octets();
     match role {
-        "recv" => recv_side(gid, n),
-        "send" => send_side(gid, n),
+        // The receiving side names its memory by its own address: ADDR is the peer's.
+        "recv" => {
+            let own = own_ipv4()?;
+            recv_side(gid, n, with_imm.then(|| msgbuf_name(own)))
+        }
+        "send" => send_side(gid, n, with_imm.then(|| msgbuf_name(addr))),
         _ => Err(usage.into()),
     }
+}
+
+/// This node's IPv4 address, from its device's GIDs.
+fn own_ipv4() -> Result<Ipv4Addr> {
+    let rows = Device::open()?.query_devices()?.rows;
+    let v4 = |g: &[u8; 16]| g[..10] == [0; 10] && g[10..12] == [0xff, 0xff];
+    let g = rows
+        .iter()
+        .find(|r| r.has_gid() && v4(&r.gid))
+        .ok_or("no IPv4 GID")?
+        .gid;
+    Ok(Ipv4Addr::new(g[12], g[13], g[14], g[15]))
 }

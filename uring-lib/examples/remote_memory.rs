@@ -350,9 +350,9 @@ fn hammer(ring: &mut Ring, addr: Ipv4Addr, name: &str, role: &str) -> Result<()>
     let remote = retry(120, &[Reason::Unreachable, Reason::NoSuchName], || {
         ring.import_name(&v, name, LEN as u32)
     })?;
-    exercise(ring, &v, &remote)?;
+    let mut mine = exercise(ring, &v, &remote)?;
     println!("{role} back: connected, imported and used its memory again");
-    Ok(())
+    after_revocation(ring, &v, &mut mine, &remote, name)
 }
 
 /// Connects to ADDR and imports NAME, retrying while the node, the MetaServer or the

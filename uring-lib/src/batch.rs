@@ -101,6 +101,35 @@ impl<'a> Batch<'a> {
         )
     }
 
+    /// RDMA WRITE with immediate data: `len` bytes of `local` at `local_off` to
+    /// `remote_off`, consuming the oldest receive the peer posted on its end, which
+    /// completes with the length and `imm` (the bytes land in the remote range, not in
+    /// the receive).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_imm(
+        &mut self,
+        vqp: &Vqp,
+        local: &'a MemoryRegion,
+        local_off: u64,
+        remote: &RemoteRegion,
+        remote_off: u64,
+        len: u32,
+        imm: u32,
+    ) -> Result<&mut Self, Error> {
+        self.one_sided(
+            Opcode::WriteImm,
+            vqp,
+            local,
+            local_off,
+            remote,
+            remote_off,
+            len,
+        )?;
+        let s = self.sqes.last_mut().expect("just pushed");
+        *s = s.with_imm(imm);
+        Ok(self)
+    }
+
     /// 8-byte compare-and-swap at `remote_off`; the old value lands at `local_off`.
     pub fn cas(
         &mut self,

@@ -54,12 +54,14 @@
 #                                   reload with META's node as the MetaServer; CONNECT to
 #                                   ROLE's node, import NAME, READ/WRITE/CAS/FAA it with
 #                                   the bytes checked, unload
-#   cluster-smoke.sh messages ROLE recv|send N
+#   cluster-smoke.sh messages ROLE recv|send N [META]
 #                                   reload listening; two-sided messages with ROLE's node
 #                                   (uring-lib/examples/messages.rs: two services, two
 #                                   rings, N messages each way checked, a DISCONNECT with
-#                                   receives advertised); unload once ROLE is done (recv
-#                                   waits for send's last word, send for recv's)
+#                                   receives advertised); with META's node as the
+#                                   MetaServer (this node's own when META is this role),
+#                                   N WRITE_IMMs into memory published by name too;
+#                                   unload once ROLE is done
 set -u
 MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
@@ -208,8 +210,14 @@ mutual)
   ;;
 messages)
   peer=$(addr_of "$2") || exit 1
-  reload || exit 1
-  "$MESSAGES" "$3" "$peer" "$4" || exit 1
+  if [ $# -ge 5 ]; then
+    meta=$(addr_of "$5") || exit 1
+    reload meta_server="$meta" || exit 1
+    "$MESSAGES" "$3" "$peer" "$4" imm || exit 1
+  else
+    reload || exit 1
+    "$MESSAGES" "$3" "$peer" "$4" || exit 1
+  fi
   # The peer may still be finishing with this node's kernel (its DISCONNECTs).
   sleep 3
   unload
