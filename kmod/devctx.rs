@@ -19,18 +19,28 @@
 //! 6. one links shard's mutex (fabric.rs): the message links of the peers and services
 //!    abi's `shard_of` maps there, their receives and waiting sends; taken by two-sided
 //!    messages, CONNECT, DISCONNECT, ring close and the recovery; never two;
-//! 7. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
-//! 8. leaves, under which nothing is taken: the device's exports, its ring table
-//!    (`rings`), a ring's completion inbox (ring_ctx.rs), the CQ's arming (`arm`), what
-//!    rings asked of the MetaServer (meta.rs's `krcore_meta`);
+//! 7. the device's revocations (fabric.rs, abi's `cluster::revoke`): exports other nodes
+//!    are told of, and answers owed to theirs; taken by DEREG_MR and ring close (through
+//!    the engine's `unpublish`/`revoke_far`) and by routing, which post notices under it;
+//! 8. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
+//! 9. leaves, under which nothing is taken but cm.c's per-connection mutex: the device's
+//!    exports, its ring table (`rings`), a ring's completion inbox (ring_ctx.rs), the
+//!    CQ's arming (`arm`), what rings asked of the MetaServer (meta.rs's
+//!    `krcore_meta`), the set connections being drained (fabric.rs's `krcore_drains`);
 //!
-//! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too. The
+//! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too.
+//! cm.c's per-connection mutex is taken under a QP's (a notice receive taken and posted
+//! again) and under the drains' (a drain begun), and takes nothing. cm.c's listener
+//! answers a peer's request for a set under rdma_cm's handler mutex, taking 2, then 5
+//! (abi's both-at-once rule); so nothing here destroys an rdma_cm id under 5: a set's
+//! connections are closed on cm.c's workqueue. Routing takes a notice (under 3) to its
+//! shard (6), a revocation's to every ring (4, one at a time) and to 7. The
 //! MetaServer connection's mutex (meta.rs's `krcore_meta_link`) is taken with none of
 //! these held, by network work and the device's removal only, and only the MetaServer
 //! leaf is taken inside it. abi's
-//! engine takes 5-8 as its `fabric` module says (verify's fake fabric checks that order in
-//! every property test and fuzzing run). Routing runs under 3 and a QP's 7 and hands a
-//! completion to its ring's inbox (8); the ring takes it in under its own lock (4), from
+//! engine takes 5-9 as its `fabric` module says (verify's fake fabric checks that order in
+//! every property test and fuzzing run). Routing runs under 3 and a QP's 8 and hands a
+//! completion to its ring's inbox (9); the ring takes it in under its own lock (4), from
 //! the router with nothing but 3 held. A ring's wait queue (wait.rs) is woken under the
 //! ring's mutex and slept on with no lock held.
 //!
@@ -213,8 +223,7 @@ impl DevCtx {
         let (verbs_pd, _) = hw.pd_cq();
         let members = MemberState {
             hw,
-            // Node ids come with the MetaServer; until then the both-at-once rule is
-            // unused (peer.rs).
+            // This node's id is set from its address once the pool is built (peer.rs).
             peers: PeerSets::new(0)?,
             registering: 0,
             recovery: Recovery::new(2),
@@ -392,7 +401,12 @@ impl DevCtx {
         // SAFETY: plain call.
         let now = unsafe { shim::krcore_shim_coarse_ms() };
         let mut m = self.shared.members();
-        let MemberState { peers, .. } = &mut *m.g;
+        let MemberState { peers, hw, .. } = &mut *m.g;
+        // A request before this node's pool was built: no id for the rule yet, and no
+        // CONNECT of ours to compete with; refused until the pool is up (the peer
+        // retries).
+        let own = hw.pool_gid().ok_or(Errno::EAGAIN)?;
+        peers.set_me(&own);
         peers.request(&self.shared, addr, index, now)
     }
 

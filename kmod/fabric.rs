@@ -2,7 +2,9 @@
 //! The engine's [`Fabric`] on one device: a mutex per pooled QP (its accounting and the
 //! verbs object and scratch it is posted through), a mutex per links shard (message
 //! links, their receives and waiting sends), the membership mutex (the device's verbs
-//! objects, recovery), and the exports mutex. The lock order is written in devctx.rs.
+//! objects, recovery), the exports mutex, the revocations' mutex (exports other nodes
+//! are told of) and the drains' (set connections closing). The lock order is written in
+//! devctx.rs.
 //!
 //! Hints let a caller skip the CQ and the recovery when nothing can be there without
 //! taking these locks: abi's [`BusyHint`] (QPs that may have requests posted or have
@@ -408,6 +410,8 @@ impl Members<KStore> for MembersGuard<'_> {
         opposite: Option<u32>,
     ) -> Result<Connection, Errno> {
         if let Some(own) = self.g.hw.pool_gid() {
+            // This node's id, for the both-at-once rule (known once the pool is).
+            self.g.peers.set_me(&own);
             if gid != own {
                 // SAFETY: plain call.
                 let now = unsafe { crate::shim::krcore_shim_coarse_ms() };

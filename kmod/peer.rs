@@ -85,6 +85,14 @@ impl PeerSets {
         })
     }
 
+    /// This node's address is `own` (the pool's GID): its id, for the both-at-once
+    /// rule.
+    pub(crate) fn set_me(&mut self, own: &[u8; 16]) {
+        if let Some(me) = node_of(own) {
+            self.table.set_me(me);
+        }
+    }
+
     /// A CONNECT at `now_ms` to the node at `addr` (not this device's), for `service`:
     /// abi's decision (`Peers::connect`), carried out.
     pub(crate) fn connect(

@@ -116,6 +116,11 @@ impl ConnSet {
         }
     }
 
+    /// This node is `me` (learned after the set was made).
+    pub fn set_me(&mut self, me: u16) {
+        self.me = me;
+    }
+
     /// Where it is.
     pub fn state(&self) -> State {
         self.state

@@ -163,6 +163,18 @@ impl<S: Store> Peers<S> {
         p
     }
 
+    /// This node is `me` (its id becomes known once its address is): every set's rule
+    /// uses it.
+    pub fn set_me(&mut self, me: u16) {
+        if self.me == me {
+            return;
+        }
+        self.me = me;
+        for p in self.table.as_mut().iter_mut().flatten() {
+            p.set.set_me(me);
+        }
+    }
+
     /// Physical QP slots the table can use, all entries together.
     pub fn qp_slots(&self) -> u32 {
         self.table.as_ref().len() as u32 * self.qps_per_set
@@ -650,6 +662,17 @@ mod tests {
         assert_eq!((fresh.answer, fresh.close), (Answer::Accept, Some(peer)));
         let s2 = a.request(&addr(12), 2, 20, 1, 4, never).unwrap();
         assert_eq!(s2.answer, Answer::Accept);
+    }
+
+    /// The node's id comes after the table is made (once its address is known): the
+    /// rule uses it for sets made before too.
+    #[test]
+    fn the_rule_uses_the_id_learned_late() {
+        let mut p = Peers::with_capacity(2, 0, 0, 2);
+        assert!(matches!(p.dial(&addr(12), 2, 20, 0), Dial::Connect { .. }));
+        p.set_me(3);
+        let s = p.request(&addr(12), 2, 20, 0, 1, |_| false).unwrap();
+        assert_eq!(s.answer, Answer::Accept, "3 > 2: the peer's attempt wins");
     }
 
     #[test]
