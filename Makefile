@@ -97,7 +97,8 @@ vm-test: kmod host
 # service receiving only its own messages, bytes and immediates checked, WRITE_IMM
 # into memory published by name, and a DISCONNECT whose advertised receives come back
 # Cancelled once the peer answered), on 2 guests (one the MetaServer) and on 3 (the
-# MetaServer apart).
+# MetaServer apart). Last, the user-space verbs baseline across nodes (issue 12): 10
+# fresh processes each connect through rdma_cm, every stage timed, and READ a word.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
 CONNECT_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) connect a"
@@ -120,6 +121,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 $(MUTUAL_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
+	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) verbs_cm serve 10" --role "b:$(SMOKE) verbs_cm connect a 10"
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the

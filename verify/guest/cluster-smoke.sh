@@ -62,7 +62,14 @@
 #                                   MetaServer (this node's own when META is this role),
 #                                   N WRITE_IMMs into memory published by name too;
 #                                   unload once ROLE is done
+#   cluster-smoke.sh verbs_cm serve N
+#                                   user-space verbs over rdma_cm (the baseline, issue 12):
+#                                   serve 64 KiB to N clients, until they left (300 s)
+#   cluster-smoke.sh verbs_cm connect ROLE N
+#                                   N fresh processes each connect to ROLE's server (every
+#                                   stage timed) and READ 8 bytes; the medians are printed
 set -u
+VERBS_CM=$(dirname "$0")/../../target/release/verbs-cm
 MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
@@ -221,6 +228,33 @@ messages)
   # The peer may still be finishing with this node's kernel (its DISCONNECTs).
   sleep 3
   unload
+  ;;
+verbs_cm)
+  case "$2" in
+  serve) "$VERBS_CM" serve 7472 "$3" 300 || exit 1 ;;
+  connect)
+    peer=$(addr_of "$3") || exit 1
+    all=
+    for _ in $(seq 60); do
+      # The first connection also waits for the server to listen.
+      if all=$("$VERBS_CM" connect "$peer" 7472 2>&1); then break; fi
+      sleep 1
+    done
+    case "$all" in verbs-cm:*) ;; *) echo "$KRCORE_NODE: no rdma_cm connection to $3 in 60 s: $all" >&2; exit 1 ;; esac
+    for _ in $(seq $(($4 - 1))); do
+      one=$("$VERBS_CM" connect "$peer" 7472) || exit 1
+      all="$all
+$one"
+    done
+    # Medians over the N processes, per stage.
+    med=
+    for k in addr route qp mr connect total read; do
+      m=$(printf '%s\n' "$all" | sed -n "s/.* $k \([0-9]*\) .*/\1/p" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+      med="$med$k $m us  "
+    done
+    echo "$KRCORE_NODE: verbs over rdma_cm to $3, $4 fresh processes, medians: $med"
+    ;;
+  esac
   ;;
 cycles)
   peer=$(addr_of "$2") || exit 1

@@ -3,6 +3,7 @@
 //! test kit ([`heapring`], [`fake`], [`node`], [`rig`]) shared by property tests, fuzzing, loom
 //! models and benchmarks, and guest-side helpers ([`guest`]) for the suite and figures.
 
+pub mod cm_verbs;
 pub mod fake;
 pub mod fuzzprog;
 pub mod guest;

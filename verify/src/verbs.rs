@@ -28,14 +28,14 @@ impl std::error::Error for VerbsError {}
 /// Result of a verbs helper.
 pub type Result<T> = std::result::Result<T, VerbsError>;
 
-fn fail<T>(call: &'static str) -> Result<T> {
+pub(crate) fn fail<T>(call: &'static str) -> Result<T> {
     Err(VerbsError {
         call,
         source: io::Error::last_os_error(),
     })
 }
 
-fn fail_code<T>(call: &'static str, code: i32) -> Result<T> {
+pub(crate) fn fail_code<T>(call: &'static str, code: i32) -> Result<T> {
     Err(VerbsError {
         call,
         source: io::Error::from_raw_os_error(code),
