@@ -380,7 +380,6 @@ fn to_c(wr: &SendWr, out: &mut [SendWrC]) -> usize {
                 to,
                 len: wr.local.len,
                 imm,
-                too_long: false,
             };
             out[0] = write;
             out[1] = notice_wr(wr.wr_id, &n.encode(), wr.signaled);

@@ -21,7 +21,7 @@ use kernel::sync::lock::Guard;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::engine::{
-    backend_wr_id, BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys,
+    backend_index, backend_wr_id, BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys,
     PhysQp, Post, Qps, Recovery,
 };
 use crate::abi::cqe::Reason;
@@ -106,16 +106,17 @@ struct Draining {
 // SAFETY: the handles are used only under the drains' mutex.
 unsafe impl Send for Drains {}
 
+const DRAIN_MARKERS: u32 = 0x6000_0000;
+
 /// The `wr_id` of drain `k`'s send marker (`recv` false) or receive marker.
 pub(crate) const fn drain_marker(k: usize, recv: bool) -> u64 {
-    backend_wr_id(0x6000_0000 + 2 * k as u32 + recv as u32)
+    backend_wr_id(DRAIN_MARKERS + 2 * k as u32 + recv as u32)
 }
 
 /// Which drain and marker a `wr_id` is, if it is one.
 pub(crate) fn drain_of(wr_id: u64) -> Option<(usize, bool)> {
-    let n = u64::MAX - wr_id;
-    let i = n.checked_sub(0x6000_0000)?;
-    (i < 2 * DRAINS as u64).then(|| ((i / 2) as usize, i & 1 == 1))
+    let i = backend_index(wr_id, DRAIN_MARKERS, 2 * DRAINS as u32)?;
+    Some(((i / 2) as usize, i & 1 == 1))
 }
 
 impl Drains {

@@ -56,7 +56,7 @@ pub enum Notice {
         rkey: u32,
     },
     /// A message from the sender's end went into the oldest receive the receiver's end
-    /// `to` advertised (its bytes written just before, on the same QP), or could not.
+    /// `to` advertised (its bytes written just before, on the same QP).
     Data {
         /// The receiver's end.
         to: u64,
@@ -64,8 +64,6 @@ pub enum Notice {
         len: u32,
         /// Immediate data, if the message had any.
         imm: Option<u32>,
-        /// It was longer than the receive: nothing written, the receive fails.
-        too_long: bool,
     },
     /// The sender's end `from` left: nothing more comes from it, and the receiver's end
     /// `to` must stop using its receives (and answer [`Notice::Left`]).
@@ -117,7 +115,6 @@ const REVOKE: u8 = 6;
 const REVOKE_ACK: u8 = 7;
 
 const HAS_IMM: u8 = 1;
-const TOO_LONG: u8 = 2;
 
 fn put<const N: usize>(b: &mut [u8; NOTICE_LEN], at: usize, v: [u8; N]) {
     b[at..at + N].copy_from_slice(&v);
@@ -159,18 +156,11 @@ impl Notice {
                 put(&mut b, 28, rkey.to_le_bytes());
                 (ADVERT, 0)
             }
-            Notice::Data {
-                to,
-                len,
-                imm,
-                too_long,
-            } => {
+            Notice::Data { to, len, imm } => {
                 put(&mut b, 8, to.to_le_bytes());
                 put(&mut b, 16, len.to_le_bytes());
                 put(&mut b, 20, imm.unwrap_or(0).to_le_bytes());
-                let f =
-                    if imm.is_some() { HAS_IMM } else { 0 } | if too_long { TOO_LONG } else { 0 };
-                (DATA, f)
+                (DATA, if imm.is_some() { HAS_IMM } else { 0 })
             }
             Notice::Leave { service, to, from } => {
                 put(&mut b, 4, service.to_le_bytes());
@@ -241,7 +231,6 @@ impl Notice {
                 to: u64_at(b, 8),
                 len: u32_at(b, 16),
                 imm: (flags & HAS_IMM != 0).then(|| u32_at(b, 20)),
-                too_long: flags & TOO_LONG != 0,
             },
             LEAVE => Notice::Leave {
                 service: u32_at(b, 4),
@@ -278,13 +267,11 @@ mod tests {
                 to: 5,
                 len: 12,
                 imm: Some(0xdead_beef),
-                too_long: false,
             },
             Notice::Data {
                 to: 5,
                 len: 0,
                 imm: None,
-                too_long: true,
             },
             Notice::Leave {
                 service: 9,

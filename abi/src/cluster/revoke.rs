@@ -196,11 +196,6 @@ impl Revocations {
         }
     }
 
-    /// Whether anything is to be posted.
-    pub fn has_due(&self) -> bool {
-        self.next_due().is_some()
-    }
-
     fn find(&self, rkey: u32) -> Option<usize> {
         self.revoking
             .iter()
@@ -232,7 +227,7 @@ mod tests {
         assert!(r.acked(7, 3));
         assert_eq!(r.progress(7, 2, 5_000), Progress::Done);
         assert_eq!(r.progress(7, 3, 5_000), Progress::Done, "forgotten: done");
-        assert!(!r.has_due());
+        assert_eq!(r.next_due(), None);
     }
 
     #[test]

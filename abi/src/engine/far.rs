@@ -45,7 +45,7 @@ use super::fabric::Qps;
 use super::message::{End, Holder, Link, Messages, PostedRecv, Target, WaitingSend, NIL};
 use super::qp::Posted;
 use super::ring_state::Completion;
-use super::wrid::backend_wr_id;
+use super::wrid::{backend_index, backend_wr_id};
 use super::Store;
 
 /// The `wr_id` of every notice posted on its own (signaled; its completion only frees
@@ -71,12 +71,7 @@ pub const fn notice_recv_wr_id(i: u32) -> u64 {
 
 /// Which notice receive a `wr_id` is, if it is one.
 pub const fn notice_recv_index(wr_id: u64) -> Option<u32> {
-    let n = u64::MAX - wr_id;
-    if n >= NOTICE_RECV_BASE as u64 && n < (NOTICE_RECV_BASE + NOTICE_RECVS) as u64 {
-        Some((n - NOTICE_RECV_BASE as u64) as u32)
-    } else {
-        None
-    }
+    backend_index(wr_id, NOTICE_RECV_BASE, NOTICE_RECVS)
 }
 
 /// A link's far end, and what this kernel owes the peer's about it.
@@ -298,12 +293,7 @@ impl<S: Store> Messages<S> {
                 };
                 self.on_advert(gid, to, r, qps)
             }
-            Notice::Data {
-                to,
-                len,
-                imm,
-                too_long,
-            } => self.on_data(gid, to, len, imm, too_long),
+            Notice::Data { to, len, imm } => self.on_data(gid, to, len, imm),
             Notice::Leave { service, to, from } => self.on_leave(gid, qp, service, to, from, qps),
             Notice::Left { to } => self.on_left(gid, to),
             // About exports: the device's (`cluster::revoke`), never a shard's.
@@ -488,7 +478,7 @@ impl<S: Store> Messages<S> {
         }
     }
 
-    fn on_data(&mut self, gid: &[u8; 16], to: u64, len: u32, imm: Option<u32>, too_long: bool) {
+    fn on_data(&mut self, gid: &[u8; 16], to: u64, len: u32, imm: Option<u32>) {
         let Some(h) = self.mine(to, gid) else { return };
         let l = self.links.get_mut(h).expect("mine");
         let head = l.ends[0].recvs.head;
@@ -498,7 +488,9 @@ impl<S: Store> Messages<S> {
             return;
         }
         let r = l.ends[0].recvs.pop(&mut self.recvs).expect("head");
-        let c = if too_long || len > r.len {
+        // A sender never sends past the advert (it fails the SEND instead): checked all
+        // the same, the receive fails rather than report more than it holds.
+        let c = if len > r.len {
             Completion::Failed(Reason::TooLong)
         } else {
             Completion::Received { byte_len: len, imm }
@@ -828,7 +820,6 @@ mod tests {
                         to,
                         len: w.local.len,
                         imm,
-                        too_long: false,
                     };
                     self.node.wire.borrow_mut().push((self.qp, n));
                 }
@@ -953,7 +944,6 @@ mod tests {
                 to: far_b8,
                 len: 5,
                 imm: Some(8),
-                too_long: false,
             },
             &nb,
         );
@@ -1157,7 +1147,6 @@ mod tests {
             to: link_id(b.index, b7),
             len: 4,
             imm: None,
-            too_long: false,
         };
         b.on_notice(&na.gid, 1, data, &nb);
         assert!(owed(&mut b, &nb).is_empty(), "a Data for it is ignored");

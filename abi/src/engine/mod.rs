@@ -61,7 +61,7 @@ pub use route::{BusyHint, Delivered, Inbox};
 pub use submit::{Stall, Submitted, CHAIN};
 pub use table::{Fifo, Slot, Table, MAX_TABLE};
 pub use validate::{validate, Op, MAX_LEN};
-pub use wrid::{backend_wr_id, is_backend_wr_id, WrId};
+pub use wrid::{backend_index, backend_wr_id, is_backend_wr_id, WrId};
 
 /// Where the engine's fixed-capacity storage comes from: `KVec` in the kernel, `Vec` in
 /// user space. The engine never grows a buffer; its length is the capacity.

@@ -14,6 +14,17 @@ pub const fn backend_wr_id(n: u32) -> u64 {
     u64::MAX - n as u64
 }
 
+/// Which of the `n` backend requests numbered from `base` `wr_id` is, if it is one of
+/// them (a range of [`backend_wr_id`]s: notice receives, drain markers).
+pub const fn backend_index(wr_id: u64, base: u32, n: u32) -> Option<u32> {
+    let k = u64::MAX - wr_id;
+    if k >= base as u64 && k < base as u64 + n as u64 {
+        Some((k - base as u64) as u32)
+    } else {
+        None
+    }
+}
+
 /// Whether `wr_id` is one of [`backend_wr_id`]'s.
 pub const fn is_backend_wr_id(wr_id: u64) -> bool {
     wr_id as u32 & 0x8000_0000 != 0
@@ -48,6 +59,15 @@ impl WrId {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_backend_range_names_its_members_only() {
+        use super::{backend_index, backend_wr_id};
+        assert_eq!(backend_index(backend_wr_id(100), 100, 4), Some(0));
+        assert_eq!(backend_index(backend_wr_id(103), 100, 4), Some(3));
+        assert_eq!(backend_index(backend_wr_id(104), 100, 4), None);
+        assert_eq!(backend_index(backend_wr_id(99), 100, 4), None);
+    }
+
     #[test]
     fn backend_ids_are_not_ring_ids() {
         assert!(super::is_backend_wr_id(super::backend_wr_id(0)));
