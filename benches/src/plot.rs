@@ -82,6 +82,53 @@ pub fn lines(
     root.present().map_err(|x| e(&x))
 }
 
+/// A time series plot with linear axes: one line per series of (x, y) points.
+pub fn timeline(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    let pts = series.iter().flat_map(|(_, v)| v.iter().copied());
+    let (x_hi, y_hi) = pts.fold((0f64, 0f64), |(a, b), (x, y)| (a.max(x), b.max(y)));
+    if x_hi <= 0.0 || y_hi <= 0.0 {
+        return Err(format!("{title}: nothing to plot"));
+    }
+    let root = SVGBackend::new(path, (760, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(72)
+        .build_cartesian_2d(0f64..x_hi, 0f64..y_hi * 1.15)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (k, (name, v)) in series.iter().enumerate() {
+        let c = COLORS[k % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(v.clone(), c.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))
+}
+
 /// Every plot of a run into `dir`; returns the file names written.
 pub fn all(f: &Figures, dir: &Path) -> Result<Vec<&'static str>, String> {
     let by_x = |group: &str, value: &dyn Fn(&str, u32) -> f64| {

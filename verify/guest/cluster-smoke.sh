@@ -68,8 +68,18 @@
 #   cluster-smoke.sh verbs_cm connect ROLE N
 #                                   N fresh processes each connect to ROLE's server (every
 #                                   stage timed) and READ 8 bytes; the medians are printed
+#   cluster-smoke.sh demo memory KEYS CLIENTS
+#                                   the elastic key-value demo's memory node (make demo):
+#                                   reload serving the MetaServer; build a table of KEYS
+#                                   keys, publish it, serve it over rdma_cm until CLIENTS
+#                                   verbs connections left (600 s); unload
+#   cluster-smoke.sh demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS
+#                                   a compute node: reload with ROLE's node as the
+#                                   MetaServer; launch krcore, then verbs workers against
+#                                   ROLE's table (target/release/krcore-demo); unload
 set -u
 VERBS_CM=$(dirname "$0")/../../target/release/verbs-cm
+DEMO=$(dirname "$0")/../../target/release/krcore-demo
 MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
@@ -256,6 +266,22 @@ $one"
     ;;
   esac
   ;;
+demo)
+  case "$2" in
+  memory)
+    reload meta_server="$KRCORE_ADDR" || exit 1
+    "$DEMO" memory "$3" "$4" 600 || exit 1
+    ;;
+  compute)
+    meta=$(addr_of "$3") || exit 1
+    reload meta_server="$meta" || exit 1
+    shift 3
+    "$DEMO" compute "$meta" "$@" || exit 1
+    ;;
+  *) echo "usage: cluster-smoke.sh demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS" >&2; exit 2 ;;
+  esac
+  unload
+  ;;
 cycles)
   peer=$(addr_of "$2") || exit 1
   reload || exit 1
@@ -365,7 +391,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | publish N | lookup ROLE N K" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | publish N | lookup ROLE N K | messages ROLE recv|send N [META] | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS" >&2
   exit 2
   ;;
 esac

@@ -238,58 +238,84 @@ impl Client {
         Ok((c, st))
     }
 
-    /// RDMA READ of 8 bytes at `offset` of the server's memory.
-    pub fn read8(&mut self, offset: u64) -> Result<u64> {
-        let mut sge = ibv_sge {
-            addr: self.buf.as_ptr() as u64,
-            length: 8,
-            // SAFETY: a live MR.
-            lkey: unsafe { (*self.mr).lkey },
-        };
-        // SAFETY: plain data.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = 1;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-        wr.wr.rdma.remote_addr = self.remote.addr + offset;
-        wr.wr.rdma.rkey = self.remote.rkey;
+    /// RDMA READs of each `(offset, len)` range of the server's memory, all posted in
+    /// one chain and waited for together; their bytes, one after another (at most the
+    /// local buffer's length in all).
+    pub fn read(&mut self, ranges: &[(u64, u32)]) -> Result<Vec<u8>> {
+        let total: u64 = ranges.iter().map(|r| r.1 as u64).sum();
+        if total > self.buf.len() as u64 * 8 || ranges.is_empty() {
+            return err_code("READ ranges beyond the local buffer", libc::EINVAL);
+        }
+        // SAFETY: a live MR.
+        let lkey = unsafe { (*self.mr).lkey };
+        let mut sges = Vec::with_capacity(ranges.len());
+        let mut at = self.buf.as_ptr() as u64;
+        for &(_, len) in ranges {
+            sges.push(ibv_sge {
+                addr: at,
+                length: len,
+                lkey,
+            });
+            at += len as u64;
+        }
+        // SAFETY: plain data; linked below, each naming its own SGE.
+        let mut wrs: Vec<ibv_send_wr> = (0..ranges.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (i, (wr, &(offset, _))) in wrs.iter_mut().zip(ranges).enumerate() {
+            wr.wr_id = i as u64;
+            wr.sg_list = &mut sges[i];
+            wr.num_sge = 1;
+            wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+            wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+            wr.wr.rdma.remote_addr = self.remote.addr + offset;
+            wr.wr.rdma.rkey = self.remote.rkey;
+        }
+        for i in 1..wrs.len() {
+            let next: *mut ibv_send_wr = &mut wrs[i];
+            wrs[i - 1].next = next;
+        }
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
-        // SAFETY: a live connected QP; `wr` and `sge` outlive the call.
-        let r = unsafe { ibv_post_send((*self.id).qp, &mut wr, &mut bad) };
+        // SAFETY: a live connected QP; the chain and its SGEs outlive the call.
+        let r = unsafe { ibv_post_send((*self.id).qp, wrs.as_mut_ptr(), &mut bad) };
         if r != 0 {
             return err_code("ibv_post_send", r);
         }
-        poll_one(self.cq)?;
-        Ok(self.buf[0])
+        poll(self.cq, ranges.len())?;
+        // SAFETY: the READs completed; `total` bytes of our own buffer.
+        Ok(unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), total as usize) }.to_vec())
     }
 }
 
-/// Waits (busy) for one completion on `cq`, 10 s at most.
-fn poll_one(cq: *mut ibv_cq) -> Result<()> {
+impl crate::kv::Reader for Client {
+    fn read(&mut self, ranges: &[(u64, u32)]) -> std::result::Result<Vec<u8>, String> {
+        Client::read(self, ranges).map_err(|e| e.to_string())
+    }
+}
+
+/// Waits (busy) for `n` successful completions on `cq`, 10 s at most.
+fn poll(cq: *mut ibv_cq, n: usize) -> Result<()> {
     let until = Instant::now() + Duration::from_secs(10);
-    loop {
+    let mut got = 0;
+    while got < n {
         // SAFETY: plain data.
         let mut wc: ibv_wc = unsafe { std::mem::zeroed() };
         // SAFETY: a live CQ, one entry of room.
-        let n = unsafe { ibv_poll_cq(cq, 1, &mut wc) };
-        if n < 0 {
-            return err_code("ibv_poll_cq", -n);
+        let r = unsafe { ibv_poll_cq(cq, 1, &mut wc) };
+        if r < 0 {
+            return err_code("ibv_poll_cq", -r);
         }
-        if n == 1 {
+        if r == 1 {
             if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
                 return err_code(
                     "work completion (status in errno position)",
                     wc.status as i32,
                 );
             }
-            return Ok(());
-        }
-        if Instant::now() > until {
+            got += 1;
+        } else if Instant::now() > until {
             return err_code("ibv_poll_cq (timed out)", libc::ETIMEDOUT);
         }
     }
+    Ok(())
 }
 
 impl Drop for Client {
@@ -319,10 +345,11 @@ impl Drop for Client {
     }
 }
 
-/// Serves `len` bytes of memory (each 8-byte word holding its index) on `port` to
-/// `conns` clients, each connection accepted with its descriptor, until `conns`
-/// clients connected and left or `secs` passed.
-pub fn serve(port: u16, len: usize, conns: usize, secs: u64) -> Result<()> {
+/// Serves `mem` on `port` to `conns` clients, each connection accepted with its
+/// descriptor (READ access only), until `conns` clients connected and left or `secs`
+/// passed.
+pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64) -> Result<()> {
+    let len = mem.len();
     // SAFETY: plain call.
     let ch = unsafe { rdma_create_event_channel() };
     if ch.is_null() {
@@ -350,12 +377,22 @@ pub fn serve(port: u16, len: usize, conns: usize, secs: u64) -> Result<()> {
     if unsafe { rdma_listen(listen, 64) } != 0 {
         return err("rdma_listen");
     }
-    let mut buf: Vec<u64> = (0..len.div_ceil(8) as u64).collect();
     let (mut pd, mut cq, mut mr): (*mut ibv_pd, *mut ibv_cq, *mut ibv_mr) =
         (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
     let (mut accepted, mut left) = (0usize, 0usize);
     let until = Instant::now() + Duration::from_secs(secs);
     while left < conns && Instant::now() < until {
+        // SAFETY: a live channel's descriptor, polled with a bound so `secs` holds
+        // when no client comes.
+        let mut pfd = libc::pollfd {
+            fd: unsafe { (*ch).fd },
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, 500) } <= 0 {
+            continue;
+        }
         let mut ev: *mut rdma_cm_event = ptr::null_mut();
         // SAFETY: a live channel.
         if unsafe { rdma_get_cm_event(ch, &mut ev) } != 0 {
@@ -374,7 +411,7 @@ pub fn serve(port: u16, len: usize, conns: usize, secs: u64) -> Result<()> {
                         let access = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
                             | ibv_access_flags::IBV_ACCESS_REMOTE_READ)
                             .0 as i32;
-                        mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), len, access);
+                        mr = ibv_reg_mr(pd, mem.as_mut_ptr().cast(), len, access);
                         if pd.is_null() || cq.is_null() || mr.is_null() {
                             rdma_ack_cm_event(ev);
                             return err("the server's PD, CQ and MR");
@@ -382,7 +419,7 @@ pub fn serve(port: u16, len: usize, conns: usize, secs: u64) -> Result<()> {
                     }
                     let mut a = qp_attr(cq, 4);
                     let d = Descriptor {
-                        addr: buf.as_ptr() as u64,
+                        addr: mem.as_ptr() as u64,
                         len: len as u32,
                         rkey: (*mr).rkey,
                     };

@@ -4,10 +4,12 @@
 //! models and benchmarks, and guest-side helpers ([`guest`]) for the suite and figures.
 
 pub mod cm_verbs;
+pub mod demo;
 pub mod fake;
 pub mod fuzzprog;
 pub mod guest;
 pub mod heapring;
+pub mod kv;
 pub mod meta;
 pub mod node;
 pub mod rig;

@@ -4,6 +4,8 @@
 //! FILE's bench block.
 //! `bench-report native CRITERION-DIR DIR`: criterion's medians into DIR/native.md.
 //! Both are part of `make bench`.
+//! `bench-report demo LOG DIR`: `make demo`'s guest log into DIR/demo.md and
+//! DIR/demo-timeline.svg, the summary printed.
 
 use std::path::PathBuf;
 
@@ -48,8 +50,20 @@ Host: {}; no kernel involved: the abi engine over a fake NIC, uring-lib over ano
             std::fs::write(PathBuf::from(dir).join("native.md"), md).unwrap();
             println!("[bench] wrote {dir}/native.md");
         }
+        ["demo", log, dir] => {
+            let text =
+                std::fs::read_to_string(log).unwrap_or_else(|e| panic!("reading {log}: {e}"));
+            let title = format!("# Elastic key-value store (make demo), {}\n\nHost: {}. Three guests under QEMU TCG (no KVM), rdma_rxe, RoCE v2 between them: a holds the table and the MetaServer, b and c launch the workers. Compare ratios within this run.", date(), machine());
+            let md = krcore_benches::demo::report(&text, &title, std::path::Path::new(dir))
+                .unwrap_or_else(|e| {
+                    eprintln!("bench-report: {e}");
+                    std::process::exit(1);
+                });
+            std::fs::write(PathBuf::from(dir).join("demo.md"), &md).unwrap();
+            println!("{md}\n[demo] wrote {dir}/demo.md and {dir}/demo-timeline.svg");
+        }
         _ => {
-            eprintln!("usage: bench-report vm GUEST-LOG RESULTS-DIR [--readme README.md] | bench-report native CRITERION-DIR RESULTS-DIR");
+            eprintln!("usage: bench-report vm GUEST-LOG RESULTS-DIR [--readme README.md] | bench-report native CRITERION-DIR RESULTS-DIR | bench-report demo GUEST-LOG RESULTS-DIR");
             std::process::exit(64);
         }
     }

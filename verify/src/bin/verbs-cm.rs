@@ -14,16 +14,16 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: verbs-cm serve PORT CONNS SECS | connect ADDR PORT";
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["serve", port, conns, secs] => Ok(serve(
-            port.parse()?,
-            64 << 10,
-            conns.parse()?,
-            secs.parse()?,
-        )?),
+        ["serve", port, conns, secs] => {
+            // Each 8-byte word holds its index.
+            let mut mem: Vec<u8> = (0..8192u64).flat_map(u64::to_le_bytes).collect();
+            Ok(serve(port.parse()?, &mut mem, conns.parse()?, secs.parse()?)?)
+        }
         ["connect", addr, port] => {
             let (mut c, st) = Client::connect(addr.parse::<Ipv4Addr>()?, port.parse()?, 4096)?;
             let t = Instant::now();
-            let w = c.read8(8 * 5)?;
+            let b = c.read(&[(8 * 5, 8)])?;
+            let w = u64::from_le_bytes(b[..8].try_into()?);
             let read = t.elapsed();
             if w != 5 {
                 return Err(format!("READ brought {w}, not 5").into());

@@ -178,7 +178,10 @@ pub fn node_addr(i: usize) -> String {
 
 /// The QEMU command for one guest booting `initrd`.
 fn qemu_command(cfg: &Config, initrd: &Path, net: Option<&Net>) -> Command {
-    let mut append = String::from("console=ttyS0 panic=-1 quiet tsc=nowatchdog");
+    // tsc=reliable: under TCG the vCPUs' TSCs come from the host clock, but a loaded host makes
+    // them look unsynchronized or the refined calibration disturbed, and the guest falls back
+    // to jiffies (4 ms ticks); the TSC is trusted instead (no sync check, no watchdog).
+    let mut append = String::from("console=ttyS0 panic=-1 quiet tsc=reliable");
     let mut qemu = Command::new("qemu-system-x86_64");
     qemu.args([
         "-nodefaults",

@@ -1,0 +1,178 @@
+//! The host's report of `make demo` (issue 12): the guests' [`Record`] lines summed over
+//! the compute nodes into each system's bootstrap (stage medians, time to the first
+//! GET) and the cluster's GET throughput over time, as markdown and an SVG timeline.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use verify::demo::{Record, SYSTEMS};
+
+use crate::plot;
+
+/// The goal: a worker's time to its first GET at least this many times shorter with
+/// krcore than with verbs.
+pub const FIRST_GET_GOAL: f64 = 20.0;
+
+/// Median and largest of `v` (not empty).
+fn median_max(v: &mut [f64]) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[v.len() - 1])
+}
+
+/// One system's summary.
+struct System {
+    workers: usize,
+    first_get: (f64, f64),
+    stages: Vec<(String, f64)>,
+    gets: u64,
+    /// GETs/s per bin from the phase start, summed over the nodes.
+    timeline: Vec<f64>,
+    bin_s: f64,
+}
+
+fn system(records: &[Record], name: &str) -> Result<System, String> {
+    let workers: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Worker {
+                system,
+                stages,
+                first_get_us,
+                gets,
+                ..
+            } if system == name => Some((stages, *first_get_us, *gets)),
+            _ => None,
+        })
+        .collect();
+    if workers.is_empty() {
+        return Err(format!("no {name} worker in the log"));
+    }
+    let mut first: Vec<f64> = workers.iter().map(|w| w.1).collect();
+    let stages = workers[0]
+        .0
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| {
+            let mut v: Vec<f64> = workers.iter().filter_map(|w| w.0.get(i).map(|s| s.1)).collect();
+            (n.clone(), median_max(&mut v).0)
+        })
+        .collect();
+    let mut timeline: Vec<f64> = Vec::new();
+    let mut bin_s = 0.1;
+    for r in records {
+        if let Record::Timeline {
+            system,
+            bin_ms,
+            counts,
+            ..
+        } = r
+        {
+            if system == name {
+                bin_s = *bin_ms as f64 / 1e3;
+                timeline.resize(timeline.len().max(counts.len()), 0.0);
+                for (t, c) in timeline.iter_mut().zip(counts) {
+                    *t += *c as f64 / bin_s;
+                }
+            }
+        }
+    }
+    Ok(System {
+        workers: workers.len(),
+        first_get: median_max(&mut first),
+        stages,
+        gets: workers.iter().map(|w| w.2).sum(),
+        timeline,
+        bin_s,
+    })
+}
+
+/// Markdown for the run in `log` (titled `title`), and the timeline plot written into
+/// `dir`.
+pub fn report(log: &str, title: &str, dir: &Path) -> Result<String, String> {
+    let records = log
+        .lines()
+        .filter_map(Record::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut md = format!("{title}\n\n");
+    for r in &records {
+        if let Record::Store {
+            keys,
+            bytes,
+            build_ms,
+        } = r
+        {
+            md += &format!(
+                "The memory node's table: {keys} keys (YCSB `user` keys, 16-100 B values), {:.1} MiB, built in {build_ms:.0} ms; GET keys Zipfian (θ 0.99). A GET is two round trips: both candidate buckets in one batch, then the key's block.\n\n",
+                *bytes as f64 / (1 << 20) as f64
+            );
+        }
+    }
+    let contacts: BTreeMap<(String, String), f64> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Contact { system, node, ms } => Some(((system.clone(), node.clone()), *ms)),
+            _ => None,
+        })
+        .collect();
+    let systems = SYSTEMS
+        .iter()
+        .map(|s| system(&records, s).map(|v| (*s, v)))
+        .collect::<Result<Vec<_>, _>>()?;
+    md += "## A worker's bootstrap (medians over the workers of both compute nodes, µs)\n\n";
+    for (name, s) in &systems {
+        md += &format!(
+            "**{name}** ({} workers, {} GETs checked): time to the first GET {:.1} ms median, {:.1} ms worst\n\n| stage | µs |\n|---|---:|\n",
+            s.workers,
+            s.gets,
+            s.first_get.0 / 1e3,
+            s.first_get.1 / 1e3
+        );
+        for (stage, us) in &s.stages {
+            md += &format!("| {stage} | {us:.0} |\n");
+        }
+        md += "\n";
+    }
+    md += "First contact of each compute node with the store (before its workers: for krcore the connection set to the memory node and the first, uncached name lookup; for verbs one rdma_cm connection):";
+    for ((system, node), ms) in &contacts {
+        md += &format!(" {system} on {node} {ms:.0} ms;");
+    }
+    md.pop();
+    md += ".\n\n";
+    let (kr, vb) = (&systems[0].1, &systems[1].1);
+    let ratio = vb.first_get.0 / kr.first_get.0;
+    md += &format!(
+        "## Goal\n\nA worker's time to its first GET at least {FIRST_GET_GOAL:.0}x shorter than with verbs: **{ratio:.1}x** ({} ms vs {:.1} ms, medians) — {}.\n\n",
+        format_args!("{:.1}", vb.first_get.0 / 1e3),
+        kr.first_get.0 / 1e3,
+        if ratio >= FIRST_GET_GOAL { "met" } else { "missed" }
+    );
+    md += "## GET throughput as workers join (both compute nodes summed)\n\n| system | peak GETs/s | mean GETs/s over the last second |\n|---|---:|---:|\n";
+    let mut series = Vec::new();
+    for (name, s) in &systems {
+        // The last bin holds only the tail of the run.
+        let full = &s.timeline[..s.timeline.len().saturating_sub(1)];
+        let last_s = (1.0 / s.bin_s) as usize;
+        let tail = &full[full.len().saturating_sub(last_s)..];
+        md += &format!(
+            "| {name} | {:.0} | {:.0} |\n",
+            full.iter().copied().fold(0.0, f64::max),
+            tail.iter().sum::<f64>() / tail.len().max(1) as f64
+        );
+        series.push((
+            name.to_string(),
+            full.iter()
+                .enumerate()
+                .map(|(i, v)| ((i as f64 + 0.5) * s.bin_s, *v))
+                .collect::<Vec<_>>(),
+        ));
+    }
+    plot::timeline(
+        &dir.join("demo-timeline.svg"),
+        "Elastic KV store: cluster GET throughput as workers join",
+        "seconds from the phase start",
+        "GETs/s",
+        &series,
+    )?;
+    md += "\n![GET throughput over time](demo-timeline.svg)\n";
+    Ok(md)
+}
