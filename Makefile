@@ -22,7 +22,7 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-meta clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run bench-meta clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -186,8 +186,24 @@ bench: kmod host
 	 rc=0; $(VM) --module-param bench_direct=1 --timeout 1200 $${baseline:+--env KRCORE_BASELINE_KO=$$baseline} -- $(CURDIR)/target/release/krcore-figures > $(BENCH_LOG) || rc=$$?; \
 	 grep -E '^\[figures\]|^\[vm\]' $(BENCH_LOG) || true; \
 	 [ $$rc = 0 ] || { tail -40 $(BENCH_LOG); echo "[bench] in-VM figures failed (exit $$rc; log: $(BENCH_LOG))"; exit 1; }
-	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) benches/results --readme README.md
-	@$(MAKE) -s bench-meta
+	@$(MAKE) -s bench-cluster-run
+	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) $(BENCH_CLUSTER_LOG) benches/results --readme README.md
+
+# The figures across nodes on 2 guests (issue 12): b measures against a, which serves
+# them and the MetaServer with BENCH_NAMES names published: data plane, MetaServer
+# lookups beside a request/reply lookup, connects from 1-8 processes, first contact
+# (benches/src/bin/krcore-figures/across.rs). `make bench` runs it and reports both
+# runs together; `make bench-cluster` alone reports this run.
+BENCH_CLUSTER_LOG = $(CURDIR)/target/figures-cluster.log
+BENCH_NAMES ?= 10000
+bench-cluster-run: kmod host
+	@echo "[bench] figures across 2 guests ($(BENCH_NAMES) names in the MetaServer)"
+	@rc=0; $(VM) --timeout 1500 --nodes 2 --role "a:$(SMOKE) figures far b $(BENCH_NAMES)" \
+	   --role "b:$(SMOKE) figures across a $(BENCH_NAMES)" > $(BENCH_CLUSTER_LOG) 2>&1 || rc=$$?; \
+	 grep -E '^\[(a|b)\] \[(figures|far)\]|^\[vm\]' $(BENCH_CLUSTER_LOG) || true; \
+	 [ $$rc = 0 ] || { grep -E '^\[(a|b|vm)\] ' $(BENCH_CLUSTER_LOG) | tail -40; echo "[bench] figures across nodes failed (exit $$rc; log: $(BENCH_CLUSTER_LOG))"; exit 1; }
+bench-cluster: bench-cluster-run
+	@$(CURDIR)/target/release/bench-report vm $(BENCH_CLUSTER_LOG) benches/results/cluster
 
 # The MetaServer's lookup across two guests with 10,000 exports present: uncached (the
 # name's window and its node's record, two one-sided READs) and cached, beside an 8 B

@@ -176,3 +176,64 @@ pub fn report(log: &str, title: &str, dir: &Path) -> Result<String, String> {
     md += "\n![GET throughput over time](demo-timeline.svg)\n";
     Ok(md)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(system: &str, node: &str, first_get_us: f64) -> Record {
+        Record::Worker {
+            system: system.into(),
+            node: node.into(),
+            joined_ms: 0.0,
+            stages: vec![("open".into(), first_get_us / 2.0), ("first GET".into(), first_get_us / 2.0)],
+            first_get_us,
+            gets: 10,
+        }
+    }
+
+    fn timeline(system: &str, node: &str, counts: Vec<u64>) -> Record {
+        Record::Timeline {
+            system: system.into(),
+            node: node.into(),
+            bin_ms: 100,
+            counts,
+        }
+    }
+
+    #[test]
+    fn nodes_are_summed_and_the_goal_is_judged() {
+        let records = [
+            worker("krcore", "b", 4_000.0),
+            worker("krcore", "c", 6_000.0),
+            worker("krcore", "c", 5_000.0),
+            worker("verbs", "b", 150_000.0),
+            worker("verbs", "c", 170_000.0),
+            worker("verbs", "c", 160_000.0),
+            timeline("krcore", "b", vec![1, 2, 3]),
+            timeline("krcore", "c", vec![4, 5, 6]),
+            timeline("verbs", "b", vec![1, 1, 1]),
+            timeline("verbs", "c", vec![0, 1, 1]),
+        ];
+        let log: String = records.iter().map(|r| format!("[b] {}\n", r.line())).collect();
+        let dir = std::env::temp_dir().join(format!("krcore-demo-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let md = report(&log, "# t", &dir).unwrap();
+        // Medians: 5 ms against 160 ms: 32x, met.
+        assert!(md.contains("**32.0x**"), "{md}");
+        assert!(md.contains("— met"), "{md}");
+        // Peak of the summed bins but the last (a partial bin): (2 + 5) / 0.1 s.
+        assert!(md.contains("| krcore | 70 |"), "{md}");
+        assert!(dir.join("demo-timeline.svg").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let slow: String = [worker("krcore", "b", 100_000.0), worker("verbs", "b", 150_000.0)]
+            .iter()
+            .map(|r| r.line() + "\n")
+            .collect();
+        let dir = std::env::temp_dir().join(format!("krcore-demo-slow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = report(&slow, "# t", &dir).unwrap_err();
+        assert!(err.contains("nothing to plot"), "no timeline, no plot: {err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -6,20 +6,26 @@ use crate::record::Record;
 pub struct Figures(pub Vec<Record>);
 
 impl Figures {
-    /// The records printed between `FIGURES-BEGIN` and `FIGURES-END` in a guest log.
-    pub fn from_log(log: &str) -> Result<Figures, String> {
-        let body = log
-            .split_once("FIGURES-BEGIN")
-            .and_then(|(_, rest)| rest.split_once("FIGURES-END"))
-            .ok_or("no FIGURES-BEGIN ... FIGURES-END block in the log")?
-            .0;
-        let records = body
-            .lines()
-            .filter(|l| l.trim_start().starts_with('{'))
-            .map(Record::from_json)
-            .collect::<Result<Vec<_>, _>>()?;
-        if records.is_empty() {
-            return Err("the figures block is empty".into());
+    /// The records printed between `FIGURES-BEGIN` and `FIGURES-END` in guest logs:
+    /// every such block of every log, a line's guest role prefix (`[b] `, from the
+    /// multi-guest runner) dropped.
+    pub fn from_logs(logs: &[&str]) -> Result<Figures, String> {
+        let mut records = Vec::new();
+        for log in logs {
+            let mut inside = false;
+            let before = records.len();
+            for line in log.lines() {
+                let line = strip_role(line).trim();
+                match line {
+                    "FIGURES-BEGIN" => inside = true,
+                    "FIGURES-END" => inside = false,
+                    l if inside && l.starts_with('{') => records.push(Record::from_json(l)?),
+                    _ => {}
+                }
+            }
+            if records.len() == before {
+                return Err("a log has no records between FIGURES-BEGIN and FIGURES-END".into());
+            }
         }
         Ok(Figures(records))
     }
@@ -63,5 +69,43 @@ impl Figures {
         v.sort();
         v.dedup();
         v
+    }
+}
+
+/// `line` without the multi-guest runner's role prefix (`[a] `), if it has one.
+pub fn strip_role(line: &str) -> &str {
+    match line.strip_prefix('[').and_then(|l| l.split_once("] ")) {
+        Some((role, rest)) if !role.is_empty() && role.len() <= 8 && !role.contains(' ') => rest,
+        _ => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_of_several_logs_with_role_prefixes_are_merged() {
+        let r = |g: &str| Record {
+            group: g.into(),
+            series: "s".into(),
+            x: 1,
+            unit: "ns".into(),
+            median: 1.0,
+            p99: 2.0,
+            rate: 0.0,
+            samples: 3,
+        };
+        let one = format!("noise\nFIGURES-BEGIN\n{}\nFIGURES-END\n", r("nop").to_json());
+        let two = format!(
+            "[a] [far] {{not a record}}\n[b] FIGURES-BEGIN\n[a] [far] serving\n[b] {}\n[b] FIGURES-END\n",
+            r("across-connect").to_json()
+        );
+        let f = Figures::from_logs(&[&one, &two]).unwrap();
+        assert_eq!(f.0, vec![r("nop"), r("across-connect")]);
+        assert!(Figures::from_logs(&[&one, "[b] nothing"]).is_err());
+        assert_eq!(strip_role("[vm] booted"), "booted");
+        assert_eq!(strip_role("[figures] x"), "x");
+        assert_eq!(strip_role("{\"group\"}"), "{\"group\"}");
     }
 }

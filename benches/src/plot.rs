@@ -129,7 +129,7 @@ pub fn timeline(
     root.present().map_err(|x| e(&x))
 }
 
-/// Every plot of a run into `dir`; returns the file names written.
+/// Every plot of a run into `dir`, of what it measured; returns the file names written.
 pub fn all(f: &Figures, dir: &Path) -> Result<Vec<&'static str>, String> {
     let by_x = |group: &str, value: &dyn Fn(&str, u32) -> f64| {
         let xs = f.xs(group);
@@ -144,58 +144,78 @@ pub fn all(f: &Figures, dir: &Path) -> Result<Vec<&'static str>, String> {
             .collect::<Vec<_>>();
         (labels, series)
     };
-    let (labels, series) = by_x("nop", &|s, x| f.median("nop", s, x));
-    lines(
-        &dir.join("nop.svg"),
-        "NOP per operation vs batch size",
-        "ns per NOP (median)",
-        &labels,
-        &series,
-    )?;
-    let (labels, series) = by_x("connect", &|s, x| f.median("connect", s, x) / 1e3);
-    lines(
-        &dir.join("connect-latency.svg"),
-        "Connect latency vs processes",
-        "µs (median)",
-        &labels,
-        &series,
-    )?;
-    let (labels, series) = by_x("connect", &|s, x| f.rate("connect", s, x));
-    lines(
-        &dir.join("connect-rate.svg"),
-        "Connections per second vs processes",
-        "connects/s",
-        &labels,
-        &series,
-    )?;
-    let paths = f.series("read8-throughput");
-    let groups = [
-        "read8-latency",
-        "sendrecv8-latency",
-        "read8-throughput",
-        "sendrecv8-throughput",
+    // One line per figure group, one point per path: the data plane at a glance.
+    let by_path = |groups: &[&str]| {
+        let paths = f.series(groups[0]);
+        let series = groups
+            .iter()
+            .map(|g| {
+                let x = f.xs(g).first().copied().unwrap_or(0);
+                (
+                    g.to_string(),
+                    paths.iter().map(|p| f.median(g, p, x) / 1e3).collect(),
+                )
+            })
+            .collect::<Vec<_>>();
+        (paths, series)
+    };
+    type Plot = (&'static str, &'static str, &'static str, (Vec<String>, Vec<(String, Vec<f64>)>));
+    let plots: [Plot; 7] = [
+        (
+            "nop.svg",
+            "NOP per operation vs batch size",
+            "ns per NOP (median)",
+            by_x("nop", &|s, x| f.median("nop", s, x)),
+        ),
+        (
+            "connect-latency.svg",
+            "Connect latency vs processes",
+            "µs (median)",
+            by_x("connect", &|s, x| f.median("connect", s, x) / 1e3),
+        ),
+        (
+            "connect-rate.svg",
+            "Connections per second vs processes",
+            "connects/s",
+            by_x("connect", &|s, x| f.rate("connect", s, x)),
+        ),
+        (
+            "dataplane.svg",
+            "8 B data plane by path (throughput: time per op, 12 in flight)",
+            "µs per op (median)",
+            by_path(&["read8-latency", "sendrecv8-latency", "read8-throughput", "sendrecv8-throughput"]),
+        ),
+        (
+            "across-connect-latency.svg",
+            "Across nodes: connect latency vs processes",
+            "µs (median)",
+            by_x("across-connect", &|s, x| f.median("across-connect", s, x) / 1e3),
+        ),
+        (
+            "across-connect-rate.svg",
+            "Across nodes: connections per second vs processes",
+            "connects/s",
+            by_x("across-connect", &|s, x| f.rate("across-connect", s, x)),
+        ),
+        (
+            "across-dataplane.svg",
+            "Across nodes: 8 B data plane by path (throughput: time per op, 12 in flight)",
+            "µs per op (median)",
+            by_path(&[
+                "across-read8-latency",
+                "across-send8-latency",
+                "across-read8-throughput",
+                "across-send8-throughput",
+            ]),
+        ),
     ];
-    let series = groups
-        .iter()
-        .map(|g| {
-            let x = f.xs(g).first().copied().unwrap_or(0);
-            (
-                g.to_string(),
-                paths.iter().map(|p| f.median(g, p, x) / 1e3).collect(),
-            )
-        })
-        .collect::<Vec<_>>();
-    lines(
-        &dir.join("dataplane.svg"),
-        "8 B data plane by path (throughput: time per op, 12 in flight)",
-        "µs per op (median)",
-        &paths,
-        &series,
-    )?;
-    Ok(vec![
-        "nop.svg",
-        "connect-latency.svg",
-        "connect-rate.svg",
-        "dataplane.svg",
-    ])
+    let mut written = Vec::new();
+    for (file, title, y, (labels, series)) in plots {
+        if series.is_empty() || labels.is_empty() {
+            continue;
+        }
+        lines(&dir.join(file), title, y, &labels, &series)?;
+        written.push(file);
+    }
+    Ok(written)
 }

@@ -37,8 +37,78 @@ impl Goal {
     }
 }
 
-/// The issue's goals against this run.
+/// The goals against this run: those on one node, and those across nodes, each where
+/// the run measured them.
 pub fn goals(f: &Figures) -> Vec<Goal> {
+    let mut g = Vec::new();
+    if !f.series("nop").is_empty() {
+        g.extend(node_goals(f));
+    }
+    if !f.series("across-connect").is_empty() {
+        g.extend(across_goals(f));
+    }
+    g
+}
+
+/// Issue 12's goals across nodes.
+fn across_goals(f: &Figures) -> Vec<Goal> {
+    let warm = f.median("across-connect", "krcore-warm", 1);
+    let cm_open = f.median("across-connect", "verbs-cm-with-device-open", 1);
+    let cm = f.median("across-connect", "verbs-cm-no-device-open", 1);
+    let first = f.median("across-first-contact", "krcore", 1);
+    let names = f.xs("across-lookup").first().copied().unwrap_or(0);
+    let uncached = f.median("across-lookup", "metaserver-uncached", names);
+    let cached = f.median("across-lookup", "metaserver-cached", names);
+    let rpc = f.median("across-lookup", "request-reply", names);
+    let read = f.median("across-read8-latency", "krcore-enter", 1);
+    let read_verbs = f.median("across-read8-latency", "verbs-cm", 1);
+    vec![
+        Goal {
+            what: "across nodes: connect on a warm set ≥ 1,000× faster than verbs with rdma_cm (1 process)",
+            measured: format!(
+                "rdma_cm in a fresh process {} / krcore warm {} (rdma_cm with the device already open: {:.0}×)",
+                time(cm_open),
+                time(warm),
+                cm / warm
+            ),
+            ratio: cm_open / warm,
+            bar: 1000.0,
+        },
+        Goal {
+            what: "across nodes: first contact no slower than 1.5× one rdma_cm connect",
+            measured: format!(
+                "1.5 × rdma_cm with the device open {} / krcore first contact {} (against a fresh process's rdma_cm connect, {}: {:.2}×)",
+                time(cm),
+                time(first),
+                time(cm_open),
+                1.5 * cm_open / first
+            ),
+            ratio: 1.5 * cm / first,
+            bar: 1.0,
+        },
+        Goal {
+            what: "MetaServer lookup ≥ 3× faster than a request/reply lookup (two READs)",
+            measured: format!(
+                "request/reply {} / uncached lookup {} ({names} names present; the uncached lookup is {:.2}× an 8 B READ; cached {})",
+                time(rpc),
+                time(uncached),
+                uncached / read,
+                time(cached)
+            ),
+            ratio: rpc / uncached,
+            bar: 3.0,
+        },
+        Goal {
+            what: "across nodes: 8 B READ through the ring within 10% of verbs",
+            measured: format!("verbs (rdma_cm QP) {} / ring {}", time(read_verbs), time(read)),
+            ratio: read_verbs / read,
+            bar: 1.0 / 1.1,
+        },
+    ]
+}
+
+/// The goals on one node.
+fn node_goals(f: &Figures) -> Vec<Goal> {
     let warm = f.median("connect", "krcore-warm", 1);
     let verbs = f.median("connect", "verbs-with-device-open", 1);
     let verbs_qp = f.median("connect", "verbs-no-device-open", 1);
@@ -150,8 +220,25 @@ pub fn markdown(f: &Figures, title: &str, plots: &[&str]) -> String {
         );
     }
 
+    if !f.series("nop").is_empty() {
+        node_sections(&mut s, f);
+    }
+    if !f.series("across-connect").is_empty() {
+        across_sections(&mut s, f);
+    }
+    if !plots.is_empty() {
+        let _ = writeln!(s, "\n## Plots\n");
+        for p in plots {
+            let _ = writeln!(s, "![{p}]({p})");
+        }
+    }
+    s
+}
+
+/// The tables of the figures on one node.
+fn node_sections(s: &mut String, f: &Figures) {
     let _ = writeln!(s, "\n## Ring crossing: NOP, per operation (median / p99)\n");
-    table_by_x(&mut s, f, "nop", "batch", false);
+    table_by_x(s, f, "nop", "batch", false);
 
     for (group, what) in [
         ("read8-latency", "8 B READ, one at a time"),
@@ -172,25 +259,7 @@ pub fn markdown(f: &Figures, title: &str, plots: &[&str]) -> String {
             "8 B SEND/RECV, 12 in flight (time per op; ops/s)",
         ),
     ] {
-        let _ = writeln!(
-            s,
-            "\n## Data plane: {what}\n\n| path | median | p99 | ops/s |\n|---|---|---|---|"
-        );
-        for series in f.series(group) {
-            let x = f.xs(group)[0];
-            let r = f.get(group, &series, x).expect("listed");
-            let rate = if r.rate > 0.0 {
-                format!("{:.0}", r.rate)
-            } else {
-                "—".into()
-            };
-            let _ = writeln!(
-                s,
-                "| {series} | {} | {} | {rate} |",
-                time(r.median),
-                time(r.p99)
-            );
-        }
+        path_table(s, f, group, &format!("Data plane: {what}"), "path", "ops/s");
     }
 
     let _ = writeln!(
@@ -213,7 +282,7 @@ pub fn markdown(f: &Figures, title: &str, plots: &[&str]) -> String {
         s,
         "\n## Control plane: connect from N processes at once (median / p99; connects/s overall)\n"
     );
-    table_by_x(&mut s, f, "connect", "processes", true);
+    table_by_x(s, f, "connect", "processes", true);
 
     let _ = writeln!(s, "\n## Kernel memory per object\n\n| object | bytes (median) | largest | objects per measurement | repetitions |\n|---|---|---|---|---|");
     for series in f.series("memory") {
@@ -229,13 +298,60 @@ pub fn markdown(f: &Figures, title: &str, plots: &[&str]) -> String {
             r.median, r.p99, r.x, r.samples
         );
     }
-    if !plots.is_empty() {
-        let _ = writeln!(s, "\n## Plots\n");
-        for p in plots {
-            let _ = writeln!(s, "![{p}]({p})");
-        }
+}
+
+/// The tables of the figures across nodes.
+fn across_sections(s: &mut String, f: &Figures) {
+    for (group, what) in [
+        ("across-read8-latency", "8 B READ, one at a time"),
+        ("across-send8-latency", "8 B SEND into a receive the far node keeps posted, one at a time"),
+        ("across-read8-throughput", "8 B READ, 12 in flight (time per op; ops/s)"),
+        ("across-send8-throughput", "8 B SEND, 12 in flight (time per op; ops/s)"),
+    ] {
+        path_table(s, f, group, &format!("Across nodes, data plane: {what}"), "path", "ops/s");
     }
-    s
+    let names = f.xs("across-lookup").first().copied().unwrap_or(0);
+    path_table(
+        s,
+        f,
+        "across-lookup",
+        &format!("Across nodes: a lookup by name, {names} names in the MetaServer (the request/reply lookup asks a process on the far node over krcore's SEND/RECV)"),
+        "lookup",
+        "lookups/s",
+    );
+    let _ = writeln!(
+        s,
+        "\n## Across nodes: connect to the far node from N processes at once (median / p99; connects/s overall)\n"
+    );
+    table_by_x(s, f, "across-connect", "processes", true);
+    path_table(
+        s,
+        f,
+        "across-first-contact",
+        "Across nodes: krcore's first contact (the module loaded afresh, its connection set to the far node made by this CONNECT)",
+        "CONNECT",
+        "connects/s",
+    );
+}
+
+/// One row per series of `group` (measured at one x): median, p99 and the rate.
+fn path_table(s: &mut String, f: &Figures, group: &str, title: &str, what: &str, rate: &str) {
+    let Some(&x) = f.xs(group).first() else {
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "\n## {title}\n\n| {what} | median | p99 | {rate} |\n|---|---|---|---|"
+    );
+    for series in f.series(group) {
+        let r = f.get(group, &series, x).expect("listed");
+        let rate = if r.rate > 0.0 {
+            format!("{:.0}", r.rate)
+        } else {
+            "—".into()
+        };
+        let _ = writeln!(s, "| {series} | {} | {} | {rate} |", time(r.median), time(r.p99));
+    }
 }
 
 /// One row per x, one column per series: `median / p99`, and the rate if asked.
@@ -306,6 +422,53 @@ pub fn readme_with(readme: &str, report: &str, results: &str) -> Option<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Record;
+
+    fn fig(group: &str, series: &str, x: u32, median: f64, rate: f64) -> Record {
+        Record {
+            group: group.into(),
+            series: series.into(),
+            x,
+            unit: "ns".into(),
+            median,
+            p99: median * 2.0,
+            rate,
+            samples: 10,
+        }
+    }
+
+    #[test]
+    fn across_goals_come_from_their_own_series() {
+        let f = Figures(vec![
+            fig("across-read8-latency", "krcore-enter", 1, 600e3, 0.0),
+            fig("across-read8-latency", "verbs-cm", 1, 570e3, 0.0),
+            fig("across-connect", "krcore-warm", 1, 3e3, 1e5),
+            fig("across-connect", "verbs-cm-no-device-open", 1, 20e6, 50.0),
+            fig("across-connect", "verbs-cm-with-device-open", 1, 190e6, 5.0),
+            fig("across-first-contact", "krcore", 1, 40e6, 0.0),
+            fig("across-lookup", "metaserver-uncached", 10000, 1.5e6, 600.0),
+            fig("across-lookup", "metaserver-cached", 10000, 6e3, 1e5),
+            fig("across-lookup", "request-reply", 10000, 3e6, 300.0),
+        ]);
+        let g = goals(&f);
+        assert_eq!(g.len(), 4, "only the goals across nodes: no node figures in this run");
+        let ratio = |what: &str| g.iter().find(|g| g.what.contains(what)).unwrap().ratio;
+        assert!((ratio("warm set") - 190e6 / 3e3).abs() < 1e-6);
+        assert!((ratio("first contact") - 1.5 * 20e6 / 40e6).abs() < 1e-9);
+        assert!((ratio("MetaServer") - 2.0).abs() < 1e-9);
+        assert!(!g.iter().find(|g| g.what.contains("MetaServer")).unwrap().met());
+        assert!((ratio("READ through") - 570.0 / 600.0).abs() < 1e-9);
+        let md = markdown(&f, "# t", &[]);
+        for heading in [
+            "Across nodes, data plane: 8 B READ, one at a time",
+            "Across nodes: a lookup by name, 10000 names",
+            "Across nodes: connect to the far node",
+            "first contact",
+        ] {
+            assert!(md.contains(heading), "{heading} missing from\n{md}");
+        }
+        assert!(!md.contains("Ring crossing"), "no node figures, no node tables");
+    }
 
     #[test]
     fn readme_block_is_replaced_in_place() {

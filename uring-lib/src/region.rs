@@ -15,6 +15,11 @@ impl Vqp {
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
+
+    /// The handle raw entries ([`Ring::push`](crate::Ring::push)) name it by.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
 }
 
 /// Local memory registered with krcore, owned by this value: the kernel has its pages

@@ -68,6 +68,13 @@
 #   cluster-smoke.sh verbs_cm connect ROLE N
 #                                   N fresh processes each connect to ROLE's server (every
 #                                   stage timed) and READ 8 bytes; the medians are printed
+#   cluster-smoke.sh figures far ROLE NAMES
+#                                   make bench's far node (the MetaServer): serves ROLE's
+#                                   figures across nodes (krcore-figures far) until done
+#   cluster-smoke.sh figures across ROLE NAMES
+#                                   make bench's measuring node: the figures across nodes
+#                                   against ROLE (krcore-figures across), printed as a
+#                                   FIGURES block for bench-report
 #   cluster-smoke.sh demo memory KEYS CLIENTS
 #                                   the elastic key-value demo's memory node (make demo):
 #                                   reload serving the MetaServer; build a table of KEYS
@@ -80,6 +87,7 @@
 set -u
 VERBS_CM=$(dirname "$0")/../../target/release/verbs-cm
 DEMO=$(dirname "$0")/../../target/release/krcore-demo
+FIGURES=$(dirname "$0")/../../target/release/krcore-figures
 MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
@@ -266,6 +274,21 @@ $one"
     ;;
   esac
   ;;
+figures)
+  peer=$(addr_of "$3") || exit 1
+  case "$2" in
+  far)
+    reload meta_server="$KRCORE_ADDR" || exit 1
+    "$FIGURES" far "$peer" "$4" || exit 1
+    ;;
+  across)
+    reload meta_server="$peer" || exit 1
+    KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT meta_server=$peer" "$FIGURES" across "$peer" "$4" || exit 1
+    ;;
+  *) echo "usage: cluster-smoke.sh figures far|across ROLE NAMES" >&2; exit 2 ;;
+  esac
+  unload
+  ;;
 demo)
   case "$2" in
   memory)
@@ -391,7 +414,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | publish N | lookup ROLE N K | messages ROLE recv|send N [META] | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | publish N | lookup ROLE N K | messages ROLE recv|send N [META] | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES" >&2
   exit 2
   ;;
 esac

@@ -99,15 +99,16 @@ fn expect_event(
     Ok((id, data))
 }
 
-/// QP attributes for a connection: `depth` sends, a few receives, one SGE.
-fn qp_attr(cq: *mut ibv_cq, depth: u32) -> ibv_qp_init_attr {
+/// QP attributes for a connection: `depth` sends, `recvs` receives (at least one), one
+/// SGE.
+fn qp_attr(cq: *mut ibv_cq, depth: u32, recvs: u32) -> ibv_qp_init_attr {
     // SAFETY: plain data.
     let mut a: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
     a.send_cq = cq;
     a.recv_cq = cq;
     a.qp_type = ibv_qp_type::IBV_QPT_RC;
     a.cap.max_send_wr = depth;
-    a.cap.max_recv_wr = 4;
+    a.cap.max_recv_wr = recvs.max(1);
     a.cap.max_send_sge = 1;
     a.cap.max_recv_sge = 1;
     a
@@ -208,7 +209,7 @@ impl Client {
             if c.cq.is_null() {
                 return err("ibv_create_cq");
             }
-            let mut a = qp_attr(c.cq, 32);
+            let mut a = qp_attr(c.cq, 32, 1);
             if rdma_create_qp(c.id, c.pd, &mut a) != 0 {
                 return err("rdma_create_qp");
             }
@@ -238,50 +239,83 @@ impl Client {
         Ok((c, st))
     }
 
+    /// Posts one work request chain: for each `(wr_id, opcode, local offset, remote
+    /// offset, len)`, signaled. Remote offsets are into the server's memory (READ);
+    /// a SEND ignores its remote offset.
+    fn post(&mut self, wrs: &[(u64, ibv_wr_opcode::Type, u64, u64, u32)]) -> Result<()> {
+        let total = wrs.iter().map(|w| w.2 + w.4 as u64).max().unwrap_or(0);
+        if total > self.buf.len() as u64 * 8 || wrs.is_empty() {
+            return err_code("work requests beyond the local buffer", libc::EINVAL);
+        }
+        // SAFETY: a live MR.
+        let lkey = unsafe { (*self.mr).lkey };
+        let base = self.buf.as_ptr() as u64;
+        let mut sges: Vec<ibv_sge> = wrs
+            .iter()
+            .map(|w| ibv_sge {
+                addr: base + w.2,
+                length: w.4,
+                lkey,
+            })
+            .collect();
+        // SAFETY: plain data; linked below, each naming its own SGE.
+        let mut chain: Vec<ibv_send_wr> = (0..wrs.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (i, (wr, w)) in chain.iter_mut().zip(wrs).enumerate() {
+            wr.wr_id = w.0;
+            wr.sg_list = &mut sges[i];
+            wr.num_sge = 1;
+            wr.opcode = w.1;
+            wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+            wr.wr.rdma.remote_addr = self.remote.addr + w.3;
+            wr.wr.rdma.rkey = self.remote.rkey;
+        }
+        for i in 1..chain.len() {
+            let next: *mut ibv_send_wr = &mut chain[i];
+            chain[i - 1].next = next;
+        }
+        let mut bad: *mut ibv_send_wr = ptr::null_mut();
+        // SAFETY: a live connected QP; the chain and its SGEs outlive the call.
+        let r = unsafe { ibv_post_send((*self.id).qp, chain.as_mut_ptr(), &mut bad) };
+        if r != 0 {
+            return err_code("ibv_post_send", r);
+        }
+        Ok(())
+    }
+
+    /// Posts an 8-byte-aligned READ of `len` bytes at `remote` in the server's memory
+    /// into `local` of the client's buffer, not waited for.
+    pub fn post_read(&mut self, wr_id: u64, local: u64, remote: u64, len: u32) -> Result<()> {
+        self.post(&[(wr_id, ibv_wr_opcode::IBV_WR_RDMA_READ, local, remote, len)])
+    }
+
+    /// Posts a SEND of `len` bytes at `local` of the client's buffer into a receive the
+    /// server keeps posted (see [`serve`]'s `recvs`), not waited for.
+    pub fn post_send(&mut self, wr_id: u64, local: u64, len: u32) -> Result<()> {
+        self.post(&[(wr_id, ibv_wr_opcode::IBV_WR_SEND, local, 0, len)])
+    }
+
+    /// Waits (busy) for at least `min` successful completions, 10 s at most; how many.
+    pub fn poll(&mut self, min: usize) -> Result<usize> {
+        poll(self.cq, min)
+    }
+
     /// RDMA READs of each `(offset, len)` range of the server's memory, all posted in
     /// one chain and waited for together; their bytes, one after another (at most the
     /// local buffer's length in all).
     pub fn read(&mut self, ranges: &[(u64, u32)]) -> Result<Vec<u8>> {
-        let total: u64 = ranges.iter().map(|r| r.1 as u64).sum();
-        if total > self.buf.len() as u64 * 8 || ranges.is_empty() {
-            return err_code("READ ranges beyond the local buffer", libc::EINVAL);
-        }
-        // SAFETY: a live MR.
-        let lkey = unsafe { (*self.mr).lkey };
-        let mut sges = Vec::with_capacity(ranges.len());
-        let mut at = self.buf.as_ptr() as u64;
-        for &(_, len) in ranges {
-            sges.push(ibv_sge {
-                addr: at,
-                length: len,
-                lkey,
-            });
+        let mut wrs = Vec::with_capacity(ranges.len());
+        let mut at = 0u64;
+        for (i, &(offset, len)) in ranges.iter().enumerate() {
+            wrs.push((i as u64, ibv_wr_opcode::IBV_WR_RDMA_READ, at, offset, len));
             at += len as u64;
         }
-        // SAFETY: plain data; linked below, each naming its own SGE.
-        let mut wrs: Vec<ibv_send_wr> = (0..ranges.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
-        for (i, (wr, &(offset, _))) in wrs.iter_mut().zip(ranges).enumerate() {
-            wr.wr_id = i as u64;
-            wr.sg_list = &mut sges[i];
-            wr.num_sge = 1;
-            wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-            wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-            wr.wr.rdma.remote_addr = self.remote.addr + offset;
-            wr.wr.rdma.rkey = self.remote.rkey;
+        self.post(&wrs)?;
+        let mut got = 0;
+        while got < ranges.len() {
+            got += poll(self.cq, ranges.len() - got)?;
         }
-        for i in 1..wrs.len() {
-            let next: *mut ibv_send_wr = &mut wrs[i];
-            wrs[i - 1].next = next;
-        }
-        let mut bad: *mut ibv_send_wr = ptr::null_mut();
-        // SAFETY: a live connected QP; the chain and its SGEs outlive the call.
-        let r = unsafe { ibv_post_send((*self.id).qp, wrs.as_mut_ptr(), &mut bad) };
-        if r != 0 {
-            return err_code("ibv_post_send", r);
-        }
-        poll(self.cq, ranges.len())?;
-        // SAFETY: the READs completed; `total` bytes of our own buffer.
-        Ok(unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), total as usize) }.to_vec())
+        // SAFETY: the READs completed; `at` bytes of our own buffer (checked by post).
+        Ok(unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), at as usize) }.to_vec())
     }
 }
 
@@ -291,31 +325,30 @@ impl crate::kv::Reader for Client {
     }
 }
 
-/// Waits (busy) for `n` successful completions on `cq`, 10 s at most.
-fn poll(cq: *mut ibv_cq, n: usize) -> Result<()> {
+/// Waits (busy) for at least `n` successful completions on `cq`, 10 s at most; how many
+/// it reaped (up to 16 beyond `n` may come at once).
+fn poll(cq: *mut ibv_cq, n: usize) -> Result<usize> {
     let until = Instant::now() + Duration::from_secs(10);
     let mut got = 0;
+    // SAFETY: plain data.
+    let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
     while got < n {
-        // SAFETY: plain data.
-        let mut wc: ibv_wc = unsafe { std::mem::zeroed() };
-        // SAFETY: a live CQ, one entry of room.
-        let r = unsafe { ibv_poll_cq(cq, 1, &mut wc) };
+        // SAFETY: a live CQ, 16 entries of room.
+        let r = unsafe { ibv_poll_cq(cq, 16, wc.as_mut_ptr()) };
         if r < 0 {
             return err_code("ibv_poll_cq", -r);
         }
-        if r == 1 {
-            if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
-                return err_code(
-                    "work completion (status in errno position)",
-                    wc.status as i32,
-                );
+        for w in &wc[..r as usize] {
+            if w.status != ibv_wc_status::IBV_WC_SUCCESS {
+                return err_code("work completion (status in errno position)", w.status as i32);
             }
-            got += 1;
-        } else if Instant::now() > until {
+        }
+        got += r as usize;
+        if r == 0 && Instant::now() > until {
             return err_code("ibv_poll_cq (timed out)", libc::ETIMEDOUT);
         }
     }
-    Ok(())
+    Ok(got)
 }
 
 impl Drop for Client {
@@ -345,10 +378,40 @@ impl Drop for Client {
     }
 }
 
+/// The bytes each receive the server keeps posted takes.
+pub const RECV_LEN: u32 = 64;
+
+/// Posts one receive of [`RECV_LEN`] bytes at the start of `mr` on `qp`.
+///
+/// # Safety
+/// `qp` and `mr` are live, of one PD.
+unsafe fn post_recv(qp: *mut ibv_qp, mr: *mut ibv_mr) -> Result<()> {
+    let mut sge = ibv_sge {
+        // SAFETY: a live MR (the caller's duty).
+        addr: unsafe { (*mr).addr } as u64,
+        length: RECV_LEN,
+        // SAFETY: as above.
+        lkey: unsafe { (*mr).lkey },
+    };
+    // SAFETY: plain data.
+    let mut wr: ibv_recv_wr = unsafe { std::mem::zeroed() };
+    wr.sg_list = &mut sge;
+    wr.num_sge = 1;
+    let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+    // SAFETY: a live QP; `wr` and `sge` outlive the call.
+    let r = unsafe { ibv_post_recv(qp, &mut wr, &mut bad) };
+    if r != 0 {
+        return err_code("ibv_post_recv", r);
+    }
+    Ok(())
+}
+
 /// Serves `mem` on `port` to `conns` clients, each connection accepted with its
-/// descriptor (READ access only), until `conns` clients connected and left or `secs`
-/// passed.
-pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64) -> Result<()> {
+/// descriptor (READ access only) and `recvs` receives kept posted (each SEND a client
+/// makes consumes one, which is posted again at once; their bytes are dropped), until
+/// `conns` clients connected and left or `secs` passed. It sleeps between events: the
+/// CM's and the CQ's channels are polled together.
+pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64, recvs: u32) -> Result<()> {
     let len = mem.len();
     // SAFETY: plain call.
     let ch = unsafe { rdma_create_event_channel() };
@@ -377,20 +440,65 @@ pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64) -> Result<()> {
     if unsafe { rdma_listen(listen, 64) } != 0 {
         return err("rdma_listen");
     }
-    let (mut pd, mut cq, mut mr): (*mut ibv_pd, *mut ibv_cq, *mut ibv_mr) =
-        (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
-    let (mut accepted, mut left) = (0usize, 0usize);
+    let (mut pd, mut cq, mut mr, mut scratch_mr): (*mut ibv_pd, *mut ibv_cq, *mut ibv_mr, *mut ibv_mr) =
+        (ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+    let mut comp: *mut ibv_comp_channel = ptr::null_mut();
+    let mut scratch = vec![0u8; RECV_LEN as usize];
+    // Live connections by QP number, for reposting their receives.
+    let mut qps: std::collections::HashMap<u32, *mut ibv_qp> = std::collections::HashMap::new();
+    let (mut accepted, mut left, mut received) = (0usize, 0usize, 0u64);
     let until = Instant::now() + Duration::from_secs(secs);
     while left < conns && Instant::now() < until {
-        // SAFETY: a live channel's descriptor, polled with a bound so `secs` holds
-        // when no client comes.
-        let mut pfd = libc::pollfd {
-            fd: unsafe { (*ch).fd },
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd.
-        if unsafe { libc::poll(&mut pfd, 1, 500) } <= 0 {
+        // SAFETY: live channels' descriptors, polled with a bound so `secs` holds when
+        // no client comes.
+        let mut pfd = [
+            libc::pollfd {
+                fd: unsafe { (*ch).fd },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if comp.is_null() { -1 } else { unsafe { (*comp).fd } },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two pollfds (a negative fd is ignored).
+        if unsafe { libc::poll(pfd.as_mut_ptr(), 2, 500) } <= 0 {
+            continue;
+        }
+        if pfd[1].revents != 0 {
+            // SAFETY: the channel is readable: one event to take, acknowledge and re-arm
+            // before draining, so no completion slips between the drain and the arm.
+            unsafe {
+                let (mut ev_cq, mut ctx) = (ptr::null_mut(), ptr::null_mut());
+                if ibv_get_cq_event(comp, &mut ev_cq, &mut ctx) != 0 {
+                    return err("ibv_get_cq_event");
+                }
+                ibv_ack_cq_events(ev_cq, 1);
+                if ibv_req_notify_cq(cq, 0) != 0 {
+                    return err("ibv_req_notify_cq");
+                }
+            }
+            // SAFETY: plain data.
+            let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
+            loop {
+                // SAFETY: a live CQ, 16 entries of room.
+                let n = unsafe { ibv_poll_cq(cq, 16, wc.as_mut_ptr()) };
+                if n <= 0 {
+                    break;
+                }
+                for w in &wc[..n as usize] {
+                    // A flushed receive of a connection that left finds no QP here.
+                    if let (ibv_wc_status::IBV_WC_SUCCESS, Some(&qp)) = (w.status, qps.get(&w.qp_num)) {
+                        received += 1;
+                        // SAFETY: a live QP of this PD; the scratch MR lives to the end.
+                        unsafe { post_recv(qp, scratch_mr)? };
+                    }
+                }
+            }
+        }
+        if pfd[0].revents == 0 {
             continue;
         }
         let mut ev: *mut rdma_cm_event = ptr::null_mut();
@@ -407,28 +515,45 @@ pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64) -> Result<()> {
                 unsafe {
                     if pd.is_null() {
                         pd = ibv_alloc_pd((*id).verbs);
-                        cq = ibv_create_cq((*id).verbs, 256, ptr::null_mut(), ptr::null_mut(), 0);
+                        comp = ibv_create_comp_channel((*id).verbs);
+                        cq = ibv_create_cq((*id).verbs, 1024, ptr::null_mut(), comp, 0);
                         let access = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
                             | ibv_access_flags::IBV_ACCESS_REMOTE_READ)
                             .0 as i32;
                         mr = ibv_reg_mr(pd, mem.as_mut_ptr().cast(), len, access);
-                        if pd.is_null() || cq.is_null() || mr.is_null() {
+                        scratch_mr = ibv_reg_mr(
+                            pd,
+                            scratch.as_mut_ptr().cast(),
+                            scratch.len(),
+                            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
+                        );
+                        if pd.is_null() || comp.is_null() || cq.is_null() || mr.is_null() || scratch_mr.is_null() {
                             rdma_ack_cm_event(ev);
-                            return err("the server's PD, CQ and MR");
+                            return err("the server's PD, CQ and MRs");
+                        }
+                        if ibv_req_notify_cq(cq, 0) != 0 {
+                            rdma_ack_cm_event(ev);
+                            return err("ibv_req_notify_cq");
                         }
                     }
-                    let mut a = qp_attr(cq, 4);
+                    let mut a = qp_attr(cq, 4, recvs);
                     let d = Descriptor {
                         addr: mem.as_ptr() as u64,
                         len: len as u32,
                         rkey: (*mr).rkey,
                     };
                     let mut p = conn_param(Some(&d));
-                    let ok = rdma_create_qp(id, pd, &mut a) == 0 && rdma_accept(id, &mut p) == 0;
+                    let mut ok = rdma_create_qp(id, pd, &mut a) == 0;
+                    // Receives before the accept: the client may SEND once established.
+                    for _ in 0..recvs {
+                        ok = ok && post_recv((*id).qp, scratch_mr).is_ok();
+                    }
+                    ok = ok && rdma_accept(id, &mut p) == 0;
                     rdma_ack_cm_event(ev);
                     if !ok {
                         return err("accept");
                     }
+                    qps.insert((*(*id).qp).qp_num, (*id).qp);
                 }
                 accepted += 1;
             }
@@ -436,6 +561,7 @@ pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64) -> Result<()> {
                 // SAFETY: acknowledged before the id (and its QP) goes.
                 unsafe {
                     rdma_ack_cm_event(ev);
+                    qps.retain(|_, q| *q != (*id).qp);
                     rdma_destroy_qp(id);
                     rdma_destroy_id(id);
                 }
@@ -447,14 +573,19 @@ pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64) -> Result<()> {
             }
         }
     }
-    println!("served {accepted} rdma_cm connection(s), {left} left");
+    println!("served {accepted} rdma_cm connection(s), {left} left, {received} SENDs received");
     // SAFETY: everything made above, released once.
     unsafe {
-        if !mr.is_null() {
-            ibv_dereg_mr(mr);
+        for mr in [mr, scratch_mr] {
+            if !mr.is_null() {
+                ibv_dereg_mr(mr);
+            }
         }
         if !cq.is_null() {
             ibv_destroy_cq(cq);
+        }
+        if !comp.is_null() {
+            ibv_destroy_comp_channel(comp);
         }
         if !pd.is_null() {
             ibv_dealloc_pd(pd);

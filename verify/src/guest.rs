@@ -1,5 +1,5 @@
 //! Guest-side helpers shared by the VM suite and the in-VM figures: the loaded module's
-//! parameters, and the CPU time a thread has used.
+//! parameters, the CPU time a thread has used, and the clock timings need.
 
 use std::time::Duration;
 
@@ -42,4 +42,27 @@ pub fn thread_cpu() -> Duration {
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Waits (up to `limit`) until the guest's clocksource is the TSC. Multi-guest runs boot
+/// without waiting for it (their functional tests need no fine clock), and the kernel
+/// switches only once its refined calibration is done, which on a loaded host comes
+/// seconds after boot; until then it runs on jiffies, whose 4 ms ticks would be every
+/// timing's resolution. Programs that time things call this first.
+pub fn wait_for_tsc(limit: Duration) -> Result<(), String> {
+    let file = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
+    let t = std::time::Instant::now();
+    loop {
+        let clock = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+        if clock.trim() == "tsc" {
+            return Ok(());
+        }
+        if t.elapsed() > limit {
+            return Err(format!(
+                "timings need the TSC clocksource; this guest is still on {:?} after {limit:?} (4 ms ticks on jiffies)",
+                clock.trim()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -1,7 +1,7 @@
-//! `bench-report vm LOG DIR`: turns the guest log of `krcore-figures` into
-//! DIR/vm-figures.jsonl, DIR/vm-figures.md (tables and the goals, titled with the date
-//! and the machine) and SVG plots; with `--readme FILE` it also puts that report into
-//! FILE's bench block.
+//! `bench-report vm LOG.. DIR`: turns the guest logs of `krcore-figures` (one node, and
+//! across nodes) into DIR/vm-figures.jsonl, DIR/vm-figures.md (tables and the goals,
+//! titled with the date and the machine) and SVG plots; with `--readme FILE` it also
+//! puts that report into FILE's bench block.
 //! `bench-report native CRITERION-DIR DIR`: criterion's medians into DIR/native.md.
 //! Both are part of `make bench`.
 //! `bench-report demo LOG DIR`: `make demo`'s guest log into DIR/demo.md and
@@ -36,8 +36,14 @@ fn date() -> String {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["vm", log, dir] => vm(log, PathBuf::from(dir), None),
-        ["vm", log, dir, "--readme", readme] => vm(log, PathBuf::from(dir), Some(readme)),
+        ["vm", ref rest @ .., "--readme", readme] if rest.len() >= 2 => {
+            let (dir, logs) = rest.split_last().expect("two or more");
+            vm(logs, PathBuf::from(dir), Some(readme))
+        }
+        ["vm", ref rest @ ..] if rest.len() >= 2 => {
+            let (dir, logs) = rest.split_last().expect("two or more");
+            vm(logs, PathBuf::from(dir), None)
+        }
         ["native", criterion, dir] => {
             let title = format!("# Native figures (criterion), {}
 
@@ -63,21 +69,26 @@ Host: {}; no kernel involved: the abi engine over a fake NIC, uring-lib over ano
             println!("{md}\n[demo] wrote {dir}/demo.md and {dir}/demo-timeline.svg");
         }
         _ => {
-            eprintln!("usage: bench-report vm GUEST-LOG RESULTS-DIR [--readme README.md] | bench-report native CRITERION-DIR RESULTS-DIR | bench-report demo GUEST-LOG RESULTS-DIR");
+            eprintln!("usage: bench-report vm GUEST-LOG.. RESULTS-DIR [--readme README.md] | bench-report native CRITERION-DIR RESULTS-DIR | bench-report demo GUEST-LOG RESULTS-DIR");
             std::process::exit(64);
         }
     }
 }
 
-fn vm(log: &str, dir: PathBuf, readme_path: Option<&str>) {
-    let log = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("reading {log}: {e}"));
-    let figs = Figures::from_log(&log).unwrap_or_else(|e| {
+fn vm(logs: &[&str], dir: PathBuf, readme_path: Option<&str>) {
+    let logs: Vec<String> = logs
+        .iter()
+        .map(|l| std::fs::read_to_string(l).unwrap_or_else(|e| panic!("reading {l}: {e}")))
+        .collect();
+    let texts: Vec<&str> = logs.iter().map(String::as_str).collect();
+    let figs = Figures::from_logs(&texts).unwrap_or_else(|e| {
         eprintln!("bench-report: {e}");
         std::process::exit(1);
     });
-    let guest = log
-        .lines()
-        .find_map(|l| l.strip_prefix("guest-kernel: "))
+    let guest = texts
+        .iter()
+        .flat_map(|l| l.lines())
+        .find_map(|l| krcore_benches::figures::strip_role(l).strip_prefix("guest-kernel: "))
         .unwrap_or("unknown")
         .trim();
     let date = date();

@@ -176,12 +176,37 @@ pub fn node_addr(i: usize) -> String {
     format!("192.0.2.{}", 11 + i)
 }
 
+/// The host's TSC rate in kHz, measured once against the monotonic clock over 200 ms
+/// (the fastest of three tries, so a preemption inside one does not count).
+fn host_tsc_khz() -> u64 {
+    static KHZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *KHZ.get_or_init(|| {
+        (0..3)
+            .map(|_| {
+                // SAFETY: RDTSC has no preconditions on x86_64.
+                let (t, c) = (Instant::now(), unsafe { core::arch::x86_64::_rdtsc() });
+                std::thread::sleep(Duration::from_millis(200));
+                // SAFETY: as above.
+                let cycles = unsafe { core::arch::x86_64::_rdtsc() } - c;
+                (cycles as u128 * 1_000_000 / t.elapsed().as_nanos().max(1)) as u64
+            })
+            .min()
+            .expect("three tries")
+    })
+}
+
 /// The QEMU command for one guest booting `initrd`.
 fn qemu_command(cfg: &Config, initrd: &Path, net: Option<&Net>) -> Command {
-    // tsc=reliable: under TCG the vCPUs' TSCs come from the host clock, but a loaded host makes
-    // them look unsynchronized or the refined calibration disturbed, and the guest falls back
-    // to jiffies (4 ms ticks); the TSC is trusted instead (no sync check, no watchdog).
-    let mut append = String::from("console=ttyS0 panic=-1 quiet tsc=reliable");
+    // The guest's clock. Under TCG a guest's RDTSC reads the host's TSC. Left to itself
+    // the guest calibrates it against the PIT, which fails on a loaded host ("Unable to
+    // calibrate against PIT"); with no HPET or PM timer to check against, it then marks
+    // the TSC unstable and runs on jiffies (4 ms ticks) for the whole boot. So it is told
+    // the rate the runner measured on the host (tsc_early_khz: no calibration; with no
+    // reference timer the refinement keeps it), and trusted (tsc=reliable: no watchdog).
+    let mut append = format!(
+        "console=ttyS0 panic=-1 quiet tsc=reliable tsc_early_khz={}",
+        host_tsc_khz()
+    );
     let mut qemu = Command::new("qemu-system-x86_64");
     qemu.args([
         "-nodefaults",

@@ -12,12 +12,16 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::net::Ipv4Addr;
+
 use krcore_benches::record::Record;
 use krcore_uring::abi::sqe::Sqe;
 use krcore_uring::{Builder, Device};
+use verify::cm_verbs::Client;
 use verify::verbs::{Context, Endpoint, RcQp, ROCE_V2_GID_INDEX};
 
-use crate::paths::{leak, run, GID};
+use crate::far::CM_PORT;
+use crate::paths::{gid_of, leak, run, GID};
 
 /// Process counts measured.
 pub const PROCS: [u32; 4] = [1, 2, 4, 8];
@@ -25,16 +29,34 @@ pub const PROCS: [u32; 4] = [1, 2, 4, 8];
 /// What a worker connects with.
 #[derive(Clone, Copy)]
 enum Mode {
-    Krcore,
+    /// krcore's CONNECT to this node's pool (service 0), or to another node's set on a
+    /// service of its own (the process id: a service names one link per pair of nodes).
+    Krcore { gid: [u8; 16], service: u32 },
+    /// Verbs with a local peer and a socket exchange.
     Verbs { open_device: bool },
+    /// Verbs through rdma_cm to another node's server (`far`): the connect is the
+    /// process's first (librdmacm opens the device then) or follows one untimed.
+    Cm { addr: Ipv4Addr, open_device: bool },
 }
 
 impl Mode {
+    /// `krcore`, `verbs`, `verbs-no-open`; across nodes `krcore@ADDR`, `cm@ADDR` (the
+    /// device open already) and `cm-fresh@ADDR`.
     fn parse(s: &str) -> Mode {
-        match s {
-            "krcore" => Mode::Krcore,
-            "verbs" => Mode::Verbs { open_device: true },
-            "verbs-no-open" => Mode::Verbs { open_device: false },
+        let (kind, addr) = match s.split_once('@') {
+            Some((k, a)) => (k, Some(a.parse::<Ipv4Addr>().expect("worker ADDR"))),
+            None => (s, None),
+        };
+        match (kind, addr) {
+            ("krcore", None) => Mode::Krcore { gid: GID, service: 0 },
+            ("krcore", Some(a)) => Mode::Krcore {
+                gid: gid_of(a),
+                service: std::process::id(),
+            },
+            ("verbs", None) => Mode::Verbs { open_device: true },
+            ("verbs-no-open", None) => Mode::Verbs { open_device: false },
+            ("cm", Some(addr)) => Mode::Cm { addr, open_device: false },
+            ("cm-fresh", Some(addr)) => Mode::Cm { addr, open_device: true },
             _ => panic!("unknown worker mode {s}"),
         }
     }
@@ -75,14 +97,14 @@ pub fn worker(mode: &str, n: usize) {
         std::io::stdin().read_line(&mut line).unwrap();
     };
     match mode {
-        Mode::Krcore => {
+        Mode::Krcore { gid, service } => {
             let mut r = Builder::new(64)
                 .build(Device::open().expect("open /dev/krcore"))
                 .expect("ring");
             go();
             for _ in 0..n {
                 let t = Instant::now();
-                let c = run(&mut r, Sqe::connect(1, GID, 0));
+                let c = run(&mut r, Sqe::connect(1, gid, service));
                 samples.push(t.elapsed());
                 assert!(
                     c.res >= 0,
@@ -113,6 +135,19 @@ pub fn worker(mode: &str, n: usize) {
                 samples.push(t.elapsed());
             }
         }
+        Mode::Cm { addr, open_device } => {
+            let connect = || Client::connect(addr, CM_PORT, 4096).expect("rdma_cm connect");
+            if !open_device {
+                drop(connect());
+            }
+            go();
+            for _ in 0..n {
+                let t = Instant::now();
+                let c = connect();
+                samples.push(t.elapsed());
+                drop(c);
+            }
+        }
     }
     let ns: Vec<String> = samples.iter().map(|d| d.as_nanos().to_string()).collect();
     println!("lat {}", ns.join(" "));
@@ -120,7 +155,7 @@ pub fn worker(mode: &str, n: usize) {
 
 /// Runs `procs` workers at once; their latencies and the wall time from `go` to the
 /// last one's answer.
-fn round(mode: &str, procs: u32, n: usize) -> (Vec<Duration>, Duration) {
+pub fn round(mode: &str, procs: u32, n: usize) -> (Vec<Duration>, Duration) {
     let exe = std::env::current_exe().unwrap();
     let mut kids: Vec<(Child, BufReader<std::process::ChildStdout>)> = (0..procs)
         .map(|_| {
@@ -164,11 +199,18 @@ fn round(mode: &str, procs: u32, n: usize) -> (Vec<Duration>, Duration) {
     (samples, wall)
 }
 
-fn record(series: &str, procs: u32, rounds: Vec<(Vec<Duration>, Duration)>) -> Record {
+/// The `group` figure of `series` from `procs` processes over `rounds`: latencies and
+/// the overall rate.
+pub fn record(
+    group: &str,
+    series: &str,
+    procs: u32,
+    rounds: Vec<(Vec<Duration>, Duration)>,
+) -> Record {
     let ops: usize = rounds.iter().map(|r| r.0.len()).sum();
     let wall: Duration = rounds.iter().map(|r| r.1).sum();
     let samples = rounds.into_iter().flat_map(|r| r.0).collect();
-    Record::times("connect", series, procs, samples, 1).with_rate(ops as f64 / wall.as_secs_f64())
+    Record::times(group, series, procs, samples, 1).with_rate(ops as f64 / wall.as_secs_f64())
 }
 
 /// Warm krcore and both verbs variants.
@@ -179,12 +221,13 @@ pub fn figures(out: &mut Vec<Record>) {
             ("verbs-with-device-open", "verbs", 20),
             ("verbs-no-device-open", "verbs-no-open", 20),
         ] {
-            out.push(record(series, procs, vec![round(mode, procs, n)]));
+            out.push(record("connect", series, procs, vec![round(mode, procs, n)]));
         }
     }
 }
 
-fn sh(args: &[&str]) {
+/// Runs a command; panics unless it succeeds.
+pub fn sh(args: &[&str]) {
     let st = Command::new(args[0])
         .args(&args[1..])
         .status()
@@ -205,7 +248,7 @@ pub fn cold_figures(out: &mut Vec<Record>) {
                 round("krcore", procs, 1)
             })
             .collect();
-        out.push(record("krcore-cold", procs, rounds));
+        out.push(record("connect", "krcore-cold", procs, rounds));
     }
     reload_as_loaded();
 }
@@ -242,6 +285,7 @@ pub fn before_figures(out: &mut Vec<Record>) {
     }
     for procs in PROCS {
         out.push(record(
+            "connect",
             "krcore-warm-before",
             procs,
             vec![round("krcore", procs, 1000)],

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use krcore_benches::record::Record;
 
-use crate::paths::{KrDirect, KrPerOp, KrRing, Op, Path, Verbs};
+use crate::paths::{KrDirect, KrPerOp, KrRing, Op, Path, Target, Verbs};
 
 /// Operations in flight for the throughput figures (the paper's setting).
 pub const IN_FLIGHT: u32 = 12;
@@ -22,6 +22,7 @@ fn name(op: Op) -> &'static str {
     match op {
         Op::Read => "read8",
         Op::SendRecv => "sendrecv8",
+        Op::Send => "send8",
     }
 }
 
@@ -53,15 +54,29 @@ fn window(p: &mut dyn Path, op: Op) -> Duration {
 }
 
 /// A path under measurement and its samples per figure.
-struct Measured {
-    series: &'static str,
-    path: Box<dyn Path>,
+pub struct Measured {
+    /// Its series name.
+    pub series: &'static str,
+    /// The path.
+    pub path: Box<dyn Path>,
     /// Serves READ latency only (the kernel-direct baseline).
-    read_latency_only: bool,
+    pub read_latency_only: bool,
 }
 
-/// Latency and throughput of `op` over `paths`, interleaved.
-fn measure(paths: &mut [Measured], op: Op, out: &mut Vec<Record>) {
+impl Measured {
+    /// A path serving every figure.
+    pub fn new(series: &'static str, path: Box<dyn Path>) -> Measured {
+        Measured {
+            series,
+            path,
+            read_latency_only: false,
+        }
+    }
+}
+
+/// Latency and throughput of `op` over `paths`, interleaved; the groups are named
+/// `{prefix}{op}-latency` and `{prefix}{op}-throughput`.
+pub fn measure(paths: &mut [Measured], op: Op, prefix: &str, out: &mut Vec<Record>) {
     let mut lat: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
     for i in 0..LATENCY_SAMPLES as u64 {
         for (k, m) in paths.iter_mut().enumerate() {
@@ -82,7 +97,7 @@ fn measure(paths: &mut [Measured], op: Op, out: &mut Vec<Record>) {
         if !lat[k].is_empty() {
             let l = std::mem::take(&mut lat[k]);
             out.push(Record::times(
-                &format!("{}-latency", name(op)),
+                &format!("{prefix}{}-latency", name(op)),
                 m.series,
                 1,
                 l,
@@ -92,7 +107,7 @@ fn measure(paths: &mut [Measured], op: Op, out: &mut Vec<Record>) {
         if !tput[k].is_empty() {
             let t = std::mem::take(&mut tput[k]);
             let r = Record::times(
-                &format!("{}-throughput", name(op)),
+                &format!("{prefix}{}-throughput", name(op)),
                 m.series,
                 IN_FLIGHT,
                 t,
@@ -115,31 +130,15 @@ pub fn figures(out: &mut Vec<Record>) {
         }),
         None => eprintln!("[figures] IOC_DIRECT not served (load krcore with bench_direct=1): no kernel-direct figure"),
     }
-    paths.push(Measured {
-        series: "krcore-enter",
-        path: Box::new(KrRing::new(false)),
-        read_latency_only: false,
-    });
-    paths.push(Measured {
-        series: "krcore-per-op",
-        path: Box::new(KrPerOp::new()),
-        read_latency_only: false,
-    });
-    paths.push(Measured {
-        series: "verbs-direct",
-        path: Box::new(Verbs::new()),
-        read_latency_only: false,
-    });
+    paths.push(Measured::new("krcore-enter", Box::new(KrRing::new(false, Target::Local))));
+    paths.push(Measured::new("krcore-per-op", Box::new(KrPerOp::new(Target::Local))));
+    paths.push(Measured::new("verbs-direct", Box::new(Verbs::new())));
     for op in [Op::Read, Op::SendRecv] {
-        measure(&mut paths, op, out);
+        measure(&mut paths, op, "", out);
     }
     drop(paths);
-    let mut sqpoll = [Measured {
-        series: "krcore-sqpoll",
-        path: Box::new(KrRing::new(true)),
-        read_latency_only: false,
-    }];
+    let mut sqpoll = [Measured::new("krcore-sqpoll", Box::new(KrRing::new(true, Target::Local)))];
     for op in [Op::Read, Op::SendRecv] {
-        measure(&mut sqpoll, op, out);
+        measure(&mut sqpoll, op, "", out);
     }
 }

@@ -10,13 +10,19 @@
 //! open). `krcore-figures worker ...` is a control-plane child process.
 //! `KRCORE_FIGURES=data,memory` runs only the sections whose names contain a word given.
 //!
+//! Across nodes (issue 12), on two guests: `krcore-figures far PEER NAMES` on the node
+//! measured against (the MetaServer), `krcore-figures across FAR NAMES` on the node that
+//! measures and prints the block ([`across`]).
+//!
 //! The VM runner guarantees a TSC clocksource (it boots with tsc=nowatchdog and boots
 //! again when the guest still came up on jiffies, whose 4 ms ticks would be every
 //! figure's resolution).
 
+mod across;
 mod control;
 mod crossing;
 mod dataplane;
+mod far;
 mod memory;
 mod paths;
 mod waiting;
@@ -30,11 +36,27 @@ type Section = (&'static str, fn(&mut Vec<Record>));
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("worker") {
-        control::worker(&args[1], args[2].parse().expect("worker N"));
-        return;
-    }
+    let arg = |i: usize, what: &str| -> String {
+        args.get(i).cloned().unwrap_or_else(|| panic!("{what} missing: usage: krcore-figures [worker MODE N | far PEER NAMES | across FAR NAMES]"))
+    };
     let mut out = Vec::new();
+    match args.first().map(String::as_str) {
+        Some("worker") => {
+            control::worker(&arg(1, "MODE"), arg(2, "N").parse().expect("worker N"));
+            return;
+        }
+        Some("far") => {
+            far::run(arg(1, "PEER").parse().expect("PEER"), arg(2, "NAMES").parse().expect("NAMES"));
+            return;
+        }
+        Some("across") => {
+            let far = arg(1, "FAR").parse().expect("FAR");
+            across::figures(far, arg(2, "NAMES").parse().expect("NAMES"), &mut out);
+            print_block(&out);
+            return;
+        }
+        _ => {}
+    }
     let sections: [Section; 7] = [
         ("ring crossing", crossing::figures),
         ("data plane", dataplane::figures),
@@ -59,10 +81,15 @@ fn main() {
             t.elapsed().as_secs_f64()
         );
     }
+    print_block(&out);
+}
+
+/// The records between `FIGURES-BEGIN` and `FIGURES-END`, for the host's report.
+fn print_block(out: &[Record]) {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     println!("guest-kernel: {}", release.trim());
     println!("FIGURES-BEGIN");
-    for r in &out {
+    for r in out {
         println!("{}", r.to_json());
     }
     println!("FIGURES-END");

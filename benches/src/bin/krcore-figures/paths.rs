@@ -1,7 +1,11 @@
 //! The ways an application reaches the NIC, behind one interface so every data-plane
 //! figure runs the same loop over each: krcore's ring with the enter ioctl, krcore's
 //! ring with a polling thread, krcore's one-ioctl-per-op path, and verbs posted directly
-//! on rxe from user space.
+//! on rxe from user space. Each krcore path reaches this node's loopback pool or, across
+//! nodes, another node ([`Target`]); verbs across nodes connect through rdma_cm
+//! ([`CmVerbs`]).
+
+use std::net::Ipv4Addr;
 
 use krcore_uring::abi::compat::OneOp;
 use krcore_uring::abi::cqe::Cqe;
@@ -9,6 +13,8 @@ use krcore_uring::abi::ioctl::IOC_DIRECT;
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::{Builder, Device, PerOp, Ring};
+use krcore_uring::abi::meta::record::{name as export_name, name_words};
+use verify::cm_verbs::Client;
 use verify::verbs::{Context, Mr, RcQp, ROCE_V2_GID_INDEX};
 
 /// The local RoCE v2 GID of rxe0 in the test VM (::ffff:192.0.2.1).
@@ -27,13 +33,16 @@ pub enum Op {
     Read,
     /// An 8-byte SEND into a posted RECV on the other end of the connection.
     SendRecv,
+    /// An 8-byte SEND into a receive the far node keeps posted (across nodes): the
+    /// sender's completion only.
+    Send,
 }
 
 impl Op {
     /// Completions one operation produces.
     pub fn cqes(self) -> usize {
         match self {
-            Op::Read => 1,
+            Op::Read | Op::Send => 1,
             Op::SendRecv => 2,
         }
     }
@@ -57,39 +66,79 @@ fn checked(c: Cqe) {
     );
 }
 
-/// The krcore objects an operation names: two virtual QPs on the two ends of one pooled
-/// connection, a registered buffer and its import on the first.
+/// Where a krcore path's operations go.
+#[derive(Clone, Copy, Debug)]
+pub enum Target {
+    /// This node's loopback pool: both ends of one pooled connection are ours.
+    Local,
+    /// Another node, through this node's connection set to it: READs go to the export
+    /// it publishes as [`FAR_EXPORT`], SENDs to the receives it keeps posted for
+    /// `service`.
+    Node {
+        /// The node's address.
+        addr: Ipv4Addr,
+        /// The service the path CONNECTs on (one link per pair of nodes and service).
+        service: u32,
+    },
+}
+
+/// The name the far node publishes its READ target under (4 KiB).
+pub const FAR_EXPORT: &str = "figures";
+
+/// The IPv4-mapped GID of a node's address.
+pub fn gid_of(addr: Ipv4Addr) -> [u8; 16] {
+    addr.to_ipv6_mapped().octets()
+}
+
+/// The krcore objects an operation names: a virtual QP (locally, two on the two ends of
+/// one pooled connection), a registered buffer and the memory READs go to (locally the
+/// buffer's own import on the first, across nodes the far node's export).
 struct Names {
     v1: u32,
     v2: u32,
     mr: u32,
     rmr: u32,
     addr: u64,
+    /// Where READs read: the buffer itself, or the far export's address.
+    raddr: u64,
     _buf: Vec<u64>,
 }
 
 impl Names {
-    /// Connects twice (both ends of one pooled pair) and registers a 4 KiB buffer,
-    /// through `run`, which submits one entry and returns its completion.
-    fn new(mut run: impl FnMut(Sqe) -> Cqe) -> Names {
+    /// Registers a 4 KiB buffer and connects to `target` (locally twice, both ends of
+    /// one pooled pair; across nodes once, importing the far export by name), through
+    /// `run`, which submits one entry and returns its completion.
+    fn new(target: Target, mut run: impl FnMut(Sqe) -> Cqe) -> Names {
         let mut ok = |s: Sqe| {
             let c = run(s);
             checked(c);
             (c.res as u32, c.aux)
         };
-        let (v1, _) = ok(Sqe::connect(1, GID, 0));
-        let (v2, _) = ok(Sqe::connect(2, GID, 0));
         let buf = vec![0u64; 512];
         let addr = buf.as_ptr() as u64;
         let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
         let (mr, descriptor) = ok(Sqe::reg_mr(3, addr, 4096, access));
-        let (rmr, _) = ok(Sqe::import_mr(4, v1, addr, 4096, descriptor));
+        let (v1, v2, rmr, raddr) = match target {
+            Target::Local => {
+                let (v1, _) = ok(Sqe::connect(1, GID, 0));
+                let (v2, _) = ok(Sqe::connect(2, GID, 0));
+                let (rmr, _) = ok(Sqe::import_mr(4, v1, addr, 4096, descriptor));
+                (v1, v2, rmr, addr)
+            }
+            Target::Node { addr: node, service } => {
+                let (v1, _) = ok(Sqe::connect(1, gid_of(node), service));
+                let name = export_name(FAR_EXPORT).expect("a valid name");
+                let (rmr, raddr) = ok(Sqe::import_name(4, v1, name_words(&name), 4096));
+                (v1, u32::MAX, rmr, raddr)
+            }
+        };
         Names {
             v1,
             v2,
             mr,
             rmr,
             addr,
+            raddr,
             _buf: buf,
         }
     }
@@ -109,7 +158,7 @@ impl Names {
                         a + 2048 + off,
                         8,
                         self.rmr,
-                        a + off,
+                        self.raddr + off,
                     ),
                     Sqe::nop(0),
                 ],
@@ -121,6 +170,13 @@ impl Names {
                     Sqe::two_sided(Opcode::Send, i, self.v1, self.mr, a + off, 8),
                 ],
                 2,
+            ),
+            Op::Send => (
+                [
+                    Sqe::two_sided(Opcode::Send, i, self.v1, self.mr, a + off, 8),
+                    Sqe::nop(0),
+                ],
+                1,
             ),
         }
     }
@@ -134,14 +190,15 @@ pub struct KrRing {
 }
 
 impl KrRing {
-    /// A ring of 256 entries on a fresh open of the device, connected and registered.
-    pub fn new(sqpoll: bool) -> KrRing {
+    /// A ring of 256 entries on a fresh open of the device, connected to `target` and
+    /// registered.
+    pub fn new(sqpoll: bool, target: Target) -> KrRing {
         let b = Builder::new(256).cq_entries(512);
         let b = if sqpoll { b.sqpoll(5000) } else { b };
         let mut ring = b
             .build(Device::open().expect("open /dev/krcore"))
             .expect("ring");
-        let names = Names::new(|s| run(&mut ring, s));
+        let names = Names::new(target, |s| run(&mut ring, s));
         KrRing {
             ring,
             names,
@@ -207,14 +264,14 @@ pub struct KrPerOp {
 }
 
 impl KrPerOp {
-    /// A per-op file, connected and registered.
-    pub fn new() -> KrPerOp {
+    /// A per-op file, connected to `target` and registered.
+    pub fn new(target: Target) -> KrPerOp {
         let mut p = Builder::new(256)
             .cq_entries(512)
             .build_per_op(Device::open().expect("open /dev/krcore"))
             .expect("per-op setup");
         // SAFETY: the memory entries name is registered and outlives the wait.
-        let names = Names::new(|s| {
+        let names = Names::new(target, |s| {
             unsafe { p.push_pop(&s, true) }
                 .expect("ioctl")
                 .expect("a CQE")
@@ -261,7 +318,7 @@ pub struct KrDirect(KrPerOp);
 impl KrDirect {
     /// A per-op file for setup, or `None` when the module does not serve IOC_DIRECT.
     pub fn new() -> Option<KrDirect> {
-        let mut d = KrDirect(KrPerOp::new());
+        let mut d = KrDirect(KrPerOp::new(Target::Local));
         let c = d.run(&d.0.names.sqes(Op::Read, 0).0[0]).ok()?;
         checked(c);
         Some(d)
@@ -351,10 +408,31 @@ impl Path for Verbs {
                 self.qb.post_recv(i, &self.dst, off, 8).unwrap();
                 self.qa.post_send_msg(i, &self.src, off, 8).unwrap();
             }
+            Op::Send => panic!("on one node a SEND is measured with its RECV"),
         }
     }
 
     fn reap(&mut self, min: usize) -> usize {
         self.ctx.poll(min, std::time::Duration::MAX).unwrap().len()
+    }
+}
+
+/// User-space verbs across nodes: a connection made through rdma_cm to the far node's
+/// server (`verify::cm_verbs`), which keeps receives posted; READs go to its memory.
+pub struct CmVerbs(pub Client);
+
+impl Path for CmVerbs {
+    fn post(&mut self, op: Op, i: u64) {
+        let off = (i % 64) * 8;
+        match op {
+            Op::Read => self.0.post_read(i, 2048 + off, off, 8),
+            Op::Send => self.0.post_send(i, off, 8),
+            Op::SendRecv => panic!("across nodes the far node posts the receives"),
+        }
+        .expect("post")
+    }
+
+    fn reap(&mut self, min: usize) -> usize {
+        self.0.poll(min).expect("poll")
     }
 }

@@ -15,7 +15,7 @@ use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::{Builder, Device, Ring};
 
 use crate::dataplane::one;
-use crate::paths::{leak, run, KrRing, Op};
+use crate::paths::{leak, run, KrRing, Op, Target};
 use verify::guest::{thread_cpu, Param};
 
 /// The two ways to wait: series name and `wait_spin_us`.
@@ -59,7 +59,7 @@ fn slow_peer_wait(service: u32) -> Duration {
 /// Every waiting figure; leaves `wait_spin_us` as it found it (each mode's setting is
 /// restored when its block ends).
 pub fn figures(out: &mut Vec<Record>) {
-    let mut p = KrRing::new(false);
+    let mut p = KrRing::new(false, Target::Local);
     let mut lat = [Vec::new(), Vec::new()];
     let mut i = 0;
     for _ in 0..BLOCKS {

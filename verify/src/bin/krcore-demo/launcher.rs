@@ -163,14 +163,7 @@ fn phase(system: &str, p: &Plan, node: &str, phase_ns: u64) -> Res<()> {
 /// Both phases: krcore, then verbs.
 pub fn run(p: &Plan) -> Res<()> {
     let node = std::env::var("KRCORE_NODE").unwrap_or_else(|_| "node".into());
-    let clock = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
-    let clock = std::fs::read_to_string(clock).unwrap_or_default();
-    if clock.trim() != "tsc" {
-        return Err(format!(
-            "timings need the TSC clocksource; this node is on {:?} (4 ms ticks on jiffies)",
-            clock.trim()
-        ));
-    }
+    verify::guest::wait_for_tsc(Duration::from_secs(30))?;
     let mut krcore_end = 0;
     for system in SYSTEMS {
         let took = probe(system, p)?;
