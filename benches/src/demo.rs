@@ -121,7 +121,7 @@ pub fn report(log: &str, title: &str, dir: &Path) -> Result<String, String> {
     md += "## A worker's bootstrap (medians over the workers of both compute nodes, µs)\n\n";
     for (name, s) in &systems {
         md += &format!(
-            "**{name}** ({} workers, {} GETs checked): time to the first GET {:.1} ms median, {:.1} ms worst\n\n| stage | µs |\n|---|---:|\n",
+            "**{name}** ({} workers, {} GETs checked): time to the first GET from the process's start (its exec apart) {:.1} ms median, {:.1} ms worst\n\n| stage | µs |\n|---|---:|\n",
             s.workers,
             s.gets,
             s.first_get.0 / 1e3,

@@ -43,7 +43,8 @@ pub enum Record {
         joined_ms: f64,
         /// Its bootstrap, stage by stage, in order: (name, microseconds).
         stages: Vec<(String, f64)>,
-        /// From its spawn to its first GET's value in hand.
+        /// From its process's main to its first GET's value in hand (its exec is the
+        /// first stage, apart).
         first_get_us: f64,
         /// GETs it made, every value checked.
         gets: u64,
