@@ -22,7 +22,7 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run bench-meta clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -203,17 +203,7 @@ bench-cluster-run: kmod host
 	 grep -E '^\[(a|b)\] \[(figures|far)\]|^\[vm\]' $(BENCH_CLUSTER_LOG) || true; \
 	 [ $$rc = 0 ] || { grep -E '^\[(a|b|vm)\] ' $(BENCH_CLUSTER_LOG) | tail -40; echo "[bench] figures across nodes failed (exit $$rc; log: $(BENCH_CLUSTER_LOG))"; exit 1; }
 bench-cluster: bench-cluster-run
-	@$(CURDIR)/target/release/bench-report vm $(BENCH_CLUSTER_LOG) benches/results/cluster
-
-# The MetaServer's lookup across two guests with 10,000 exports present: uncached (the
-# name's window and its node's record, two one-sided READs) and cached, beside an 8 B
-# READ through the rings, in one run (benches/results/meta_lookup.txt).
-bench-meta: kmod host
-	@echo "[bench] MetaServer lookups across 2 guests, 10,000 entries present"
-	@mkdir -p benches/results
-	@$(VM) --timeout 1400 --nodes 2 --role "a:$(SMOKE) publish 10000" --role "b:$(SMOKE) lookup a 10000 200" > $(CURDIR)/target/bench-meta.log 2>&1 \
-	  || { grep -E '^\[(a|b|vm)\] [^[]' $(CURDIR)/target/bench-meta.log | tail -20; exit 1; }
-	@grep -hE '^\[(a|b)\] (published|MetaServer lookups)' $(CURDIR)/target/bench-meta.log | sed 's/^\[.\] //' | tee benches/results/meta_lookup.txt
+	@$(CURDIR)/target/release/bench-report vm $(BENCH_CLUSTER_LOG) $(CURDIR)/target/bench-cluster
 
 clean:
 	@$(CARGO) clean

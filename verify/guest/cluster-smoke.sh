@@ -30,10 +30,6 @@
 #   cluster-smoke.sh steady         reload listening; once a peer's set is accepted, kernel
 #                                   memory must stay flat over the next 10 s (the peer's
 #                                   cycles run then); unload once it left (60 s)
-#   cluster-smoke.sh publish N      reload serving the MetaServer; publish N names
-#   cluster-smoke.sh lookup ROLE N K
-#                                   reload with ROLE's node as the MetaServer; once ROLE's
-#                                   N names are there, time K uncached and cached lookups
 #   cluster-smoke.sh meta N         reload serving the MetaServer (naming this node); wait
 #                                   until N other nodes connected to it and left (150 s)
 #   cluster-smoke.sh export META NAME
@@ -91,7 +87,6 @@ FIGURES=$(dirname "$0")/../../target/release/krcore-figures
 MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
-META_LOOKUP=$(dirname "$0")/../../target/release/examples/meta_lookup
 CM_PORT=7471
 addr_of() {
   for p in $KRCORE_PEERS; do
@@ -334,18 +329,6 @@ steady)
   done
   rmmod krcore || exit 1
   ;;
-publish)
-  reload meta_server="$KRCORE_ADDR" || exit 1
-  "$META_LOOKUP" publish "$2" 900 || exit 1
-  sleep 3
-  rmmod krcore || exit 1
-  ;;
-lookup)
-  peer=$(addr_of "$2") || exit 1
-  reload meta_server="$peer" || exit 1
-  "$META_LOOKUP" lookup "$peer" "$3" "$4" || exit 1
-  rmmod krcore || exit 1
-  ;;
 meta)
   reload meta_server="$KRCORE_ADDR" || exit 1
   for _ in $(seq 150); do
@@ -414,7 +397,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | publish N | lookup ROLE N K | messages ROLE recv|send N [META] | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | messages ROLE recv|send N [META] | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES" >&2
   exit 2
   ;;
 esac
