@@ -141,10 +141,7 @@ pub fn build(mem: &mut [u8], keys: u64) -> Result<Geometry, String> {
         mem[at + 2 + k.len()..at + 2 + k.len() + v.len()].copy_from_slice(&v);
         next += (units * UNIT) as u64;
         let (b1, b2, fp) = g.place(k.as_bytes());
-        let free = |b: u64| {
-            let base = g.bucket(b) as usize;
-            (0..SLOTS).find(|s| mem[base + s * 8..base + s * 8 + 8] == [0; 8])
-        };
+        let free = |b: u64| (0..SLOTS).find(|&s| free_at(mem, &g, b, s));
         // The emptier bucket first, as RACE does, so buckets fill evenly.
         let load = |b: u64| SLOTS - (0..SLOTS).filter(|&s| free_at(mem, &g, b, s)).count();
         let (first, second) = if load(b2) < load(b1) { (b2, b1) } else { (b1, b2) };

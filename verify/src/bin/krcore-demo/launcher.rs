@@ -71,9 +71,13 @@ fn probe(system: &str, p: &Plan) -> Res<Duration> {
                         Err(x) => return Err(x.to_string()),
                     }
                 }
+                // Not there yet: the name not published, or the MetaServer (the memory
+                // node's module) not answering yet.
                 match ring.import_name(vqp.as_ref().expect("connected"), NAME, len) {
                     Ok(_) => Ok(true),
-                    Err(x) if passing(&x, Reason::NoSuchName) => Ok(false),
+                    Err(x) if passing(&x, Reason::NoSuchName) || passing(&x, Reason::Unreachable) => {
+                        Ok(false)
+                    }
                     Err(x) => Err(x.to_string()),
                 }
             })
