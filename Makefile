@@ -187,14 +187,18 @@ bench: kmod host
 	 grep -E '^\[figures\]|^\[vm\]' $(BENCH_LOG) || true; \
 	 [ $$rc = 0 ] || { tail -40 $(BENCH_LOG); echo "[bench] in-VM figures failed (exit $$rc; log: $(BENCH_LOG))"; exit 1; }
 	@$(MAKE) -s bench-cluster-run
-	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) $(BENCH_CLUSTER_LOG) benches/results --readme README.md
+	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) $(BENCH_CLUSTER_LOG) $(BENCH_CLUSTER3_LOG) benches/results --readme README.md
 
-# The figures across nodes on 2 guests (issue 12): b measures against a, which serves
+# The figures across nodes (issue 12). On 2 guests: b measures against a, which serves
 # them and the MetaServer with BENCH_NAMES names published: data plane, MetaServer
 # lookups beside a request/reply lookup, connects from 1-8 processes, first contact
-# (benches/src/bin/krcore-figures/across.rs). `make bench` runs it and reports both
-# runs together; `make bench-cluster` alone reports this run.
+# (benches/src/bin/krcore-figures/across.rs). Then on 3 guests: the serverless hand-off
+# (a chain of fresh processes on a, b, c in turn passing 4 KiB-1 MiB) and the full
+# mesh (N processes per node each connecting to every other node), coordinated by a
+# (cluster.rs). `make bench` runs both and reports them with its own; `make
+# bench-cluster` alone reports these runs.
 BENCH_CLUSTER_LOG = $(CURDIR)/target/figures-cluster.log
+BENCH_CLUSTER3_LOG = $(CURDIR)/target/figures-cluster3.log
 BENCH_NAMES ?= 10000
 bench-cluster-run: kmod host
 	@echo "[bench] figures across 2 guests ($(BENCH_NAMES) names in the MetaServer)"
@@ -202,8 +206,13 @@ bench-cluster-run: kmod host
 	   --role "b:$(SMOKE) figures across a $(BENCH_NAMES)" > $(BENCH_CLUSTER_LOG) 2>&1 || rc=$$?; \
 	 grep -E '^\[(a|b)\] \[(figures|far)\]|^\[vm\]' $(BENCH_CLUSTER_LOG) || true; \
 	 [ $$rc = 0 ] || { grep -E '^\[(a|b|vm)\] ' $(BENCH_CLUSTER_LOG) | tail -40; echo "[bench] figures across nodes failed (exit $$rc; log: $(BENCH_CLUSTER_LOG))"; exit 1; }
+	@echo "[bench] figures across 3 guests: serverless hand-off, full mesh"
+	@rc=0; $(VM) --timeout 1500 --nodes 3 --role "a:$(SMOKE) figures cluster b c" \
+	   --role "b:$(SMOKE) figures node a" --role "c:$(SMOKE) figures node a" > $(BENCH_CLUSTER3_LOG) 2>&1 || rc=$$?; \
+	 grep -E '^\[(a|b|c)\] \[(figures|node)\]|^\[vm\]' $(BENCH_CLUSTER3_LOG) || true; \
+	 [ $$rc = 0 ] || { grep -E '^\[(a|b|c|vm)\] ' $(BENCH_CLUSTER3_LOG) | tail -40; echo "[bench] figures across 3 guests failed (exit $$rc; log: $(BENCH_CLUSTER3_LOG))"; exit 1; }
 bench-cluster: bench-cluster-run
-	@$(CURDIR)/target/release/bench-report vm $(BENCH_CLUSTER_LOG) $(CURDIR)/target/bench-cluster
+	@$(CURDIR)/target/release/bench-report vm $(BENCH_CLUSTER_LOG) $(BENCH_CLUSTER3_LOG) $(CURDIR)/target/bench-cluster
 
 clean:
 	@$(CARGO) clean

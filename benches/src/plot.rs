@@ -160,7 +160,7 @@ pub fn all(f: &Figures, dir: &Path) -> Result<Vec<&'static str>, String> {
         (paths, series)
     };
     type Plot = (&'static str, &'static str, &'static str, (Vec<String>, Vec<(String, Vec<f64>)>));
-    let plots: [Plot; 7] = [
+    let plots: [Plot; 9] = [
         (
             "nop.svg",
             "NOP per operation vs batch size",
@@ -207,6 +207,18 @@ pub fn all(f: &Figures, dir: &Path) -> Result<Vec<&'static str>, String> {
                 "across-read8-throughput",
                 "across-send8-throughput",
             ]),
+        ),
+        (
+            "across-handoff.svg",
+            "Serverless hand-off across 3 nodes: time per hand-off vs bytes",
+            "ms per hand-off (median)",
+            by_x("across-handoff", &|s, x| f.median("across-handoff", s, x) / 1e6),
+        ),
+        (
+            "across-mesh.svg",
+            "Full mesh of 3 nodes: time to done vs processes per node",
+            "ms (median)",
+            by_x("across-mesh", &|s, x| f.median("across-mesh", s, x) / 1e6),
         ),
     ];
     let mut written = Vec::new();

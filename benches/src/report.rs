@@ -226,6 +226,9 @@ pub fn markdown(f: &Figures, title: &str, plots: &[&str]) -> String {
     if !f.series("across-connect").is_empty() {
         across_sections(&mut s, f);
     }
+    if !f.series("across-handoff").is_empty() || !f.series("across-mesh").is_empty() {
+        cluster_sections(&mut s, f);
+    }
     if !plots.is_empty() {
         let _ = writeln!(s, "\n## Plots\n");
         for p in plots {
@@ -332,6 +335,49 @@ fn across_sections(s: &mut String, f: &Figures) {
         "CONNECT",
         "connects/s",
     );
+}
+
+/// The tables of the three-guest figures: the serverless hand-off and the full mesh.
+fn cluster_sections(s: &mut String, f: &Figures) {
+    if !f.series("across-handoff").is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Across 3 nodes: serverless hand-off, time per hand-off end to end (chains of fresh processes on the nodes in turn, each taking the previous one's output with one-sided READs; median / p99 over chains)\n"
+        );
+        table_by_x(s, f, "across-handoff", "bytes", false);
+        let ratios: Vec<String> = f
+            .xs("across-handoff")
+            .into_iter()
+            .map(|x| {
+                let r = f.median("across-handoff", "verbs", x) / f.median("across-handoff", "krcore", x);
+                format!("{x} B: {r:.1}×")
+            })
+            .collect();
+        let _ = writeln!(s, "\nverbs ÷ krcore per hand-off: {}.", ratios.join(", "));
+        let _ = writeln!(
+            s,
+            "\n## Across 3 nodes: each function on its node, from its request's arrival to its trigger of the next (median / p99)\n"
+        );
+        table_by_x(s, f, "across-handoff-function", "bytes", false);
+        for system in ["krcore", "verbs"] {
+            let group = format!("across-handoff-stages-{system}");
+            if f.series(&group).is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "\n## Across 3 nodes: a {system} function's stages (median / p99; exec is from its request's arrival)\n"
+            );
+            table_by_x(s, f, &group, "bytes", false);
+        }
+    }
+    if !f.series("across-mesh").is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Across 3 nodes: full mesh, N fresh processes per node each connecting to every other node, time to done (median / p99; connections/s)\n"
+        );
+        table_by_x(s, f, "across-mesh", "processes per node", true);
+    }
 }
 
 /// One row per series of `group` (measured at one x): median, p99 and the rate.
@@ -468,6 +514,27 @@ mod tests {
             assert!(md.contains(heading), "{heading} missing from\n{md}");
         }
         assert!(!md.contains("Ring crossing"), "no node figures, no node tables");
+    }
+
+    #[test]
+    fn three_node_tables_only_when_measured() {
+        let mut f = Figures(vec![
+            fig("across-handoff", "krcore", 4096, 40e6, 0.0),
+            fig("across-handoff", "verbs", 4096, 200e6, 0.0),
+            fig("across-handoff-function", "krcore", 4096, 30e6, 0.0),
+            fig("across-handoff-stages-verbs", "resolve addr", 4096, 5e6, 0.0),
+            fig("across-mesh", "krcore-warm", 4, 90e6, 130.0),
+        ]);
+        let md = markdown(&f, "# t", &[]);
+        assert!(md.contains("verbs ÷ krcore per hand-off: 4096 B: 5.0×"), "{md}");
+        assert!(md.contains("a verbs function's stages"), "{md}");
+        assert!(!md.contains("a krcore function's stages"), "not measured: {md}");
+        assert!(md.contains("| 4 | 90.00 ms / 180.00 ms; 130/s |"), "{md}");
+        assert!(goals(&f).is_empty(), "no goals are set on these");
+        f.0.retain(|r| r.group != "across-mesh");
+        assert!(!markdown(&f, "# t", &[]).contains("full mesh"));
+        f.0.clear();
+        assert!(!markdown(&f, "# t", &[]).contains("hand-off"));
     }
 
     #[test]

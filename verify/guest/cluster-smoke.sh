@@ -71,6 +71,15 @@
 #                                   make bench's measuring node: the figures across nodes
 #                                   against ROLE (krcore-figures across), printed as a
 #                                   FIGURES block for bench-report
+#   cluster-smoke.sh figures cluster ROLE..
+#                                   make bench's three-guest coordinator (the MetaServer):
+#                                   the serverless hand-off and the full mesh over this
+#                                   node and each ROLE's (krcore-figures cluster), printed
+#                                   as a FIGURES block
+#   cluster-smoke.sh figures node META
+#                                   a node daemon of the three-guest figures (krcore-figures
+#                                   node) with META's node as the MetaServer, until the
+#                                   coordinator ends it
 #   cluster-smoke.sh demo memory KEYS CLIENTS
 #                                   the elastic key-value demo's memory node (make demo):
 #                                   reload serving the MetaServer; build a table of KEYS
@@ -280,7 +289,19 @@ figures)
     reload meta_server="$peer" || exit 1
     KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT meta_server=$peer" "$FIGURES" across "$peer" "$4" || exit 1
     ;;
-  *) echo "usage: cluster-smoke.sh figures far|across ROLE NAMES" >&2; exit 2 ;;
+  cluster)
+    # The other roles' addresses; this node's module is the MetaServer.
+    shift 2
+    others=""
+    for r in "$@"; do others="$others $(addr_of "$r")" || exit 1; done
+    reload meta_server="$KRCORE_ADDR" || exit 1
+    KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT meta_server=$KRCORE_ADDR" "$FIGURES" cluster $others || exit 1
+    ;;
+  node)
+    reload meta_server="$peer" || exit 1
+    KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT meta_server=$peer" "$FIGURES" node || exit 1
+    ;;
+  *) echo "usage: cluster-smoke.sh figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2; exit 2 ;;
   esac
   unload
   ;;
@@ -397,7 +418,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | messages ROLE recv|send N [META] | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | messages ROLE recv|send N [META] | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
   exit 2
   ;;
 esac

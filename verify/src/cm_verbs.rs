@@ -406,192 +406,222 @@ unsafe fn post_recv(qp: *mut ibv_qp, mr: *mut ibv_mr) -> Result<()> {
     Ok(())
 }
 
-/// Serves `mem` on `port` to `conns` clients, each connection accepted with its
-/// descriptor (READ access only) and `recvs` receives kept posted (each SEND a client
-/// makes consumes one, which is posted again at once; their bytes are dropped), until
-/// `conns` clients connected and left or `secs` passed. It sleeps between events: the
-/// CM's and the CQ's channels are polled together.
-pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64, recvs: u32) -> Result<()> {
-    let len = mem.len();
-    // SAFETY: plain call.
-    let ch = unsafe { rdma_create_event_channel() };
-    if ch.is_null() {
-        return err("rdma_create_event_channel");
-    }
-    let mut listen: *mut rdma_cm_id = ptr::null_mut();
-    // SAFETY: a live channel.
-    if unsafe {
-        rdma_create_id(
+/// A bound rdma_cm id listening on a port: clients may connect once
+/// [`bind`](Listener::bind) returns (their requests wait in the backlog until
+/// [`serve`](Listener::serve) accepts them).
+pub struct Listener {
+    ch: *mut rdma_event_channel,
+    id: *mut rdma_cm_id,
+}
+
+impl Listener {
+    /// Binds `port` on every address and listens.
+    pub fn bind(port: u16) -> Result<Listener> {
+        // SAFETY: plain call.
+        let ch = unsafe { rdma_create_event_channel() };
+        if ch.is_null() {
+            return err("rdma_create_event_channel");
+        }
+        let mut l = Listener {
             ch,
-            &mut listen,
-            ptr::null_mut(),
-            rdma_port_space::RDMA_PS_TCP,
-        )
-    } != 0
-    {
-        return err("rdma_create_id");
-    }
-    let mut any = sockaddr(Ipv4Addr::UNSPECIFIED, port);
-    // SAFETY: a live id; `any` outlives the call.
-    if unsafe { rdma_bind_addr(listen, (&mut any as *mut libc::sockaddr_in).cast()) } != 0 {
-        return err("rdma_bind_addr");
-    }
-    // SAFETY: a bound id.
-    if unsafe { rdma_listen(listen, 64) } != 0 {
-        return err("rdma_listen");
-    }
-    let (mut pd, mut cq, mut mr, mut scratch_mr): (*mut ibv_pd, *mut ibv_cq, *mut ibv_mr, *mut ibv_mr) =
-        (ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
-    let mut comp: *mut ibv_comp_channel = ptr::null_mut();
-    let mut scratch = vec![0u8; RECV_LEN as usize];
-    // Live connections by QP number, for reposting their receives.
-    let mut qps: std::collections::HashMap<u32, *mut ibv_qp> = std::collections::HashMap::new();
-    let (mut accepted, mut left, mut received) = (0usize, 0usize, 0u64);
-    let until = Instant::now() + Duration::from_secs(secs);
-    while left < conns && Instant::now() < until {
-        // SAFETY: live channels' descriptors, polled with a bound so `secs` holds when
-        // no client comes.
-        let mut pfd = [
-            libc::pollfd {
-                fd: unsafe { (*ch).fd },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: if comp.is_null() { -1 } else { unsafe { (*comp).fd } },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two pollfds (a negative fd is ignored).
-        if unsafe { libc::poll(pfd.as_mut_ptr(), 2, 500) } <= 0 {
-            continue;
+            id: ptr::null_mut(),
+        };
+        // SAFETY: a live channel; `l.id` receives the id (destroyed in Drop).
+        if unsafe { rdma_create_id(ch, &mut l.id, ptr::null_mut(), rdma_port_space::RDMA_PS_TCP) } != 0 {
+            return err("rdma_create_id");
         }
-        if pfd[1].revents != 0 {
-            // SAFETY: the channel is readable: one event to take, acknowledge and re-arm
-            // before draining, so no completion slips between the drain and the arm.
-            unsafe {
-                let (mut ev_cq, mut ctx) = (ptr::null_mut(), ptr::null_mut());
-                if ibv_get_cq_event(comp, &mut ev_cq, &mut ctx) != 0 {
-                    return err("ibv_get_cq_event");
-                }
-                ibv_ack_cq_events(ev_cq, 1);
-                if ibv_req_notify_cq(cq, 0) != 0 {
-                    return err("ibv_req_notify_cq");
-                }
+        let mut any = sockaddr(Ipv4Addr::UNSPECIFIED, port);
+        // SAFETY: a live id; `any` outlives the call.
+        if unsafe { rdma_bind_addr(l.id, (&mut any as *mut libc::sockaddr_in).cast()) } != 0 {
+            return err("rdma_bind_addr");
+        }
+        // SAFETY: a bound id.
+        if unsafe { rdma_listen(l.id, 64) } != 0 {
+            return err("rdma_listen");
+        }
+        Ok(l)
+    }
+
+    /// Serves `mem` to `conns` clients, each connection accepted with its descriptor
+    /// (READ access only) and `recvs` receives kept posted (each SEND a client makes
+    /// consumes one, which is posted again at once; their bytes are dropped), until
+    /// `conns` clients connected and left or `secs` passed. It sleeps between events:
+    /// the CM's and the CQ's channels are polled together.
+    pub fn serve(self, mem: &mut [u8], conns: usize, secs: u64, recvs: u32) -> Result<()> {
+        let ch = self.ch;
+        let len = mem.len();
+        let (mut pd, mut cq, mut mr, mut scratch_mr): (*mut ibv_pd, *mut ibv_cq, *mut ibv_mr, *mut ibv_mr) =
+            (ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        let mut comp: *mut ibv_comp_channel = ptr::null_mut();
+        let mut scratch = vec![0u8; RECV_LEN as usize];
+        // Live connections by QP number, for reposting their receives.
+        let mut qps: std::collections::HashMap<u32, *mut ibv_qp> = std::collections::HashMap::new();
+        let (mut accepted, mut left, mut received) = (0usize, 0usize, 0u64);
+        let until = Instant::now() + Duration::from_secs(secs);
+        while left < conns && Instant::now() < until {
+            // SAFETY: live channels' descriptors, polled with a bound so `secs` holds when
+            // no client comes.
+            let mut pfd = [
+                libc::pollfd {
+                    fd: unsafe { (*ch).fd },
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: if comp.is_null() { -1 } else { unsafe { (*comp).fd } },
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two pollfds (a negative fd is ignored).
+            if unsafe { libc::poll(pfd.as_mut_ptr(), 2, 500) } <= 0 {
+                continue;
             }
-            // SAFETY: plain data.
-            let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
-            loop {
-                // SAFETY: a live CQ, 16 entries of room.
-                let n = unsafe { ibv_poll_cq(cq, 16, wc.as_mut_ptr()) };
-                if n <= 0 {
-                    break;
-                }
-                for w in &wc[..n as usize] {
-                    // A flushed receive of a connection that left finds no QP here.
-                    if let (ibv_wc_status::IBV_WC_SUCCESS, Some(&qp)) = (w.status, qps.get(&w.qp_num)) {
-                        received += 1;
-                        // SAFETY: a live QP of this PD; the scratch MR lives to the end.
-                        unsafe { post_recv(qp, scratch_mr)? };
+            if pfd[1].revents != 0 {
+                // SAFETY: the channel is readable: one event to take, acknowledge and re-arm
+                // before draining, so no completion slips between the drain and the arm.
+                unsafe {
+                    let (mut ev_cq, mut ctx) = (ptr::null_mut(), ptr::null_mut());
+                    if ibv_get_cq_event(comp, &mut ev_cq, &mut ctx) != 0 {
+                        return err("ibv_get_cq_event");
+                    }
+                    ibv_ack_cq_events(ev_cq, 1);
+                    if ibv_req_notify_cq(cq, 0) != 0 {
+                        return err("ibv_req_notify_cq");
                     }
                 }
-            }
-        }
-        if pfd[0].revents == 0 {
-            continue;
-        }
-        let mut ev: *mut rdma_cm_event = ptr::null_mut();
-        // SAFETY: a live channel.
-        if unsafe { rdma_get_cm_event(ch, &mut ev) } != 0 {
-            return err("rdma_get_cm_event");
-        }
-        // SAFETY: a live event until acknowledged.
-        let (kind, id) = unsafe { ((*ev).event, (*ev).id) };
-        match kind {
-            rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST => {
-                // SAFETY: the request's id carries its device context; objects made
-                // once (the first request's device is the only one here).
-                unsafe {
-                    if pd.is_null() {
-                        pd = ibv_alloc_pd((*id).verbs);
-                        comp = ibv_create_comp_channel((*id).verbs);
-                        cq = ibv_create_cq((*id).verbs, 1024, ptr::null_mut(), comp, 0);
-                        let access = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
-                            | ibv_access_flags::IBV_ACCESS_REMOTE_READ)
-                            .0 as i32;
-                        mr = ibv_reg_mr(pd, mem.as_mut_ptr().cast(), len, access);
-                        scratch_mr = ibv_reg_mr(
-                            pd,
-                            scratch.as_mut_ptr().cast(),
-                            scratch.len(),
-                            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
-                        );
-                        if pd.is_null() || comp.is_null() || cq.is_null() || mr.is_null() || scratch_mr.is_null() {
-                            rdma_ack_cm_event(ev);
-                            return err("the server's PD, CQ and MRs");
-                        }
-                        if ibv_req_notify_cq(cq, 0) != 0 {
-                            rdma_ack_cm_event(ev);
-                            return err("ibv_req_notify_cq");
+                // SAFETY: plain data.
+                let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
+                loop {
+                    // SAFETY: a live CQ, 16 entries of room.
+                    let n = unsafe { ibv_poll_cq(cq, 16, wc.as_mut_ptr()) };
+                    if n <= 0 {
+                        break;
+                    }
+                    for w in &wc[..n as usize] {
+                        // A flushed receive of a connection that left finds no QP here.
+                        if let (ibv_wc_status::IBV_WC_SUCCESS, Some(&qp)) = (w.status, qps.get(&w.qp_num)) {
+                            received += 1;
+                            // SAFETY: a live QP of this PD; the scratch MR lives to the end.
+                            unsafe { post_recv(qp, scratch_mr)? };
                         }
                     }
-                    let mut a = qp_attr(cq, 4, recvs);
-                    let d = Descriptor {
-                        addr: mem.as_ptr() as u64,
-                        len: len as u32,
-                        rkey: (*mr).rkey,
-                    };
-                    let mut p = conn_param(Some(&d));
-                    let mut ok = rdma_create_qp(id, pd, &mut a) == 0;
-                    // Receives before the accept: the client may SEND once established.
-                    for _ in 0..recvs {
-                        ok = ok && post_recv((*id).qp, scratch_mr).is_ok();
-                    }
-                    ok = ok && rdma_accept(id, &mut p) == 0;
-                    rdma_ack_cm_event(ev);
-                    if !ok {
-                        return err("accept");
-                    }
-                    qps.insert((*(*id).qp).qp_num, (*id).qp);
                 }
-                accepted += 1;
             }
-            rdma_cm_event_type::RDMA_CM_EVENT_DISCONNECTED => {
-                // SAFETY: acknowledged before the id (and its QP) goes.
-                unsafe {
-                    rdma_ack_cm_event(ev);
-                    qps.retain(|_, q| *q != (*id).qp);
-                    rdma_destroy_qp(id);
-                    rdma_destroy_id(id);
+            if pfd[0].revents == 0 {
+                continue;
+            }
+            let mut ev: *mut rdma_cm_event = ptr::null_mut();
+            // SAFETY: a live channel.
+            if unsafe { rdma_get_cm_event(ch, &mut ev) } != 0 {
+                return err("rdma_get_cm_event");
+            }
+            // SAFETY: a live event until acknowledged.
+            let (kind, id) = unsafe { ((*ev).event, (*ev).id) };
+            match kind {
+                rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST => {
+                    // SAFETY: the request's id carries its device context; objects made
+                    // once (the first request's device is the only one here).
+                    unsafe {
+                        if pd.is_null() {
+                            pd = ibv_alloc_pd((*id).verbs);
+                            comp = ibv_create_comp_channel((*id).verbs);
+                            cq = ibv_create_cq((*id).verbs, 1024, ptr::null_mut(), comp, 0);
+                            let access = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
+                                | ibv_access_flags::IBV_ACCESS_REMOTE_READ)
+                                .0 as i32;
+                            mr = ibv_reg_mr(pd, mem.as_mut_ptr().cast(), len, access);
+                            scratch_mr = ibv_reg_mr(
+                                pd,
+                                scratch.as_mut_ptr().cast(),
+                                scratch.len(),
+                                ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
+                            );
+                            if pd.is_null() || comp.is_null() || cq.is_null() || mr.is_null() || scratch_mr.is_null() {
+                                rdma_ack_cm_event(ev);
+                                return err("the server's PD, CQ and MRs");
+                            }
+                            if ibv_req_notify_cq(cq, 0) != 0 {
+                                rdma_ack_cm_event(ev);
+                                return err("ibv_req_notify_cq");
+                            }
+                        }
+                        let mut a = qp_attr(cq, 4, recvs);
+                        let d = Descriptor {
+                            addr: mem.as_ptr() as u64,
+                            len: len as u32,
+                            rkey: (*mr).rkey,
+                        };
+                        let mut p = conn_param(Some(&d));
+                        let mut ok = rdma_create_qp(id, pd, &mut a) == 0;
+                        // Receives before the accept: the client may SEND once established.
+                        for _ in 0..recvs {
+                            ok = ok && post_recv((*id).qp, scratch_mr).is_ok();
+                        }
+                        ok = ok && rdma_accept(id, &mut p) == 0;
+                        rdma_ack_cm_event(ev);
+                        if !ok {
+                            return err("accept");
+                        }
+                        qps.insert((*(*id).qp).qp_num, (*id).qp);
+                    }
+                    accepted += 1;
                 }
-                left += 1;
+                rdma_cm_event_type::RDMA_CM_EVENT_DISCONNECTED => {
+                    // SAFETY: acknowledged before the id (and its QP) goes.
+                    unsafe {
+                        rdma_ack_cm_event(ev);
+                        qps.retain(|_, q| *q != (*id).qp);
+                        rdma_destroy_qp(id);
+                        rdma_destroy_id(id);
+                    }
+                    left += 1;
+                }
+                _ => {
+                    // SAFETY: acknowledged once.
+                    unsafe { rdma_ack_cm_event(ev) };
+                }
             }
-            _ => {
-                // SAFETY: acknowledged once.
-                unsafe { rdma_ack_cm_event(ev) };
+        }
+        println!("served {accepted} rdma_cm connection(s), {left} left, {received} SENDs received");
+        // SAFETY: everything made above, released once.
+        unsafe {
+            for mr in [mr, scratch_mr] {
+                if !mr.is_null() {
+                    ibv_dereg_mr(mr);
+                }
             }
+            if !cq.is_null() {
+                ibv_destroy_cq(cq);
+            }
+            if !comp.is_null() {
+                ibv_destroy_comp_channel(comp);
+            }
+            if !pd.is_null() {
+                ibv_dealloc_pd(pd);
+            }
+        }
+        Ok(())
+    }
+}
+
+// SAFETY: librdmacm's ids and channels may be used from any thread; a Listener is
+// owned, so one thread at a time uses it.
+unsafe impl Send for Listener {}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // SAFETY: made in bind, released once; the id before its channel.
+        unsafe {
+            if !self.id.is_null() {
+                rdma_destroy_id(self.id);
+            }
+            rdma_destroy_event_channel(self.ch);
         }
     }
-    println!("served {accepted} rdma_cm connection(s), {left} left, {received} SENDs received");
-    // SAFETY: everything made above, released once.
-    unsafe {
-        for mr in [mr, scratch_mr] {
-            if !mr.is_null() {
-                ibv_dereg_mr(mr);
-            }
-        }
-        if !cq.is_null() {
-            ibv_destroy_cq(cq);
-        }
-        if !comp.is_null() {
-            ibv_destroy_comp_channel(comp);
-        }
-        if !pd.is_null() {
-            ibv_dealloc_pd(pd);
-        }
-        rdma_destroy_id(listen);
-        rdma_destroy_event_channel(ch);
-    }
-    Ok(())
+}
+
+/// Serves `mem` on `port`: [`Listener::bind`] then [`Listener::serve`].
+pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64, recvs: u32) -> Result<()> {
+    Listener::bind(port)?.serve(mem, conns, secs, recvs)
 }

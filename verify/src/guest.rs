@@ -1,7 +1,8 @@
 //! Guest-side helpers shared by the VM suite and the in-VM figures: the loaded module's
-//! parameters, the CPU time a thread has used, and the clock timings need.
+//! parameters, the CPU time a thread has used, the clock timings need, and the stages
+//! of a short-lived process timed from its spawn.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const PARAMS: &str = "/sys/module/krcore/parameters";
 
@@ -64,5 +65,63 @@ pub fn wait_for_tsc(limit: Duration) -> Result<(), String> {
             ));
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for a launcher and the processes it spawns,
+/// so a process's stages can count from its spawn.
+pub fn mono_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// A short-lived process's bootstrap, stage by stage: (name, microseconds), the first
+/// being its exec (from the launcher's spawn to now).
+pub struct Stages {
+    /// The stages so far, in order.
+    pub list: Vec<(String, f64)>,
+    last: Instant,
+}
+
+impl Stages {
+    /// Starts with the exec: from `spawn_ns` ([`mono_ns`] in the launcher) to now.
+    pub fn new(spawn_ns: u64) -> Stages {
+        Stages {
+            list: vec![("exec".into(), mono_ns().saturating_sub(spawn_ns) as f64 / 1e3)],
+            last: Instant::now(),
+        }
+    }
+
+    /// Runs `f` as stage `name`, timed from the end of the previous stage.
+    pub fn time<T, E>(&mut self, name: &str, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        let v = f()?;
+        self.list.push((name.into(), self.last.elapsed().as_secs_f64() * 1e6));
+        self.last = Instant::now();
+        Ok(v)
+    }
+
+    /// Adds a stage timed elsewhere; the next counts from now.
+    pub fn push(&mut self, name: &str, d: Duration) {
+        self.list.push((name.into(), d.as_secs_f64() * 1e6));
+        self.last = Instant::now();
+    }
+
+    /// Adds a verbs client's rdma_cm stages, each under its own name.
+    pub fn push_cm(&mut self, s: &crate::cm_verbs::Stages) {
+        for (name, d) in [
+            ("event channel+id", s.id),
+            ("resolve addr", s.resolve_addr),
+            ("resolve route", s.resolve_route),
+            ("PD+CQ+QP", s.qp),
+            ("REG_MR", s.reg_mr),
+            ("connect", s.connect),
+        ] {
+            self.push(name, d);
+        }
     }
 }

@@ -24,7 +24,7 @@ use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::{Batch, Builder, Device, RemoteRegion, Ring, Vqp};
 use verify::cm_verbs::Client;
 
-use crate::control::{record, round, sh, PROCS};
+use crate::control::{fresh_module, record, round, PROCS};
 use crate::dataplane::{measure, Measured};
 use crate::far::{
     entry_name, retry, CM_PORT, DONE_AT, READY_AT, RPC_LEN, RPC_SERVICE, SEND_SERVICES,
@@ -210,28 +210,15 @@ fn connects(far: Ipv4Addr, out: &mut Vec<Record>) {
 }
 
 /// krcore's first CONNECT to the far node, this node's module loaded afresh before each
-/// (`KRCORE_KO` with `KRCORE_FIGURES_INSMOD`'s parameters): the connection set is made
-/// then. Waits for the pool first (a CONNECT to this node's own GID), so the figure is
-/// the set's making alone.
+/// ([`fresh_module`]): the connection set is made then, and only then (the pool is up
+/// before the clock starts).
 fn first_contacts(far: Ipv4Addr, out: &mut Vec<Record>) {
-    let ko = std::env::var("KRCORE_KO").expect("KRCORE_KO (set by the VM runner)");
-    let params = std::env::var("KRCORE_FIGURES_INSMOD").unwrap_or_default();
-    let me: Ipv4Addr = std::env::var("KRCORE_ADDR")
-        .expect("KRCORE_ADDR (set by the VM runner)")
-        .parse()
-        .expect("KRCORE_ADDR");
     let mut samples = Vec::new();
     for _ in 0..FIRST_CONTACTS {
-        sh(&["rmmod", "krcore"]);
-        let mut insmod = vec!["insmod", &ko];
-        insmod.extend(params.split_whitespace());
-        sh(&insmod);
+        fresh_module().unwrap_or_else(|e| gone(e));
         let mut ring = Builder::new(8)
             .build(Device::open().expect("open /dev/krcore"))
             .expect("ring");
-        let local = retry(30, &[Reason::Unreachable], || ring.connect(gid_of(me), 0))
-            .unwrap_or_else(|e| gone(e));
-        ring.disconnect(local).expect("DISCONNECT");
         let t = Instant::now();
         let c = run(&mut ring, Sqe::connect(1, gid_of(far), CONTROL_SERVICE));
         samples.push(t.elapsed());
@@ -250,22 +237,15 @@ fn first_contacts(far: Ipv4Addr, out: &mut Vec<Record>) {
 pub fn figures(far: Ipv4Addr, names: usize, out: &mut Vec<Record>) {
     verify::guest::wait_for_tsc(Duration::from_secs(30)).unwrap_or_else(|e| gone(e));
     wait_ready(far);
-    let sections: [(&str, &dyn Fn(&mut Vec<Record>)); 4] = [
-        ("data plane across nodes", &|o| dataplane(far, o)),
-        ("MetaServer lookups", &|o| lookups(far, names, o)),
-        ("control plane across nodes", &|o| connects(far, o)),
-        ("first contact", &|o| first_contacts(far, o)),
-    ];
-    for (name, f) in sections {
-        let t = Instant::now();
-        let before = out.len();
-        f(out);
-        eprintln!(
-            "[figures] {name}: {} figures in {:.1} s",
-            out.len() - before,
-            t.elapsed().as_secs_f64()
-        );
-    }
+    crate::run_sections(
+        &[
+            ("data plane across nodes", &|o| dataplane(far, o)),
+            ("MetaServer lookups", &|o| lookups(far, names, o)),
+            ("control plane across nodes", &|o| connects(far, o)),
+            ("first contact", &|o| first_contacts(far, o)),
+        ],
+        out,
+    );
     let (mut ring, v, r) = far_ring(far);
     let mut one = ring.register(8, MrAccess::LOCAL_WRITE).expect("REG_MR");
     one.bytes_mut().copy_from_slice(&1u64.to_le_bytes());

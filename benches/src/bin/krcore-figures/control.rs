@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 use std::net::Ipv4Addr;
 
 use krcore_benches::record::Record;
+use krcore_uring::abi::cqe::Reason;
 use krcore_uring::abi::sqe::Sqe;
 use krcore_uring::{Builder, Device};
 use verify::cm_verbs::Client;
 use verify::verbs::{Context, Endpoint, RcQp, ROCE_V2_GID_INDEX};
 
-use crate::far::CM_PORT;
+use crate::far::{retry, CM_PORT};
 use crate::paths::{gid_of, leak, run, GID};
 
 /// Process counts measured.
@@ -251,6 +252,28 @@ pub fn cold_figures(out: &mut Vec<Record>) {
         out.push(record("connect", "krcore-cold", procs, rounds));
     }
     reload_as_loaded();
+}
+
+/// Loads the module afresh with `KRCORE_FIGURES_INSMOD`'s parameters (a cluster run's:
+/// its cm port and MetaServer) and waits (30 s at most) until its pool serves a CONNECT
+/// to this node's own GID, so what follows measures connection sets alone.
+pub fn fresh_module() -> Result<(), String> {
+    let ko = std::env::var("KRCORE_KO").map_err(|_| "KRCORE_KO unset (the VM runner sets it)")?;
+    let params = std::env::var("KRCORE_FIGURES_INSMOD").unwrap_or_default();
+    let me = crate::cluster::me()?;
+    let ok = |args: &[&str]| match Command::new(args[0]).args(&args[1..]).status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("{args:?}: {s}")),
+        Err(e) => Err(format!("{args:?}: {e}")),
+    };
+    ok(&["rmmod", "krcore"])?;
+    let mut insmod = vec!["insmod", &ko];
+    insmod.extend(params.split_whitespace());
+    ok(&insmod)?;
+    let e = |e: krcore_uring::Error| e.to_string();
+    let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
+    let local = retry(30, &[Reason::Unreachable], || ring.connect(gid_of(me), 0)).map_err(e)?;
+    ring.disconnect(local).map_err(e)
 }
 
 /// Loads the module the VM runner loaded, with its parameters, in place of the current.

@@ -10,10 +10,11 @@ use krcore_uring::abi::cqe::Reason;
 use krcore_uring::{Builder, Device};
 use verify::cm_verbs::Client;
 use verify::demo::{Record, SYSTEMS};
+use verify::guest::mono_ns;
 use verify::kv;
 
 use crate::worker::Report;
-use crate::{mono_ns, service, Res, BIN_MS, NAME, PORT};
+use crate::{service, Res, BIN_MS, NAME, PORT};
 
 /// A launcher's schedule.
 pub struct Plan {

@@ -38,18 +38,6 @@ const BIN_MS: u64 = 100;
 
 type Res<T> = Result<T, String>;
 
-/// CLOCK_MONOTONIC in nanoseconds: shared by the launcher and its workers, so a worker's
-/// bootstrap counts from its spawn.
-fn mono_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid timespec; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
 /// The service a process CONNECTs on: its pid. A service names one virtual QP per pair of
 /// nodes (two-sided messages are routed by it), so concurrent workers on one node each
 /// need their own; a pid is unique while the process lives.

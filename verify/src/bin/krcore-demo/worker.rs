@@ -3,15 +3,15 @@
 //! [`Report`].
 
 use std::net::Ipv4Addr;
-use std::time::Instant;
 
 use krcore_uring::abi::sqe::MrAccess;
 use krcore_uring::{Batch, Builder, Device, MemoryRegion, RemoteRegion, Ring, Vqp};
 use serde::{Deserialize, Serialize};
 use verify::cm_verbs::Client;
+use verify::guest::{mono_ns, Stages};
 use verify::kv::{self, Reader};
 
-use crate::{mono_ns, service, Res, BIN_MS, NAME, PORT};
+use crate::{service, Res, BIN_MS, NAME, PORT};
 
 /// What the launcher asks of a worker.
 pub struct Job {
@@ -69,34 +69,6 @@ impl Reader for Krcore {
     }
 }
 
-/// Stage timing from the process's spawn.
-struct Stages {
-    list: Vec<(String, f64)>,
-    last: Instant,
-}
-
-impl Stages {
-    /// Starts with the process start: from the launcher's spawn to now.
-    fn new(spawn_ns: u64) -> Stages {
-        Stages {
-            list: vec![("exec".into(), mono_ns().saturating_sub(spawn_ns) as f64 / 1e3)],
-            last: Instant::now(),
-        }
-    }
-
-    fn time<T>(&mut self, name: &str, f: impl FnOnce() -> Res<T>) -> Res<T> {
-        let v = f()?;
-        self.list.push((name.into(), self.last.elapsed().as_secs_f64() * 1e6));
-        self.last = Instant::now();
-        Ok(v)
-    }
-
-    fn push(&mut self, name: &str, us: f64) {
-        self.list.push((name.into(), us));
-        self.last = Instant::now();
-    }
-}
-
 fn krcore(job: &Job, st: &mut Stages, len: u32) -> Res<Krcore> {
     let e = |e: krcore_uring::Error| e.to_string();
     let dev = st.time("open", || Device::open().map_err(e))?;
@@ -115,16 +87,7 @@ fn krcore(job: &Job, st: &mut Stages, len: u32) -> Res<Krcore> {
 
 fn verbs(job: &Job, st: &mut Stages) -> Res<Client> {
     let (c, s) = Client::connect(job.addr, PORT, 4096).map_err(|e| e.to_string())?;
-    for (name, d) in [
-        ("event channel+id", s.id),
-        ("resolve addr", s.resolve_addr),
-        ("resolve route", s.resolve_route),
-        ("PD+CQ+QP", s.qp),
-        ("REG_MR", s.reg_mr),
-        ("connect", s.connect),
-    ] {
-        st.push(name, d.as_secs_f64() * 1e6);
-    }
+    st.push_cm(&s);
     Ok(c)
 }
 
