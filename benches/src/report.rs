@@ -416,7 +416,7 @@ fn table_by_x(s: &mut String, f: &Figures, group: &str, xname: &str, rate: bool)
         let _ = write!(s, "| {x} |");
         for name in &series {
             match f.get(group, name, x) {
-                Some(r) if rate => {
+                Some(r) if rate && r.rate > 0.0 => {
                     let _ = write!(
                         s,
                         " {} / {}; {:.0}/s |",

@@ -5,8 +5,11 @@
 //! starts fresh processes for them:
 //! - [`Msg::Run`]: start the hand-off chain's next function here
 //!   ([`crate::handoff::function`]), timed from this request's arrival;
-//! - [`Msg::Mesh`]: start processes that each connect to every other node, and answer
-//!   once all are connected ([`crate::mesh::process`]);
+//! - [`Msg::Mesh`]: start processes that will each connect to every other node, and
+//!   answer once all are ready; [`Msg::Go`]: have them connect, and answer once all are
+//!   connected ([`crate::mesh::process`]);
+//! - [`Msg::Reach`]: answer once this node's module reaches the others and the
+//!   MetaServer;
 //! - [`Msg::Reload`]: load the krcore module afresh and answer once its pool serves;
 //! - [`Msg::Done`] and [`Msg::Failed`] (the coordinator's node only): a chain ended.
 //!
@@ -16,8 +19,9 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::process::Command;
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 use std::thread::{sleep, spawn};
 use std::time::{Duration, Instant};
 
@@ -81,8 +85,8 @@ pub enum Msg {
         /// What its process said or how it ended.
         why: String,
     },
-    /// Start `procs` processes, each connecting to every node of `nodes` but this one;
-    /// answer once all are connected.
+    /// Start `procs` processes that will each connect to every node of `nodes` but this
+    /// one; answer once all are ready.
     Mesh {
         /// Which control plane.
         system: System,
@@ -90,6 +94,18 @@ pub enum Msg {
         procs: u32,
         /// Every node of the mesh, this one included.
         nodes: Vec<Ipv4Addr>,
+    },
+    /// Have the processes [`Msg::Mesh`] started connect; answer once all are connected.
+    Go,
+    /// Answer once this node's module reaches every other node of `nodes` (a CONNECT)
+    /// and the MetaServer (an import of `name`, which `exporter` published).
+    Reach {
+        /// Every node, this one included.
+        nodes: Vec<Ipv4Addr>,
+        /// The node that published `name`.
+        exporter: Ipv4Addr,
+        /// The probe's name.
+        name: String,
     },
     /// Load the krcore module afresh (`KRCORE_FIGURES_INSMOD`'s parameters); answer once
     /// its pool serves.
@@ -141,6 +157,8 @@ pub fn serve(coordinator: Option<Sender<Msg>>) {
         verify::cm_verbs::serve(MESH_CM_PORT, mem, usize::MAX, SERVE_FOR.as_secs(), 0)
             .expect("the mesh's verbs server");
     });
+    // The mesh processes started and ready, until their go.
+    let ready: Arc<Mutex<Vec<Mesher>>> = Arc::default();
     let t = Instant::now();
     for s in listener.incoming() {
         let Ok(s) = s else { continue };
@@ -170,7 +188,19 @@ pub fn serve(coordinator: Option<Sender<Msg>>) {
             },
             // Seconds long: answered from a thread of its own.
             Msg::Mesh { system, procs, nodes } => {
-                spawn(move || answer(s, mesh(system, procs, &nodes)));
+                let ready = ready.clone();
+                spawn(move || answer(s, mesh(system, procs, &nodes, &ready)));
+            }
+            Msg::Go => {
+                let ready = std::mem::take(&mut *ready.lock().expect("the mesh processes"));
+                spawn(move || {
+                    let mut ready = ready;
+                    answer(s, go(&mut ready));
+                    reap(ready);
+                });
+            }
+            Msg::Reach { nodes, exporter, name } => {
+                spawn(move || answer(s, crate::cluster::reach(&nodes, exporter, &name)));
             }
             Msg::Reload => {
                 spawn(move || answer(s, crate::control::fresh_module()));
@@ -219,24 +249,61 @@ fn run(call: Call, at: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// `procs` mesh processes at once, waited for.
-fn mesh(system: System, procs: u32, nodes: &[Ipv4Addr]) -> Result<(), String> {
+/// A mesh process and its output.
+type Mesher = (Child, BufReader<ChildStdout>);
+
+/// Reads a mesh process's next line; it must be `want`.
+fn expect_line(m: &mut Mesher, want: &str) -> Result<(), String> {
+    let mut line = String::new();
+    m.1.read_line(&mut line).map_err(|e| e.to_string())?;
+    if line.trim() == want {
+        return Ok(());
+    }
+    let st = m.0.wait().map(|s| s.to_string()).unwrap_or_default();
+    Err(format!("a mesh process said {:?} where {want:?} was due ({st})", line.trim()))
+}
+
+/// Starts `procs` mesh processes and waits until each is ready; they join `ready`.
+fn mesh(system: System, procs: u32, nodes: &[Ipv4Addr], ready: &Mutex<Vec<Mesher>>) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let me = crate::cluster::me()?;
     let mut args = vec!["meshproc".to_string(), system.name().into(), me.to_string()];
     args.extend(nodes.iter().map(|n| n.to_string()));
-    let kids = (0..procs)
-        .map(|_| Command::new(&exe).args(&args).spawn())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("starting mesh processes: {e}"))?;
-    let mut failed = 0;
-    for mut k in kids {
-        if !k.wait().is_ok_and(|s| s.success()) {
-            failed += 1;
-        }
-    }
-    if failed > 0 {
-        return Err(format!("{failed} of {procs} {} mesh processes on {me} failed", system.name()));
+    for _ in 0..procs {
+        let mut c = Command::new(&exe)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting a mesh process: {e}"))?;
+        let out = BufReader::new(c.stdout.take().expect("piped"));
+        let mut m = (c, out);
+        expect_line(&mut m, "ready")?;
+        ready.lock().expect("the mesh processes").push(m);
     }
     Ok(())
+}
+
+/// Tells every ready mesh process to go; waits until each is connected.
+fn go(ready: &mut [Mesher]) -> Result<(), String> {
+    for m in ready.iter_mut() {
+        let stdin = m.0.stdin.as_mut().expect("piped");
+        stdin.write_all(b"go\n").map_err(|e| format!("a mesh process's go: {e}"))?;
+    }
+    for m in ready.iter_mut() {
+        expect_line(m, "connected")?;
+    }
+    Ok(())
+}
+
+/// Waits for mesh processes to end, saying which failed.
+fn reap(ready: Vec<Mesher>) {
+    for (mut c, _) in ready {
+        // A process still waiting for its go ends on the closed input.
+        drop(c.stdin.take());
+        match c.wait() {
+            Ok(s) if s.success() => {}
+            r => eprintln!("[node] a mesh process ended with {r:?}"),
+        }
+    }
 }
