@@ -111,9 +111,6 @@ struct krcore_cm_conn {
 	struct ib_device *dev;
 	struct ib_pd *pd;
 	struct ib_cq *cq;
-	/* An active connection's route is resolved and its QP made: it may connect. A
-	 * failed step completes it too (with done). */
-	struct completion routed;
 	struct completion done;
 	int status;
 	/* The waiter gave up: the handler must not touch the id any more. */
@@ -406,6 +403,7 @@ void krcore_shim_cm_close_later(struct krcore_cm_conn *c)
 static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 			  struct rdma_cm_event *ev)
 {
+	struct rdma_conn_param p;
 	int ret;
 
 	switch (ev->event) {
@@ -418,11 +416,10 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		ret = krcore_cm_create_qp(c);
 		if (ret)
 			return ret;
-		/* The connect itself is krcore_shim_cm_finish's: a set's connections are
-		 * resolved together but requested in order (the peer adopts connection 0
-		 * first). */
-		complete(&c->routed);
-		return 0;
+		krcore_cm_param(&p, c->kind);
+		p.private_data = &c->hello;
+		p.private_data_len = sizeof(c->hello);
+		return rdma_connect_locked(id, &p);
 	case RDMA_CM_EVENT_ESTABLISHED:
 		ret = krcore_cm_set_access(id->qp, c->access);
 		if (ret)
@@ -470,7 +467,6 @@ static int krcore_cm_conn_handler(struct rdma_cm_id *id, struct rdma_cm_event *e
 		if (ret) {
 			c->status = ret;
 			complete(&c->done);
-			complete(&c->routed);
 		}
 	}
 	mutex_unlock(&c->lock);
@@ -492,7 +488,6 @@ static struct krcore_cm_conn *krcore_cm_conn_alloc(struct ib_device *dev, struct
 	mutex_init(&c->lock);
 	INIT_WORK(&c->reap, krcore_cm_reap);
 	INIT_WORK(&c->close, krcore_cm_close_work);
-	init_completion(&c->routed);
 	init_completion(&c->done);
 	return c;
 }
@@ -517,9 +512,9 @@ int krcore_shim_cm_peer_gid(u8 *gid)
 	return krcore_cm_param_gid(cm_peer, gid);
 }
 
-int krcore_shim_cm_start(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			 const u8 *src_gid, const u8 *dst_gid, u8 kind, u8 index,
-			 struct krcore_cm_conn **pending)
+int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind, u8 index,
+			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn)
 {
 	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
 	struct krcore_cm_conn *c;
@@ -548,55 +543,22 @@ int krcore_shim_cm_start(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *
 	}
 	ret = rdma_resolve_addr(c->id, (struct sockaddr *)&src, (struct sockaddr *)&dst,
 				KRCORE_CM_STEP_MS);
-	if (ret) {
-		krcore_shim_cm_abort(c);
-		return ret;
-	}
-	*pending = c;
-	return 0;
-}
-
-void krcore_shim_cm_abort(struct krcore_cm_conn *c)
-{
-	krcore_cm_teardown(c);
-	krcore_cm_put(c);
-}
-
-int krcore_shim_cm_finish(struct krcore_cm_conn *c, u32 timeout_ms, struct krcore_cm_conn **out,
-			  struct ib_qp **qp, u32 *qpn)
-{
-	struct rdma_conn_param p;
-	int ret = 0;
-
-	if (!wait_for_completion_timeout(&c->routed, msecs_to_jiffies(timeout_ms)))
-		ret = -ETIMEDOUT;
-	/* A failed step completed both: its errno, read under the handler's lock. */
-	mutex_lock(&c->lock);
-	if (!ret && completion_done(&c->done))
-		ret = c->status;
-	mutex_unlock(&c->lock);
-	if (!ret) {
-		krcore_cm_param(&p, c->kind);
-		p.private_data = &c->hello;
-		p.private_data_len = sizeof(c->hello);
-		/* Not under c->lock: rdma_cm's handler mutex comes before it. A failure
-		 * arriving meanwhile completes done, which is never re-armed. */
-		ret = rdma_connect(c->id, &p);
-	}
 	if (!ret && !wait_for_completion_timeout(&c->done, msecs_to_jiffies(timeout_ms)))
 		ret = -ETIMEDOUT;
 	if (!ret)
 		ret = c->status;
 	if (ret) {
-		krcore_shim_cm_abort(c);
+		krcore_cm_teardown(c);
+		krcore_cm_put(c);
 		return ret;
 	}
 	*qp = c->id->qp;
 	*qpn = c->id->qp->qp_num;
-	if (c->kind == KRCORE_CM_PEER) {
+	if (kind == KRCORE_CM_PEER) {
 		ret = krcore_cm_notices_up(c);
 		if (ret) {
-			krcore_shim_cm_abort(c);
+			krcore_cm_teardown(c);
+			krcore_cm_put(c);
 			return ret;
 		}
 	}
@@ -609,16 +571,6 @@ int krcore_shim_cm_finish(struct krcore_cm_conn *c, u32 timeout_ms, struct krcor
 	refcount_inc(&c->refs);
 	*out = c;
 	return 0;
-}
-
-int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind, u8 index,
-			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn)
-{
-	struct krcore_cm_conn *c;
-	int ret = krcore_shim_cm_start(dev, pd, cq, src_gid, dst_gid, kind, index, &c);
-
-	return ret ? ret : krcore_shim_cm_finish(c, timeout_ms, out, qp, qpn);
 }
 
 bool krcore_shim_cm_broken(struct krcore_cm_conn *c)

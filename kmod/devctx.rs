@@ -363,50 +363,30 @@ impl DevCtx {
         let mut how = Attempt::Failed;
         if let Some((ib, pd, cq, gid)) = verbs {
             how = Attempt::Established;
-            // Every connection resolves its address and route and makes its QP at once
-            // (most of a connect); each is then requested in order, 0 first, which
-            // begins the peer's adoption.
-            let mut pending = [core::ptr::null_mut(); QPS_PER_SET];
-            let mut started = 0;
-            let mut r = 0;
-            for (index, p) in pending.iter_mut().enumerate() {
+            for (index, q) in made.iter_mut().enumerate() {
+                let (mut conn, mut qp, mut qpn) = (core::ptr::null_mut(), core::ptr::null_mut(), 0);
                 // SAFETY: the device, PD and CQ live until this context's removal, which
                 // cm.c orders after tearing down (or refusing) this connection; the GIDs
                 // are 16 bytes each.
-                r = unsafe {
-                    shim::krcore_shim_cm_start(
-                        ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), shim::CM_PEER,
-                        index as u8, p,
+                let r = unsafe {
+                    shim::krcore_shim_cm_connect(
+                        ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), 10_000, shim::CM_PEER,
+                        index as u8, &mut conn, &mut qp, &mut qpn,
                     )
                 };
-                if r != 0 {
+                if r == Errno::EALREADY.to_neg() {
+                    // Both at once: the peer's attempt wins; its set is adopted here.
+                    crate::peer::log_set(&job.addr, "our attempt yielded to the peer's");
+                    how = Attempt::Yielded;
                     break;
                 }
-                started += 1;
-            }
-            for (index, q) in made.iter_mut().enumerate().take(started) {
-                let c = pending[index];
                 if r != 0 {
-                    // An earlier one failed: the rest go unrequested.
-                    // SAFETY: a pending connection of _start, consumed once.
-                    unsafe { shim::krcore_shim_cm_abort(c) };
-                    continue;
+                    let [a, b, c, d] = [job.addr[12], job.addr[13], job.addr[14], job.addr[15]];
+                    pr_warn!("no connection to the peer kernel at {a}.{b}.{c}.{d}: error {r}\n");
+                    how = Attempt::Failed;
+                    break;
                 }
-                let (mut conn, mut qp, mut qpn) = (core::ptr::null_mut(), core::ptr::null_mut(), 0);
-                // SAFETY: a pending connection of _start, consumed once.
-                r = unsafe { shim::krcore_shim_cm_finish(c, 10_000, &mut conn, &mut qp, &mut qpn) };
-                if r == 0 {
-                    *q = Some(PeerQp { conn, qp, qpn });
-                }
-            }
-            if r == Errno::EALREADY.to_neg() {
-                // Both at once: the peer's attempt wins; its set is adopted here.
-                crate::peer::log_set(&job.addr, "our attempt yielded to the peer's");
-                how = Attempt::Yielded;
-            } else if r != 0 {
-                let [a, b, c, d] = [job.addr[12], job.addr[13], job.addr[14], job.addr[15]];
-                pr_warn!("no connection to the peer kernel at {a}.{b}.{c}.{d}: error {r}\n");
-                how = Attempt::Failed;
+                *q = Some(PeerQp { conn, qp, qpn });
             }
         }
         // SAFETY: plain call (the clock the peer table's other times come from).

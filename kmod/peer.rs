@@ -336,7 +336,7 @@ impl PeerSets {
     /// handles (dialed and adopted alike, and those waiting to be drained).
     pub(crate) fn forget(&mut self) {
         for q in self.qps.iter_mut().filter_map(Option::take) {
-            // SAFETY: a handle cm_finish gave, released once.
+            // SAFETY: a handle cm_connect gave, released once.
             unsafe { shim::krcore_shim_cm_put(q.conn) };
         }
         for conn in self.closing.iter_mut().filter_map(Option::take) {

@@ -291,17 +291,6 @@ struct ib_qp;
 int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
 			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind, u8 index,
 			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn);
-/* krcore_shim_cm_connect in two halves, so a set's connections resolve their address
- * and route and make their QPs at once while still being requested in order: _start
- * begins one (0, and the pending connection, or a negative errno); _finish waits until
- * it is routed, requests it and waits as _connect does, with _connect's results (the
- * pending connection is consumed either way); _abort drops a pending one unfinished. */
-int krcore_shim_cm_start(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			 const u8 *src_gid, const u8 *dst_gid, u8 kind, u8 index,
-			 struct krcore_cm_conn **pending);
-int krcore_shim_cm_finish(struct krcore_cm_conn *c, u32 timeout_ms, struct krcore_cm_conn **out,
-			  struct ib_qp **qp, u32 *qpn);
-void krcore_shim_cm_abort(struct krcore_cm_conn *c);
 /* Whether the connection broke (the peer disconnected, its device went). */
 bool krcore_shim_cm_broken(struct krcore_cm_conn *c);
 /* Tears the connection down (unless its device's removal did) and releases the handle. */

@@ -205,24 +205,19 @@ extern "C" {
     pub(crate) fn krcore_shim_cm_peer_gid(gid: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_cm_port() -> u16;
     pub(crate) fn krcore_shim_cm_dial_delay_ms() -> u32;
-    pub(crate) fn krcore_shim_cm_start(
+    pub(crate) fn krcore_shim_cm_connect(
         dev: *mut IbDevice,
         pd: *mut IbPd,
         cq: *mut IbCq,
         src_gid: *const u8,
         dst_gid: *const u8,
+        timeout_ms: u32,
         kind: u8,
         index: u8,
-        pending: *mut *mut CmConn,
-    ) -> c_int;
-    pub(crate) fn krcore_shim_cm_finish(
-        c: *mut CmConn,
-        timeout_ms: u32,
         out: *mut *mut CmConn,
         qp: *mut *mut IbQp,
         qpn: *mut u32,
     ) -> c_int;
-    pub(crate) fn krcore_shim_cm_abort(c: *mut CmConn);
     pub(crate) fn krcore_shim_cm_broken(c: *mut CmConn) -> bool;
     pub(crate) fn krcore_shim_cm_close_later(c: *mut CmConn);
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
