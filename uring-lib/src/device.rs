@@ -1,7 +1,7 @@
 //! The `/dev/krcore` file and the device query.
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use krcore_abi::device::{DeviceGid, QueryDevices, ABI_VERSION, GID_NONE};
 use krcore_abi::errno::Errno;
@@ -122,5 +122,11 @@ impl Device {
 impl AsRawFd for Device {
     fn as_raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
+    }
+}
+
+impl AsFd for Device {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 }

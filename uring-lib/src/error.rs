@@ -91,3 +91,30 @@ impl std::error::Error for Error {
         Some(&self.source)
     }
 }
+
+/// For callers in `io::Result` code: the error keeps its kind, and the krcore
+/// [`Error`] (operation, errno, reason) stays reachable through
+/// [`io::Error::get_ref`] and `downcast_ref::<Error>()`.
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        io::Error::new(e.source.kind(), e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use krcore_abi::cqe::Reason;
+
+    #[test]
+    fn an_io_error_keeps_the_kind_and_the_krcore_error() {
+        let e = Error::refused("export name", Reason::BadName);
+        let shown = e.to_string();
+        let io: io::Error = e.into();
+        assert_eq!(io.kind(), io::ErrorKind::InvalidInput, "BadName is EINVAL");
+        assert_eq!(io.to_string(), shown);
+        let inner = io.get_ref().and_then(|i| i.downcast_ref::<Error>()).expect("wrapped");
+        assert_eq!(inner.reason(), Some(Reason::BadName));
+        assert_eq!(inner.raw_os_error(), Some(libc::EINVAL));
+    }
+}

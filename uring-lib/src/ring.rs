@@ -145,6 +145,19 @@ pub struct Ring {
     dev: Device,
 }
 
+/// The ring's descriptor is its device file's (for `poll`, `fcntl`, an `AsyncFd`).
+impl AsRawFd for Ring {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.dev.as_raw_fd()
+    }
+}
+
+impl std::os::fd::AsFd for Ring {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.dev.as_fd()
+    }
+}
+
 impl Ring {
     /// What the kernel granted at setup.
     pub fn params(&self) -> &SetupParams {
