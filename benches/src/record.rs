@@ -1,11 +1,12 @@
-//! One measured figure, as the guest prints it and the host reads it back: a flat JSON
-//! object per line. The format is ours and flat (strings without quotes or commas,
-//! numbers), so it is written and parsed here without a JSON library.
+//! One measured figure, as the guest prints it and the host reads it back: a JSON
+//! object per line (serde_json).
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// A figure: `series` measured at `x` (batch size, processes, ...) within `group`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// What is compared, e.g. `nop`, `read8-latency`, `connect`, `memory`.
     pub group: String,
@@ -60,45 +61,12 @@ impl Record {
 
     /// One line of JSON.
     pub fn to_json(&self) -> String {
-        format!(
-            "{{\"group\":\"{}\",\"series\":\"{}\",\"x\":{},\"unit\":\"{}\",\"median\":{:.1},\"p99\":{:.1},\"rate\":{:.1},\"samples\":{}}}",
-            self.group, self.series, self.x, self.unit, self.median, self.p99, self.rate, self.samples
-        )
+        serde_json::to_string(self).expect("a record is plain data")
     }
 
     /// Parses a line written by [`to_json`](Self::to_json).
     pub fn from_json(line: &str) -> Result<Record, String> {
-        let body = line
-            .trim()
-            .strip_prefix('{')
-            .and_then(|l| l.strip_suffix('}'))
-            .ok_or_else(|| format!("not an object: {line}"))?;
-        let mut fields = std::collections::HashMap::new();
-        for kv in body.split(',') {
-            let (k, v) = kv
-                .split_once(':')
-                .ok_or_else(|| format!("bad field {kv:?} in {line}"))?;
-            fields.insert(k.trim_matches('"'), v.trim_matches('"'));
-        }
-        let get = |k: &str| {
-            fields
-                .get(k)
-                .copied()
-                .ok_or_else(|| format!("no {k} in {line}"))
-        };
-        let num = |k: &str| -> Result<f64, String> {
-            get(k)?.parse().map_err(|e| format!("{k} in {line}: {e}"))
-        };
-        Ok(Record {
-            group: get("group")?.into(),
-            series: get("series")?.into(),
-            x: num("x")? as u32,
-            unit: get("unit")?.into(),
-            median: num("median")?,
-            p99: num("p99")?,
-            rate: num("rate")?,
-            samples: num("samples")? as usize,
-        })
+        serde_json::from_str(line.trim()).map_err(|e| format!("{e}: {line}"))
     }
 }
 
@@ -122,7 +90,14 @@ mod tests {
             "median of 1..=200 us at index 100, per 2 ops"
         );
         assert_eq!(r.p99, 99_000.0);
-        assert_eq!(Record::from_json(&r.to_json()), Ok(r));
+        assert_eq!(Record::from_json(&r.to_json()), Ok(r.clone()));
         assert!(Record::from_json("{\"group\":\"x\"}").is_err());
+        // Any string survives, commas and quotes included (stage names have spaces and
+        // '+').
+        let odd = Record {
+            series: "PD+CQ+QP, \"quoted\"".into(),
+            ..r
+        };
+        assert_eq!(Record::from_json(&odd.to_json()), Ok(odd));
     }
 }
