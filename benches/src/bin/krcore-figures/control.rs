@@ -235,13 +235,13 @@ pub fn figures(out: &mut Vec<Record>) {
     }
 }
 
-/// Runs a command; panics unless it succeeds.
-pub fn sh(args: &[&str]) {
-    let st = Command::new(args[0])
-        .args(&args[1..])
-        .status()
-        .expect(args[0]);
-    assert!(st.success(), "{args:?} failed: {st}");
+/// Runs a command; what failed unless it succeeds.
+pub fn sh(args: &[&str]) -> Result<(), String> {
+    match Command::new(args[0]).args(&args[1..]).status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("{args:?}: {s}")),
+        Err(e) => Err(format!("{args:?}: {e}")),
+    }
 }
 
 /// krcore with a cold pool: before each round the module is reloaded with `prewarm=0`,
@@ -252,8 +252,8 @@ pub fn cold_figures(out: &mut Vec<Record>) {
     for procs in PROCS {
         let rounds = (0..5)
             .map(|_| {
-                sh(&["rmmod", "krcore"]);
-                sh(&["insmod", &ko, "prewarm=0"]);
+                sh(&["rmmod", "krcore"]).unwrap_or_else(|e| panic!("{e}"));
+                sh(&["insmod", &ko, "prewarm=0"]).unwrap_or_else(|e| panic!("{e}"));
                 round("krcore", procs, 1)
             })
             .collect();
@@ -269,15 +269,10 @@ pub fn fresh_module() -> Result<(), String> {
     let ko = std::env::var("KRCORE_KO").map_err(|_| "KRCORE_KO unset (the VM runner sets it)")?;
     let params = std::env::var("KRCORE_FIGURES_INSMOD").unwrap_or_default();
     let me = crate::cluster::me()?;
-    let ok = |args: &[&str]| match Command::new(args[0]).args(&args[1..]).status() {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("{args:?}: {s}")),
-        Err(e) => Err(format!("{args:?}: {e}")),
-    };
-    ok(&["rmmod", "krcore"])?;
+    sh(&["rmmod", "krcore"])?;
     let mut insmod = vec!["insmod", &ko];
     insmod.extend(params.split_whitespace());
-    ok(&insmod)?;
+    sh(&insmod)?;
     let e = |e: krcore_uring::Error| e.to_string();
     let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
     let local = retry(30, &[Reason::Unreachable], || ring.connect(gid_of(me), 0)).map_err(e)?;
@@ -287,11 +282,11 @@ pub fn fresh_module() -> Result<(), String> {
 /// Loads the module the VM runner loaded, with its parameters, in place of the current.
 fn reload_as_loaded() {
     let ko = std::env::var("KRCORE_KO").expect("KRCORE_KO (set by the VM runner)");
-    sh(&["rmmod", "krcore"]);
+    sh(&["rmmod", "krcore"]).unwrap_or_else(|e| panic!("{e}"));
     let params = std::env::var("KRCORE_PARAMS").unwrap_or_default();
     let mut insmod = vec!["insmod", &ko];
     insmod.extend(params.split_whitespace());
-    sh(&insmod);
+    sh(&insmod).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Warm connects from 1-8 processes on the module as it was before issue 10
@@ -303,8 +298,8 @@ pub fn before_figures(out: &mut Vec<Record>) {
         eprintln!("[figures] no KRCORE_BASELINE_KO: the before-issue-10 figures are skipped");
         return;
     };
-    sh(&["rmmod", "krcore"]);
-    sh(&["insmod", &ko]);
+    sh(&["rmmod", "krcore"]).unwrap_or_else(|e| panic!("{e}"));
+    sh(&["insmod", &ko]).unwrap_or_else(|e| panic!("{e}"));
     // Warm: one CONNECT builds the pool if its prewarm has not yet.
     {
         let mut r = Builder::new(8)

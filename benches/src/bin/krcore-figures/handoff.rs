@@ -140,6 +140,14 @@ impl Offer {
     }
 }
 
+/// Runs `b`; what failed unless every operation did not.
+fn run_all(ring: &mut Ring, b: Batch<'_>) -> Result<(), String> {
+    for c in ring.run(b).map_err(|e| e.to_string())? {
+        c.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 fn krcore(call: &Call, st: &mut Stages) -> Result<Offer, String> {
     let e = |e: krcore_uring::Error| e.to_string();
     let (k, len) = (call.k, call.len as usize);
@@ -159,14 +167,14 @@ fn krcore(call: &Call, st: &mut Stages) -> Result<Offer, String> {
         st.time("READ", || {
             let mut b = Batch::new();
             b.read(&v, &mr, 0, &input, 0, len as u32).map_err(e)?;
-            ring.run(b).map_err(e)?.into_iter().try_for_each(|c| c.map(drop).map_err(e))
+            run_all(&mut ring, b)
         })?;
         st.time("check", || check(&mr.bytes()[..len], call.run, k - 1))?;
         mr.bytes_mut()[len + 8..].copy_from_slice(&1u64.to_le_bytes());
         st.time("WRITE taken", || {
             let mut b = Batch::new();
             b.write(&v, &mr, len as u64 + 8, &input, len as u64, 8).map_err(e)?;
-            ring.run(b).map_err(e)?.into_iter().try_for_each(|c| c.map(drop).map_err(e))
+            run_all(&mut ring, b)
         })?;
         st.time("DISCONNECT", || ring.disconnect(v).map_err(e))?;
     }
