@@ -132,6 +132,16 @@ enum Next<T> {
     Net,
 }
 
+/// How a wait (`DevCtx::until`) ended.
+enum Ended<T> {
+    /// Its step finished with a value.
+    Done(T),
+    /// A signal is pending.
+    Interrupted,
+    /// The caller's bound passed first.
+    TimedOut,
+}
+
 /// Work a submission leaves its caller to do without the ring's lock.
 enum Work {
     Register(Registration),
@@ -171,6 +181,10 @@ pub(crate) struct DevCtx {
     dirty: AtomicBool,
     /// Processes asleep waiting for completions: while any is, the CQ stays armed.
     sleepers: AtomicU32,
+    /// Rings with an eventfd registered: while any has one, the CQ stays armed too, so
+    /// their completions are routed, and the eventfd told, with nobody in the kernel
+    /// (an application's event loop waits on the eventfd, not in enter).
+    listeners: AtomicU32,
     /// The device is gone.
     dead: AtomicBool,
     /// The PD and CQ, fixed from creation to removal, for cm.c's request handler
@@ -245,6 +259,7 @@ impl DevCtx {
                 arm <- new_mutex!(CqArm(cq_ptr), "krcore_cq_arm"),
                 dirty: AtomicBool::new(false),
                 sleepers: AtomicU32::new(0),
+                listeners: AtomicU32::new(0),
                 dead: AtomicBool::new(false),
                 verbs: (AtomicPtr::new(verbs_pd), AtomicPtr::new(cq_ptr)),
                 cm_pins: AtomicU32::new(0),
@@ -260,11 +275,13 @@ impl DevCtx {
     }
 
     /// The CQ had an event (cq_events.rs): route what it holds, waking the rings that
-    /// gained completions, and arm it again while anyone sleeps.
+    /// gained completions, and arm it again while anyone sleeps or listens.
     pub(crate) fn cq_event(&self) {
         loop {
             self.route();
-            if self.sleepers.load(Ordering::Acquire) == 0 || !self.arm.lock().arm() {
+            let armed_for = self.sleepers.load(Ordering::Acquire)
+                + self.listeners.load(Ordering::Acquire);
+            if armed_for == 0 || !self.arm.lock().arm() {
                 return;
             }
         }
@@ -466,8 +483,11 @@ impl DevCtx {
     /// until `min_complete` CQEs are ready. Returns SQEs taken.
     pub(crate) fn enter(&self, ring: &RingCell, args: &EnterArgs, caller: Caller) -> Result<c_long> {
         let flags = args.validate()?;
+        let deadline = flags
+            .contains(EnterFlags::TIMEOUT)
+            .then(|| now_us() + args.timeout_us as u64);
         let mut taken = 0u32;
-        let done = self.until(ring, |ctx| {
+        let done = self.until(ring, deadline, |ctx| {
             let (n, work) = self.submit(ctx, args.to_submit - taken, caller)?;
             taken += n;
             if let Some(w) = work {
@@ -484,7 +504,8 @@ impl DevCtx {
             )
         })?;
         match done {
-            None if taken == 0 => Err(Errno::EINTR.into()),
+            Ended::Interrupted if taken == 0 => Err(Errno::EINTR.into()),
+            Ended::TimedOut if taken == 0 => Err(Errno::ETIME.into()),
             _ => Ok(taken as c_long),
         }
     }
@@ -499,7 +520,7 @@ impl DevCtx {
             return Err(EAGAIN);
         }
         op.popped = 0;
-        let popped = self.until(ring, |ctx| {
+        let popped = self.until(ring, None, |ctx| {
             if let (_, Some(w)) = self.submit(ctx, u32::MAX, caller)? {
                 return Ok(w.into());
             }
@@ -514,9 +535,9 @@ impl DevCtx {
             })
         })?;
         match popped {
-            None if !pushed => Err(Errno::EINTR.into()),
-            None | Some(None) => Ok(()),
-            Some(Some(c)) => {
+            Ended::Interrupted | Ended::TimedOut if !pushed => Err(Errno::EINTR.into()),
+            Ended::Interrupted | Ended::TimedOut | Ended::Done(None) => Ok(()),
+            Ended::Done(Some(c)) => {
                 op.cqe = c;
                 op.popped = 1;
                 Ok(())
@@ -530,12 +551,14 @@ impl DevCtx {
     /// sleeps as abi's `WaitPolicy` says (polling for `wait_spin_us`, the module
     /// parameter), sleeping on the ring's wait queue with the CQ armed, so a waiting
     /// process costs no CPU: a routed completion wakes it, and so does a slice passing
-    /// (deadlines and recovery advance in its steps).
+    /// (deadlines and recovery advance in its steps). A wait with a `deadline` (us, the
+    /// `now_us` clock) ends there.
     fn until<T>(
         &self,
         ring: &RingCell,
+        deadline: Option<u64>,
         mut step: impl FnMut(&mut RingCtx) -> Result<Next<T>>,
-    ) -> Result<Option<T>> {
+    ) -> Result<Ended<T>> {
         // Made at the first step that found nothing, so a call that needs no wait reads
         // neither the parameter nor the clock.
         let mut policy: Option<WaitPolicy> = None;
@@ -554,7 +577,7 @@ impl DevCtx {
                     drop(ctx);
                     // Route what our own submission may have completed already.
                     self.route();
-                    return Ok(Some(v));
+                    return Ok(Ended::Done(v));
                 }
                 Next::Register(r) => {
                     drop(ctx);
@@ -564,7 +587,7 @@ impl DevCtx {
                 Next::Net => {
                     drop(ctx);
                     if kernel::current!().signal_pending() {
-                        return Ok(None);
+                        return Ok(Ended::Interrupted);
                     }
                     self.net();
                     // Answers from other nodes (a revocation's) come through the CQ.
@@ -581,17 +604,21 @@ impl DevCtx {
             }
             routed = false;
             if kernel::current!().signal_pending() {
-                return Ok(None);
+                return Ok(Ended::Interrupted);
             }
             let policy = policy.get_or_insert_with(|| {
                 // SAFETY: reads a module parameter.
-                WaitPolicy::new(unsafe { shim::krcore_shim_wait_spin_us() })
+                WaitPolicy::new(unsafe { shim::krcore_shim_wait_spin_us() }).until(deadline)
             });
-            let Wait::Sleep { timeout_us } = policy.next(now_us()) else {
-                drop(ctx);
-                // SAFETY: plain scheduling point, no locks held.
-                unsafe { shim::krcore_shim_cond_resched() };
-                continue;
+            let timeout_us = match policy.next(now_us()) {
+                Wait::Sleep { timeout_us } => timeout_us,
+                Wait::TimedOut => return Ok(Ended::TimedOut),
+                Wait::Poll => {
+                    drop(ctx);
+                    // SAFETY: plain scheduling point, no locks held.
+                    unsafe { shim::krcore_shim_cond_resched() };
+                    continue;
+                }
             };
             // The generation is read under the ring's lock, after a step that saw every
             // CQE routed before it, and the CQ armed after that: a completion from here
@@ -674,9 +701,27 @@ impl DevCtx {
         self.route();
     }
 
-    /// Registers eventfd `fd` for `ring`.
+    /// Registers eventfd `fd` for `ring` (-1: none), counting it among the listeners
+    /// that keep the CQ armed; the first arms it now.
     pub(crate) fn set_eventfd(&self, ring: &RingCell, fd: i32) -> Result {
-        ring.ctx.lock().set_eventfd(fd)
+        let (had, r, has) = {
+            let mut ctx = ring.ctx.lock();
+            let had = ctx.has_eventfd();
+            let r = ctx.set_eventfd(fd);
+            (had, r, ctx.has_eventfd())
+        };
+        match (had, has) {
+            (false, true) => {
+                self.listeners.fetch_add(1, Ordering::AcqRel);
+                // Route what is there and arm: from here, events route.
+                self.cq_event();
+            }
+            (true, false) => {
+                self.listeners.fetch_sub(1, Ordering::AcqRel);
+            }
+            _ => {}
+        }
+        r
     }
 
     /// One step of `ring`'s polling thread: take SQEs, route completions. Whether
@@ -1012,7 +1057,15 @@ impl DevCtx {
 
     /// The file of `ring` was closed: no more CQEs; freed once idle.
     pub(crate) fn detach(&self, ring: &RingCell) {
-        ring.ctx.lock().engine().close(&self.shared);
+        {
+            let mut ctx = ring.ctx.lock();
+            if ctx.has_eventfd() {
+                // A closed ring listens no more (its CQEs are dropped from here).
+                let _ = ctx.set_eventfd(-1);
+                self.listeners.fetch_sub(1, Ordering::AcqRel);
+            }
+            ctx.engine().close(&self.shared);
+        }
         ring.touch();
         self.dirty.swap(true, Ordering::AcqRel);
         self.route();

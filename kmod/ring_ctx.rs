@@ -142,6 +142,11 @@ impl RingCtx {
         self.areas.clone()
     }
 
+    /// Whether an eventfd is registered.
+    pub(crate) fn has_eventfd(&self) -> bool {
+        self.eventfd.is_some()
+    }
+
     /// Registers the eventfd `fd` of the calling process (-1: none).
     pub(crate) fn set_eventfd(&mut self, fd: i32) -> Result {
         self.eventfd = None;

@@ -504,6 +504,10 @@ typedef uint32_t krcore_EnterFlags;
 #define krcore_EnterFlags_GETEVENTS (uint32_t)(1 << 0)
 // Wake the polling thread.
 #define krcore_EnterFlags_SQ_WAKEUP (uint32_t)(1 << 1)
+// With [`GETEVENTS`](Self::GETEVENTS): wait at most
+// [`EnterArgs::timeout_us`]; the call fails with `ETIME` if it took no SQE and
+// fewer than `min_complete` completions are ready by then.
+#define krcore_EnterFlags_TIMEOUT (uint32_t)(1 << 2)
 
 // Argument of the enter ioctl.
 struct krcore_EnterArgs {
@@ -513,8 +517,11 @@ struct krcore_EnterArgs {
   uint32_t min_complete;
   // [`EnterFlags`].
   uint32_t flags;
+  // With [`EnterFlags::TIMEOUT`]: the longest the call waits, in microseconds;
+  // otherwise zero.
+  uint32_t timeout_us;
   // Reserved, must be zero.
-  uint32_t resv[5];
+  uint32_t resv[4];
 };
 
 // Argument of the eventfd registration ioctl.

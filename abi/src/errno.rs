@@ -54,6 +54,9 @@ impl Errno {
     pub const EDQUOT: Errno = Errno(122);
     /// Timed out: no progress within the request deadline.
     pub const ETIMEDOUT: Errno = Errno(110);
+    /// Timer expired: a wait the caller bounded (enter's `TIMEOUT`) ended first, as
+    /// `io_uring_enter` reports it.
+    pub const ETIME: Errno = Errno(62);
     /// Operation canceled: flushed because its ring or QP went away.
     pub const ECANCELED: Errno = Errno(125);
     /// Message too long.

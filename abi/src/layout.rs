@@ -100,6 +100,10 @@ bitflags! {
         const GETEVENTS = 1 << 0;
         /// Wake the polling thread.
         const SQ_WAKEUP = 1 << 1;
+        /// With [`GETEVENTS`](Self::GETEVENTS): wait at most
+        /// [`EnterArgs::timeout_us`]; the call fails with `ETIME` if it took no SQE and
+        /// fewer than `min_complete` completions are ready by then.
+        const TIMEOUT = 1 << 2;
     }
 }
 
@@ -208,8 +212,11 @@ pub struct EnterArgs {
     pub min_complete: u32,
     /// [`EnterFlags`].
     pub flags: u32,
+    /// With [`EnterFlags::TIMEOUT`]: the longest the call waits, in microseconds;
+    /// otherwise zero.
+    pub timeout_us: u32,
     /// Reserved, must be zero.
-    pub resv: [u32; 5],
+    pub resv: [u32; 4],
 }
 
 const _: () = assert!(core::mem::size_of::<EnterArgs>() == 32);
@@ -255,7 +262,11 @@ impl EnterArgs {
     /// when a field does not fit (then use `IOC_ENTER`).
     pub const fn pack(&self) -> Option<u64> {
         let max = 1 << Self::PACKED_COUNT_BITS;
-        if self.to_submit >= max || self.min_complete >= max || self.flags > 0xffff {
+        if self.to_submit >= max
+            || self.min_complete >= max
+            || self.flags > 0xffff
+            || self.timeout_us != 0
+        {
             return None;
         }
         let resv = self.resv;
@@ -281,16 +292,23 @@ impl EnterArgs {
             to_submit: (v & mask) as u32,
             min_complete: ((v >> Self::PACKED_COUNT_BITS) & mask) as u32,
             flags: (v >> (2 * Self::PACKED_COUNT_BITS)) as u32,
-            resv: [0; 5],
+            timeout_us: 0,
+            resv: [0; 4],
         }
     }
 
     /// Checks the fields user space sets.
     pub fn validate(&self) -> Result<EnterFlags, Errno> {
-        if self.resv != [0; 5] {
+        let flags = EnterFlags::from_bits(self.flags).ok_or(Errno::EINVAL)?;
+        // A bound only on a wait, and a wait bound only when it says so.
+        let timed = flags.contains(EnterFlags::TIMEOUT);
+        if self.resv != [0; 4]
+            || (timed && !flags.contains(EnterFlags::GETEVENTS))
+            || (!timed && self.timeout_us != 0)
+        {
             return Err(Errno::EINVAL);
         }
-        EnterFlags::from_bits(self.flags).ok_or(Errno::EINVAL)
+        Ok(flags)
     }
 }
 
@@ -351,7 +369,7 @@ mod tests {
             to_submit: MAX_SQ_ENTRIES,
             min_complete: MAX_CQ_ENTRIES,
             flags: (EnterFlags::GETEVENTS | EnterFlags::SQ_WAKEUP).bits(),
-            resv: [0; 5],
+            ..EnterArgs::default()
         };
         assert_eq!(EnterArgs::unpack(a.pack().unwrap()), a);
         let too_many = EnterArgs {
@@ -360,13 +378,47 @@ mod tests {
         };
         assert_eq!(too_many.pack(), None);
         let reserved = EnterArgs {
-            resv: [0, 0, 1, 0, 0],
+            resv: [0, 0, 1, 0],
             ..a
         };
         assert_eq!(reserved.pack(), None);
+        let timed = EnterArgs {
+            flags: (EnterFlags::GETEVENTS | EnterFlags::TIMEOUT).bits(),
+            timeout_us: 1,
+            ..a
+        };
+        assert_eq!(timed.pack(), None, "a bound travels by address");
         // Unknown flag bits survive packing and are refused by validation, as unpacked.
         let unknown = EnterArgs::unpack(1 << 63);
         assert_eq!(unknown.validate(), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn a_timeout_needs_its_flag_and_a_wait() {
+        let ok = EnterArgs {
+            flags: (EnterFlags::GETEVENTS | EnterFlags::TIMEOUT).bits(),
+            timeout_us: 500,
+            ..EnterArgs::default()
+        };
+        assert_eq!(
+            ok.validate(),
+            Ok(EnterFlags::GETEVENTS | EnterFlags::TIMEOUT)
+        );
+        let unflagged = EnterArgs {
+            flags: EnterFlags::GETEVENTS.bits(),
+            ..ok
+        };
+        assert_eq!(unflagged.validate(), Err(Errno::EINVAL));
+        let no_wait = EnterArgs {
+            flags: EnterFlags::TIMEOUT.bits(),
+            ..ok
+        };
+        assert_eq!(no_wait.validate(), Err(Errno::EINVAL));
+        let reserved = EnterArgs {
+            resv: [0, 0, 0, 9],
+            ..ok
+        };
+        assert_eq!(reserved.validate(), Err(Errno::EINVAL));
     }
 
     #[test]

@@ -53,7 +53,10 @@ fn system(records: &[Record], name: &str) -> Result<System, String> {
         .iter()
         .enumerate()
         .map(|(i, (n, _))| {
-            let mut v: Vec<f64> = workers.iter().filter_map(|w| w.0.get(i).map(|s| s.1)).collect();
+            let mut v: Vec<f64> = workers
+                .iter()
+                .filter_map(|w| w.0.get(i).map(|s| s.1))
+                .collect();
             (n.clone(), median_max(&mut v).0)
         })
         .collect();
@@ -186,7 +189,10 @@ mod tests {
             system: system.into(),
             node: node.into(),
             joined_ms: 0.0,
-            stages: vec![("open".into(), first_get_us / 2.0), ("first GET".into(), first_get_us / 2.0)],
+            stages: vec![
+                ("open".into(), first_get_us / 2.0),
+                ("first GET".into(), first_get_us / 2.0),
+            ],
             first_get_us,
             gets: 10,
         }
@@ -215,7 +221,10 @@ mod tests {
             timeline("verbs", "b", vec![1, 1, 1]),
             timeline("verbs", "c", vec![0, 1, 1]),
         ];
-        let log: String = records.iter().map(|r| format!("[b] {}\n", r.line())).collect();
+        let log: String = records
+            .iter()
+            .map(|r| format!("[b] {}\n", r.line()))
+            .collect();
         let dir = std::env::temp_dir().join(format!("krcore-demo-report-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let md = report(&log, "# t", &dir).unwrap();
@@ -226,14 +235,20 @@ mod tests {
         assert!(md.contains("| krcore | 70 |"), "{md}");
         assert!(dir.join("demo-timeline.svg").exists());
         std::fs::remove_dir_all(&dir).unwrap();
-        let slow: String = [worker("krcore", "b", 100_000.0), worker("verbs", "b", 150_000.0)]
-            .iter()
-            .map(|r| r.line() + "\n")
-            .collect();
+        let slow: String = [
+            worker("krcore", "b", 100_000.0),
+            worker("verbs", "b", 150_000.0),
+        ]
+        .iter()
+        .map(|r| r.line() + "\n")
+        .collect();
         let dir = std::env::temp_dir().join(format!("krcore-demo-slow-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let err = report(&slow, "# t", &dir).unwrap_err();
-        assert!(err.contains("nothing to plot"), "no timeline, no plot: {err}");
+        assert!(
+            err.contains("nothing to plot"),
+            "no timeline, no plot: {err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -96,7 +96,10 @@ mod tests {
             rate: 0.0,
             samples: 3,
         };
-        let one = format!("noise\nFIGURES-BEGIN\n{}\nFIGURES-END\n", r("nop").to_json());
+        let one = format!(
+            "noise\nFIGURES-BEGIN\n{}\nFIGURES-END\n",
+            r("nop").to_json()
+        );
         let two = format!(
             "[a] [far] {{not a record}}\n[b] FIGURES-BEGIN\n[a] [far] serving\n[b] {}\n[b] FIGURES-END\n",
             r("across-connect").to_json()

@@ -159,7 +159,12 @@ pub fn all(f: &Figures, dir: &Path) -> Result<Vec<&'static str>, String> {
             .collect::<Vec<_>>();
         (paths, series)
     };
-    type Plot = (&'static str, &'static str, &'static str, (Vec<String>, Vec<(String, Vec<f64>)>));
+    type Plot = (
+        &'static str,
+        &'static str,
+        &'static str,
+        (Vec<String>, Vec<(String, Vec<f64>)>),
+    );
     let plots: [Plot; 9] = [
         (
             "nop.svg",
@@ -183,13 +188,20 @@ pub fn all(f: &Figures, dir: &Path) -> Result<Vec<&'static str>, String> {
             "dataplane.svg",
             "8 B data plane by path (throughput: time per op, 12 in flight)",
             "µs per op (median)",
-            by_path(&["read8-latency", "sendrecv8-latency", "read8-throughput", "sendrecv8-throughput"]),
+            by_path(&[
+                "read8-latency",
+                "sendrecv8-latency",
+                "read8-throughput",
+                "sendrecv8-throughput",
+            ]),
         ),
         (
             "across-connect-latency.svg",
             "Across nodes: connect latency vs processes",
             "µs (median)",
-            by_x("across-connect", &|s, x| f.median("across-connect", s, x) / 1e3),
+            by_x("across-connect", &|s, x| {
+                f.median("across-connect", s, x) / 1e3
+            }),
         ),
         (
             "across-connect-rate.svg",
@@ -212,7 +224,9 @@ pub fn all(f: &Figures, dir: &Path) -> Result<Vec<&'static str>, String> {
             "across-handoff.svg",
             "Serverless hand-off across 3 nodes: time per hand-off vs bytes",
             "ms per hand-off (median)",
-            by_x("across-handoff", &|s, x| f.median("across-handoff", s, x) / 1e6),
+            by_x("across-handoff", &|s, x| {
+                f.median("across-handoff", s, x) / 1e6
+            }),
         ),
         (
             "across-mesh.svg",

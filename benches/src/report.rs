@@ -307,11 +307,27 @@ fn node_sections(s: &mut String, f: &Figures) {
 fn across_sections(s: &mut String, f: &Figures) {
     for (group, what) in [
         ("across-read8-latency", "8 B READ, one at a time"),
-        ("across-send8-latency", "8 B SEND into a receive the far node keeps posted, one at a time"),
-        ("across-read8-throughput", "8 B READ, 12 in flight (time per op; ops/s)"),
-        ("across-send8-throughput", "8 B SEND, 12 in flight (time per op; ops/s)"),
+        (
+            "across-send8-latency",
+            "8 B SEND into a receive the far node keeps posted, one at a time",
+        ),
+        (
+            "across-read8-throughput",
+            "8 B READ, 12 in flight (time per op; ops/s)",
+        ),
+        (
+            "across-send8-throughput",
+            "8 B SEND, 12 in flight (time per op; ops/s)",
+        ),
     ] {
-        path_table(s, f, group, &format!("Across nodes, data plane: {what}"), "path", "ops/s");
+        path_table(
+            s,
+            f,
+            group,
+            &format!("Across nodes, data plane: {what}"),
+            "path",
+            "ops/s",
+        );
     }
     let names = f.xs("across-lookup").first().copied().unwrap_or(0);
     path_table(
@@ -349,7 +365,8 @@ fn cluster_sections(s: &mut String, f: &Figures) {
             .xs("across-handoff")
             .into_iter()
             .map(|x| {
-                let r = f.median("across-handoff", "verbs", x) / f.median("across-handoff", "krcore", x);
+                let r = f.median("across-handoff", "verbs", x)
+                    / f.median("across-handoff", "krcore", x);
                 format!("{x} B: {r:.1}×")
             })
             .collect();
@@ -396,7 +413,12 @@ fn path_table(s: &mut String, f: &Figures, group: &str, title: &str, what: &str,
         } else {
             "—".into()
         };
-        let _ = writeln!(s, "| {series} | {} | {} | {rate} |", time(r.median), time(r.p99));
+        let _ = writeln!(
+            s,
+            "| {series} | {} | {} | {rate} |",
+            time(r.median),
+            time(r.p99)
+        );
     }
 }
 
@@ -497,12 +519,20 @@ mod tests {
             fig("across-lookup", "request-reply", 10000, 3e6, 300.0),
         ]);
         let g = goals(&f);
-        assert_eq!(g.len(), 4, "only the goals across nodes: no node figures in this run");
+        assert_eq!(
+            g.len(),
+            4,
+            "only the goals across nodes: no node figures in this run"
+        );
         let ratio = |what: &str| g.iter().find(|g| g.what.contains(what)).unwrap().ratio;
         assert!((ratio("warm set") - 190e6 / 3e3).abs() < 1e-6);
         assert!((ratio("first contact") - 1.5 * 20e6 / 40e6).abs() < 1e-9);
         assert!((ratio("MetaServer") - 2.0).abs() < 1e-9);
-        assert!(!g.iter().find(|g| g.what.contains("MetaServer")).unwrap().met());
+        assert!(!g
+            .iter()
+            .find(|g| g.what.contains("MetaServer"))
+            .unwrap()
+            .met());
         assert!((ratio("READ through") - 570.0 / 600.0).abs() < 1e-9);
         let md = markdown(&f, "# t", &[]);
         for heading in [
@@ -513,7 +543,10 @@ mod tests {
         ] {
             assert!(md.contains(heading), "{heading} missing from\n{md}");
         }
-        assert!(!md.contains("Ring crossing"), "no node figures, no node tables");
+        assert!(
+            !md.contains("Ring crossing"),
+            "no node figures, no node tables"
+        );
     }
 
     #[test]
@@ -522,13 +555,25 @@ mod tests {
             fig("across-handoff", "krcore", 4096, 40e6, 0.0),
             fig("across-handoff", "verbs", 4096, 200e6, 0.0),
             fig("across-handoff-function", "krcore", 4096, 30e6, 0.0),
-            fig("across-handoff-stages-verbs", "resolve addr", 4096, 5e6, 0.0),
+            fig(
+                "across-handoff-stages-verbs",
+                "resolve addr",
+                4096,
+                5e6,
+                0.0,
+            ),
             fig("across-mesh", "krcore-warm", 4, 90e6, 130.0),
         ]);
         let md = markdown(&f, "# t", &[]);
-        assert!(md.contains("verbs ÷ krcore per hand-off: 4096 B: 5.0×"), "{md}");
+        assert!(
+            md.contains("verbs ÷ krcore per hand-off: 4096 B: 5.0×"),
+            "{md}"
+        );
         assert!(md.contains("a verbs function's stages"), "{md}");
-        assert!(!md.contains("a krcore function's stages"), "not measured: {md}");
+        assert!(
+            !md.contains("a krcore function's stages"),
+            "not measured: {md}"
+        );
         assert!(md.contains("| 4 | 90.00 ms / 180.00 ms; 130/s |"), "{md}");
         assert!(goals(&f).is_empty(), "no goals are set on these");
         f.0.retain(|r| r.group != "across-mesh");

@@ -7,7 +7,7 @@ use krcore_abi::errno::Errno;
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::Sqe;
 
-use crate::{Error, MemoryRegion, RemoteRegion, Vqp};
+use crate::{Error, Registered, RemoteRegion, Vqp};
 
 /// Data operations to run together with [`Ring::run`](crate::Ring::run). It borrows the
 /// local regions it uses, so they stay alive and untouched until their completions.
@@ -15,7 +15,7 @@ use crate::{Error, MemoryRegion, RemoteRegion, Vqp};
 #[derive(Debug, Default)]
 pub struct Batch<'a> {
     pub(crate) sqes: Vec<Sqe>,
-    _regions: PhantomData<&'a MemoryRegion>,
+    _regions: PhantomData<&'a Registered<'a>>,
 }
 
 fn range(what: &'static str, off: u64, len: u32, size: u64) -> Result<(), Error> {
@@ -45,7 +45,7 @@ impl<'a> Batch<'a> {
         &mut self,
         op: Opcode,
         vqp: &Vqp,
-        local: &'a MemoryRegion,
+        local: &'a Registered<'_>,
         local_off: u64,
         remote: &RemoteRegion,
         remote_off: u64,
@@ -71,7 +71,7 @@ impl<'a> Batch<'a> {
     pub fn read(
         &mut self,
         vqp: &Vqp,
-        local: &'a MemoryRegion,
+        local: &'a Registered<'_>,
         local_off: u64,
         remote: &RemoteRegion,
         remote_off: u64,
@@ -84,7 +84,7 @@ impl<'a> Batch<'a> {
     pub fn write(
         &mut self,
         vqp: &Vqp,
-        local: &'a MemoryRegion,
+        local: &'a Registered<'_>,
         local_off: u64,
         remote: &RemoteRegion,
         remote_off: u64,
@@ -109,7 +109,7 @@ impl<'a> Batch<'a> {
     pub fn write_imm(
         &mut self,
         vqp: &Vqp,
-        local: &'a MemoryRegion,
+        local: &'a Registered<'_>,
         local_off: u64,
         remote: &RemoteRegion,
         remote_off: u64,
@@ -134,7 +134,7 @@ impl<'a> Batch<'a> {
     pub fn cas(
         &mut self,
         vqp: &Vqp,
-        local: &'a MemoryRegion,
+        local: &'a Registered<'_>,
         local_off: u64,
         remote: &RemoteRegion,
         remote_off: u64,
@@ -151,7 +151,7 @@ impl<'a> Batch<'a> {
     pub fn faa(
         &mut self,
         vqp: &Vqp,
-        local: &'a MemoryRegion,
+        local: &'a Registered<'_>,
         local_off: u64,
         remote: &RemoteRegion,
         remote_off: u64,
@@ -166,7 +166,7 @@ impl<'a> Batch<'a> {
     pub fn send(
         &mut self,
         vqp: &Vqp,
-        local: &'a MemoryRegion,
+        local: &'a Registered<'_>,
         local_off: u64,
         len: u32,
         imm: Option<u32>,
@@ -206,7 +206,7 @@ impl<'a> Batch<'a> {
     pub fn recv(
         &mut self,
         vqp: &Vqp,
-        local: &'a MemoryRegion,
+        local: &'a Registered<'_>,
         local_off: u64,
         len: u32,
     ) -> Result<&mut Self, Error> {

@@ -11,7 +11,7 @@ use krcore_abi::ring::{CqProducer, RawRing, SqConsumer};
 use krcore_abi::sqe::Sqe;
 
 use crate::mmap::Mmap;
-use crate::{Device, MemoryRegion, RemoteRegion, Ring, Vqp};
+use crate::{Device, MemoryRegion, Registered, RemoteRegion, Ring, Vqp};
 
 /// The kernel's side of a detached ring, driven by the benchmark.
 pub struct KernelSide {
@@ -58,10 +58,16 @@ pub fn handles(len: usize) -> (Vqp, MemoryRegion, RemoteRegion) {
     (
         Vqp { handle: 1, qpn: 17 },
         MemoryRegion {
+            region: Registered {
+                ptr: buf.as_ptr() as *mut u8,
+                len: buf.len() * 8,
+                handle: 2,
+                descriptor: 0x200,
+                ring: std::sync::Weak::new(),
+                live: false,
+                _lent: std::marker::PhantomData,
+            },
             buf,
-            handle: 2,
-            descriptor: 0x200,
-            registered: false,
         },
         RemoteRegion {
             handle: 3,

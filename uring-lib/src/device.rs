@@ -70,7 +70,7 @@ impl Device {
     }
 
     /// A device over an already open file (the benchmarks' stand-in for the device).
-    #[cfg(feature = "bench-support")]
+    #[cfg(any(test, feature = "bench-support"))]
     pub(crate) fn from_file(file: File) -> Device {
         Device { file }
     }

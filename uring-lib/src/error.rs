@@ -21,6 +21,16 @@ impl Error {
         }
     }
 
+    /// An I/O error of `op` outside any ioctl.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn io(op: &'static str, source: io::Error) -> Error {
+        Error {
+            op,
+            source,
+            reason: None,
+        }
+    }
+
     /// An error of `op` with the given errno.
     pub(crate) fn errno(op: &'static str, errno: krcore_abi::errno::Errno) -> Error {
         Error {
@@ -113,7 +123,10 @@ mod tests {
         let io: io::Error = e.into();
         assert_eq!(io.kind(), io::ErrorKind::InvalidInput, "BadName is EINVAL");
         assert_eq!(io.to_string(), shown);
-        let inner = io.get_ref().and_then(|i| i.downcast_ref::<Error>()).expect("wrapped");
+        let inner = io
+            .get_ref()
+            .and_then(|i| i.downcast_ref::<Error>())
+            .expect("wrapped");
         assert_eq!(inner.reason(), Some(Reason::BadName));
         assert_eq!(inner.raw_os_error(), Some(libc::EINVAL));
     }

@@ -33,7 +33,7 @@ impl Mmap {
 
     /// Anonymous shared memory of `len` bytes, zeroed: ring memory with no kernel
     /// behind it (the benchmarks' stand-in).
-    #[cfg(feature = "bench-support")]
+    #[cfg(any(test, feature = "bench-support"))]
     pub(crate) fn anonymous(len: usize) -> Result<Mmap, Error> {
         // SAFETY: a fresh anonymous mapping; nothing aliases it yet.
         let addr = unsafe {

@@ -1,7 +1,14 @@
 //! Handles a ring hands out: virtual QPs, registered local memory, imported remote
-//! memory.
+//! memory, and the descriptor an exporter hands to its peers.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::sync::Weak;
+
+use krcore_abi::sqe::Sqe;
+
+use crate::core::{lock, Core};
+use crate::Error;
 
 /// A virtual QP: this ring's connection through a pooled kernel QP.
 #[derive(Debug, PartialEq, Eq)]
@@ -22,40 +29,55 @@ impl Vqp {
     }
 }
 
-/// Local memory registered with krcore, owned by this value: the kernel has its pages
-/// pinned and the NIC may read or write them while operations using it are in flight.
+/// Memory registered with krcore that the caller lent for `'b`: a slice, a `Vec`'s
+/// storage, a mapping (huge pages included), or, through the unsafe
+/// [`Ring::register_raw`](crate::Ring::register_raw), any range the caller vouches for.
 ///
-/// Its bytes are reachable only through `&mut self`, and a [`Batch`](crate::Batch)
-/// borrows the region until [`Ring::run`](crate::Ring::run) has waited for every
-/// completion, so the NIC never writes under a live Rust borrow. Deregister it with
-/// [`Ring::deregister`](crate::Ring::deregister); dropped while still registered, its
-/// buffer is leaked rather than freed under the NIC.
+/// While it lives the kernel has the pages pinned and the NIC may read or write them,
+/// so it holds the borrow: the lender cannot touch the memory until it is dropped.
+/// Its bytes are reachable through `&mut self` only, and a [`Batch`](crate::Batch)
+/// borrows it until [`Ring::run`](crate::Ring::run) has every completion, so the NIC
+/// never writes under a live Rust reference. Dropping it deregisters it (waiting for
+/// sends that use it; for exports, for the nodes that imported it to let go);
+/// [`Ring::deregister`](crate::Ring::deregister) does the same and reports failure.
 #[derive(Debug)]
-pub struct MemoryRegion {
-    pub(crate) buf: Box<[UnsafeCell<u64>]>,
+pub struct Registered<'b> {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
     pub(crate) handle: u32,
     pub(crate) descriptor: u64,
-    pub(crate) registered: bool,
+    /// The ring that registered it; gone once the ring is dropped (closing the file
+    /// released every registration).
+    pub(crate) ring: Weak<std::sync::Mutex<Core>>,
+    pub(crate) live: bool,
+    pub(crate) _lent: PhantomData<&'b mut [u8]>,
 }
 
-impl MemoryRegion {
-    pub(crate) fn alloc(len: usize) -> Box<[UnsafeCell<u64>]> {
-        (0..len.div_ceil(8)).map(|_| UnsafeCell::new(0)).collect()
-    }
+// SAFETY: it stands for a `&'b mut [u8]` (Send and Sync): the kernel's use of the
+// memory is not tied to any thread, and `&self` reaches only the address and length.
+unsafe impl Send for Registered<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Registered<'_> {}
 
+impl Registered<'_> {
     /// Its length in bytes.
     pub fn len(&self) -> usize {
-        self.buf.len() * 8
+        self.len
     }
 
     /// Whether it is empty.
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len == 0
     }
 
     /// Its start address, as remote peers address it.
     pub fn addr(&self) -> u64 {
-        self.buf.as_ptr() as u64
+        self.ptr as u64
+    }
+
+    /// The handle raw entries name it by.
+    pub fn handle(&self) -> u32 {
+        self.handle
     }
 
     /// What a peer needs to import it, when it was registered with a remote right:
@@ -65,26 +87,94 @@ impl MemoryRegion {
         (self.descriptor != 0).then(|| MrDescriptor {
             descriptor: self.descriptor,
             addr: self.addr(),
-            len: self.len() as u32,
+            len: self.len as u32,
         })
     }
 
     /// The bytes. No operation on the region is in flight: `&mut self` proves it.
     pub fn bytes(&mut self) -> &[u8] {
-        // SAFETY: exclusive access (no batch borrows the region); u64s viewed as bytes.
-        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len()) }
+        // SAFETY: `ptr..ptr+len` is valid for `'b` (the lender's borrow, or the raw
+        // registration's promise) and exclusively ours (no batch borrows the region).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
     /// The bytes, writable.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast(), self.len()) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// Deregisters it through its ring (whose lock the caller must not hold). `Ok`
+    /// also when there is nothing to do: the ring is gone, and with it every
+    /// registration of its file.
+    pub(crate) fn release(&mut self) -> Result<(), Error> {
+        if !std::mem::take(&mut self.live) {
+            return Ok(());
+        }
+        let Some(ring) = self.ring.upgrade() else {
+            return Ok(());
+        };
+        let r = lock(&ring).control("deregister memory", Sqe::dereg_mr(0, self.handle));
+        if r.is_err() {
+            self.live = true;
+        }
+        r.map(|_| ())
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        // Only a raw entry still using it (a broken `Ring::push` contract) makes this
+        // fail; then the kernel keeps the pages pinned until the ring is closed.
+        let _ = self.release();
+    }
+}
+
+impl AsMut<Registered<'static>> for MemoryRegion {
+    fn as_mut(&mut self) -> &mut Registered<'static> {
+        &mut self.region
+    }
+}
+
+impl<'b> AsMut<Registered<'b>> for Registered<'b> {
+    fn as_mut(&mut self) -> &mut Registered<'b> {
+        self
+    }
+}
+
+/// Local memory the library allocated (zeroed, 8-byte aligned) and registered: a
+/// [`Registered`] region that owns its buffer, which it derefs to.
+///
+/// Dropped, it deregisters and frees the buffer; if the kernel refuses (see
+/// [`Registered`]), the buffer is leaked rather than freed under the NIC.
+#[derive(Debug)]
+pub struct MemoryRegion {
+    pub(crate) region: Registered<'static>,
+    pub(crate) buf: Box<[UnsafeCell<u64>]>,
+}
+
+impl MemoryRegion {
+    pub(crate) fn alloc(len: usize) -> Box<[UnsafeCell<u64>]> {
+        (0..len.div_ceil(8)).map(|_| UnsafeCell::new(0)).collect()
+    }
+}
+
+impl std::ops::Deref for MemoryRegion {
+    type Target = Registered<'static>;
+    fn deref(&self) -> &Registered<'static> {
+        &self.region
+    }
+}
+
+impl std::ops::DerefMut for MemoryRegion {
+    fn deref_mut(&mut self) -> &mut Registered<'static> {
+        &mut self.region
     }
 }
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        if self.registered {
+        if self.region.release().is_err() {
             // The kernel still has the pages pinned and mapped for the NIC: freeing them
             // would let the NIC write into reused heap. Leak instead.
             std::mem::forget(std::mem::take(&mut self.buf));
@@ -94,8 +184,10 @@ impl Drop for MemoryRegion {
 
 /// An exported memory region as its owner hands it to a peer: the kernel-issued
 /// descriptor (unguessable, revoked when the region is deregistered) and the range. A
-/// peer may import any sub-range by narrowing `addr` and `len`.
+/// peer may import any sub-range by narrowing `addr` and `len`. With the `serde`
+/// feature it serializes, for whatever channel the two sides already share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MrDescriptor {
     /// The descriptor REG_MR returned.
     pub descriptor: u64,

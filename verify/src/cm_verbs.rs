@@ -259,7 +259,9 @@ impl Client {
             })
             .collect();
         // SAFETY: plain data; linked below, each naming its own SGE.
-        let mut chain: Vec<ibv_send_wr> = (0..wrs.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let mut chain: Vec<ibv_send_wr> = (0..wrs.len())
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
         for (i, (wr, w)) in chain.iter_mut().zip(wrs).enumerate() {
             wr.wr_id = w.0;
             wr.sg_list = &mut sges[i];
@@ -315,7 +317,10 @@ impl Client {
             got += poll(self.cq, ranges.len() - got)?;
         }
         // SAFETY: the READs completed; `at` bytes of our own buffer (checked by post).
-        Ok(unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), at as usize) }.to_vec())
+        Ok(
+            unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), at as usize) }
+                .to_vec(),
+        )
     }
 }
 
@@ -340,7 +345,10 @@ fn poll(cq: *mut ibv_cq, n: usize) -> Result<usize> {
         }
         for w in &wc[..r as usize] {
             if w.status != ibv_wc_status::IBV_WC_SUCCESS {
-                return err_code("work completion (status in errno position)", w.status as i32);
+                return err_code(
+                    "work completion (status in errno position)",
+                    w.status as i32,
+                );
             }
         }
         got += r as usize;
@@ -427,7 +435,9 @@ impl Listener {
             id: ptr::null_mut(),
         };
         // SAFETY: a live channel; `l.id` receives the id (destroyed in Drop).
-        if unsafe { rdma_create_id(ch, &mut l.id, ptr::null_mut(), rdma_port_space::RDMA_PS_TCP) } != 0 {
+        if unsafe { rdma_create_id(ch, &mut l.id, ptr::null_mut(), rdma_port_space::RDMA_PS_TCP) }
+            != 0
+        {
             return err("rdma_create_id");
         }
         let mut any = sockaddr(Ipv4Addr::UNSPECIFIED, port);
@@ -450,8 +460,17 @@ impl Listener {
     pub fn serve(self, mem: &mut [u8], conns: usize, secs: u64, recvs: u32) -> Result<()> {
         let ch = self.ch;
         let len = mem.len();
-        let (mut pd, mut cq, mut mr, mut scratch_mr): (*mut ibv_pd, *mut ibv_cq, *mut ibv_mr, *mut ibv_mr) =
-            (ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        let (mut pd, mut cq, mut mr, mut scratch_mr): (
+            *mut ibv_pd,
+            *mut ibv_cq,
+            *mut ibv_mr,
+            *mut ibv_mr,
+        ) = (
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        );
         let mut comp: *mut ibv_comp_channel = ptr::null_mut();
         let mut scratch = vec![0u8; RECV_LEN as usize];
         // Live connections by QP number, for reposting their receives.
@@ -468,7 +487,11 @@ impl Listener {
                     revents: 0,
                 },
                 libc::pollfd {
-                    fd: if comp.is_null() { -1 } else { unsafe { (*comp).fd } },
+                    fd: if comp.is_null() {
+                        -1
+                    } else {
+                        unsafe { (*comp).fd }
+                    },
                     events: libc::POLLIN,
                     revents: 0,
                 },
@@ -500,7 +523,9 @@ impl Listener {
                     }
                     for w in &wc[..n as usize] {
                         // A flushed receive of a connection that left finds no QP here.
-                        if let (ibv_wc_status::IBV_WC_SUCCESS, Some(&qp)) = (w.status, qps.get(&w.qp_num)) {
+                        if let (ibv_wc_status::IBV_WC_SUCCESS, Some(&qp)) =
+                            (w.status, qps.get(&w.qp_num))
+                        {
                             received += 1;
                             // SAFETY: a live QP of this PD; the scratch MR lives to the end.
                             unsafe { post_recv(qp, scratch_mr)? };
@@ -537,7 +562,12 @@ impl Listener {
                                 scratch.len(),
                                 ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
                             );
-                            if pd.is_null() || comp.is_null() || cq.is_null() || mr.is_null() || scratch_mr.is_null() {
+                            if pd.is_null()
+                                || comp.is_null()
+                                || cq.is_null()
+                                || mr.is_null()
+                                || scratch_mr.is_null()
+                            {
                                 rdma_ack_cm_event(ev);
                                 return err("the server's PD, CQ and MRs");
                             }

@@ -65,7 +65,10 @@ pub enum Record {
 impl Record {
     /// The record as one line.
     pub fn line(&self) -> String {
-        format!("{PREFIX}{}", serde_json::to_string(self).expect("plain data"))
+        format!(
+            "{PREFIX}{}",
+            serde_json::to_string(self).expect("plain data")
+        )
     }
 
     /// The record in `line`, if it holds one (anywhere in it: the runner prefixes the
@@ -93,6 +96,9 @@ mod tests {
         let line = format!("[b] {}", r.line());
         assert_eq!(Record::parse(&line), Some(Ok(r)));
         assert_eq!(Record::parse("[b] something else"), None);
-        assert!(matches!(Record::parse("[b] demo-record {\"kind\":\"nope\"}"), Some(Err(_))));
+        assert!(matches!(
+            Record::parse("[b] demo-record {\"kind\":\"nope\"}"),
+            Some(Err(_))
+        ));
     }
 }

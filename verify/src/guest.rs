@@ -92,7 +92,10 @@ impl Stages {
     /// Starts with the exec: from `spawn_ns` ([`mono_ns`] in the launcher) to now.
     pub fn new(spawn_ns: u64) -> Stages {
         Stages {
-            list: vec![("exec".into(), mono_ns().saturating_sub(spawn_ns) as f64 / 1e3)],
+            list: vec![(
+                "exec".into(),
+                mono_ns().saturating_sub(spawn_ns) as f64 / 1e3,
+            )],
             last: Instant::now(),
         }
     }
@@ -100,7 +103,8 @@ impl Stages {
     /// Runs `f` as stage `name`, timed from the end of the previous stage.
     pub fn time<T, E>(&mut self, name: &str, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
         let v = f()?;
-        self.list.push((name.into(), self.last.elapsed().as_secs_f64() * 1e6));
+        self.list
+            .push((name.into(), self.last.elapsed().as_secs_f64() * 1e6));
         self.last = Instant::now();
         Ok(v)
     }

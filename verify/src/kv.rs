@@ -124,7 +124,11 @@ pub fn value(key: &[u8]) -> Vec<u8> {
 pub fn build(mem: &mut [u8], keys: u64) -> Result<Geometry, String> {
     let g = Geometry::new(keys);
     if (mem.len() as u64) < g.len {
-        return Err(format!("the table needs {} bytes, {} given", g.len, mem.len()));
+        return Err(format!(
+            "the table needs {} bytes, {} given",
+            g.len,
+            mem.len()
+        ));
     }
     for (i, w) in g.header().iter().enumerate() {
         mem[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
@@ -144,7 +148,11 @@ pub fn build(mem: &mut [u8], keys: u64) -> Result<Geometry, String> {
         let free = |b: u64| (0..SLOTS).find(|&s| free_at(mem, &g, b, s));
         // The emptier bucket first, as RACE does, so buckets fill evenly.
         let load = |b: u64| SLOTS - (0..SLOTS).filter(|&s| free_at(mem, &g, b, s)).count();
-        let (first, second) = if load(b2) < load(b1) { (b2, b1) } else { (b1, b2) };
+        let (first, second) = if load(b2) < load(b1) {
+            (b2, b1)
+        } else {
+            (b1, b2)
+        };
         let (b, s) = match (free(first), free(second)) {
             (Some(s), _) => (first, s),
             (None, Some(s)) => (second, s),
@@ -174,7 +182,10 @@ pub fn check_header(r: &mut impl Reader, keys: u64) -> Result<Geometry, String> 
     let h = r.read(&[(0, HEADER as u32)])?;
     let got: Vec<u64> = (0..4).map(|i| word(&h, i * 8)).collect();
     if got != g.header() {
-        return Err(format!("the table's header is {got:x?}, want {:x?}", g.header()));
+        return Err(format!(
+            "the table's header is {got:x?}, want {:x?}",
+            g.header()
+        ));
     }
     Ok(g)
 }
@@ -195,7 +206,9 @@ pub fn get(r: &mut impl Reader, g: &Geometry, key: &[u8]) -> Result<Option<Vec<u
         }
         let len = units as usize * UNIT;
         if len > MAX_BLOCK || offset < g.heap || offset + len as u64 > g.len {
-            return Err(format!("slot {s} names a block out of the table: {offset:#x}+{len}"));
+            return Err(format!(
+                "slot {s} names a block out of the table: {offset:#x}+{len}"
+            ));
         }
         let b = r.read(&[(offset, len as u32)])?;
         let (kl, vl) = (b[0] as usize, b[1] as usize);
@@ -269,17 +282,27 @@ mod tests {
         assert_eq!(build(&mut mem, keys).unwrap(), g);
         let mut r = Local(&mem, 0, 0);
         assert_eq!(check_header(&mut r, keys).unwrap(), g);
-        assert!(check_header(&mut r, keys + 1).is_err(), "another key count is another table");
+        assert!(
+            check_header(&mut r, keys + 1).is_err(),
+            "another key count is another table"
+        );
         let (batches, reads) = (r.1, r.2);
         for i in 0..keys {
             let k = key(i);
-            assert_eq!(get(&mut r, &g, k.as_bytes()).unwrap(), Some(value(k.as_bytes())), "{k}");
+            assert_eq!(
+                get(&mut r, &g, k.as_bytes()).unwrap(),
+                Some(value(k.as_bytes())),
+                "{k}"
+            );
         }
         let per_get = (r.1 - batches) as f64 / keys as f64;
         assert!(per_get < 2.02, "round trips per GET {per_get}");
         assert!((r.2 - reads) as f64 / keys as f64 <= 3.02);
         for i in 0..1000 {
-            assert_eq!(get(&mut r, &g, format!("nobody{i}").as_bytes()).unwrap(), None);
+            assert_eq!(
+                get(&mut r, &g, format!("nobody{i}").as_bytes()).unwrap(),
+                None
+            );
         }
     }
 

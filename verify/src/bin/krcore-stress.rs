@@ -245,6 +245,11 @@ impl Actor {
             to_submit: self.rng.below(64) as u32,
             min_complete: if self.rng.chance(20) { 1 } else { 0 },
             flags: flags.bits() | if self.rng.chance(5) { 1 << 30 } else { 0 },
+            timeout_us: if self.rng.chance(10) {
+                self.rng.below(2_000) as u32
+            } else {
+                0
+            },
             ..EnterArgs::default()
         };
         match self.rng.below(4) {

@@ -17,7 +17,13 @@ fn main() -> Result<()> {
         ["serve", port, conns, secs] => {
             // Each 8-byte word holds its index.
             let mut mem: Vec<u8> = (0..8192u64).flat_map(u64::to_le_bytes).collect();
-            Ok(serve(port.parse()?, &mut mem, conns.parse()?, secs.parse()?, 0)?)
+            Ok(serve(
+                port.parse()?,
+                &mut mem,
+                conns.parse()?,
+                secs.parse()?,
+                0,
+            )?)
         }
         ["connect", addr, port] => {
             let (mut c, st) = Client::connect(addr.parse::<Ipv4Addr>()?, port.parse()?, 4096)?;

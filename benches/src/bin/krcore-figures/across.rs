@@ -57,8 +57,8 @@ fn far_ring(far: Ipv4Addr) -> (Ring, Vqp, RemoteRegion) {
     let passing = [Reason::Unreachable, Reason::NoSuchName];
     let v = retry(300, &passing, || ring.connect(gid_of(far), CONTROL_SERVICE))
         .unwrap_or_else(|e| gone(e));
-    let r = retry(300, &passing, || ring.import_name(&v, FAR_EXPORT, 4096))
-        .unwrap_or_else(|e| gone(e));
+    let r =
+        retry(300, &passing, || ring.import_name(&v, FAR_EXPORT, 4096)).unwrap_or_else(|e| gone(e));
     (ring, v, r)
 }
 
@@ -81,10 +81,16 @@ fn wait_ready(far: Ipv4Addr) {
     let t = Instant::now();
     let (mut ring, v, r) = far_ring(far);
     while far_word(&mut ring, &v, &r, READY_AT) != 1 {
-        assert!(t.elapsed() < Duration::from_secs(600), "the far node never got ready");
+        assert!(
+            t.elapsed() < Duration::from_secs(600),
+            "the far node never got ready"
+        );
         sleep(Duration::from_millis(500));
     }
-    eprintln!("[figures] the far node {far} is ready after {:.1} s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "[figures] the far node {far} is ready after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
 }
 
 /// 8 B READ and SEND, every path, interleaved; the polling thread alone after.
@@ -92,8 +98,14 @@ fn dataplane(far: Ipv4Addr, out: &mut Vec<Record>) {
     let node = |service| Target::Node { addr: far, service };
     let (verbs, _) = Client::connect(far, CM_PORT, 4096).unwrap_or_else(|e| gone(e));
     let mut paths = vec![
-        Measured::new("krcore-enter", Box::new(KrRing::new(false, node(SEND_SERVICES[0])))),
-        Measured::new("krcore-per-op", Box::new(KrPerOp::new(node(SEND_SERVICES[1])))),
+        Measured::new(
+            "krcore-enter",
+            Box::new(KrRing::new(false, node(SEND_SERVICES[0]))),
+        ),
+        Measured::new(
+            "krcore-per-op",
+            Box::new(KrPerOp::new(node(SEND_SERVICES[1]))),
+        ),
         Measured::new("verbs-cm", Box::new(CmVerbs(verbs))),
     ];
     for op in [Op::Read, Op::Send] {
@@ -151,8 +163,10 @@ fn requests(far: Ipv4Addr, names: &[usize]) -> (Vec<Duration>, Duration) {
     let mut ring = Builder::new(64)
         .build(Device::open().expect("open /dev/krcore"))
         .expect("ring");
-    let v = retry(60, &[Reason::Unreachable], || ring.connect(gid_of(far), RPC_SERVICE))
-        .unwrap_or_else(|e| gone(e));
+    let v = retry(60, &[Reason::Unreachable], || {
+        ring.connect(gid_of(far), RPC_SERVICE)
+    })
+    .unwrap_or_else(|e| gone(e));
     let mut mr = ring.register(4096, MrAccess::LOCAL_WRITE).expect("REG_MR");
     let mut times = Vec::with_capacity(names.len());
     let wall = Instant::now();
@@ -170,7 +184,10 @@ fn requests(far: Ipv4Addr, names: &[usize]) -> (Vec<Duration>, Duration) {
         times.push(t.elapsed());
         let reply = &mr.bytes()[2048..2048 + RPC_LEN as usize];
         let got = u32::from_le_bytes(reply[12..16].try_into().expect("4 bytes"));
-        assert_eq!(got as usize, i, "the far node answered {name} with entry {got}");
+        assert_eq!(
+            got as usize, i,
+            "the far node answered {name} with entry {got}"
+        );
     }
     (times, wall.elapsed())
 }
@@ -222,7 +239,11 @@ fn first_contacts(far: Ipv4Addr, out: &mut Vec<Record>) {
         let t = Instant::now();
         let c = run(&mut ring, Sqe::connect(1, gid_of(far), CONTROL_SERVICE));
         samples.push(t.elapsed());
-        assert!(c.res >= 0, "first contact: {:?}", krcore_uring::describe_failure(&c));
+        assert!(
+            c.res >= 0,
+            "first contact: {:?}",
+            krcore_uring::describe_failure(&c)
+        );
     }
     out.push(Record::times(
         &format!("{PREFIX}first-contact"),

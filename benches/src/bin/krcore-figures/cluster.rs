@@ -44,10 +44,15 @@ pub fn figures(others: &[Ipv4Addr], out: &mut Vec<Record>) {
     }
     // Every module reaches every node and the MetaServer before anything is timed.
     let t = probe_everywhere(&nodes).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("[figures] every node reaches the others and the MetaServer ({:.1} s)", t.as_secs_f64());
+    eprintln!(
+        "[figures] every node reaches the others and the MetaServer ({:.1} s)",
+        t.as_secs_f64()
+    );
     crate::run_sections(
         &[
-            ("serverless hand-off", &|o| crate::handoff::figures(&nodes, &ends, o)),
+            ("serverless hand-off", &|o| {
+                crate::handoff::figures(&nodes, &ends, o)
+            }),
             ("full mesh", &|o| crate::mesh::figures(&nodes, o)),
         ],
         out,
@@ -64,9 +69,16 @@ pub fn figures(others: &[Ipv4Addr], out: &mut Vec<Record>) {
 /// module (the mesh reloads it).
 fn probe_everywhere(nodes: &[Ipv4Addr]) -> Result<Duration, String> {
     let e = |e: krcore_uring::Error| format!("the probe export: {e}");
-    let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
-    let probe = ring.register(8, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ).map_err(e)?;
-    retry(REACH_SECS, &[Reason::Unreachable], || ring.publish(&probe, PROBE)).map_err(e)?;
+    let mut ring = Builder::new(8)
+        .build(Device::open().map_err(e)?)
+        .map_err(e)?;
+    let probe = ring
+        .register(8, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)
+        .map_err(e)?;
+    retry(REACH_SECS, &[Reason::Unreachable], || {
+        ring.publish(&probe, PROBE)
+    })
+    .map_err(e)?;
     Ok(everywhere(nodes, || Msg::Reach {
         nodes: nodes.to_vec(),
         exporter: nodes[0],
@@ -79,7 +91,9 @@ fn probe_everywhere(nodes: &[Ipv4Addr]) -> Result<Duration, String> {
 pub fn reach(nodes: &[Ipv4Addr], exporter: Ipv4Addr, name: &str) -> Result<(), String> {
     let e = |e: krcore_uring::Error| e.to_string();
     let me = me()?;
-    let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
+    let mut ring = Builder::new(8)
+        .build(Device::open().map_err(e)?)
+        .map_err(e)?;
     let passing = [Reason::Unreachable, Reason::NoSuchName];
     for &n in nodes.iter().filter(|&&n| n != me) {
         let v = retry(REACH_SECS, &passing, || ring.connect(gid_of(n), 0))

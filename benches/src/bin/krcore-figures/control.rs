@@ -49,15 +49,24 @@ impl Mode {
             None => (s, None),
         };
         match (kind, addr) {
-            ("krcore", None) => Mode::Krcore { gid: GID, service: 0 },
+            ("krcore", None) => Mode::Krcore {
+                gid: GID,
+                service: 0,
+            },
             ("krcore", Some(a)) => Mode::Krcore {
                 gid: gid_of(a),
                 service: std::process::id(),
             },
             ("verbs", None) => Mode::Verbs { open_device: true },
             ("verbs-no-open", None) => Mode::Verbs { open_device: false },
-            ("cm", Some(addr)) => Mode::Cm { addr, open_device: false },
-            ("cm-fresh", Some(addr)) => Mode::Cm { addr, open_device: true },
+            ("cm", Some(addr)) => Mode::Cm {
+                addr,
+                open_device: false,
+            },
+            ("cm-fresh", Some(addr)) => Mode::Cm {
+                addr,
+                open_device: true,
+            },
             _ => panic!("unknown worker mode {s}"),
         }
     }
@@ -230,7 +239,12 @@ pub fn figures(out: &mut Vec<Record>) {
             ("verbs-with-device-open", "verbs", 20),
             ("verbs-no-device-open", "verbs-no-open", 20),
         ] {
-            out.push(record("connect", series, procs, vec![round(mode, procs, n)]));
+            out.push(record(
+                "connect",
+                series,
+                procs,
+                vec![round(mode, procs, n)],
+            ));
         }
     }
 }
@@ -274,7 +288,9 @@ pub fn fresh_module() -> Result<(), String> {
     insmod.extend(params.split_whitespace());
     sh(&insmod)?;
     let e = |e: krcore_uring::Error| e.to_string();
-    let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
+    let mut ring = Builder::new(8)
+        .build(Device::open().map_err(e)?)
+        .map_err(e)?;
     let local = retry(30, &[Reason::Unreachable], || ring.connect(gid_of(me), 0)).map_err(e)?;
     ring.disconnect(local).map_err(e)
 }

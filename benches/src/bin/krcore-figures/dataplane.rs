@@ -130,14 +130,23 @@ pub fn figures(out: &mut Vec<Record>) {
         }),
         None => eprintln!("[figures] IOC_DIRECT not served (load krcore with bench_direct=1): no kernel-direct figure"),
     }
-    paths.push(Measured::new("krcore-enter", Box::new(KrRing::new(false, Target::Local))));
-    paths.push(Measured::new("krcore-per-op", Box::new(KrPerOp::new(Target::Local))));
+    paths.push(Measured::new(
+        "krcore-enter",
+        Box::new(KrRing::new(false, Target::Local)),
+    ));
+    paths.push(Measured::new(
+        "krcore-per-op",
+        Box::new(KrPerOp::new(Target::Local)),
+    ));
     paths.push(Measured::new("verbs-direct", Box::new(Verbs::new())));
     for op in [Op::Read, Op::SendRecv] {
         measure(&mut paths, op, "", out);
     }
     drop(paths);
-    let mut sqpoll = [Measured::new("krcore-sqpoll", Box::new(KrRing::new(true, Target::Local)))];
+    let mut sqpoll = [Measured::new(
+        "krcore-sqpoll",
+        Box::new(KrRing::new(true, Target::Local)),
+    )];
     for op in [Op::Read, Op::SendRecv] {
         measure(&mut sqpoll, op, "", out);
     }

@@ -93,8 +93,10 @@ fn receiver(peer: Ipv4Addr, table: HashMap<Vec<u8>, [u8; RPC_LEN as usize]>) {
     let vqps: Vec<u32> = services
         .iter()
         .map(|&s| {
-            let v = retry(120, &[Reason::Unreachable], || ring.connect(gid_of(peer), s))
-                .expect("CONNECT to the measuring node");
+            let v = retry(120, &[Reason::Unreachable], || {
+                ring.connect(gid_of(peer), s)
+            })
+            .expect("CONNECT to the measuring node");
             // Connected for the process's life: nothing disconnects it.
             v.handle()
         })
@@ -104,12 +106,22 @@ fn receiver(peer: Ipv4Addr, table: HashMap<Vec<u8>, [u8; RPC_LEN as usize]>) {
     let buf = leak(vec![0u64; ((slots + RECEIVES) * 64 / 8) as usize]);
     let base = buf.as_ptr() as u64;
     let access = MrAccess::LOCAL_WRITE;
-    let c = crate::paths::run(&mut ring, Sqe::reg_mr(0, base, (buf.len() * 8) as u32, access));
+    let c = crate::paths::run(
+        &mut ring,
+        Sqe::reg_mr(0, base, (buf.len() * 8) as u32, access),
+    );
     assert!(c.res >= 0, "far receive buffer: {c:?}");
     let mr = c.res as u32;
     let slot = |k: usize, j: u64| base + (k as u64 * RECEIVES + j) * 64;
     let recv = |k: usize, j: u64| {
-        Sqe::two_sided(Opcode::Recv, (k as u64) << 32 | j, vqps[k], mr, slot(k, j), 64)
+        Sqe::two_sided(
+            Opcode::Recv,
+            (k as u64) << 32 | j,
+            vqps[k],
+            mr,
+            slot(k, j),
+            64,
+        )
     };
     for k in 0..services.len() {
         for j in 0..RECEIVES {
@@ -139,14 +151,15 @@ fn receiver(peer: Ipv4Addr, table: HashMap<Vec<u8>, [u8; RPC_LEN as usize]>) {
             let (k, j) = ((c.user_data >> 32) as usize, c.user_data & 0xffff_ffff);
             if k == rpc {
                 // SAFETY: the receive completed: `res` bytes of our own buffer at the slot.
-                let req = unsafe {
-                    std::slice::from_raw_parts(slot(k, j) as *const u8, c.res as usize)
-                };
+                let req =
+                    unsafe { std::slice::from_raw_parts(slot(k, j) as *const u8, c.res as usize) };
                 let reply = table.get(req).copied().unwrap_or([0xff; RPC_LEN as usize]);
                 let at = slot(k + 1, j);
                 // SAFETY: the reply slot of receive j: ours, registered, not in flight
                 // (one request at a time per receive).
-                unsafe { std::ptr::copy_nonoverlapping(reply.as_ptr(), at as *mut u8, reply.len()) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(reply.as_ptr(), at as *mut u8, reply.len())
+                };
                 let send = Sqe::two_sided(Opcode::Send, SEND_TAG | j, vqps[k], mr, at, RPC_LEN);
                 // SAFETY: as for the receives.
                 unsafe { ring.push(&send) }.expect("SQ room for a reply");
@@ -165,8 +178,10 @@ pub fn run(peer: Ipv4Addr, names: usize) {
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
     let mut export = ring.register(4096, access).expect("the far export");
     // This node's module is the MetaServer: up once its pool is.
-    retry(60, &[Reason::Unreachable], || ring.publish(&export, FAR_EXPORT))
-        .expect("publishing the far export");
+    retry(60, &[Reason::Unreachable], || {
+        ring.publish(&export, FAR_EXPORT)
+    })
+    .expect("publishing the far export");
     let t = Instant::now();
     let entries = ring.register(4096, access).expect("the entries' memory");
     let mut table = HashMap::new();
@@ -175,20 +190,32 @@ pub fn run(peer: Ipv4Addr, names: usize) {
         ring.publish(&entries, &n).expect("publishing an entry");
         table.insert(n.into_bytes(), record(i, &entries));
     }
-    eprintln!("[far] published {names} names in {:.1} s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "[far] published {names} names in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     std::thread::spawn(move || receiver(peer, table));
     std::thread::spawn(|| {
         let mem = leak(vec![0u8; 4096]).as_ptr() as *mut u8;
         // SAFETY: leaked, so it lives as long as the server; nothing else touches it.
         let mem = unsafe { std::slice::from_raw_parts_mut(mem, 4096) };
-        verify::cm_verbs::serve(CM_PORT, mem, usize::MAX, SERVE_FOR.as_secs(), RECEIVES as u32)
-            .expect("the verbs server");
+        verify::cm_verbs::serve(
+            CM_PORT,
+            mem,
+            usize::MAX,
+            SERVE_FOR.as_secs(),
+            RECEIVES as u32,
+        )
+        .expect("the verbs server");
     });
     export.bytes_mut()[READY_AT..READY_AT + 8].copy_from_slice(&1u64.to_le_bytes());
     eprintln!("[far] serving {peer}");
     let t = Instant::now();
     while export.bytes()[DONE_AT..DONE_AT + 8] != 1u64.to_le_bytes() {
-        assert!(t.elapsed() < SERVE_FOR, "the measuring node never said it was done");
+        assert!(
+            t.elapsed() < SERVE_FOR,
+            "the measuring node never said it was done"
+        );
         sleep(Duration::from_millis(200));
     }
     eprintln!("[far] the measuring node is done");

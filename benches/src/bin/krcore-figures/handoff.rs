@@ -125,7 +125,8 @@ impl Offer {
             Offer::Krcore(_ring, mut mr, at) => loop {
                 // SAFETY: 8 bytes of our own registered buffer, which the next function
                 // WRITEs remotely: read fresh each time.
-                let w = unsafe { std::ptr::read_volatile(mr.bytes().as_ptr().add(at).cast::<u64>()) };
+                let w =
+                    unsafe { std::ptr::read_volatile(mr.bytes().as_ptr().add(at).cast::<u64>()) };
                 if w == 1 {
                     return Ok(());
                 }
@@ -162,7 +163,8 @@ fn krcore(call: &Call, st: &mut Stages) -> Result<Offer, String> {
         let service = std::process::id();
         let v = st.time("CONNECT", || ring.connect(gid_of(prev), service).map_err(e))?;
         let input = st.time("IMPORT_NAME", || {
-            ring.import_name(&v, &name(call.run, k - 1), len as u32 + 16).map_err(e)
+            ring.import_name(&v, &name(call.run, k - 1), len as u32 + 16)
+                .map_err(e)
         })?;
         st.time("READ", || {
             let mut b = Batch::new();
@@ -173,7 +175,8 @@ fn krcore(call: &Call, st: &mut Stages) -> Result<Offer, String> {
         mr.bytes_mut()[len + 8..].copy_from_slice(&1u64.to_le_bytes());
         st.time("WRITE taken", || {
             let mut b = Batch::new();
-            b.write(&v, &mr, len as u64 + 8, &input, len as u64, 8).map_err(e)?;
+            b.write(&v, &mr, len as u64 + 8, &input, len as u64, 8)
+                .map_err(e)?;
             run_all(&mut ring, b)
         })?;
         st.time("DISCONNECT", || ring.disconnect(v).map_err(e))?;
@@ -185,7 +188,9 @@ fn krcore(call: &Call, st: &mut Stages) -> Result<Offer, String> {
         fill(&mut mr.bytes_mut()[..len], call.run, k);
         Ok::<_, String>(())
     })?;
-    st.time("PUBLISH", || ring.publish(&mr, &name(call.run, k)).map_err(e))?;
+    st.time("PUBLISH", || {
+        ring.publish(&mr, &name(call.run, k)).map_err(e)
+    })?;
     Ok(Offer::Krcore(Box::new(ring), mr, len))
 }
 
@@ -242,7 +247,13 @@ pub fn function(call: Call, launch_ns: u64) -> Result<(), String> {
         };
         send(call.route[next], &Msg::Run(call))?;
     } else {
-        send(call.coordinator, &Msg::Done { run: call.run, trail })?;
+        send(
+            call.coordinator,
+            &Msg::Done {
+                run: call.run,
+                trail,
+            },
+        )?;
     }
     offer.wait_taken()
 }
@@ -270,11 +281,17 @@ fn chain(
         match ends.recv_timeout(WAIT) {
             Ok(Msg::Done { run: r, trail }) if r == run => return (t.elapsed(), trail),
             Ok(Msg::Failed { run: r, k, why }) if r == run => {
-                panic!("{} chain {run} ({len} B): function {k} failed: {why}", system.name())
+                panic!(
+                    "{} chain {run} ({len} B): function {k} failed: {why}",
+                    system.name()
+                )
             }
             Ok(other) => eprintln!("[figures] ignored, not of chain {run}: {other:?}"),
             Err(RecvTimeoutError::Timeout) => {
-                panic!("{} chain {run} ({len} B) did not end in {WAIT:?}", system.name())
+                panic!(
+                    "{} chain {run} ({len} B) did not end in {WAIT:?}",
+                    system.name()
+                )
             }
             Err(RecvTimeoutError::Disconnected) => panic!("the node daemon ended"),
         }
@@ -330,7 +347,13 @@ pub fn figures(nodes: &[Ipv4Addr], ends: &Receiver<Msg>, out: &mut Vec<Record>) 
                     .filter(|(m, _)| m == n)
                     .map(|&(_, v)| us(v))
                     .collect();
-                out.push(Record::times(&format!("across-handoff-stages-{s}"), n, len, times, 1));
+                out.push(Record::times(
+                    &format!("across-handoff-stages-{s}"),
+                    n,
+                    len,
+                    times,
+                    1,
+                ));
             }
         }
         eprintln!("[figures] hand-off of {len} B: {CHAINS} chains of {HOPS} per system");
@@ -360,7 +383,10 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for run in 10..18 {
             for k in 0..HOPS as u32 {
-                assert!(seen.insert(port(run, k)), "port of chain {run}, function {k}");
+                assert!(
+                    seen.insert(port(run, k)),
+                    "port of chain {run}, function {k}"
+                );
             }
         }
     }

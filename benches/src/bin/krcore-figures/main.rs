@@ -68,7 +68,10 @@ const USAGE: &str = "usage: krcore-figures [worker MODE N | far PEER NAMES | acr
 
 fn addrs(args: &[String]) -> Vec<std::net::Ipv4Addr> {
     args.iter()
-        .map(|a| a.parse().unwrap_or_else(|_| panic!("not an address: {a}; {USAGE}")))
+        .map(|a| {
+            a.parse()
+                .unwrap_or_else(|_| panic!("not an address: {a}; {USAGE}"))
+        })
         .collect()
 }
 
@@ -81,7 +84,9 @@ fn fail(what: &str, e: String) -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, what: &str| -> String {
-        args.get(i).cloned().unwrap_or_else(|| panic!("{what} missing: {USAGE}"))
+        args.get(i)
+            .cloned()
+            .unwrap_or_else(|| panic!("{what} missing: {USAGE}"))
     };
     let mut out = Vec::new();
     match args.first().map(String::as_str) {
@@ -90,7 +95,10 @@ fn main() {
             return;
         }
         Some("far") => {
-            far::run(arg(1, "PEER").parse().expect("PEER"), arg(2, "NAMES").parse().expect("NAMES"));
+            far::run(
+                arg(1, "PEER").parse().expect("PEER"),
+                arg(2, "NAMES").parse().expect("NAMES"),
+            );
             return;
         }
         Some("across") => {

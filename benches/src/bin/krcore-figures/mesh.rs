@@ -30,7 +30,9 @@ fn ready_go() -> Result<(), String> {
     println!("ready");
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     let mut line = String::new();
-    std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
     match line.trim() {
         "go" => Ok(()),
         other => Err(format!("{other:?} where go was due")),
@@ -44,7 +46,9 @@ pub fn process(system: System, me: Ipv4Addr, nodes: &[Ipv4Addr]) -> Result<(), S
     match system {
         System::Krcore => {
             let e = |e: krcore_uring::Error| e.to_string();
-            let mut ring = Builder::new(16).build(Device::open().map_err(e)?).map_err(e)?;
+            let mut ring = Builder::new(16)
+                .build(Device::open().map_err(e)?)
+                .map_err(e)?;
             ready_go()?;
             for &p in peers {
                 // A service per process: one link per pair of nodes and service.
@@ -78,7 +82,9 @@ pub fn everywhere(nodes: &[Ipv4Addr], msg: impl Fn() -> Msg) -> Duration {
         })
         .collect();
     for a in asks {
-        a.join().expect("a request thread").unwrap_or_else(|e| panic!("mesh: {e}"));
+        a.join()
+            .expect("a request thread")
+            .unwrap_or_else(|e| panic!("mesh: {e}"));
     }
     t.elapsed()
 }

@@ -187,7 +187,11 @@ pub fn serve(coordinator: Option<Sender<Msg>>) {
                 None => answer(s, Err("no coordinator on this node".into())),
             },
             // Seconds long: answered from a thread of its own.
-            Msg::Mesh { system, procs, nodes } => {
+            Msg::Mesh {
+                system,
+                procs,
+                nodes,
+            } => {
                 let ready = ready.clone();
                 spawn(move || answer(s, mesh(system, procs, &nodes, &ready)));
             }
@@ -199,7 +203,11 @@ pub fn serve(coordinator: Option<Sender<Msg>>) {
                     reap(ready);
                 });
             }
-            Msg::Reach { nodes, exporter, name } => {
+            Msg::Reach {
+                nodes,
+                exporter,
+                name,
+            } => {
                 spawn(move || answer(s, crate::cluster::reach(&nodes, exporter, &name)));
             }
             Msg::Reload => {
@@ -260,11 +268,19 @@ fn expect_line(m: &mut Mesher, want: &str) -> Result<(), String> {
         return Ok(());
     }
     let st = m.0.wait().map(|s| s.to_string()).unwrap_or_default();
-    Err(format!("a mesh process said {:?} where {want:?} was due ({st})", line.trim()))
+    Err(format!(
+        "a mesh process said {:?} where {want:?} was due ({st})",
+        line.trim()
+    ))
 }
 
 /// Starts `procs` mesh processes and waits until each is ready; they join `ready`.
-fn mesh(system: System, procs: u32, nodes: &[Ipv4Addr], ready: &Mutex<Vec<Mesher>>) -> Result<(), String> {
+fn mesh(
+    system: System,
+    procs: u32,
+    nodes: &[Ipv4Addr],
+    ready: &Mutex<Vec<Mesher>>,
+) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let me = crate::cluster::me()?;
     let mut args = vec!["meshproc".to_string(), system.name().into(), me.to_string()];
@@ -288,7 +304,9 @@ fn mesh(system: System, procs: u32, nodes: &[Ipv4Addr], ready: &Mutex<Vec<Mesher
 fn go(ready: &mut [Mesher]) -> Result<(), String> {
     for m in ready.iter_mut() {
         let stdin = m.0.stdin.as_mut().expect("piped");
-        stdin.write_all(b"go\n").map_err(|e| format!("a mesh process's go: {e}"))?;
+        stdin
+            .write_all(b"go\n")
+            .map_err(|e| format!("a mesh process's go: {e}"))?;
     }
     for m in ready.iter_mut() {
         expect_line(m, "connected")?;

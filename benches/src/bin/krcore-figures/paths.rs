@@ -10,10 +10,10 @@ use std::net::Ipv4Addr;
 use krcore_uring::abi::compat::OneOp;
 use krcore_uring::abi::cqe::Cqe;
 use krcore_uring::abi::ioctl::IOC_DIRECT;
+use krcore_uring::abi::meta::record::{name as export_name, name_words};
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::{Builder, Device, PerOp, Ring};
-use krcore_uring::abi::meta::record::{name as export_name, name_words};
 use verify::cm_verbs::Client;
 use verify::verbs::{Context, Mr, RcQp, ROCE_V2_GID_INDEX};
 
@@ -125,7 +125,10 @@ impl Names {
                 let (rmr, _) = ok(Sqe::import_mr(4, v1, addr, 4096, descriptor));
                 (v1, v2, rmr, addr)
             }
-            Target::Node { addr: node, service } => {
+            Target::Node {
+                addr: node,
+                service,
+            } => {
                 let (v1, _) = ok(Sqe::connect(1, gid_of(node), service));
                 let name = export_name(FAR_EXPORT).expect("a valid name");
                 let (rmr, raddr) = ok(Sqe::import_name(4, v1, name_words(&name), 4096));

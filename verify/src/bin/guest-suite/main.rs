@@ -4,6 +4,7 @@
 //! The last line is `N passed, N failed`.
 
 mod api;
+mod async_api;
 mod datapath;
 mod device;
 mod harness;
@@ -11,6 +12,7 @@ mod ioctl;
 mod isolation;
 mod lifecycle;
 mod limits;
+mod memory;
 mod per_op;
 mod python;
 mod recovery;
@@ -82,6 +84,18 @@ const TESTS: &[Test] = &[
     Test {
         name: "api::example_read_write_runs",
         run: api::example_read_write_runs,
+    },
+    Test {
+        name: "memory::caller_memory_registers_and_deregisters_on_drop",
+        run: memory::caller_memory_registers_and_deregisters_on_drop,
+    },
+    Test {
+        name: "memory::waits_are_bounded_and_receives_cancel",
+        run: memory::waits_are_bounded_and_receives_cancel,
+    },
+    Test {
+        name: "async_api::futures_wake_by_eventfd_and_cancel_safely",
+        run: async_api::futures_wake_by_eventfd_and_cancel_safely,
     },
     Test {
         name: "python::ctypes_client_nop_and_write",

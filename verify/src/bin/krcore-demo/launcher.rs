@@ -60,7 +60,9 @@ fn probe(system: &str, p: &Plan) -> Res<Duration> {
     match system {
         "krcore" => {
             let e = |e: krcore_uring::Error| e.to_string();
-            let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
+            let mut ring = Builder::new(8)
+                .build(Device::open().map_err(e)?)
+                .map_err(e)?;
             let gid = p.addr.to_ipv6_mapped().octets();
             let passing = |x: &krcore_uring::Error, r: Reason| x.reason() == Some(r);
             let mut vqp = None;
@@ -76,7 +78,9 @@ fn probe(system: &str, p: &Plan) -> Res<Duration> {
                 // node's module) not answering yet.
                 match ring.import_name(vqp.as_ref().expect("connected"), NAME, len) {
                     Ok(_) => Ok(true),
-                    Err(x) if passing(&x, Reason::NoSuchName) || passing(&x, Reason::Unreachable) => {
+                    Err(x)
+                        if passing(&x, Reason::NoSuchName) || passing(&x, Reason::Unreachable) =>
+                    {
                         Ok(false)
                     }
                     Err(x) => Err(x.to_string()),
@@ -122,7 +126,10 @@ fn phase(system: &str, p: &Plan, node: &str, phase_ns: u64) -> Res<()> {
         let at = phase_ns + (p.offset_ms + i * p.join_ms) * ms;
         sleep_until(at);
         let seed = verify::kv::hash(format!("{node}{system}{i}").as_bytes());
-        children.push(((at - phase_ns) as f64 / ms as f64, spawn(system, p, phase_ns, end_ns, seed)?));
+        children.push((
+            (at - phase_ns) as f64 / ms as f64,
+            spawn(system, p, phase_ns, end_ns, seed)?,
+        ));
     }
     let mut total = vec![0u64; ((end_ns - phase_ns) / (BIN_MS * ms) + 1) as usize];
     for (i, (joined_ms, child)) in children.into_iter().enumerate() {
@@ -135,7 +142,11 @@ fn phase(system: &str, p: &Plan, node: &str, phase_ns: u64) -> Res<()> {
         }
         let r: Report = serde_json::from_slice(&out.stdout)
             .map_err(|e| format!("{system} worker {i}'s report: {e}"))?;
-        let stages: Vec<String> = r.stages.iter().map(|(n, us)| format!("{n} {:.0}", us)).collect();
+        let stages: Vec<String> = r
+            .stages
+            .iter()
+            .map(|(n, us)| format!("{n} {:.0}", us))
+            .collect();
         println!(
             "{system} worker {i}: joined at {joined_ms:.0} ms, first GET {:.1} ms after its start ({} us), {} GETs checked",
             r.first_get_us / 1e3,
@@ -145,23 +156,29 @@ fn phase(system: &str, p: &Plan, node: &str, phase_ns: u64) -> Res<()> {
         for (t, b) in total.iter_mut().zip(&r.bins) {
             *t += b;
         }
-        println!("{}", Record::Worker {
+        println!(
+            "{}",
+            Record::Worker {
+                system: system.into(),
+                node: node.into(),
+                joined_ms,
+                stages: r.stages,
+                first_get_us: r.first_get_us,
+                gets: r.gets,
+            }
+            .line()
+        );
+    }
+    println!(
+        "{}",
+        Record::Timeline {
             system: system.into(),
             node: node.into(),
-            joined_ms,
-            stages: r.stages,
-            first_get_us: r.first_get_us,
-            gets: r.gets,
+            bin_ms: BIN_MS,
+            counts: total,
         }
-        .line());
-    }
-    println!("{}", Record::Timeline {
-        system: system.into(),
-        node: node.into(),
-        bin_ms: BIN_MS,
-        counts: total,
-    }
-    .line());
+        .line()
+    );
     Ok(())
 }
 
@@ -172,15 +189,21 @@ pub fn run(p: &Plan) -> Res<()> {
     let mut krcore_end = 0;
     for system in SYSTEMS {
         let took = probe(system, p)?;
-        println!("{}", Record::Contact {
-            system: system.into(),
-            node: node.clone(),
-            ms: took.as_secs_f64() * 1e3,
-        }
-        .line());
+        println!(
+            "{}",
+            Record::Contact {
+                system: system.into(),
+                node: node.clone(),
+                ms: took.as_secs_f64() * 1e3,
+            }
+            .line()
+        );
         // The verbs phase starts a fixed time after the krcore phase, on every node alike.
         let start = mono_ns().max(krcore_end);
-        println!("{node}: {system} phase: {} workers, one every {} ms", p.workers, p.join_ms);
+        println!(
+            "{node}: {system} phase: {} workers, one every {} ms",
+            p.workers, p.join_ms
+        );
         phase(system, p, &node, start)?;
         krcore_end = start + (p.run_ms + GAP_MS) * 1_000_000;
     }

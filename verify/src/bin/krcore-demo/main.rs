@@ -74,9 +74,11 @@ fn run(args: &[String]) -> Res<()> {
             end_ns: num(end, "END_NS")?,
             seed: num(seed, "SEED")?,
         }),
-        _ => Err("usage: krcore-demo memory KEYS CLIENTS SECS | compute ADDR KEYS WORKERS \
+        _ => Err(
+            "usage: krcore-demo memory KEYS CLIENTS SECS | compute ADDR KEYS WORKERS \
                   JOIN_MS RUN_MS OFFSET_MS | worker SYSTEM ADDR KEYS SPAWN_NS PHASE_NS END_NS SEED"
-            .into()),
+                .into(),
+        ),
     }
 }
 
@@ -85,7 +87,10 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("krcore-demo {}: {e}", args.first().map_or("", String::as_str));
+            eprintln!(
+                "krcore-demo {}: {e}",
+                args.first().map_or("", String::as_str)
+            );
             ExitCode::FAILURE
         }
     }

@@ -40,14 +40,18 @@ pub fn run(keys: u64, clients: usize, secs: u64) -> Res<()> {
             r => break r.map_err(|x| format!("publishing {NAME}: {x}"))?,
         }
     }
-    println!("{}", Record::Store {
-        keys,
-        bytes: g.len,
-        build_ms,
-    }
-    .line());
+    println!(
+        "{}",
+        Record::Store {
+            keys,
+            bytes: g.len,
+            build_ms,
+        }
+        .line()
+    );
     println!("memory node: published as `{NAME}`; serving verbs on rdma_cm port {PORT}");
-    verify::cm_verbs::serve(PORT, region.bytes_mut(), clients, secs, 0).map_err(|x| x.to_string())?;
+    verify::cm_verbs::serve(PORT, region.bytes_mut(), clients, secs, 0)
+        .map_err(|x| x.to_string())?;
     ring.deregister(region).map_err(e)?;
     println!("memory node: done");
     Ok(())

@@ -75,8 +75,12 @@ fn krcore(job: &Job, st: &mut Stages, len: u32) -> Res<Krcore> {
     let mut ring = st.time("ring", || Builder::new(16).build(dev).map_err(e))?;
     let gid = job.addr.to_ipv6_mapped().octets();
     let vqp = st.time("CONNECT", || ring.connect(gid, service()).map_err(e))?;
-    let table = st.time("IMPORT_NAME", || ring.import_name(&vqp, NAME, len).map_err(e))?;
-    let local = st.time("REG_MR", || ring.register(4096, MrAccess::LOCAL_WRITE).map_err(e))?;
+    let table = st.time("IMPORT_NAME", || {
+        ring.import_name(&vqp, NAME, len).map_err(e)
+    })?;
+    let local = st.time("REG_MR", || {
+        ring.register(4096, MrAccess::LOCAL_WRITE).map_err(e)
+    })?;
     Ok(Krcore {
         ring,
         vqp,
@@ -145,6 +149,9 @@ pub fn run(job: &Job) -> Res<()> {
         }
         other => return Err(format!("no system {other}: krcore or verbs")),
     };
-    println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+    println!(
+        "{}",
+        serde_json::to_string(&report).map_err(|e| e.to_string())?
+    );
     Ok(())
 }

@@ -1,0 +1,249 @@
+//! A ring for async code (feature `tokio`): futures for batches and control operations,
+//! woken through the ring's eventfd.
+//!
+//! The kernel signals the eventfd whenever the ring gains completions, with nobody
+//! waiting in the kernel (a ring with an eventfd keeps its device's CQ armed), so a
+//! future that waits costs no thread and no syscall: it is polled again when the
+//! eventfd becomes readable, or when another future reaped its completions for it.
+//! Every [`WAIT_SLICE_US`](krcore_abi::waiter::WAIT_SLICE_US) a waiting future enters
+//! the kernel once without waiting, as a blocking waiter steps, so deadlines advance
+//! even where no completion comes.
+//!
+//! # Cancellation
+//! Dropping a future is safe at any point. Its batch owns its regions (they are moved
+//! in and handed back with the result); a batch dropped before its last completion is
+//! *parked* in the ring with its regions, registered and allocated, until the NIC is
+//! done with them, and they are deregistered and freed then. The operations themselves
+//! are not undone: a WRITE may still land, a RECV may still consume a message. To give
+//! up on receives, DISCONNECT their virtual QP.
+
+use std::future::poll_fn;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use krcore_abi::cqe::Cqe;
+use krcore_abi::sqe::{MrAccess, Sqe};
+use krcore_abi::waiter::WAIT_SLICE_US;
+use tokio::io::unix::AsyncFd;
+
+use crate::core::{lock, Shared};
+use crate::ops::{self, Control};
+use crate::ring::batch_result;
+use crate::{Batch, Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Ring, Vqp};
+
+/// A [`Ring`] driven from async code. Its methods take `&self`: any number of futures
+/// may be in flight on it at once, from any task.
+pub struct AsyncRing {
+    ring: Ring,
+    eventfd: AsyncFd<OwnedFd>,
+}
+
+/// A batch's completions, each `Ok` or its failure, in batch order.
+pub type BatchResult = Result<Vec<Result<Cqe, Error>>, Error>;
+
+impl AsyncRing {
+    /// Drives `ring` from the current tokio runtime (which needs its I/O driver): makes
+    /// an eventfd and registers it with the ring.
+    pub fn new(mut ring: Ring) -> Result<AsyncRing, Error> {
+        // SAFETY: plain call; a non-negative result is a new descriptor we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::last_os("eventfd"));
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        ring.register_eventfd(Some(fd.as_raw_fd()))?;
+        // SAFETY: the OwnedFd is a valid descriptor, owned by the AsyncFd from here and
+        // neither replaced nor closed while registered.
+        let eventfd =
+            unsafe { AsyncFd::register(fd) }.map_err(|e| Error::io("watch eventfd", e.into()))?;
+        Ok(AsyncRing { ring, eventfd })
+    }
+
+    /// The blocking ring underneath (for raw entries, or a call no future needs).
+    pub fn ring(&mut self) -> &mut Ring {
+        &mut self.ring
+    }
+
+    fn shared(&self) -> &Shared {
+        self.ring.shared()
+    }
+
+    /// Enter ioctls the ring has made, futures' included.
+    pub fn enters(&self) -> u64 {
+        self.ring.enters()
+    }
+
+    /// Runs a control operation.
+    async fn control<T>(&self, ctl: Control<T>) -> Result<T, Error> {
+        let (got, _) = self.complete(ctl.op, vec![ctl.sqe], Vec::new()).await;
+        ctl.finish(&got?[0], &Arc::downgrade(self.shared()))
+    }
+
+    /// As [`Ring::connect`]. A first contact with a node (milliseconds) is made while
+    /// the entry is submitted, in the kernel, blocking the calling thread meanwhile;
+    /// warm connects take microseconds.
+    pub async fn connect(&self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
+        self.control(ops::connect(gid, service)).await
+    }
+
+    /// As [`Ring::connect_to`].
+    pub async fn connect_to(&self, node: &str, service: u32) -> Result<Vqp, Error> {
+        self.connect(crate::gid_of(node)?, service).await
+    }
+
+    /// As [`Ring::disconnect`]: receives still posted on it come back `Cancelled`
+    /// first, across nodes once the peer's kernel confirmed.
+    pub async fn disconnect(&self, vqp: Vqp) -> Result<(), Error> {
+        self.control(ops::disconnect(vqp)).await
+    }
+
+    /// As [`Ring::register`] (the pages are pinned while the entry is submitted).
+    pub async fn register(&self, len: usize, access: MrAccess) -> Result<MemoryRegion, Error> {
+        self.control(ops::register(len, access)?).await
+    }
+
+    /// As [`Ring::import`].
+    pub async fn import(&self, vqp: &Vqp, d: &MrDescriptor) -> Result<RemoteRegion, Error> {
+        self.control(ops::import(vqp, d)).await
+    }
+
+    /// As [`Ring::publish`].
+    pub async fn publish(&self, mr: &Registered<'_>, name: &str) -> Result<(), Error> {
+        self.control(ops::publish(mr, name)?).await
+    }
+
+    /// As [`Ring::import_name`].
+    pub async fn import_name(
+        &self,
+        vqp: &Vqp,
+        name: &str,
+        len: u32,
+    ) -> Result<RemoteRegion, Error> {
+        self.control(ops::import_name(vqp, name, len)?).await
+    }
+
+    /// Runs a batch over `regions`, which it owns until it is done: `build` adds the
+    /// operations, borrowing the regions as [`Batch`] does. Hands the regions back with
+    /// the completions. Cancel-safe: see the [module docs](self).
+    ///
+    /// ```no_run
+    /// # async fn f(ring: &krcore_uring::AsyncRing, vqp: &krcore_uring::Vqp,
+    /// #     remote: &krcore_uring::RemoteRegion, buf: krcore_uring::MemoryRegion)
+    /// #     -> Result<(), krcore_uring::Error> {
+    /// let (done, mut regions) = ring
+    ///     .run(vec![buf], |b, r| b.read(vqp, &r[0], 0, remote, 0, 64).map(|_| ()))
+    ///     .await;
+    /// done?[0].as_ref().map_err(|e| e.to_string()).unwrap();
+    /// println!("{:?}", &regions[0].bytes()[..8]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F>(
+        &self,
+        regions: Vec<MemoryRegion>,
+        build: F,
+    ) -> (BatchResult, Vec<MemoryRegion>)
+    where
+        F: for<'r> FnOnce(&mut Batch<'r>, &'r [MemoryRegion]) -> Result<(), Error>,
+    {
+        let sqes = {
+            let mut b = Batch::new();
+            if let Err(e) = build(&mut b, &regions) {
+                return (Err(e), regions);
+            }
+            b.sqes
+        };
+        let (got, regions) = self.complete("batch", sqes, regions).await;
+        (got.map(|cs| cs.iter().map(batch_result).collect()), regions)
+    }
+
+    /// Tags, pushes and submits `sqes` and waits for every completion, owning
+    /// `regions` until then (parking them in the ring if dropped first).
+    async fn complete(
+        &self,
+        op: &'static str,
+        mut sqes: Vec<Sqe>,
+        regions: Vec<MemoryRegion>,
+    ) -> (Result<Vec<Cqe>, Error>, Vec<MemoryRegion>) {
+        let tags = lock(self.shared()).tag(&mut sqes);
+        let mut w = Waiting {
+            shared: self.shared(),
+            first: tags.start,
+            pushed: 0,
+            regions: Some(regions),
+        };
+        let slice = Duration::from_micros(WAIT_SLICE_US as u64);
+        // Enter on the first round, after pushing more, and once per slice.
+        let mut enter = true;
+        loop {
+            {
+                let mut core = lock(w.shared);
+                while w.pushed < sqes.len() && core.push(sqes[w.pushed]) {
+                    w.pushed += 1;
+                    enter = true;
+                }
+                if enter {
+                    if let Err(e) = core.submit() {
+                        drop(core);
+                        return (Err(e.context(op)), w.regions.take().unwrap_or_default());
+                    }
+                }
+                core.reap();
+                if w.pushed == sqes.len() {
+                    if let Some(got) = core.take_finished(&tags) {
+                        drop(core);
+                        return (Ok(got), w.regions.take().unwrap_or_default());
+                    }
+                }
+            }
+            let woken = poll_fn(|cx| {
+                {
+                    let mut core = lock(w.shared);
+                    core.reap();
+                    if w.pushed == sqes.len() && core.has_finished(&tags) {
+                        return Poll::Ready(());
+                    }
+                    core.wake_on(&tags, cx.waker());
+                }
+                match self.eventfd.poll_read_ready(cx) {
+                    Poll::Ready(Ok(mut ready)) => {
+                        let mut count = 0u64;
+                        // SAFETY: reads 8 bytes into `count`; the descriptor is ours and
+                        // non-blocking (an empty counter answers EAGAIN).
+                        unsafe {
+                            libc::read(self.eventfd.as_raw_fd(), (&mut count as *mut u64).cast(), 8)
+                        };
+                        ready.clear_ready();
+                        Poll::Ready(())
+                    }
+                    Poll::Ready(Err(_)) => Poll::Ready(()),
+                    Poll::Pending => Poll::Pending,
+                }
+            });
+            enter = tokio::time::timeout(slice, woken).await.is_err();
+        }
+    }
+}
+
+/// A future's entries in the ring: parked with its regions if the future is dropped
+/// before they all completed.
+struct Waiting<'a> {
+    shared: &'a Shared,
+    first: u64,
+    /// Entries pushed so far (those after never reach the kernel: nothing is owed).
+    pushed: usize,
+    /// Taken when the future hands them back.
+    regions: Option<Vec<MemoryRegion>>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut core = lock(self.shared);
+        core.forget_waker(self.first);
+        if let Some(r) = self.regions.take() {
+            core.park(self.first..self.first + self.pushed as u64, r);
+        }
+    }
+}

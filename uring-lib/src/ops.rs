@@ -1,0 +1,157 @@
+//! The control operations, each as its entry and what its completion makes, so the
+//! blocking [`Ring`](crate::Ring) and the [`AsyncRing`](crate::AsyncRing) run the same
+//! ones and differ only in how they wait.
+
+use std::marker::PhantomData;
+use std::sync::Weak;
+
+use krcore_abi::cqe::{Cqe, Reason};
+use krcore_abi::sqe::{MrAccess, Sqe};
+
+use crate::core::Core;
+use crate::{Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Vqp};
+
+/// What a completion makes, given the ring (regions hold it to deregister).
+type Make<T> = Box<dyn FnOnce(&Cqe, &Weak<std::sync::Mutex<Core>>) -> T + Send>;
+
+/// One control entry and what its successful completion makes.
+pub(crate) struct Control<T> {
+    /// What the operation is called in errors.
+    pub(crate) op: &'static str,
+    pub(crate) sqe: Sqe,
+    pub(crate) make: Make<T>,
+}
+
+impl<T> Control<T> {
+    fn new(
+        op: &'static str,
+        sqe: Sqe,
+        make: impl FnOnce(&Cqe, &Weak<std::sync::Mutex<Core>>) -> T + Send + 'static,
+    ) -> Control<T> {
+        Control {
+            op,
+            sqe,
+            make: Box::new(make),
+        }
+    }
+
+    /// Its result, from its completion.
+    pub(crate) fn finish(self, c: &Cqe, ring: &Weak<std::sync::Mutex<Core>>) -> Result<T, Error> {
+        if c.res < 0 {
+            return Err(Error::failed(self.op, c));
+        }
+        Ok((self.make)(c, ring))
+    }
+}
+
+/// An export name as an SQE carries it; one the kernel would refuse is refused here, with
+/// the kernel's reason.
+fn name_words(name: &str) -> Result<[u64; 3], Error> {
+    krcore_abi::meta::record::name(name)
+        .map(|n| krcore_abi::meta::record::name_words(&n))
+        .ok_or_else(|| Error::refused("export name", Reason::BadName))
+}
+
+pub(crate) fn connect(gid: [u8; 16], service: u32) -> Control<Vqp> {
+    Control::new("connect", Sqe::connect(0, gid, service), |c, _| Vqp {
+        handle: c.res as u32,
+        qpn: c.aux as u32,
+    })
+}
+
+pub(crate) fn disconnect(vqp: Vqp) -> Control<()> {
+    Control::new("disconnect", Sqe::disconnect(0, vqp.handle), |_, _| ())
+}
+
+/// Registers `len` bytes at `ptr`, lent for `'b`.
+fn register_at<'b>(
+    ptr: *mut u8,
+    len: usize,
+    access: MrAccess,
+) -> Result<Control<Registered<'b>>, Error> {
+    let len32 = u32::try_from(len)
+        .map_err(|_| Error::errno("register memory", krcore_abi::errno::Errno::ERANGE))?;
+    // The address travels as a number: the closure needs no raw pointer to be Send.
+    let addr = ptr as usize;
+    Ok(Control::new(
+        "register memory",
+        Sqe::reg_mr(0, addr as u64, len32, access),
+        move |c, ring| Registered {
+            ptr: addr as *mut u8,
+            len,
+            handle: c.res as u32,
+            descriptor: c.aux,
+            ring: ring.clone(),
+            live: true,
+            _lent: PhantomData,
+        },
+    ))
+}
+
+/// Registers `buf` for as long as it is lent.
+pub(crate) fn register_slice(
+    buf: &mut [u8],
+    access: MrAccess,
+) -> Result<Control<Registered<'_>>, Error> {
+    register_at(buf.as_mut_ptr(), buf.len(), access)
+}
+
+/// Registers `len` bytes at `ptr`.
+///
+/// # Safety
+/// As [`Ring::register_raw`](crate::Ring::register_raw).
+pub(crate) unsafe fn register_raw(
+    ptr: *mut u8,
+    len: usize,
+    access: MrAccess,
+) -> Result<Control<Registered<'static>>, Error> {
+    register_at(ptr, len, access)
+}
+
+/// Allocates `len` bytes (rounded up to 8), zeroed, and registers them.
+pub(crate) fn register(len: usize, access: MrAccess) -> Result<Control<MemoryRegion>, Error> {
+    let buf = MemoryRegion::alloc(len);
+    // SAFETY: the buffer lives in the MemoryRegion the completion makes, which
+    // deregisters before freeing it (or leaks it); on failure nothing was registered.
+    let reg = unsafe { register_raw(buf.as_ptr() as *mut u8, buf.len() * 8, access)? };
+    Ok(Control::new(reg.op, reg.sqe, move |c, ring| MemoryRegion {
+        region: (reg.make)(c, ring),
+        buf,
+    }))
+}
+
+pub(crate) fn import(vqp: &Vqp, d: &MrDescriptor) -> Control<RemoteRegion> {
+    let (vqp, d) = (vqp.handle, *d);
+    Control::new(
+        "import memory",
+        Sqe::import_mr(0, vqp, d.addr, d.len, d.descriptor),
+        move |c, _| RemoteRegion {
+            handle: c.res as u32,
+            vqp,
+            addr: d.addr,
+            len: d.len,
+        },
+    )
+}
+
+pub(crate) fn publish(mr: &Registered<'_>, name: &str) -> Result<Control<()>, Error> {
+    Ok(Control::new(
+        "publish memory",
+        Sqe::publish(0, mr.handle, name_words(name)?),
+        |_, _| (),
+    ))
+}
+
+pub(crate) fn import_name(vqp: &Vqp, name: &str, len: u32) -> Result<Control<RemoteRegion>, Error> {
+    let vqp = vqp.handle;
+    Ok(Control::new(
+        "import memory by name",
+        Sqe::import_name(0, vqp, name_words(name)?, len),
+        move |c, _| RemoteRegion {
+            handle: c.res as u32,
+            vqp,
+            addr: c.aux,
+            len,
+        },
+    ))
+}
