@@ -57,6 +57,8 @@ host: deps
 unit: deps
 	@echo "[test] unit and property tests"
 	@$(CARGO) test -q --workspace
+	@echo "[test] docs build without warnings"
+	@RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --no-deps --workspace --all-features
 
 loom:
 	@echo "[test] loom models"

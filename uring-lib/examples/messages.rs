@@ -333,11 +333,5 @@ fn main() -> Result<()> {
 /// This node's IPv4 address, from its device's GIDs.
 fn own_ipv4() -> Result<Ipv4Addr> {
     let rows = Device::open()?.query_devices()?.rows;
-    let v4 = |g: &[u8; 16]| g[..10] == [0; 10] && g[10..12] == [0xff, 0xff];
-    let g = rows
-        .iter()
-        .find(|r| r.has_gid() && v4(&r.gid))
-        .ok_or("no IPv4 GID")?
-        .gid;
-    Ok(Ipv4Addr::new(g[12], g[13], g[14], g[15]))
+    Ok(rows.iter().find_map(|r| r.ipv4()).ok_or("no IPv4 GID")?)
 }

@@ -12,10 +12,7 @@ fn main() -> Result<(), Error> {
     let dev = Device::open()?;
     let gid = dev
         .query_devices()?
-        .rows
-        .into_iter()
-        .find(|r| r.has_gid() && r.gid[10..12] == [0xff, 0xff])
-        .map(|r| r.gid)
+        .node_gid()
         .expect("a device with a RoCE v2 IPv4 GID");
     let mut ring = Builder::new(64).build(dev)?;
     let vqp = ring.connect(gid, 0)?;

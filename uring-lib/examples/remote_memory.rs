@@ -183,13 +183,10 @@ fn import(ring: &mut Ring, addr: Ipv4Addr, name: &str) -> Result<()> {
         Reason::NoSuchName,
     )?;
     // A virtual QP connected to this node itself (its pool) does not reach the export.
-    let rows = Device::open()?.query_devices()?.rows;
-    let v4 = |g: &[u8; 16]| g[..10] == [0; 10] && g[10..12] == [0xff, 0xff];
-    let gid = rows
-        .iter()
-        .find(|r| r.has_gid() && v4(&r.gid))
-        .ok_or("no IPv4 GID")?
-        .gid;
+    let gid = Device::open()?
+        .query_devices()?
+        .node_gid()
+        .ok_or("no IPv4 GID")?;
     let own = ring.connect(gid, 9)?;
     expect_reason(
         "through a QP to another node",

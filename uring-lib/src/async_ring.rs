@@ -1,21 +1,4 @@
-//! A ring for async code (feature `tokio`): futures for batches and control operations,
-//! woken through the ring's eventfd.
-//!
-//! The kernel signals the eventfd whenever the ring gains completions, with nobody
-//! waiting in the kernel (a ring with an eventfd keeps its device's CQ armed), so a
-//! future that waits costs no thread and no syscall: it is polled again when the
-//! eventfd becomes readable, or when another future reaped its completions for it.
-//! Every [`WAIT_SLICE_US`](krcore_abi::waiter::WAIT_SLICE_US) a waiting future enters
-//! the kernel once without waiting, as a blocking waiter steps, so deadlines advance
-//! even where no completion comes.
-//!
-//! # Cancellation
-//! Dropping a future is safe at any point. Its batch owns its regions (they are moved
-//! in and handed back with the result); a batch dropped before its last completion is
-//! *parked* in the ring with its regions, registered and allocated, until the NIC is
-//! done with them, and they are deregistered and freed then. The operations themselves
-//! are not undone: a WRITE may still land, a RECV may still consume a message. To give
-//! up on receives, DISCONNECT their virtual QP.
+//! A ring for async code (feature `tokio`); see [`AsyncRing`].
 
 use std::future::poll_fn;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -35,6 +18,22 @@ use crate::{Batch, Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, 
 
 /// A [`Ring`] driven from async code. Its methods take `&self`: any number of futures
 /// may be in flight on it at once, from any task.
+///
+/// The kernel signals the eventfd whenever the ring gains completions, with nobody
+/// waiting in the kernel (a ring with an eventfd keeps its device's CQ armed), so a
+/// future that waits costs no thread and no syscall: it is polled again when the
+/// eventfd becomes readable, or when another future reaped its completions for it.
+/// Every [`WAIT_SLICE_US`](krcore_abi::waiter::WAIT_SLICE_US) a waiting future enters
+/// the kernel once without waiting, as a blocking waiter steps, so deadlines advance
+/// even where no completion comes.
+///
+/// # Cancellation
+/// Dropping a future is safe at any point. Its batch owns its regions (they are moved
+/// in and handed back with the result); a batch dropped before its last completion is
+/// *parked* in the ring with its regions, registered and allocated, until the NIC is
+/// done with them, and they are deregistered and freed then. The operations themselves
+/// are not undone: a WRITE may still land, a RECV may still consume a message. To give
+/// up on receives, DISCONNECT their virtual QP.
 pub struct AsyncRing {
     ring: Ring,
     eventfd: AsyncFd<OwnedFd>,
@@ -127,7 +126,7 @@ impl AsyncRing {
 
     /// Runs a batch over `regions`, which it owns until it is done: `build` adds the
     /// operations, borrowing the regions as [`Batch`] does. Hands the regions back with
-    /// the completions. Cancel-safe: see the [module docs](self).
+    /// the completions. Cancel-safe: see [`AsyncRing`].
     ///
     /// ```no_run
     /// # async fn f(ring: &krcore_uring::AsyncRing, vqp: &krcore_uring::Vqp,

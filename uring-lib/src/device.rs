@@ -40,6 +40,14 @@ impl GidRow {
         self.0.gid_index != GID_NONE
     }
 
+    /// The IPv4 address of a RoCE v2 IPv4 GID (`::ffff:a.b.c.d`), the form a node's
+    /// address takes in CONNECT.
+    pub fn ipv4(&self) -> Option<std::net::Ipv4Addr> {
+        let g = &self.0.gid;
+        (self.has_gid() && g[..10] == [0; 10] && g[10..12] == [0xff, 0xff])
+            .then(|| std::net::Ipv4Addr::new(g[12], g[13], g[14], g[15]))
+    }
+
     /// The GID as an IPv6-style string (a RoCE v2 IPv4 GID shows as `::ffff:a.b.c.d`).
     pub fn gid_string(&self) -> String {
         if !self.has_gid() {
@@ -56,6 +64,14 @@ pub struct DeviceList {
     pub abi_version: u32,
     /// Every row the kernel reported.
     pub rows: Vec<GidRow>,
+}
+
+impl DeviceList {
+    /// This node's address as CONNECT names it: the first RoCE v2 IPv4 GID. CONNECT
+    /// to it reaches the node's own (loopback) pool.
+    pub fn node_gid(&self) -> Option<[u8; 16]> {
+        self.rows.iter().find(|r| r.ipv4().is_some()).map(|r| r.gid)
+    }
 }
 
 impl Device {

@@ -1,12 +1,73 @@
-//! krcore's user-space library: a safe API over `/dev/krcore`.
+//! krcore's user-space library: a safe API over `/dev/krcore`, the krcore kernel
+//! module's device.
+//!
+//! krcore keeps RDMA queue pairs connected in the kernel, pooled per peer node, and
+//! hands processes *virtual QPs* bound to them in microseconds. A process talks to it
+//! through a [`Ring`]: a submission and a completion queue mapped into its memory, as
+//! io_uring's are, so a batch of operations crosses into the kernel once.
+//!
+//! # A complete program
+//! A worker on one node reads memory another node published under a name:
 //!
 //! ```no_run
-//! let dev = krcore_uring::Device::open()?;
-//! for row in dev.query_devices()?.rows {
-//!     println!("{} port {} gid {}", row.name(), row.port, row.gid_string());
+//! use krcore_uring::abi::sqe::MrAccess;
+//! use krcore_uring::{Batch, Builder, Device, Error};
+//!
+//! fn main() -> Result<(), Error> {
+//!     // One ring per thread that submits; 64 entries in flight at most.
+//!     let mut ring = Builder::new(64).build(Device::open()?)?;
+//!     // A virtual QP to the memory node's service 7 (its address or host name):
+//!     // microseconds once this node's kernel has a connection set to that node.
+//!     let vqp = ring.connect_to("10.0.0.1", 7)?;
+//!     // The kernel finds the name in the MetaServer (one-sided READs, then cached);
+//!     // no rkey ever passes through this process.
+//!     let table = ring.import_name(&vqp, "kv-table", 4096)?;
+//!     // Memory of our own for the READ to land in: lent to the NIC while `buf` lives.
+//!     let mut mine = vec![0u8; 4096];
+//!     let mut buf = ring.register_slice(&mut mine, MrAccess::LOCAL_WRITE)?;
+//!     let mut batch = Batch::new();
+//!     batch.read(&vqp, &buf, 0, &table, 0, 4096)?;
+//!     for done in ring.run(batch)? {
+//!         // Each operation's own outcome: the errno and krcore's reason on failure.
+//!         println!("read {} bytes", done?.res);
+//!     }
+//!     println!("first word: {:?}", &buf.bytes()[..8]);
+//!     drop(buf); // deregisters; `mine` is ours again
+//!     ring.disconnect(vqp)
 //! }
-//! # Ok::<(), krcore_uring::Error>(())
 //! ```
+//!
+//! # What to read next
+//! - [`Ring`]: connecting ([`connect`](Ring::connect), [`connect_to`](Ring::connect_to)),
+//!   memory ([`register`](Ring::register) allocates, [`register_slice`](Ring::register_slice)
+//!   borrows, [`register_raw`](Ring::register_raw) trusts you), exporting and importing
+//!   ([`MemoryRegion::export`](Registered::export) and [`import`](Ring::import) between
+//!   processes that share a channel, or [`publish`](Ring::publish) and
+//!   [`import_name`](Ring::import_name) through the MetaServer), and raw entries
+//!   ([`push`](Ring::push), [`submit`](Ring::submit), [`completions`](Ring::completions)).
+//! - [`Batch`]: one-sided (READ, WRITE, WRITE with immediate, CAS, FAA) and two-sided
+//!   (SEND, RECV) operations, checked for range as they are added.
+//! - [`AsyncRing`] (feature `tokio`): the same operations as futures.
+//! - [`PerOp`]: the original KRCore's one-ioctl-per-operation interface, for comparison.
+//!
+//! # Safety model
+//! The kernel trusts nothing from this process: it validates every entry against its
+//! own tables and answers a bad one with a failed completion and a
+//! [`Reason`](abi::cqe::Reason). The library's job is Rust's memory safety: memory the
+//! NIC may write is reachable only through `&mut` of its region, a [`Batch`] borrows the
+//! regions it uses until [`Ring::run`] has every completion, a region deregisters itself
+//! when dropped, and raw entries are `unsafe` to push.
+//!
+//! # Waiting
+//! Waits sleep in the kernel and survive signals. A RECV waits for its message without
+//! a bound; everything else ends within the module's request deadline. Bound a wait with
+//! [`Ring::submit_and_wait_timeout`] or, in async code, `tokio::time::timeout` on the
+//! future (dropping it is safe: see [`AsyncRing`]); give up on receives by
+//! disconnecting their virtual QP (they complete `Cancelled`).
+//!
+//! # Features
+//! - `tokio`: [`AsyncRing`].
+//! - `serde`: `Serialize` and `Deserialize` for [`MrDescriptor`].
 #![warn(missing_docs)]
 
 mod addr;
@@ -31,7 +92,7 @@ pub use region::{MemoryRegion, MrDescriptor, Registered, RemoteRegion, Vqp};
 
 pub use addr::gid_of;
 #[cfg(feature = "tokio")]
-pub use async_ring::AsyncRing;
+pub use async_ring::{AsyncRing, BatchResult};
 pub use core::LIB_TAG;
 
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};

@@ -223,3 +223,24 @@ impl RemoteRegion {
         self.len == 0
     }
 }
+
+#[cfg(all(test, feature = "serde"))]
+mod tests {
+    use super::MrDescriptor;
+
+    #[test]
+    fn a_descriptor_travels_as_json() {
+        let d = MrDescriptor {
+            descriptor: u64::MAX - 7,
+            addr: 0x7f00_dead_b000,
+            len: 65536,
+        };
+        let s = serde_json::to_string(&d).unwrap();
+        assert_eq!(
+            s,
+            r#"{"descriptor":18446744073709551608,"addr":139641712652288,"len":65536}"#
+        );
+        assert_eq!(serde_json::from_str::<MrDescriptor>(&s).unwrap(), d);
+        assert!(serde_json::from_str::<MrDescriptor>(r#"{"descriptor":1,"addr":2}"#).is_err());
+    }
+}

@@ -96,6 +96,7 @@ FIGURES=$(dirname "$0")/../../target/release/krcore-figures
 MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
+ELASTIC_WORKER=$(dirname "$0")/../../target/release/examples/elastic_worker
 CM_PORT=7471
 addr_of() {
   for p in $KRCORE_PEERS; do
@@ -376,6 +377,14 @@ export)
   ;;
 import)
   with_meta "$2" "$3"
+  # A short-lived worker first (the example of uring-lib): by address, then by name,
+  # it must read the exporter's pattern (byte i is 7 i).
+  out=$("$ELASTIC_WORKER" "$peer" "$4") || exit 1
+  echo "$out"
+  case "$out" in
+  *": 00 07 0e 15 1c 23 2a 31") ;;
+  *) echo "$KRCORE_NODE: the elastic worker read the wrong bytes" >&2; exit 1 ;;
+  esac
   "$REMOTE_MEMORY" import "$peer" "$4" || exit 1
   unload
   ;;

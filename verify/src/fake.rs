@@ -1,4 +1,4 @@
-//! A fake RDMA NIC implementing the engine's [`Backend`]: send queues with real depths,
+//! A fake RDMA NIC implementing the engine's [`Fabric`](krcore_abi::engine::Fabric): send queues with real depths,
 //! RC in-order execution, signaled and unsignaled completions, injected failures and
 //! flushes. It moves no bytes (the VM tests check data); it checks the engine's
 //! promises: never post past a queue's depth, never deregister twice.

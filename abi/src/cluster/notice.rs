@@ -1,5 +1,5 @@
 //! Notices: what two nodes' kernels tell each other about the message links between
-//! them, as small SENDs on the set's QPs (see [`message`](super::super::engine::message)
+//! them, as small SENDs on the set's QPs (see `message`
 //! for the links themselves).
 //!
 //! A notice is [`NOTICE_LEN`] bytes, little-endian, with a magic and a kind first, so a

@@ -43,7 +43,7 @@ pub enum SendKind {
         imm: Option<u32>,
     },
     /// A message written into the receive buffer the engine matched it with (see
-    /// [`message`](super::message)): an RDMA WRITE, with the receiving MR's own rkey.
+    /// `message`): an RDMA WRITE, with the receiving MR's own rkey.
     Deliver {
         /// The receive buffer's address.
         remote_addr: u64,

@@ -86,7 +86,7 @@ pub trait Links<S: Store>: Qps<S> {
 /// QPs to pooled physical QPs.
 pub trait Members<S: Store> {
     /// Binds to a pooled physical QP connected to `gid`/`service`; when `opposite` is
-    /// given (the other end of a link on this node, see [`message`](super::message)),
+    /// given (the other end of a link on this node, see `message`),
     /// to the QP connected to that one.
     fn connect(
         &mut self,
@@ -122,10 +122,10 @@ pub trait Fabric<S: Store>: Links<S> {
     /// its section ends, so no request that starts after it uses the revoked export.
     fn exports_epoch(&self) -> u64;
     /// Deregisters an MR; nothing of it is in flight. (Registering is the caller's:
-    /// see [`register`](super::register).)
+    /// see `register`.)
     fn dereg_mr(&self, keys: MrKeys);
     /// A fresh unpredictable 64-bit value for an export descriptor (the kernel's
-    /// CSPRNG; see [`export`](super::export)).
+    /// CSPRNG; see `export`).
     fn descriptor(&self) -> u64;
     /// PUBLISH of `export` (a live one of the calling ring's) under `name`, in the
     /// MetaServer (see abi's `meta::client`). Takes only a leaf lock. A fabric without a

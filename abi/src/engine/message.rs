@@ -632,7 +632,7 @@ impl<S: Store> Messages<S> {
         self.next_expiry_ms = next;
     }
 
-    /// Expires waiting sends at `now_ms` (see [`expire`](Self::expire)), then routes
+    /// Expires waiting sends at `now_ms` (see `expire`), then routes
     /// everything owed; returns how many completions it routed.
     pub fn settle(
         &mut self,

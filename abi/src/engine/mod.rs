@@ -12,7 +12,7 @@
 //! lock, and what rings share is reached through a [`Fabric`], a lock per physical QP,
 //! one per shard of message links, one for the device's membership and one for its
 //! exports, in the order
-//! [`fabric`](fabric) writes down; verify/'s loom models check the engine under it.
+//! `fabric` writes down; verify/'s loom models check the engine under it.
 
 mod backend;
 mod blame;

@@ -39,7 +39,7 @@ use super::wrid::WrId;
 use super::Store;
 
 /// A message a posted request delivers: the receive it fills, completed with the
-/// request (see [`message`](super::message)).
+/// request (see `message`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Delivery {
     /// The receive's `wr_id`.

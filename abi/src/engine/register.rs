@@ -40,7 +40,7 @@ pub enum Caller {
 pub struct Context {
     /// Who submits.
     pub caller: Caller,
-    /// The time, in ms (for throttling; see [`blame`](super::blame)).
+    /// The time, in ms (for throttling; see `blame`).
     pub now_ms: i64,
 }
 
@@ -68,7 +68,7 @@ pub struct Registration {
 impl Registration {
     /// The rights to register the memory with in the hardware: the user's, plus remote
     /// write wherever the local NIC may write, because a message for a RECV is written
-    /// into its buffer by the sender's QP (see [`message`](super::message)). That rkey
+    /// into its buffer by the sender's QP (see `message`). That rkey
     /// stays in the kernel; only an export, with the user's own rights, lets a peer
     /// reach the memory otherwise.
     pub fn hw_access(&self) -> MrAccess {

@@ -31,7 +31,7 @@ pub struct Vqp {
     pub recvs: u32,
     /// The links shard its link is in ([`shard_of`](super::message::shard_of)).
     pub shard: u32,
-    /// Its link for two-sided messages, in that shard (see [`message`](super::message)).
+    /// Its link for two-sided messages, in that shard (see `message`).
     pub link: u32,
     /// Its end of the link (0 or 1).
     pub end: u8,
@@ -48,7 +48,7 @@ pub struct LocalMr {
     pub access: MrAccess,
     /// Keys from the backend.
     pub keys: MrKeys,
-    /// Its export's descriptor (see [`export`](super::export)); 0 when it grants no
+    /// Its export's descriptor (see `export`); 0 when it grants no
     /// remote access.
     pub descriptor: u64,
     /// Send-queue requests in flight that use it.
@@ -217,7 +217,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.stats
     }
 
-    /// Pairs this ring's requests broke (see [`blame`](super::blame)).
+    /// Pairs this ring's requests broke (see `blame`).
     pub fn strikes(&self) -> u32 {
         self.blame.strikes()
     }

@@ -47,7 +47,7 @@ pub enum Stall {
     /// DISCONNECT or DEREG_MR waits for its object's sends to complete.
     Busy,
     /// A REG_MR was taken (or is still being registered): the caller registers it
-    /// outside its locks (see [`register`](super::register)), then submits again.
+    /// outside its locks (see `register`), then submits again.
     Register,
     /// An entry waits for another node: a CONNECT for the node's connection set (the
     /// membership said `EINPROGRESS`), a PUBLISH or IMPORT_NAME for the MetaServer (the

@@ -8,7 +8,7 @@
 
 /// The `wr_id` of the backend's own request number `n` (`n < 2^31`): a flush marker, the
 /// kernel-direct baseline. Its slot field has bit 31 set, which no table handle has
-/// (handles stay below 2^31, see [`table`](super::table)), so a completion for one is
+/// (handles stay below 2^31, see `table`), so a completion for one is
 /// never taken for a ring's request.
 pub const fn backend_wr_id(n: u32) -> u64 {
     u64::MAX - n as u64

@@ -1,5 +1,5 @@
 //! The MetaServer's records, little-endian and fixed-size, each the payload of a
-//! [`frame`](super::frame).
+//! `frame`.
 //!
 //! A node's record lives in the slot of its node id and is written only by that node's
 //! kernel; an export's record lives in a slot of the exports table found by hashing its

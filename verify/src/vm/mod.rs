@@ -150,7 +150,7 @@ fn write_initramfs(cfg: &Config, script: &str, path: &Path) -> Result<(), String
 const BOOTS: u32 = 3;
 
 /// Boots the VM, streams its console to stdout, and judges the run; boots again (up to
-/// [`BOOTS`] times) when the guest came up on a coarse clock, which would make every
+/// `BOOTS` times) when the guest came up on a coarse clock, which would make every
 /// timing in it a multiple of a 4 ms tick.
 pub fn run(cfg: &Config) -> Result<Outcome, String> {
     for boot in 1..=BOOTS {

@@ -94,6 +94,19 @@ pub fn example_read_write_runs() -> Result<(), String> {
     )
 }
 
+/// The tokio example: a TCP front end answering GETs by READs through an AsyncRing,
+/// driven by its own clients.
+pub fn example_async_service_runs() -> Result<(), String> {
+    let out = sh(&["target/release/examples/async_service", "selftest"])?;
+    for l in out.lines() {
+        println!("  {l}");
+    }
+    check(
+        out.contains("async service: 100 GETs from 4 clients answered and checked"),
+        || format!("output: {out}"),
+    )
+}
+
 extern "C" fn ignore(_: libc::c_int) {}
 
 /// A handled signal (or io_uring's task work) makes the kernel return from a wait early,

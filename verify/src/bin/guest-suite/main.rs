@@ -86,6 +86,10 @@ const TESTS: &[Test] = &[
         run: api::example_read_write_runs,
     },
     Test {
+        name: "api::example_async_service_runs",
+        run: api::example_async_service_runs,
+    },
+    Test {
         name: "memory::caller_memory_registers_and_deregisters_on_drop",
         run: memory::caller_memory_registers_and_deregisters_on_drop,
     },
