@@ -50,9 +50,18 @@ kmod-debug: kernel-debug
 	@cp -pr abi/src $(KMOD_DEBUG_SRC)/abi/
 	@$(MAKE) -s -C $(KDIR_DEBUG) M=$(KMOD_DEBUG_SRC)/kmod LLVM=1 modules
 
-# Host-side binaries the guest runs (over the read-only 9p root).
+# Host-side binaries the guest runs (over the read-only 9p root): the Rust ones, the C
+# example over uring-lib/c/krcore.h, and the Python package's extension (cffi, built
+# in place).
+C_EXAMPLE = $(CURDIR)/target/release/c-read-write
+# Debian's Python, the one its python3-cffi serves (and the guest runs).
+PYTHON = /usr/bin/python3
 host: deps
 	@$(CARGO) build -q --release --workspace --bins --examples
+	@mkdir -p $(dir $(C_EXAMPLE))
+	@$(CC) -O2 -Wall -Wextra -Werror -std=c11 -D_GNU_SOURCE -I abi/include -I uring-lib/c \
+		-o $(C_EXAMPLE) uring-lib/c/examples/read_write.c
+	@$(PYTHON) uring-lib/python/krcore/_build.py $(CURDIR)/target/python
 
 unit: deps
 	@echo "[test] unit and property tests"

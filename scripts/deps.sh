@@ -5,10 +5,12 @@ set -euo pipefail
 
 # Debian packages: the kernel source and its LLVM toolchain, QEMU, busybox for the
 # initramfs, rdma-core for user-space verbs (rdma-sys) and the rxe provider, iproute2's
-# `rdma` tool for the guest, python3 for the any-language client test.
+# `rdma` tool for the guest, python3 with cffi and its headers (and gcc) for the Python
+# package, built over the C header.
 packages=(
   linux-source-6.12 clang lld llvm libclang-dev bc flex bison libelf-dev libssl-dev
-  cpio xz-utils kmod busybox-static qemu-system-x86 iproute2 python3
+  cpio xz-utils kmod busybox-static qemu-system-x86 iproute2 python3 python3-cffi
+  python3-dev python3-setuptools gcc
   rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev pkg-config
 )
 missing=()

@@ -5,6 +5,7 @@
 
 mod api;
 mod async_api;
+mod clients;
 mod datapath;
 mod device;
 mod harness;
@@ -14,7 +15,6 @@ mod lifecycle;
 mod limits;
 mod memory;
 mod per_op;
-mod python;
 mod recovery;
 mod rings;
 mod sharing;
@@ -102,8 +102,12 @@ const TESTS: &[Test] = &[
         run: async_api::futures_wake_by_eventfd_and_cancel_safely,
     },
     Test {
-        name: "python::ctypes_client_nop_and_write",
-        run: python::ctypes_client_nop_and_write,
+        name: "clients::c_example_runs",
+        run: clients::c_example_runs,
+    },
+    Test {
+        name: "clients::python_package_runs_the_example",
+        run: clients::python_package_runs_the_example,
     },
     Test {
         name: "sharing::processes_share_pooled_qps",

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""The krcore Python package against the real module: CONNECT to this node's loopback
+pool, register memory, import its export, then WRITE, READ and FAA in one batch with
+the bytes checked; a refused READ with its reason; a RECV nobody answers, bounded by a
+timeout, then cancelled by DISCONNECT.
+
+    PYTHONPATH=target/python python3 uring-lib/python/examples/read_write.py
+"""
+import struct
+import sys
+
+import krcore
+from krcore import Access, Batch, Reason
+
+
+def main():
+    with krcore.Ring(16) as ring:
+        vqp = ring.connect(ring.node_gid(), service=6)
+        print(f"connected: {vqp}")
+        mr = ring.register(8192, Access.LOCAL_WRITE | Access.REMOTE_READ |
+                           Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
+        remote = ring.import_mr(vqp, mr.export())
+        msg = b"hello from python"
+        mr.view[:len(msg)] = msg
+        batch = (Batch()
+                 .write(vqp, mr, 0, remote, 4096, len(msg))
+                 .read(vqp, mr, 2048, remote, 4096, len(msg))
+                 .faa(vqp, mr, 3000, remote, 6000, 10))
+        res = ring.run(batch)
+        assert res == [len(msg), len(msg), 8], res
+        assert bytes(mr.view[4096:4096 + len(msg)]) == msg
+        assert bytes(mr.view[2048:2048 + len(msg)]) == msg
+        assert struct.unpack_from("<Q", mr.view, 6000)[0] == 10
+        print(f"RDMA WRITE: {len(msg)} bytes landed; READ and FAA checked")
+
+        # The kernel's own range check, past the library's (which refuses this too).
+        try:
+            Batch().read(vqp, mr, 0, remote, 8190, 8)
+            raise AssertionError("out-of-range READ built")
+        except krcore.KrcoreError as e:
+            print(f"refused by the library: {e}")
+        remote.len += 8
+        [r] = ring.run(Batch().read(vqp, mr, 0, remote, 8190, 8))
+        remote.len -= 8
+        assert isinstance(r, krcore.KrcoreError) and r.reason is Reason.REMOTE_RANGE, r
+        print(f"refused by the kernel: {r} (reason {r.reason.name}, errno {r.errno})")
+
+        try:
+            ring.run(Batch().recv(vqp, mr, 0, 64), timeout=0.1)
+            raise AssertionError("a RECV nobody answers completed")
+        except TimeoutError as e:
+            print(f"a RECV waited 100 ms: {e}")
+        ring.disconnect(vqp)
+        ring.deregister(mr)
+    print("python client: ok")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

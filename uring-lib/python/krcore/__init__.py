@@ -1,0 +1,298 @@
+"""krcore from Python: rings, virtual QPs, registered memory and batches of RDMA
+operations, over the same C helpers (uring-lib/c/krcore.h) C programs use.
+
+    import krcore
+    with krcore.Ring(64) as ring:
+        vqp = ring.connect(ring.node_gid(), service=7)     # this node's loopback pool
+        mr = ring.register(4096, krcore.Access.LOCAL_WRITE | krcore.Access.REMOTE_READ)
+        remote = ring.import_mr(vqp, mr.export())
+        mr.view[:5] = b"hello"
+        batch = krcore.Batch().read(vqp, mr, 1024, remote, 0, 5)
+        print(ring.run(batch))                              # [5]: bytes read
+        print(bytes(mr.view[1024:1029]))                    # b'hello'
+
+Names are the Rust library's: `Reason.REMOTE_RANGE` is `Reason::RemoteRange`. A failed
+operation raises (or, in a batch, returns) `KrcoreError`, an `OSError` with the errno
+and the `reason`.
+"""
+import enum
+import errno as _errno
+import ipaddress
+import os
+import socket
+
+from ._krcore import ffi, lib
+
+__all__ = ["Access", "Batch", "KrcoreError", "MemoryRegion", "Opcode", "Reason",
+           "RemoteRegion", "Ring", "Vqp", "gid_of"]
+
+
+def _members(prefix):
+    return {n[len(prefix):]: getattr(lib, n) for n in dir(lib) if n.startswith(prefix)}
+
+
+Reason = enum.IntEnum("Reason", _members("KRCORE_REASON_"))
+Reason.__doc__ = "Why the kernel refused or failed an operation (abi's `cqe::Reason`)."
+Opcode = enum.IntEnum("Opcode", _members("KRCORE_OPCODE_"))
+Opcode.__doc__ = "An operation code (abi's `opcode::Opcode`)."
+Access = enum.IntFlag("Access", _members("krcore_MrAccess_"))
+Access.__doc__ = "Rights a memory region is registered with."
+
+
+class KrcoreError(OSError):
+    """An operation failed: `errno` and strerror as any OSError, plus krcore's
+    `reason` (a Reason, or None when the failure had none) and the operation `op`."""
+
+    def __init__(self, op, err, reason=None):
+        self.op = op
+        self.reason = Reason(reason) if reason else None
+        msg = f"{op}: {os.strerror(err)}"
+        if self.reason is not None:
+            msg += f" ({self.reason.name})"
+        super().__init__(err, msg)
+
+    def __str__(self):
+        return self.strerror
+
+
+def gid_of(node):
+    """The GID CONNECT names `node` by: an IPv4 address (or a host name resolving to
+    one) as its IPv4-mapped GID, an IPv6 address as itself, 16 bytes as they are."""
+    if isinstance(node, (bytes, bytearray)) and len(node) == 16:
+        return bytes(node)
+    try:
+        ip = ipaddress.ip_address(node)
+    except ValueError:
+        ip = ipaddress.ip_address(socket.getaddrinfo(node, None)[0][4][0])
+    if ip.version == 4:
+        ip = ipaddress.IPv6Address("::ffff:" + str(ip))
+    return ip.packed
+
+
+class Vqp:
+    """A virtual QP: a ring's connection through a pooled kernel QP."""
+
+    def __init__(self, handle, qpn):
+        self.handle, self.qpn = handle, qpn
+
+    def __repr__(self):
+        return f"Vqp(handle={self.handle}, qpn={self.qpn})"
+
+
+class MemoryRegion:
+    """Memory the ring allocated and registered. `view` is a writable memoryview of it;
+    keep the object while operations use it (the ring keeps it alive until
+    deregistered)."""
+
+    def __init__(self, buf, size, handle, descriptor):
+        self._buf, self.size, self.handle, self.descriptor = buf, size, handle, descriptor
+        self.addr = int(ffi.cast("uintptr_t", buf))
+        self.view = memoryview(ffi.buffer(buf, size))
+
+    def export(self):
+        """(addr, len, descriptor): what a peer needs to import it (remote rights only)."""
+        if not self.descriptor:
+            raise KrcoreError("export", _errno.EINVAL)
+        return (self.addr, self.size, self.descriptor)
+
+
+class RemoteRegion:
+    """A peer's memory imported for one virtual QP: the only remote range its
+    operations may touch."""
+
+    def __init__(self, handle, addr, length):
+        self.handle, self.addr, self.len = handle, addr, length
+
+
+class Batch:
+    """Operations to run together with `Ring.run`, checked for range as they are added.
+    Each method returns the batch, so calls chain."""
+
+    def __init__(self):
+        self.ops = []
+
+    @staticmethod
+    def _range(what, off, n, size):
+        if n <= 0 or off < 0 or off + n > size:
+            raise KrcoreError(what, _errno.ERANGE)
+
+    def _one_sided(self, prep, vqp, local, off, remote, roff, n, *extra):
+        self._range("local range", off, n, local.size)
+        self._range("remote range", roff, n, remote.len)
+        self.ops.append((local, lambda s: prep(s, vqp.handle, local.handle,
+                                               ffi.cast("void *", local.addr + off), n,
+                                               remote.handle, remote.addr + roff, *extra)))
+        return self
+
+    def read(self, vqp, local, off, remote, roff, n):
+        """RDMA READ of `n` bytes at `roff` into `local` at `off`."""
+        return self._one_sided(lib.krcore_prep_read, vqp, local, off, remote, roff, n)
+
+    def write(self, vqp, local, off, remote, roff, n, imm=None):
+        """RDMA WRITE of `n` bytes of `local` at `off` to `roff`; with `imm`, WRITE_IMM
+        (it consumes the peer's oldest receive on its end)."""
+        if imm is None:
+            return self._one_sided(lib.krcore_prep_write, vqp, local, off, remote, roff, n)
+        return self._one_sided(lib.krcore_prep_write_imm, vqp, local, off, remote, roff, n,
+                               imm)
+
+    def _atomic(self, prep, vqp, local, off, remote, roff, *args):
+        self._range("local range", off, 8, local.size)
+        self._range("remote range", roff, 8, remote.len)
+        self.ops.append((local, lambda s: prep(s, vqp.handle, local.handle,
+                                               ffi.cast("void *", local.addr + off),
+                                               remote.handle, remote.addr + roff, *args)))
+        return self
+
+    def cas(self, vqp, local, off, remote, roff, compare, swap):
+        """8-byte compare-and-swap at `roff`; the old value lands at `off`."""
+        return self._atomic(lib.krcore_prep_cas, vqp, local, off, remote, roff, compare, swap)
+
+    def faa(self, vqp, local, off, remote, roff, add):
+        """8-byte fetch-and-add at `roff`; the old value lands at `off`."""
+        return self._atomic(lib.krcore_prep_faa, vqp, local, off, remote, roff, add)
+
+    def _two_sided(self, what, prep, vqp, local, off, n, *extra):
+        self._range(what, off, n, local.size)
+        self.ops.append((local, lambda s: prep(s, vqp.handle, local.handle,
+                                               ffi.cast("void *", local.addr + off), n, *extra)))
+        return self
+
+    def send(self, vqp, local, off, n, imm=None):
+        """SEND of `n` bytes of `local` at `off`, with immediate data if given."""
+        if imm is None:
+            return self._two_sided("local range", lib.krcore_prep_send, vqp, local, off, n)
+        return self._two_sided("local range", lib.krcore_prep_send_imm, vqp, local, off, n, imm)
+
+    def recv(self, vqp, local, off, n):
+        """RECV of up to `n` bytes into `local` at `off`: waits for the peer's SEND."""
+        return self._two_sided("local range", lib.krcore_prep_recv, vqp, local, off, n)
+
+
+class Ring:
+    """A krcore ring: `/dev/krcore` set up with `entries` submission entries, mapped.
+    One thread at a time. Closing it (or leaving its `with`) releases everything the
+    kernel holds for it."""
+
+    def __init__(self, entries=64, sqpoll=False):
+        self._r = ffi.new("struct krcore_ring *")
+        flags = lib.krcore_SetupFlags_SQPOLL if sqpoll else 0
+        e = lib.krcore_queue_init(entries, self._r, flags)
+        if e < 0:
+            raise KrcoreError("ring setup" + (" (is the module loaded?)"
+                                              if e == -_errno.ENOENT else ""), -e)
+        self._tag = 0
+        self._regions = {}
+
+    def close(self):
+        if self._r is not None and self._r.fd >= 0:
+            lib.krcore_queue_exit(self._r)
+            self._regions.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def fileno(self):
+        """The device file's descriptor."""
+        return self._r.fd
+
+    def node_gid(self):
+        """This node's address as CONNECT names it (its first RoCE v2 IPv4 GID)."""
+        gid = ffi.new("uint8_t[16]")
+        e = lib.krcore_node_gid(self._r, gid)
+        if e < 0:
+            raise KrcoreError("query devices", -e)
+        return bytes(gid)
+
+    def _complete(self, preps, timeout_us=0):
+        """Runs the entries `preps` fill in; their completions, in order. A wait
+        bounded by `timeout_us` that passes raises TimeoutError (ETIME)."""
+        first = self._tag + 1
+        self._tag += len(preps)
+        got, pushed = {}, 0
+        while len(got) < len(preps):
+            while pushed < len(preps):
+                sqe = lib.krcore_get_sqe(self._r)
+                if sqe == ffi.NULL:
+                    break
+                preps[pushed](sqe)
+                sqe.user_data = first + pushed
+                pushed += 1
+            e = lib.krcore_enter(self._r, 1, timeout_us)
+            if e == -_errno.ETIME:
+                raise TimeoutError(_errno.ETIME, "wait: timer expired")
+            if e < 0 and e != -_errno.EINTR:
+                raise KrcoreError("enter", -e)
+            cqe = ffi.new("struct krcore_Cqe **")
+            while lib.krcore_peek_cqe(self._r, cqe) == 0:
+                c = cqe[0]
+                # Completions of waits given up on (a timeout) are dropped here.
+                if first <= c.user_data < first + len(preps):
+                    got[c.user_data] = (c.res, c.aux, c.reason)
+                lib.krcore_cq_advance(self._r, 1)
+        return [got[first + i] for i in range(len(preps))]
+
+    def _control(self, op, prep):
+        res, aux, reason = self._complete([prep])[0]
+        if res < 0:
+            raise KrcoreError(op, -res, reason)
+        return res, aux
+
+    def connect(self, node, service=0):
+        """A virtual QP to `node` (an address, host name or GID) and `service`."""
+        gid = ffi.new("uint8_t[16]", gid_of(node))
+        res, aux = self._control("connect", lambda s: lib.krcore_prep_connect(s, gid, service))
+        return Vqp(res, aux)
+
+    def disconnect(self, vqp):
+        """Releases a virtual QP; its receives still posted come back CANCELLED."""
+        self._control("disconnect", lambda s: lib.krcore_prep_disconnect(s, vqp.handle))
+
+    def register(self, size, access):
+        """Allocates `size` bytes (zeroed) and registers them with `access` (Access)."""
+        buf = ffi.new("uint8_t[]", size)
+        res, aux = self._control("register memory",
+                                 lambda s: lib.krcore_prep_reg_mr(s, buf, size, int(access)))
+        mr = MemoryRegion(buf, size, res, aux)
+        self._regions[res] = mr
+        return mr
+
+    def deregister(self, mr):
+        """Deregisters `mr` (revoking its export); its memory is freed with it."""
+        self._control("deregister memory", lambda s: lib.krcore_prep_dereg_mr(s, mr.handle))
+        self._regions.pop(mr.handle, None)
+
+    def import_mr(self, vqp, export):
+        """Imports a peer's export, (addr, len, descriptor), for `vqp` only."""
+        addr, length, descriptor = export
+        res, _ = self._control("import memory", lambda s: lib.krcore_prep_import_mr(
+            s, vqp.handle, addr, length, descriptor))
+        return RemoteRegion(res, addr, length)
+
+    def publish(self, mr, name):
+        """Publishes `mr` under `name` in the MetaServer."""
+        self._control("publish memory", lambda s: self._named(
+            lib.krcore_prep_publish(s, mr.handle, name.encode())))
+
+    def import_name(self, vqp, name, length):
+        """Imports the first `length` bytes of the export published as `name`."""
+        res, aux = self._control("import memory by name", lambda s: self._named(
+            lib.krcore_prep_import_name(s, vqp.handle, name.encode(), length)))
+        return RemoteRegion(res, aux, length)
+
+    @staticmethod
+    def _named(e):
+        if e < 0:
+            raise KrcoreError("export name", -e, lib.KRCORE_REASON_BAD_NAME)
+
+    def run(self, batch, timeout=None):
+        """Runs `batch`; each operation's result in order: its `res` (bytes moved), or
+        the KrcoreError it failed with. `timeout` (seconds) bounds each wait."""
+        us = 0 if timeout is None else max(1, int(timeout * 1e6))
+        out = []
+        for res, _, reason in self._complete([prep for _, prep in batch.ops], us):
+            out.append(KrcoreError("batch operation", -res, reason) if res < 0 else res)
+        return out

@@ -1,0 +1,30 @@
+//! krcore from other languages: the C example over uring-lib/c/krcore.h, and the
+//! Python package over the same header.
+
+use crate::harness::{check, sh};
+
+pub fn c_example_runs() -> Result<(), String> {
+    let out = sh(&["target/release/c-read-write"])?;
+    for l in out.lines() {
+        println!("  {l}");
+    }
+    check(out.contains("c client: ok"), || format!("output: {out}"))
+}
+
+pub fn python_package_runs_the_example() -> Result<(), String> {
+    let out = sh(&[
+        "env",
+        "PYTHONPATH=target/python",
+        "/usr/bin/python3",
+        "uring-lib/python/examples/read_write.py",
+    ])?;
+    for l in out.lines() {
+        println!("  {l}");
+    }
+    check(
+        out.contains("RDMA WRITE: 17 bytes landed")
+            && out.contains("reason REMOTE_RANGE")
+            && out.contains("python client: ok"),
+        || format!("output: {out}"),
+    )
+}
