@@ -36,6 +36,8 @@ pub(crate) mod poller;
 pub(crate) mod ring;
 #[path = "../abi/src/sqe.rs"]
 pub(crate) mod sqe;
+#[path = "../abi/src/stats.rs"]
+pub(crate) mod stats;
 #[path = "../abi/src/waiter.rs"]
 pub(crate) mod waiter;
 

@@ -25,7 +25,8 @@
 //! 8. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
 //! 9. leaves, under which nothing is taken but cm.c's per-connection mutex: the device's
 //!    exports, its ring table (`rings`), a ring's completion inbox (ring_ctx.rs), the
-//!    CQ's arming (`arm`), what rings asked of the MetaServer (meta.rs's
+//!    CQ's arming (`arm`), the freed rings' counters (`retired`), what rings asked of
+//!    the MetaServer (meta.rs's
 //!    `krcore_meta`), the set connections being drained (fabric.rs's `krcore_drains`);
 //!
 //! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too.
@@ -61,6 +62,7 @@ use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
 
 use crate::abi::compat::{OneFlags, OneOp};
+use crate::abi::stats::Counters;
 use crate::abi::cluster::conn_set::Attempt;
 use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::cqe::{Cqe, Reason};
@@ -185,6 +187,9 @@ pub(crate) struct DevCtx {
     /// their completions are routed, and the eventfd told, with nobody in the kernel
     /// (an application's event loop waits on the eventfd, not in enter).
     listeners: AtomicU32,
+    /// Counters of the rings freed from the table, as they last stood (a leaf lock).
+    #[pin]
+    retired: Mutex<Counters>,
     /// The device is gone.
     dead: AtomicBool,
     /// The PD and CQ, fixed from creation to removal, for cm.c's request handler
@@ -260,6 +265,7 @@ impl DevCtx {
                 dirty: AtomicBool::new(false),
                 sleepers: AtomicU32::new(0),
                 listeners: AtomicU32::new(0),
+                retired <- new_mutex!(Counters::ZERO, "krcore_retired"),
                 dead: AtomicBool::new(false),
                 verbs: (AtomicPtr::new(verbs_pd), AtomicPtr::new(cq_ptr)),
                 cm_pins: AtomicU32::new(0),
@@ -701,6 +707,25 @@ impl DevCtx {
         self.route();
     }
 
+    /// The device's counters: the freed rings', every live ring's, and the recovery's.
+    pub(crate) fn counters(&self) -> Counters {
+        let mut c = *self.retired.lock();
+        let n = self.rings.lock().rings.len();
+        for slot in 0..n {
+            if let Some(r) = self.ring_at(slot) {
+                c.add(&r.ctx.lock().engine().stats());
+            }
+        }
+        c.recoveries = self.shared.members().g.recovery.recovered();
+        c
+    }
+
+    /// Writes the device's peer table (abi's `Peers::write`).
+    pub(crate) fn write_peers(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let now = coarse_ms();
+        self.shared.members().g.peers.write(now, w)
+    }
+
     /// Registers eventfd `fd` for `ring` (-1: none), counting it among the listeners
     /// that keep the CQ armed; the first arms it now.
     pub(crate) fn set_eventfd(&self, ring: &RingCell, fd: i32) -> Result {
@@ -819,7 +844,9 @@ impl DevCtx {
             r.absorb(&mut ctx);
             if ctx.engine().is_closed() {
                 if ctx.engine().release_idle(&self.shared) {
+                    let last = ctx.engine().stats();
                     drop(ctx);
+                    self.retired.lock().add(&last);
                     let mut t = self.rings.lock();
                     if t.rings[slot].as_ref().is_some_and(|x| Arc::ptr_eq(x, &r)) {
                         t.rings[slot] = None;
@@ -846,7 +873,11 @@ impl DevCtx {
         if failed != 0 || self.shared.members_busy.load(Ordering::Acquire) {
             let mut m = self.shared.members();
             let MemberState { hw, recovery, .. } = &mut *m.g;
+            let before = recovery.recovered();
             n += recovery.step(&self.shared, hw, failed, now, route);
+            if recovery.recovered() != before {
+                crate::inspect::trace_recovery(failed.trailing_zeros(), recovery.recovered());
+            }
         }
         n
     }

@@ -136,6 +136,23 @@ impl Registry {
         Ok((d.ctx.clone(), index_of(d), PORT))
     }
 
+    /// Calls `f` with each device's name and context, under the registry's lock (its
+    /// place in the lock order is before everything a device's own locks guard).
+    /// Stops at the first error.
+    pub(crate) fn for_each_dev(
+        &self,
+        mut f: impl FnMut(&CStr, &Arc<DevCtx>) -> core::fmt::Result,
+    ) -> core::fmt::Result {
+        let devices = self.devices.lock();
+        for d in devices.iter() {
+            // SAFETY: `d.ib` is valid under the registry mutex (see the module doc); the
+            // name is a NUL-terminated string owned by the device.
+            let name = unsafe { CStr::from_ptr(shim::krcore_shim_dev_name(d.ib)) };
+            f(name, &d.ctx)?;
+        }
+        Ok(())
+    }
+
     /// Number of devices tracked.
     pub(crate) fn len(&self) -> usize {
         self.devices.lock().len()

@@ -141,6 +141,22 @@ impl FileCtx {
     }
 
     /// The binding; `ENXIO` before setup.
+    /// This file's ring as its fdinfo shows it: `krcore-` lines, its counters in abi's
+    /// text form (`stats::Counters::write`).
+    pub(crate) fn fdinfo(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let Ok(b) = self.bound() else {
+            return writeln!(w, "krcore-ring none");
+        };
+        writeln!(w, "krcore-ring {}", b.ring.slot)?;
+        writeln!(w, "krcore-sqpoll {}", b.poller.is_some() as u8)?;
+        let mut ctx = b.ring.ctx.lock();
+        writeln!(w, "krcore-eventfd {}", ctx.has_eventfd() as u8)?;
+        let e = ctx.engine();
+        writeln!(w, "krcore-vqps {}", e.tables.vqps.len())?;
+        writeln!(w, "krcore-mrs {}", e.tables.mrs.len())?;
+        e.stats().write("krcore-", w)
+    }
+
     fn bound(&self) -> Result<&Binding> {
         let b = self.binding.load(Ordering::Acquire);
         // SAFETY: non-null only once setup stored a fully built binding (release, paired

@@ -14,6 +14,7 @@ mod devctx;
 mod device;
 mod fabric;
 mod file;
+mod inspect;
 mod meta;
 mod peer;
 mod ring_ctx;

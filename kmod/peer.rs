@@ -75,6 +75,11 @@ pub(crate) struct PeerSets {
 unsafe impl Send for PeerSets {}
 
 impl PeerSets {
+    /// Writes the peer table (abi's `Peers::write`) at `now_ms`.
+    pub(crate) fn write(&self, now_ms: i64, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        self.table.write(now_ms, w)
+    }
+
     /// No sets yet, for node `me`.
     pub(crate) fn new(me: u16) -> Result<PeerSets> {
         let table = KBuf::filled(PEER_SETS, None, GFP_KERNEL)?;

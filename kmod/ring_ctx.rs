@@ -121,7 +121,8 @@ impl RingCtx {
                 cq.ring::<Cqe>(p.cq_entries),
             )
         };
-        let ring = KBox::new(Ring::new(id, gen, sq_ring, cq_ring, storage), gfp)?;
+        let mut ring = KBox::new(Ring::new(id, gen, sq_ring, cq_ring, storage), gfp)?;
+        ring.set_trace(crate::inspect::TRACE);
         Ok(KBox::new(
             RingCtx {
                 ring,

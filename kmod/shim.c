@@ -4,6 +4,8 @@
  * wrappers of static inline verbs. No logic lives here; see shim.h.
  */
 #include <linux/cred.h>
+#include <linux/debugfs.h>
+#include <linux/seq_file.h>
 #include <linux/delay.h>
 #include <linux/eventfd.h>
 #include <linux/random.h>
@@ -52,6 +54,20 @@ static int krcore_fop_mmap(struct file *f, struct vm_area_struct *vma)
 			      vma->vm_end - vma->vm_start);
 }
 
+/* What Rust writes for one read of an inspection file, at most. */
+#define KRCORE_SHOW_MAX (64 * 1024)
+
+/* Each ring's counters in /proc/PID/fdinfo/FD, for `krcore rings`. */
+static void krcore_fop_show_fdinfo(struct seq_file *m, struct file *f)
+{
+	char *buf = kmalloc(PAGE_SIZE, GFP_KERNEL);
+
+	if (!buf)
+		return;
+	seq_write(m, buf, krcore_rs_fdinfo(f->private_data, buf, PAGE_SIZE));
+	kfree(buf);
+}
+
 /* .owner pins the module while a file is open, so rmmod then fails with EBUSY. */
 static const struct file_operations krcore_fops = {
 	.owner = THIS_MODULE,
@@ -59,8 +75,54 @@ static const struct file_operations krcore_fops = {
 	.release = krcore_fop_release,
 	.unlocked_ioctl = krcore_fop_ioctl,
 	.mmap = krcore_fop_mmap,
+	.show_fdinfo = krcore_fop_show_fdinfo,
 	.llseek = noop_llseek,
 };
+
+/* debugfs krcore/counters and krcore/peers (root only, as debugfs is). */
+static struct dentry *krcore_debugfs;
+
+static int krcore_show(struct seq_file *m, void *unused)
+{
+	char *buf = kvmalloc(KRCORE_SHOW_MAX, GFP_KERNEL);
+
+	if (!buf)
+		return -ENOMEM;
+	seq_write(m, buf, krcore_rs_show((unsigned long)m->private, buf, KRCORE_SHOW_MAX));
+	kvfree(buf);
+	return 0;
+}
+
+static int krcore_show_open(struct inode *inode, struct file *f)
+{
+	return single_open(f, krcore_show, inode->i_private);
+}
+
+static const struct file_operations krcore_show_fops = {
+	.owner = THIS_MODULE,
+	.open = krcore_show_open,
+	.read = seq_read,
+	.llseek = seq_lseek,
+	.release = single_release,
+};
+
+void krcore_shim_dbg_connect(u16 ring, const u8 *gid, u32 service, int res, const char *why,
+			     int why_len)
+{
+	pr_debug("krcore: ring %u: CONNECT %pI6c service %u: %d (%.*s)\n", ring, gid, service, res,
+		 why_len, why);
+}
+
+void krcore_shim_dbg_failure(u16 ring, u64 user_data, int res, const char *why, int why_len)
+{
+	pr_debug("krcore: ring %u: request %llx failed: %d (%.*s)\n", ring, user_data, res, why_len,
+		 why);
+}
+
+void krcore_shim_dbg_recovery(u32 qp, u64 total)
+{
+	pr_debug("krcore: pooled QPs from %u recovered (%llu recoveries so far)\n", qp, total);
+}
 
 /*
  * Who may open /dev/krcore. The default lets every local user in, as rdma-core's udev
@@ -791,6 +853,12 @@ int krcore_shim_register(void)
 	ret = krcore_shim_cm_listen();
 	if (ret)
 		goto misc;
+	/* Inspection only: the module works without it (debugfs may be absent). */
+	krcore_debugfs = debugfs_create_dir("krcore", NULL);
+	debugfs_create_file("counters", 0444, krcore_debugfs, (void *)KRCORE_SHOW_COUNTERS,
+			    &krcore_show_fops);
+	debugfs_create_file("peers", 0444, krcore_debugfs, (void *)KRCORE_SHOW_PEERS,
+			    &krcore_show_fops);
 	return 0;
 misc:
 	misc_deregister(&krcore_misc);
@@ -801,6 +869,8 @@ client:
 
 void krcore_shim_unregister(void)
 {
+	/* Waits for readers: none reaches the registry after this. */
+	debugfs_remove_recursive(krcore_debugfs);
 	krcore_shim_cm_stop();
 	misc_deregister(&krcore_misc);
 	ib_unregister_client(&krcore_client);

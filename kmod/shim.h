@@ -30,6 +30,13 @@ int krcore_rs_mmap(void *priv, struct vm_area_struct *vma, unsigned long pgoff,
 int krcore_rs_dev_add(struct ib_device *dev);
 void krcore_rs_dev_remove(struct ib_device *dev);
 
+/* The text of debugfs file `which` (KRCORE_SHOW_*) into buf, at most cap bytes; the
+ * fdinfo of the file whose context is priv. Both return the bytes written. */
+#define KRCORE_SHOW_COUNTERS 0
+#define KRCORE_SHOW_PEERS 1
+size_t krcore_rs_show(unsigned int which, char *buf, size_t cap);
+size_t krcore_rs_fdinfo(void *priv, char *buf, size_t cap);
+
 /* One step of an SQ polling thread: 0 keep polling, 1 sleep until woken (Rust has set
  * NEED_WAKEUP and rechecked the SQ), 2 nothing to do: yield, then keep polling. */
 int krcore_rs_sqpoll_step(void *ctx);
@@ -255,6 +262,11 @@ void krcore_shim_cond_resched(void);
 
 /* Register the misc device /dev/krcore and the ib_client; undo both. */
 int krcore_shim_register(void);
+/* Dynamic debug points (pr_debug): a CONNECT's outcome, a failed request, a recovery. */
+void krcore_shim_dbg_connect(u16 ring, const u8 *gid, u32 service, int res, const char *why,
+			     int why_len);
+void krcore_shim_dbg_failure(u16 ring, u64 user_data, int res, const char *why, int why_len);
+void krcore_shim_dbg_recovery(u32 qp, u64 total);
 void krcore_shim_unregister(void);
 
 const char *krcore_shim_dev_name(struct ib_device *dev);

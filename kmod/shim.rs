@@ -272,6 +272,22 @@ extern "C" {
     pub(crate) fn krcore_shim_ring_free(mem: *mut c_void);
     pub(crate) fn krcore_shim_ring_mmap(vma: *mut Vma, mem: *mut c_void, size: usize) -> c_int;
     pub(crate) fn krcore_shim_register() -> c_int;
+    pub(crate) fn krcore_shim_dbg_connect(
+        ring: u16,
+        gid: *const u8,
+        service: u32,
+        res: i32,
+        why: *const u8,
+        why_len: c_int,
+    );
+    pub(crate) fn krcore_shim_dbg_failure(
+        ring: u16,
+        user_data: u64,
+        res: i32,
+        why: *const u8,
+        why_len: c_int,
+    );
+    pub(crate) fn krcore_shim_dbg_recovery(qp: u32, total: u64);
     pub(crate) fn krcore_shim_unregister();
     pub(crate) fn krcore_shim_dev_name(dev: *mut IbDevice) -> *const c_char;
     pub(crate) fn krcore_shim_dev_index(dev: *mut IbDevice) -> u32;

@@ -30,6 +30,9 @@
 // ack comes when room frees).
 #define krcore_MAX_ACKS 64
 
+// How many reasons there are (one past the last code).
+#define krcore_Reason_COUNT 33
+
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
 #define krcore_ABI_VERSION 1

@@ -129,10 +129,10 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Decodes a [`Cqe::reason`] value.
-    pub fn from_u16(v: u16) -> Option<Reason> {
+    /// Every reason, in numeric order.
+    pub const ALL: [Reason; Reason::COUNT] = {
         use Reason::*;
-        const ALL: [Reason; 33] = [
+        [
             None,
             BadOpcode,
             UnknownFlags,
@@ -166,8 +166,54 @@ impl Reason {
             NoSuchName,
             NotOnPeer,
             ServiceTaken,
-        ];
-        ALL.get(v as usize).copied()
+        ]
+    };
+
+    /// How many reasons there are (one past the last code).
+    pub const COUNT: usize = 33;
+
+    /// Decodes a [`Cqe::reason`] value.
+    pub fn from_u16(v: u16) -> Option<Reason> {
+        Reason::ALL.get(v as usize).copied()
+    }
+
+    /// Its name in snake case (`remote_range`), as counters and tools show it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Reason::None => "none",
+            Reason::BadOpcode => "bad_opcode",
+            Reason::UnknownFlags => "unknown_flags",
+            Reason::ReservedNonzero => "reserved_nonzero",
+            Reason::BadVqp => "bad_vqp",
+            Reason::BadMr => "bad_mr",
+            Reason::LocalRange => "local_range",
+            Reason::BadRemoteMr => "bad_remote_mr",
+            Reason::RemoteRange => "remote_range",
+            Reason::Misaligned => "misaligned",
+            Reason::BadLength => "bad_length",
+            Reason::MrAccess => "mr_access",
+            Reason::Busy => "busy",
+            Reason::TableFull => "table_full",
+            Reason::NoDevice => "no_device",
+            Reason::QpError => "qp_error",
+            Reason::RingClosed => "ring_closed",
+            Reason::Verbs => "verbs",
+            Reason::RemoteError => "remote_error",
+            Reason::NotOwner => "not_owner",
+            Reason::BadDescriptor => "bad_descriptor",
+            Reason::Throttled => "throttled",
+            Reason::Deadline => "deadline",
+            Reason::NoReceiver => "no_receiver",
+            Reason::TooLong => "too_long",
+            Reason::Cancelled => "cancelled",
+            Reason::Unreachable => "unreachable",
+            Reason::NoLink => "no_link",
+            Reason::BadName => "bad_name",
+            Reason::NameTaken => "name_taken",
+            Reason::NoSuchName => "no_such_name",
+            Reason::NotOnPeer => "not_on_peer",
+            Reason::ServiceTaken => "service_taken",
+        }
     }
 
     /// The errno a CQE carries for this reason.

@@ -27,4 +27,5 @@ pub mod opcode;
 pub mod poller;
 pub mod ring;
 pub mod sqe;
+pub mod stats;
 pub mod waiter;

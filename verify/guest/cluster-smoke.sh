@@ -97,6 +97,7 @@ MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
 ELASTIC_WORKER=$(dirname "$0")/../../target/release/examples/elastic_worker
+KRCORE_TOOL=$(dirname "$0")/../../target/release/krcore
 CM_PORT=7471
 addr_of() {
   for p in $KRCORE_PEERS; do
@@ -384,6 +385,14 @@ import)
   case "$out" in
   *": 00 07 0e 15 1c 23 2a 31") ;;
   *) echo "$KRCORE_NODE: the elastic worker read the wrong bytes" >&2; exit 1 ;;
+  esac
+  # The tool: a timed lookup of the name, and this node's set to the exporter.
+  "$KRCORE_TOOL" lookup "$peer" "$4" || exit 1
+  peers=$("$KRCORE_TOOL" peers) || exit 1
+  echo "$peers"
+  case "$peers" in
+  *"peer $peer node "*" set ready "*) ;;
+  *) echo "$KRCORE_NODE: krcore peers shows no ready set to $peer" >&2; exit 1 ;;
   esac
   "$REMOTE_MEMORY" import "$peer" "$4" || exit 1
   unload

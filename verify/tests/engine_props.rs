@@ -491,7 +491,7 @@ fn full_cq_overflows_and_loses_nothing() {
         "overflowed CQEs keep their order"
     );
     assert!(!rig.ring(0).sq.flags().contains(SqFlags::CQ_OVERFLOW));
-    assert_eq!(rig.ring(0).ring.stats().overflowed, 12);
+    assert_eq!(rig.ring(0).ring.stats().cq_overflows, 12);
 }
 
 #[test]
@@ -658,5 +658,64 @@ fn direct_posts_only_validated_requests_on_an_idle_device() {
     assert_eq!(
         direct(&mut rig, &read(6, v, 8)).unwrap_err().failure(),
         Some(Reason::Busy)
+    );
+}
+
+static TRACED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn trace_connect(ring: u16, gid: &[u8; 16], service: u32, cqe: &Cqe) {
+    TRACED
+        .lock()
+        .unwrap()
+        .push(format!("connect r{ring} {} s{service} {}", gid[0], cqe.res));
+}
+
+fn trace_failure(ring: u16, cqe: &Cqe) {
+    let why = cqe.failure().map(|r| r.name()).unwrap_or("?");
+    TRACED
+        .lock()
+        .unwrap()
+        .push(format!("failure r{ring} u{} {why}", cqe.user_data));
+}
+
+/// The counters the module shows (connects, failures by reason, overflows) and the
+/// connect and failure points it logs come from the engine, per ring.
+#[test]
+fn counters_and_trace_points_see_every_outcome() {
+    let mut rig = Rig::new(&[8, 8]);
+    let r = rig.open(Limits::default());
+    rig.ring(r).ring.set_trace(krcore_abi::engine::Trace {
+        connect: trace_connect,
+        failure: trace_failure,
+    });
+    let mut bad = Sqe::nop(3);
+    bad.opcode = 200;
+    let got = run_sync(
+        &mut rig,
+        r,
+        &[
+            Sqe::connect(1, [5; 16], 7),
+            Sqe::disconnect(2, 99),
+            bad,
+            Sqe::nop(4),
+        ],
+    );
+    assert_eq!(got.len(), 4);
+    let s = rig.ring(r).ring.stats();
+    assert_eq!(s.connects, 1);
+    assert_eq!(s.failed[Reason::BadVqp as usize], 1);
+    assert_eq!(s.failed[Reason::BadOpcode as usize], 1);
+    assert_eq!(
+        (s.rings, s.taken, s.completed, s.failed_total()),
+        (1, 4, 4, 2)
+    );
+    let traced = TRACED.lock().unwrap().clone();
+    assert_eq!(
+        traced,
+        [
+            format!("connect r{r} 5 s7 {}", got[0].res),
+            "failure r0 u2 bad_vqp".to_string(),
+            "failure r0 u3 bad_opcode".to_string(),
+        ]
     );
 }

@@ -61,6 +61,20 @@ pub enum State {
     },
 }
 
+impl State {
+    /// A one-word name, as the module's `peers` file and the `krcore` tool show it.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::Connecting { .. } => "connecting",
+            State::Ready { .. } => "ready",
+            State::Adopting { .. } => "adopting",
+            State::Yielded { .. } => "yielded",
+            State::Backoff { .. } => "backoff",
+        }
+    }
+}
+
 /// What the caller does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {

@@ -194,6 +194,33 @@ impl<S: Store> Peers<S> {
             .map(|i| i as u32)
     }
 
+    /// Writes one line per peer entry: `peer ADDR node N set STATE qps A-B bound K
+    /// idle_ms T`, with `retired` at the end of a retired entry's line (its set was
+    /// lost while virtual QPs were bound to it).
+    pub fn write(&self, now_ms: i64, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        for (i, p) in self.table.as_ref().iter().enumerate() {
+            let Some(p) = p else { continue };
+            let a = &p.addr;
+            let qps = self.qps(i as u32);
+            write!(
+                w,
+                "peer {}.{}.{}.{} node {} set {} qps {}-{} bound {} idle_ms {}",
+                a[12],
+                a[13],
+                a[14],
+                a[15],
+                node_of(a).unwrap_or(0),
+                p.set.state().name(),
+                qps.start,
+                qps.end - 1,
+                p.bound,
+                now_ms.saturating_sub(p.last_used_ms).max(0)
+            )?;
+            writeln!(w, "{}", if p.retired { " retired" } else { "" })?;
+        }
+        Ok(())
+    }
+
     /// Entry `peer`'s physical QP slots.
     pub fn qps(&self, peer: u32) -> Range<u32> {
         let first = self.first_qp + peer * self.qps_per_set;
@@ -494,6 +521,24 @@ mod tests {
         assert_eq!(qps, 6..8);
         assert_eq!(p.of_qp(7), Some(1));
         assert_eq!(p.of_qp(8), None, "no entry there");
+    }
+
+    #[test]
+    fn the_table_is_written_one_line_per_peer() {
+        let mut p = Peers::with_capacity(4, 1, 4, 2);
+        let Dial::Connect { peer, .. } = p.dial(&addr(12), 12, 7, 100) else {
+            panic!()
+        };
+        p.attempt_done(peer, Attempt::Established, 150);
+        p.bind(peer);
+        let _ = p.dial(&addr(13), 13, 1, 200);
+        let mut s = alloc::string::String::new();
+        p.write(1_100, &mut s).unwrap();
+        assert_eq!(
+            s,
+            "peer 192.0.2.12 node 524 set ready qps 4-5 bound 1 idle_ms 1000\n\
+             peer 192.0.2.13 node 525 set connecting qps 6-7 bound 0 idle_ms 900\n"
+        );
     }
 
     #[test]

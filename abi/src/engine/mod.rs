@@ -33,7 +33,7 @@ mod validate;
 mod wrid;
 
 // Siblings of the engine that its modules reach as `super::x`.
-use super::{cluster, cqe, errno, layout, meta, opcode, ring, sqe};
+use super::{cluster, cqe, errno, layout, meta, opcode, ring, sqe, stats};
 
 pub use backend::{Connection, MrKeys, PostError, SendKind, SendWr, Sge, Wc, WcStatus};
 pub use blame::{Blame, BACKOFF_BASE_MS, BACKOFF_MAX_MS};
@@ -54,7 +54,7 @@ pub use recovery::{
 };
 pub use register::{Caller, Context, Registration};
 pub use ring_state::{
-    Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Vqp,
+    Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Trace, Vqp,
     REVOKED_ACROSS,
 };
 pub use route::{BusyHint, Delivered, Inbox};

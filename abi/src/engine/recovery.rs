@@ -121,6 +121,8 @@ pub struct Recovery {
     broken: u64,
     /// When each QP went to the error state, in ms.
     errored_at: [i64; MAX_RECOVERED_QPS],
+    /// Groups recovered so far (re-armed, or found beyond re-arming).
+    recovered: u64,
 }
 
 impl Recovery {
@@ -133,7 +135,13 @@ impl Recovery {
             flushed: 0,
             broken: 0,
             errored_at: [0; MAX_RECOVERED_QPS],
+            recovered: 0,
         }
+    }
+
+    /// Groups recovered so far (the device's `recoveries` counter).
+    pub fn recovered(&self) -> u64 {
+        self.recovered
     }
 
     /// The wr_id of QP `qp`'s flush marker (the backend's request 0 is the kernel-direct
@@ -219,6 +227,7 @@ impl Recovery {
             // Re-armed while still failed, so no ring posts on a QP being reset (posts
             // check in the QP's section); usable from its recycling on.
             let rearmed = hw.rearm(group.start as u32, g as u32).is_ok();
+            self.recovered += 1;
             if !rearmed {
                 // Its virtual QPs get QpError from now on.
                 self.broken |= bits;

@@ -143,17 +143,19 @@ pub enum Completion {
     Failed(Reason),
 }
 
-/// Counters a ring keeps (the kernel mirrors some into the ring header).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RingStats {
-    /// SQEs taken.
-    pub taken: u64,
-    /// CQEs produced.
-    pub completed: u64,
-    /// CQEs that waited in the overflow list.
-    pub overflowed: u64,
-    /// Completions that named no request of this ring (stale or stray).
-    pub stray: u64,
+/// Counters a ring keeps: the device's kind ([`Counters`](super::stats::Counters)),
+/// for one ring (`rings` is 1, `recoveries` the device's alone).
+pub type RingStats = super::stats::Counters;
+
+/// What the kernel logs at the engine's connect and failure points (its dynamic
+/// debug): plain function pointers, so the engine stays generic and allocation-free.
+#[derive(Clone, Copy, Debug)]
+pub struct Trace {
+    /// A CONNECT's outcome (its completion), with the ring's id, the node's GID and the
+    /// service.
+    pub connect: fn(ring: u16, gid: &[u8; 16], service: u32, cqe: &Cqe),
+    /// Any completion that reports a failure, with the ring's id.
+    pub failure: fn(ring: u16, cqe: &Cqe),
 }
 
 /// One ring, kernel side.
@@ -175,6 +177,8 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     /// A REG_MR taken from the SQ, registered by the caller outside its locks
     /// (see [`register`](super::register)).
     pub(crate) registration: super::register::Pending,
+    /// Where connect and failure points are logged, if anywhere.
+    pub(crate) trace: Option<Trace>,
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
@@ -200,16 +204,25 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             overflow,
             overflow_flag: false,
             closed: false,
-            stats: RingStats::default(),
+            stats: RingStats {
+                rings: 1,
+                ..RingStats::ZERO
+            },
             chain: Chain::new(),
             blame: super::blame::Blame::default(),
             registration: super::register::Pending::None,
+            trace: None,
         }
     }
 
     /// The ring's id and generation, as its `wr_id`s carry them.
     pub fn identity(&self) -> (u16, u16) {
         (self.id, self.gen)
+    }
+
+    /// Logs connect and failure points through `trace` from now on.
+    pub fn set_trace(&mut self, trace: Trace) {
+        self.trace = Some(trace);
     }
 
     /// Counters.
@@ -248,17 +261,23 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// is kept), to the overflow list otherwise.
     pub(crate) fn emit(&mut self, cqe: Cqe) {
         self.stats.completed += 1;
+        if let Some(r) = cqe.failure() {
+            self.stats.failed[r as usize] += 1;
+            if let Some(t) = self.trace {
+                (t.failure)(self.id, &cqe);
+            }
+        }
         if self.closed {
             return;
         }
         if self.overflow.is_empty() {
             if let Err(c) = self.cq.push(cqe) {
-                self.stats.overflowed += 1;
+                self.stats.cq_overflows += 1;
                 let r = self.overflow.push(c);
                 debug_assert!(r.is_ok(), "room rule broken");
             }
         } else {
-            self.stats.overflowed += 1;
+            self.stats.cq_overflows += 1;
             let r = self.overflow.push(cqe);
             debug_assert!(r.is_ok(), "room rule broken");
         }

@@ -218,6 +218,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             }
         };
         let t = &mut self.tables;
+        let connect = match op {
+            Op::Connect { gid, service } => Some((gid, service)),
+            _ => None,
+        };
         let cqe = match op {
             Op::Nop => Cqe::ok(ud, 0, 0),
             Op::RegMr { .. } if cx.caller != Caller::Owner => Cqe::err(ud, Reason::NotOwner),
@@ -304,6 +308,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                                 });
                                 let h = h.expect("room checked");
                                 f.qp(conn.qp, |q, _| q.bind());
+                                self.stats.connects += 1;
                                 Cqe::ok(ud, h as i32, conn.qpn as u64)
                             }
                         }
@@ -459,6 +464,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 return Step::Taken;
             }
         };
+        if let (Some((gid, service)), Some(t)) = (connect, self.trace) {
+            (t.connect)(self.id, &gid, service, &cqe);
+        }
         self.emit(cqe);
         Step::Taken
     }

@@ -9,6 +9,7 @@ mod clients;
 mod datapath;
 mod device;
 mod harness;
+mod inspect;
 mod ioctl;
 mod isolation;
 mod lifecycle;
@@ -100,6 +101,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "async_api::futures_wake_by_eventfd_and_cancel_safely",
         run: async_api::futures_wake_by_eventfd_and_cancel_safely,
+    },
+    Test {
+        name: "inspect::counters_tool_and_debug_points",
+        run: inspect::counters_tool_and_debug_points,
     },
     Test {
         name: "clients::c_example_runs",

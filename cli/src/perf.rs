@@ -1,0 +1,231 @@
+//! Latency and bandwidth over krcore, in the manner of perftest's ib_read_lat and
+//! ib_write_bw, and a timed MetaServer lookup.
+
+use std::time::{Duration, Instant};
+
+use krcore_abi::sqe::MrAccess;
+use krcore_uring::{Batch, Builder, Device, MemoryRegion, RemoteRegion, Ring, Vqp};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// A one-sided operation to measure.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Op {
+    /// RDMA READ.
+    Read,
+    /// RDMA WRITE.
+    Write,
+    /// 8-byte compare-and-swap.
+    Cas,
+    /// 8-byte fetch-and-add.
+    Faa,
+}
+
+/// What `lat` and `bw` measure, and against what.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The operation.
+    #[arg(long, value_enum, default_value = "read")]
+    op: Op,
+    /// Bytes per operation (8 for the atomics).
+    #[arg(long)]
+    size: Option<u32>,
+    /// Operations to time.
+    #[arg(long, default_value_t = 1000)]
+    iters: u32,
+    /// Operations in flight (bw).
+    #[arg(long, default_value_t = 16)]
+    depth: u32,
+    /// The node whose memory to reach (address or host name); by default this node's
+    /// loopback pool and memory of this process.
+    #[arg(long)]
+    node: Option<String>,
+    /// The name the node published its memory under (with --node).
+    #[arg(long, requires = "node")]
+    name: Option<String>,
+    /// The service number of the virtual QP.
+    #[arg(long, default_value_t = 40)]
+    service: u32,
+}
+
+impl Args {
+    fn size(&self, default: u32) -> Result<u32> {
+        let s = self.size.unwrap_or(match self.op {
+            Op::Cas | Op::Faa => 8,
+            _ => default,
+        });
+        match self.op {
+            Op::Cas | Op::Faa if s != 8 => Err("atomics move 8 bytes: --size 8".into()),
+            _ if s == 0 => Err("--size must be positive".into()),
+            _ => Ok(s),
+        }
+    }
+}
+
+/// A ring, a virtual QP, local memory of `len` bytes, and the remote memory.
+struct Setup {
+    ring: Ring,
+    vqp: Vqp,
+    local: MemoryRegion,
+    remote: RemoteRegion,
+    /// This process's own target memory, on the loopback pool (kept registered).
+    _target: Option<MemoryRegion>,
+}
+
+fn setup(a: &Args, len: u32) -> Result<Setup> {
+    let dev = Device::open()?;
+    let own = dev
+        .query_devices()?
+        .node_gid()
+        .ok_or("no RoCE v2 IPv4 GID on any device")?;
+    let mut ring = Builder::new(a.depth.clamp(16, 1024)).build(dev)?;
+    let vqp = match &a.node {
+        Some(n) => ring.connect_to(n, a.service)?,
+        None => ring.connect(own, a.service)?,
+    };
+    let local = ring.register(len as usize, MrAccess::LOCAL_WRITE)?;
+    let (remote, target) = match &a.name {
+        Some(name) => (ring.import_name(&vqp, name, len)?, None),
+        None => {
+            let all = MrAccess::LOCAL_WRITE
+                | MrAccess::REMOTE_READ
+                | MrAccess::REMOTE_WRITE
+                | MrAccess::REMOTE_ATOMIC;
+            let t = ring.register(len as usize, all)?;
+            let d = t.export().ok_or("no export descriptor")?;
+            (ring.import(&vqp, &d)?, Some(t))
+        }
+    };
+    Ok(Setup {
+        ring,
+        vqp,
+        local,
+        remote,
+        _target: target,
+    })
+}
+
+/// Adds operation `a.op` of `size` bytes at offset `off` of both sides.
+fn add<'a>(
+    b: &mut Batch<'a>,
+    (v, l, r): (&Vqp, &'a MemoryRegion, &RemoteRegion),
+    a: &Args,
+    off: u64,
+    size: u32,
+) -> Result<()> {
+    match a.op {
+        Op::Read => b.read(v, l, off, r, off, size)?,
+        Op::Write => b.write(v, l, off, r, off, size)?,
+        Op::Cas => b.cas(v, l, off, r, off, 0, 0)?,
+        Op::Faa => b.faa(v, l, off, r, off, 1)?,
+    };
+    Ok(())
+}
+
+/// Runs `n` operations at once, each on its own bytes.
+fn run(s: &mut Setup, a: &Args, n: u32, size: u32) -> Result<()> {
+    let mut b = Batch::new();
+    for k in 0..n as u64 {
+        add(
+            &mut b,
+            (&s.vqp, &s.local, &s.remote),
+            a,
+            k * size as u64,
+            size,
+        )?;
+    }
+    for c in s.ring.run(b)? {
+        c?;
+    }
+    Ok(())
+}
+
+fn label(a: &Args, size: u32) -> String {
+    format!("{:?} {size} B", a.op).to_uppercase()
+}
+
+/// The median and the 99th percentile of `v` (sorted here).
+fn median_p99(v: &mut [Duration]) -> (Duration, Duration) {
+    v.sort();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+pub fn lat(a: &Args) -> Result<()> {
+    let size = a.size(8)?;
+    let mut s = setup(a, size)?;
+    run(&mut s, a, 1, size)?; // warm
+    let mut t = Vec::with_capacity(a.iters as usize);
+    for _ in 0..a.iters {
+        let start = Instant::now();
+        run(&mut s, a, 1, size)?;
+        t.push(start.elapsed());
+    }
+    let (med, p99) = median_p99(&mut t);
+    println!(
+        "{}: {} operations one at a time: median {:.2} us, p99 {:.2} us, min {:.2} us, max {:.2} us",
+        label(a, size),
+        a.iters,
+        med.as_secs_f64() * 1e6,
+        p99.as_secs_f64() * 1e6,
+        t[0].as_secs_f64() * 1e6,
+        t[t.len() - 1].as_secs_f64() * 1e6
+    );
+    Ok(())
+}
+
+pub fn bw(a: &Args) -> Result<()> {
+    let size = a.size(65536)?;
+    let depth = a.depth.max(1);
+    let mut s = setup(a, size * depth)?;
+    run(&mut s, a, depth, size)?; // warm
+    let rounds = a.iters.div_ceil(depth);
+    let start = Instant::now();
+    for _ in 0..rounds {
+        run(&mut s, a, depth, size)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let ops = (rounds * depth) as f64;
+    println!(
+        "{}: {} operations, {depth} in flight: {:.1} MB/s, {:.0} operations/s, {} enters",
+        label(a, size),
+        rounds * depth,
+        ops * size as f64 / secs / 1e6,
+        ops / secs,
+        s.ring.enters()
+    );
+    Ok(())
+}
+
+pub fn lookup(node: &str, name: &str, len: u32, again: u32) -> Result<()> {
+    let mut ring = Builder::new(16).build(Device::open()?)?;
+    let vqp = ring.connect_to(node, 41)?;
+    let start = Instant::now();
+    let r = ring.import_name(&vqp, name, len)?;
+    let first = start.elapsed();
+    println!(
+        "{name} at {node}: remote address {:#x}, {} bytes imported",
+        r.addr(),
+        r.len()
+    );
+    let mut t = Vec::new();
+    for _ in 0..again {
+        let start = Instant::now();
+        ring.import_name(&vqp, name, len)?;
+        t.push(start.elapsed());
+    }
+    print!(
+        "lookup: first {:.1} us (MetaServer READs)",
+        first.as_secs_f64() * 1e6
+    );
+    if !t.is_empty() {
+        let (med, p99) = median_p99(&mut t);
+        print!(
+            ", then cached: median {:.1} us, p99 {:.1} us",
+            med.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6
+        );
+    }
+    println!();
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! Seeing inside: the module's counters (debugfs) and each ring's (fdinfo) move with
+//! what a ring does; the `krcore` tool shows devices, counters, rings, peers, latency
+//! and bandwidth; the dynamic debug points log a CONNECT and a failure when switched on.
+
+use std::os::fd::AsRawFd;
+
+use krcore_uring::abi::cqe::Reason;
+use krcore_uring::abi::sqe::Sqe;
+use krcore_uring::abi::stats::Counters;
+use krcore_uring::{Builder, Device};
+
+use crate::datapath::LOCAL_GID;
+use crate::harness::{check, sh};
+
+const KRCORE: &str = "target/release/krcore";
+const DYNDBG: &str = "/sys/kernel/debug/dynamic_debug/control";
+
+/// The device's counters as debugfs shows them (the first device's section).
+fn device_counters() -> Result<Counters, String> {
+    let text = std::fs::read_to_string("/sys/kernel/debug/krcore/counters")
+        .map_err(|e| format!("debugfs counters: {e}"))?;
+    let body: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("device "))
+        .skip(1)
+        .take_while(|l| !l.starts_with("device "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut c = Counters::ZERO;
+    check(c.read("", &body) > 0, || format!("no counters in: {text}"))?;
+    Ok(c)
+}
+
+pub fn counters_tool_and_debug_points() -> Result<(), String> {
+    let before = device_counters()?;
+    std::fs::write(DYNDBG, "module krcore +p").map_err(|e| format!("dynamic debug: {e}"))?;
+    let dev = Device::open().map_err(|e| e.to_string())?;
+    let mut ring = Builder::new(8).build(dev).map_err(|e| e.to_string())?;
+    let vqp = ring.connect(LOCAL_GID, 31).map_err(|e| e.to_string())?;
+    let mut bad = Sqe::nop(0xbad);
+    bad.opcode = 200;
+    // SAFETY: names no memory.
+    unsafe { ring.push(&bad) }.map_err(|e| e.to_string())?;
+    ring.submit_and_wait(1).map_err(|e| e.to_string())?;
+    let got: Vec<_> = ring.completions().collect();
+    check(
+        got.len() == 1 && got[0].failure() == Some(Reason::BadOpcode),
+        || format!("{got:?}"),
+    )?;
+    std::fs::write(DYNDBG, "module krcore -p").map_err(|e| format!("dynamic debug: {e}"))?;
+
+    // This ring's own counters, in its fdinfo.
+    let fd = ring.as_raw_fd();
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+        .map_err(|e| format!("fdinfo: {e}"))?;
+    let mut mine = Counters::ZERO;
+    mine.read("krcore-", &info);
+    check(
+        mine.connects == 1 && mine.failed[Reason::BadOpcode as usize] == 1 && mine.taken == 2,
+        || format!("fdinfo: {info}"),
+    )?;
+    check(info.contains("krcore-vqps 1\n"), || {
+        format!("fdinfo: {info}")
+    })?;
+    // The device's, in debugfs: this ring's work is in them.
+    let after = device_counters()?;
+    check(
+        after.connects > before.connects
+            && after.failed[Reason::BadOpcode as usize] > before.failed[Reason::BadOpcode as usize],
+        || format!("debugfs counters did not move: {before:?} -> {after:?}"),
+    )?;
+    println!(
+        "  fdinfo: connects {}, bad_opcode {}; debugfs: connects {} -> {}",
+        mine.connects,
+        mine.failed[Reason::BadOpcode as usize],
+        before.connects,
+        after.connects
+    );
+
+    // The debug points, in the kernel log.
+    let log = sh(&["dmesg"])?;
+    let connect = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("CONNECT ::ffff:192.0.2.1 service 31"));
+    let failed = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("request bad failed: -22 (bad_opcode)"));
+    check(connect.is_some() && failed.is_some(), || {
+        format!(
+            "debug points missing from the kernel log (tail: {:?})",
+            log.lines().rev().take(8).collect::<Vec<_>>()
+        )
+    })?;
+    println!("  dynamic debug: {}", connect.unwrap_or_default().trim());
+    println!("  dynamic debug: {}", failed.unwrap_or_default().trim());
+
+    // The tool.
+    let devices = sh(&[KRCORE, "devices"])?;
+    check(
+        devices.contains("rxe0") && devices.contains("this node, as CONNECT names it: 192.0.2.1"),
+        || format!("krcore devices: {devices}"),
+    )?;
+    let counters = sh(&[KRCORE, "counters"])?;
+    check(
+        counters.contains("connects") && counters.contains("bad_opcode"),
+        || format!("krcore counters: {counters}"),
+    )?;
+    let rings = sh(&[KRCORE, "rings"])?;
+    let me = std::process::id().to_string();
+    check(
+        rings
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(me.as_str())),
+        || format!("krcore rings does not list this process ({me}): {rings}"),
+    )?;
+    let peers = sh(&[KRCORE, "peers"])?;
+    check(peers.contains("rxe0"), || format!("krcore peers: {peers}"))?;
+    let lat = sh(&[KRCORE, "lat", "--iters", "200"])?;
+    check(
+        lat.contains("READ 8 B: 200 operations one at a time: median"),
+        || format!("krcore lat: {lat}"),
+    )?;
+    let bw = sh(&[
+        KRCORE, "bw", "--op", "write", "--size", "4096", "--depth", "8", "--iters", "64",
+    ])?;
+    check(
+        bw.contains("WRITE 4096 B: 64 operations, 8 in flight:"),
+        || format!("krcore bw: {bw}"),
+    )?;
+    for out in [&devices, &counters, &rings, &lat, &bw] {
+        for l in out.lines().take(12) {
+            println!("  {l}");
+        }
+    }
+    ring.disconnect(vqp).map_err(|e| e.to_string())
+}
