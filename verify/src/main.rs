@@ -16,107 +16,113 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::{Parser, Subcommand};
 use verify::vm::{self, Outcome};
 
-const USAGE: &str = "usage: verify vm --kernel BZIMAGE [--module KO] [--module-param K=V]... [--timeout SECS] [--memory MIB] [--cpus N] [--env K=V]... [--dmesg] (-- COMMAND [ARGS...] | --nodes N --role NAME:COMMAND...)";
-
-/// A parsed `vm` command: one guest, or one per role.
-struct VmArgs {
-    cfg: vm::Config,
-    roles: Vec<vm::Role>,
+/// krcore's test bed.
+#[derive(Parser)]
+#[command(
+    name = "verify",
+    about = "krcore's test bed: boots test VMs and runs commands in them"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-fn parse_vm(args: &[String]) -> Result<VmArgs, String> {
-    let mut cfg = vm::Config {
-        kernel: PathBuf::new(),
-        module: None,
-        module_params: Vec::new(),
-        command: Vec::new(),
-        cwd: std::env::current_dir().map_err(|e| e.to_string())?,
-        env: Vec::new(),
-        timeout: Duration::from_secs(600),
-        memory_mib: 2048,
-        cpus: 2,
-        show_dmesg: false,
-    };
-    let mut roles = Vec::new();
-    let mut nodes = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
-        match a.as_str() {
-            "--kernel" => cfg.kernel = value("--kernel")?.into(),
-            "--module" => cfg.module = Some(value("--module")?.into()),
-            "--module-param" => {
-                let kv = value("--module-param")?;
-                if !kv.contains('=') || kv.contains(char::is_whitespace) {
-                    return Err(format!(
-                        "--module-param takes K=V without spaces, not {kv:?}"
-                    ));
-                }
-                cfg.module_params.push(kv);
+#[derive(Subcommand)]
+enum Command {
+    /// Boots the test VM (or one per role) and runs the command inside.
+    Vm(VmArgs),
+}
+
+/// A `vm` command: one guest running COMMAND, or one per `--role`.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["command", "role"])))]
+struct VmArgs {
+    /// The kernel to boot.
+    #[arg(long)]
+    kernel: PathBuf,
+    /// The krcore module to load.
+    #[arg(long)]
+    module: Option<PathBuf>,
+    /// A module parameter, K=V (repeatable).
+    #[arg(long = "module-param", value_parser = module_param)]
+    module_params: Vec<String>,
+    /// Seconds before the run is failed as hung.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Guest memory, MiB.
+    #[arg(long, default_value_t = 2048)]
+    memory: u32,
+    /// Guest CPUs.
+    #[arg(long, default_value_t = 2)]
+    cpus: u32,
+    /// An environment variable for the command, K=V (repeatable).
+    #[arg(long, value_parser = key_value)]
+    env: Vec<(String, String)>,
+    /// Print the guest's kernel log even when the run passes.
+    #[arg(long)]
+    dmesg: bool,
+    /// Guests on one Ethernet segment, one per --role.
+    #[arg(long, requires = "role", value_parser = clap::value_parser!(u64).range(2..))]
+    nodes: Option<u64>,
+    /// NAME:COMMAND, the command (run by sh -c) of the guest NAME (repeatable).
+    #[arg(long, requires = "nodes", value_parser = role)]
+    role: Vec<vm::Role>,
+    /// The command to run in the one guest.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+fn module_param(kv: &str) -> Result<String, String> {
+    if !kv.contains('=') || kv.contains(char::is_whitespace) {
+        return Err(format!("K=V without spaces, not {kv:?}"));
+    }
+    Ok(kv.into())
+}
+
+fn key_value(kv: &str) -> Result<(String, String), String> {
+    let (k, v) = kv.split_once('=').ok_or("K=V")?;
+    Ok((k.into(), v.into()))
+}
+
+fn role(r: &str) -> Result<vm::Role, String> {
+    let (name, cmd) = r.split_once(':').ok_or("NAME:COMMAND")?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Err(format!("role name {name:?}: letters, digits and '-' only"));
+    }
+    Ok(vm::Role {
+        name: name.into(),
+        command: vec!["/bin/sh".into(), "-c".into(), cmd.into()],
+    })
+}
+
+impl VmArgs {
+    /// The runner's configuration and roles, checked against each other.
+    fn config(self) -> Result<(vm::Config, Vec<vm::Role>), String> {
+        if let Some(n) = self.nodes {
+            if n as usize != self.role.len() {
+                return Err(format!(
+                    "--nodes {n} needs one --role each ({} given)",
+                    self.role.len()
+                ));
             }
-            "--timeout" => {
-                cfg.timeout = Duration::from_secs(
-                    value("--timeout")?
-                        .parse()
-                        .map_err(|_| "--timeout takes seconds")?,
-                )
-            }
-            "--memory" => {
-                cfg.memory_mib = value("--memory")?
-                    .parse()
-                    .map_err(|_| "--memory takes MiB")?
-            }
-            "--cpus" => {
-                cfg.cpus = value("--cpus")?
-                    .parse()
-                    .map_err(|_| "--cpus takes a number")?
-            }
-            "--env" => {
-                let kv = value("--env")?;
-                let (k, v) = kv.split_once('=').ok_or("--env takes K=V")?;
-                cfg.env.push((k.into(), v.into()));
-            }
-            "--dmesg" => cfg.show_dmesg = true,
-            "--nodes" => {
-                nodes = Some(
-                    value("--nodes")?
-                        .parse::<usize>()
-                        .map_err(|_| "--nodes takes a number")?,
-                )
-            }
-            "--role" => {
-                let r = value("--role")?;
-                let (name, cmd) = r.split_once(':').ok_or("--role takes NAME:COMMAND")?;
-                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-                    return Err(format!("role name {name:?}: letters, digits and '-' only"));
-                }
-                roles.push(vm::Role {
-                    name: name.into(),
-                    command: vec!["/bin/sh".into(), "-c".into(), cmd.into()],
-                });
-            }
-            "--" => {
-                cfg.command = it.by_ref().cloned().collect();
-            }
-            other => return Err(format!("unknown argument {other:?}")),
         }
+        let cfg = vm::Config {
+            kernel: self.kernel,
+            module: self.module,
+            module_params: self.module_params,
+            command: self.command,
+            cwd: std::env::current_dir().map_err(|e| e.to_string())?,
+            env: self.env,
+            timeout: Duration::from_secs(self.timeout),
+            memory_mib: self.memory,
+            cpus: self.cpus,
+            show_dmesg: self.dmesg,
+        };
+        Ok((cfg, self.role))
     }
-    match nodes {
-        Some(n) if n < 2 || n != roles.len() => {
-            return Err(format!(
-                "--nodes {n} needs at least 2 nodes and one --role each ({} given)",
-                roles.len()
-            ))
-        }
-        None if !roles.is_empty() => return Err("--role needs --nodes".into()),
-        _ => {}
-    }
-    if cfg.kernel.as_os_str().is_empty() || (cfg.command.is_empty() == roles.is_empty()) {
-        return Err(USAGE.into());
-    }
-    Ok(VmArgs { cfg, roles })
 }
 
 /// Says how a run ended, as `tag`.
@@ -137,12 +143,8 @@ fn say(tag: &str, outcome: &Outcome) {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let parsed = match args.split_first() {
-        Some((cmd, rest)) if cmd == "vm" => parse_vm(rest),
-        _ => Err(USAGE.into()),
-    };
-    let VmArgs { cfg, roles } = match parsed {
+    let Command::Vm(args) = Cli::parse().command;
+    let (cfg, roles) = match args.config() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("verify: {e}");

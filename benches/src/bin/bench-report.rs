@@ -33,44 +33,55 @@ fn date() -> String {
         .unwrap_or_default()
 }
 
+/// Reports of `make bench` and `make demo`.
+#[derive(clap::Parser)]
+#[command(name = "bench-report")]
+enum Cli {
+    /// The in-VM figures: guest logs, then the results directory.
+    Vm {
+        /// The guest logs, then the results directory.
+        #[arg(required = true, num_args = 2..)]
+        paths: Vec<String>,
+        /// Also rewrite this README's bench block with the report.
+        #[arg(long)]
+        readme: Option<String>,
+    },
+    /// Criterion's medians into native.md.
+    Native { criterion: String, dir: String },
+    /// The demo's guest log into demo.md and its timeline.
+    Demo { log: String, dir: String },
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["vm", ref rest @ .., "--readme", readme] if rest.len() >= 2 => {
-            let (dir, logs) = rest.split_last().expect("two or more");
-            vm(logs, PathBuf::from(dir), Some(readme))
+    match <Cli as clap::Parser>::parse() {
+        Cli::Vm { paths, readme } => {
+            let (dir, logs) = paths.split_last().expect("two or more");
+            let logs: Vec<&str> = logs.iter().map(String::as_str).collect();
+            vm(&logs, PathBuf::from(dir), readme.as_deref())
         }
-        ["vm", ref rest @ ..] if rest.len() >= 2 => {
-            let (dir, logs) = rest.split_last().expect("two or more");
-            vm(logs, PathBuf::from(dir), None)
-        }
-        ["native", criterion, dir] => {
+        Cli::Native { criterion, dir } => {
             let title = format!("# Native figures (criterion), {}
 
 Host: {}; no kernel involved: the abi engine over a fake NIC, uring-lib over anonymous ring memory, io_uring on the host kernel.", date(), machine());
-            let md = krcore_benches::native::markdown(std::path::Path::new(criterion), &title)
+            let md = krcore_benches::native::markdown(std::path::Path::new(&criterion), &title)
                 .unwrap_or_else(|e| {
                     eprintln!("bench-report: {e}");
                     std::process::exit(1);
                 });
-            std::fs::write(PathBuf::from(dir).join("native.md"), md).unwrap();
+            std::fs::write(PathBuf::from(&dir).join("native.md"), md).unwrap();
             println!("[bench] wrote {dir}/native.md");
         }
-        ["demo", log, dir] => {
+        Cli::Demo { log, dir } => {
             let text =
-                std::fs::read_to_string(log).unwrap_or_else(|e| panic!("reading {log}: {e}"));
+                std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("reading {log}: {e}"));
             let title = format!("# Elastic key-value store (make demo), {}\n\nHost: {}. Three guests under QEMU TCG (no KVM), rdma_rxe, RoCE v2 between them: a holds the table and the MetaServer, b and c launch the workers. Compare ratios within this run.", date(), machine());
-            let md = krcore_benches::demo::report(&text, &title, std::path::Path::new(dir))
+            let md = krcore_benches::demo::report(&text, &title, std::path::Path::new(&dir))
                 .unwrap_or_else(|e| {
                     eprintln!("bench-report: {e}");
                     std::process::exit(1);
                 });
-            std::fs::write(PathBuf::from(dir).join("demo.md"), &md).unwrap();
+            std::fs::write(PathBuf::from(&dir).join("demo.md"), &md).unwrap();
             println!("{md}\n[demo] wrote {dir}/demo.md and {dir}/demo-timeline.svg");
-        }
-        _ => {
-            eprintln!("usage: bench-report vm GUEST-LOG.. RESULTS-DIR [--readme README.md] | bench-report native CRITERION-DIR RESULTS-DIR | bench-report demo GUEST-LOG RESULTS-DIR");
-            std::process::exit(64);
         }
     }
 }

@@ -406,21 +406,49 @@ fn fork_and_maybe_kill(a: &mut Actor) {
     }
 }
 
+/// The surface stress program: `krcore-stress [SECS [PROCS [THREADS [SEED]]]]`.
+#[derive(clap::Parser)]
+#[command(name = "krcore-stress", args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    worker: Option<Worker>,
+    /// How long, in seconds.
+    #[arg(default_value_t = 20)]
+    secs: u64,
+    /// Worker processes.
+    #[arg(default_value_t = 3)]
+    procs: u64,
+    /// Threads per worker.
+    #[arg(default_value_t = 3)]
+    threads: u64,
+    /// Seeds the random sequence.
+    #[arg(default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(clap::Subcommand)]
+enum Worker {
+    /// One worker process (started by the program itself).
+    Worker { secs: u64, threads: u64, seed: u64 },
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("worker") {
-        let n = |i: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let cli = <Cli as clap::Parser>::parse();
+    if let Some(Worker::Worker {
+        secs,
+        threads,
+        seed,
+    }) = cli.worker
+    {
         let start = Instant::now();
-        let ops = worker(n(1), n(2), n(3));
+        let ops = worker(secs, threads, seed);
         println!(
-            "[stress] worker {} done: {ops} operations in {:?}",
-            n(3),
+            "[stress] worker {seed} done: {ops} operations in {:?}",
             start.elapsed()
         );
         return ExitCode::SUCCESS;
     }
-    let n = |i: usize, d: u64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-    let (secs, procs, threads, seed) = (n(0, 20), n(1, 3), n(2, 3), n(3, 1));
+    let (secs, procs, threads, seed) = (cli.secs, cli.procs, cli.threads, cli.seed);
     println!("[stress] {procs} processes x {threads} threads for {secs} s, seed {seed}");
     let me = std::env::current_exe().expect("own path");
     let start = Instant::now();

@@ -37,6 +37,7 @@ mod node;
 mod paths;
 mod waiting;
 
+use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use krcore_benches::record::Record;
@@ -63,16 +64,35 @@ fn run_sections(sections: &[Section], out: &mut Vec<Record>) {
     }
 }
 
-const USAGE: &str = "usage: krcore-figures [worker MODE N | far PEER NAMES | across FAR NAMES \
-                     | cluster NODES.. | node | function CALL LAUNCH_NS | meshproc SYSTEM ME NODES..]";
+/// The in-guest figures of `make bench`. With no subcommand: the one-node figures.
+#[derive(clap::Parser)]
+#[command(name = "krcore-figures")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
 
-fn addrs(args: &[String]) -> Vec<std::net::Ipv4Addr> {
-    args.iter()
-        .map(|a| {
-            a.parse()
-                .unwrap_or_else(|_| panic!("not an address: {a}; {USAGE}"))
-        })
-        .collect()
+#[derive(clap::Subcommand)]
+enum Command {
+    /// A control-plane worker process (control.rs): MODE, N operations.
+    Worker { mode: String, n: usize },
+    /// The far side of the two-guest figures: serves PEER, publishing NAMES names.
+    Far { peer: Ipv4Addr, names: usize },
+    /// The two-guest figures against FAR, with NAMES MetaServer names.
+    Across { far: Ipv4Addr, names: usize },
+    /// The three-guest figures, coordinated from here, with the other NODES.
+    Cluster { nodes: Vec<Ipv4Addr> },
+    /// A node daemon of the three-guest figures.
+    Node,
+    /// One function of the serverless hand-off: CALL (JSON), launched at LAUNCH_NS.
+    Function { call: String, launch_ns: u64 },
+    /// One process of the full mesh: SYSTEM, this node ME, connecting to NODES.
+    Meshproc {
+        #[arg(value_enum)]
+        system: node::System,
+        me: Ipv4Addr,
+        nodes: Vec<Ipv4Addr>,
+    },
 }
 
 /// A subcommand's failure: said, and the process fails.
@@ -82,71 +102,43 @@ fn fail(what: &str, e: String) -> ! {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |i: usize, what: &str| -> String {
-        args.get(i)
-            .cloned()
-            .unwrap_or_else(|| panic!("{what} missing: {USAGE}"))
-    };
     let mut out = Vec::new();
-    match args.first().map(String::as_str) {
-        Some("worker") => {
-            control::worker(&arg(1, "MODE"), arg(2, "N").parse().expect("worker N"));
-            return;
+    match <Cli as clap::Parser>::parse().command {
+        Some(Command::Worker { mode, n }) => control::worker(&mode, n),
+        Some(Command::Far { peer, names }) => far::run(peer, names),
+        Some(Command::Across { far, names }) => {
+            across::figures(far, names, &mut out);
+            print_block(&out);
         }
-        Some("far") => {
-            far::run(
-                arg(1, "PEER").parse().expect("PEER"),
-                arg(2, "NAMES").parse().expect("NAMES"),
+        Some(Command::Cluster { nodes }) => {
+            cluster::figures(&nodes, &mut out);
+            print_block(&out);
+        }
+        Some(Command::Node) => node::serve(None),
+        Some(Command::Function { call, launch_ns }) => {
+            let call =
+                serde_json::from_str(&call).unwrap_or_else(|e| fail("function", e.to_string()));
+            handoff::function(call, launch_ns).unwrap_or_else(|e| fail("function", e));
+        }
+        Some(Command::Meshproc { system, me, nodes }) => {
+            mesh::process(system, me, &nodes).unwrap_or_else(|e| fail("meshproc", e))
+        }
+        None => {
+            run_sections(
+                &[
+                    ("ring crossing", &crossing::figures),
+                    ("data plane", &dataplane::figures),
+                    ("waiting", &waiting::figures),
+                    ("memory", &memory::figures),
+                    ("control plane", &control::figures),
+                    ("control plane, cold pool", &control::cold_figures),
+                    ("control plane, before issue 10", &control::before_figures),
+                ],
+                &mut out,
             );
-            return;
-        }
-        Some("across") => {
-            let far = arg(1, "FAR").parse().expect("FAR");
-            across::figures(far, arg(2, "NAMES").parse().expect("NAMES"), &mut out);
             print_block(&out);
-            return;
         }
-        Some("cluster") => {
-            cluster::figures(&addrs(&args[1..]), &mut out);
-            print_block(&out);
-            return;
-        }
-        Some("node") => {
-            node::serve(None);
-            return;
-        }
-        Some("function") => {
-            let call = serde_json::from_str(&arg(1, "CALL")).expect("CALL: a JSON call");
-            let at = arg(2, "LAUNCH_NS").parse().expect("LAUNCH_NS");
-            handoff::function(call, at).unwrap_or_else(|e| fail("function", e));
-            return;
-        }
-        Some("meshproc") => {
-            let system = match arg(1, "SYSTEM").as_str() {
-                "krcore" => node::System::Krcore,
-                "verbs" => node::System::Verbs,
-                s => panic!("no system {s}: krcore or verbs"),
-            };
-            let me = arg(2, "ME").parse().expect("ME");
-            mesh::process(system, me, &addrs(&args[3..])).unwrap_or_else(|e| fail("meshproc", e));
-            return;
-        }
-        _ => {}
     }
-    run_sections(
-        &[
-            ("ring crossing", &crossing::figures),
-            ("data plane", &dataplane::figures),
-            ("waiting", &waiting::figures),
-            ("memory", &memory::figures),
-            ("control plane", &control::figures),
-            ("control plane, cold pool", &control::cold_figures),
-            ("control plane, before issue 10", &control::before_figures),
-        ],
-        &mut out,
-    );
-    print_block(&out);
 }
 
 /// The records between `FIGURES-BEGIN` and `FIGURES-END`, for the host's report.

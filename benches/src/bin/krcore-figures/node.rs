@@ -41,7 +41,7 @@ const SERVE_FOR: Duration = Duration::from_secs(1800);
 const ANSWER_IN: Duration = Duration::from_secs(300);
 
 /// Which control plane a process uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum System {
     /// krcore: the kernel's connection sets, the MetaServer for names.
     Krcore,

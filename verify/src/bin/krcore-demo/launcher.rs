@@ -16,7 +16,8 @@ use verify::kv;
 use crate::worker::Report;
 use crate::{service, Res, BIN_MS, NAME, PORT};
 
-/// A launcher's schedule.
+/// A launcher's schedule (its arguments, in order).
+#[derive(clap::Args)]
 pub struct Plan {
     /// The memory node.
     pub addr: Ipv4Addr,

@@ -45,52 +45,39 @@ fn service() -> u32 {
     std::process::id()
 }
 
-fn num<T: std::str::FromStr>(s: &str, what: &str) -> Res<T> {
-    s.parse().map_err(|_| format!("{what}: not a number: {s}"))
-}
-
-fn run(args: &[String]) -> Res<()> {
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    match a[..] {
-        ["memory", keys, clients, secs] => memory::run(
-            num(keys, "KEYS")?,
-            num(clients, "CLIENTS")?,
-            num(secs, "SECS")?,
-        ),
-        ["compute", addr, keys, workers, join, run, offset] => launcher::run(&launcher::Plan {
-            addr: num(addr, "ADDR")?,
-            keys: num(keys, "KEYS")?,
-            workers: num(workers, "WORKERS")?,
-            join_ms: num(join, "JOIN_MS")?,
-            run_ms: num(run, "RUN_MS")?,
-            offset_ms: num(offset, "OFFSET_MS")?,
-        }),
-        ["worker", system, addr, keys, spawn, phase, end, seed] => worker::run(&worker::Job {
-            system: system.to_string(),
-            addr: num(addr, "ADDR")?,
-            keys: num(keys, "KEYS")?,
-            spawn_ns: num(spawn, "SPAWN_NS")?,
-            phase_ns: num(phase, "PHASE_NS")?,
-            end_ns: num(end, "END_NS")?,
-            seed: num(seed, "SEED")?,
-        }),
-        _ => Err(
-            "usage: krcore-demo memory KEYS CLIENTS SECS | compute ADDR KEYS WORKERS \
-                  JOIN_MS RUN_MS OFFSET_MS | worker SYSTEM ADDR KEYS SPAWN_NS PHASE_NS END_NS SEED"
-                .into(),
-        ),
-    }
+/// The demo's processes.
+#[derive(clap::Parser)]
+#[command(name = "krcore-demo")]
+enum Cli {
+    /// The memory node: build the table, publish it, serve verbs clients.
+    Memory {
+        /// The table's keys.
+        keys: u64,
+        /// Verbs connections to serve before leaving.
+        clients: usize,
+        /// The longest it serves.
+        secs: u64,
+    },
+    /// A compute node's launcher.
+    Compute(launcher::Plan),
+    /// One worker (started by a launcher).
+    Worker(worker::Job),
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    let (what, r) = match <Cli as clap::Parser>::parse() {
+        Cli::Memory {
+            keys,
+            clients,
+            secs,
+        } => ("memory", memory::run(keys, clients, secs)),
+        Cli::Compute(plan) => ("compute", launcher::run(&plan)),
+        Cli::Worker(job) => ("worker", worker::run(&job)),
+    };
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!(
-                "krcore-demo {}: {e}",
-                args.first().map_or("", String::as_str)
-            );
+            eprintln!("krcore-demo {what}: {e}");
             ExitCode::FAILURE
         }
     }

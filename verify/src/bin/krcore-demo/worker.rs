@@ -13,7 +13,8 @@ use verify::kv::{self, Reader};
 
 use crate::{service, Res, BIN_MS, NAME, PORT};
 
-/// What the launcher asks of a worker.
+/// What the launcher asks of a worker (its arguments, in order).
+#[derive(clap::Args)]
 pub struct Job {
     /// `krcore` or `verbs`.
     pub system: String,
