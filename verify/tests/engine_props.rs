@@ -14,6 +14,8 @@ use krcore_abi::layout::SqFlags;
 use krcore_abi::opcode::{Opcode, OPCODE_LAST};
 use krcore_abi::ring::RingError;
 use krcore_abi::sqe::{MrAccess, Sqe};
+use proptest::collection::vec;
+use proptest::prelude::*;
 use verify::node::Node;
 use verify::rig::{Limits, Rig};
 use verify::rng::Rng;
@@ -242,8 +244,8 @@ fn quiesce(rig: &mut Rig, apps: &mut [App]) -> Vec<Option<Stall>> {
     stalls
 }
 
-fn scenario(seed: u64) {
-    let mut rng = Rng::new(seed);
+/// One random scenario, its choices from `rng`; `seed` names it in failures.
+fn scenario(mut rng: Rng, seed: &str) {
     let depths: Vec<u32> = (0..1 + rng.below(3))
         .map(|_| rng.pick(&[1, 2, 3, 4, 8, 16]))
         .collect();
@@ -340,7 +342,7 @@ fn scenario(seed: u64) {
             let missing: Vec<_> = app.submitted.difference(&app.completed).collect();
             assert!(
                 missing.is_empty(),
-                "seed {seed}: ring {r}: {} entries never completed: {missing:?}",
+                "{seed}: ring {r}: {} entries never completed: {missing:?}",
                 missing.len()
             );
         }
@@ -353,20 +355,20 @@ fn scenario(seed: u64) {
         .collect();
     assert!(
         stray.is_empty(),
-        "seed {seed}: rkeys of no exported MR reached the wire: {stray:?}"
+        "{seed}: rkeys of no exported MR reached the wire: {stray:?}"
     );
     assert!(
         rig.nic
             .delivery_rkeys
             .iter()
             .all(|k| rig.nic.writable_rkeys.contains(k)),
-        "seed {seed}: a message was delivered into memory the NIC may not write"
+        "{seed}: a message was delivered into memory the NIC may not write"
     );
     for (i, q) in rig.qps.iter().enumerate() {
-        assert_eq!(q.outstanding(), 0, "seed {seed}: QP {i} credits leaked");
+        assert_eq!(q.outstanding(), 0, "{seed}: QP {i} credits leaked");
         assert_eq!(
             rig.nic.qps[i].outstanding, 0,
-            "seed {seed}: NIC QP {i} still busy"
+            "{seed}: NIC QP {i} still busy"
         );
     }
     for r in 0..nrings {
@@ -377,33 +379,50 @@ fn scenario(seed: u64) {
     rig.release_closed();
     assert!(
         rig.rings.iter().all(|r| r.is_none()),
-        "seed {seed}: a closed ring was never released"
+        "{seed}: a closed ring was never released"
     );
-    assert!(
-        rig.nic.live_mrs.is_empty(),
-        "seed {seed}: MRs left registered"
-    );
+    assert!(rig.nic.live_mrs.is_empty(), "{seed}: MRs left registered");
     assert!(
         rig.nic.qps.iter().all(|q| q.bound == 0),
-        "seed {seed}: connections left bound"
+        "{seed}: connections left bound"
     );
     assert!(
         rig.qps.iter().all(|q| q.bound() == 0),
-        "seed {seed}: engine still counts bound virtual QPs"
+        "{seed}: engine still counts bound virtual QPs"
     );
 }
 
+proptest! {
+    // Cases: KRCORE_PROP_CASES, or 400 (PROPTEST_CASES overrides both). A failure is
+    // shrunk to its simplest choices and kept in proptest-regressions/ to rerun first.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("KRCORE_PROP_CASES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(400),
+        ..ProptestConfig::default()
+    })]
+
+    /// Random rings, QPs, operations, failures and closes, interleaved: every promise
+    /// the engine makes holds (every entry completes once, no rkey of no export reaches
+    /// the wire, credits and bindings return, closed rings are released).
+    #[test]
+    fn random_interleavings_keep_every_promise(tape in vec(any::<u64>(), 0..3000)) {
+        scenario(Rng::from_tape(tape), "the shrunk tape above");
+    }
+}
+
+/// The same scenarios from seeds, for a long soak outside the suite
+/// (`KRCORE_SOAK_SEEDS=100000 cargo test -p verify --test engine_props soak -- --ignored`).
 #[test]
-fn random_interleavings_keep_every_promise() {
-    let seeds: u64 = std::env::var("KRCORE_PROP_SEEDS")
+#[ignore]
+fn soak() {
+    let seeds: u64 = std::env::var("KRCORE_SOAK_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(400);
+        .unwrap_or(10_000);
     for seed in 0..seeds {
-        if let Err(e) = std::panic::catch_unwind(|| scenario(seed)) {
-            eprintln!("failing seed: {seed}");
-            std::panic::resume_unwind(e);
-        }
+        scenario(Rng::new(seed), &format!("seed {seed}"));
     }
 }
 

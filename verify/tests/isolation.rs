@@ -10,8 +10,9 @@ use krcore_abi::cqe::{Cqe, Reason};
 use krcore_abi::engine::{Caller, Context};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
+use proptest::collection::vec;
+use proptest::prelude::*;
 use verify::rig::{Limits, Rig};
-use verify::rng::Rng;
 
 const VICTIM_MR: u64 = 0x10_0000;
 const ATTACKER_MR: u64 = 0x20_0000;
@@ -45,6 +46,35 @@ fn scene(rig: &mut Rig, access: MrAccess) -> (u32, u64, u32, u32, u32) {
     (c.res as u32, c.aux, issued_rkey, v, mr.res as u32)
 }
 
+/// Imports the victim's range through `v` with every descriptor in `guesses` but the
+/// real one: each must fail `BadDescriptor`.
+fn guess(rig: &mut Rig, v: u32, descriptor: u64, guesses: &[u64]) {
+    for (i, &g) in guesses.iter().enumerate() {
+        if g == descriptor {
+            continue;
+        }
+        let c = one(rig, 1, Sqe::import_mr(i as u64, v, VICTIM_MR, LEN, g));
+        assert_eq!(
+            c.failure(),
+            Some(Reason::BadDescriptor),
+            "guess {g:#x}: {c:?}"
+        );
+    }
+    assert!(rig.nic.wire_rkeys.is_empty(), "an rkey reached the wire");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random descriptors import nothing.
+    #[test]
+    fn random_descriptors_reach_nothing(guesses in vec(any::<u64>(), 1..64)) {
+        let mut rig = Rig::new(&[16, 16]);
+        let (_, descriptor, _, v, _) = scene(&mut rig, MrAccess::REMOTE_READ | MrAccess::LOCAL_WRITE);
+        guess(&mut rig, v, descriptor, &guesses);
+    }
+}
+
 #[test]
 fn guessed_and_forged_descriptors_reach_nothing() {
     let mut rig = Rig::new(&[16, 16]);
@@ -53,10 +83,9 @@ fn guessed_and_forged_descriptors_reach_nothing() {
         | MrAccess::REMOTE_WRITE
         | MrAccess::REMOTE_ATOMIC;
     let (_, descriptor, rkey, v, _) = scene(&mut rig, all);
-    let mut rng = Rng::new(7);
     // The victim's rkey and its 256 key-byte variants, as an rxe rkey could have been;
-    // neighbours of the real descriptor; random guesses.
-    let mut guesses: Vec<u64> = (0..256u64)
+    // neighbours of the real descriptor (random guesses: the proptest below).
+    let guesses: Vec<u64> = (0..256u64)
         .map(|k| ((rkey as u64) & !0xff) | k)
         .chain([
             rkey as u64,
@@ -66,18 +95,7 @@ fn guessed_and_forged_descriptors_reach_nothing() {
             descriptor - 1,
         ])
         .collect();
-    guesses.extend((0..2000).map(|_| rng.next_u64()));
-    for (i, &g) in guesses.iter().enumerate() {
-        if g == descriptor {
-            continue;
-        }
-        let c = one(&mut rig, 1, Sqe::import_mr(i as u64, v, VICTIM_MR, LEN, g));
-        assert_eq!(
-            c.failure(),
-            Some(Reason::BadDescriptor),
-            "guess {g:#x}: {c:?}"
-        );
-    }
+    guess(&mut rig, v, descriptor, &guesses);
     // The old ABI's rkey field is not read by IMPORT_MR: nonzero, it is rejected.
     let mut forged = Sqe::import_mr(9, v, VICTIM_MR, LEN, 0);
     forged.rmr = rkey;
