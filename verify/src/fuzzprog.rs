@@ -222,22 +222,22 @@ pub fn run(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use crate::rng::Rng;
+    use proptest::prelude::*;
 
-    #[test]
-    fn random_programs() {
-        let n: u64 = std::env::var("KRCORE_FUZZ_SMOKE")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(3000);
-        for seed in 0..n {
-            let mut rng = Rng::new(seed);
-            let len = rng.below(600) as usize;
-            let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-            if let Err(e) = std::panic::catch_unwind(|| super::run(&data)) {
-                eprintln!("failing seed {seed}: {data:?}");
-                std::panic::resume_unwind(e);
-            }
+    proptest! {
+        // KRCORE_FUZZ_SMOKE cases (3000 by default); libFuzzer explores further.
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("KRCORE_FUZZ_SMOKE")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(3000),
+        ))]
+
+        /// Random bytes as a fuzz program: the engine keeps every promise (shrunk to
+        /// the shortest failing program when it does not).
+        #[test]
+        fn random_programs(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+            super::run(&data);
         }
     }
 
