@@ -22,7 +22,7 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -42,6 +42,13 @@ kernel-debug: deps
 kmod: kernel
 	@echo "[kmod] building against $(KDIR)"
 	@$(MAKE) -s -C $(KDIR) M=$(CURDIR)/kmod LLVM=1 modules
+
+# The module for another kernel tree (README, "On a real host"): HOST_KDIR names a
+# Linux 6.12 build tree with CONFIG_RUST, built by this rustc and LLVM.
+module-for-host:
+	@test -n "$(HOST_KDIR)" || { echo "usage: make module-for-host HOST_KDIR=/lib/modules/VERSION/build"; exit 2; }
+	@echo "[kmod] building against $(HOST_KDIR)"
+	@$(MAKE) -s -C $(HOST_KDIR) M=$(CURDIR)/kmod LLVM=1 modules
 
 kmod-debug: kernel-debug
 	@echo "[kmod] building against $(KDIR_DEBUG)"
