@@ -95,6 +95,12 @@ pub use addr::gid_of;
 pub use async_ring::{AsyncRing, BatchResult};
 pub use core::LIB_TAG;
 
+/// The README's Rust program, compiled as a doc test so the README cannot drift from
+/// the API.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};
 pub use error::Error;
 pub use krcore_abi as abi;

@@ -242,6 +242,12 @@ impl Ring {
     /// (its IPv4-mapped GID, both modules loaded with `cm_port`) reaches a QP of this
     /// node's connection set to that node, made by the first such CONNECT (milliseconds;
     /// later ones bind in microseconds). `Unreachable` when the node does not answer.
+    ///
+    /// The service is what two-sided messages are matched by: a CONNECT binds it with
+    /// that node (a second CONNECT of this node to the same node and service fails
+    /// `ServiceTaken`), and the node's CONNECT with the same service is the other end,
+    /// whose SENDs reach this virtual QP's RECVs only. There is no listening on a
+    /// service for any node: each side connects to the other.
     pub fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
         self.control(ops::connect(gid, service))
     }
