@@ -116,8 +116,8 @@ pub fn counters(all: bool) -> Result<()> {
 pub fn peers() -> Result<()> {
     for (dev, body) in by_device(&debugfs("peers")?) {
         println!("{dev}:");
-        if body.is_empty() {
-            println!("  no peer nodes (only the loopback pool)");
+        if !body.lines().any(|l| l.starts_with("peer ")) {
+            println!("  no peer nodes yet (only the loopback pool)");
         }
         for line in body.lines() {
             println!("  {line}");

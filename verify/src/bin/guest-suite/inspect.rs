@@ -116,7 +116,14 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
         || format!("krcore rings does not list this process ({me}): {rings}"),
     )?;
     let peers = sh(&[KRCORE, "peers"])?;
-    check(peers.contains("rxe0"), || format!("krcore peers: {peers}"))?;
+    // This ring's virtual QP is bound to one of the pool's QPs.
+    check(
+        peers.contains("rxe0")
+            && peers
+                .lines()
+                .any(|l| l.contains("pool qp ") && l.contains(" ready bound 1 ")),
+        || format!("krcore peers: {peers}"),
+    )?;
     let lat = sh(&[KRCORE, "lat", "--iters", "200"])?;
     check(
         lat.contains("READ 8 B: 200 operations one at a time: median"),
@@ -129,7 +136,7 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
         bw.contains("WRITE 4096 B: 64 operations, 8 in flight:"),
         || format!("krcore bw: {bw}"),
     )?;
-    for out in [&devices, &counters, &rings, &lat, &bw] {
+    for out in [&devices, &counters, &rings, &peers, &lat, &bw] {
         for l in out.lines().take(12) {
             println!("  {l}");
         }
