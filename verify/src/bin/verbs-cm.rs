@@ -10,23 +10,25 @@ use verify::cm_verbs::{serve, Client};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
+/// The user-space verbs baseline across nodes.
+#[derive(clap::Parser)]
+#[command(name = "verbs-cm")]
+enum Cli {
+    /// Serve 64 KiB over rdma_cm on PORT to CONNS clients, for at most SECS.
+    Serve { port: u16, conns: usize, secs: u64 },
+    /// Connect to ADDR's PORT as a fresh process would, READ 8 bytes, print the stages.
+    Connect { addr: Ipv4Addr, port: u16 },
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: verbs-cm serve PORT CONNS SECS | connect ADDR PORT";
-    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["serve", port, conns, secs] => {
+    match <Cli as clap::Parser>::parse() {
+        Cli::Serve { port, conns, secs } => {
             // Each 8-byte word holds its index.
             let mut mem: Vec<u8> = (0..8192u64).flat_map(u64::to_le_bytes).collect();
-            Ok(serve(
-                port.parse()?,
-                &mut mem,
-                conns.parse()?,
-                secs.parse()?,
-                0,
-            )?)
+            Ok(serve(port, &mut mem, conns, secs, 0)?)
         }
-        ["connect", addr, port] => {
-            let (mut c, st) = Client::connect(addr.parse::<Ipv4Addr>()?, port.parse()?, 4096)?;
+        Cli::Connect { addr, port } => {
+            let (mut c, st) = Client::connect(addr, port, 4096)?;
             let t = Instant::now();
             let b = c.read(&[(8 * 5, 8)])?;
             let w = u64::from_le_bytes(b[..8].try_into()?);
@@ -48,6 +50,5 @@ fn main() -> Result<()> {
             );
             Ok(())
         }
-        _ => Err(usage.into()),
     }
 }
