@@ -126,7 +126,8 @@ impl AsyncRing {
 
     /// Runs a batch over `regions`, which it owns until it is done: `build` adds the
     /// operations, borrowing the regions as [`Batch`] does. Hands the regions back with
-    /// the completions. Cancel-safe: see [`AsyncRing`].
+    /// the completions (or, when the submission itself failed after some entries were
+    /// queued, keeps them until those are done). Cancel-safe: see [`AsyncRing`].
     ///
     /// ```no_run
     /// # async fn f(ring: &krcore_uring::AsyncRing, vqp: &krcore_uring::Vqp,
@@ -186,7 +187,13 @@ impl AsyncRing {
                 if enter {
                     if let Err(e) = core.submit() {
                         drop(core);
-                        return (Err(e.context(op)), w.regions.take().unwrap_or_default());
+                        // Entries already pushed may still run: their regions stay
+                        // parked in the ring (dropping `w` parks them) until they have.
+                        let back = match w.pushed {
+                            0 => w.regions.take().unwrap_or_default(),
+                            _ => Vec::new(),
+                        };
+                        return (Err(e.context(op)), back);
                     }
                 }
                 core.reap();
