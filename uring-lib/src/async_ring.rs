@@ -76,7 +76,10 @@ impl AsyncRing {
     }
 
     /// Runs a control operation.
-    async fn control<T>(&self, ctl: Control<T>) -> Result<T, Error> {
+    async fn control<T, F: FnOnce(&Cqe, &crate::ops::RingRef) -> T>(
+        &self,
+        ctl: Control<T, F>,
+    ) -> Result<T, Error> {
         let (got, _) = self.complete(ctl.op, vec![ctl.sqe], Vec::new()).await;
         ctl.finish(&got?[0], &Arc::downgrade(self.shared()))
     }

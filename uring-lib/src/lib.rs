@@ -104,4 +104,4 @@ pub struct ReadmeDoctests;
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};
 pub use error::Error;
 pub use krcore_abi as abi;
-pub use ring::{describe_failure, Builder, Completions, PushError, Ring};
+pub use ring::{describe_failure, Builder, Completions, PushError, Ring, Submission};

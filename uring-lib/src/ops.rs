@@ -8,35 +8,28 @@ use std::sync::Weak;
 use krcore_abi::cqe::{Cqe, Reason};
 use krcore_abi::sqe::{MrAccess, Sqe};
 
-use crate::core::Core;
+use crate::core::CoreLock;
 use crate::{Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Vqp};
 
-/// What a completion makes, given the ring (regions hold it to deregister).
-type Make<T> = Box<dyn FnOnce(&Cqe, &Weak<std::sync::Mutex<Core>>) -> T + Send>;
+/// The ring as a completion's maker sees it (regions hold it to deregister).
+pub(crate) type RingRef = Weak<CoreLock>;
 
-/// One control entry and what its successful completion makes.
-pub(crate) struct Control<T> {
+/// One control entry, and `make`: what its successful completion makes (a plain
+/// closure, so running a control operation allocates nothing for it).
+pub(crate) struct Control<T, F: FnOnce(&Cqe, &RingRef) -> T> {
     /// What the operation is called in errors.
     pub(crate) op: &'static str,
     pub(crate) sqe: Sqe,
-    pub(crate) make: Make<T>,
+    pub(crate) make: F,
 }
 
-impl<T> Control<T> {
-    fn new(
-        op: &'static str,
-        sqe: Sqe,
-        make: impl FnOnce(&Cqe, &Weak<std::sync::Mutex<Core>>) -> T + Send + 'static,
-    ) -> Control<T> {
-        Control {
-            op,
-            sqe,
-            make: Box::new(make),
-        }
+impl<T, F: FnOnce(&Cqe, &RingRef) -> T> Control<T, F> {
+    fn new(op: &'static str, sqe: Sqe, make: F) -> Control<T, F> {
+        Control { op, sqe, make }
     }
 
     /// Its result, from its completion.
-    pub(crate) fn finish(self, c: &Cqe, ring: &Weak<std::sync::Mutex<Core>>) -> Result<T, Error> {
+    pub(crate) fn finish(self, c: &Cqe, ring: &RingRef) -> Result<T, Error> {
         if c.res < 0 {
             return Err(Error::failed(self.op, c));
         }
@@ -52,14 +45,17 @@ fn name_words(name: &str) -> Result<[u64; 3], Error> {
         .ok_or_else(|| Error::refused("export name", Reason::BadName))
 }
 
-pub(crate) fn connect(gid: [u8; 16], service: u32) -> Control<Vqp> {
+pub(crate) fn connect(
+    gid: [u8; 16],
+    service: u32,
+) -> Control<Vqp, impl FnOnce(&Cqe, &RingRef) -> Vqp> {
     Control::new("connect", Sqe::connect(0, gid, service), |c, _| Vqp {
         handle: c.res as u32,
         qpn: c.aux as u32,
     })
 }
 
-pub(crate) fn disconnect(vqp: Vqp) -> Control<()> {
+pub(crate) fn disconnect(vqp: Vqp) -> Control<(), impl FnOnce(&Cqe, &RingRef)> {
     Control::new("disconnect", Sqe::disconnect(0, vqp.handle), |_, _| ())
 }
 
@@ -68,7 +64,7 @@ fn register_at<'b>(
     ptr: *mut u8,
     len: usize,
     access: MrAccess,
-) -> Result<Control<Registered<'b>>, Error> {
+) -> Result<Control<Registered<'b>, impl FnOnce(&Cqe, &RingRef) -> Registered<'b>>, Error> {
     let len32 = u32::try_from(len)
         .map_err(|_| Error::errno("register memory", krcore_abi::errno::Errno::ERANGE))?;
     // The address travels as a number: the closure needs no raw pointer to be Send.
@@ -89,10 +85,10 @@ fn register_at<'b>(
 }
 
 /// Registers `buf` for as long as it is lent.
-pub(crate) fn register_slice(
-    buf: &mut [u8],
+pub(crate) fn register_slice<'b>(
+    buf: &'b mut [u8],
     access: MrAccess,
-) -> Result<Control<Registered<'_>>, Error> {
+) -> Result<Control<Registered<'b>, impl FnOnce(&Cqe, &RingRef) -> Registered<'b>>, Error> {
     register_at(buf.as_mut_ptr(), buf.len(), access)
 }
 
@@ -104,12 +100,16 @@ pub(crate) unsafe fn register_raw(
     ptr: *mut u8,
     len: usize,
     access: MrAccess,
-) -> Result<Control<Registered<'static>>, Error> {
+) -> Result<Control<Registered<'static>, impl FnOnce(&Cqe, &RingRef) -> Registered<'static>>, Error>
+{
     register_at(ptr, len, access)
 }
 
 /// Allocates `len` bytes (rounded up to 8), zeroed, and registers them.
-pub(crate) fn register(len: usize, access: MrAccess) -> Result<Control<MemoryRegion>, Error> {
+pub(crate) fn register(
+    len: usize,
+    access: MrAccess,
+) -> Result<Control<MemoryRegion, impl FnOnce(&Cqe, &RingRef) -> MemoryRegion>, Error> {
     let buf = MemoryRegion::alloc(len);
     // SAFETY: the buffer lives in the MemoryRegion the completion makes, which
     // deregisters before freeing it (or leaks it); on failure nothing was registered.
@@ -120,7 +120,10 @@ pub(crate) fn register(len: usize, access: MrAccess) -> Result<Control<MemoryReg
     }))
 }
 
-pub(crate) fn import(vqp: &Vqp, d: &MrDescriptor) -> Control<RemoteRegion> {
+pub(crate) fn import(
+    vqp: &Vqp,
+    d: &MrDescriptor,
+) -> Control<RemoteRegion, impl FnOnce(&Cqe, &RingRef) -> RemoteRegion> {
     let (vqp, d) = (vqp.handle, *d);
     Control::new(
         "import memory",
@@ -134,7 +137,10 @@ pub(crate) fn import(vqp: &Vqp, d: &MrDescriptor) -> Control<RemoteRegion> {
     )
 }
 
-pub(crate) fn publish(mr: &Registered<'_>, name: &str) -> Result<Control<()>, Error> {
+pub(crate) fn publish(
+    mr: &Registered<'_>,
+    name: &str,
+) -> Result<Control<(), impl FnOnce(&Cqe, &RingRef)>, Error> {
     Ok(Control::new(
         "publish memory",
         Sqe::publish(0, mr.handle, name_words(name)?),
@@ -142,7 +148,11 @@ pub(crate) fn publish(mr: &Registered<'_>, name: &str) -> Result<Control<()>, Er
     ))
 }
 
-pub(crate) fn import_name(vqp: &Vqp, name: &str, len: u32) -> Result<Control<RemoteRegion>, Error> {
+pub(crate) fn import_name(
+    vqp: &Vqp,
+    name: &str,
+    len: u32,
+) -> Result<Control<RemoteRegion, impl FnOnce(&Cqe, &RingRef) -> RemoteRegion>, Error> {
     let vqp = vqp.handle;
     Ok(Control::new(
         "import memory by name",

@@ -7,7 +7,7 @@ use std::sync::Weak;
 
 use krcore_abi::sqe::Sqe;
 
-use crate::core::{lock, Core};
+use crate::core::{lock, CoreLock};
 use crate::Error;
 
 /// A virtual QP: this ring's connection through a pooled kernel QP.
@@ -48,7 +48,7 @@ pub struct Registered<'b> {
     pub(crate) descriptor: u64,
     /// The ring that registered it; gone once the ring is dropped (closing the file
     /// released every registration).
-    pub(crate) ring: Weak<std::sync::Mutex<Core>>,
+    pub(crate) ring: Weak<CoreLock>,
     pub(crate) live: bool,
     pub(crate) _lent: PhantomData<&'b mut [u8]>,
 }

@@ -2,7 +2,7 @@
 //! abi's ring protocol, and the enter ioctl.
 
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use krcore_abi::cqe::Cqe;
@@ -12,7 +12,7 @@ use krcore_abi::layout::{EventfdArgs, SetupFlags, SetupParams, SqFlags, OFF_CQ_R
 use krcore_abi::ring::RawRing;
 use krcore_abi::sqe::{MrAccess, Sqe};
 
-use crate::core::{lock, Core, CoreGuard, Shared};
+use crate::core::{lock, Core, CoreGuard, CoreLock, Shared};
 use crate::mmap::Mmap;
 use crate::ops::{self, Control};
 use crate::{Batch, Device, Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Vqp};
@@ -91,7 +91,7 @@ impl Ring {
         let sqpoll = SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL);
         let dev = Arc::new(dev);
         Ring {
-            core: Arc::new(Mutex::new(Core::new(
+            core: Arc::new(CoreLock::new(Core::new(
                 dev.clone(),
                 sqpoll,
                 (sq, sq_map),
@@ -157,7 +157,10 @@ impl Ring {
     }
 
     /// Runs a control operation and waits for it.
-    fn control<T>(&mut self, ctl: Control<T>) -> Result<T, Error> {
+    fn control<T, F: FnOnce(&krcore_abi::cqe::Cqe, &crate::ops::RingRef) -> T>(
+        &mut self,
+        ctl: Control<T, F>,
+    ) -> Result<T, Error> {
         let c = self.core().control(ctl.op, ctl.sqe);
         match c {
             Ok(c) => ctl.finish(&c, &Arc::downgrade(&self.core)),
@@ -182,11 +185,14 @@ impl Ring {
     /// Memory the entry names (through its MR) must stay registered and valid until the
     /// entry's completion is read.
     pub unsafe fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
-        if self.core().push(*sqe) {
-            Ok(())
-        } else {
-            Err(PushError)
-        }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.submission().push(sqe) }
+    }
+
+    /// The SQ, locked once for several pushes (io-uring's `SubmissionQueue`): a batch
+    /// pushed through it costs one lock of the ring, not one per entry.
+    pub fn submission(&mut self) -> Submission<'_> {
+        Submission { core: self.core() }
     }
 
     /// Free SQ slots.
@@ -382,6 +388,31 @@ pub(crate) fn batch_result(c: &Cqe) -> Result<Cqe, Error> {
         Err(Error::failed("batch operation", c))
     } else {
         Ok(*c)
+    }
+}
+
+/// The SQ held for pushing, from [`Ring::submission`]; the ring is let go when it drops
+/// (then [`Ring::submit`] publishes what was pushed).
+pub struct Submission<'a> {
+    core: CoreGuard<'a>,
+}
+
+impl Submission<'_> {
+    /// Queues an entry, as [`Ring::push`].
+    ///
+    /// # Safety
+    /// As for [`Ring::push`].
+    pub unsafe fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
+        if self.core.push(*sqe) {
+            Ok(())
+        } else {
+            Err(PushError)
+        }
+    }
+
+    /// Free SQ slots.
+    pub fn space(&mut self) -> u32 {
+        self.core.sq_space()
     }
 }
 
