@@ -724,10 +724,7 @@ impl DevCtx {
     /// `Peers::write`).
     pub(crate) fn write_peers(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
         for i in 0..POOL_QPS as u32 {
-            let (bound, outstanding, failed) =
-                self.shared.qp(i, |q, _| (q.bound(), q.outstanding(), q.failed()));
-            let state = if failed { "failed" } else { "ready" };
-            writeln!(w, "pool qp {i} {state} bound {bound} outstanding {outstanding}")?;
+            self.shared.qp(i, |q, _| q.write_pool_line(i, w))?;
         }
         let now = coarse_ms();
         self.shared.members().g.peers.write(now, w)

@@ -318,10 +318,7 @@ impl Ring {
                 Errno::EINVAL,
             ));
         }
-        self.core()
-            .control("deregister memory", Sqe::dereg_mr(0, r.handle))?;
-        r.live = false;
-        Ok(())
+        r.release()
     }
 
     /// Imports the peer's exported memory `d` for `vqp` only. A descriptor that is not

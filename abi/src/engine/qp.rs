@@ -180,6 +180,18 @@ impl<S: Store> PhysQp<S> {
         self.listening = on;
     }
 
+    /// Writes its line of the module's `peers` file, as pooled QP `i`:
+    /// `pool qp I ready|failed bound B outstanding O`.
+    pub fn write_pool_line(&self, i: u32, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let state = if self.failed() { "failed" } else { "ready" };
+        writeln!(
+            w,
+            "pool qp {i} {state} bound {} outstanding {}",
+            self.bound(),
+            self.outstanding()
+        )
+    }
+
     /// Whether the QP failed (its requests are flushed; it must be recycled).
     pub fn failed(&self) -> bool {
         self.failed.is_some()
@@ -316,5 +328,27 @@ impl<S: Store> PhysQp<S> {
             }
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::VecStore;
+
+    #[test]
+    fn a_pooled_qp_writes_its_line() {
+        let mut q = PhysQp::<VecStore>::new(alloc::vec![Posted::EMPTY; 4]);
+        q.bind();
+        let mut page = [0u8; 128];
+        let mut w = crate::stats::Buf::new(&mut page);
+        q.write_pool_line(2, &mut w).unwrap();
+        q.fail();
+        q.write_pool_line(2, &mut w).unwrap();
+        let n = w.len();
+        assert_eq!(
+            core::str::from_utf8(&page[..n]).unwrap(),
+            "pool qp 2 ready bound 1 outstanding 0\npool qp 2 failed bound 1 outstanding 0\n"
+        );
     }
 }
