@@ -14,11 +14,13 @@
 //!    completions reach each ring in the order the CQ gave them;
 //! 4. a ring's `ctx` mutex (ring_ctx.rs): everything of that ring's engine;
 //! 5. the device's membership mutex (fabric.rs): the verbs objects and the pool's
-//!    bindings, recovery; taken by CONNECT, DISCONNECT, ring close and the recovery,
+//!    bindings, recovery; taken by CONNECT, DISCONNECT, LISTEN and UNLISTEN, taking a
+//!    listen's offers (by the router too, under 3 and 4), ring close and the recovery,
 //!    never by messages or one-sided requests;
 //! 6. one links shard's mutex (fabric.rs): the message links of the peers and services
-//!    abi's `shard_of` maps there, their receives and waiting sends; taken by two-sided
-//!    messages, CONNECT, DISCONNECT, ring close and the recovery; never two;
+//!    abi's `shard_of` maps there, their receives and waiting sends, and the services
+//!    rings listen on; taken by two-sided messages, CONNECT, DISCONNECT, LISTEN (every
+//!    shard in turn, under 5), ring close and the recovery; never two;
 //! 7. the device's revocations (fabric.rs, abi's `cluster::revoke`): exports other nodes
 //!    are told of, and answers owed to theirs; taken by DEREG_MR and ring close (through
 //!    the engine's `unpublish`/`revoke_far`) and by routing, which post notices under it;
@@ -70,7 +72,7 @@ use crate::abi::engine::{
     complete_wc, direct_complete, is_backend_wr_id, notice_recv_index, sweep, Caller,
     Completion, Context, Links, FAR_WRITE_WR_ID, NOTICE_WR_ID,
     ExportSlot, Exports, Fabric, MessageStorage, Messages, PhysQp, Posted, Qps, Recovery,
-    Registration, Slot, Stall, Wc, WcStatus, DIRECT_WR_ID,
+    Registration, Slot, Stall, Wc, WcStatus, DIRECT_WR_ID, MAX_LISTENERS,
 };
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
@@ -111,8 +113,9 @@ const POLL_BATCH: usize = 16;
 /// Exported MRs a device can hold (a power of two; one slot always stays free).
 const EXPORTS: usize = 1024;
 
-/// Shards a device's message links are spread over, each under its own lock.
-const SHARDS: usize = 8;
+/// Shards a device's message links are spread over, each under its own lock (at most
+/// 64: a listen keeps the shards that hold offers for it in a word).
+pub(crate) const SHARDS: usize = 8;
 /// Links (pairs of virtual QPs for messages) a shard can hold.
 const LINKS: usize = 512;
 /// Receives a shard can hold waiting for messages.
@@ -229,7 +232,11 @@ impl DevCtx {
                 half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
                 recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
                 waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
-                owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
+                owed: KBuf::filled(
+                    RECVS + WAITING + MAX_LISTENERS,
+                    (0, Completion::Done),
+                    GFP_KERNEL,
+                )?,
                 due: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
             });
             m.set_index(shards.len() as u32);
@@ -857,6 +864,9 @@ impl DevCtx {
                     }
                 }
             } else {
+                // Offers its listens were nudged for (abi's listen.rs): under the ring's
+                // lock, then the membership's and a shard's, in the order above.
+                ctx.engine().accept_offers(&self.shared);
                 ctx.engine().publish();
                 ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
             }

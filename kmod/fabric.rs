@@ -433,6 +433,10 @@ impl Members<KStore> for MembersGuard<'_> {
         self.g.peers.disconnect(qp);
     }
 
+    fn accept(&mut self, gid: [u8; 16], qp: u32) -> Result<Connection, Errno> {
+        self.g.peers.accept(&gid, qp)
+    }
+
     fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<Export> {
         // A pooled QP connects this node to itself; a set's, to its peer.
         let node = match (qp as usize) < POOL_QPS {

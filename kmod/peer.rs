@@ -154,6 +154,19 @@ impl PeerSets {
         Some(u16::from_be_bytes([addr[14], addr[15]]))
     }
 
+    /// A listen takes a peer's end whose Hello came on physical QP `qp` from `addr`
+    /// (abi's `Peers::accept` decides): bound to that QP.
+    pub(crate) fn accept(&mut self, addr: &[u8; 16], qp: u32) -> Result<Connection, Errno> {
+        let slot = (qp as usize).checked_sub(POOL_QPS).ok_or(Errno::EHOSTUNREACH)?;
+        let q = (*self.qps.get(slot).ok_or(Errno::EHOSTUNREACH)?).ok_or(Errno::EHOSTUNREACH)?;
+        self.table.accept(addr, qp).ok_or(Errno::EHOSTUNREACH)?;
+        Ok(Connection {
+            qp,
+            qpn: q.qpn,
+            peer: true,
+        })
+    }
+
     /// A virtual QP bound to physical QP `qp` was released.
     pub(crate) fn disconnect(&mut self, qp: u32) {
         if let Some(p) = self.table.of_qp(qp) {

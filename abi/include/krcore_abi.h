@@ -31,7 +31,7 @@
 #define krcore_MAX_ACKS 64
 
 // How many reasons there are (one past the last code).
-#define krcore_Reason_COUNT 33
+#define krcore_Reason_COUNT 34
 
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
@@ -55,6 +55,12 @@
 // Kernel receives for notices kept posted on each set QP (kmod/cm.c posts them; its
 // `KRCORE_NOTICE_RECVS` is this).
 #define krcore_NOTICE_RECVS 64
+
+// Services a node's rings may listen on at once (each shard's listener table).
+#define krcore_MAX_LISTENERS 32
+
+// Listens one ring may hold at once.
+#define krcore_RING_LISTENS 4
 
 // Notices a set's QP carries at once beyond its requests' depth: its hardware send
 // queue has room for them (see the module's set QPs), so they never take a ring's
@@ -149,7 +155,7 @@
 #define krcore_RECENTLY_REVOKED 32
 
 // One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
-#define krcore_OPCODE_LAST 16
+#define krcore_OPCODE_LAST 18
 
 // An operation code. The closed set: any other byte is rejected with
 // [`Reason::BadOpcode`](super::cqe::Reason::BadOpcode).
@@ -190,6 +196,11 @@ enum krcore_Opcode
   KRCORE_OPCODE_PUBLISH = 14,
   // Imports another node's export by name, through the MetaServer.
   KRCORE_OPCODE_IMPORT_NAME = 15,
+  // Listens for a service: each peer node's virtual QP that CONNECTs to this node for
+  // it gets a virtual QP here, in a CQE of this entry (multishot).
+  KRCORE_OPCODE_LISTEN = 16,
+  // Ends this ring's LISTEN for a service.
+  KRCORE_OPCODE_UNLISTEN = 17,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -262,7 +273,8 @@ enum krcore_Reason
   KRCORE_REASON_NO_RECEIVER = 23,
   // A SEND longer than the receive it met (both complete with this).
   KRCORE_REASON_TOO_LONG = 24,
-  // A RECV cancelled by DISCONNECT before a message filled it.
+  // A RECV cancelled by DISCONNECT before a message filled it; a LISTEN ended by
+  // UNLISTEN.
   KRCORE_REASON_CANCELLED = 25,
   // Another node did not answer, had no route, or refused: a CONNECT's peer (retried
   // after a backoff), or the MetaServer (none configured, or not reachable).
@@ -280,8 +292,12 @@ enum krcore_Reason
   // lives on.
   KRCORE_REASON_NOT_ON_PEER = 31,
   // CONNECT to another node for a service another virtual QP of this node already
-  // holds with that node (across nodes a service names one link per pair of nodes).
+  // holds with that node (across nodes a service names one link per pair of nodes),
+  // or whose end from that node was offered to the ring listening on the service;
+  // LISTEN on a service another ring of this node listens on.
   KRCORE_REASON_SERVICE_TAKEN = 32,
+  // UNLISTEN of a service this ring does not listen on.
+  KRCORE_REASON_NOT_LISTENING = 33,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -483,6 +499,11 @@ typedef uint32_t krcore_MrAccess;
 typedef uint32_t krcore_CqeFlags;
 // `aux` holds immediate data (a RECV that matched SEND_IMM or WRITE_IMM).
 #define krcore_CqeFlags_IMM (uint32_t)(1 << 0)
+// More CQEs will come for this entry's `user_data` (a LISTEN that goes on).
+#define krcore_CqeFlags_MORE (uint32_t)(1 << 1)
+// A LISTEN's CQE for a peer that joined: `res` is its virtual QP here (or why
+// none could be given), `aux` the peer's GID, bytes 8..16.
+#define krcore_CqeFlags_ACCEPT (uint32_t)(1 << 2)
 
 // Flags in the SQ ring header, set by the kernel.
 typedef uint32_t krcore_SqFlags;
@@ -571,6 +592,6 @@ typedef uint32_t krcore_OneFlags;
 
 
 // Every opcode, in numeric order.
-#define krcore_Opcode_ALL { krcore_Opcode_Nop, krcore_Opcode_RegMr, krcore_Opcode_DeregMr, krcore_Opcode_Connect, krcore_Opcode_Disconnect, krcore_Opcode_ImportMr, krcore_Opcode_Read, krcore_Opcode_Write, krcore_Opcode_Send, krcore_Opcode_SendImm, krcore_Opcode_WriteImm, krcore_Opcode_Recv, krcore_Opcode_Cas, krcore_Opcode_Faa, krcore_Opcode_Publish, krcore_Opcode_ImportName, }
+#define krcore_Opcode_ALL { krcore_Opcode_Nop, krcore_Opcode_RegMr, krcore_Opcode_DeregMr, krcore_Opcode_Connect, krcore_Opcode_Disconnect, krcore_Opcode_ImportMr, krcore_Opcode_Read, krcore_Opcode_Write, krcore_Opcode_Send, krcore_Opcode_SendImm, krcore_Opcode_WriteImm, krcore_Opcode_Recv, krcore_Opcode_Cas, krcore_Opcode_Faa, krcore_Opcode_Publish, krcore_Opcode_ImportName, krcore_Opcode_Listen, krcore_Opcode_Unlisten, }
 
 #endif  /* KRCORE_ABI_H */

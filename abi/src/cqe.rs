@@ -42,6 +42,11 @@ bitflags! {
     pub struct CqeFlags: u32 {
         /// `aux` holds immediate data (a RECV that matched SEND_IMM or WRITE_IMM).
         const IMM = 1 << 0;
+        /// More CQEs will come for this entry's `user_data` (a LISTEN that goes on).
+        const MORE = 1 << 1;
+        /// A LISTEN's CQE for a peer that joined: `res` is its virtual QP here (or why
+        /// none could be given), `aux` the peer's GID, bytes 8..16.
+        const ACCEPT = 1 << 2;
     }
 }
 
@@ -106,7 +111,8 @@ pub enum Reason {
     NoReceiver = 23,
     /// A SEND longer than the receive it met (both complete with this).
     TooLong = 24,
-    /// A RECV cancelled by DISCONNECT before a message filled it.
+    /// A RECV cancelled by DISCONNECT before a message filled it; a LISTEN ended by
+    /// UNLISTEN.
     Cancelled = 25,
     /// Another node did not answer, had no route, or refused: a CONNECT's peer (retried
     /// after a backoff), or the MetaServer (none configured, or not reachable).
@@ -124,8 +130,12 @@ pub enum Reason {
     /// lives on.
     NotOnPeer = 31,
     /// CONNECT to another node for a service another virtual QP of this node already
-    /// holds with that node (across nodes a service names one link per pair of nodes).
+    /// holds with that node (across nodes a service names one link per pair of nodes),
+    /// or whose end from that node was offered to the ring listening on the service;
+    /// LISTEN on a service another ring of this node listens on.
     ServiceTaken = 32,
+    /// UNLISTEN of a service this ring does not listen on.
+    NotListening = 33,
 }
 
 impl Reason {
@@ -166,11 +176,12 @@ impl Reason {
             NoSuchName,
             NotOnPeer,
             ServiceTaken,
+            NotListening,
         ]
     };
 
     /// How many reasons there are (one past the last code).
-    pub const COUNT: usize = 33;
+    pub const COUNT: usize = 34;
 
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
@@ -213,6 +224,7 @@ impl Reason {
             Reason::NoSuchName => "no_such_name",
             Reason::NotOnPeer => "not_on_peer",
             Reason::ServiceTaken => "service_taken",
+            Reason::NotListening => "not_listening",
         }
     }
 
@@ -242,6 +254,7 @@ impl Reason {
             Reason::NoSuchName => Errno::ENOENT,
             Reason::NotOnPeer => Errno::EXDEV,
             Reason::ServiceTaken => Errno::EADDRINUSE,
+            Reason::NotListening => Errno::ENOENT,
         }
     }
 
@@ -275,7 +288,7 @@ impl Reason {
                 "no receive took the message: none posted in time, or the peer left"
             }
             Reason::TooLong => "message longer than the receive buffer",
-            Reason::Cancelled => "receive cancelled by DISCONNECT",
+            Reason::Cancelled => "cancelled: a receive by DISCONNECT, a listen by UNLISTEN",
             Reason::Unreachable => {
                 "no connection to the peer node or the MetaServer: it did not answer or refused"
             }
@@ -287,8 +300,10 @@ impl Reason {
             }
             Reason::NotOnPeer => "the export lives on another node than the virtual QP connects to",
             Reason::ServiceTaken => {
-                "another virtual QP of this node holds that service with that node already"
+                "that service is held already: by another virtual QP of this node with that \
+                 node, or by a ring listening on it"
             }
+            Reason::NotListening => "this ring does not listen on that service",
         }
     }
 }
@@ -346,7 +361,7 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_carry_an_errno() {
-        for v in 0..=32u16 {
+        for v in 0..Reason::COUNT as u16 {
             let r = Reason::from_u16(v).unwrap();
             assert_eq!(r as u16, v);
             assert_eq!(r.errno().0 == 0, r == Reason::None);
@@ -355,6 +370,6 @@ mod tests {
                 assert_eq!(c.failure(), Some(r));
             }
         }
-        assert_eq!(Reason::from_u16(33), None);
+        assert_eq!(Reason::from_u16(Reason::COUNT as u16), None);
     }
 }

@@ -17,6 +17,8 @@
 //! | FAA | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = add | 8 | - |
 //! | PUBLISH | `mr` (one this ring registered with remote access), name = `remote_addr`, `arg0`, `arg1` | 0 | - |
 //! | IMPORT_NAME | `vqp` (connected to the exporting node), name = `remote_addr`, `arg0`, `arg1`, `len` (0: the whole export) | remote MR handle | the export's start address |
+//! | LISTEN | `rmr` = service | 0 (listening), then a virtual QP handle per peer that joins | 0, then the peer's GID, bytes 8..16 |
+//! | UNLISTEN | `rmr` = service | 0 | - |
 //!
 //! Atomics write the old remote value into the local 8 bytes, as RDMA does. No entry
 //! carries an rkey: remote memory is named by the descriptor its owner's REG_MR returned
@@ -25,6 +27,13 @@
 //! little-endian words): PUBLISH puts an MR's export in the MetaServer under a name,
 //! DEREG_MR of the MR takes it out again, and IMPORT_NAME resolves it in the exporting
 //! node's kernel's own record (see abi's `meta` module).
+//!
+//!
+//! LISTEN is the one entry that completes more than once (io_uring's multishot
+//! accept): a first CQE when it listens, then one per peer node whose virtual QP
+//! CONNECTs to this node for the service, each flagged `MORE` (and `ACCEPT`), and a last
+//! one without `MORE` when it ends (UNLISTEN: `Cancelled`; or it could not listen). See
+//! the engine's `listen` module.
 //!
 //! [`Sqe`]: super::sqe::Sqe
 
@@ -65,10 +74,15 @@ pub enum Opcode {
     Publish = 14,
     /// Imports another node's export by name, through the MetaServer.
     ImportName = 15,
+    /// Listens for a service: each peer node's virtual QP that CONNECTs to this node for
+    /// it gets a virtual QP here, in a CQE of this entry (multishot).
+    Listen = 16,
+    /// Ends this ring's LISTEN for a service.
+    Unlisten = 17,
 }
 
 /// One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
-pub const OPCODE_LAST: u8 = 16;
+pub const OPCODE_LAST: u8 = 18;
 
 impl Opcode {
     /// Every opcode, in numeric order.
@@ -89,6 +103,8 @@ impl Opcode {
         Opcode::Faa,
         Opcode::Publish,
         Opcode::ImportName,
+        Opcode::Listen,
+        Opcode::Unlisten,
     ];
 
     /// Decodes a raw opcode byte.
@@ -126,4 +142,4 @@ impl Opcode {
 }
 
 const _: () = assert!(Opcode::ALL.len() == OPCODE_LAST as usize);
-const _: () = assert!(Opcode::ImportName as u8 + 1 == OPCODE_LAST);
+const _: () = assert!(Opcode::Unlisten as u8 + 1 == OPCODE_LAST);

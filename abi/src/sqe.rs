@@ -205,6 +205,23 @@ impl Sqe {
         }
     }
 
+    /// LISTEN for `service`: a CQE when listening, then one per peer that joins (see
+    /// [`opcode`](super::opcode)).
+    pub const fn listen(user_data: u64, service: u32) -> Sqe {
+        Sqe {
+            rmr: service,
+            ..Sqe::new(Opcode::Listen, user_data)
+        }
+    }
+
+    /// UNLISTEN: ends this ring's LISTEN for `service`.
+    pub const fn unlisten(user_data: u64, service: u32) -> Sqe {
+        Sqe {
+            rmr: service,
+            ..Sqe::new(Opcode::Unlisten, user_data)
+        }
+    }
+
     /// A one-sided READ, WRITE or WRITE_IMM of `len` bytes between local `(mr, addr)` and
     /// remote `(rmr, remote_addr)`.
     #[allow(clippy::too_many_arguments)]

@@ -266,6 +266,21 @@ impl FakeNic {
         })
     }
 
+    /// Binds to QP `qp` for a peer's end a listen takes: only the peer set's QP (0) to
+    /// the remote GID.
+    pub fn accept(&mut self, gid: [u8; 16], qp: u32) -> Result<Connection, Errno> {
+        if self.remote != Some(gid) || qp != 0 {
+            return Err(Errno::EHOSTUNREACH);
+        }
+        self.remote_used = true;
+        self.qps[0].bound += 1;
+        Ok(Connection {
+            qp: 0,
+            qpn: 100,
+            peer: true,
+        })
+    }
+
     /// Releases a binding.
     pub fn disconnect(&mut self, qp: u32) {
         let q = &mut self.qps[qp as usize];

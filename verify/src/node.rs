@@ -162,6 +162,9 @@ impl Members<VecStore> for NodeMembers<'_, '_> {
     fn disconnect(&mut self, qp: u32) {
         self.node.nic.borrow_mut().disconnect(qp)
     }
+    fn accept(&mut self, gid: [u8; 16], qp: u32) -> Result<Connection, Errno> {
+        self.node.nic.borrow_mut().accept(gid, qp)
+    }
 
     fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<Export> {
         // The fake's peer set is QP 0 once a CONNECT named its remote GID; every other

@@ -1,10 +1,11 @@
 //! A test rig: several rings on a fake NIC's shared QPs, with the application side of
 //! each ring, so tests, fuzzing and benchmarks drive the engine as the kernel would.
 
+use krcore_abi::cluster::notice::Notice;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, settle_links, Completion, Context, ExportSlot, Exports, Messages, PhysQp, Posted,
-    Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
+    complete_wc, settle_links, Completion, Context, ExportSlot, Exports, Links, Messages, PhysQp,
+    Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
@@ -258,6 +259,8 @@ impl Rig {
             deliver(rings, dropped, id, c)
         });
         for t in rings.iter_mut().flatten() {
+            // Offers its listens were nudged for, as the kernel's router takes them.
+            n += t.ring.accept_offers(&node);
             t.ring.publish();
         }
         n
@@ -287,6 +290,13 @@ impl Rig {
 
     /// Closes ring `r` (the file was closed); it is freed once nothing of it is left.
     pub fn close(&mut self, r: usize) {
+        self.with_node(|node, rings| rings[r].as_mut().expect("ring closed").ring.close(node));
+        self.release_closed();
+    }
+
+    /// Runs `f` with the node's shared parts seen through the engine's locks, and the
+    /// rings.
+    fn with_node<R>(&mut self, f: impl FnOnce(&Node<'_>, &mut Vec<Option<TestRing>>) -> R) -> R {
         let Rig {
             nic,
             qps,
@@ -296,9 +306,17 @@ impl Rig {
             rings,
             ..
         } = self;
-        let node = Node::new(nic, qps, exports, &mut messages.0, kernel);
-        rings[r].as_mut().expect("ring closed").ring.close(&node);
-        self.release_closed();
+        f(
+            &Node::new(nic, qps, exports, &mut messages.0, kernel),
+            rings,
+        )
+    }
+
+    /// A notice from the kernel at `gid`, arrived on physical QP `qp` (the peer set's),
+    /// handed to its links shard as the kernel's router does.
+    pub fn notice(&mut self, gid: [u8; 16], qp: u32, n: Notice) {
+        let k = n.shard(&gid, SHARDS as u32).expect("a link's notice");
+        self.with_node(|node, _| node.shard(k).on_notice(&gid, qp, n, node));
     }
 
     /// Frees closed rings that have nothing left in flight.

@@ -3,7 +3,8 @@
 //! for its peer's receive, and fails by name (never breaking the shared QP) when none
 //! comes, when the peer left, or when it does not fit.
 
-use krcore_abi::cqe::{CqeFlags, Reason};
+use krcore_abi::cluster::notice::{Notice, NO_LINK};
+use krcore_abi::cqe::{Cqe, CqeFlags, Reason};
 use krcore_abi::engine::{shard_of, DEFAULT_DEADLINE_MS};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
@@ -313,4 +314,129 @@ fn virtual_qps_on_a_peer_set_get_one_link_per_service() {
     );
     assert_eq!(rig.nic.posted, posted, "no request reached the wire");
     assert_eq!(rig.nic.qps[0].bound, 1);
+}
+
+/// The peer node of the listening tests, and a Hello from its end `from` for `service`.
+const PEER: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 12];
+
+fn hello(service: u32, from: u64) -> Notice {
+    Notice::Hello {
+        service,
+        from,
+        to: NO_LINK,
+    }
+}
+
+fn more(c: &Cqe) -> bool {
+    c.flags & CqeFlags::MORE.bits() != 0
+}
+
+fn accepted(c: &Cqe) -> bool {
+    c.flags & CqeFlags::ACCEPT.bits() != 0
+}
+
+/// A ring that LISTENs gets a virtual QP for each peer whose virtual QP CONNECTs to
+/// this node for the service (engine's `listen`), without ever CONNECTing to it: each in
+/// a CQE of the LISTEN flagged MORE and ACCEPT, with the peer's address. One ring per
+/// service listens; UNLISTEN ends it with a last CQE, after which another may.
+#[test]
+fn a_listen_gets_a_virtual_qp_per_peer_that_joins() {
+    let mut rig = Rig::new(&[16, 16]);
+    rig.nic.remote = Some(PEER);
+    let server = rig.open(Limits::default());
+    let c = rig.run(server, &[Sqe::listen(9, 70)]);
+    assert!(
+        c.len() == 1 && c[0].res == 0 && more(&c[0]) && !accepted(&c[0]),
+        "{c:?}"
+    );
+    let other = rig.open(Limits::default());
+    let c = rig.run(other, &[Sqe::listen(1, 70)]);
+    assert_eq!(c[0].failure(), Some(Reason::ServiceTaken), "{c:?}");
+    assert!(!more(&c[0]), "a refused LISTEN ends at once");
+
+    // The peer's Hello: offered to the listen, which binds a virtual QP to it.
+    rig.notice(PEER, 0, hello(70, 0x55));
+    rig.drain();
+    let c = rig.reap(server, 8);
+    assert!(c.len() == 1 && more(&c[0]) && accepted(&c[0]), "{c:?}");
+    assert_eq!(c[0].user_data, 9);
+    assert_eq!(c[0].aux.to_be_bytes(), PEER[8..], "the peer's address");
+    let vqp = c[0].res as u32;
+    let v = *rig.rings[server]
+        .as_ref()
+        .unwrap()
+        .ring
+        .tables
+        .vqps
+        .get(vqp)
+        .expect("bound");
+    assert_eq!((v.qp, v.shard), (0, shard_of(&PEER, 70, SHARDS as u32)));
+    assert_eq!(rig.nic.qps[0].bound, 1, "bound to the peer set's QP");
+    // It is a virtual QP like a CONNECT's: its receives wait for the peer's messages.
+    let mr = rig.run(server, &[Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE)])[0].res as u32;
+    let e = End {
+        ring: server,
+        vqp,
+        mr,
+    };
+    assert!(
+        rig.run(server, &[recv(&e, 3, 64)]).is_empty(),
+        "the RECV waits"
+    );
+    // This node's CONNECT to that peer for the service is the listen's already.
+    let c = rig.run(other, &[Sqe::connect(4, PEER, 70)]);
+    assert_eq!(c[0].failure(), Some(Reason::ServiceTaken), "{c:?}");
+
+    // UNLISTEN: the LISTEN's last CQE, then its own; the service is free again.
+    let c = rig.run(server, &[Sqe::unlisten(5, 70), Sqe::unlisten(6, 70)]);
+    assert_eq!(c.len(), 3, "{c:?}");
+    assert!(c[0].user_data == 9 && c[0].failure() == Some(Reason::Cancelled) && !more(&c[0]));
+    assert_eq!((c[1].user_data, c[1].res), (5, 0));
+    assert_eq!(c[2].failure(), Some(Reason::NotListening));
+    let c = rig.run(other, &[Sqe::listen(7, 70)]);
+    assert!(c[0].res == 0 && more(&c[0]), "{c:?}");
+    // The accepted virtual QP outlives the listen, and goes as any does.
+    let c = rig.run(server, &[Sqe::disconnect(8, vqp)]);
+    assert!(c
+        .iter()
+        .any(|c| c.user_data == 3 && c.failure() == Some(Reason::Cancelled)));
+    assert!(c.iter().any(|c| c.user_data == 8 && c.res == 0), "{c:?}");
+}
+
+/// An end announced before anyone listened is offered when the LISTEN comes; a ring
+/// that closes stops listening (no CQE), and another ring may listen at once; a peer
+/// that finds no room in the listening ring's virtual QP table is refused by name, and
+/// the listen goes on.
+#[test]
+fn announcements_wait_for_a_listen_and_refusals_are_named() {
+    let mut rig = Rig::new(&[16, 16, 16, 16]);
+    rig.nic.remote = Some(PEER);
+    rig.notice(PEER, 0, hello(71, 0x66));
+    let first = rig.open(Limits::default());
+    let c = rig.run(first, &[Sqe::listen(1, 71)]);
+    assert_eq!(c.len(), 2, "listening, then the waiting peer: {c:?}");
+    assert!(more(&c[0]) && !accepted(&c[0]) && c[1].res >= 0 && accepted(&c[1]));
+    rig.close(first);
+    assert_eq!(rig.nic.qps[0].bound, 0, "its virtual QP went with it");
+
+    // A ring whose virtual QP table is full refuses the next peer, by name.
+    let small = Limits {
+        vqps: 1,
+        ..Limits::default()
+    };
+    let second = rig.open(small);
+    let c = rig.run(second, &[Sqe::listen(2, 71), Sqe::connect(3, [0; 16], 5)]);
+    assert!(c[0].res == 0 && c[1].res >= 0, "{c:?}");
+    let links = rig.messages.links();
+    rig.notice(PEER, 0, hello(71, 0x77));
+    rig.drain();
+    let c = rig.reap(second, 8);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert!(c[0].failure() == Some(Reason::TableFull) && accepted(&c[0]) && more(&c[0]));
+    assert_eq!(c[0].aux.to_be_bytes(), PEER[8..]);
+    assert_eq!(rig.nic.qps[0].bound, 0, "nothing bound for it");
+    assert!(
+        rig.messages.links() <= links + 1,
+        "the refused end is told to leave"
+    );
 }

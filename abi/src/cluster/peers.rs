@@ -459,6 +459,22 @@ impl<S: Store> Peers<S> {
         }
     }
 
+    /// A listen takes a peer's end whose Hello came on physical QP slot `qp` from the
+    /// node at `addr` (see the engine's `listen`): binds to that slot's entry and
+    /// returns it, when the slot belongs to `addr`'s set and the set is up (or being
+    /// adopted, its QP there); not to a retired set's, which keeps an earlier
+    /// incarnation of the peer.
+    pub fn accept(&mut self, addr: &[u8; 16], qp: u32) -> Option<u32> {
+        let p = self.of_qp(qp)?;
+        let e = self.get(p)?;
+        let live = matches!(e.set.state(), State::Ready { .. } | State::Adopting { .. });
+        if e.addr != *addr || e.retired || !live {
+            return None;
+        }
+        self.bind(p);
+        Some(p)
+    }
+
     /// A virtual QP bound to entry `peer`'s set was released.
     pub fn unbind(&mut self, peer: u32) {
         let e = self.table.as_mut().get_mut(peer as usize);
@@ -707,6 +723,32 @@ mod tests {
         assert_eq!((fresh.answer, fresh.close), (Answer::Accept, Some(peer)));
         let s2 = a.request(&addr(12), 2, 20, 1, 4, never).unwrap();
         assert_eq!(s2.answer, Answer::Accept);
+    }
+
+    /// A listen binds only to a QP of the set of the node whose Hello came on it, while
+    /// that set is up, and not to a retired one.
+    #[test]
+    fn accept_binds_only_a_live_set_of_that_node() {
+        let mut b = Peers::with_capacity(2, 1, 4, 2);
+        let never = |_| false;
+        assert_eq!(b.accept(&addr(11), 4), None, "no set yet");
+        let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
+        assert_eq!(
+            b.accept(&addr(11), 4),
+            Some(s.peer),
+            "adopting: its QP is there"
+        );
+        b.adopted(s.peer, 0, 2);
+        b.adopted(s.peer, 1, 2);
+        let q = b.qps(s.peer);
+        assert_eq!(b.accept(&addr(11), q.start + 1), Some(s.peer));
+        assert_eq!(b.get(s.peer).unwrap().bound, 2, "each accept binds");
+        assert_eq!(b.accept(&addr(12), q.start), None, "another node's Hello");
+        assert_eq!(b.accept(&addr(11), q.end), None, "not a QP of the set");
+        // The peer restarted: the old set retires (virtual QPs bound) and takes none.
+        b.request(&addr(11), 1, 11, 0, 5, never).unwrap();
+        assert!(b.get(s.peer).unwrap().retired);
+        assert_eq!(b.accept(&addr(11), q.start), None);
     }
 
     /// The node's id comes after the table is made (once its address is known): the

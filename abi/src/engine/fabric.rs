@@ -94,8 +94,16 @@ pub trait Members<S: Store> {
         service: u32,
         opposite: Option<u32>,
     ) -> Result<Connection, Errno>;
-    /// Releases the binding made by [`connect`](Self::connect).
+    /// Releases the binding made by [`connect`](Self::connect) or
+    /// [`accept`](Self::accept).
     fn disconnect(&mut self, qp: u32);
+    /// Binds to physical QP `qp` of the set to the node at `gid`, for a peer's end a
+    /// listen takes (see `listen`): the QP its Hello came on. Fails when `qp` is not
+    /// (or no longer) a live QP of that node's set. A fabric with no other nodes has
+    /// none.
+    fn accept(&mut self, _gid: [u8; 16], _qp: u32) -> Result<Connection, Errno> {
+        Err(Errno::ENODEV)
+    }
     /// IMPORT_NAME of `name` for a virtual QP bound to physical QP `qp`: the export, as
     /// the exporting node's kernel recorded it in the MetaServer, when `qp` connects to
     /// that node (see abi's `meta::client`). A fabric without a MetaServer has none.

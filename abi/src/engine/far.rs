@@ -80,9 +80,9 @@ pub struct Far {
     /// The peer kernel's id for its end ([`NO_LINK`] until its Hello).
     pub(super) id: u64,
     /// Our Hello is owed.
-    hello: bool,
+    pub(super) hello: bool,
     /// Our Leave is owed.
-    leave: bool,
+    pub(super) leave: bool,
     /// A Left is owed to the peer (its end left).
     left: bool,
     /// The local end left and waits for the peer's Left, since (ms; `i64::MIN` until
@@ -94,6 +94,9 @@ pub struct Far {
     queued: bool,
     /// Its QP failed: nothing more goes out or comes in.
     broken: bool,
+    /// Announced with no end here, and offered to the service's listener (see
+    /// `listen`): no CONNECT takes it.
+    pub(super) offered: bool,
 }
 
 impl Far {
@@ -111,6 +114,7 @@ impl Far {
         cursor: NIL,
         queued: false,
         broken: false,
+        offered: false,
     };
 }
 
@@ -149,6 +153,10 @@ impl<S: Store> Messages<S> {
                 continue;
             }
             match l.ends[0].holder {
+                // Offered to the ring listening on the service: the listen holds it.
+                Holder::Open if l.far.is_some_and(|f| f.offered) => {
+                    return Err(Reason::ServiceTaken)
+                }
                 Holder::Open => pending = Some(h),
                 Holder::Bound | Holder::Gone => return Err(Reason::ServiceTaken),
                 Holder::Left => {}
@@ -348,7 +356,7 @@ impl<S: Store> Messages<S> {
             }
             return;
         }
-        let _ = self.links.insert(Link {
+        let made = self.links.insert(Link {
             gid: *gid,
             service,
             ends: [
@@ -367,6 +375,10 @@ impl<S: Store> Messages<S> {
                 ..Far::NEW
             }),
         });
+        // A ring that listens on the service takes it (see `listen`).
+        if let Ok(h) = made {
+            self.offer(h);
+        }
     }
 
     /// Pairs our end of far link `h` with the peer's end `from`.
@@ -751,7 +763,7 @@ impl<S: Store> Messages<S> {
     }
 
     /// Puts far link `h` in the due list (once).
-    fn enqueue(&mut self, h: u32) {
+    pub(super) fn enqueue(&mut self, h: u32) {
         if let Some(f) = self.far_mut(h) {
             if !f.queued {
                 f.queued = true;
@@ -786,7 +798,7 @@ impl<S: Store> Messages<S> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     extern crate std;
     use super::*;
     use crate::engine::fabric::Post;
@@ -797,13 +809,13 @@ mod tests {
     use std::vec::Vec;
 
     /// One node's side of a set: its QPs, and what it put on the wire.
-    struct Node {
-        gid: [u8; 16],
-        qps: Vec<RefCell<PhysQp<VecStore>>>,
+    pub(crate) struct Node {
+        pub(crate) gid: [u8; 16],
+        pub(crate) qps: Vec<RefCell<PhysQp<VecStore>>>,
         /// Notices posted, with their QP, oldest first (a `Data` after its WRITE).
-        wire: RefCell<Vec<(u32, Notice)>>,
+        pub(crate) wire: RefCell<Vec<(u32, Notice)>>,
         /// Requests posted that carry a message (their WRITE and `Data` notice).
-        writes: RefCell<Vec<SendWr>>,
+        pub(crate) writes: RefCell<Vec<SendWr>>,
     }
 
     struct Wire<'a> {
@@ -843,7 +855,7 @@ mod tests {
         }
     }
 
-    fn node(last: u8) -> (Node, Messages<VecStore>) {
+    pub(crate) fn node(last: u8) -> (Node, Messages<VecStore>) {
         let mut gid = [0u8; 16];
         gid[10..12].fill(0xff);
         gid[12..].copy_from_slice(&[192, 0, 2, last]);
@@ -860,7 +872,7 @@ mod tests {
 
     /// Carries what `from` put on the wire to `to`'s links; how many notices. Each
     /// notice posted on its own frees its room when it "completes" here.
-    fn carry(from: &Node, to: &Node, m: &mut Messages<VecStore>) -> usize {
+    pub(crate) fn carry(from: &Node, to: &Node, m: &mut Messages<VecStore>) -> usize {
         let sent: Vec<_> = from.wire.borrow_mut().drain(..).collect();
         for &(qp, n) in &sent {
             if !matches!(n, Notice::Data { .. }) {
@@ -871,7 +883,7 @@ mod tests {
         sent.len()
     }
 
-    fn recv(wr_id: u64, addr: u64) -> PostedRecv {
+    pub(crate) fn recv(wr_id: u64, addr: u64) -> PostedRecv {
         PostedRecv {
             wr_id,
             addr,
@@ -880,7 +892,7 @@ mod tests {
         }
     }
 
-    fn send(wr_id: u64, len: u32, imm: Option<u32>) -> WaitingSend {
+    pub(crate) fn send(wr_id: u64, len: u32, imm: Option<u32>) -> WaitingSend {
         WaitingSend {
             wr_id,
             local: Sge {
@@ -895,7 +907,7 @@ mod tests {
         }
     }
 
-    fn owed(m: &mut Messages<VecStore>, n: &Node) -> Vec<(u64, Completion)> {
+    pub(crate) fn owed(m: &mut Messages<VecStore>, n: &Node) -> Vec<(u64, Completion)> {
         let mut got = Vec::new();
         m.settle(0, 5_000, n, |w, c| got.push((w.encode(), c)));
         got

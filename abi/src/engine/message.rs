@@ -260,7 +260,8 @@ pub struct MessageStorage<S: Store> {
     /// Sends waiting for a receive, device-wide. Each holds a send credit, so the
     /// physical QPs' depths summed suffice.
     pub waiting: S::Buf<Slot<Node<WaitingSend>>>,
-    /// Completions owed to rings; as many as `recvs` and `waiting` together.
+    /// Completions owed to rings; as many as `recvs` and `waiting` together, and one
+    /// nudge per listener (`listen`'s [`MAX_LISTENERS`](super::listen::MAX_LISTENERS)).
     pub owed: S::Buf<(u64, Completion)>,
     /// Links across nodes with notices due to the peer kernel; as many as `links`.
     pub due: S::Buf<u32>,
@@ -329,6 +330,8 @@ pub struct Messages<S: Store> {
     pub(super) index: u32,
     /// Links across nodes whose local end left and waits for the peer's answer.
     pub(super) retracting: u32,
+    /// The services rings listen on (see `listen`).
+    pub(super) listeners: [Option<super::listen::Listener>; super::listen::MAX_LISTENERS],
 }
 
 impl<S: Store> Messages<S> {
@@ -344,10 +347,14 @@ impl<S: Store> Messages<S> {
             due: Fifo::new(storage.due),
             index: 0,
             retracting: 0,
+            listeners: [None; super::listen::MAX_LISTENERS],
         };
         assert!(m.half_open.capacity() >= m.links.capacity());
         assert!(m.due.capacity() >= m.links.capacity());
-        assert!(m.owed.capacity() >= m.recvs.capacity() + m.waiting.capacity());
+        assert!(
+            m.owed.capacity()
+                >= m.recvs.capacity() + m.waiting.capacity() + super::listen::MAX_LISTENERS
+        );
         m
     }
 
@@ -698,7 +705,7 @@ impl Messages<super::VecStore> {
             half_open: vec![0; links],
             recvs: vec![Slot::EMPTY; n],
             waiting: vec![Slot::EMPTY; n],
-            owed: vec![(0, Completion::Done); 2 * n],
+            owed: vec![(0, Completion::Done); 2 * n + super::listen::MAX_LISTENERS],
             due: vec![0; links],
         })
     }

@@ -10,7 +10,7 @@
 //! the kernel decides allocation and this logic runs unchanged in tests, fuzzing, loom
 //! models and benchmarks. Concurrency is the caller's: a ring's calls come under its own
 //! lock, and what rings share is reached through a [`Fabric`], a lock per physical QP,
-//! one per shard of message links, one for the device's membership and one for its
+//! one per shard of message links (with their listeners), one for the device's membership and one for its
 //! exports, in the order
 //! `fabric` writes down; verify/'s loom models check the engine under it.
 
@@ -21,6 +21,7 @@ mod direct;
 mod export;
 mod fabric;
 mod far;
+mod listen;
 mod message;
 mod qp;
 mod recovery;
@@ -44,6 +45,7 @@ pub use fabric::{Fabric, Links, Members, NoPost, Post, Qps};
 pub use far::{
     notice_recv_index, notice_recv_wr_id, FAR_RECV, FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_WR_ID,
 };
+pub use listen::{Offer, MAX_LISTENERS, RING_LISTENS};
 pub use message::{
     shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep,
     Target, WaitingSend,

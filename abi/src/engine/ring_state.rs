@@ -141,6 +141,12 @@ pub enum Completion {
     },
     /// It failed.
     Failed(Reason),
+    /// Not a request's: a nudge for the ring's listen whose index is the routing id's
+    /// slot, saying links shard `shard` holds offers for it (see `listen`).
+    Offered {
+        /// The shard.
+        shard: u32,
+    },
 }
 
 /// Counters a ring keeps: the device's kind ([`Counters`](super::stats::Counters)),
@@ -169,7 +175,7 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     overflow: Fifo<Cqe, S>,
     /// Whether CQ_OVERFLOW is set in the SQ flags, so publishing writes it on change only.
     overflow_flag: bool,
-    closed: bool,
+    pub(crate) closed: bool,
     pub(crate) stats: RingStats,
     pub(crate) chain: Chain,
     /// The pairs this ring broke, and its throttling.
@@ -179,6 +185,8 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     pub(crate) registration: super::register::Pending,
     /// Where connect and failure points are logged, if anywhere.
     pub(crate) trace: Option<Trace>,
+    /// Its listens (see `listen`).
+    pub(crate) listens: [Option<super::listen::Listening>; super::listen::RING_LISTENS],
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
@@ -212,6 +220,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             blame: super::blame::Blame::default(),
             registration: super::register::Pending::None,
             trace: None,
+            listens: [None; super::listen::RING_LISTENS],
         }
     }
 
@@ -251,10 +260,19 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// Whether another SQE may be taken (the room rule; a registration in progress owes
-    /// one CQE too).
+    /// one CQE too, and so does each listen, its last).
     pub(crate) fn has_room(&self) -> bool {
-        self.tables.inflight.len() + self.overflow.len() + self.registration.owes()
-            < self.overflow.capacity()
+        self.has_room_for(1)
+    }
+
+    /// Whether `n` more CQEs may be owed under the room rule.
+    pub(crate) fn has_room_for(&self, n: usize) -> bool {
+        self.tables.inflight.len()
+            + self.overflow.len()
+            + self.registration.owes()
+            + self.listening()
+            + n
+            <= self.overflow.capacity()
     }
 
     /// Queues a CQE: to the CQ when it has room and nothing overflowed before it (order
@@ -310,6 +328,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         if (id.ring, id.ring_gen) != (self.id, self.gen) {
             return false;
         }
+        if let Completion::Offered { shard } = c {
+            self.nudged(id.slot, shard);
+            return true;
+        }
         let Some(inf) = self.tables.inflight.remove(id.slot) else {
             self.stats.stray += 1;
             return false;
@@ -329,6 +351,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 cqe
             }
             Completion::Failed(r) => Cqe::err(inf.user_data, r),
+            Completion::Offered { .. } => return false,
         };
         self.emit(cqe);
         true
@@ -364,6 +387,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// [`release_idle`](Self::release_idle) until it returns `true`.
     pub fn close<F: Fabric<S>>(&mut self, f: &F) {
         self.closed = true;
+        // Its listens end first: no offer goes to it from now on.
+        self.drop_listens(f);
         // Its virtual QPs depart their links now: a CONNECT meanwhile never joins a
         // closing ring, and sends waiting for its receives fail at once.
         for (_, v) in self.tables.vqps.iter() {
@@ -407,6 +432,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// memory (its QPs are destroyed); the ring may be freed afterwards.
     pub fn abandon<F: Fabric<S>>(&mut self, f: &F) {
         self.closed = true;
+        self.drop_listens(f);
         let owner = (self.id, self.gen);
         self.tables.inflight.drain_where(|_, _| true);
         self.tables.rmrs.drain_where(|_, _| true);

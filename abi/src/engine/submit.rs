@@ -15,7 +15,7 @@
 //! membership lock, once per call, held to its end; taken after a shard, that shard is
 //! let go first (members come before shards in the order).
 
-use super::backend::{PostError, SendKind, SendWr, Sge};
+use super::backend::{Connection, PostError, SendKind, SendWr, Sge};
 use super::cqe::{Cqe, Reason};
 use super::errno::Errno;
 use super::export::Export;
@@ -111,7 +111,7 @@ const NO_WR: SendWr = SendWr {
     flags: SqeFlags::empty(),
 };
 
-enum Step {
+pub(super) enum Step {
     Taken,
     /// Taken, and submission stops after it.
     TakenThen(Stall),
@@ -119,24 +119,24 @@ enum Step {
 }
 
 /// The locks a submission holds across entries (see the module doc).
-struct Held<'f, S: Store, F: Fabric<S> + 'f> {
+pub(super) struct Held<'f, S: Store, F: Fabric<S> + 'f> {
     members: Option<F::Members<'f>>,
     shard: Option<(u32, F::Shard<'f>)>,
 }
 
 impl<'f, S: Store, F: Fabric<S>> Held<'f, S, F> {
-    const NONE: Self = Held {
+    pub(super) const NONE: Self = Held {
         members: None,
         shard: None,
     };
 
     /// The membership, held (the caller took it).
-    fn members(&mut self) -> &mut F::Members<'f> {
+    pub(super) fn members(&mut self) -> &mut F::Members<'f> {
         self.members.as_mut().expect("members held")
     }
 
     /// Shard `k`, held (the caller took it).
-    fn shard(&mut self, k: u32) -> &mut Messages<S> {
+    pub(super) fn shard(&mut self, k: u32) -> &mut Messages<S> {
         match &mut self.shard {
             Some((j, g)) if *j == k => g,
             _ => panic!("shard {k} not held"),
@@ -197,6 +197,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         drop(held);
         self.sq.consume(taken);
         self.stats.taken += taken as u64;
+        // Offers its listens were nudged for, or found when they began (see `listen`).
+        self.accept_offers(f);
         self.publish();
         Ok(Submitted { taken, stall })
     }
@@ -263,7 +265,6 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 let k = shard_of(&gid, service, f.shards());
                 self.hold_members(f, held);
                 self.hold_shard(f, held, k);
-                let t = &mut self.tables;
                 let open = held.shard(k).half_open(&gid, service);
                 let m = held.members();
                 match m.connect(gid, service, open.map(|o| o.qp)) {
@@ -297,24 +298,15 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                                 Cqe::err(ud, why)
                             }
                             Ok((link, end)) => {
-                                let h = t.vqps.insert(Vqp {
-                                    qp: conn.qp,
-                                    qpn: conn.qpn,
-                                    sends: 0,
-                                    recvs: 0,
-                                    shard: k,
-                                    link,
-                                    end,
-                                });
-                                let h = h.expect("room checked");
-                                f.qp(conn.qp, |q, _| q.bind());
-                                self.stats.connects += 1;
+                                let h = self.bind_vqp(conn, k, link, end, f);
                                 Cqe::ok(ud, h as i32, conn.qpn as u64)
                             }
                         }
                     }
                 }
             }
+            Op::Listen { service } => return self.listen(ud, service, f, held),
+            Op::Unlisten { service } => self.unlisten(ud, service, f, held),
             Op::Disconnect { vqp } => {
                 let v = *t.vqps.get(vqp).expect("validated");
                 self.hold_members(f, held);
@@ -583,8 +575,34 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         )
     }
 
+    /// A new virtual QP bound to `conn`'s physical QP, at end `end` of link `link` in
+    /// shard `k` (a CONNECT's, or an accepted offer's); the caller checked there is
+    /// room. Returns its handle.
+    pub(super) fn bind_vqp<F: Fabric<S>>(
+        &mut self,
+        conn: Connection,
+        k: u32,
+        link: u32,
+        end: u8,
+        f: &F,
+    ) -> u32 {
+        let h = self.tables.vqps.insert(Vqp {
+            qp: conn.qp,
+            qpn: conn.qpn,
+            sends: 0,
+            recvs: 0,
+            shard: k,
+            link,
+            end,
+        });
+        let h = h.expect("room checked");
+        f.qp(conn.qp, |q, _| q.bind());
+        self.stats.connects += 1;
+        h
+    }
+
     /// Holds the membership lock for the rest of the call, letting a shard go first.
-    fn hold_members<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) {
+    pub(super) fn hold_members<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) {
         if held.members.is_none() {
             self.let_shard_go(f, held);
             held.members = Some(f.members());
@@ -592,7 +610,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// Holds shard `k`, letting another go first.
-    fn hold_shard<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>, k: u32) {
+    pub(super) fn hold_shard<'f, F: Fabric<S>>(
+        &mut self,
+        f: &'f F,
+        held: &mut Held<'f, S, F>,
+        k: u32,
+    ) {
         if !matches!(held.shard, Some((j, _)) if j == k) {
             self.let_shard_go(f, held);
             held.shard = Some((k, f.shard(k)));

@@ -60,6 +60,8 @@ const READS: [u16; OPCODE_LAST as usize] = {
     t[Opcode::Faa as usize] = ONE_SIDED | ARG0;
     t[Opcode::Publish as usize] = MR | NAME;
     t[Opcode::ImportName as usize] = VQP | LEN | NAME;
+    t[Opcode::Listen as usize] = RMR;
+    t[Opcode::Unlisten as usize] = RMR;
     t
 };
 
@@ -140,6 +142,16 @@ pub enum Op {
         local: Sge,
         /// FENCE / SOLICITED.
         flags: SqeFlags,
+    },
+    /// Listen for `service` (see `listen`).
+    Listen {
+        /// The service.
+        service: u32,
+    },
+    /// Stop listening for `service`.
+    Unlisten {
+        /// The service.
+        service: u32,
     },
     /// A receive on `vqp` into local MR `mr`.
     Recv {
@@ -384,6 +396,8 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
                 len: sqe.len,
             }
         }
+        Opcode::Listen => Op::Listen { service: sqe.rmr },
+        Opcode::Unlisten => Op::Unlisten { service: sqe.rmr },
         Opcode::Recv => {
             let (_, sge) = local(sqe, t, true)?;
             Op::Recv {

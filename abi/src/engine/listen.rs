@@ -1,0 +1,533 @@
+//! Listening: a service whose peers, from any node, each get a virtual QP in one ring.
+//!
+//! Across nodes a service names one link per pair of nodes, made when a virtual QP on
+//! each node CONNECTs to the other (see `far`). A server that does not know its clients
+//! LISTENs instead: from then on, a peer's Hello for the service that finds no end here
+//! is *offered* to the listening ring, which binds a virtual QP of its own to it, as if
+//! it had CONNECTed to that node, and completes its LISTEN once more with that virtual
+//! QP (multishot, as io_uring's accept; the entry's CQEs in [`opcode`]).
+//!
+//! Two halves, each under the locks the rest keeps (see [`fabric`]):
+//! - in every links shard (a peer's link lives in the shard of its node and service) a
+//!   [`Listener`] entry names the listen. A Hello that finds no end marks its new link
+//!   offered and, once until the ring has looked, owes the listen a nudge
+//!   ([`Completion::Offered`]), routed as any completion to the ring's inbox;
+//! - in the ring, each listen remembers the shards that nudged it, and the ring takes
+//!   their offers ([`Ring::accept_offers`]) under its own lock, then the membership's
+//!   and the shard's, in order: each offer becomes a virtual QP bound to the set QP its
+//!   Hello came on, its end is bound and answered with our Hello, and the LISTEN gets a
+//!   CQE.
+//!
+//! So nothing waits in the SQ (a LISTEN is taken at once), the inbox holds at most one
+//! nudge per listen and shard, and every offer is accepted, refused by name (no room in
+//! the ring's virtual QP table: `TableFull`, and the peer's end is told to leave), or,
+//! when the listen ends, left as an ordinary announcement for the next CONNECT. A
+//! CONNECT from this node to a peer whose end was offered fails `ServiceTaken`: the
+//! listen holds that link.
+//!
+//! LISTEN, UNLISTEN and a ring's close hold the membership lock while they visit the
+//! shards one after another, so a service's listener entries are the same in every
+//! shard whenever another LISTEN looks (shard 0's decides `ServiceTaken`).
+//!
+//! Room: a listen owes one last CQE (without `MORE`) from the moment it listens, which
+//! the room rule counts like a request in flight; an accepted peer's CQE is written only
+//! while the rule leaves room, else the offer waits for the next submission.
+//!
+//! [`opcode`]: super::opcode
+//! [`fabric`]: super::fabric
+
+use super::cqe::{Cqe, CqeFlags, Reason};
+use super::fabric::{Fabric, Members as _, Qps};
+use super::message::{Holder, Messages};
+use super::ring::RingMem;
+use super::ring_state::{Completion, Ring};
+use super::sqe::Sqe;
+use super::submit::{Held, Stall, Step};
+use super::wrid::WrId;
+use super::Store;
+
+/// Services a node's rings may listen on at once (each shard's listener table).
+pub const MAX_LISTENERS: usize = 32;
+
+/// Listens one ring may hold at once.
+pub const RING_LISTENS: usize = 4;
+
+/// A shard's note that a ring listens on a service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Listener {
+    service: u32,
+    /// The listen, as a routing id: its ring and generation, and its index in the
+    /// ring's listens as the slot.
+    listen: WrId,
+    /// A nudge is owed or on its way: the ring has not looked since.
+    nudged: bool,
+}
+
+/// An offered link: a peer's end the listening ring may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offer {
+    /// The link, in its shard.
+    pub link: u32,
+    /// The peer node.
+    pub gid: [u8; 16],
+    /// The set QP the peer's Hello came on (its service's, the same on both nodes).
+    pub qp: u32,
+}
+
+/// One of a ring's listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Listening {
+    service: u32,
+    /// The LISTEN's `user_data`: every CQE of the listen carries it.
+    user_data: u64,
+    /// Shards that may hold offers for it, a bit each.
+    due: u64,
+}
+
+impl<S: Store> Messages<S> {
+    /// Makes `listen` the listener of `service` in this shard; links announced for the
+    /// service and not taken yet are offered to it. Whether there were any. Fails
+    /// `ServiceTaken` when another listen has the service, `TableFull` when the table
+    /// is.
+    pub fn add_listener(&mut self, service: u32, listen: WrId) -> Result<bool, Reason> {
+        if self.listener(service).is_some() {
+            return Err(Reason::ServiceTaken);
+        }
+        let free = self.listeners.iter_mut().find(|l| l.is_none());
+        let slot = free.ok_or(Reason::TableFull)?;
+        *slot = Some(Listener {
+            service,
+            listen,
+            nudged: false,
+        });
+        Ok(self.mark_offers(service, true))
+    }
+
+    /// Removes `listen`'s entry for `service`; its offers not taken stay as
+    /// announcements for the next CONNECT.
+    pub fn remove_listener(&mut self, service: u32, listen: WrId) {
+        for e in self.listeners.iter_mut() {
+            if e.is_some_and(|l| l.service == service && l.listen == listen) {
+                *e = None;
+            }
+        }
+        self.mark_offers(service, false);
+    }
+
+    /// Marks the far links announced for `service` and not taken (no end here) offered
+    /// or not; whether there were any.
+    fn mark_offers(&mut self, service: u32, offered: bool) -> bool {
+        let mut any = false;
+        for l in self.links.values_mut() {
+            if l.service == service && l.ends[0].holder == Holder::Open {
+                if let Some(f) = &mut l.far {
+                    f.offered = offered;
+                    any = true;
+                }
+            }
+        }
+        any
+    }
+
+    fn listener(&mut self, service: u32) -> Option<&mut Listener> {
+        self.listeners
+            .iter_mut()
+            .flatten()
+            .find(|l| l.service == service)
+    }
+
+    /// Link `h`, just made for a peer's Hello that found no end here: offered to the
+    /// service's listener, if there is one, which is nudged unless it already was.
+    /// Whether it was offered.
+    pub(super) fn offer(&mut self, h: u32) -> bool {
+        let Some(service) = self.links.get(h).map(|l| l.service) else {
+            return false;
+        };
+        let k = self.index;
+        let Some(l) = self.listener(service) else {
+            return false;
+        };
+        let nudge = (!l.nudged).then_some(l.listen);
+        l.nudged = true;
+        if let Some(f) = self.links.get_mut(h).and_then(|l| l.far.as_mut()) {
+            f.offered = true;
+        }
+        if let Some(listen) = nudge {
+            self.owe(listen.encode(), Completion::Offered { shard: k });
+        }
+        true
+    }
+
+    /// The listener of `service` looks at its offers here now: an offer made after
+    /// this (the caller holds the shard) nudges it again.
+    pub fn looked(&mut self, service: u32) {
+        if let Some(l) = self.listener(service) {
+            l.nudged = false;
+        }
+    }
+
+    /// The oldest link offered to the listener of `service`, not taken yet.
+    pub fn next_offer(&self, service: u32) -> Option<Offer> {
+        self.links.iter().find_map(|(h, l)| {
+            let offered = l.far.is_some_and(|f| f.offered && !f.broken());
+            (offered && l.service == service && l.ends[0].holder == Holder::Open).then_some(Offer {
+                link: h,
+                gid: l.gid,
+                qp: l.ends[0].qp,
+            })
+        })
+    }
+
+    /// Answers offer `link`: taken by a virtual QP bound to set QP `qp` (`Some`: its
+    /// end is bound and paired with the peer's, which our Hello answers; the end is 0),
+    /// or refused (`None`: the peer's end is told to leave, and the link goes once that
+    /// is sent).
+    pub fn answer_offer(&mut self, link: u32, taken: Option<u32>, qps: &(impl Qps<S> + ?Sized)) {
+        if let Some(l) = self.links.get_mut(link) {
+            match taken {
+                Some(qp) => {
+                    l.ends[0].holder = Holder::Bound;
+                    l.ends[0].qp = qp;
+                    l.ends[1].holder = Holder::Bound;
+                }
+                None => l.ends[0].holder = Holder::Left,
+            }
+            if let Some(f) = &mut l.far {
+                f.offered = false;
+                f.hello = taken.is_some();
+                f.leave = taken.is_none();
+            }
+        }
+        self.enqueue(link);
+        self.flush_due(qps);
+    }
+}
+
+impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
+    /// Listens held now.
+    pub(crate) fn listening(&self) -> usize {
+        self.listens.iter().flatten().count()
+    }
+
+    /// LISTEN for `service` (entry `ud`): the ring's listener entry in every shard.
+    pub(super) fn listen<'f, F: Fabric<S>>(
+        &mut self,
+        ud: u64,
+        service: u32,
+        f: &'f F,
+        held: &mut Held<'f, S, F>,
+    ) -> Step {
+        // Its first CQE now, and the last one it owes from now on.
+        if !self.has_room_for(2) {
+            return Step::Wait(Stall::CqFull);
+        }
+        if self.listens.iter().flatten().any(|l| l.service == service) {
+            self.emit(Cqe::err(ud, Reason::ServiceTaken));
+            return Step::Taken;
+        }
+        let Some(i) = self.listens.iter().position(Option::is_none) else {
+            self.emit(Cqe::err(ud, Reason::TableFull));
+            return Step::Taken;
+        };
+        let listen = WrId {
+            ring: self.id,
+            ring_gen: self.gen,
+            slot: i as u32,
+        };
+        self.hold_members(f, held);
+        let mut due = 0u64;
+        for k in 0..f.shards().min(64) {
+            self.hold_shard(f, held, k);
+            match held.shard(k).add_listener(service, listen) {
+                Ok(offers) => due |= (offers as u64) << k,
+                Err(why) => {
+                    for j in 0..k {
+                        self.hold_shard(f, held, j);
+                        held.shard(j).remove_listener(service, listen);
+                    }
+                    self.emit(Cqe::err(ud, why));
+                    return Step::Taken;
+                }
+            }
+        }
+        self.listens[i] = Some(Listening {
+            service,
+            user_data: ud,
+            due,
+        });
+        self.emit(Cqe {
+            flags: CqeFlags::MORE.bits(),
+            ..Cqe::ok(ud, 0, 0)
+        });
+        Step::Taken
+    }
+
+    /// UNLISTEN of `service` (entry `ud`): the listen's last CQE (`Cancelled`), then
+    /// the entry's.
+    pub(super) fn unlisten<'f, F: Fabric<S>>(
+        &mut self,
+        ud: u64,
+        service: u32,
+        f: &'f F,
+        held: &mut Held<'f, S, F>,
+    ) -> Cqe {
+        let i = self
+            .listens
+            .iter()
+            .position(|l| l.is_some_and(|l| l.service == service));
+        let Some(i) = i else {
+            return Cqe::err(ud, Reason::NotListening);
+        };
+        let l = self.end_listen(i, f, held);
+        self.emit(Cqe::err(l.user_data, Reason::Cancelled));
+        Cqe::ok(ud, 0, 0)
+    }
+
+    /// Takes listen `i` out of every shard and of the ring; returns it.
+    fn end_listen<'f, F: Fabric<S>>(
+        &mut self,
+        i: usize,
+        f: &'f F,
+        held: &mut Held<'f, S, F>,
+    ) -> Listening {
+        let l = self.listens[i].take().expect("a listen");
+        let listen = WrId {
+            ring: self.id,
+            ring_gen: self.gen,
+            slot: i as u32,
+        };
+        self.hold_members(f, held);
+        for k in 0..f.shards().min(64) {
+            self.hold_shard(f, held, k);
+            held.shard(k).remove_listener(l.service, listen);
+        }
+        l
+    }
+
+    /// Ends every listen without a CQE (the ring is closing).
+    pub(super) fn drop_listens<F: Fabric<S>>(&mut self, f: &F) {
+        let mut held = Held::NONE;
+        for i in 0..RING_LISTENS {
+            if self.listens[i].is_some() {
+                self.end_listen(i, f, &mut held);
+            }
+        }
+    }
+
+    /// A nudge (`Completion::Offered`) for listen `slot`: shard `shard` has offers.
+    pub(super) fn nudged(&mut self, slot: u32, shard: u32) {
+        if let Some(Some(l)) = self.listens.get_mut(slot as usize) {
+            l.due |= 1u64.checked_shl(shard).unwrap_or(0);
+        }
+    }
+
+    /// Whether a listen was nudged and has not looked yet.
+    pub fn offers_due(&self) -> bool {
+        self.listens.iter().flatten().any(|l| l.due != 0)
+    }
+
+    /// Takes the offers of every shard that nudged a listen of this ring: a virtual QP
+    /// and a CQE each (or a refusal, by name). The caller holds the ring's lock and no
+    /// other; the router calls it for rings it routed nudges to, and every submission
+    /// does. Returns how many offers it took. Offers left for want of CQ room wait for
+    /// the next call.
+    pub fn accept_offers<F: Fabric<S>>(&mut self, f: &F) -> usize {
+        if self.closed || !self.offers_due() {
+            return 0;
+        }
+        let mut held = Held::NONE;
+        self.take_offers(f, &mut held)
+    }
+
+    fn take_offers<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) -> usize {
+        let mut n = 0;
+        for i in 0..RING_LISTENS {
+            while let Some(l) = self.listens[i].filter(|l| l.due != 0) {
+                let k = l.due.trailing_zeros();
+                self.hold_members(f, held);
+                self.hold_shard(f, held, k);
+                held.shard(k).looked(l.service);
+                loop {
+                    if !self.has_room_for(1) {
+                        // The rest waits for CQ room; its bit stays.
+                        return n;
+                    }
+                    let Some(o) = held.shard(k).next_offer(l.service) else {
+                        break;
+                    };
+                    n += 1;
+                    let cqe = self.take_offer(l.user_data, k, o, f, held);
+                    self.emit(cqe);
+                }
+                if let Some(l) = &mut self.listens[i] {
+                    l.due &= !(1 << k);
+                }
+            }
+        }
+        n
+    }
+
+    /// Offer `o` of shard `k` (held, with the membership) for the listen `user_data`:
+    /// its CQE.
+    fn take_offer<'f, F: Fabric<S>>(
+        &mut self,
+        user_data: u64,
+        k: u32,
+        o: Offer,
+        f: &'f F,
+        held: &mut Held<'f, S, F>,
+    ) -> Cqe {
+        let mut half = [0u8; 8];
+        half.copy_from_slice(&o.gid[8..]);
+        let flags = (CqeFlags::MORE | CqeFlags::ACCEPT).bits();
+        let aux = u64::from_be_bytes(half);
+        let refuse = |held: &mut Held<'f, S, F>, why: Reason| {
+            held.shard(k).answer_offer(o.link, None, f);
+            Cqe {
+                flags,
+                aux,
+                ..Cqe::err(user_data, why)
+            }
+        };
+        if self.tables.vqps.len() == self.tables.vqps.capacity() {
+            return refuse(held, Reason::TableFull);
+        }
+        let conn = match held.members().accept(o.gid, o.qp) {
+            Ok(c) if c.qp == o.qp && (c.qp as usize) < f.count() => c,
+            Ok(c) => {
+                held.members().disconnect(c.qp);
+                return refuse(held, Reason::Verbs);
+            }
+            Err(_) => return refuse(held, Reason::Unreachable),
+        };
+        held.shard(k).answer_offer(o.link, Some(conn.qp), f);
+        let h = self.bind_vqp(conn, k, o.link, 0, f);
+        Cqe {
+            flags,
+            ..Cqe::ok(user_data, h as i32, aux)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::super::far::tests::{carry, node, owed, recv, send};
+    use super::*;
+    use crate::cluster::notice::Notice;
+    use crate::engine::{RecvStep, SendStep};
+    use std::vec;
+
+    const SERVICE: u32 = 70;
+
+    /// Server S's listen (ring 3, generation 1, listen 0), as its routing id.
+    fn listen() -> WrId {
+        WrId {
+            ring: 3,
+            ring_gen: 1,
+            slot: 0,
+        }
+    }
+
+    #[test]
+    fn a_listener_pairs_with_a_peer_it_never_connected_to() {
+        let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
+        assert_eq!(s.add_listener(SERVICE, listen()), Ok(false));
+        assert_eq!(
+            s.add_listener(SERVICE, listen()),
+            Err(Reason::ServiceTaken),
+            "one listener per service"
+        );
+        // The client CONNECTs; its Hello reaches the server: offered, the listen nudged.
+        let (cl, _) = c.join_far(ns.gid, SERVICE, 1, &nc).unwrap();
+        carry(&nc, &ns, &mut s);
+        assert_eq!(
+            owed(&mut s, &ns),
+            vec![(listen().encode(), Completion::Offered { shard: 0 })]
+        );
+        s.looked(SERVICE);
+        let o = s.next_offer(SERVICE).expect("offered");
+        assert_eq!((o.gid, o.qp), (nc.gid, 1));
+        // The server's own CONNECT to that client cannot take it: the listen holds it.
+        assert_eq!(
+            s.join_far(nc.gid, SERVICE, 1, &ns),
+            Err(Reason::ServiceTaken)
+        );
+        // Taken: our Hello answers, the client pairs, and messages flow both ways.
+        s.answer_offer(o.link, Some(o.qp), &ns);
+        assert_eq!(s.next_offer(SERVICE), None);
+        carry(&ns, &nc, &mut c);
+        assert_eq!(s.recv(o.link, 0, recv(90, 0x9000), &ns), RecvStep::Queued);
+        carry(&ns, &nc, &mut c);
+        match c.send(cl, 0, send(1, 8, Some(5))) {
+            SendStep::DeliverFar { r, .. } => assert_eq!(r.addr, 0x9000),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.recv(cl, 0, recv(10, 0x1000), &nc), RecvStep::Queued);
+        carry(&nc, &ns, &mut s);
+        assert!(matches!(
+            s.send(o.link, 0, send(2, 8, None)),
+            SendStep::DeliverFar { r, .. } if r.addr == 0x1000
+        ));
+    }
+
+    #[test]
+    fn one_nudge_until_the_ring_looks() {
+        let ((na, mut a), (ns, mut s)) = (node(11), node(12));
+        let (nb, mut b) = node(13);
+        s.add_listener(SERVICE, listen()).unwrap();
+        a.join_far(ns.gid, SERVICE, 1, &na).unwrap();
+        b.join_far(ns.gid, SERVICE, 1, &nb).unwrap();
+        carry(&na, &ns, &mut s);
+        carry(&nb, &ns, &mut s);
+        assert_eq!(owed(&mut s, &ns).len(), 1, "two offers, one nudge");
+        s.looked(SERVICE);
+        // Both still offered; a third peer after the look nudges again.
+        let (nd, mut d) = node(14);
+        d.join_far(ns.gid, SERVICE, 1, &nd).unwrap();
+        carry(&nd, &ns, &mut s);
+        assert_eq!(owed(&mut s, &ns).len(), 1);
+        let mut n = 0;
+        while let Some(o) = s.next_offer(SERVICE) {
+            s.answer_offer(o.link, Some(o.qp), &ns);
+            n += 1;
+        }
+        assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn announcements_before_a_listen_are_offered_and_given_back_after() {
+        let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
+        c.join_far(ns.gid, SERVICE, 1, &nc).unwrap();
+        carry(&nc, &ns, &mut s);
+        assert!(
+            owed(&mut s, &ns).is_empty(),
+            "nobody listens: kept for a CONNECT"
+        );
+        assert_eq!(s.add_listener(SERVICE, listen()), Ok(true));
+        assert!(s.next_offer(SERVICE).is_some());
+        // The listen ends before it took the offer: a CONNECT may take it again.
+        s.remove_listener(SERVICE, listen());
+        assert_eq!(s.next_offer(SERVICE), None);
+        assert!(s.join_far(nc.gid, SERVICE, 1, &ns).is_ok());
+    }
+
+    #[test]
+    fn a_refused_offer_tells_the_peer_to_leave() {
+        let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
+        s.add_listener(SERVICE, listen()).unwrap();
+        let (cl, _) = c.join_far(ns.gid, SERVICE, 1, &nc).unwrap();
+        carry(&nc, &ns, &mut s);
+        let o = s.next_offer(SERVICE).unwrap();
+        s.answer_offer(o.link, None, &ns);
+        let back: std::vec::Vec<_> = ns.wire.borrow().iter().map(|&(_, n)| n).collect();
+        assert!(matches!(back[..], [Notice::Leave { .. }]), "{back:?}");
+        assert_eq!(s.links(), 0, "nothing kept of it here");
+        carry(&ns, &nc, &mut c);
+        // The client's sends fail by name instead of waiting for a receive.
+        assert_eq!(
+            c.send(cl, 0, send(1, 8, None)),
+            SendStep::Fail(Reason::NoReceiver)
+        );
+    }
+}
