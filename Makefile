@@ -115,7 +115,9 @@ vm-test: kmod host
 # service receiving only its own messages, bytes and immediates checked, WRITE_IMM
 # into memory published by name, and a DISCONNECT whose advertised receives come back
 # Cancelled once the peer answered), on 2 guests (one the MetaServer) and on 3 (the
-# MetaServer apart). Last, the user-space verbs baseline across nodes (issue 12): 10
+# MetaServer apart); then a server on a that LISTENs and answers peers on b and c it
+# never connected to (each peer's message on its own accepted virtual QP). Last, the
+# user-space verbs baseline across nodes (issue 12): 10
 # fresh processes each connect through rdma_cm, every stage timed, and READ a word.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
@@ -124,6 +126,7 @@ META_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) import a a kv"
 KILL_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) hammer a a kv"
 MUTUAL_ROLES = --role "a:$(SMOKE) mutual b" --role "b:$(SMOKE) mutual a"
 MESSAGE_ROLES = --role "a:$(SMOKE) messages b recv 64 a" --role "b:$(SMOKE) messages a send 64 a"
+LISTENER_ROLES = --role "a:$(SMOKE) listener serve 1" --role "b:$(SMOKE) listener client a"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
@@ -139,6 +142,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 $(MUTUAL_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
+	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listener serve 2" --role "b:$(SMOKE) listener client a" --role "c:$(SMOKE) listener client a"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) verbs_cm serve 10" --role "b:$(SMOKE) verbs_cm connect a 10"
 
 # The same suite on the debug kernel, then the surface stress program for
@@ -157,6 +161,7 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MUTUAL_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MESSAGE_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 2 $(LISTENER_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the
 # debug kernel; STRESS_SEED picks another random sequence.

@@ -502,7 +502,8 @@ typedef uint32_t krcore_CqeFlags;
 // More CQEs will come for this entry's `user_data` (a LISTEN that goes on).
 #define krcore_CqeFlags_MORE (uint32_t)(1 << 1)
 // A LISTEN's CQE for a peer that joined: `res` is its virtual QP here (or why
-// none could be given), `aux` the peer's GID, bytes 8..16.
+// none could be given), `aux` the physical QP number (low 32 bits) and the
+// peer's IPv4 address (high 32).
 #define krcore_CqeFlags_ACCEPT (uint32_t)(1 << 2)
 
 // Flags in the SQ ring header, set by the kernel.

@@ -45,7 +45,8 @@ bitflags! {
         /// More CQEs will come for this entry's `user_data` (a LISTEN that goes on).
         const MORE = 1 << 1;
         /// A LISTEN's CQE for a peer that joined: `res` is its virtual QP here (or why
-        /// none could be given), `aux` the peer's GID, bytes 8..16.
+        /// none could be given), `aux` the physical QP number (low 32 bits) and the
+        /// peer's IPv4 address (high 32).
         const ACCEPT = 1 << 2;
     }
 }

@@ -17,7 +17,7 @@
 //! | FAA | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = add | 8 | - |
 //! | PUBLISH | `mr` (one this ring registered with remote access), name = `remote_addr`, `arg0`, `arg1` | 0 | - |
 //! | IMPORT_NAME | `vqp` (connected to the exporting node), name = `remote_addr`, `arg0`, `arg1`, `len` (0: the whole export) | remote MR handle | the export's start address |
-//! | LISTEN | `rmr` = service | 0 (listening), then a virtual QP handle per peer that joins | 0, then the peer's GID, bytes 8..16 |
+//! | LISTEN | `rmr` = service | 0 (listening), then a virtual QP handle per peer that joins | 0, then the physical QP number (low 32 bits) and the peer's IPv4 address (high 32) |
 //! | UNLISTEN | `rmr` = service | 0 | - |
 //!
 //! Atomics write the old remote value into the local 8 bytes, as RDMA does. No entry

@@ -22,10 +22,13 @@
 //! published memory, where the receiving side checks them.
 #[path = "support/retry.rs"]
 mod support;
+#[path = "support/talk.rs"]
+mod talk;
 use std::net::Ipv4Addr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use support::retry;
+use talk::{hear, say, SLOT};
 
 use krcore_abi::cqe::{CqeFlags, Reason};
 use krcore_abi::sqe::MrAccess;
@@ -33,7 +36,6 @@ use krcore_uring::{Batch, Builder, Device, MemoryRegion, Ring, Vqp};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-const SLOT: u64 = 256;
 const RETRACTED: u64 = 4;
 
 fn new_ring() -> Result<Ring> {
@@ -58,27 +60,6 @@ fn piece(i: u64) -> String {
 /// The name the receiving node at `addr` publishes its WRITE_IMM target under.
 fn msgbuf_name(addr: Ipv4Addr) -> String {
     format!("msgbuf-{addr}")
-}
-
-/// SENDs `text` on `vqp` with immediate `imm` (retried while the peer has posted no
-/// receive: `NoReceiver` after the deadline).
-fn say(ring: &mut Ring, vqp: &Vqp, mr: &mut MemoryRegion, text: &str, imm: u32) -> Result<()> {
-    mr.bytes_mut()[..text.len()].copy_from_slice(text.as_bytes());
-    retry(60, &[Reason::NoReceiver], || {
-        let mut b = Batch::new();
-        b.send(vqp, mr, 0, text.len() as u32, Some(imm))?;
-        ring.run(b)?.remove(0)
-    })?;
-    Ok(())
-}
-
-/// RECVs one message on `vqp`: its text and immediate.
-fn hear(ring: &mut Ring, vqp: &Vqp, mr: &mut MemoryRegion) -> Result<(String, u32)> {
-    let mut b = Batch::new();
-    b.recv(vqp, mr, 0, SLOT as u32)?;
-    let c = ring.run(b)?.remove(0)?;
-    let text = String::from_utf8_lossy(&mr.bytes()[..c.res as usize]).into_owned();
-    Ok((text, c.aux as u32))
 }
 
 fn recv_side(gid: [u8; 16], n: u64, imm: Option<String>) -> Result<()> {

@@ -11,10 +11,15 @@ use krcore_abi::sqe::{MrAccess, Sqe};
 use krcore_abi::waiter::WAIT_SLICE_US;
 use tokio::io::unix::AsyncFd;
 
-use crate::core::{lock, Shared};
+use std::ops::Range;
+
+use crate::core::{lock, Core, Shared};
 use crate::ops::{self, Control};
 use crate::ring::batch_result;
-use crate::{Batch, Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Ring, Vqp};
+use crate::{
+    Accepted, Batch, Error, Listener, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Ring,
+    Vqp,
+};
 
 /// A [`Ring`] driven from async code. Its methods take `&self`: any number of futures
 /// may be in flight on it at once, from any task.
@@ -177,7 +182,6 @@ impl AsyncRing {
             pushed: 0,
             regions: Some(regions),
         };
-        let slice = Duration::from_micros(WAIT_SLICE_US as u64);
         // Enter on the first round, after pushing more, and once per slice.
         let mut enter = true;
         loop {
@@ -207,32 +211,110 @@ impl AsyncRing {
                     }
                 }
             }
-            let woken = poll_fn(|cx| {
-                {
-                    let mut core = lock(w.shared);
-                    core.reap();
-                    if w.pushed == sqes.len() && core.has_finished(&tags) {
-                        return Poll::Ready(());
-                    }
-                    core.wake_on(&tags, cx.waker());
-                }
-                match self.eventfd.poll_read_ready(cx) {
-                    Poll::Ready(Ok(mut ready)) => {
-                        let mut count = 0u64;
-                        // SAFETY: reads 8 bytes into `count`; the descriptor is ours and
-                        // non-blocking (an empty counter answers EAGAIN).
-                        unsafe {
-                            libc::read(self.eventfd.as_raw_fd(), (&mut count as *mut u64).cast(), 8)
-                        };
-                        ready.clear_ready();
-                        Poll::Ready(())
-                    }
-                    Poll::Ready(Err(_)) => Poll::Ready(()),
-                    Poll::Pending => Poll::Pending,
-                }
-            });
-            enter = tokio::time::timeout(slice, woken).await.is_err();
+            let pushed = w.pushed == sqes.len();
+            enter = self
+                .turn(&tags, |core| pushed && core.has_finished(&tags))
+                .await;
         }
+    }
+}
+
+impl AsyncRing {
+    /// Waits until `ready` holds of the core (reaped first), the eventfd is readable,
+    /// or a completion of `tags` is filed by another caller; at most one wait slice.
+    /// Whether the slice passed (then the caller enters once, so deadlines advance).
+    async fn turn(&self, tags: &Range<u64>, ready: impl Fn(&Core) -> bool) -> bool {
+        let woken = poll_fn(|cx| {
+            {
+                let mut core = lock(self.shared());
+                core.reap();
+                if ready(&core) {
+                    return Poll::Ready(());
+                }
+                core.wake_on(tags, cx.waker());
+            }
+            match self.eventfd.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut ready)) => {
+                    let mut count = 0u64;
+                    // SAFETY: reads 8 bytes into `count`; the descriptor is ours and
+                    // non-blocking (an empty counter answers EAGAIN).
+                    unsafe {
+                        libc::read(self.eventfd.as_raw_fd(), (&mut count as *mut u64).cast(), 8)
+                    };
+                    ready.clear_ready();
+                    Poll::Ready(())
+                }
+                Poll::Ready(Err(_)) => Poll::Ready(()),
+                Poll::Pending => Poll::Pending,
+            }
+        });
+        let slice = Duration::from_micros(WAIT_SLICE_US as u64);
+        tokio::time::timeout(slice, woken).await.is_err()
+    }
+
+    /// As [`Ring::listen`].
+    pub async fn listen(&self, service: u32) -> Result<Listener, Error> {
+        let mut sqe = Sqe::listen(0, service);
+        let tag = lock(self.shared())
+            .tag(std::slice::from_mut(&mut sqe))
+            .start;
+        let c = self.next_of("listen", tag, Some(sqe)).await?;
+        Listener::started(service, &c)
+    }
+
+    /// As [`Ring::accept`]. Cancel-safe: a peer that joins after the future is dropped
+    /// is the next accept's.
+    pub async fn accept(&self, listener: &mut Listener) -> Result<Accepted, Error> {
+        if listener.ended {
+            return Err(Listener::over());
+        }
+        let c = self.next_of("accept", listener.tag, None).await?;
+        listener.take(&c)
+    }
+
+    /// Pushes `sqe` (when given: tagged `tag`), submits, and waits for the next
+    /// completion of `tag`.
+    async fn next_of(
+        &self,
+        op: &'static str,
+        tag: u64,
+        mut sqe: Option<Sqe>,
+    ) -> Result<Cqe, Error> {
+        let _forget = ForgetWaker {
+            shared: self.shared(),
+            first: tag,
+        };
+        let mut enter = true;
+        loop {
+            {
+                let mut core = lock(self.shared());
+                if sqe.is_some_and(|s| core.push(s)) {
+                    sqe = None;
+                    enter = true;
+                }
+                if enter {
+                    core.submit().map_err(|e| e.context(op))?;
+                }
+                core.reap();
+                if let Some(c) = core.take_next(tag) {
+                    return Ok(c);
+                }
+            }
+            let tags = tag..tag + 1;
+            enter = self.turn(&tags, |core| core.has_next(tag)).await || sqe.is_some();
+        }
+    }
+}
+
+/// Forgets a future's waker when it ends or is dropped.
+struct ForgetWaker<'a> {
+    shared: &'a Shared,
+    first: u64,
+}
+
+impl Drop for ForgetWaker<'_> {
+    fn drop(&mut self) {
+        lock(self.shared).forget_waker(self.first);
     }
 }
 

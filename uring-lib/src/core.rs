@@ -404,6 +404,49 @@ impl Core {
         }
     }
 
+    /// Takes the oldest filed completion of `tag` (an entry that completes more than
+    /// once files each under its one tag).
+    pub(crate) fn take_next(&mut self, tag: u64) -> Option<Cqe> {
+        let i = self.finished.iter().position(|c| c.user_data == tag)?;
+        Some(self.finished.remove(i))
+    }
+
+    /// Whether a completion of `tag` is filed.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn has_next(&self, tag: u64) -> bool {
+        self.finished.iter().any(|c| c.user_data == tag)
+    }
+
+    /// Drops every filed completion of `tag` (an entry nobody waits on any more).
+    pub(crate) fn drop_tag(&mut self, tag: u64) {
+        self.finished.retain(|c| c.user_data != tag);
+    }
+
+    /// Submits, then waits until a completion of `tag` is filed and takes it: at most
+    /// `timeout_us` (0: no bound; then `ETIME`).
+    pub(crate) fn wait_next(
+        &mut self,
+        op: &'static str,
+        tag: u64,
+        timeout_us: u32,
+    ) -> Result<Cqe, Error> {
+        let bound = std::time::Instant::now() + std::time::Duration::from_micros(timeout_us as u64);
+        loop {
+            self.reap();
+            if let Some(c) = self.take_next(tag) {
+                return Ok(c);
+            }
+            let left = match timeout_us {
+                0 => 0,
+                _ => match bound.checked_duration_since(std::time::Instant::now()) {
+                    Some(d) if !d.is_zero() => (d.as_micros() as u32).max(1),
+                    _ => return Err(Error::errno(op, krcore_abi::errno::Errno::ETIME)),
+                },
+            };
+            self.submit_and_wait(1, left).map_err(|e| e.context(op))?;
+        }
+    }
+
     /// Runs one control entry tagged by the library and waits for its completion,
     /// which fails the call if it failed.
     pub(crate) fn control(&mut self, op: &'static str, mut sqe: Sqe) -> Result<Cqe, Error> {

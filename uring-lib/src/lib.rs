@@ -39,6 +39,8 @@
 //!
 //! # What to read next
 //! - [`Ring`]: connecting ([`connect`](Ring::connect), [`connect_to`](Ring::connect_to)),
+//!   or listening for peers from any node ([`listen`](Ring::listen),
+//!   [`accept`](Ring::accept)),
 //!   memory ([`register`](Ring::register) allocates, [`register_slice`](Ring::register_slice)
 //!   borrows, [`register_raw`](Ring::register_raw) trusts you), exporting and importing
 //!   ([`MemoryRegion::export`](Registered::export) and [`import`](Ring::import) between
@@ -80,6 +82,7 @@ pub mod bench_support;
 mod core;
 mod device;
 mod error;
+mod listen;
 mod mmap;
 mod ops;
 mod per_op;
@@ -104,4 +107,5 @@ pub struct ReadmeDoctests;
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};
 pub use error::Error;
 pub use krcore_abi as abi;
+pub use listen::{Accepted, Listener};
 pub use ring::{describe_failure, Builder, Completions, PushError, Ring, Submission};

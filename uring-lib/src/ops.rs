@@ -59,6 +59,10 @@ pub(crate) fn disconnect(vqp: Vqp) -> Control<(), impl FnOnce(&Cqe, &RingRef)> {
     Control::new("disconnect", Sqe::disconnect(0, vqp.handle), |_, _| ())
 }
 
+pub(crate) fn unlisten(service: u32) -> Control<(), impl FnOnce(&Cqe, &RingRef)> {
+    Control::new("unlisten", Sqe::unlisten(0, service), |_, _| ())
+}
+
 /// Registers `len` bytes at `ptr`, lent for `'b`.
 fn register_at<'b>(
     ptr: *mut u8,

@@ -15,7 +15,10 @@ use krcore_abi::sqe::{MrAccess, Sqe};
 use crate::core::{lock, Core, CoreGuard, CoreLock, Shared};
 use crate::mmap::Mmap;
 use crate::ops::{self, Control};
-use crate::{Batch, Device, Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Vqp};
+use crate::{
+    Accepted, Batch, Device, Error, Listener, MemoryRegion, MrDescriptor, Registered, RemoteRegion,
+    Vqp,
+};
 
 /// Sizes and options of a ring.
 #[derive(Clone, Copy, Debug)]
@@ -252,8 +255,8 @@ impl Ring {
     /// The service is what two-sided messages are matched by: a CONNECT binds it with
     /// that node (a second CONNECT of this node to the same node and service fails
     /// `ServiceTaken`), and the node's CONNECT with the same service is the other end,
-    /// whose SENDs reach this virtual QP's RECVs only. There is no listening on a
-    /// service for any node: each side connects to the other.
+    /// whose SENDs reach this virtual QP's RECVs only; or a ring of that node
+    /// [`listen`](Self::listen)s on the service, and gets the other end.
     pub fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
         self.control(ops::connect(gid, service))
     }
@@ -263,6 +266,72 @@ impl Ring {
     pub fn connect_to(&mut self, node: &str, service: u32) -> Result<Vqp, Error> {
         let gid = crate::addr::gid_of(node)?;
         self.connect(gid, service)
+    }
+
+    /// Listens on `service`: every peer node whose virtual QP connects to this node for
+    /// it becomes a virtual QP of this ring, taken with [`accept`](Self::accept). Fails
+    /// `ServiceTaken` when another ring of this node listens on it, `TableFull` when
+    /// this ring has as many listens as it may (4) or the node (32). Peers that
+    /// connected before anyone listened are accepted too.
+    pub fn listen(&mut self, service: u32) -> Result<Listener, Error> {
+        let mut core = self.core();
+        let mut sqe = Sqe::listen(0, service);
+        let tag = core.tag(std::slice::from_mut(&mut sqe)).start;
+        while !core.push(sqe) {
+            core.submit_and_wait(1, 0)
+                .map_err(|e| e.context("listen"))?;
+            core.reap();
+        }
+        let c = core.wait_next("listen", tag, 0)?;
+        Listener::started(service, &c)
+    }
+
+    /// The next peer that joined `listener`'s service, waiting for one without a
+    /// bound. A peer this ring had no room for (64 virtual QPs) is an error,
+    /// `TableFull`, and the listen goes on; once the listen has ended (its
+    /// [`ended`](Listener::ended)), `ECANCELED`.
+    pub fn accept(&mut self, listener: &mut Listener) -> Result<Accepted, Error> {
+        self.accept_within(listener, 0)
+    }
+
+    /// As [`accept`](Self::accept), waiting at most `timeout`: `ETIME` if no peer
+    /// joined by then.
+    pub fn accept_timeout(
+        &mut self,
+        listener: &mut Listener,
+        timeout: Duration,
+    ) -> Result<Accepted, Error> {
+        let us = timeout.as_micros().clamp(1, u32::MAX as u128) as u32;
+        self.accept_within(listener, us)
+    }
+
+    fn accept_within(
+        &mut self,
+        listener: &mut Listener,
+        timeout_us: u32,
+    ) -> Result<Accepted, Error> {
+        if listener.ended {
+            return Err(Listener::over());
+        }
+        let c = self.core().wait_next("accept", listener.tag, timeout_us)?;
+        listener.take(&c)
+    }
+
+    /// Ends a listen. Peers that joined and were not accepted yet are handed back
+    /// (their virtual QPs are this ring's: use or disconnect them).
+    pub fn unlisten(&mut self, mut listener: Listener) -> Result<Vec<Accepted>, Error> {
+        if !listener.ended {
+            self.control(ops::unlisten(listener.service))?;
+        }
+        let mut core = self.core();
+        let mut joined = Vec::new();
+        while let Some(c) = core.take_next(listener.tag) {
+            if let Ok(a) = listener.take(&c) {
+                joined.push(a);
+            }
+        }
+        core.drop_tag(listener.tag);
+        Ok(joined)
     }
 
     /// Releases a virtual QP. Receives still posted on it make this fail (`EBUSY`).

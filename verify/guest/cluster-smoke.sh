@@ -58,6 +58,14 @@
 #                                   MetaServer (this node's own when META is this role),
 #                                   N WRITE_IMMs into memory published by name too;
 #                                   unload once ROLE is done
+#   cluster-smoke.sh listener serve N
+#                                   reload; a ring LISTENs on service 77 and answers the
+#                                   first message of each of N peers from any node on
+#                                   the virtual QP it accepted for it, never CONNECTing
+#                                   (uring-lib/examples/listener.rs); unload once done
+#   cluster-smoke.sh listener client ROLE
+#                                   reload; CONNECT to ROLE's node for service 77, say
+#                                   hello with this node's address, check the echo; unload
 #   cluster-smoke.sh verbs_cm serve N
 #                                   user-space verbs over rdma_cm (the baseline, issue 12):
 #                                   serve 64 KiB to N clients, until they left (300 s)
@@ -94,6 +102,7 @@ VERBS_CM=$(dirname "$0")/../../target/release/verbs-cm
 DEMO=$(dirname "$0")/../../target/release/krcore-demo
 FIGURES=$(dirname "$0")/../../target/release/krcore-figures
 MESSAGES=$(dirname "$0")/../../target/release/examples/messages
+LISTENER=$(dirname "$0")/../../target/release/examples/listener
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
 ELASTIC_WORKER=$(dirname "$0")/../../target/release/examples/elastic_worker
@@ -250,6 +259,19 @@ messages)
     "$MESSAGES" "$3" "$peer" "$4" || exit 1
   fi
   # The peer may still be finishing with this node's kernel (its DISCONNECTs).
+  sleep 3
+  unload
+  ;;
+listener)
+  reload || exit 1
+  case "$2" in
+  serve) "$LISTENER" serve 77 "$3" || exit 1 ;;
+  client)
+    peer=$(addr_of "$3") || exit 1
+    "$LISTENER" client "$peer" 77 "$KRCORE_ADDR" || exit 1
+    ;;
+  esac
+  # The other end may still be finishing with this node's kernel (its DISCONNECTs).
   sleep 3
   unload
   ;;
@@ -436,7 +458,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | messages ROLE recv|send N [META] | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | messages ROLE recv|send N [META] | listener serve N | listener client ROLE | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
   exit 2
   ;;
 esac

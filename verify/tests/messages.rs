@@ -5,7 +5,7 @@
 
 use krcore_abi::cluster::notice::{Notice, NO_LINK};
 use krcore_abi::cqe::{Cqe, CqeFlags, Reason};
-use krcore_abi::engine::{shard_of, DEFAULT_DEADLINE_MS};
+use krcore_abi::engine::{accept_aux, shard_of, DEFAULT_DEADLINE_MS};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
 use verify::rig::{Limits, Rig, SHARDS};
@@ -360,7 +360,12 @@ fn a_listen_gets_a_virtual_qp_per_peer_that_joins() {
     let c = rig.reap(server, 8);
     assert!(c.len() == 1 && more(&c[0]) && accepted(&c[0]), "{c:?}");
     assert_eq!(c[0].user_data, 9);
-    assert_eq!(c[0].aux.to_be_bytes(), PEER[8..], "the peer's address");
+    assert_eq!(
+        c[0].aux,
+        accept_aux(&PEER, 100),
+        "the peer's address and the QP"
+    );
+    assert_eq!((c[0].aux >> 32) as u32, u32::from_be_bytes([192, 0, 2, 12]));
     let vqp = c[0].res as u32;
     let v = *rig.rings[server]
         .as_ref()
@@ -433,7 +438,7 @@ fn announcements_wait_for_a_listen_and_refusals_are_named() {
     let c = rig.reap(second, 8);
     assert_eq!(c.len(), 1, "{c:?}");
     assert!(c[0].failure() == Some(Reason::TableFull) && accepted(&c[0]) && more(&c[0]));
-    assert_eq!(c[0].aux.to_be_bytes(), PEER[8..]);
+    assert_eq!(c[0].aux, accept_aux(&PEER, 0), "the peer's address, no QP");
     assert_eq!(rig.nic.qps[0].bound, 0, "nothing bound for it");
     assert!(
         rig.messages.links() <= links + 1,

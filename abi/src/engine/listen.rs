@@ -377,15 +377,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         f: &'f F,
         held: &mut Held<'f, S, F>,
     ) -> Cqe {
-        let mut half = [0u8; 8];
-        half.copy_from_slice(&o.gid[8..]);
         let flags = (CqeFlags::MORE | CqeFlags::ACCEPT).bits();
-        let aux = u64::from_be_bytes(half);
+        let peer = accept_aux(&o.gid, 0);
         let refuse = |held: &mut Held<'f, S, F>, why: Reason| {
             held.shard(k).answer_offer(o.link, None, f);
             Cqe {
                 flags,
-                aux,
+                aux: peer,
                 ..Cqe::err(user_data, why)
             }
         };
@@ -404,9 +402,17 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let h = self.bind_vqp(conn, k, o.link, 0, f);
         Cqe {
             flags,
-            ..Cqe::ok(user_data, h as i32, aux)
+            ..Cqe::ok(user_data, h as i32, accept_aux(&o.gid, conn.qpn))
         }
     }
+}
+
+/// A LISTEN's `aux` for a peer at `gid` (IPv4-mapped, as every node krcore reaches):
+/// the physical QP number in the low 32 bits, as CONNECT's, and the peer's IPv4
+/// address in the high 32 (GID bytes 12..16, most significant first).
+pub const fn accept_aux(gid: &[u8; 16], qpn: u32) -> u64 {
+    let ip = u32::from_be_bytes([gid[12], gid[13], gid[14], gid[15]]);
+    (ip as u64) << 32 | qpn as u64
 }
 
 #[cfg(test)]

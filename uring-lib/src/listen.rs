@@ -1,0 +1,97 @@
+//! Listening for a service: peers from any node, each given a virtual QP here.
+//!
+//! A LISTEN entry completes more than once (io_uring's multishot accept): first when the
+//! kernel listens, then once per peer node whose virtual QP CONNECTs to this node for the
+//! service, and a last time, without `MORE`, when it ends. The library keeps that
+//! entry's tag in a [`Listener`]; [`Ring::accept`](crate::Ring::accept) and
+//! [`AsyncRing::accept`](crate::AsyncRing::accept) take its completions one at a time.
+
+use std::net::Ipv4Addr;
+
+use krcore_abi::cqe::{Cqe, CqeFlags};
+use krcore_abi::errno::Errno;
+
+use crate::{Error, Vqp};
+
+/// A service this ring listens on. Each peer node whose virtual QP connects to this
+/// node for the service becomes an [`Accepted`] virtual QP of this ring, as if this
+/// ring had connected to that node: messages from that peer's virtual QP reach its
+/// receives, and its SENDs reach the peer's.
+///
+/// One ring per node listens on a service at a time (another gets `ServiceTaken`), and
+/// while it does, this node's own CONNECT to a peer that joined it fails
+/// `ServiceTaken` too. It ends with [`Ring::unlisten`](crate::Ring::unlisten) or with
+/// the ring; dropping it leaves the ring listening.
+#[derive(Debug)]
+pub struct Listener {
+    pub(crate) service: u32,
+    /// The LISTEN entry's tag: each of its completions carries it.
+    pub(crate) tag: u64,
+    /// Its last completion came: it listens no more.
+    pub(crate) ended: bool,
+}
+
+impl Listener {
+    /// The service.
+    pub fn service(&self) -> u32 {
+        self.service
+    }
+
+    /// Whether it has ended (its last completion was taken).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The LISTEN's first completion: listening, or why not.
+    pub(crate) fn started(service: u32, c: &Cqe) -> Result<Listener, Error> {
+        if c.res < 0 {
+            return Err(Error::failed("listen", c));
+        }
+        Ok(Listener {
+            service,
+            tag: c.user_data,
+            ended: c.flags & CqeFlags::MORE.bits() == 0,
+        })
+    }
+
+    /// A later completion of the LISTEN: a peer that joined, or a refusal (the listen
+    /// goes on), or its end.
+    pub(crate) fn take(&mut self, c: &Cqe) -> Result<Accepted, Error> {
+        if c.flags & CqeFlags::MORE.bits() == 0 {
+            self.ended = true;
+        }
+        if c.res < 0 {
+            return Err(Error::failed("accept", c));
+        }
+        if c.flags & CqeFlags::ACCEPT.bits() == 0 {
+            return Err(Error::errno(
+                "accept: not a peer's completion",
+                Errno::EPROTO,
+            ));
+        }
+        Ok(Accepted {
+            vqp: Vqp {
+                handle: c.res as u32,
+                qpn: c.aux as u32,
+            },
+            peer: Ipv4Addr::from((c.aux >> 32) as u32),
+        })
+    }
+
+    /// The error for a wait on a listen that ended.
+    pub(crate) fn over() -> Error {
+        Error::errno("accept: the listen has ended", Errno::ECANCELED)
+    }
+}
+
+/// A peer that joined a listened service: its virtual QP in this ring, and the node it
+/// came from.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The virtual QP, bound to this node's connection set to the peer: use it as a
+    /// connected one (RECV, SEND, imports of that node's exports), DISCONNECT it when
+    /// done.
+    pub vqp: Vqp,
+    /// The peer node's address.
+    pub peer: Ipv4Addr,
+}
