@@ -116,7 +116,8 @@ vm-test: kmod host
 # into memory published by name, and a DISCONNECT whose advertised receives come back
 # Cancelled once the peer answered), on 2 guests (one the MetaServer) and on 3 (the
 # MetaServer apart); then a server on a that LISTENs and answers peers on b and c it
-# never connected to (each peer's message on its own accepted virtual QP). Last, the
+# never connected to (each peer's message on its own accepted virtual QP), and the
+# same server in Python on 2 guests. Last, the
 # user-space verbs baseline across nodes (issue 12): 10
 # fresh processes each connect through rdma_cm, every stage timed, and READ a word.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
@@ -143,6 +144,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listener serve 2" --role "b:$(SMOKE) listener client a" --role "c:$(SMOKE) listener client a"
+	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) verbs_cm serve 10" --role "b:$(SMOKE) verbs_cm connect a 10"
 
 # The same suite on the debug kernel, then the surface stress program for

@@ -297,6 +297,23 @@ static inline void krcore_prep_disconnect(struct krcore_Sqe *sqe, uint32_t vqp)
 	sqe->vqp = vqp;
 }
 
+/* LISTEN on `service`: a first CQE (res 0) when listening, then one per peer node whose
+ * virtual QP CONNECTs to this node for the service (res: its virtual QP here; aux: the
+ * QP number in the low 32 bits, the peer's IPv4 address in the high 32), each flagged
+ * krcore_CqeFlags_MORE and krcore_CqeFlags_ACCEPT; the last CQE has no MORE. */
+static inline void krcore_prep_listen(struct krcore_Sqe *sqe, uint32_t service)
+{
+	sqe->opcode = KRCORE_OPCODE_LISTEN;
+	sqe->rmr = service;
+}
+
+/* UNLISTEN: ends this ring's LISTEN on `service` (its last CQE: -ECANCELED). */
+static inline void krcore_prep_unlisten(struct krcore_Sqe *sqe, uint32_t service)
+{
+	sqe->opcode = KRCORE_OPCODE_UNLISTEN;
+	sqe->rmr = service;
+}
+
 /* REG_MR of [addr, addr+len) with krcore_MrAccess bits: res is the MR handle, aux the
  * export descriptor (non-zero with a remote right). The memory stays pinned until
  * DEREG_MR or the ring's end: keep it allocated until then. */

@@ -41,10 +41,12 @@ static void faa(struct krcore_Sqe *s) { krcore_prep_faa(s, 3, 9, (void *)0x10008
 static void send(struct krcore_Sqe *s) { krcore_prep_send(s, 3, 9, (void *)0x10008, 64); s->user_data = 14; }
 static void send_imm(struct krcore_Sqe *s) { krcore_prep_send_imm(s, 3, 9, (void *)0x10008, 64, 88); s->user_data = 15; }
 static void recv(struct krcore_Sqe *s) { krcore_prep_recv(s, 3, 9, (void *)0x10008, 64); s->user_data = 16; }
+static void listen(struct krcore_Sqe *s) { krcore_prep_listen(s, 77); s->user_data = 17; }
+static void unlisten(struct krcore_Sqe *s) { krcore_prep_unlisten(s, 77); s->user_data = 18; }
 
 int main(void) {
     void (*all[])(struct krcore_Sqe *) = {nop, connect, disconnect, reg, dereg, import, publish,
-        import_name, rd, wr, wr_imm, cas, faa, send, send_imm, recv};
+        import_name, rd, wr, wr_imm, cas, faa, send, send_imm, recv, listen, unlisten};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         dump(all[i]);
     return 0;
@@ -73,7 +75,18 @@ fn rust_entries() -> Vec<Sqe> {
         two(Opcode::Send, 14),
         two(Opcode::SendImm, 15).with_imm(88),
         two(Opcode::Recv, 16),
+        Sqe::listen(17, 77),
+        Sqe::unlisten(18, 77),
     ]
+}
+
+#[test]
+fn every_opcode_has_a_c_prep() {
+    let mut seen: Vec<u8> = rust_entries().iter().map(|s| s.opcode).collect();
+    seen.sort();
+    seen.dedup();
+    let all: Vec<u8> = Opcode::ALL.iter().map(|&o| o as u8).collect();
+    assert_eq!(seen, all, "an opcode without a C prep (and a case here)");
 }
 
 fn hex(s: &Sqe) -> String {

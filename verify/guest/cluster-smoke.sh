@@ -63,6 +63,9 @@
 #                                   first message of each of N peers from any node on
 #                                   the virtual QP it accepted for it, never CONNECTing
 #                                   (uring-lib/examples/listener.rs); unload once done
+#   cluster-smoke.sh listener serve-py N
+#                                   the same server in Python (uring-lib/python/examples/
+#                                   listener.py, the krcore package's listen and accept)
 #   cluster-smoke.sh listener client ROLE
 #                                   reload; CONNECT to ROLE's node for service 77, say
 #                                   hello with this node's address, check the echo; unload
@@ -103,6 +106,7 @@ DEMO=$(dirname "$0")/../../target/release/krcore-demo
 FIGURES=$(dirname "$0")/../../target/release/krcore-figures
 MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 LISTENER=$(dirname "$0")/../../target/release/examples/listener
+ROOT=$(dirname "$0")/../..
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
 ELASTIC_WORKER=$(dirname "$0")/../../target/release/examples/elastic_worker
@@ -266,6 +270,9 @@ listener)
   reload || exit 1
   case "$2" in
   serve) "$LISTENER" serve 77 "$3" || exit 1 ;;
+  serve-py)
+    PYTHONPATH=$ROOT/target/python /usr/bin/python3 "$ROOT/uring-lib/python/examples/listener.py" 77 "$3" || exit 1
+    ;;
   client)
     peer=$(addr_of "$3") || exit 1
     "$LISTENER" client "$peer" 77 "$KRCORE_ADDR" || exit 1

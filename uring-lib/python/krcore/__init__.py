@@ -23,7 +23,7 @@ import socket
 
 from ._krcore import ffi, lib
 
-__all__ = ["Access", "Batch", "KrcoreError", "MemoryRegion", "Opcode", "Reason",
+__all__ = ["Access", "Batch", "KrcoreError", "Listener", "MemoryRegion", "Opcode", "Reason",
            "RemoteRegion", "Ring", "Vqp", "gid_of"]
 
 
@@ -169,6 +169,17 @@ class Batch:
         return self._two_sided("local range", lib.krcore_prep_recv, vqp, local, off, n)
 
 
+class Listener:
+    """A service a ring listens on (`Ring.listen`); `Ring.accept` takes the peers
+    that join it, `Ring.unlisten` ends it."""
+
+    def __init__(self, service, tag):
+        self.service, self.tag, self.ended = service, tag, False
+
+    def __repr__(self):
+        return f"Listener(service={self.service}, ended={self.ended})"
+
+
 class Ring:
     """A krcore ring: `/dev/krcore` set up with `entries` submission entries, mapped.
     One thread at a time. Closing it (or leaving its `with`) releases everything the
@@ -183,6 +194,8 @@ class Ring:
                                               if e == -_errno.ENOENT else ""), -e)
         self._tag = 0
         self._regions = {}
+        # Each listen's completions not yet accepted, by its tag.
+        self._listens = {}
 
     def close(self):
         if self._r is not None and self._r.fd >= 0:
@@ -221,19 +234,90 @@ class Ring:
                 preps[pushed](sqe)
                 sqe.user_data = first + pushed
                 pushed += 1
-            e = lib.krcore_enter(self._r, 1, timeout_us)
-            if e == -_errno.ETIME:
-                raise TimeoutError(_errno.ETIME, "wait: timer expired")
-            if e < 0 and e != -_errno.EINTR:
-                raise KrcoreError("enter", -e)
-            cqe = ffi.new("struct krcore_Cqe **")
-            while lib.krcore_peek_cqe(self._r, cqe) == 0:
-                c = cqe[0]
+            self._enter(timeout_us)
+            for tag, c in self._reap():
                 # Completions of waits given up on (a timeout) are dropped here.
-                if first <= c.user_data < first + len(preps):
-                    got[c.user_data] = (c.res, c.aux, c.reason)
-                lib.krcore_cq_advance(self._r, 1)
+                if first <= tag < first + len(preps):
+                    got[tag] = c[:3]
         return [got[first + i] for i in range(len(preps))]
+
+    def _enter(self, timeout_us):
+        """Submits, and waits for a completion (at most `timeout_us`, if not 0)."""
+        e = lib.krcore_enter(self._r, 1, timeout_us)
+        if e == -_errno.ETIME:
+            raise TimeoutError(_errno.ETIME, "wait: timer expired")
+        if e < 0 and e != -_errno.EINTR:
+            raise KrcoreError("enter", -e)
+
+    def _reap(self):
+        """Takes every ready completion: (tag, (res, aux, reason, flags)) for each, but
+        a listen's, which wait in its queue for `accept`."""
+        out = []
+        cqe = ffi.new("struct krcore_Cqe **")
+        while lib.krcore_peek_cqe(self._r, cqe) == 0:
+            c = cqe[0]
+            entry = (c.res, c.aux, c.reason, c.flags)
+            if c.user_data in self._listens:
+                self._listens[c.user_data].append(entry)
+            else:
+                out.append((c.user_data, entry))
+            lib.krcore_cq_advance(self._r, 1)
+        return out
+
+    def _next_of(self, tag, timeout_us):
+        """The oldest completion of listen `tag`, waiting for one."""
+        queue = self._listens[tag]
+        while not queue:
+            self._enter(timeout_us)
+            self._reap()
+        return queue.pop(0)
+
+    def listen(self, service):
+        """Listens on `service`: each peer node whose virtual QP connects to this node
+        for it becomes a virtual QP of this ring, taken with `accept`. SERVICE_TAKEN
+        when another ring of this node listens on it."""
+        self._tag += 1
+        tag = self._tag
+        self._listens[tag] = []
+        sqe = lib.krcore_get_sqe(self._r)
+        while sqe == ffi.NULL:
+            self._enter(0)
+            self._reap()
+            sqe = lib.krcore_get_sqe(self._r)
+        lib.krcore_prep_listen(sqe, service)
+        sqe.user_data = tag
+        res, _, reason, flags = self._next_of(tag, 0)
+        if res < 0:
+            del self._listens[tag]
+            raise KrcoreError("listen", -res, reason)
+        return Listener(service, tag)
+
+    def accept(self, listener, timeout=None):
+        """The next peer that joined `listener`'s service: (Vqp, its IPv4 address as a
+        string). `timeout` (seconds) bounds the wait (TimeoutError). A peer this ring
+        had no room for raises KrcoreError (TABLE_FULL); the listen goes on."""
+        if listener.ended:
+            raise KrcoreError("accept: the listen has ended", _errno.ECANCELED)
+        us = 0 if timeout is None else max(1, int(timeout * 1e6))
+        res, aux, reason, flags = self._next_of(listener.tag, us)
+        if not flags & lib.krcore_CqeFlags_MORE:
+            listener.ended = True
+            del self._listens[listener.tag]
+        if res < 0:
+            raise KrcoreError("accept", -res, reason)
+        return Vqp(res, aux & 0xffffffff), str(ipaddress.IPv4Address(aux >> 32))
+
+    def unlisten(self, listener):
+        """Ends a listen; the peers that joined and were not accepted yet, as `accept`
+        gives them (theirs are this ring's virtual QPs)."""
+        if not listener.ended:
+            self._control("unlisten", lambda s: lib.krcore_prep_unlisten(s, listener.service))
+        left = []
+        for res, aux, _, flags in self._listens.pop(listener.tag, []):
+            if res >= 0 and flags & lib.krcore_CqeFlags_ACCEPT:
+                left.append((Vqp(res, aux & 0xffffffff), str(ipaddress.IPv4Address(aux >> 32))))
+        listener.ended = True
+        return left
 
     def _control(self, op, prep):
         res, aux, reason = self._complete([prep])[0]

@@ -86,6 +86,8 @@ void krcore_prep_send(struct krcore_Sqe *sqe, uint32_t vqp, uint32_t mr, void *a
 void krcore_prep_send_imm(struct krcore_Sqe *sqe, uint32_t vqp, uint32_t mr, void *addr,
                           uint32_t len, uint32_t imm);
 void krcore_prep_recv(struct krcore_Sqe *sqe, uint32_t vqp, uint32_t mr, void *addr, uint32_t len);
+void krcore_prep_listen(struct krcore_Sqe *sqe, uint32_t service);
+void krcore_prep_unlisten(struct krcore_Sqe *sqe, uint32_t service);
 """
 
 ffi = cffi.FFI()
