@@ -125,7 +125,12 @@ impl Rig {
             exports: Exports::new(vec![ExportSlot::EMPTY; 64]),
             messages: Shards(
                 (0..SHARDS)
-                    .map(|_| Messages::with_capacity(256, 256.max(credits)))
+                    .map(|k| {
+                        let mut m = Messages::with_capacity(256, 256.max(credits));
+                        // As the kernel names its shards: a link's id carries it.
+                        m.set_index(k as u32);
+                        m
+                    })
                     .collect(),
             ),
             rings: Vec::new(),

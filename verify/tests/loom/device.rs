@@ -15,9 +15,9 @@ use loom::sync::{Arc, Mutex, MutexGuard};
 use core::sync::atomic::Ordering;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, BusyHint, Completion, Connection, Context, ExportSlot, Exports, Fabric, Inbox,
-    Links, Members, Messages, MrKeys, PhysQp, Post, PostError, Posted, Qps, Ring, RingStorage,
-    SendWr, Slot, Stall, VecStore, WrId,
+    complete_wc, settle_links, BusyHint, Completion, Connection, Context, ExportSlot, Exports,
+    Fabric, Inbox, Links, Members, Messages, MrKeys, PhysQp, Post, PostError, Posted, Qps, Ring,
+    RingStorage, SendWr, Slot, Stall, VecStore, WrId, RING_LISTENS,
 };
 use krcore_abi::errno::Errno;
 use krcore_abi::opcode::Opcode;
@@ -41,6 +41,9 @@ pub struct Faults {
     /// Every links shard's section also takes the one device-wide lock (messages under
     /// the membership lock, as before shards).
     pub links_device_wide: bool,
+    /// The router takes a listen's nudges into the ring but leaves its offers for the
+    /// ring's next submission (kmod's `flush_rings` without `accept_offers`).
+    pub offers_at_enter_only: bool,
 }
 
 /// What rings share: abi's [`Fabric`] under a lock per part.
@@ -104,6 +107,9 @@ impl Members<VecStore> for SharedMembers<'_> {
     }
     fn disconnect(&mut self, qp: u32) {
         self.nic.lock().unwrap().disconnect(qp)
+    }
+    fn accept(&mut self, gid: [u8; 16], qp: u32) -> Result<Connection, Errno> {
+        self.nic.lock().unwrap().accept(gid, qp)
     }
 }
 
@@ -235,6 +241,23 @@ impl App {
         self.sq.publish();
     }
 
+    /// Queues a LISTEN or UNLISTEN of `service` (not yet submitted).
+    pub fn listen(&mut self, user_data: u64, service: u32, on: bool) {
+        let sqe = match on {
+            true => Sqe::listen(user_data, service),
+            false => Sqe::unlisten(user_data, service),
+        };
+        self.sq.push(sqe).unwrap();
+        self.sq.publish();
+    }
+
+    /// Every CQE ready.
+    pub fn reap_cqes(&mut self) -> Vec<Cqe> {
+        let got = iter::from_fn(|| self.cq.pop()).collect();
+        self.cq.release();
+        got
+    }
+
     /// Every CQE ready, by user data.
     pub fn reap(&mut self) -> Vec<u64> {
         let got = iter::from_fn(|| self.cq.pop().map(|c| c.user_data)).collect();
@@ -289,7 +312,11 @@ impl Device {
             }),
             members: Mutex::new(()),
             links: (0..2)
-                .map(|_| Mutex::new(Messages::with_capacity(4, 4)))
+                .map(|k| {
+                    let mut m = Messages::with_capacity(4, 4);
+                    m.set_index(k);
+                    Mutex::new(m)
+                })
                 .collect(),
             exports: Mutex::new(Exports::new(vec![ExportSlot::EMPTY; 8])),
             epoch: AtomicU64::new(0),
@@ -308,7 +335,12 @@ impl Device {
             };
             cells.push(RingCell {
                 ctx: Mutex::new(Ring::new(r as u16, 1, sq.clone(), cq.clone(), storage)),
-                inbox: Mutex::new(Inbox::new(r as u16, 1, vec![(0, Completion::Done); 4])),
+                // In-flight slots, and a nudge per listen and shard (kmod's sizing).
+                inbox: Mutex::new(Inbox::new(
+                    r as u16,
+                    1,
+                    vec![(0, Completion::Done); 4 + RING_LISTENS * 2],
+                )),
                 mail: AtomicBool::new(false),
                 released: AtomicBool::new(false),
             });
@@ -432,6 +464,29 @@ impl Device {
         }
     }
 
+    /// A notice from the kernel at `gid` arrives on QP `qp` (kmod's `notice_in`, under
+    /// the CQ's lock): handed to its shard; then what the shards owe is routed (the
+    /// recovery's sweep) and the marked rings flushed.
+    pub fn notice(&self, gid: [u8; 16], qp: u32, n: krcore_abi::cluster::notice::Notice) {
+        {
+            let _cq = self.cq.lock().unwrap();
+            let k = n.shard(&gid, self.fab.shards()).unwrap();
+            self.fab.shard(k).on_notice(&gid, qp, n, &self.fab);
+            settle_links(&self.fab, u32::MAX, 5_000, 0, |id, c| self.deliver(id, c));
+        }
+        self.route();
+    }
+
+    /// NIC QP `qp`'s bindings (virtual QPs bound to it).
+    pub fn bound(&self, qp: usize) -> u32 {
+        self.fab.nic.lock().unwrap().qps[qp].bound
+    }
+
+    /// The NIC's peer set is QP 0, to `gid` (the fake's one remote node).
+    pub fn set_peer(&self, gid: [u8; 16]) {
+        self.fab.nic.lock().unwrap().remote = Some(gid);
+    }
+
     /// Hands completion `c` of request `id` to its ring. Called in a QP's section.
     fn deliver(&self, id: WrId, c: Completion) {
         let cell = &self.rings[id.ring as usize];
@@ -459,6 +514,9 @@ impl Device {
                     cell.released.store(true, Ordering::Release);
                 }
             } else {
+                if !self.fab.faults.offers_at_enter_only {
+                    ctx.accept_offers(&self.fab);
+                }
                 ctx.publish();
             }
         }

@@ -1,7 +1,9 @@
 //! The engine under the kernel's locks ([`device`](crate::device)): rings sharing a
 //! physical QP, rings on different QPs, routing against enters and a ring's close,
-//! messages on links in different shards.
+//! messages on links in different shards, a listen's offers against enters.
 
+use krcore_abi::cluster::notice::{Notice, NO_LINK};
+use krcore_abi::cqe::{CqeFlags, Reason};
 use krcore_abi::engine::shard_of;
 use loom::thread;
 
@@ -249,6 +251,94 @@ fn weakened_messages_behind_a_device_lock() {
 fn twin_links_device_lock() {
     different_shards_model(Faults {
         links_device_wide: true,
+        ..Faults::default()
+    });
+}
+
+/// The peer node of the listening model.
+const PEER: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 12];
+
+/// A Hello for service 9 from the peer's end `from`.
+fn hello(from: u64) -> Notice {
+    Notice::Hello {
+        service: 9,
+        from,
+        to: NO_LINK,
+    }
+}
+
+/// A ring listens on a service (engine's `listen`) and is driven by routing alone, as
+/// an eventfd-driven application's is. A peer's Hello arrives (under the CQ's lock,
+/// its shard's, then routed) while the ring's owner enters: whichever comes first, the
+/// ring gets the peer's virtual QP in one ACCEPT CQE, with no further enter. Then a
+/// second peer's Hello races an UNLISTEN: the listen's last CQE comes once, after any
+/// ACCEPT (here a refusal: the ring has no virtual QP slot left), and the NIC's
+/// bindings match the virtual QPs given. A router that left offers to the
+/// ring's next submission loses the race in which the owner entered first.
+fn listen_model(faults: Faults) {
+    model(move || {
+        let (dev, mut apps) = Device::with_services(&[2, 2, 2, 2], &[1], faults);
+        dev.set_peer(PEER);
+        apps[0].listen(7, 9, true);
+        dev.enter(0);
+        let c = apps[0].reap_cqes();
+        assert!(c.len() == 1 && c[0].res == 0, "listening: {c:?}");
+        let before = dev.bound(0);
+
+        let arrives = {
+            let dev = dev.clone();
+            thread::spawn(move || dev.notice(PEER, 0, hello(0x11)))
+        };
+        let owner = {
+            let dev = dev.clone();
+            thread::spawn(move || dev.enter(0))
+        };
+        arrives.join().unwrap();
+        owner.join().unwrap();
+        dev.route();
+        let c = apps[0].reap_cqes();
+        let accept = (CqeFlags::MORE | CqeFlags::ACCEPT).bits();
+        assert!(
+            c.len() == 1 && c[0].user_data == 7 && c[0].res >= 0 && c[0].flags == accept,
+            "the peer's virtual QP, by routing alone: {c:?}"
+        );
+        assert_eq!(dev.bound(0), before + 1);
+
+        apps[0].listen(8, 9, false);
+        let arrives = {
+            let dev = dev.clone();
+            thread::spawn(move || dev.notice(PEER, 0, hello(0x22)))
+        };
+        dev.enter(0);
+        arrives.join().unwrap();
+        dev.route();
+        let c = apps[0].reap_cqes();
+        let last = c
+            .iter()
+            .position(|c| c.user_data == 7 && c.flags & accept == 0);
+        let last = last.expect("the listen's last CQE");
+        assert_eq!(c[last].failure(), Some(Reason::Cancelled), "{c:?}");
+        // The ring's two virtual QP slots are both used: an ACCEPT now is a refusal
+        // (TableFull), which binds nothing.
+        let accepted = c.iter().filter(|c| c.flags == accept && c.res >= 0).count();
+        assert!(
+            c[last + 1..].iter().all(|c| c.user_data == 8 && c.res == 0),
+            "nothing of the listen after its last CQE: {c:?}"
+        );
+        assert_eq!(dev.bound(0), before + 1 + accepted as u32);
+    });
+}
+
+#[test]
+fn a_listen_takes_offers_by_routing_alone() {
+    listen_model(Faults::default());
+}
+
+#[test]
+#[should_panic]
+fn weakened_offers_taken_at_enter_only() {
+    listen_model(Faults {
+        offers_at_enter_only: true,
         ..Faults::default()
     });
 }
