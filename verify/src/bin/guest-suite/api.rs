@@ -185,3 +185,54 @@ pub fn wait_survives_signals() -> Result<(), String> {
     drop(buf);
     result
 }
+
+/// LISTEN in the real module, on one node (peers from other nodes are the cluster
+/// runs'): one ring per service; a ring's listens bounded (4); UNLISTEN ends a listen
+/// with its last completion, and a closed ring's listens end with it, freeing the
+/// service; a wait for a peer that never comes is bounded.
+pub fn listen_is_one_ring_per_service() -> Result<(), String> {
+    let ring = || {
+        Builder::new(8)
+            .build(Device::open().map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())
+    };
+    let (mut a, mut b) = (ring()?, ring()?);
+    let mut la = a.listen(77).map_err(|e| e.to_string())?;
+    let taken = b.listen(77).err().and_then(|e| e.reason());
+    check(taken == Some(Reason::ServiceTaken), || {
+        format!("a second ring's LISTEN on 77: {taken:?}")
+    })?;
+    let t = std::time::Instant::now();
+    let e = a
+        .accept_timeout(&mut la, std::time::Duration::from_millis(50))
+        .err()
+        .and_then(|e| e.raw_os_error());
+    check(e == Some(libc::ETIME), || {
+        format!("accept with nobody: {e:?}")
+    })?;
+    let waited = t.elapsed();
+    let mut more: Vec<_> = (78..81).map(|s| a.listen(s)).collect();
+    let fifth = a.listen(81).err().and_then(|e| e.reason());
+    check(
+        more.iter().all(Result::is_ok) && fifth == Some(Reason::TableFull),
+        || format!("listens 2-5 of a ring: {more:?}, {fifth:?}"),
+    )?;
+    let left = a
+        .unlisten(more.remove(0).unwrap())
+        .map_err(|e| e.to_string())?;
+    check(left.is_empty(), || format!("peers of nobody: {left:?}"))?;
+    let again = a.listen(78).map_err(|e| e.to_string());
+    check(again.is_ok(), || {
+        format!("LISTEN after UNLISTEN: {again:?}")
+    })?;
+    drop(a);
+    let after = b.listen(77).map_err(|e| e.to_string());
+    check(after.is_ok(), || {
+        format!("LISTEN after the listener's ring closed: {after:?}")
+    })?;
+    println!(
+        "  one listener per service, 4 per ring, freed by UNLISTEN and by close; an accept with nobody ended ETIME after {} ms",
+        waited.as_millis()
+    );
+    Ok(())
+}

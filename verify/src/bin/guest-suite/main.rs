@@ -85,6 +85,10 @@ const TESTS: &[Test] = &[
         run: api::wait_survives_signals,
     },
     Test {
+        name: "api::listen_is_one_ring_per_service",
+        run: api::listen_is_one_ring_per_service,
+    },
+    Test {
         name: "api::example_read_write_runs",
         run: api::example_read_write_runs,
     },
