@@ -72,7 +72,7 @@ use crate::abi::engine::{
     complete_wc, direct_complete, is_backend_wr_id, notice_recv_index, sweep, Caller,
     Completion, Context, Links, FAR_WRITE_WR_ID, NOTICE_WR_ID,
     ExportSlot, Exports, Fabric, MessageStorage, Messages, PhysQp, Posted, Qps, Recovery,
-    Registration, Slot, Stall, Wc, WcStatus, DIRECT_WR_ID, MAX_LISTENERS,
+    Registration, Slot, Stall, Wc, WcStatus, DIRECT_WR_ID,
 };
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
@@ -115,7 +115,7 @@ const EXPORTS: usize = 1024;
 
 /// Shards a device's message links are spread over, each under its own lock (at most
 /// 64: a listen keeps the shards that hold offers for it in a word).
-pub(crate) const SHARDS: usize = 8;
+const SHARDS: usize = 8;
 /// Links (pairs of virtual QPs for messages) a shard can hold.
 const LINKS: usize = 512;
 /// Receives a shard can hold waiting for messages.
@@ -232,11 +232,7 @@ impl DevCtx {
                 half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
                 recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
                 waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
-                owed: KBuf::filled(
-                    RECVS + WAITING + MAX_LISTENERS,
-                    (0, Completion::Done),
-                    GFP_KERNEL,
-                )?,
+                owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
                 due: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
             });
             m.set_index(shards.len() as u32);

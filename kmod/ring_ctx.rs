@@ -11,9 +11,7 @@ use kernel::new_mutex;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::cqe::Cqe;
-use crate::abi::engine::{
-    Completion, Delivered, Inbox, Ring, RingStorage, Slot, WrId, RING_LISTENS,
-};
+use crate::abi::engine::{Completion, Delivered, Inbox, Ring, RingStorage, Slot, WrId};
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::{CqConsumer, RawRing, SqProducer};
 use crate::abi::sqe::Sqe;
@@ -233,10 +231,10 @@ pub(crate) struct RingCell {
 impl RingCell {
     /// Shares `ctx`, the ring in slot `slot` of generation `gen`.
     pub(crate) fn new(ctx: KBox<RingCtx>, slot: u16, gen: u16) -> Result<Arc<RingCell>> {
-        // Each in-flight request is routed once, and each listen is nudged at most once
-        // per shard until it looks (abi's listen.rs), so the inbox never holds more.
+        // Each in-flight request is routed once, so the inbox never holds more (a
+        // listen's nudges are gathered as bits beside the queue).
         let inbox = Inbox::new(slot, gen, KBuf::filled(
-            ctx.inflight + RING_LISTENS * crate::devctx::SHARDS,
+            ctx.inflight,
             (0, Completion::Done),
             GFP_KERNEL_ACCOUNT,
         )?);

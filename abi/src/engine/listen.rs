@@ -61,6 +61,9 @@ pub(super) struct Listener {
     listen: WrId,
     /// A nudge is owed or on its way: the ring has not looked since.
     nudged: bool,
+    /// The nudge is owed: the next settle routes it (kept here, not in the owed
+    /// completions, so no sequence of listens and Hellos owes more than one).
+    owed: bool,
 }
 
 /// An offered link: a peer's end the listening ring may take.
@@ -99,6 +102,7 @@ impl<S: Store> Messages<S> {
             service,
             listen,
             nudged: false,
+            owed: false,
         });
         Ok(self.mark_offers(service, true))
     }
@@ -143,19 +147,34 @@ impl<S: Store> Messages<S> {
         let Some(service) = self.links.get(h).map(|l| l.service) else {
             return false;
         };
-        let k = self.index;
         let Some(l) = self.listener(service) else {
             return false;
         };
-        let nudge = (!l.nudged).then_some(l.listen);
-        l.nudged = true;
+        if !l.nudged {
+            (l.nudged, l.owed) = (true, true);
+        }
         if let Some(f) = self.links.get_mut(h).and_then(|l| l.far.as_mut()) {
             f.offered = true;
         }
-        if let Some(listen) = nudge {
-            self.owe(listen.encode(), Completion::Offered { shard: k });
-        }
         true
+    }
+
+    /// Whether a listener's nudge is owed.
+    pub(super) fn nudges_owed(&self) -> bool {
+        self.listeners.iter().flatten().any(|l| l.owed)
+    }
+
+    /// Routes the nudges owed ([`Completion::Offered`], to each listen's routing id);
+    /// returns how many.
+    pub(super) fn route_nudges(&mut self, mut route: impl FnMut(WrId, Completion)) -> usize {
+        let k = self.index;
+        let mut n = 0;
+        for l in self.listeners.iter_mut().flatten().filter(|l| l.owed) {
+            l.owed = false;
+            route(l.listen, Completion::Offered { shard: k });
+            n += 1;
+        }
+        n
     }
 
     /// The listener of `service` looks at its offers here now: an offer made after
@@ -314,10 +333,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         }
     }
 
-    /// A nudge (`Completion::Offered`) for listen `slot`: shard `shard` has offers.
-    pub(super) fn nudged(&mut self, slot: u32, shard: u32) {
+    /// Nudges for listen `slot` (`Completion::Offered`, routed here or gathered by an
+    /// inbox): the shards in `shards`, a bit each, have offers for it.
+    pub fn nudged(&mut self, slot: u32, shards: u64) {
         if let Some(Some(l)) = self.listens.get_mut(slot as usize) {
-            l.due |= 1u64.checked_shl(shard).unwrap_or(0);
+            l.due |= shards;
         }
     }
 
@@ -499,6 +519,24 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 3);
+    }
+
+    /// However a listen comes and goes while peers' Hellos arrive, a shard owes each
+    /// listener one nudge at most, beside (never in) the completions it owes.
+    #[test]
+    fn listens_coming_and_going_owe_one_nudge_at_most() {
+        let (ns, mut s) = node(12);
+        for i in 0..100u64 {
+            let (nc, mut c) = node(20 + (i % 200) as u8);
+            s.add_listener(SERVICE, listen()).unwrap();
+            c.join_far(ns.gid, SERVICE, 1, &nc).unwrap();
+            carry(&nc, &ns, &mut s);
+            s.remove_listener(SERVICE, listen());
+        }
+        s.add_listener(SERVICE, listen()).unwrap();
+        assert!(s.owed.is_empty(), "nudges take no room from completions");
+        let got = owed(&mut s, &ns);
+        assert!(got.len() <= 1, "{got:?}");
     }
 
     #[test]

@@ -260,8 +260,7 @@ pub struct MessageStorage<S: Store> {
     /// Sends waiting for a receive, device-wide. Each holds a send credit, so the
     /// physical QPs' depths summed suffice.
     pub waiting: S::Buf<Slot<Node<WaitingSend>>>,
-    /// Completions owed to rings; as many as `recvs` and `waiting` together, and one
-    /// nudge per listener (`listen`'s [`MAX_LISTENERS`](super::listen::MAX_LISTENERS)).
+    /// Completions owed to rings; as many as `recvs` and `waiting` together.
     pub owed: S::Buf<(u64, Completion)>,
     /// Links across nodes with notices due to the peer kernel; as many as `links`.
     pub due: S::Buf<u32>,
@@ -351,10 +350,7 @@ impl<S: Store> Messages<S> {
         };
         assert!(m.half_open.capacity() >= m.links.capacity());
         assert!(m.due.capacity() >= m.links.capacity());
-        assert!(
-            m.owed.capacity()
-                >= m.recvs.capacity() + m.waiting.capacity() + super::listen::MAX_LISTENERS
-        );
+        assert!(m.owed.capacity() >= m.recvs.capacity() + m.waiting.capacity());
         m
     }
 
@@ -651,7 +647,7 @@ impl<S: Store> Messages<S> {
         self.expire(now_ms, deadline_ms, qps);
         self.expire_far(now_ms, deadline_ms, qps);
         self.flush_due(qps);
-        self.drain_owed(|w, c| route(WrId::decode(w), c))
+        self.drain_owed(|w, c| route(WrId::decode(w), c)) + self.route_nudges(route)
     }
 
     /// Owes `c` to the request `wr_id` of some ring.
@@ -660,9 +656,9 @@ impl<S: Store> Messages<S> {
         debug_assert!(r.is_ok(), "owed outsizes what can be owed");
     }
 
-    /// Whether completions are owed.
+    /// Whether completions are owed (a listen's nudge among them).
     pub fn owes(&self) -> bool {
-        !self.owed.is_empty()
+        !self.owed.is_empty() || self.nudges_owed()
     }
 
     /// Routes every owed completion; returns how many.
@@ -705,7 +701,7 @@ impl Messages<super::VecStore> {
             half_open: vec![0; links],
             recvs: vec![Slot::EMPTY; n],
             waiting: vec![Slot::EMPTY; n],
-            owed: vec![(0, Completion::Done); 2 * n + super::listen::MAX_LISTENERS],
+            owed: vec![(0, Completion::Done); 2 * n],
             due: vec![0; links],
         })
     }

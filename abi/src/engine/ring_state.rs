@@ -329,7 +329,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             return false;
         }
         if let Completion::Offered { shard } = c {
-            self.nudged(id.slot, shard);
+            self.nudged(id.slot, 1u64.checked_shl(shard).unwrap_or(0));
             return true;
         }
         let Some(inf) = self.tables.inflight.remove(id.slot) else {

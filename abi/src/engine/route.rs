@@ -21,6 +21,7 @@ use core::sync::atomic::Ordering;
 
 use super::cqe::Cqe;
 use super::fabric::Post;
+use super::listen::RING_LISTENS;
 use super::qp::PhysQp;
 use super::ring::{IndexCell, RingMem};
 use super::ring_state::{Completion, Ring};
@@ -81,12 +82,15 @@ pub enum Delivered {
     Full,
 }
 
-/// Completions routed to one ring and not yet taken in (see the module doc). Its owner
-/// keeps it under a leaf lock.
+/// Completions routed to one ring and not yet taken in (see the module doc), and the
+/// nudges for its listens (see `listen`). Its owner keeps it under a leaf lock.
 pub struct Inbox<S: Store> {
     ring: u16,
     gen: u16,
     queue: Fifo<(u64, Completion), S>,
+    /// Nudges for the ring's listens, by listen: the shards that sent them, a bit
+    /// each. Gathered, not queued, so they take no room from completions.
+    nudges: [u64; RING_LISTENS],
     /// The ring wants the router's attention: completions were delivered, or it closed.
     marked: bool,
 }
@@ -99,6 +103,7 @@ impl<S: Store> Inbox<S> {
             ring,
             gen,
             queue: Fifo::new(storage),
+            nudges: [0; RING_LISTENS],
             marked: false,
         }
     }
@@ -107,6 +112,13 @@ impl<S: Store> Inbox<S> {
     pub fn deliver(&mut self, id: WrId, c: Completion) -> Delivered {
         if (id.ring, id.ring_gen) != (self.ring, self.gen) {
             return Delivered::Stale;
+        }
+        if let Completion::Offered { shard } = c {
+            if let Some(n) = self.nudges.get_mut(id.slot as usize) {
+                *n |= 1u64.checked_shl(shard).unwrap_or(0);
+            }
+            self.marked = true;
+            return Delivered::Queued;
         }
         match self.queue.push((id.encode(), c)) {
             Ok(()) => {
@@ -131,7 +143,7 @@ impl<S: Store> Inbox<S> {
 
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.queue.is_empty() && self.nudges.iter().all(|&n| n == 0)
     }
 
     /// Completes, in routing order, everything queued into `ring` (whose lock the
@@ -144,6 +156,11 @@ impl<S: Store> Inbox<S> {
         while let Some((w, c)) = self.queue.pop() {
             ring.complete(WrId::decode(w), c);
             n += 1;
+        }
+        for (slot, shards) in self.nudges.iter_mut().enumerate() {
+            if *shards != 0 {
+                ring.nudged(slot as u32, core::mem::take(shards));
+            }
         }
         n
     }
@@ -195,5 +212,27 @@ mod tests {
         assert!(inbox.take_mark() && !inbox.take_mark(), "marked once");
         assert_eq!(inbox.deliver(id(7), Completion::Done), Delivered::Full);
         assert!(!inbox.is_empty());
+    }
+
+    #[test]
+    fn nudges_are_gathered_beside_the_queue() {
+        let mut inbox = Inbox::<VecStore>::new(3, 7, alloc::vec![(0, Completion::Done); 1]);
+        let listen = WrId {
+            ring: 3,
+            ring_gen: 7,
+            slot: 1,
+        };
+        for shard in (0..8).cycle().take(100) {
+            let nudge = Completion::Offered { shard };
+            assert_eq!(inbox.deliver(listen, nudge), Delivered::Queued);
+        }
+        assert!(inbox.take_mark(), "a nudge marks the ring for the router");
+        let done = WrId { slot: 9, ..listen };
+        assert_eq!(
+            inbox.deliver(done, Completion::Done),
+            Delivered::Queued,
+            "100 nudges left the completion its room"
+        );
+        assert_eq!(inbox.nudges[1], 0xff);
     }
 }

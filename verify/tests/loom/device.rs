@@ -335,12 +335,7 @@ impl Device {
             };
             cells.push(RingCell {
                 ctx: Mutex::new(Ring::new(r as u16, 1, sq.clone(), cq.clone(), storage)),
-                // In-flight slots, and a nudge per listen and shard (kmod's sizing).
-                inbox: Mutex::new(Inbox::new(
-                    r as u16,
-                    1,
-                    vec![(0, Completion::Done); 4 + RING_LISTENS * 2],
-                )),
+                inbox: Mutex::new(Inbox::new(r as u16, 1, vec![(0, Completion::Done); 4])),
                 mail: AtomicBool::new(false),
                 released: AtomicBool::new(false),
             });
