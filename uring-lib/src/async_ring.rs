@@ -252,7 +252,9 @@ impl AsyncRing {
         tokio::time::timeout(slice, woken).await.is_err()
     }
 
-    /// As [`Ring::listen`].
+    /// As [`Ring::listen`]. A future dropped before it completes may leave the ring
+    /// listening with no [`Listener`] to accept on: the service stays held until the
+    /// ring closes.
     pub async fn listen(&self, service: u32) -> Result<Listener, Error> {
         let mut sqe = Sqe::listen(0, service);
         let tag = lock(self.shared())
