@@ -72,7 +72,7 @@ use crate::abi::engine::{
     complete_wc, direct_complete, is_backend_wr_id, notice_recv_index, sweep, Caller,
     Completion, Context, Links, FAR_WRITE_WR_ID, NOTICE_WR_ID,
     ExportSlot, Exports, Fabric, MessageStorage, Messages, PhysQp, Posted, Qps, Recovery,
-    Registration, Slot, Stall, Wc, WcStatus, DIRECT_WR_ID,
+    Registration, Slot, Stall, Wc, WcStatus, DIRECT_WR_ID, MAX_LISTENERS, write_listen_line,
 };
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
@@ -723,11 +723,22 @@ impl DevCtx {
         c
     }
 
-    /// Writes the device's pool (a line per loopback QP) and peer table (abi's
+    /// Writes the device's pool (a line per loopback QP), its listened services (a line
+    /// each, with the offers waiting in every shard) and peer table (abi's
     /// `Peers::write`).
     pub(crate) fn write_peers(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
         for i in 0..POOL_QPS as u32 {
             self.shared.qp(i, |q, _| q.write_pool_line(i, w))?;
+        }
+        // Every shard holds the same listener entries (abi's listen.rs): shard 0's.
+        let mut listens = [None; MAX_LISTENERS];
+        for (slot, l) in listens.iter_mut().zip(self.shared.shard(0).listeners()) {
+            *slot = Some(l);
+        }
+        for (service, ring) in listens.into_iter().flatten() {
+            let shards = self.shared.shards();
+            let offers = (0..shards).map(|k| self.shared.shard(k).offers(service)).sum();
+            write_listen_line(service, ring, offers, w)?;
         }
         let now = coarse_ms();
         self.shared.members().g.peers.write(now, w)

@@ -3,7 +3,8 @@
 //! ```text
 //! krcore devices                         RDMA devices, ports and GIDs the module serves
 //! krcore counters [--all]                per-device counters (debugfs; root)
-//! krcore peers                           connection sets per peer node (debugfs; root)
+//! krcore peers                           the pool, listened services and connection sets per
+//!                                        peer node (debugfs; root)
 //! krcore rings                           rings per process (/proc/PID/fdinfo)
 //! krcore lookup NODE NAME                a MetaServer lookup, timed (first, then cached)
 //! krcore lat [--op read] [--size 8]      latency of one operation at a time, as ib_read_lat

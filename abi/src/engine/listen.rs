@@ -52,6 +52,17 @@ pub const MAX_LISTENERS: usize = 32;
 /// Listens one ring may hold at once.
 pub const RING_LISTENS: usize = 4;
 
+/// Writes a listened service's line of the module's `peers` file:
+/// `listen service S ring R offers N` (`offers`: peers' ends offered and not taken yet).
+pub fn write_listen_line(
+    service: u32,
+    ring: u16,
+    offers: usize,
+    w: &mut impl core::fmt::Write,
+) -> core::fmt::Result {
+    writeln!(w, "listen service {service} ring {ring} offers {offers}")
+}
+
 /// A shard's note that a ring listens on a service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Listener {
@@ -175,6 +186,23 @@ impl<S: Store> Messages<S> {
             n += 1;
         }
         n
+    }
+
+    /// The services listened on here, each with the ring that listens (its id).
+    pub fn listeners(&self) -> impl Iterator<Item = (u32, u16)> + '_ {
+        self.listeners
+            .iter()
+            .flatten()
+            .map(|l| (l.service, l.listen.ring))
+    }
+
+    /// Offers here for `service` not taken yet.
+    pub fn offers(&self, service: u32) -> usize {
+        self.links
+            .iter()
+            .filter(|(_, l)| l.service == service && l.ends[0].holder == Holder::Open)
+            .filter(|(_, l)| l.far.is_some_and(|f| f.offered))
+            .count()
     }
 
     /// The listener of `service` looks at its offers here now: an offer made after
@@ -535,6 +563,14 @@ mod tests {
         }
         s.add_listener(SERVICE, listen()).unwrap();
         assert!(s.owed.is_empty(), "nudges take no room from completions");
+        let mut line = std::string::String::new();
+        let (service, ring) = s.listeners().next().expect("listening");
+        write_listen_line(service, ring, s.offers(SERVICE), &mut line).unwrap();
+        let want = std::format!("listen service 70 ring 3 offers {}\n", s.links());
+        assert!(
+            s.links() > 0 && line == want,
+            "every peer's end offered: {line:?}"
+        );
         let got = owed(&mut s, &ns);
         assert!(got.len() <= 1, "{got:?}");
     }

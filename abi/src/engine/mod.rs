@@ -45,7 +45,7 @@ pub use fabric::{Fabric, Links, Members, NoPost, Post, Qps};
 pub use far::{
     notice_recv_index, notice_recv_wr_id, FAR_RECV, FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_WR_ID,
 };
-pub use listen::{accept_aux, Offer, MAX_LISTENERS, RING_LISTENS};
+pub use listen::{accept_aux, write_listen_line, Offer, MAX_LISTENERS, RING_LISTENS};
 pub use message::{
     shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep,
     Target, WaitingSend,

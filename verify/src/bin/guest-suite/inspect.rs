@@ -115,15 +115,19 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
             .any(|l| l.split_whitespace().next() == Some(me.as_str())),
         || format!("krcore rings does not list this process ({me}): {rings}"),
     )?;
+    let listener = ring.listen(91).map_err(|e| e.to_string())?;
     let peers = sh(&[KRCORE, "peers"])?;
-    // This ring's virtual QP is bound to one of the pool's QPs.
+    // This ring's virtual QP is bound to one of the pool's QPs; its listen is shown.
     check(
         peers.contains("rxe0")
             && peers
                 .lines()
-                .any(|l| l.contains("pool qp ") && l.contains(" ready bound 1 ")),
+                .any(|l| l.contains("pool qp ") && l.contains(" ready bound 1 "))
+            && peers.contains("listen service 91 ring ")
+            && peers.contains(" offers 0"),
         || format!("krcore peers: {peers}"),
     )?;
+    ring.unlisten(listener).map_err(|e| e.to_string())?;
     let lat = sh(&[KRCORE, "lat", "--iters", "200"])?;
     check(
         lat.contains("READ 8 B: 200 operations one at a time: median"),
