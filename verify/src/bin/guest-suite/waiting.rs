@@ -71,10 +71,24 @@ pub fn a_waiting_process_sleeps() -> Result<(), String> {
     check(share(spin_cpu, spin_wall) > 50.0, || {
         "polling did not show as CPU time: the measurement is blind".into()
     })?;
-    check(share(cpu, wall) < 5.0, || {
+    let bar = sleeping_bar();
+    check(share(cpu, wall) < bar, || {
         format!(
-            "the waiting process used {:.1}% of a core",
+            "the waiting process used {:.1}% of a core (the bar here: {bar}%)",
             share(cpu, wall)
         )
     })
+}
+
+/// The most of a core a sleeping wait may use: 5% on the test kernel (1.2-1.3%
+/// measured); the debug kernel's lockdep and KASAN make each wake-up dearer (3.0% and
+/// 5.7% measured in two runs of the same code), so 10% there. Polling measures 96-100%
+/// on both: either bar tells the two apart.
+fn sleeping_bar() -> f64 {
+    // /proc/lockdep exists on a kernel with lock proving (the debug kernel's config).
+    if std::path::Path::new("/proc/lockdep").exists() {
+        10.0
+    } else {
+        5.0
+    }
 }
