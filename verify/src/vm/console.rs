@@ -55,7 +55,14 @@ pub struct Verdict {
     pub setup_failed: Option<String>,
     /// The clocksource the guest booted with, when it was not the TSC.
     pub coarse_clock: Option<String>,
+    /// The command's own console lines (kernel lines left out), its last
+    /// [`OUTPUT_KEPT`]: repeated under a failure's report, so that the end of a long
+    /// log (all a CI summary may keep) still says why.
+    pub output: Vec<String>,
 }
+
+/// How many of the command's last console lines a [`Verdict`] keeps.
+pub const OUTPUT_KEPT: usize = 12;
 
 /// The module's line once it is loaded: kernel lines before it are the boot's.
 pub const LOADED_MARKER: &str = "krcore: loaded";
@@ -66,13 +73,17 @@ pub fn judge(console: &str) -> Verdict {
     let mut in_dmesg = false;
     // Per stream: the live console, then the dmesg dump, which starts over at boot.
     let mut loaded = false;
+    let mut running = false;
     for line in console.lines() {
         let line = line.trim_end_matches('\r');
         if line == DMESG_START {
             loaded = false;
         }
         loaded |= line.contains(LOADED_MARKER);
-        if let Some(rest) = line.strip_prefix(EXIT_MARKER) {
+        if line == RUN_START {
+            running = true;
+        } else if let Some(rest) = line.strip_prefix(EXIT_MARKER) {
+            running = false;
             v.exit = rest.trim().parse().ok();
         } else if let Some(rest) = line.strip_prefix(SETUP_FAILED) {
             v.setup_failed = Some(rest.to_string());
@@ -84,6 +95,11 @@ pub fn judge(console: &str) -> Verdict {
             in_dmesg = false;
         } else if in_dmesg {
             v.dmesg.push(line.to_string());
+        } else if running && !line.starts_with('[') {
+            if v.output.len() == OUTPUT_KEPT {
+                v.output.remove(0);
+            }
+            v.output.push(line.to_string());
         }
         // A panic may strike before the dump: kernel lines anywhere on the console count,
         // but only kernel lines (they start with a "[ time]" stamp), so that a test's own
@@ -106,6 +122,21 @@ pub fn judge(console: &str) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keeps_the_commands_last_lines() {
+        let mut c = String::from("boot says hi\nKRCORE-RUN-START\n");
+        for i in 0..20 {
+            c += &format!("line {i}\n[   3.0] a kernel line\n");
+        }
+        c += "KRCORE-EXIT=1\nKRCORE-DMESG-START\n[ 1.0] krcore: loaded\nKRCORE-DMESG-END\n";
+        let v = judge(&c);
+        let want: Vec<String> = (8..20).map(|i| format!("line {i}")).collect();
+        assert_eq!(
+            v.output, want,
+            "the last {OUTPUT_KEPT}, kernel lines left out"
+        );
+    }
 
     #[test]
     fn clean_run() {

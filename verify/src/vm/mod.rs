@@ -400,6 +400,12 @@ fn judged(cfg: &Config, verdict: console::Verdict, timed_out: bool, tag: &str) -
             eprintln!("{l}");
         }
         eprintln!("{tag} ---- end of kernel log ----");
+        if !verdict.output.is_empty() {
+            eprintln!("{tag} the command's last lines, again:");
+            for l in &verdict.output {
+                eprintln!("{tag}   {l}");
+            }
+        }
     } else {
         // The module's own lines, the last few of them (load/unload tests print many).
         let ours: Vec<&String> = verdict
