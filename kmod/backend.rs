@@ -168,6 +168,11 @@ impl Hw {
         false
     }
 
+    /// Whether `gid` is one of this port's GIDs.
+    pub(crate) fn is_local_gid(&self, gid: &[u8; 16]) -> bool {
+        !self.dead && self.local_gid_index(gid).is_some()
+    }
+
     /// The index of the local RoCE v2 GID equal to `gid`.
     fn local_gid_index(&self, gid: &[u8; 16]) -> Option<u32> {
         (0..GID_SEARCH).find(|&i| {

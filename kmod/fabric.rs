@@ -410,6 +410,13 @@ impl Members<KStore> for MembersGuard<'_> {
         service: u32,
         opposite: Option<u32>,
     ) -> Result<Connection, Errno> {
+        if self.g.hw.pool_gid().is_none() && !self.g.hw.is_local_gid(&gid) {
+            // Another node, and no pool yet (the prewarm work has not run, or prewarm
+            // is off): the pool is built on the port's address first, which is this
+            // node's id and the set's source; else the CONNECT would be taken for a
+            // loopback one to an address that is not ours.
+            self.prewarm();
+        }
         if let Some(own) = self.g.hw.pool_gid() {
             // This node's id, for the both-at-once rule (known once the pool is).
             self.g.peers.set_me(&own);

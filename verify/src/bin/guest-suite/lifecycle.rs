@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use krcore_uring::abi::cqe::Reason;
 use krcore_uring::abi::sqe::Sqe;
 use krcore_uring::{Builder, Device};
 
@@ -154,4 +155,37 @@ pub fn load_unload_50_cycles() -> Result<(), String> {
         })?;
     }
     check_kmemleak("50 load/unload cycles")
+}
+
+/// A CONNECT to another node that comes before the pool was built (here prewarm is
+/// off; with it on, a CONNECT right after the load can beat the prewarm work) builds
+/// the pool on the port's address and dials the node: `Unreachable` here (nothing
+/// listens there), never `Verbs` as if it were a loopback CONNECT to a stranger's
+/// address; and the pool is then built, as a loopback CONNECT finds.
+pub fn first_remote_connect_builds_the_pool() -> Result<(), String> {
+    let ko = module_path()?;
+    sh(&["rmmod", "krcore"])?;
+    let result = sh(&["insmod", &ko, "prewarm=0"]).and_then(|_| {
+        let dev = Device::open().map_err(|e| e.to_string())?;
+        let own = dev.query_devices().map_err(|e| e.to_string())?.node_gid();
+        let mut ring = Builder::new(8).build(dev).map_err(|e| e.to_string())?;
+        let e = ring.connect_to("192.0.2.99", 5).err();
+        println!(
+            "  a first CONNECT, to another node, with no pool: {}",
+            e.as_ref().map(|e| e.to_string()).unwrap_or_default()
+        );
+        check(
+            e.is_some_and(|e| e.reason() == Some(Reason::Unreachable)),
+            || "it did not fail Unreachable".into(),
+        )?;
+        let gid = own.ok_or("no RoCE v2 IPv4 GID")?;
+        let vqp = ring
+            .connect(gid, 5)
+            .map_err(|e| format!("loopback CONNECT: {e}"))?;
+        ring.disconnect(vqp).map_err(|e| e.to_string())
+    });
+    let _ = sh(&["rmmod", "krcore"]);
+    let reload = sh(&["insmod", &ko]);
+    result?;
+    reload.map(|_| ())
 }

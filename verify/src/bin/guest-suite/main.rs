@@ -229,6 +229,10 @@ const TESTS: &[Test] = &[
         name: "lifecycle::load_unload_50_cycles",
         run: lifecycle::load_unload_50_cycles,
     },
+    Test {
+        name: "lifecycle::first_remote_connect_builds_the_pool",
+        run: lifecycle::first_remote_connect_builds_the_pool,
+    },
 ];
 
 fn main() -> std::process::ExitCode {
