@@ -5,7 +5,7 @@ use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::{Batch, Builder, Device};
 
 use crate::datapath::LOCAL_GID;
-use crate::harness::{check, sh};
+use crate::harness::{check, fails_as, sh};
 
 pub fn safe_batches_and_reasons() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
@@ -55,30 +55,22 @@ pub fn safe_batches_and_reasons() -> Result<(), String> {
     )?;
     let e = ring.disconnect(vqp).err();
     check(e.is_none(), || format!("disconnect: {e:?}"))?;
-    let gone = ring.connect([9; 16], 0).err();
-    println!(
-        "  connect to a foreign GID: {}",
-        gone.as_ref().map(|e| e.to_string()).unwrap_or_default()
-    );
-    check(
-        gone.is_some_and(|e| {
-            e.raw_os_error() == Some(libc::ENETUNREACH) && e.reason() == Some(Reason::Verbs)
-        }),
-        || "foreign GID accepted".into(),
+    fails_as(
+        "connect to a foreign GID",
+        ring.connect([9; 16], 0),
+        |e| e.raw_os_error() == Some(libc::ENETUNREACH) && e.reason() == Some(Reason::Verbs),
+        "foreign GID accepted",
     )?;
     // An IPv4 node that is not there (and this module listens for none): the dial
     // fails and the CONNECT says so by name.
     let nobody = std::net::Ipv4Addr::new(192, 0, 2, 99)
         .to_ipv6_mapped()
         .octets();
-    let e = ring.connect(nobody, 0).err();
-    println!(
-        "  connect to a node that is not there: {}",
-        e.as_ref().map(|e| e.to_string()).unwrap_or_default()
-    );
-    check(
-        e.is_some_and(|e| e.reason() == Some(Reason::Unreachable)),
-        || "CONNECT to an absent node did not fail Unreachable".into(),
+    fails_as(
+        "connect to a node that is not there",
+        ring.connect(nobody, 0),
+        |e| e.reason() == Some(Reason::Unreachable),
+        "CONNECT to an absent node did not fail Unreachable",
     )?;
     ring.deregister(mr).map_err(|e| e.to_string())
 }

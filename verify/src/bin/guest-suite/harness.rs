@@ -110,3 +110,19 @@ pub fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
         Err(msg())
     }
 }
+
+/// Prints how `what` ended (`  what: error`) and fails with `want` unless it failed as
+/// `is` says.
+pub fn fails_as<T>(
+    what: &str,
+    r: Result<T, krcore_uring::Error>,
+    is: impl FnOnce(&krcore_uring::Error) -> bool,
+    want: &str,
+) -> Result<(), String> {
+    let e = r.err();
+    println!(
+        "  {what}: {}",
+        e.as_ref().map(|e| e.to_string()).unwrap_or_default()
+    );
+    check(e.as_ref().is_some_and(is), || format!("{what}: {want}"))
+}

@@ -8,7 +8,7 @@ use krcore_uring::abi::cqe::Reason;
 use krcore_uring::abi::sqe::Sqe;
 use krcore_uring::{Builder, Device};
 
-use crate::harness::{check, sh};
+use crate::harness::{check, fails_as, sh};
 
 const KMEMLEAK: &str = "/sys/kernel/debug/kmemleak";
 
@@ -169,14 +169,11 @@ pub fn first_remote_connect_builds_the_pool() -> Result<(), String> {
         let dev = Device::open().map_err(|e| e.to_string())?;
         let own = dev.query_devices().map_err(|e| e.to_string())?.node_gid();
         let mut ring = Builder::new(8).build(dev).map_err(|e| e.to_string())?;
-        let e = ring.connect_to("192.0.2.99", 5).err();
-        println!(
-            "  a first CONNECT, to another node, with no pool: {}",
-            e.as_ref().map(|e| e.to_string()).unwrap_or_default()
-        );
-        check(
-            e.is_some_and(|e| e.reason() == Some(Reason::Unreachable)),
-            || "it did not fail Unreachable".into(),
+        fails_as(
+            "a first CONNECT, to another node, with no pool",
+            ring.connect_to("192.0.2.99", 5),
+            |e| e.reason() == Some(Reason::Unreachable),
+            "it did not fail Unreachable",
         )?;
         let gid = own.ok_or("no RoCE v2 IPv4 GID")?;
         let vqp = ring
