@@ -56,7 +56,7 @@
 //! wait (under 3). Every function here must be called from a context that may sleep.
 
 use core::ffi::c_long;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use kernel::new_mutex;
 use kernel::prelude::*;
@@ -203,6 +203,9 @@ pub(crate) struct DevCtx {
     cm_pins: AtomicU32,
     /// A request's deadline (the `request_timeout_ms` parameter at creation).
     deadline_ms: i64,
+    /// Set QPs failed and said so in the kernel log, a bit per slot (see
+    /// [`say_failed_sets`](Self::say_failed_sets)).
+    failed_sets: AtomicU64,
     /// The CQ's event work (cq_events.rs).
     events: CqEvents,
     /// The connection to the MetaServer, and the region if this node serves it.
@@ -274,6 +277,7 @@ impl DevCtx {
                 cm_pins: AtomicU32::new(0),
                 // SAFETY: reads a module parameter.
                 deadline_ms: unsafe { shim::krcore_shim_request_timeout_ms() } as i64,
+                failed_sets: AtomicU64::new(0),
                 events,
                 meta,
             }),
@@ -900,7 +904,26 @@ impl DevCtx {
                 crate::inspect::trace_recovery(failed.trailing_zeros(), recovery.recovered());
             }
         }
+        self.say_failed_sets(failed);
         n
+    }
+
+    /// Says in the kernel log, once per failure, that a set's QP failed and why: every
+    /// message link on it ends (its virtual QPs' requests fail), and the next CONNECT
+    /// to that node makes a new set. Rare and visible to users, so not left to dynamic
+    /// debug: a run that fails for it says so.
+    fn say_failed_sets(&self, failed: u64) {
+        let sets = failed & !((1u64 << POOL_QPS) - 1);
+        let new = sets & !self.failed_sets.swap(sets, Ordering::AcqRel);
+        for i in (POOL_QPS..QPS.min(64)).filter(|&i| new & (1 << i) != 0) {
+            let why = self.shared.qp(i as u32, |q, _| q.fail_reason());
+            let peer = self.shared.qps[i].lock().post.peer.map(|end| end.gid);
+            let qpn = self.shared.qpns[i].load(Ordering::Relaxed);
+            if let Some(gid) = peer {
+                let what = format_args!("QP {qpn} failed ({}): its message links end", why.name());
+                crate::peer::log_set(&gid, what);
+            }
+        }
     }
 
     /// Polls the CQ dry, routing every completion. Returns how many it polled.

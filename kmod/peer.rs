@@ -365,7 +365,7 @@ impl PeerSets {
 }
 
 /// Says what became of the set to the node at `addr`.
-pub(crate) fn log_set(addr: &[u8; 16], what: &str) {
+pub(crate) fn log_set(addr: &[u8; 16], what: impl core::fmt::Display) {
     let [a, b, c, d] = [addr[12], addr[13], addr[14], addr[15]];
     pr_info!("set to {a}.{b}.{c}.{d}: {what}\n");
 }

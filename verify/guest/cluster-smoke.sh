@@ -38,8 +38,9 @@
 #                                   wait for an importer to finish, revoke it, unload
 #   cluster-smoke.sh hammer META ROLE NAME
 #                                   as import, but keep READs in flight, have ROLE's guest
-#                                   killed, check they fail in bounded time, have it booted
-#                                   again, then import and READ anew
+#                                   killed, check they fail in bounded time (and the set
+#                                   QP's failure is logged), have it booted again, then
+#                                   import and READ anew
 #   cluster-smoke.sh failover META ROLE NAME
 #                                   import NAME from ROLE; have META's guest (the
 #                                   MetaServer) killed: with a fresh module, NAME cannot be
@@ -442,6 +443,11 @@ failover)
 hammer)
   with_meta "$2" "$3"
   "$REMOTE_MEMORY" hammer "$peer" "$4" "$3" || exit 1
+  # Its set's QP failed when the peer went: the kernel log says so, and why.
+  dmesg | grep "set to $peer: QP [0-9]* failed" || {
+    echo "$KRCORE_NODE: the set QP's failure is not in the kernel log" >&2
+    exit 1
+  }
   unload
   ;;
 serve)
