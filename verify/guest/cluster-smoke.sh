@@ -143,6 +143,13 @@ with_meta() {
   peer=$(addr_of "$2") || exit 1
   reload meta_server="$meta" || exit 1
 }
+# Fails the role after printing what the module holds (sets, links, listens: the
+# peers file), so a failed run's log shows the state it failed in.
+fail_with_state() {
+  echo "$KRCORE_NODE: failed; the module's peers file:" >&2
+  "$KRCORE_TOOL" peers >&2
+  exit 1
+}
 unload() {
   rmmod krcore || exit 1
   echo "$KRCORE_NODE: module unloaded"
@@ -258,10 +265,10 @@ messages)
   if [ $# -ge 5 ]; then
     meta=$(addr_of "$5") || exit 1
     reload meta_server="$meta" || exit 1
-    "$MESSAGES" "$3" "$peer" "$4" imm || exit 1
+    "$MESSAGES" "$3" "$peer" "$4" imm || fail_with_state
   else
     reload || exit 1
-    "$MESSAGES" "$3" "$peer" "$4" || exit 1
+    "$MESSAGES" "$3" "$peer" "$4" || fail_with_state
   fi
   # The peer may still be finishing with this node's kernel (its DISCONNECTs).
   sleep 3
@@ -270,13 +277,13 @@ messages)
 listener)
   reload || exit 1
   case "$2" in
-  serve) "$LISTENER" serve 77 "$3" || exit 1 ;;
+  serve) "$LISTENER" serve 77 "$3" || fail_with_state ;;
   serve-py)
-    PYTHONPATH=$ROOT/target/python /usr/bin/python3 "$ROOT/uring-lib/python/examples/listener.py" 77 "$3" || exit 1
+    PYTHONPATH=$ROOT/target/python /usr/bin/python3 "$ROOT/uring-lib/python/examples/listener.py" 77 "$3" || fail_with_state
     ;;
   client)
     peer=$(addr_of "$3") || exit 1
-    "$LISTENER" client "$peer" 77 "$KRCORE_ADDR" || exit 1
+    "$LISTENER" client "$peer" 77 "$KRCORE_ADDR" || fail_with_state
     ;;
   esac
   # The other end may still be finishing with this node's kernel (its DISCONNECTs).
