@@ -144,10 +144,13 @@ with_meta() {
   reload meta_server="$meta" || exit 1
 }
 # Fails the role after printing what the module holds (sets, links, listens: the
-# peers file), so a failed run's log shows the state it failed in.
+# peers file) and rxe's counters, so a failed run's log shows the state it failed in.
 fail_with_state() {
-  echo "$KRCORE_NODE: failed; the module's peers file:" >&2
-  "$KRCORE_TOOL" peers >&2
+  echo "$KRCORE_NODE: failed; the module's peers file (pool lines left out):" >&2
+  "$KRCORE_TOOL" peers | grep -v "pool qp" >&2
+  # rxe's own counters (retransmissions, retries exhausted, RNR), those not zero.
+  echo "$KRCORE_NODE: rxe0's counters not zero:" \
+    $(grep -v '^0$' /sys/class/infiniband/rxe0/ports/1/hw_counters/* 2>/dev/null | sed 's|.*/||') >&2
   exit 1
 }
 unload() {
