@@ -21,7 +21,8 @@
 #                                   name, in bounded time; then remove rxe0 and unload
 #   cluster-smoke.sh mutual ROLE    reload listening; CONNECT to ROLE's node 200 times while
 #                                   ROLE does the same to this one (both first contacts
-#                                   together: each dial is held 3 s); one set must join the
+#                                   together: a barrier between the two nodes once both
+#                                   pools are up, and each dial held 3 s); one set must join the
 #                                   two, dialed here or adopted, once, the lower address
 #                                   having refused the higher's attempt; unload
 #   cluster-smoke.sh cycles ROLE N  reload listening; CONNECT to ROLE's node 10 times (its set
@@ -153,6 +154,48 @@ fail_with_state() {
     $(grep -v '^0$' /sys/class/infiniband/rxe0/ports/1/hw_counters/* 2>/dev/null | sed 's|.*/||') >&2
   exit 1
 }
+# Waits until this node's pool is built (the module's prewarm), up to 30 s: a peer's
+# request for a set is refused until then.
+pool_ready() {
+  for _ in $(seq 300); do
+    "$KRCORE_TOOL" peers 2>/dev/null | grep -q "pool qp 0 ready" && return 0
+    sleep 0.1
+  done
+  echo "$KRCORE_NODE: no pool in 30 s" >&2
+  return 1
+}
+# Waits until the node at address $1 reached its own call (a TCP handshake each way
+# on port 7500, up to 120 s), so that what follows starts on both nodes within a poll
+# interval however far apart they booted. Either node's return implies the other's
+# handshakes are done too (its connect was accepted, or queued in the backlog).
+barrier() {
+  /usr/bin/python3 - "$1" <<'PY'
+import socket, sys, time
+peer = sys.argv[1]
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("", 7500))
+srv.listen(1)
+srv.settimeout(0.02)
+until = time.monotonic() + 120
+got = sent = False
+while not (got and sent):
+    if time.monotonic() > until:
+        sys.exit(f"no barrier with {peer} in 120 s")
+    if not sent:
+        try:
+            socket.create_connection((peer, 7500), timeout=0.2).close()
+            sent = True
+        except OSError:
+            time.sleep(0.02)
+    if not got:
+        try:
+            srv.accept()[0].close()
+            got = True
+        except OSError:
+            pass
+PY
+}
 unload() {
   rmmod krcore || exit 1
   echo "$KRCORE_NODE: module unloaded"
@@ -235,15 +278,13 @@ connect)
   ;;
 mutual)
   peer=$(addr_of "$2") || exit 1
-  # Each dial held 3 s: the two nodes' first CONNECTs, about together, surely overlap.
+  # Each dial held 3 s, and both nodes' first CONNECTs start together (the barrier,
+  # once both pools are up): the two dials surely overlap, however far apart the
+  # guests booted (the debug kernel's boots differ by seconds).
   reload cm_dial_delay_ms=3000 || exit 1
-  ok=
-  for _ in $(seq 30); do
-    # Quiet while ROLE's module is not listening yet.
-    if "$CONNECT_PEER" "$peer" 200 2>/dev/null; then ok=1; break; fi
-    sleep 1
-  done
-  [ -n "$ok" ] || { echo "$KRCORE_NODE: no CONNECT to $2 ($peer) in 30 s" >&2; exit 1; }
+  pool_ready || exit 1
+  barrier "$peer" || exit 1
+  "$CONNECT_PEER" "$peer" 200 || exit 1
   # One set joins the two nodes: it came up here once, dialed here (and nothing of
   # ROLE's accepted) or adopted (both of its connections accepted here).
   up=$(count "set to $peer: up")
