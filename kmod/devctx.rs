@@ -77,7 +77,7 @@ use crate::abi::engine::{
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
 use crate::abi::waiter::{Wait, WaitPolicy};
-use crate::backend::{self, CqArm, CqPoll, Hw, QpPost, POOL_QPS, QPS, SEND_DEPTH};
+use crate::backend::{self, CqArm, CqPoll, Hw, QpPost, SetEnd, POOL_QPS, QPS, SEND_DEPTH};
 use crate::cq_events::CqEvents;
 use crate::fabric::{drain_of, MemberState, QpCell, Shared};
 use crate::meta::MetaNet;
@@ -916,10 +916,12 @@ impl DevCtx {
         let sets = failed & !((1u64 << POOL_QPS) - 1);
         let new = sets & !self.failed_sets.swap(sets, Ordering::AcqRel);
         for i in (POOL_QPS..QPS.min(64)).filter(|&i| new & (1 << i) != 0) {
-            let why = self.shared.qp(i as u32, |q, _| q.fail_reason());
-            let peer = self.shared.qps[i].lock().post.peer.map(|end| end.gid);
+            let (why, peer) = {
+                let c = self.shared.qps[i].lock();
+                (c.acct.fail_reason(), c.post.peer)
+            };
             let qpn = self.shared.qpns[i].load(Ordering::Relaxed);
-            if let Some(gid) = peer {
+            if let Some(SetEnd { gid, .. }) = peer {
                 let what = format_args!("QP {qpn} failed ({}): its message links end", why.name());
                 crate::peer::log_set(&gid, what);
             }
