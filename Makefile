@@ -115,7 +115,8 @@ vm-test: kmod host
 # service receiving only its own messages, bytes and immediates checked, WRITE_IMM
 # into memory published by name, and a DISCONNECT whose advertised receives come back
 # Cancelled once the peer answered), on 2 guests (one the MetaServer) and on 3 (the
-# MetaServer apart); then a server on a that LISTENs and answers peers on b and c it
+# MetaServer apart); a receive waiting on b ends PeerGone at once when a's module
+# unloads (the CM's close, not a deadline); then a server on a that LISTENs and answers peers on b and c it
 # never connected to (each peer's message on its own accepted virtual QP), and the
 # same server in Python on 2 guests. Last, the
 # user-space verbs baseline across nodes (issue 12): 10
@@ -128,6 +129,12 @@ KILL_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) hammer a a kv"
 MUTUAL_ROLES = --role "a:$(SMOKE) mutual b" --role "b:$(SMOKE) mutual a"
 MESSAGE_ROLES = --role "a:$(SMOKE) messages b recv 64 a" --role "b:$(SMOKE) messages a send 64 a"
 LISTENER_ROLES = --role "a:$(SMOKE) listener serve 1" --role "b:$(SMOKE) listener client a"
+# The same with a starting 10 s late: b's first MetaServer connection is refused and
+# torn down under the MetaServer link's mutex, then a's set request is answered under
+# rdma_cm's handler mutex, then b unloads: lockdep saw a cycle there when the device's
+# removal ran under the registry's lock.
+MESSAGE_ROLES_LATE = --role "a:sleep 10; $(SMOKE) messages b recv 64 a" --role "b:$(SMOKE) messages a send 64 a"
+VANISH_ROLES = --role "a:$(SMOKE) vanish leave b" --role "b:$(SMOKE) vanish stay a"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
@@ -142,6 +149,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000"
 	@$(VM) --timeout 300 --nodes 2 $(MUTUAL_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
+	@$(VM) --timeout 300 --nodes 2 $(VANISH_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listener serve 2" --role "b:$(SMOKE) listener client a" --role "c:$(SMOKE) listener client a"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"
@@ -162,8 +170,9 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(META_ROLES)
 	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MUTUAL_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MESSAGE_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MESSAGE_ROLES_LATE)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(LISTENER_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 2 $(VANISH_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the
 # debug kernel; STRESS_SEED picks another random sequence.

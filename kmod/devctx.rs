@@ -972,6 +972,9 @@ impl DevCtx {
     /// Routes one work completion of physical QP `qp` to the rings it completes (or to
     /// the recovery, for its own requests).
     fn route_wc(&self, qp: u32, wc: &Wc) {
+        if wc.status != WcStatus::Success && qp as usize >= POOL_QPS {
+            self.shared.fail_set_qp(qp);
+        }
         if wc.wr_id == NOTICE_WR_ID {
             // Room for the next notice (the sweep posts the links' that wait for it).
             self.shared.qp(qp, |q, _| q.notice_done());

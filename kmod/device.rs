@@ -258,20 +258,28 @@ extern "C" fn krcore_rs_dev_add(dev: *mut IbDevice) -> c_int {
 /// ib_client `remove`: stop tracking `dev`; it is freed after this returns.
 #[no_mangle]
 extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
-    let mut devices = Registry::get().devices.lock();
-    if let Some(i) = devices.iter().position(|d| d.ib == dev) {
-        // SAFETY: started in add (invariant), stopped once, before the context goes.
-        unsafe { shim::krcore_shim_devwatch_stop(devices[i].watch) };
-        devices[i].ctx.remove();
+    // Out of the list under the registry's lock, torn down after it: the teardown takes
+    // the MetaServer connection's mutex, which nothing of krcore's may be held around
+    // (devctx.rs's lock order). Under the registry's lock it closed a cycle lockdep
+    // reported: cm.c's listener takes the registry's lock inside rdma_cm's handler
+    // mutex, and the MetaServer connection's mutex is held across destroying an id.
+    let gone = {
+        let mut devices = Registry::get().devices.lock();
+        let Some(i) = devices.iter().position(|d| d.ib == dev) else {
+            return;
+        };
         let last = devices.len() - 1;
         devices.as_mut_slice().swap(i, last);
-        // SAFETY: shrinking by one; the element past the new length is read out and
-        // dropped exactly once here (6.12's KVec has no remove).
+        // SAFETY: shrinking by one; the element past the new length is read out
+        // exactly once here, and owned from here on (6.12's KVec has no remove).
         unsafe {
             devices.set_len(last);
-            drop(core::ptr::read(devices.as_ptr().add(last)));
+            core::ptr::read(devices.as_ptr().add(last))
         }
-    }
+    };
+    // SAFETY: started in add (invariant), stopped once, before the context goes.
+    unsafe { shim::krcore_shim_devwatch_stop(gone.watch) };
+    gone.ctx.remove();
 }
 
 /// rdma_cm's listener got a peer kernel's connection request on `dev` (cm.c): the PD

@@ -34,7 +34,7 @@ use crate::meta::Meta;
 use crate::abi::cluster::conn_set::Attempt;
 use crate::abi::cluster::revoke::{Progress, Revocations};
 use crate::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
-use crate::shim::IbQp;
+use crate::shim::{self, IbQp};
 use crate::store::KStore;
 
 /// One pooled QP, under its mutex.
@@ -267,6 +267,30 @@ impl Shared {
             self.revocations.lock().lost(bit);
         }
         self.qpns[i].store(qpn, Ordering::Relaxed);
+    }
+
+    /// A work completion of set slot `i` failed: its QP is in the error state, whether
+    /// the peer closed (the CM told cm.c, which moved it there so its work flushes) or
+    /// the hardware gave up on it (a notice's retries exhausted), and nothing posted on
+    /// it will run. If the slot still holds that connection, the QP fails, `PeerGone`
+    /// when the CM saw the peer close, `QpError` otherwise, before its flushed requests
+    /// take their reasons; the sweep then ends its links and says so (devctx.rs). A
+    /// notice's completion is the engine's only word of it otherwise (it sees requests').
+    pub(crate) fn fail_set_qp(&self, i: u32) {
+        let mut c = self.qps[i as usize].lock();
+        let Some(end) = c.post.peer else {
+            // Closed here: its drain's flushes.
+            return;
+        };
+        // SAFETY: `end.conn` is live while it is installed: peer.rs lets a connection
+        // go only after clearing it here, under this lock.
+        let why = if unsafe { shim::krcore_shim_cm_broken(end.conn) } {
+            Reason::PeerGone
+        } else {
+            Reason::QpError
+        };
+        let QpCell { acct, post } = &mut *c;
+        self.busy_qps.section(acct, post, |q, _| q.fail_with(why));
     }
 
     /// Posts the revocation notices due (abi's `cluster::revoke`), each when its QP has

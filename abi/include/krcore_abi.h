@@ -31,7 +31,7 @@
 #define krcore_MAX_ACKS 64
 
 // How many reasons there are (one past the last code).
-#define krcore_Reason_COUNT 34
+#define krcore_Reason_COUNT 35
 
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
@@ -298,6 +298,11 @@ enum krcore_Reason
   KRCORE_REASON_SERVICE_TAKEN = 32,
   // UNLISTEN of a service this ring does not listen on.
   KRCORE_REASON_NOT_LISTENING = 33,
+  // The peer node closed its end of the connection set this request used (its
+  // module was unloaded, or its device went): what was in flight on it, and every
+  // message link on it, ends with this; the next CONNECT to that node makes a new
+  // set.
+  KRCORE_REASON_PEER_GONE = 34,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -137,6 +137,11 @@ pub enum Reason {
     ServiceTaken = 32,
     /// UNLISTEN of a service this ring does not listen on.
     NotListening = 33,
+    /// The peer node closed its end of the connection set this request used (its
+    /// module was unloaded, or its device went): what was in flight on it, and every
+    /// message link on it, ends with this; the next CONNECT to that node makes a new
+    /// set.
+    PeerGone = 34,
 }
 
 impl Reason {
@@ -178,11 +183,12 @@ impl Reason {
             NotOnPeer,
             ServiceTaken,
             NotListening,
+            PeerGone,
         ]
     };
 
     /// How many reasons there are (one past the last code).
-    pub const COUNT: usize = 34;
+    pub const COUNT: usize = 35;
 
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
@@ -226,6 +232,7 @@ impl Reason {
             Reason::NotOnPeer => "not_on_peer",
             Reason::ServiceTaken => "service_taken",
             Reason::NotListening => "not_listening",
+            Reason::PeerGone => "peer_gone",
         }
     }
 
@@ -256,6 +263,7 @@ impl Reason {
             Reason::NotOnPeer => Errno::EXDEV,
             Reason::ServiceTaken => Errno::EADDRINUSE,
             Reason::NotListening => Errno::ENOENT,
+            Reason::PeerGone => Errno::ECONNRESET,
         }
     }
 
@@ -305,6 +313,10 @@ impl Reason {
                  node, or by a ring listening on it"
             }
             Reason::NotListening => "this ring does not listen on that service",
+            Reason::PeerGone => {
+                "the peer node closed the connection (its module unloaded or its device \
+                 went); CONNECT again once it is back"
+            }
         }
     }
 }

@@ -74,6 +74,8 @@ impl Errno {
     pub const EEXIST: Errno = Errno(17);
     /// Cross-device link (a resource on another node).
     pub const EXDEV: Errno = Errno(18);
+    /// Connection reset by peer (the peer node closed the connection set).
+    pub const ECONNRESET: Errno = Errno(104);
 
     /// The value as the kernel returns it: negative.
     pub const fn to_neg(self) -> i32 {

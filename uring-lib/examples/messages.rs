@@ -20,6 +20,11 @@
 //! virtual QP on 7 and WRITE_IMMs N pieces into it (immediate 9000+i): each consumes a
 //! receive, which completes with the length and immediate, and the bytes land in the
 //! published memory, where the receiving side checks them.
+//!
+//! `messages vanish ADDR`: CONNECTs for service 7, posts one receive, prints "a receive
+//! is posted" and waits up to 30 s: the peer's module is unloaded meanwhile
+//! (cluster-smoke.sh's `vanish` role), and the receive must end `PeerGone` (nothing
+//! else is in flight, so no request's deadline could end it).
 #[path = "support/retry.rs"]
 mod support;
 #[path = "support/talk.rs"]
@@ -31,7 +36,9 @@ use support::retry;
 use talk::{hear, say, SLOT};
 
 use krcore_abi::cqe::{CqeFlags, Reason};
+use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::MrAccess;
+use krcore_abi::sqe::Sqe;
 use krcore_uring::{Batch, Builder, Device, MemoryRegion, Ring, Vqp};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -291,9 +298,47 @@ fn send_side(gid: [u8; 16], n: u64, msgbuf: Option<String>) -> Result<()> {
     Ok(())
 }
 
+fn vanish(gid: [u8; 16]) -> Result<()> {
+    let mut ring = new_ring()?;
+    let v7 = connect(&mut ring, gid, 7)?;
+    let mr = ring.register(SLOT as usize, MrAccess::LOCAL_WRITE)?;
+    let recv = Sqe::two_sided(
+        Opcode::Recv,
+        1,
+        v7.handle(),
+        mr.handle(),
+        mr.addr(),
+        SLOT as u32,
+    );
+    // SAFETY: `mr` stays registered, and is not touched, until the receive ends.
+    unsafe { ring.push(&recv) }.map_err(|_| "the SQ is full")?;
+    ring.submit()?;
+    println!("a receive is posted");
+    let t = Instant::now();
+    ring.submit_and_wait_timeout(1, Duration::from_secs(30))
+        .map_err(|e| format!("the receive did not end in 30 s: {e}"))?;
+    let c = ring.completions().next().ok_or("no completion")?;
+    match c.failure() {
+        Some(Reason::PeerGone) => {
+            let why = krcore_uring::describe_failure(&c).unwrap_or_default();
+            println!(
+                "the receive ended PeerGone after {} ms: {why}",
+                t.elapsed().as_millis()
+            );
+            Ok(())
+        }
+        r => Err(format!("the receive ended {r:?} (res {}), not PeerGone", c.res).into()),
+    }
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: messages recv|send ADDR N [imm]";
+    let usage = "usage: messages recv|send ADDR N [imm] | messages vanish ADDR";
+    if let [v, a] = &args[1..] {
+        if v == "vanish" {
+            return vanish(a.parse::<Ipv4Addr>()?.to_ipv6_mapped().octets());
+        }
+    }
     let (role, addr, n, with_imm) = match &args[1..] {
         [r, a, n] => (r.as_str(), a.parse::<Ipv4Addr>()?, n.parse::<u64>()?, false),
         [r, a, n, i] if i == "imm" => (r.as_str(), a.parse::<Ipv4Addr>()?, n.parse::<u64>()?, true),

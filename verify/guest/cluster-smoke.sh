@@ -165,26 +165,28 @@ pool_ready() {
   return 1
 }
 # Waits until the node at address $1 reached its own call (a TCP handshake each way
-# on port 7500, up to 120 s), so that what follows starts on both nodes within a poll
-# interval however far apart they booted. Either node's return implies the other's
-# handshakes are done too (its connect was accepted, or queued in the backlog).
+# on port $2, 7500 if none, up to 120 s), so that what follows starts on both nodes
+# within a poll interval however far apart they booted. Either node's return implies
+# the other's handshakes are done too (its connect was accepted, or queued in the
+# backlog). A second meeting takes another port: a late handshake of the first must
+# not land in the second's listener.
 barrier() {
-  /usr/bin/python3 - "$1" <<'PY'
+  /usr/bin/python3 - "$1" "${2:-7500}" <<'PY'
 import socket, sys, time
-peer = sys.argv[1]
+peer, port = sys.argv[1], int(sys.argv[2])
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("", 7500))
+srv.bind(("", port))
 srv.listen(1)
 srv.settimeout(0.02)
 until = time.monotonic() + 120
 got = sent = False
 while not (got and sent):
     if time.monotonic() > until:
-        sys.exit(f"no barrier with {peer} in 120 s")
+        sys.exit(f"no barrier with {peer} on port {port} in 120 s")
     if not sent:
         try:
-            socket.create_connection((peer, 7500), timeout=0.2).close()
+            socket.create_connection((peer, port), timeout=0.2).close()
             sent = True
         except OSError:
             time.sleep(0.02)
@@ -317,6 +319,47 @@ messages)
   # The peer may still be finishing with this node's kernel (its DISCONNECTs).
   sleep 3
   unload
+  ;;
+vanish)
+  # A node whose only work with a peer is a receive waiting learns at once that the
+  # peer's module went (the CM's close): the receive ends PeerGone, well within the
+  # request deadline (nothing is in flight, so no deadline could end it), and the
+  # kernel log says why the set's QP failed. "leave" is the peer that unloads.
+  peer=$(addr_of "$3") || exit 1
+  reload || exit 1
+  pool_ready || exit 1
+  case "$2" in
+  leave)
+    barrier "$peer" 7500 || exit 1
+    barrier "$peer" 7501 || exit 1
+    rmmod krcore || exit 1
+    echo "$KRCORE_NODE: module unloaded while $3 waits on a receive"
+    ;;
+  stay)
+    barrier "$peer" 7500 || exit 1
+    "$MESSAGES" vanish "$peer" >"$TMPDIR/vanish.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+      grep -q "a receive is posted" "$TMPDIR/vanish.out" && break
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q "a receive is posted" "$TMPDIR/vanish.out" || { cat "$TMPDIR/vanish.out" >&2; fail_with_state; }
+    barrier "$peer" 7501 || exit 1
+    start=$(date +%s%N)
+    rc=0; wait $pid || rc=$?
+    ms=$((($(date +%s%N) - start) / 1000000))
+    sed "s/^/$KRCORE_NODE: /" "$TMPDIR/vanish.out"
+    [ "$rc" = 0 ] || fail_with_state
+    echo "$KRCORE_NODE: the receive ended $ms ms after $3 began to unload (request deadline 5000 ms)"
+    [ "$ms" -lt 5000 ] || { echo "$KRCORE_NODE: not before the deadline" >&2; exit 1; }
+    dmesg | grep "set to $peer: QP [0-9]* failed (peer_gone)" || {
+      echo "$KRCORE_NODE: the set QP's failure (peer_gone) is not in the kernel log" >&2
+      exit 1
+    }
+    unload
+    ;;
+  esac
   ;;
 listener)
   reload || exit 1

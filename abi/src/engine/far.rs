@@ -651,12 +651,14 @@ impl<S: Store> Messages<S> {
                 l.ends[1].holder = Holder::Gone;
             }
             while l.ends[1].recvs.pop(&mut m.recvs).is_some() {}
+            // They end for the reason the QP failed (the peer went, a deadline).
+            let why = Completion::Failed(qps.qp(qp, |q, _| q.fail_reason()));
             while let Some(s) = l.ends[0].waiting.pop(&mut m.waiting) {
                 qps.qp(qp, |q, _| q.release_held());
-                let _ = m.owed.push((s.wr_id, Completion::Failed(Reason::QpError)));
+                let _ = m.owed.push((s.wr_id, why));
             }
             while let Some(r) = l.ends[0].recvs.pop(&mut m.recvs) {
-                let _ = m.owed.push((r.wr_id, Completion::Failed(Reason::QpError)));
+                let _ = m.owed.push((r.wr_id, why));
             }
             if matches!(l.ends[0].holder, Holder::Open | Holder::Left) {
                 m.links.remove(h);
@@ -1079,12 +1081,13 @@ pub(crate) mod tests {
         carry(&nb, &na, &mut a);
         a.recv(a7, 0, recv(70, 0x7000), &na);
         a.recv(a8, 0, recv(80, 0x8000), &na);
-        na.qps[1].borrow_mut().fail();
+        // The peer closed the set (its module went): the receive ends for that reason.
+        na.qps[1].borrow_mut().fail_with(Reason::PeerGone);
         a.fail_far(1 << 1, &na);
         assert_eq!(
             owed(&mut a, &na),
-            vec![(70, Completion::Failed(Reason::QpError))],
-            "only the link on the failed QP"
+            vec![(70, Completion::Failed(Reason::PeerGone))],
+            "only the link on the failed QP, for the QP's reason"
         );
         assert_eq!(
             a.recv(a7, 0, recv(71, 0x7100), &na),

@@ -212,9 +212,12 @@ impl Recovery {
         while first + g <= n {
             let group = first..first + g;
             first += g;
-            if group.clone().any(|e| failed & (1 << e) != 0) {
+            if let Some(first) = group.clone().find(|e| failed & (1 << e) != 0) {
+                // The group fails for its first failed QP's reason (a peer that went
+                // takes both of its set's QPs, whichever the CM told of first).
+                let why = qps.qp(first as u32, |q, _| q.fail_reason());
                 for e in group.clone() {
-                    qps.qp(e as u32, |q, _| q.fail());
+                    qps.qp(e as u32, |q, _| q.fail_with(why));
                     self.to_error(hw, e, now_ms);
                 }
             }
@@ -379,17 +382,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_failed_qp_takes_its_pair_through_flush_and_rearm() {
-        let mut b = Bed::new(DEFAULT_DEADLINE_MS);
-        b.q[3].borrow_mut().reserve(posted(
+    /// A request of ring 1 in its in-flight slot `slot`.
+    fn request(slot: u32) -> Posted {
+        posted(
             WrId {
                 ring: 1,
                 ring_gen: 1,
-                slot: 9,
+                slot,
             }
             .encode(),
-        ));
+        )
+    }
+
+    #[test]
+    fn a_failed_qp_takes_its_pair_through_flush_and_rearm() {
+        let mut b = Bed::new(DEFAULT_DEADLINE_MS);
+        b.q[3].borrow_mut().reserve(request(9));
         b.q[3].borrow_mut().fail();
         assert_eq!(b.at(0), 0, "nothing settled yet");
         assert_eq!(
@@ -411,6 +419,28 @@ mod tests {
         assert_eq!(b.owed, [(9, Completion::Failed(Reason::QpError))]);
         let q = &b.q;
         assert!(!q[2].borrow().failed() && !q[3].borrow().failed() && !b.r.busy());
+    }
+
+    #[test]
+    fn the_pair_fails_for_its_first_qps_reason() {
+        let mut b = Bed::new(DEFAULT_DEADLINE_MS);
+        b.q[3].borrow_mut().reserve(request(9));
+        // The CM told of QP 3's peer first; QP 2's request goes with it, and says why.
+        b.q[3].borrow_mut().fail_with(Reason::PeerGone);
+        b.q[2].borrow_mut().reserve(request(8));
+        b.at(0);
+        assert_eq!(b.q[2].borrow().fail_reason(), Reason::PeerGone);
+        assert!(b.r.on_completion(2, Recovery::marker(2)));
+        assert!(b.r.on_completion(3, Recovery::marker(3)));
+        b.at(10);
+        b.owed.sort_by_key(|o| o.0);
+        assert_eq!(
+            b.owed,
+            [
+                (8, Completion::Failed(Reason::PeerGone)),
+                (9, Completion::Failed(Reason::PeerGone))
+            ]
+        );
     }
 
     #[test]
