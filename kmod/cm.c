@@ -432,23 +432,23 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		complete(&c->done);
 		return 0;
 	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		WRITE_ONCE(c->broken, true);
 		/*
 		 * The peer closed (its module went): the CM leaves our QP as it was, so a set
 		 * with nothing in flight would learn of it only at its next request's
 		 * deadline. In the error state its work (the notice receives, always
-		 * posted) flushes now, and the router, seeing the connection broken, fails
-		 * the set's QP for that reason (fabric.rs's fail_set_qp).
+		 * posted) flushes now, and the router, finding the connection broken (set
+		 * above, before any flush completion is posted and polled), fails the set's
+		 * QP for that reason (fabric.rs's fail_set_qp).
 		 */
-		WRITE_ONCE(c->broken, true);
-		if (c->kind == KRCORE_CM_PEER && c->qp_created) {
+		if (ev->event == RDMA_CM_EVENT_DISCONNECTED && c->kind == KRCORE_CM_PEER &&
+		    c->qp_created) {
 			struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
 
 			ib_modify_qp(id->qp, &attr, IB_QP_STATE);
 		}
-		fallthrough;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
-		WRITE_ONCE(c->broken, true);
 		/* An accepted connection has no other owner to close it: reap it (the work
 		 * holds a reference; queued once). */
 		if (c->accepted) {

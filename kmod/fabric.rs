@@ -271,11 +271,10 @@ impl Shared {
 
     /// A work completion of set slot `i` failed: its QP is in the error state, whether
     /// the peer closed (the CM told cm.c, which moved it there so its work flushes) or
-    /// the hardware gave up on it (a notice's retries exhausted), and nothing posted on
-    /// it will run. If the slot still holds that connection, the QP fails, `PeerGone`
-    /// when the CM saw the peer close, `QpError` otherwise, before its flushed requests
-    /// take their reasons; the sweep then ends its links and says so (devctx.rs). A
-    /// notice's completion is the engine's only word of it otherwise (it sees requests').
+    /// its retries ran out (a notice's). If the slot still holds that connection, the
+    /// QP is lost (abi's `PhysQp::lost` names why) before its flushed requests take
+    /// their reasons; the sweep then ends its links and says so (devctx.rs). A notice's
+    /// completion is the engine's only word of it otherwise (it sees requests').
     pub(crate) fn fail_set_qp(&self, i: u32) {
         let mut c = self.qps[i as usize].lock();
         let Some(end) = c.post.peer else {
@@ -284,13 +283,9 @@ impl Shared {
         };
         // SAFETY: `end.conn` is live while it is installed: peer.rs lets a connection
         // go only after clearing it here, under this lock.
-        let why = if unsafe { shim::krcore_shim_cm_broken(end.conn) } {
-            Reason::PeerGone
-        } else {
-            Reason::QpError
-        };
+        let closed = unsafe { shim::krcore_shim_cm_broken(end.conn) };
         let QpCell { acct, post } = &mut *c;
-        self.busy_qps.section(acct, post, |q, _| q.fail_with(why));
+        self.busy_qps.section(acct, post, |q, _| q.lost(closed));
     }
 
     /// Posts the revocation notices due (abi's `cluster::revoke`), each when its QP has

@@ -213,6 +213,17 @@ impl<S: Store> PhysQp<S> {
         self.failed.get_or_insert(why);
     }
 
+    /// A set's QP whose completion failed: it is in the error state and nothing posted
+    /// on it will run. It fails `PeerGone` when the peer closed the connection (the CM
+    /// said so), `QpError` otherwise (its retries ran out), unless it already failed.
+    pub fn lost(&mut self, peer_closed: bool) {
+        self.fail_with(if peer_closed {
+            Reason::PeerGone
+        } else {
+            Reason::QpError
+        });
+    }
+
     /// Whether the oldest send request has waited more than `deadline_ms` at `now_ms`
     /// with no completion meanwhile.
     pub fn stuck(&mut self, now_ms: i64, deadline_ms: i64) -> bool {
@@ -350,5 +361,22 @@ mod tests {
             core::str::from_utf8(&page[..n]).unwrap(),
             "pool qp 2 ready bound 1 outstanding 0\npool qp 2 failed bound 1 outstanding 0\n"
         );
+    }
+
+    #[test]
+    fn a_lost_qp_says_whether_its_peer_closed() {
+        let new = || PhysQp::<VecStore>::new(alloc::vec![Posted::EMPTY; 4]);
+        let (mut closed, mut dead) = (new(), new());
+        closed.lost(true);
+        dead.lost(false);
+        assert_eq!(
+            (closed.fail_reason(), dead.fail_reason()),
+            (Reason::PeerGone, Reason::QpError)
+        );
+        // A QP that failed already keeps its first reason.
+        let mut late = new();
+        late.fail_with(Reason::Deadline);
+        late.lost(true);
+        assert_eq!(late.fail_reason(), Reason::Deadline);
     }
 }
