@@ -135,6 +135,11 @@ LISTENER_ROLES = --role "a:$(SMOKE) listener serve 1" --role "b:$(SMOKE) listene
 # removal ran under the registry's lock.
 MESSAGE_ROLES_LATE = --role "a:sleep 10; $(SMOKE) messages b recv 64 a" --role "b:$(SMOKE) messages a send 64 a"
 VANISH_ROLES = --role "a:$(SMOKE) vanish leave b" --role "b:$(SMOKE) vanish stay a"
+# A host that is not a member (c, no key) captures b's proof from the segment and knocks
+# on a's listener with crafted requests and the replay: all refused, counted on a.
+TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role "c:$(SMOKE) intruder a b"
+# a's rxe0 deleted 1.5 s into a dial to b, which answers ARP but never the CM.
+YANK_ROLES = --role "a:$(SMOKE) yank dial b" --role "b:$(SMOKE) yank mute a"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
@@ -150,6 +155,8 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 $(MUTUAL_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(VANISH_ROLES)
+	@$(VM) --timeout 300 --nodes 3 $(TRUST_ROLES)
+	@$(VM) --timeout 300 --nodes 2 $(YANK_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listener serve 2" --role "b:$(SMOKE) listener client a" --role "c:$(SMOKE) listener client a"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"
@@ -173,6 +180,7 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MESSAGE_ROLES_LATE)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(LISTENER_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(VANISH_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 2 $(YANK_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the
 # debug kernel; STRESS_SEED picks another random sequence.

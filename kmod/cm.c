@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Kernel-to-kernel RC connections with rdma_cm (issue 11): every module listens on
+ * Kernel-to-kernel RC connections with rdma_cm: every module listens on
  * cm_port, and a node connects to a peer's address in the kernel. Mechanism only, as
  * the rest of the shim: which peers, when, and what a connection carries are Rust's.
  *
  * A connection (struct krcore_cm_conn) owns its cm_id and the RC QP created on it with
- * the device context's PD and CQ. Every live connection is on one list, so a device
+ * the device context's PD and CQ. Every live connection, a dial in progress included,
+ * is on one list, so a device
  * going away (its context's PD and CQ are freed right after) and the module's exit
  * tear theirs down first; whoever takes a connection off the list (under
  * krcore_cm_lock) tears it down, once. A connection made for Rust (an active one) is
@@ -29,6 +30,7 @@
 #include <linux/workqueue.h>
 #include <linux/moduleparam.h>
 #include <linux/ktime.h>
+#include <linux/random.h>
 #include <rdma/ib_cm.h>
 #include <rdma/rdma_cm.h>
 
@@ -53,34 +55,47 @@ u32 krcore_shim_cm_dial_delay_ms(void)
 	return cm_dial_delay_ms;
 }
 
-/* A secret the cluster's kernels share: a request that does not carry it is refused, so
- * a host on the segment that is not one of them gets no QP (and no remote access to
- * this node's exports or MetaServer region). Readable by root only. */
-static ulong cluster_key;
-module_param(cluster_key, ulong, 0400);
-MODULE_PARM_DESC(cluster_key, "Secret the cluster's kernels share; requests without it are refused (default 0)");
-
-/* A connection request's private data: who asks, and for what. */
-#define KRCORE_CM_MAGIC 0x4b524331 /* "KRC1" */
+/*
+ * A connection request's private data: who asks, for what, and the proof that it holds
+ * the cluster key (abi's cluster::auth): first a hello with the dialer's nonce (ASK),
+ * which the listener refuses with a challenge, then the same with the challenge and
+ * the dialer's tag (PROVE). 56 bytes: all the REQ has room for after rdma_cm's header.
+ */
+#define KRCORE_CM_MAGIC 0x4b524332 /* "KRC2" */
+#define KRCORE_CM_ASK 1
+#define KRCORE_CM_PROVE 2
 struct krcore_cm_hello {
 	__be32 magic;
 	u8 kind; /* KRCORE_CM_PEER or KRCORE_CM_META */
 	u8 index; /* which connection of a set (PEER) */
-	u8 resv[2];
-	__be64 key;
+	u8 step; /* KRCORE_CM_ASK or KRCORE_CM_PROVE */
+	u8 resv;
+	u8 nonce_i[KRCORE_CM_NONCE_LEN];
+	u8 nonce_r[KRCORE_CM_NONCE_LEN]; /* PROVE: the challenge */
+	u8 tag[KRCORE_CM_TAG_LEN]; /* PROVE: the dialer's tag */
+} __packed;
+static_assert(sizeof(struct krcore_cm_hello) == IB_CM_REQ_PRIVATE_DATA_SIZE - 36);
+
+/* The listener's refusal of an ASK: the challenge to answer. */
+#define KRCORE_CM_CHALLENGE 0x4b524343 /* "KRCC" */
+struct krcore_cm_challenge {
+	__be32 magic;
+	u8 nonce_r[KRCORE_CM_NONCE_LEN];
 } __packed;
 
 /* A refusal's private data when our own attempt wins (both nodes dialing at once): the
  * dialer yields to it (-EALREADY) rather than failing. */
 #define KRCORE_CM_YIELD 0x4b525959 /* "KRYY" */
 
-/* The MetaServer's accept: where its region is (struct krcore_meta_offer, wire form). */
-struct krcore_cm_offer {
+/* The accept: the listener's tag, and for a MetaServer connection where its region is
+ * (struct krcore_meta_offer, wire form; zero otherwise). */
+struct krcore_cm_accept {
 	__be32 magic;
 	__be32 rkey;
 	__be64 base;
 	__be32 node_slots;
 	__be32 export_slots;
+	u8 tag[KRCORE_CM_TAG_LEN];
 } __packed;
 
 /* Each step of an active connect (address, route) is bounded by this. */
@@ -133,9 +148,11 @@ struct krcore_cm_conn {
 	/* A set's QP: its notice receive buffers (NOTICE_RECVS of NOTICE_LEN), mapped. */
 	u8 *notices;
 	u64 notices_dma;
-	/* An active connection: its request's private data, and the accept's. */
+	/* An active connection: its request's private data, what its tags bind, and the
+	 * accept's private data. */
 	struct krcore_cm_hello hello;
-	u8 reply[sizeof(struct krcore_cm_offer)];
+	struct krcore_cm_bind bind;
+	u8 reply[sizeof(struct krcore_cm_accept)];
 	u8 reply_len;
 };
 
@@ -233,6 +250,8 @@ int krcore_cm_take_notice(struct krcore_cm_conn *c, u32 i, u8 *out)
 
 		ib_dma_sync_single_for_cpu(c->dev, at, KRCORE_NOTICE_LEN, DMA_FROM_DEVICE);
 		memcpy(out, c->notices + i * KRCORE_NOTICE_LEN, KRCORE_NOTICE_LEN);
+		/* Cleared: a short notice next in this slot finds no earlier one's bytes. */
+		memset(c->notices + i * KRCORE_NOTICE_LEN, 0, KRCORE_NOTICE_LEN);
 		ib_dma_sync_single_for_device(c->dev, at, KRCORE_NOTICE_LEN, DMA_FROM_DEVICE);
 		/* Posted again at once: the peer's notices find room (a failure here means
 		 * the QP is going; its set breaks). */
@@ -326,6 +345,8 @@ static void krcore_cm_teardown(struct krcore_cm_conn *c)
 	qp = c->qp_created;
 	mutex_unlock(&c->lock);
 	WRITE_ONCE(c->broken, true);
+	/* A dial waiting on it (its device going) gives up now, not at its timeout. */
+	complete(&c->done);
 	if (qp)
 		rdma_destroy_qp(c->id);
 	krcore_cm_notices_down(c);
@@ -416,18 +437,32 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		ret = krcore_cm_create_qp(c);
 		if (ret)
 			return ret;
+		if (c->hello.step == KRCORE_CM_PROVE) {
+			c->bind.initiator_qpn = id->qp->qp_num;
+			ret = krcore_cm_tag(true, &c->bind, c->hello.tag);
+			if (ret)
+				return ret;
+		}
 		krcore_cm_param(&p, c->kind);
 		p.private_data = &c->hello;
 		p.private_data_len = sizeof(c->hello);
 		return rdma_connect_locked(id, &p);
 	case RDMA_CM_EVENT_ESTABLISHED:
+		if (!c->accepted) {
+			const struct krcore_cm_accept *a = ev->param.conn.private_data;
+
+			/* The listener proves it holds the key too, for this connection. */
+			c->bind.responder_qpn = ev->param.conn.qp_num;
+			if (ev->param.conn.private_data_len < sizeof(*a) ||
+			    be32_to_cpu(a->magic) != KRCORE_CM_MAGIC ||
+			    !krcore_cm_tag_ok(false, &c->bind, a->tag))
+				return -EPERM;
+			c->reply_len = sizeof(*a);
+			memcpy(c->reply, a, sizeof(*a));
+		}
 		ret = krcore_cm_set_access(id->qp, c->access);
 		if (ret)
 			return ret;
-		if (!c->accepted) {
-			c->reply_len = min_t(u8, ev->param.conn.private_data_len, sizeof(c->reply));
-			memcpy(c->reply, ev->param.conn.private_data, c->reply_len);
-		}
 		c->status = 0;
 		complete(&c->done);
 		return 0;
@@ -458,6 +493,14 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		}
 		return 0;
 	case RDMA_CM_EVENT_REJECTED:
+		if (ev->param.conn.private_data_len >= sizeof(struct krcore_cm_challenge) &&
+		    c->hello.step == KRCORE_CM_ASK &&
+		    be32_to_cpup(ev->param.conn.private_data) == KRCORE_CM_CHALLENGE) {
+			const struct krcore_cm_challenge *ch = ev->param.conn.private_data;
+
+			memcpy(c->bind.nonce_r, ch->nonce_r, sizeof(ch->nonce_r));
+			return -EINPROGRESS;
+		}
 		if (ev->param.conn.private_data_len >= sizeof(__be32) &&
 		    be32_to_cpup(ev->param.conn.private_data) == KRCORE_CM_YIELD)
 			return -EALREADY;
@@ -526,65 +569,121 @@ int krcore_shim_cm_peer_gid(u8 *gid)
 	return krcore_cm_param_gid(cm_peer, gid);
 }
 
-int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
-			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind, u8 index,
-			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn)
+/*
+ * One connection request of a dial, `hello` with what `bind` holds, waiting until
+ * `deadline` (jiffies): 0 with the connection, listed, its QP's notice receives posted
+ * (a set's), and the dialer's reference; -EINPROGRESS when the listener answered with
+ * a challenge (now in bind->nonce_r); another negative errno.
+ */
+static int krcore_cm_attempt(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
+			     struct sockaddr_in *src, struct sockaddr_in *dst,
+			     unsigned long deadline, const struct krcore_cm_hello *hello,
+			     struct krcore_cm_bind *bind, struct krcore_cm_conn **out,
+			     struct ib_qp **qp, u32 *qpn)
 {
-	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
 	struct krcore_cm_conn *c;
+	long left;
 	int ret;
 
-	if (!cm_port)
-		return -ENOTCONN;
 	c = krcore_cm_conn_alloc(dev, pd, cq);
 	if (!c)
 		return -ENOMEM;
-	c->hello.magic = cpu_to_be32(KRCORE_CM_MAGIC);
-	c->hello.kind = kind;
-	c->kind = kind;
-	c->hello.index = index;
-	c->hello.key = cpu_to_be64(cluster_key);
-	c->access = kind == KRCORE_CM_PEER ? KRCORE_CM_REMOTE : 0;
-	/* IPv4-mapped GIDs: the address is the last four bytes. */
-	memcpy(&src.sin_addr.s_addr, src_gid + 12, 4);
-	memcpy(&dst.sin_addr.s_addr, dst_gid + 12, 4);
-	dst.sin_port = htons(cm_port);
+	c->hello = *hello;
+	c->bind = *bind;
+	c->kind = hello->kind;
+	c->access = hello->kind == KRCORE_CM_PEER ? KRCORE_CM_REMOTE : 0;
 	c->id = rdma_create_id(&init_net, krcore_cm_conn_handler, c, RDMA_PS_TCP, IB_QPT_RC);
 	if (IS_ERR(c->id)) {
 		ret = PTR_ERR(c->id);
 		kfree(c);
 		return ret;
 	}
-	ret = rdma_resolve_addr(c->id, (struct sockaddr *)&src, (struct sockaddr *)&dst,
-				KRCORE_CM_STEP_MS);
-	if (!ret && !wait_for_completion_timeout(&c->done, msecs_to_jiffies(timeout_ms)))
-		ret = -ETIMEDOUT;
-	if (!ret)
-		ret = c->status;
-	if (ret) {
-		krcore_cm_teardown(c);
-		krcore_cm_put(c);
-		return ret;
-	}
-	*qp = c->id->qp;
-	*qpn = c->id->qp->qp_num;
-	if (kind == KRCORE_CM_PEER) {
-		ret = krcore_cm_notices_up(c);
-		if (ret) {
-			krcore_cm_teardown(c);
-			krcore_cm_put(c);
-			return ret;
-		}
-	}
-	/* The device's removal may have begun while we connected: its CQ is about to go. */
+	/*
+	 * Listed from the start, before its QP is created on the device's PD and CQ: a
+	 * device's removal tears a dial down as any other connection (waking its waiter),
+	 * so nothing of the device outlives it. The list holds the first reference, the
+	 * dialer (then Rust's handle) the second.
+	 */
+	refcount_inc(&c->refs);
 	ret = krcore_cm_publish(c);
 	if (ret) {
+		/* Torn down: the list's reference was never taken. */
 		krcore_cm_put(c);
-		return ret;
+		goto put;
 	}
-	refcount_inc(&c->refs);
-	*out = c;
-	return 0;
+	ret = rdma_resolve_addr(c->id, (struct sockaddr *)src, (struct sockaddr *)dst,
+				KRCORE_CM_STEP_MS);
+	left = (long)(deadline - jiffies);
+	if (!ret && (left <= 0 || !wait_for_completion_timeout(&c->done, left)))
+		ret = -ETIMEDOUT;
+	mutex_lock(&c->lock);
+	if (c->abandoned) {
+		/* Torn down by the device's removal, which let the list's reference go. */
+		mutex_unlock(&c->lock);
+		ret = -ENODEV;
+		goto put;
+	}
+	if (!ret)
+		ret = c->status;
+	if (ret == -EINPROGRESS)
+		memcpy(bind->nonce_r, c->bind.nonce_r, sizeof(bind->nonce_r));
+	if (!ret && hello->step != KRCORE_CM_PROVE)
+		/* Accepted with no proof asked: not a krcore listener of this version. */
+		ret = -EPROTO;
+	if (!ret) {
+		*qp = c->id->qp;
+		*qpn = c->id->qp->qp_num;
+		/* Under the mutex, as every post: a teardown marks it abandoned first. */
+		if (c->kind == KRCORE_CM_PEER)
+			ret = krcore_cm_notices_up(c);
+	}
+	mutex_unlock(&c->lock);
+	if (!ret) {
+		*out = c;
+		return 0;
+	}
+	if (krcore_cm_unlist(c)) {
+		krcore_cm_teardown(c);
+		krcore_cm_put(c);
+	}
+put:
+	krcore_cm_put(c);
+	return ret;
+}
+
+int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
+			   const u8 *src_gid, const u8 *dst_gid, u32 timeout_ms, u8 kind, u8 index,
+			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn)
+{
+	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
+	unsigned long deadline = jiffies + msecs_to_jiffies(timeout_ms);
+	struct krcore_cm_hello hello = {
+		.magic = cpu_to_be32(KRCORE_CM_MAGIC),
+		.kind = kind,
+		.index = index,
+		.step = KRCORE_CM_ASK,
+	};
+	struct krcore_cm_bind bind = { .kind = kind, .index = index };
+	int ret;
+
+	if (!cm_port)
+		return -ENOTCONN;
+	if (!krcore_cm_auth_ready())
+		return -ENOKEY;
+	/* IPv4-mapped GIDs: the address is the last four bytes. */
+	memcpy(&src.sin_addr.s_addr, src_gid + 12, 4);
+	memcpy(&dst.sin_addr.s_addr, dst_gid + 12, 4);
+	dst.sin_port = htons(cm_port);
+	bind.initiator = src.sin_addr.s_addr;
+	bind.responder = dst.sin_addr.s_addr;
+	get_random_bytes(hello.nonce_i, sizeof(hello.nonce_i));
+	memcpy(bind.nonce_i, hello.nonce_i, sizeof(bind.nonce_i));
+	ret = krcore_cm_attempt(dev, pd, cq, &src, &dst, deadline, &hello, &bind, out, qp, qpn);
+	if (ret != -EINPROGRESS)
+		return ret ? ret : -EPROTO;
+	hello.step = KRCORE_CM_PROVE;
+	memcpy(hello.nonce_r, bind.nonce_r, sizeof(hello.nonce_r));
+	return krcore_cm_attempt(dev, pd, cq, &src, &dst, deadline, &hello, &bind, out, qp, qpn);
 }
 
 bool krcore_shim_cm_broken(struct krcore_cm_conn *c)
@@ -652,7 +751,7 @@ int krcore_cm_drain(struct krcore_cm_conn *c, u64 send_id, u64 recv_id)
 
 int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o)
 {
-	const struct krcore_cm_offer *w = (const void *)c->reply;
+	const struct krcore_cm_accept *w = (const void *)c->reply;
 
 	if (c->reply_len < sizeof(*w) || be32_to_cpu(w->magic) != KRCORE_CM_MAGIC)
 		return -EPROTO;
@@ -693,45 +792,76 @@ static bool krcore_cm_from_self(struct rdma_cm_id *id)
 static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
 {
 	const struct sockaddr_in *from = (const void *)&id->route.addr.dst_addr;
-	const struct krcore_cm_hello *hello;
+	const struct sockaddr_in *to = (const void *)&id->route.addr.src_addr;
+	struct krcore_cm_hello hello;
 	struct krcore_meta_offer offer = {};
 	__be32 yield = cpu_to_be32(KRCORE_CM_YIELD);
 	u8 peer_gid[16] = { [10] = 0xff, [11] = 0xff };
-	struct krcore_cm_offer wire;
+	struct krcore_cm_challenge challenge;
+	struct krcore_cm_accept wire = {};
+	struct krcore_cm_bind bind;
 	struct krcore_cm_conn *c;
 	struct rdma_conn_param p;
 	struct ib_pd *pd;
 	struct ib_cq *cq;
+	bool tag_ok;
 	void *pin;
 	int ret;
 
 	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
 		return 0;
-	hello = ev->param.conn.private_data;
-	if (ev->param.conn.private_data_len < sizeof(*hello) ||
-	    be32_to_cpu(hello->magic) != KRCORE_CM_MAGIC ||
-	    be64_to_cpu(hello->key) != cluster_key ||
-	    (hello->kind != KRCORE_CM_PEER && hello->kind != KRCORE_CM_META))
+	if (ev->param.conn.private_data_len < sizeof(hello))
+		return -EPERM;
+	memcpy(&hello, ev->param.conn.private_data, sizeof(hello));
+	if (be32_to_cpu(hello.magic) != KRCORE_CM_MAGIC ||
+	    (hello.kind != KRCORE_CM_PEER && hello.kind != KRCORE_CM_META) ||
+	    (hello.step != KRCORE_CM_ASK && hello.step != KRCORE_CM_PROVE) ||
+	    from->sin_family != AF_INET || to->sin_family != AF_INET)
 		return -EPERM;
 	if (READ_ONCE(krcore_cm_accepted) >= KRCORE_CM_MAX_ACCEPTED)
 		return -EBUSY;
 	pin = krcore_rs_cm_resources(id->device, &pd, &cq, &offer);
 	if (!pin)
 		return -ENODEV;
+	if (hello.step == KRCORE_CM_ASK) {
+		/* Refused with a challenge, kept by the gate (which may refuse to issue one). */
+		challenge.magic = cpu_to_be32(KRCORE_CM_CHALLENGE);
+		get_random_bytes(challenge.nonce_r, sizeof(challenge.nonce_r));
+		ret = krcore_rs_cm_challenge(pin, from->sin_addr.s_addr, challenge.nonce_r);
+		if (!ret) {
+			rdma_reject(id, &challenge, sizeof(challenge), IB_CM_REJ_CONSUMER_DEFINED);
+			ret = -ECONNREFUSED;
+		}
+		goto unpin;
+	}
+	/* A proof: its challenge spent (whatever its tag), then admitted or refused. */
+	bind = (struct krcore_cm_bind){
+		.kind = hello.kind,
+		.index = hello.index,
+		.initiator = from->sin_addr.s_addr,
+		.responder = to->sin_addr.s_addr,
+		.initiator_qpn = ev->param.conn.qp_num,
+	};
+	memcpy(bind.nonce_i, hello.nonce_i, sizeof(bind.nonce_i));
+	memcpy(bind.nonce_r, hello.nonce_r, sizeof(bind.nonce_r));
+	tag_ok = krcore_cm_tag_ok(true, &bind, hello.tag);
+	ret = krcore_rs_cm_redeem(pin, from->sin_addr.s_addr, hello.nonce_r, tag_ok);
+	if (ret) {
+		pr_info_ratelimited("krcore: %s: refused a connection request from %pI4 that proved no cluster key\n",
+				    dev_name(&id->device->dev), &from->sin_addr.s_addr);
+		goto unpin;
+	}
 	/* The MetaServer answers only once its region is registered, but for its own
 	 * node's connection, over which it registers it. */
 	ret = -EAGAIN;
-	if (hello->kind == KRCORE_CM_META && !offer.ready && !krcore_cm_from_self(id))
+	if (hello.kind == KRCORE_CM_META && !offer.ready && !krcore_cm_from_self(id))
 		goto unpin;
-	if (hello->kind == KRCORE_CM_META && !offer.rkey)
+	if (hello.kind == KRCORE_CM_META && !offer.rkey)
 		goto unpin;
-	if (hello->kind == KRCORE_CM_PEER) {
+	if (hello.kind == KRCORE_CM_PEER) {
 		/* One set per pair of nodes: Rust answers by the both-at-once rule. */
-		ret = -EPROTO;
-		if (from->sin_family != AF_INET)
-			goto unpin;
 		memcpy(peer_gid + 12, &from->sin_addr.s_addr, 4);
-		ret = krcore_rs_cm_peer_request(pin, peer_gid, hello->index);
+		ret = krcore_rs_cm_peer_request(pin, peer_gid, hello.index);
 		if (ret == -EALREADY)
 			rdma_reject(id, &yield, sizeof(yield), IB_CM_REJ_CONSUMER_DEFINED);
 		if (ret)
@@ -743,7 +873,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		goto unpin;
 	c->id = id;
 	c->access = KRCORE_CM_REMOTE;
-	c->kind = hello->kind;
+	c->kind = hello.kind;
 	ret = krcore_cm_create_qp(c);
 	if (ret) {
 		if (c->qp_created)
@@ -751,15 +881,22 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		goto free;
 	}
 	krcore_cm_param(&p, c->kind);
-	if (hello->kind == KRCORE_CM_META) {
-		wire.magic = cpu_to_be32(KRCORE_CM_MAGIC);
+	wire.magic = cpu_to_be32(KRCORE_CM_MAGIC);
+	if (hello.kind == KRCORE_CM_META) {
 		wire.rkey = cpu_to_be32(offer.rkey);
 		wire.base = cpu_to_be64(offer.base);
 		wire.node_slots = cpu_to_be32(offer.node_slots);
 		wire.export_slots = cpu_to_be32(offer.export_slots);
-		p.private_data = &wire;
-		p.private_data_len = sizeof(wire);
 	}
+	/* This listener's proof, for this connection. */
+	bind.responder_qpn = id->qp->qp_num;
+	ret = krcore_cm_tag(false, &bind, wire.tag);
+	if (ret) {
+		rdma_destroy_qp(id);
+		goto free;
+	}
+	p.private_data = &wire;
+	p.private_data_len = sizeof(wire);
 	ret = rdma_accept(id, &p);
 	if (!ret)
 		ret = krcore_cm_set_access(id->qp, c->access);
@@ -770,7 +907,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	id->context = c;
 	id->event_handler = krcore_cm_conn_handler;
 	pr_info("krcore: %s: accepted a peer kernel's %s connection, QP %u\n",
-		dev_name(&id->device->dev), hello->kind == KRCORE_CM_META ? "MetaServer" : "peer",
+		dev_name(&id->device->dev), hello.kind == KRCORE_CM_META ? "MetaServer" : "peer",
 		id->qp->qp_num);
 	mutex_lock(&krcore_cm_lock);
 	if (krcore_cm_closing(c->dev)) {
@@ -788,8 +925,8 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	/* Into the set: Rust takes its own reference (krcore_cm_own); a connection no set
 	 * wants any more (its adoption given up meanwhile) is reaped, as one whose peer
 	 * left, so no QP with notice receives on the device's CQ is left unaccounted. */
-	if (hello->kind == KRCORE_CM_PEER &&
-	    !krcore_rs_cm_adopt(pin, c, id->qp, id->qp->qp_num, peer_gid, hello->index)) {
+	if (hello.kind == KRCORE_CM_PEER &&
+	    !krcore_rs_cm_adopt(pin, c, id->qp, id->qp->qp_num, peer_gid, hello.index)) {
 		WRITE_ONCE(c->broken, true);
 		refcount_inc(&c->refs);
 		if (!queue_work(krcore_cm_wq, &c->reap))
@@ -814,14 +951,26 @@ int krcore_shim_cm_listen(void)
 
 	if (!cm_port)
 		return 0;
+	/* No key, no cluster: nothing listens, and nothing dials. */
+	ret = krcore_cm_auth_init();
+	if (ret == -ENOKEY) {
+		pr_warn("krcore: cm_port=%u but no cluster_key: this node joins no cluster (make a key with `openssl rand -hex 32`)\n",
+			cm_port);
+		return 0;
+	}
+	if (ret)
+		return ret;
 	krcore_cm_wq = alloc_workqueue("krcore_cm", 0, 0);
-	if (!krcore_cm_wq)
+	if (!krcore_cm_wq) {
+		krcore_cm_auth_exit();
 		return -ENOMEM;
+	}
 	any.sin_port = htons(cm_port);
 	id = rdma_create_id(&init_net, krcore_cm_listen_handler, NULL, RDMA_PS_TCP, IB_QPT_RC);
 	if (IS_ERR(id)) {
 		destroy_workqueue(krcore_cm_wq);
 		krcore_cm_wq = NULL;
+		krcore_cm_auth_exit();
 		return PTR_ERR(id);
 	}
 	ret = rdma_bind_addr(id, (struct sockaddr *)&any);
@@ -831,6 +980,7 @@ int krcore_shim_cm_listen(void)
 		rdma_destroy_id(id);
 		destroy_workqueue(krcore_cm_wq);
 		krcore_cm_wq = NULL;
+		krcore_cm_auth_exit();
 		return ret;
 	}
 	krcore_cm_listener = id;
@@ -891,4 +1041,5 @@ void krcore_shim_cm_stop(void)
 		destroy_workqueue(krcore_cm_wq);
 		krcore_cm_wq = NULL;
 	}
+	krcore_cm_auth_exit();
 }

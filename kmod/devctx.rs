@@ -29,7 +29,8 @@
 //!    exports, its ring table (`rings`), a ring's completion inbox (ring_ctx.rs), the
 //!    CQ's arming (`arm`), the freed rings' counters (`retired`), what rings asked of
 //!    the MetaServer (meta.rs's
-//!    `krcore_meta`), the set connections being drained (fabric.rs's `krcore_drains`);
+//!    `krcore_meta`), the set connections being drained (fabric.rs's `krcore_drains`),
+//!    the peer kernels' challenges (`auth`, taken by cm.c's listener with none held);
 //!
 //! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too.
 //! cm.c's per-connection mutex is taken under a QP's (a notice receive taken and posted
@@ -65,6 +66,7 @@ use kernel::time::Ktime;
 
 use crate::abi::compat::{OneFlags, OneOp};
 use crate::abi::stats::Counters;
+use crate::abi::cluster::auth::{Gate, Refusal, NONCE_LEN};
 use crate::abi::cluster::conn_set::Attempt;
 use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::cqe::{Cqe, Reason};
@@ -85,6 +87,9 @@ use crate::peer::{PeerQp, PeerSets, QPS_PER_SET};
 use crate::ring_ctx::{RingAreas, RingCell, RingCtx};
 use crate::shim::{self, IbCq, IbDevice, IbPd, WcC};
 use crate::store::KBuf;
+
+/// Peer kernels' challenges a device keeps outstanding at most.
+const AUTH_CHALLENGES: usize = 64;
 
 /// The tick-updated clock the engine's times come from, ms.
 pub(crate) fn coarse_ms() -> i64 {
@@ -199,8 +204,14 @@ pub(crate) struct DevCtx {
     /// (which must not wait for the membership lock: a CONNECT holding it may be
     /// closing a connection in cm.c).
     verbs: (AtomicPtr<IbPd>, AtomicPtr<IbCq>),
-    /// cm.c's request handlers using `verbs` now; the removal waits for them.
+    /// cm.c's request handlers and dials using `verbs` now; the removal waits for them.
     cm_pins: AtomicU32,
+    /// Peer kernels' notices dropped (short or malformed).
+    bad_notices: AtomicU64,
+    /// Peer kernels' challenges issued and proofs refused (abi's `cluster::auth`; a
+    /// leaf lock).
+    #[pin]
+    auth: Mutex<Gate<AUTH_CHALLENGES>>,
     /// A request's deadline (the `request_timeout_ms` parameter at creation).
     deadline_ms: i64,
     /// Set QPs failed and said so in the kernel log, a bit per slot (see
@@ -275,6 +286,8 @@ impl DevCtx {
                 dead: AtomicBool::new(false),
                 verbs: (AtomicPtr::new(verbs_pd), AtomicPtr::new(cq_ptr)),
                 cm_pins: AtomicU32::new(0),
+                bad_notices: AtomicU64::new(0),
+                auth <- new_mutex!(Gate::new(), "krcore_auth"),
                 // SAFETY: reads a module parameter.
                 deadline_ms: unsafe { shim::krcore_shim_request_timeout_ms() } as i64,
                 failed_sets: AtomicU64::new(0),
@@ -386,6 +399,11 @@ impl DevCtx {
         let Some((job, verbs)) = job else {
             return false;
         };
+        // Pinned while it dials, as cm.c's request handlers: the removal waits for the
+        // pin before it destroys the PD and CQ the dial's QPs are created on (cm.c tears
+        // the dial itself down first, so the wait is short).
+        let pinned = self.cm_pin().is_some();
+        let verbs = verbs.filter(|_| pinned);
         // SAFETY: plain calls; no lock held (tests use the delay to make two nodes'
         // dials overlap).
         unsafe { shim::krcore_shim_msleep(shim::krcore_shim_cm_dial_delay_ms()) };
@@ -395,9 +413,9 @@ impl DevCtx {
             how = Attempt::Established;
             for (index, q) in made.iter_mut().enumerate() {
                 let (mut conn, mut qp, mut qpn) = (core::ptr::null_mut(), core::ptr::null_mut(), 0);
-                // SAFETY: the device, PD and CQ live until this context's removal, which
-                // cm.c orders after tearing down (or refusing) this connection; the GIDs
-                // are 16 bytes each.
+                // SAFETY: the device, PD and CQ live while the pin is held (the removal
+                // waits for it), and cm.c tears this connection down (or refuses it)
+                // before the removal; the GIDs are 16 bytes each.
                 let r = unsafe {
                     shim::krcore_shim_cm_connect(
                         ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), 10_000, shim::CM_PEER,
@@ -419,9 +437,17 @@ impl DevCtx {
                 *q = Some(PeerQp { conn, qp, qpn });
             }
         }
+        // A removal that began meanwhile tore the connections down: they are let go,
+        // never installed.
+        if self.dead.load(Ordering::SeqCst) {
+            how = Attempt::Failed;
+        }
         // SAFETY: plain call (the clock the peer table's other times come from).
         let now = unsafe { shim::krcore_shim_coarse_ms() };
         self.shared.members().dialed(job, &made, how, now);
+        if pinned {
+            self.cm_unpin();
+        }
         true
     }
 
@@ -456,6 +482,25 @@ impl DevCtx {
             return None;
         }
         Some((self.verbs.0.load(Ordering::Relaxed), self.verbs.1.load(Ordering::Relaxed)))
+    }
+
+    /// A peer kernel's hello from IPv4 address `from` (cm.c, pinned): `nonce` is issued
+    /// as its challenge, unless the gate refuses (abi's `cluster::auth`).
+    pub(crate) fn cm_challenge(&self, from: u32, nonce: [u8; NONCE_LEN]) -> Result<(), Refusal> {
+        self.auth.lock().challenge(from, nonce, coarse_ms())
+    }
+
+    /// A peer kernel's proof answering challenge `nonce`: spent, and whether it was
+    /// issued to `from`. With `tag_ok` false (its tag was wrong) it is refused anyway.
+    pub(crate) fn cm_redeem(&self, from: u32, nonce: &[u8; NONCE_LEN], tag_ok: bool) -> Result<(), Refusal> {
+        let now = coarse_ms();
+        let mut gate = self.auth.lock();
+        gate.redeem(from, nonce, now)?;
+        if !tag_ok {
+            gate.bad_tag(now);
+            return Err(Refusal::Refused);
+        }
+        Ok(())
     }
 
     /// Ends a [`cm_pin`](Self::cm_pin).
@@ -724,6 +769,9 @@ impl DevCtx {
             }
         }
         c.recoveries = self.shared.members().g.recovery.recovered();
+        let auth = self.auth.lock();
+        (c.auth_refused, c.auth_limited) = (auth.refused, auth.limited);
+        c.bad_notices = self.bad_notices.load(Ordering::Relaxed);
         c
     }
 
@@ -983,7 +1031,7 @@ impl DevCtx {
         }
         if let Some(i) = notice_recv_index(wc.wr_id) {
             if wc.recv && wc.status == WcStatus::Success {
-                self.notice_in(qp, i);
+                self.notice_in(qp, i, wc.byte_len);
             }
             return;
         }
@@ -1000,7 +1048,7 @@ impl DevCtx {
 
     /// Notice receive `i` of set QP `qp` completed: the peer kernel's notice, taken
     /// (and the receive posted again) and handed to its links shard (abi's far.rs).
-    fn notice_in(&self, qp: u32, i: u32) {
+    fn notice_in(&self, qp: u32, i: u32, byte_len: u32) {
         let mut b = [0u8; NOTICE_LEN];
         let gid = {
             // Under the QP's lock: a set's close clears `peer` there before it lets the
@@ -1013,8 +1061,12 @@ impl DevCtx {
             }
             end.gid
         };
-        // A malformed notice is dropped (a peer of another version, or a bug).
-        let Ok(n) = Notice::decode(&b) else { return };
+        // A short or malformed notice is dropped and counted (a peer of another
+        // version, a bug, or a hostile kernel).
+        let Ok(n) = Notice::received(&b, byte_len) else {
+            self.bad_notices.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
         match (n, n.shard(&gid, self.shared.shards())) {
             (_, Some(k)) if k < self.shared.shards() => {
                 self.shared.shard(k).on_notice(&gid, qp, n, &self.shared)

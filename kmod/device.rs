@@ -17,7 +17,9 @@ use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 
+use crate::abi::cluster::auth::{Refusal, NONCE_LEN};
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
+use crate::abi::errno::Errno;
 use crate::abi::limits::{Limits, Resource, UserTable};
 use crate::devctx::DevCtx;
 use crate::peer::PeerQp;
@@ -340,6 +342,33 @@ extern "C" fn krcore_rs_cm_adopt(
     // SAFETY: a live pin (the caller holds it); `gid` points at 16 bytes.
     let (ctx, gid) = unsafe { (&*pin, &*gid.cast::<[u8; 16]>()) };
     ctx.cm_adopt(gid, index as u32, PeerQp { conn, qp, qpn })
+}
+
+/// A peer kernel's hello from IPv4 address `from` (network order), on the listener
+/// with a pin: 0 when `nonce` (16 bytes) is issued as its challenge, `-EBUSY` when the
+/// gate refuses (rate-limited, or too many outstanding).
+#[no_mangle]
+extern "C" fn krcore_rs_cm_challenge(pin: *const DevCtx, from: u32, nonce: *const u8) -> c_int {
+    // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN bytes.
+    let (ctx, nonce) = unsafe { (&*pin, *nonce.cast::<[u8; NONCE_LEN]>()) };
+    match ctx.cm_challenge(from, nonce) {
+        Ok(()) => 0,
+        Err(_) => Errno::EBUSY.to_neg(),
+    }
+}
+
+/// A peer kernel's proof from `from` answering challenge `nonce`, whose tag cm.c found
+/// right (`tag_ok`) or not, with a pin: 0 to admit it, `-EBUSY` (rate-limited) or
+/// `-EPERM` (not a member) to refuse it.
+#[no_mangle]
+extern "C" fn krcore_rs_cm_redeem(pin: *const DevCtx, from: u32, nonce: *const u8, tag_ok: bool) -> c_int {
+    // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN bytes.
+    let (ctx, nonce) = unsafe { (&*pin, &*nonce.cast::<[u8; NONCE_LEN]>()) };
+    match ctx.cm_redeem(from, nonce, tag_ok) {
+        Ok(()) => 0,
+        Err(Refusal::Limited) => Errno::EBUSY.to_neg(),
+        Err(Refusal::Refused) => Errno::EPERM.to_neg(),
+    }
 }
 
 /// cm.c is about to tear `dev`'s connections down (its removal): its CQ is polled no

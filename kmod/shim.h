@@ -287,6 +287,39 @@ int krcore_shim_cm_listen(void);
 void krcore_shim_cm_stop(void);
 /* The cm_peer parameter as an IPv4-mapped GID (16 bytes): 0, -ENOENT when unset. */
 int krcore_shim_cm_peer_gid(u8 *gid);
+/* The cluster key and the tags kernels prove they hold it with (cm_auth.c; abi's
+ * cluster::auth has the protocol). */
+#define KRCORE_CM_NONCE_LEN 16
+#define KRCORE_CM_TAG_LEN 16
+/* What a tag binds: the kind and index asked for, both addresses (IPv4, network
+ * order), both QP numbers (the responder's 0 in the dialer's tag), both nonces. */
+struct krcore_cm_bind {
+	u8 kind;
+	u8 index;
+	__be32 initiator;
+	__be32 responder;
+	u32 initiator_qpn;
+	u32 responder_qpn;
+	u8 nonce_i[KRCORE_CM_NONCE_LEN];
+	u8 nonce_r[KRCORE_CM_NONCE_LEN];
+};
+/* Reads the cluster_key parameter and keys the MAC: 0, -ENOKEY when there is none
+ * (this node joins no cluster), -EINVAL when it is malformed or under 128 bits. */
+int krcore_cm_auth_init(void);
+void krcore_cm_auth_exit(void);
+/* Whether a key was given (there is a cluster). */
+bool krcore_cm_auth_ready(void);
+/* The dialer's (`initiator`) or the accept's tag over `b`, KRCORE_CM_TAG_LEN bytes. */
+int krcore_cm_tag(bool initiator, const struct krcore_cm_bind *b, u8 *tag);
+/* Whether `tag` is that tag (compared in constant time). */
+bool krcore_cm_tag_ok(bool initiator, const struct krcore_cm_bind *b, const u8 *tag);
+/* The listener's gate (Rust, abi's cluster::auth), with a pin from
+ * krcore_rs_cm_resources: a hello from `from` (IPv4, network order) gets `nonce` as its
+ * challenge (0) or is refused (-EBUSY); a proof answering challenge `nonce`, whose tag
+ * was found right or not, is admitted (0) or refused (-EPERM, -EBUSY: rate-limited). */
+int krcore_rs_cm_challenge(void *pin, u32 from, const u8 *nonce);
+int krcore_rs_cm_redeem(void *pin, u32 from, const u8 *nonce, bool tag_ok);
+
 /* The cm_port parameter. */
 u16 krcore_shim_cm_port(void);
 /* The cm_dial_delay_ms parameter (fault injection for tests). */
@@ -295,7 +328,8 @@ u32 krcore_shim_cm_dial_delay_ms(void);
  * (IPv4-mapped) at cm_port, as connection `index` of a set (PEER), waiting up to
  * timeout_ms; 0 with the connection (a handle for the caller, released by _close or
  * _put), its QP and the QP's number, or a negative errno (-EALREADY: the peer refused
- * it for its own attempt). Sleeps; call with no krcore lock held. */
+ * it for its own attempt; -EPERM: the peer proved no cluster key; -ENOKEY: this node
+ * has no key). Sleeps; call with no krcore lock held. */
 struct krcore_cm_conn;
 struct ib_qp;
 #define KRCORE_CM_PEER 1 /* a connection set's QP */

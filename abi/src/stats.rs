@@ -23,6 +23,12 @@ pub struct Counters {
     pub connects: u64,
     /// Groups of physical QPs recovered after a failure (reset and reconnected).
     pub recoveries: u64,
+    /// Peer kernels' proofs refused (no such challenge, or a wrong tag: not a member).
+    pub auth_refused: u64,
+    /// Peer kernels' requests refused unread while failed attempts were rate-limited.
+    pub auth_limited: u64,
+    /// Peer kernels' notices dropped: shorter than a notice, or malformed.
+    pub bad_notices: u64,
     /// Requests failed or refused, by [`Reason`] code (`failed[0]` stays 0). `deadline`
     /// counts requests that hit the request deadline, `no_receiver` SENDs no receive
     /// took in time (what RNR retries would have been).
@@ -36,7 +42,7 @@ impl Default for Counters {
 }
 
 /// Names of the scalar counters, in the order they are written.
-const SCALARS: [&str; 7] = [
+const SCALARS: [&str; 10] = [
     "rings",
     "taken",
     "completed",
@@ -44,6 +50,9 @@ const SCALARS: [&str; 7] = [
     "stray",
     "connects",
     "recoveries",
+    "auth_refused",
+    "auth_limited",
+    "bad_notices",
 ];
 
 impl Counters {
@@ -56,10 +65,13 @@ impl Counters {
         stray: 0,
         connects: 0,
         recoveries: 0,
+        auth_refused: 0,
+        auth_limited: 0,
+        bad_notices: 0,
         failed: [0; Reason::COUNT],
     };
 
-    fn scalars(&mut self) -> [&mut u64; 7] {
+    fn scalars(&mut self) -> [&mut u64; 10] {
         [
             &mut self.rings,
             &mut self.taken,
@@ -68,6 +80,9 @@ impl Counters {
             &mut self.stray,
             &mut self.connects,
             &mut self.recoveries,
+            &mut self.auth_refused,
+            &mut self.auth_limited,
+            &mut self.bad_notices,
         ]
     }
 
@@ -188,6 +203,9 @@ mod tests {
             stray: 1,
             connects: 12,
             recoveries: 2,
+            auth_refused: 6,
+            auth_limited: 1,
+            bad_notices: 3,
             ..Counters::ZERO
         };
         c.failed[Reason::RemoteRange as usize] = 5;
@@ -210,7 +228,7 @@ mod tests {
         );
         assert!(!text.contains("failed.none"));
         let mut back = Counters::ZERO;
-        assert_eq!(back.read("krcore-", text), 7 + Reason::COUNT - 1);
+        assert_eq!(back.read("krcore-", text), 10 + Reason::COUNT - 1);
         assert_eq!(back, sample());
         // Read twice: the counts add up (two devices' files).
         back.read("krcore-", text);

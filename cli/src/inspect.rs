@@ -90,6 +90,9 @@ fn show_counters(c: &Counters, all: bool, indent: &str) {
         ("stray completions", c.stray),
         ("connects", c.connects),
         ("recoveries", c.recoveries),
+        ("peer proofs refused", c.auth_refused),
+        ("peer requests limited", c.auth_limited),
+        ("peer notices dropped", c.bad_notices),
         ("failed, all reasons", c.failed_total()),
     ];
     for (what, v) in rows {

@@ -71,6 +71,23 @@
 #   cluster-smoke.sh listener client ROLE
 #                                   reload; CONNECT to ROLE's node for service 77, say
 #                                   hello with this node's address, check the echo; unload
+#   cluster-smoke.sh guard ROLE     a member serving the MetaServer, knocked on by ROLE (a
+#                                   host that is not a member): once ROLE is done, this
+#                                   node's counters must show the proofs it refused
+#   cluster-smoke.sh member META ROLE
+#                                   a member: once ROLE listens to the segment, CONNECT to
+#                                   META's node (a proof crosses the segment); unload
+#   cluster-smoke.sh intruder META ROLE
+#                                   no member (no key): capture ROLE's proof from the
+#                                   segment, then knock on META's listener with crafted
+#                                   requests and the captured one replayed (cm-intruder):
+#                                   every one must be refused
+#   cluster-smoke.sh yank dial|mute ROLE
+#                                   mute: delete rxe0, so this host answers ARP but never
+#                                   the CM. dial: CONNECT to ROLE's node (a dial that gets
+#                                   no answer) and delete rxe0 1.5 s into it: the removal
+#                                   must not wait for the dial, the CONNECT must fail, and
+#                                   the kernel log must hold no warning
 #   cluster-smoke.sh verbs_cm serve N
 #                                   user-space verbs over rdma_cm (the baseline, issue 12):
 #                                   serve 64 KiB to N clients, until they left (300 s)
@@ -113,7 +130,11 @@ CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
 ELASTIC_WORKER=$(dirname "$0")/../../target/release/examples/elastic_worker
 KRCORE_TOOL=$(dirname "$0")/../../target/release/krcore
+INTRUDER=$(dirname "$0")/../../target/release/cm-intruder
 CM_PORT=7471
+# The test bed's cluster key (a test's, known to all: a real cluster makes its own with
+# `openssl rand -hex 32`). Without one a module joins no cluster.
+CLUSTER_KEY=6b72636f72652d746573742d6265642d6b65792d6e6f742d612d736563726574
 addr_of() {
   for p in $KRCORE_PEERS; do
     [ "${p%%=*}" = "$1" ] && { echo "${p#*=}"; return 0; }
@@ -136,7 +157,7 @@ ping_role() {
 # Reloads the module with the cm port and any further parameters ($@).
 reload() {
   rmmod krcore 2>/dev/null
-  insmod "$KRCORE_KO" cm_port=$CM_PORT "$@"
+  insmod "$KRCORE_KO" cm_port=$CM_PORT cluster_key=$CLUSTER_KEY "$@"
 }
 # Reloads naming role $1's node as the MetaServer; $peer: role $2's address.
 with_meta() {
@@ -154,6 +175,17 @@ fail_with_state() {
     $(grep -v '^0$' /sys/class/infiniband/rxe0/ports/1/hw_counters/* 2>/dev/null | sed 's|.*/||') >&2
   exit 1
 }
+# CONNECTs $2 times to role $1's node (connect_peer), retried while its module is not
+# listening yet (up to 60 s).
+connect_until() {
+  peer=$(addr_of "$1") || return 1
+  for _ in $(seq 30); do
+    "$CONNECT_PEER" "$peer" "$2" && return 0
+    sleep 2
+  done
+  echo "$KRCORE_NODE: no CONNECT to $1 ($peer) in 60 s" >&2
+  return 1
+}
 # Waits until this node's pool is built (the module's prewarm), up to 30 s: a peer's
 # request for a set is refused until then.
 pool_ready() {
@@ -165,25 +197,25 @@ pool_ready() {
   return 1
 }
 # Waits until the node at address $1 reached its own call (a TCP handshake each way
-# on port $2, 7500 if none, up to 120 s), so that what follows starts on both nodes
+# on port $2, 7500 if none, up to $3 s, 120 if none), so that what follows starts on both nodes
 # within a poll interval however far apart they booted. Either node's return implies
 # the other's handshakes are done too (its connect was accepted, or queued in the
 # backlog). A second meeting takes another port: a late handshake of the first must
 # not land in the second's listener.
 barrier() {
-  /usr/bin/python3 - "$1" "${2:-7500}" <<'PY'
+  /usr/bin/python3 - "$1" "${2:-7500}" "${3:-120}" <<'PY'
 import socket, sys, time
-peer, port = sys.argv[1], int(sys.argv[2])
+peer, port, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("", port))
 srv.listen(1)
 srv.settimeout(0.02)
-until = time.monotonic() + 120
+until = time.monotonic() + secs
 got = sent = False
 while not (got and sent):
     if time.monotonic() > until:
-        sys.exit(f"no barrier with {peer} on port {port} in 120 s")
+        sys.exit(f"no barrier with {peer} on port {port} in {secs} s")
     if not sent:
         try:
             socket.create_connection((peer, port), timeout=0.2).close()
@@ -254,13 +286,7 @@ connect)
   shift
   reload || exit 1
   for role in "$@"; do
-    peer=$(addr_of "$role") || exit 1
-    ok=
-    for _ in $(seq 30); do
-      if "$CONNECT_PEER" "$peer" 200; then ok=1; break; fi
-      sleep 2
-    done
-    [ -n "$ok" ] || { echo "$KRCORE_NODE: no CONNECT to $role ($peer) in 60 s" >&2; exit 1; }
+    connect_until "$role" 200 || exit 1
   done
   # Each peer unloads its module: its set breaks, and the next CONNECT tries a new
   # one, which fails by name while nobody listens there.
@@ -319,6 +345,67 @@ messages)
   # The peer may still be finishing with this node's kernel (its DISCONNECTs).
   sleep 3
   unload
+  ;;
+guard)
+  intruder=$(addr_of "$2") || exit 1
+  reload meta_server="$KRCORE_ADDR" || exit 1
+  barrier "$intruder" 7504 300 || exit 1
+  refused=$("$KRCORE_TOOL" counters | awk '/peer proofs refused/ { s += $NF } END { print s + 0 }')
+  echo "$KRCORE_NODE: proofs refused: $refused; accepted: $(count "accepted a peer kernel")"
+  dmesg | grep "proved no cluster key" | tail -2 | sed "s/.*krcore: /$KRCORE_NODE: /"
+  # The PROVE with no key's tag, the same challenge again, the MetaServer's, the replay.
+  [ "$refused" -ge 4 ] || { echo "$KRCORE_NODE: fewer than 4 proofs refused" >&2; exit 1; }
+  unload
+  ;;
+member)
+  meta=$(addr_of "$2") || exit 1
+  intruder=$(addr_of "$3") || exit 1
+  reload meta_server="$meta" || exit 1
+  barrier "$intruder" 7502 300 || exit 1
+  connect_until "$2" 10 || exit 1
+  barrier "$intruder" 7503 300 || exit 1
+  unload
+  ;;
+intruder)
+  meta=$(addr_of "$2") || exit 1
+  member=$(addr_of "$3") || exit 1
+  "$INTRUDER" capture "$TMPDIR/proof" 200 & cap=$!
+  sleep 1
+  barrier "$member" 7502 300 || exit 1
+  barrier "$member" 7503 300 || exit 1
+  wait $cap || exit 1
+  "$INTRUDER" knock "$meta" $CM_PORT "$TMPDIR/proof" || exit 1
+  barrier "$meta" 7504 300 || exit 1
+  ;;
+yank)
+  peer=$(addr_of "$3") || exit 1
+  case "$2" in
+  mute)
+    rdma link delete rxe0 || exit 1
+    echo "$KRCORE_NODE: rxe0 deleted: ARP answered, the CM never"
+    barrier "$peer" 7505 || exit 1
+    barrier "$peer" 7506 || exit 1
+    ;;
+  dial)
+    reload || exit 1
+    pool_ready || exit 1
+    barrier "$peer" 7505 || exit 1
+    "$CONNECT_PEER" "$peer" 1 >"$TMPDIR/yank.out" 2>&1 &
+    pid=$!
+    sleep 1.5
+    start=$(date +%s%N)
+    rdma link delete rxe0 || exit 1
+    ms=$((($(date +%s%N) - start) / 1000000))
+    rc=0; wait $pid || rc=$?
+    waited=$((($(date +%s%N) - start) / 1000000))
+    echo "$KRCORE_NODE: rxe0 deleted in $ms ms, 1.5 s into a dial to $3; the CONNECT ended (rc=$rc) $waited ms after: $(tail -1 "$TMPDIR/yank.out")"
+    [ "$rc" != 0 ] || { echo "$KRCORE_NODE: the CONNECT to a host that never answers succeeded" >&2; exit 1; }
+    [ "$ms" -lt 5000 ] || { echo "$KRCORE_NODE: the removal waited for the dial" >&2; exit 1; }
+    if dmesg | grep -E "WARNING:|BUG:" >&2; then exit 1; fi
+    barrier "$peer" 7506 || exit 1
+    unload
+    ;;
+  esac
   ;;
 vanish)
   # A node whose only work with a peer is a receive waiting learns at once that the
@@ -413,7 +500,7 @@ figures)
     ;;
   across)
     reload meta_server="$peer" || exit 1
-    KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT meta_server=$peer" "$FIGURES" across "$peer" "$4" || exit 1
+    KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT cluster_key=$CLUSTER_KEY meta_server=$peer" "$FIGURES" across "$peer" "$4" || exit 1
     ;;
   cluster)
     # The other roles' addresses; this node's module is the MetaServer.
@@ -421,11 +508,11 @@ figures)
     others=""
     for r in "$@"; do others="$others $(addr_of "$r")" || exit 1; done
     reload meta_server="$KRCORE_ADDR" || exit 1
-    KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT meta_server=$KRCORE_ADDR" "$FIGURES" cluster $others || exit 1
+    KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT cluster_key=$CLUSTER_KEY meta_server=$KRCORE_ADDR" "$FIGURES" cluster $others || exit 1
     ;;
   node)
     reload meta_server="$peer" || exit 1
-    KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT meta_server=$peer" "$FIGURES" node || exit 1
+    KRCORE_FIGURES_INSMOD="cm_port=$CM_PORT cluster_key=$CLUSTER_KEY meta_server=$peer" "$FIGURES" node || exit 1
     ;;
   *) echo "usage: cluster-smoke.sh figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2; exit 2 ;;
   esac

@@ -60,20 +60,18 @@ fn sockaddr(ip: Ipv4Addr, port: u16) -> libc::sockaddr_in {
     }
 }
 
-/// Waits on `ch` for the next event, which must be `want`; returns its private data
-/// (up to 56 bytes) and the id it names.
-fn expect_event(
+/// Waits on `ch` for the next event: its type, status, id and private data (up to 56
+/// bytes from a request, more from an accept or a refusal).
+fn next_event(
     ch: *mut rdma_event_channel,
-    want: rdma_cm_event_type::Type,
-    call: &'static str,
-) -> Result<(*mut rdma_cm_id, Vec<u8>)> {
+) -> Result<(rdma_cm_event_type::Type, i32, *mut rdma_cm_id, Vec<u8>)> {
     let mut ev: *mut rdma_cm_event = ptr::null_mut();
     // SAFETY: a live channel; `ev` receives an event we acknowledge below.
     if unsafe { rdma_get_cm_event(ch, &mut ev) } != 0 {
         return err("rdma_get_cm_event");
     }
     // SAFETY: a live event until acknowledged.
-    let (kind, status, id, data) = unsafe {
+    let got = unsafe {
         let e = &*ev;
         let c = e.param.conn;
         let data = if c.private_data.is_null() {
@@ -86,6 +84,17 @@ fn expect_event(
     };
     // SAFETY: acknowledged once.
     unsafe { rdma_ack_cm_event(ev) };
+    Ok(got)
+}
+
+/// Waits on `ch` for the next event, which must be `want`; returns its private data
+/// (up to 56 bytes) and the id it names.
+fn expect_event(
+    ch: *mut rdma_event_channel,
+    want: rdma_cm_event_type::Type,
+    call: &'static str,
+) -> Result<(*mut rdma_cm_id, Vec<u8>)> {
+    let (kind, status, id, data) = next_event(ch)?;
     if kind != want {
         return err_code(
             call,
@@ -128,6 +137,17 @@ fn conn_param(data: Option<&Descriptor>) -> rdma_conn_param {
     p
 }
 
+/// How a listener answered a [`Client::knock`].
+#[derive(Debug)]
+pub enum Knock {
+    /// Accepted: a QP, connected (the accept's private data).
+    Accepted(Vec<u8>),
+    /// Refused (the event's status: the CM's reason; the refusal's private data).
+    Refused(i32, Vec<u8>),
+    /// No answer of either kind (an event type and status).
+    Failed(rdma_cm_event_type::Type, i32),
+}
+
 /// A client's connection to a server's memory.
 pub struct Client {
     ch: *mut rdma_event_channel,
@@ -141,9 +161,9 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the server at `ip`:`port` with a local buffer of `len` bytes, timing
-    /// each stage.
-    pub fn connect(ip: Ipv4Addr, port: u16, len: usize) -> Result<(Client, Stages)> {
+    /// Everything of a connection to `ip`:`port` but the request: resolved, with its
+    /// PD, CQ, QP and an MR of `len` bytes, each stage timed.
+    fn open(ip: Ipv4Addr, port: u16, len: usize) -> Result<(Client, Stages)> {
         let mut st = Stages::default();
         let t = Instant::now();
         // SAFETY: plain call.
@@ -223,13 +243,41 @@ impl Client {
             return err("ibv_reg_mr");
         }
         st.reg_mr = t.elapsed();
+        Ok((c, st))
+    }
+
+    /// Asks the listener at `ip`:`port` for a connection whose request carries
+    /// `private` (56 bytes at most) as its private data, as any host on the segment
+    /// could: whether it was accepted, with the accept's private data, or refused,
+    /// with the refusal's.
+    pub fn knock(ip: Ipv4Addr, port: u16, private: &[u8]) -> Result<Knock> {
+        let (c, _) = Self::open(ip, port, 64)?;
+        let mut p = conn_param(None);
+        p.private_data = private.as_ptr().cast();
+        p.private_data_len = private.len() as u8;
+        // SAFETY: a live id with its QP; `private` outlives the call.
+        if unsafe { rdma_connect(c.id, &mut p) } != 0 {
+            return err("rdma_connect");
+        }
+        let (kind, status, _, data) = next_event(c.ch)?;
+        Ok(match kind {
+            rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED => Knock::Accepted(data),
+            rdma_cm_event_type::RDMA_CM_EVENT_REJECTED => Knock::Refused(status, data),
+            other => Knock::Failed(other, status),
+        })
+    }
+
+    /// Connects to the server at `ip`:`port` with a local buffer of `len` bytes, timing
+    /// each stage.
+    pub fn connect(ip: Ipv4Addr, port: u16, len: usize) -> Result<(Client, Stages)> {
+        let (mut c, mut st) = Self::open(ip, port, len)?;
         let t = Instant::now();
         let mut p = conn_param(None);
         // SAFETY: a live id with its QP.
         if unsafe { rdma_connect(c.id, &mut p) } != 0 {
             return err("rdma_connect");
         }
-        let (_, data) = expect_event(ch, rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, "connect")?;
+        let (_, data) = expect_event(c.ch, rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, "connect")?;
         if data.len() < std::mem::size_of::<Descriptor>() {
             return err_code("the accept's descriptor", libc::EPROTO);
         }

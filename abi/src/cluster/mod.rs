@@ -1,7 +1,9 @@
-//! krcore across machines (issue 11): the decisions a node's kernel makes about its
+//! krcore across machines: the decisions a node's kernel makes about its
 //! peers, kept here to be tested without a cluster. The module's remote CONNECT
 //! (kmod/peer.rs) runs on them.
 //!
+//! - [`auth`]: how a kernel proves it holds the cluster key, and how often a stranger
+//!   may try.
 //! - [`conn_set`]: a node's connection set to one peer, and how two nodes connecting to
 //!   each other at once end with one.
 //! - [`peers`]: the table of a node's sets, each owning a block of the device's
@@ -13,6 +15,7 @@
 //!
 //! What the MetaServer holds and how it is read is in [`meta`](super::meta).
 
+pub mod auth;
 pub mod conn_set;
 pub mod notice;
 pub mod peers;

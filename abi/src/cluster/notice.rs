@@ -206,6 +206,15 @@ impl Notice {
         })
     }
 
+    /// Reads the notice a receive completed with `byte_len` bytes into `buf`: only
+    /// those bytes, never what an earlier notice left in the buffer, so a short SEND
+    /// from a peer is refused ([`BadNotice::Short`]) rather than read as the last one
+    /// again.
+    pub fn received(buf: &[u8], byte_len: u32) -> Result<Notice, BadNotice> {
+        let n = (byte_len as usize).min(buf.len());
+        Self::decode(&buf[..n])
+    }
+
     /// Reads a notice from the bytes a receive got.
     pub fn decode(b: &[u8]) -> Result<Notice, BadNotice> {
         if b.len() < NOTICE_LEN {
@@ -294,5 +303,22 @@ mod tests {
         k[2] = 0;
         assert_eq!(Notice::decode(&k), Err(BadNotice::Kind));
         assert_eq!(split_link_id(link_id(3, 0x0100_0002)), (3, 0x0100_0002));
+    }
+
+    #[test]
+    fn a_short_receive_never_reads_the_last_notice_again() {
+        // The buffer still holds the previous notice; the peer's next SEND was short.
+        let last = Notice::Data {
+            to: 5,
+            len: 12,
+            imm: None,
+        }
+        .encode();
+        assert_eq!(Notice::received(&last, NOTICE_LEN as u32), Ok(Notice::decode(&last).unwrap()));
+        for short in [0, 1, 4, 31] {
+            assert_eq!(Notice::received(&last, short), Err(BadNotice::Short), "{short} bytes");
+        }
+        // A length past the buffer (no receive completes so) reads the buffer only.
+        assert!(Notice::received(&last[..8], 64).is_err());
     }
 }

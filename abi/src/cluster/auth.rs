@@ -1,0 +1,346 @@
+//! How a node's kernel admits another kernel: by proof that it holds the cluster key,
+//! never by the key itself, which no request carries.
+//!
+//! A dial is two connection requests to the peer's listener:
+//!
+//! 1. A hello with the dialer's nonce. The listener issues a nonce of its own, kept in
+//!    its [`Challenges`] (one use, [`CHALLENGE_MS`], at most [`PER_SOURCE`] per
+//!    address), and refuses the request with that challenge.
+//! 2. A hello with both nonces and the dialer's tag: a MAC with the cluster key over
+//!    both nonces and the connection (both addresses, the dialer's QP number, the kind
+//!    and index asked for). The listener redeems its nonce for that address (a nonce it
+//!    did not issue to that address, an expired or a used one is refused) and checks the
+//!    tag; then it accepts with its own tag over the same and its QP number, which the
+//!    dialer checks before it uses the connection.
+//!
+//! A request sniffed on the segment and replayed gets nothing: its challenge is spent,
+//! and its tag names the dialer's address and QP. The MAC (HMAC-SHA256 through the
+//! kernel's crypto API, cut to [`TAG_LEN`]) and the wire form are the module's
+//! (kmod/cm_auth.c); what is admitted, and how often a stranger may try, is decided
+//! here: a [`Gate`] per device. Failed attempts spend the [`Limiter`]'s tokens; while
+//! none are left every request is refused before any MAC is computed.
+
+/// Bytes of a nonce (each side's).
+pub const NONCE_LEN: usize = 16;
+/// Bytes of a tag: HMAC-SHA256 cut to 128 bits (as RFC 4868's HMAC-SHA-256-128).
+pub const TAG_LEN: usize = 16;
+/// How long an issued challenge can be redeemed, ms.
+pub const CHALLENGE_MS: i64 = 5_000;
+/// Challenges outstanding for one address at most.
+pub const PER_SOURCE: usize = 4;
+/// Failed attempts a gate takes in a burst before it refuses everything.
+pub const BURST: u32 = 16;
+/// Failed attempts it takes per second after a burst.
+pub const PER_SECOND: u32 = 8;
+
+/// Compares two byte strings in time that does not depend on where they differ.
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Clone, Copy)]
+struct Issued {
+    from: u32,
+    nonce: [u8; NONCE_LEN],
+    at_ms: i64,
+    live: bool,
+}
+
+impl Issued {
+    const EMPTY: Issued = Issued {
+        from: 0,
+        nonce: [0; NONCE_LEN],
+        at_ms: 0,
+        live: false,
+    };
+
+    fn expired(&self, now_ms: i64) -> bool {
+        now_ms.saturating_sub(self.at_ms) >= CHALLENGE_MS || now_ms < self.at_ms
+    }
+}
+
+/// The challenges a listener issued and not yet saw redeemed: `N` at most, so a flood
+/// of hellos holds a bounded table (entries expire after [`CHALLENGE_MS`]).
+pub struct Challenges<const N: usize> {
+    slots: [Issued; N],
+}
+
+impl<const N: usize> Default for Challenges<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Challenges<N> {
+    /// None issued.
+    pub const fn new() -> Self {
+        Challenges {
+            slots: [Issued::EMPTY; N],
+        }
+    }
+
+    /// Keeps `nonce` as issued to `from` (an IPv4 address) now. `false` when `from`
+    /// already has [`PER_SOURCE`] outstanding or the table is full: the hello is
+    /// refused (its sender tries again later).
+    pub fn issue(&mut self, from: u32, nonce: [u8; NONCE_LEN], now_ms: i64) -> bool {
+        let mut mine = 0;
+        let mut free = None;
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if s.live && s.expired(now_ms) {
+                s.live = false;
+            }
+            if s.live && s.from == from {
+                mine += 1;
+            }
+            if !s.live && free.is_none() {
+                free = Some(i);
+            }
+        }
+        match free {
+            Some(i) if mine < PER_SOURCE => {
+                self.slots[i] = Issued {
+                    from,
+                    nonce,
+                    at_ms: now_ms,
+                    live: true,
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Spends the challenge `nonce` issued to `from`: whether it was live (issued to
+    /// that address, not expired, not spent before).
+    pub fn redeem(&mut self, from: u32, nonce: &[u8; NONCE_LEN], now_ms: i64) -> bool {
+        for s in self.slots.iter_mut() {
+            if s.live && s.from == from && same_bytes(&s.nonce, nonce) {
+                s.live = false;
+                return !s.expired(now_ms);
+            }
+        }
+        false
+    }
+
+    /// Challenges outstanding now.
+    pub fn outstanding(&self, now_ms: i64) -> usize {
+        self.slots.iter().filter(|s| s.live && !s.expired(now_ms)).count()
+    }
+}
+
+/// A token bucket of failed attempts: [`BURST`] deep, refilled at [`PER_SECOND`].
+pub struct Limiter {
+    tokens: u32,
+    at_ms: i64,
+}
+
+impl Default for Limiter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Limiter {
+    /// Full.
+    pub const fn new() -> Self {
+        Limiter {
+            tokens: BURST,
+            at_ms: 0,
+        }
+    }
+
+    fn refill(&mut self, now_ms: i64) {
+        if now_ms < self.at_ms {
+            // A clock that went back: start the interval again.
+            self.at_ms = now_ms;
+            return;
+        }
+        let per_token = 1000 / PER_SECOND as i64;
+        let add = (now_ms - self.at_ms) / per_token;
+        if add > 0 {
+            self.tokens = (self.tokens as i64 + add).min(BURST as i64) as u32;
+            self.at_ms += add * per_token;
+        }
+        if self.tokens == BURST {
+            self.at_ms = now_ms;
+        }
+    }
+
+    /// Whether a request may be looked at now.
+    pub fn open(&mut self, now_ms: i64) -> bool {
+        self.refill(now_ms);
+        self.tokens > 0
+    }
+
+    /// A request failed: one token spent.
+    pub fn failed(&mut self, now_ms: i64) {
+        self.refill(now_ms);
+        self.tokens = self.tokens.saturating_sub(1);
+    }
+}
+
+/// Why a gate refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Too many failed attempts lately, or too many challenges outstanding.
+    Limited,
+    /// No such challenge issued to that address, or a wrong tag.
+    Refused,
+}
+
+/// A device's gate for peer kernels' requests: its challenges, its limiter, and what
+/// it refused.
+pub struct Gate<const N: usize> {
+    challenges: Challenges<N>,
+    limiter: Limiter,
+    /// Proofs refused: an unknown, spent or expired challenge, or a wrong tag.
+    pub refused: u64,
+    /// Requests refused unread: the limiter was empty, or the challenge table full.
+    pub limited: u64,
+}
+
+impl<const N: usize> Default for Gate<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Gate<N> {
+    /// Open, nothing issued.
+    pub const fn new() -> Self {
+        Gate {
+            challenges: Challenges::new(),
+            limiter: Limiter::new(),
+            refused: 0,
+            limited: 0,
+        }
+    }
+
+    /// A hello from `from`: `nonce` is issued to it as its challenge, unless refused.
+    pub fn challenge(
+        &mut self,
+        from: u32,
+        nonce: [u8; NONCE_LEN],
+        now_ms: i64,
+    ) -> Result<(), Refusal> {
+        if !self.limiter.open(now_ms) || !self.challenges.issue(from, nonce, now_ms) {
+            self.limited += 1;
+            return Err(Refusal::Limited);
+        }
+        Ok(())
+    }
+
+    /// A proof from `from` answering challenge `nonce`: spends it. The caller checks
+    /// the tag next (and reports a wrong one with [`bad_tag`](Self::bad_tag)).
+    pub fn redeem(&mut self, from: u32, nonce: &[u8; NONCE_LEN], now_ms: i64) -> Result<(), Refusal> {
+        if !self.limiter.open(now_ms) {
+            self.limited += 1;
+            return Err(Refusal::Limited);
+        }
+        if !self.challenges.redeem(from, nonce, now_ms) {
+            self.refused += 1;
+            self.limiter.failed(now_ms);
+            return Err(Refusal::Refused);
+        }
+        Ok(())
+    }
+
+    /// A redeemed proof's tag was wrong.
+    pub fn bad_tag(&mut self, now_ms: i64) {
+        self.refused += 1;
+        self.limiter.failed(now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: u32 = 0xc000_020a;
+    const B: u32 = 0xc000_020b;
+
+    fn nonce(n: u8) -> [u8; NONCE_LEN] {
+        [n; NONCE_LEN]
+    }
+
+    #[test]
+    fn a_challenge_is_redeemed_once_by_its_address_in_time() {
+        let mut c = Challenges::<8>::new();
+        assert!(c.issue(A, nonce(1), 100));
+        assert!(!c.redeem(B, &nonce(1), 200), "another address");
+        assert!(!c.redeem(A, &nonce(2), 200), "another nonce");
+        assert!(c.redeem(A, &nonce(1), 200));
+        assert!(!c.redeem(A, &nonce(1), 300), "spent");
+        assert!(c.issue(A, nonce(3), 1000));
+        assert!(!c.redeem(A, &nonce(3), 1000 + CHALLENGE_MS), "expired");
+        assert_eq!(c.outstanding(1000), 0);
+    }
+
+    #[test]
+    fn one_address_holds_a_few_and_the_table_is_bounded() {
+        let mut c = Challenges::<6>::new();
+        for i in 0..PER_SOURCE as u8 {
+            assert!(c.issue(A, nonce(i), 0));
+        }
+        assert!(!c.issue(A, nonce(9), 0), "per source");
+        assert!(c.issue(B, nonce(10), 0));
+        assert!(c.issue(B, nonce(11), 0));
+        assert!(!c.issue(0x0a00_0001, nonce(12), 0), "full");
+        assert_eq!(c.outstanding(0), 6);
+        // Expired entries make room again.
+        assert!(c.issue(0x0a00_0001, nonce(12), CHALLENGE_MS));
+    }
+
+    #[test]
+    fn the_limiter_takes_a_burst_then_a_rate() {
+        let mut l = Limiter::new();
+        for _ in 0..BURST {
+            assert!(l.open(0));
+            l.failed(0);
+        }
+        assert!(!l.open(0));
+        assert!(!l.open(100), "one token takes 125 ms");
+        assert!(l.open(125));
+        l.failed(125);
+        assert!(!l.open(200));
+        // A second refills PER_SECOND tokens, never more than BURST.
+        assert!(l.open(1125));
+        let mut n = 0;
+        while l.open(1125) {
+            l.failed(1125);
+            n += 1;
+        }
+        assert_eq!(n, PER_SECOND);
+        let mut full = Limiter::new();
+        assert!(full.open(i64::MAX / 2));
+        full.failed(10);
+        assert!(full.open(0), "a clock that went back");
+    }
+
+    #[test]
+    fn the_gate_counts_and_limits_failed_proofs() {
+        let mut g = Gate::<64>::new();
+        assert_eq!(g.redeem(A, &nonce(1), 0), Err(Refusal::Refused));
+        for i in 1..BURST {
+            assert_eq!(g.redeem(A, &nonce(i as u8), 0), Err(Refusal::Refused));
+        }
+        assert_eq!(g.refused, BURST as u64);
+        // Now even a good hello waits for the bucket.
+        assert_eq!(g.challenge(B, nonce(7), 0), Err(Refusal::Limited));
+        assert_eq!(g.limited, 1);
+        assert_eq!(g.challenge(B, nonce(7), 1000), Ok(()));
+        assert_eq!(g.redeem(B, &nonce(7), 1000), Ok(()));
+        g.bad_tag(1000);
+        assert_eq!(g.refused, BURST as u64 + 1);
+    }
+
+    #[test]
+    fn bytes_compare_whole() {
+        assert!(same_bytes(b"abcd", b"abcd"));
+        assert!(!same_bytes(b"abcd", b"abce"));
+        assert!(!same_bytes(b"abc", b"abcd"));
+    }
+}

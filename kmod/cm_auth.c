@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The cluster key, and the tags kernels prove they hold it with (abi's cluster::auth
+ * says the protocol; cm.c carries it in the connection requests, refusals and
+ * accepts). The key never leaves this file: a tag is HMAC-SHA256 through the kernel's
+ * crypto API over a transcript that names both nonces and the connection, cut to
+ * KRCORE_CM_TAG_LEN bytes.
+ *
+ * The transform is keyed once at load and only read after (crypto_shash_tfm_digest
+ * keeps its state on the caller's stack), so any number of handlers and dials use it
+ * at once with no lock.
+ */
+#include <crypto/hash.h>
+#include <crypto/utils.h>
+#include <linux/hex.h>
+#include <linux/moduleparam.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+
+#include "shim.h"
+
+static char *cluster_key;
+module_param(cluster_key, charp, 0400);
+MODULE_PARM_DESC(cluster_key,
+		 "The secret the cluster's kernels share, 32-128 hex digits (16-64 bytes; e.g. `openssl rand -hex 32`). Without it this node joins no cluster. Readable by root only.");
+
+#define KRCORE_CM_KEY_MIN 16
+#define KRCORE_CM_KEY_MAX 64
+
+static struct crypto_shash *krcore_cm_mac;
+
+/* What a tag covers. Fixed size, every field set: both sides build the same bytes. */
+struct krcore_cm_transcript {
+	char label[8]; /* "KRC-INIT" (the dialer's tag) or "KRC-RESP" (the accept's) */
+	u8 kind;
+	u8 index;
+	u8 resv[2];
+	__be32 initiator;
+	__be32 responder;
+	__be32 initiator_qpn;
+	__be32 responder_qpn; /* 0 in the dialer's tag: not known yet */
+	u8 nonce_i[KRCORE_CM_NONCE_LEN];
+	u8 nonce_r[KRCORE_CM_NONCE_LEN];
+} __packed;
+
+int krcore_cm_auth_init(void)
+{
+	u8 key[KRCORE_CM_KEY_MAX];
+	size_t digits;
+	int ret;
+
+	if (!cluster_key || !*cluster_key)
+		return -ENOKEY;
+	digits = strlen(cluster_key);
+	if (digits >= 2 && cluster_key[0] == '0' && (cluster_key[1] | 0x20) == 'x') {
+		cluster_key += 2;
+		digits -= 2;
+	}
+	if (digits % 2 || digits < 2 * KRCORE_CM_KEY_MIN || digits > 2 * KRCORE_CM_KEY_MAX ||
+	    hex2bin(key, cluster_key, digits / 2)) {
+		pr_err("krcore: cluster_key must be %d-%d hex digits (at least 128 bits): make one with `openssl rand -hex 32`\n",
+		       2 * KRCORE_CM_KEY_MIN, 2 * KRCORE_CM_KEY_MAX);
+		return -EINVAL;
+	}
+	krcore_cm_mac = crypto_alloc_shash("hmac(sha256)", 0, 0);
+	if (IS_ERR(krcore_cm_mac)) {
+		ret = PTR_ERR(krcore_cm_mac);
+		krcore_cm_mac = NULL;
+		pr_err("krcore: no hmac(sha256) in this kernel (CONFIG_CRYPTO_HMAC, CONFIG_CRYPTO_SHA256): error %d\n",
+		       ret);
+		goto out;
+	}
+	ret = crypto_shash_setkey(krcore_cm_mac, key, digits / 2);
+	if (ret) {
+		crypto_free_shash(krcore_cm_mac);
+		krcore_cm_mac = NULL;
+	}
+out:
+	memzero_explicit(key, sizeof(key));
+	return ret;
+}
+
+void krcore_cm_auth_exit(void)
+{
+	if (krcore_cm_mac)
+		crypto_free_shash(krcore_cm_mac);
+	krcore_cm_mac = NULL;
+}
+
+bool krcore_cm_auth_ready(void)
+{
+	return krcore_cm_mac;
+}
+
+int krcore_cm_tag(bool initiator, const struct krcore_cm_bind *b, u8 *tag)
+{
+	struct krcore_cm_transcript t = {
+		.kind = b->kind,
+		.index = b->index,
+		.initiator = b->initiator,
+		.responder = b->responder,
+		.initiator_qpn = cpu_to_be32(b->initiator_qpn),
+		.responder_qpn = cpu_to_be32(initiator ? 0 : b->responder_qpn),
+	};
+	u8 full[32];
+	int ret;
+
+	if (!krcore_cm_mac)
+		return -ENOKEY;
+	memcpy(t.label, initiator ? "KRC-INIT" : "KRC-RESP", sizeof(t.label));
+	memcpy(t.nonce_i, b->nonce_i, sizeof(t.nonce_i));
+	memcpy(t.nonce_r, b->nonce_r, sizeof(t.nonce_r));
+	ret = crypto_shash_tfm_digest(krcore_cm_mac, (const u8 *)&t, sizeof(t), full);
+	if (!ret)
+		memcpy(tag, full, KRCORE_CM_TAG_LEN);
+	memzero_explicit(full, sizeof(full));
+	return ret;
+}
+
+bool krcore_cm_tag_ok(bool initiator, const struct krcore_cm_bind *b, const u8 *tag)
+{
+	u8 want[KRCORE_CM_TAG_LEN];
+
+	return !krcore_cm_tag(initiator, b, want) && !crypto_memneq(want, tag, sizeof(want));
+}

@@ -1,0 +1,160 @@
+//! A host on the segment that is not a member of the cluster, with plain librdmacm:
+//! what it can get from a member kernel's listener.
+//!
+//! - `cm-intruder capture FILE SECS`: listens to the segment (eth0, promiscuous) until a
+//!   member's proof goes by (a connection request whose private data is a krcore hello
+//!   at its PROVE step), and writes that hello's 56 bytes to FILE.
+//! - `cm-intruder knock ADDR PORT [FILE]`: asks ADDR's listener for connections with
+//!   crafted private data: the hello of the module before proofs (key 0 in the clear),
+//!   an ASK (which must be answered with a challenge: the listener is there), a PROVE
+//!   answering that challenge with no key's tag, the same for the MetaServer, and the
+//!   captured proof replayed. Every one must be refused: no QP, so no byte of the
+//!   MetaServer's region or of any MR. Exits 1 otherwise.
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use verify::cm_verbs::{Client, Knock};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// A hello's length: what a request's private data has room for after rdma_cm's header.
+const HELLO: usize = 56;
+const MAGIC: [u8; 4] = *b"KRC2";
+const CHALLENGE: [u8; 4] = *b"KRCC";
+const PEER: u8 = 1;
+const META: u8 = 2;
+const ASK: u8 = 1;
+const PROVE: u8 = 2;
+
+#[derive(clap::Parser)]
+#[command(name = "cm-intruder")]
+enum Cli {
+    /// Capture a member's proof from the segment into FILE, waiting SECS at most.
+    Capture { file: String, secs: u64 },
+    /// Knock on ADDR's listener at PORT with crafted requests (and FILE's, replayed).
+    Knock {
+        addr: Ipv4Addr,
+        port: u16,
+        replay: Option<String>,
+    },
+}
+
+/// A hello: kind, index, step, the dialer's nonce, the challenge, the tag.
+fn hello(kind: u8, step: u8, nonce_r: [u8; 16], tag: [u8; 16]) -> [u8; HELLO] {
+    let mut h = [0u8; HELLO];
+    h[..4].copy_from_slice(&MAGIC);
+    h[4] = kind;
+    h[6] = step;
+    h[8..24].copy_from_slice(&[0x5a; 16]);
+    h[24..40].copy_from_slice(&nonce_r);
+    h[40..56].copy_from_slice(&tag);
+    h
+}
+
+/// The module's hello before proofs: "KRC1", a peer connection, key 0.
+fn old_hello() -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[..4].copy_from_slice(b"KRC1");
+    h[4] = PEER;
+    h
+}
+
+fn knock(addr: Ipv4Addr, port: u16, what: &str, private: &[u8]) -> Result<Vec<u8>> {
+    match Client::knock(addr, port, private)? {
+        Knock::Refused(status, data) => {
+            println!("cm-intruder: {what}: refused (status {status})");
+            Ok(data)
+        }
+        Knock::Accepted(data) => Err(format!(
+            "{what}: ACCEPTED, a QP connected to the member (accept's data {:02x?})",
+            &data[..data.len().min(40)]
+        )
+        .into()),
+        Knock::Failed(ev, status) => Err(format!("{what}: neither accepted nor refused (event {ev}, status {status})").into()),
+    }
+}
+
+fn knocks(addr: Ipv4Addr, port: u16, replay: Option<String>) -> Result<()> {
+    knock(addr, port, "the old hello with key 0", &old_hello())?;
+    let answer = knock(addr, port, "an ASK", &hello(PEER, ASK, [0; 16], [0; 16]))?;
+    // The listener is there and answers as a member would: with a challenge.
+    if answer.len() < 20 || answer[..4] != CHALLENGE {
+        return Err(format!("an ASK was refused without a challenge ({:02x?})", &answer[..answer.len().min(20)]).into());
+    }
+    let nonce_r: [u8; 16] = answer[4..20].try_into()?;
+    knock(addr, port, "a PROVE with no key's tag", &hello(PEER, PROVE, nonce_r, [0; 16]))?;
+    knock(addr, port, "the same challenge again", &hello(PEER, PROVE, nonce_r, [0xff; 16]))?;
+    knock(addr, port, "a MetaServer PROVE with no key's tag", &hello(META, PROVE, nonce_r, [0; 16]))?;
+    if let Some(file) = replay {
+        let captured = std::fs::read(&file)?;
+        knock(addr, port, "a member's proof replayed from the segment", &captured)?;
+    }
+    println!("cm-intruder: every request refused: no QP, nothing read");
+    Ok(())
+}
+
+/// The first member's PROVE hello in the frames seen on eth0 within `secs`.
+fn capture(file: &str, secs: u64) -> Result<()> {
+    // SAFETY: plain socket call; the fd is closed at exit.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, (libc::ETH_P_ALL as u16).to_be() as i32) };
+    if fd < 0 {
+        return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()).into());
+    }
+    let name = std::ffi::CString::new("eth0")?;
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    // SAFETY: plain data.
+    let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
+    mr.mr_ifindex = ifindex as i32;
+    mr.mr_type = libc::PACKET_MR_PROMISC as u16;
+    // SAFETY: `mr` is a packet_mreq of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            (&mr as *const libc::packet_mreq).cast(),
+            std::mem::size_of::<libc::packet_mreq>() as u32,
+        )
+    };
+    if r != 0 {
+        return Err(format!("promiscuous eth0: {}", std::io::Error::last_os_error()).into());
+    }
+    let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+    // SAFETY: `tv` is a timeval.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as u32,
+        )
+    };
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut frame = vec![0u8; 2048];
+    let mut frames = 0u64;
+    while Instant::now() < until {
+        // SAFETY: `frame` has room for its length.
+        let n = unsafe { libc::recv(fd, frame.as_mut_ptr().cast(), frame.len(), 0) };
+        if n <= 0 {
+            continue;
+        }
+        frames += 1;
+        let f = &frame[..n as usize];
+        let found = f.windows(HELLO).find(|w| w[..4] == MAGIC && w[6] == PROVE && (w[4] == PEER || w[4] == META));
+        if let Some(h) = found {
+            std::fs::write(file, h)?;
+            println!("cm-intruder: captured a member's proof after {frames} frames");
+            return Ok(());
+        }
+    }
+    Err(format!("no member's proof among {frames} frames in {secs} s").into())
+}
+
+fn main() -> Result<()> {
+    match <Cli as clap::Parser>::parse() {
+        Cli::Capture { file, secs } => capture(&file, secs),
+        Cli::Knock { addr, port, replay } => knocks(addr, port, replay),
+    }
+}
