@@ -131,6 +131,8 @@ struct krcore_cm_conn {
 	/* The waiter gave up: the handler must not touch the id any more. */
 	bool abandoned;
 	bool qp_created;
+	/* Connected (ESTABLISHED seen, or accepted): a teardown says goodbye first. */
+	bool established;
 	bool broken;
 	/* Accepted from a peer (counted in krcore_cm_accepted while on the list). */
 	bool accepted;
@@ -455,14 +457,20 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 			c->bind.responder_qpn = ev->param.conn.qp_num;
 			if (ev->param.conn.private_data_len < sizeof(*a) ||
 			    be32_to_cpu(a->magic) != KRCORE_CM_MAGIC ||
-			    !krcore_cm_tag_ok(false, &c->bind, a->tag))
+			    !krcore_cm_tag_ok(false, &c->bind, a->tag)) {
+				/* rdma_cm made the QP ready to send already: nothing may use it. */
+				struct ib_qp_attr err = { .qp_state = IB_QPS_ERR };
+
+				ib_modify_qp(id->qp, &err, IB_QP_STATE);
 				return -EPERM;
+			}
 			c->reply_len = sizeof(*a);
 			memcpy(c->reply, a, sizeof(*a));
 		}
 		ret = krcore_cm_set_access(id->qp, c->access);
 		if (ret)
 			return ret;
+		WRITE_ONCE(c->established, true);
 		c->status = 0;
 		complete(&c->done);
 		return 0;
@@ -611,8 +619,13 @@ static int krcore_cm_attempt(struct ib_device *dev, struct ib_pd *pd, struct ib_
 		krcore_cm_put(c);
 		goto put;
 	}
-	ret = rdma_resolve_addr(c->id, (struct sockaddr *)src, (struct sockaddr *)dst,
-				KRCORE_CM_STEP_MS);
+	/* Under the mutex: a removal may have torn it down since it was listed (the id is
+	 * gone then). rdma_resolve_addr never runs the handler in this context. */
+	mutex_lock(&c->lock);
+	ret = c->abandoned ? -ENODEV :
+			     rdma_resolve_addr(c->id, (struct sockaddr *)src,
+					       (struct sockaddr *)dst, KRCORE_CM_STEP_MS);
+	mutex_unlock(&c->lock);
 	left = (long)(deadline - jiffies);
 	if (!ret && (left <= 0 || !wait_for_completion_timeout(&c->done, left)))
 		ret = -ETIMEDOUT;
@@ -804,7 +817,6 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	struct rdma_conn_param p;
 	struct ib_pd *pd;
 	struct ib_cq *cq;
-	bool tag_ok;
 	void *pin;
 	int ret;
 
@@ -824,14 +836,12 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	if (!pin)
 		return -ENODEV;
 	if (hello.step == KRCORE_CM_ASK) {
-		/* Refused with a challenge, kept by the gate (which may refuse to issue one). */
+		/* Refused with a challenge, kept by the gate. */
 		challenge.magic = cpu_to_be32(KRCORE_CM_CHALLENGE);
 		get_random_bytes(challenge.nonce_r, sizeof(challenge.nonce_r));
-		ret = krcore_rs_cm_challenge(pin, from->sin_addr.s_addr, challenge.nonce_r);
-		if (!ret) {
-			rdma_reject(id, &challenge, sizeof(challenge), IB_CM_REJ_CONSUMER_DEFINED);
-			ret = -ECONNREFUSED;
-		}
+		krcore_rs_cm_challenge(pin, from->sin_addr.s_addr, challenge.nonce_r);
+		rdma_reject(id, &challenge, sizeof(challenge), IB_CM_REJ_CONSUMER_DEFINED);
+		ret = -ECONNREFUSED;
 		goto unpin;
 	}
 	/* A proof: its challenge spent (whatever its tag), then admitted or refused. */
@@ -844,8 +854,11 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	};
 	memcpy(bind.nonce_i, hello.nonce_i, sizeof(bind.nonce_i));
 	memcpy(bind.nonce_r, hello.nonce_r, sizeof(bind.nonce_r));
-	tag_ok = krcore_cm_tag_ok(true, &bind, hello.tag);
-	ret = krcore_rs_cm_redeem(pin, from->sin_addr.s_addr, hello.nonce_r, tag_ok);
+	ret = krcore_rs_cm_redeem(pin, from->sin_addr.s_addr, hello.nonce_r);
+	if (!ret && !krcore_cm_tag_ok(true, &bind, hello.tag)) {
+		krcore_rs_cm_bad_tag(pin, from->sin_addr.s_addr);
+		ret = -EPERM;
+	}
 	if (ret) {
 		pr_info_ratelimited("krcore: %s: refused a connection request from %pI4 that proved no cluster key\n",
 				    dev_name(&id->device->dev), &from->sin_addr.s_addr);
@@ -919,6 +932,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	}
 	c->on_list = true;
 	c->accepted = true;
+	c->established = true;
 	krcore_cm_accepted++;
 	list_add(&c->node, &krcore_cm_conns);
 	mutex_unlock(&krcore_cm_lock);
@@ -943,10 +957,8 @@ unpin:
 	return ret;
 }
 
-int krcore_shim_cm_listen(void)
+int krcore_shim_cm_init(void)
 {
-	struct sockaddr_in any = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
-	struct rdma_cm_id *id;
 	int ret;
 
 	if (!cm_port)
@@ -965,22 +977,26 @@ int krcore_shim_cm_listen(void)
 		krcore_cm_auth_exit();
 		return -ENOMEM;
 	}
+	return 0;
+}
+
+int krcore_shim_cm_listen(void)
+{
+	struct sockaddr_in any = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
+	struct rdma_cm_id *id;
+	int ret;
+
+	if (!cm_port || !krcore_cm_auth_ready())
+		return 0;
 	any.sin_port = htons(cm_port);
 	id = rdma_create_id(&init_net, krcore_cm_listen_handler, NULL, RDMA_PS_TCP, IB_QPT_RC);
-	if (IS_ERR(id)) {
-		destroy_workqueue(krcore_cm_wq);
-		krcore_cm_wq = NULL;
-		krcore_cm_auth_exit();
+	if (IS_ERR(id))
 		return PTR_ERR(id);
-	}
 	ret = rdma_bind_addr(id, (struct sockaddr *)&any);
 	if (!ret)
 		ret = rdma_listen(id, 64);
 	if (ret) {
 		rdma_destroy_id(id);
-		destroy_workqueue(krcore_cm_wq);
-		krcore_cm_wq = NULL;
-		krcore_cm_auth_exit();
 		return ret;
 	}
 	krcore_cm_listener = id;
@@ -1005,7 +1021,9 @@ static void krcore_cm_drop(struct ib_device *dev)
 	mutex_unlock(&krcore_cm_lock);
 	list_for_each_entry_safe(c, n, &gone, node) {
 		list_del(&c->node);
-		rdma_disconnect(c->id);
+		/* Not a dial still connecting: rdma_cm may be replacing its CM id. */
+		if (READ_ONCE(c->established))
+			rdma_disconnect(c->id);
 		krcore_cm_teardown(c);
 		krcore_cm_put(c);
 	}
@@ -1036,7 +1054,11 @@ void krcore_shim_cm_stop(void)
 		krcore_cm_listener = NULL;
 	}
 	krcore_cm_drop(NULL);
-	/* Reaps still queued find their connections torn down and let go. */
+}
+
+void krcore_shim_cm_exit(void)
+{
+	/* Reaps and closes still queued find their connections torn down and let go. */
 	if (krcore_cm_wq) {
 		destroy_workqueue(krcore_cm_wq);
 		krcore_cm_wq = NULL;

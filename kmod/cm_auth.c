@@ -46,21 +46,23 @@ struct krcore_cm_transcript {
 int krcore_cm_auth_init(void)
 {
 	u8 key[KRCORE_CM_KEY_MAX];
+	const char *hex = cluster_key;
 	size_t digits;
 	int ret;
 
-	if (!cluster_key || !*cluster_key)
+	if (!hex || !*hex)
 		return -ENOKEY;
-	digits = strlen(cluster_key);
-	if (digits >= 2 && cluster_key[0] == '0' && (cluster_key[1] | 0x20) == 'x') {
-		cluster_key += 2;
+	digits = strlen(hex);
+	if (digits >= 2 && hex[0] == '0' && (hex[1] | 0x20) == 'x') {
+		hex += 2;
 		digits -= 2;
 	}
 	if (digits % 2 || digits < 2 * KRCORE_CM_KEY_MIN || digits > 2 * KRCORE_CM_KEY_MAX ||
-	    hex2bin(key, cluster_key, digits / 2)) {
+	    hex2bin(key, hex, digits / 2)) {
 		pr_err("krcore: cluster_key must be %d-%d hex digits (at least 128 bits): make one with `openssl rand -hex 32`\n",
 		       2 * KRCORE_CM_KEY_MIN, 2 * KRCORE_CM_KEY_MAX);
-		return -EINVAL;
+		ret = -EINVAL;
+		goto out;
 	}
 	krcore_cm_mac = crypto_alloc_shash("hmac(sha256)", 0, 0);
 	if (IS_ERR(krcore_cm_mac)) {

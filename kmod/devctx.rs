@@ -485,22 +485,20 @@ impl DevCtx {
     }
 
     /// A peer kernel's hello from IPv4 address `from` (cm.c, pinned): `nonce` is issued
-    /// as its challenge, unless the gate refuses (abi's `cluster::auth`).
-    pub(crate) fn cm_challenge(&self, from: u32, nonce: [u8; NONCE_LEN]) -> Result<(), Refusal> {
+    /// as its challenge (abi's `cluster::auth`).
+    pub(crate) fn cm_challenge(&self, from: u32, nonce: [u8; NONCE_LEN]) {
         self.auth.lock().challenge(from, nonce, coarse_ms())
     }
 
-    /// A peer kernel's proof answering challenge `nonce`: spent, and whether it was
-    /// issued to `from`. With `tag_ok` false (its tag was wrong) it is refused anyway.
-    pub(crate) fn cm_redeem(&self, from: u32, nonce: &[u8; NONCE_LEN], tag_ok: bool) -> Result<(), Refusal> {
-        let now = coarse_ms();
-        let mut gate = self.auth.lock();
-        gate.redeem(from, nonce, now)?;
-        if !tag_ok {
-            gate.bad_tag(now);
-            return Err(Refusal::Refused);
-        }
-        Ok(())
+    /// A peer kernel's proof from `from` answering challenge `nonce`: spent, and
+    /// whether its tag may be checked.
+    pub(crate) fn cm_redeem(&self, from: u32, nonce: &[u8; NONCE_LEN]) -> Result<(), Refusal> {
+        self.auth.lock().redeem(from, nonce, coarse_ms())
+    }
+
+    /// That proof's tag was wrong.
+    pub(crate) fn cm_bad_tag(&self, from: u32) {
+        self.auth.lock().bad_tag(from, coarse_ms())
     }
 
     /// Ends a [`cm_pin`](Self::cm_pin).

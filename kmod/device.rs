@@ -345,30 +345,34 @@ extern "C" fn krcore_rs_cm_adopt(
 }
 
 /// A peer kernel's hello from IPv4 address `from` (network order), on the listener
-/// with a pin: 0 when `nonce` (16 bytes) is issued as its challenge, `-EBUSY` when the
-/// gate refuses (rate-limited, or too many outstanding).
+/// with a pin: `nonce` (16 bytes) is issued as its challenge. 0 always.
 #[no_mangle]
 extern "C" fn krcore_rs_cm_challenge(pin: *const DevCtx, from: u32, nonce: *const u8) -> c_int {
     // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN bytes.
     let (ctx, nonce) = unsafe { (&*pin, *nonce.cast::<[u8; NONCE_LEN]>()) };
-    match ctx.cm_challenge(from, nonce) {
-        Ok(()) => 0,
-        Err(_) => Errno::EBUSY.to_neg(),
-    }
+    ctx.cm_challenge(from, nonce);
+    0
 }
 
-/// A peer kernel's proof from `from` answering challenge `nonce`, whose tag cm.c found
-/// right (`tag_ok`) or not, with a pin: 0 to admit it, `-EBUSY` (rate-limited) or
-/// `-EPERM` (not a member) to refuse it.
+/// A peer kernel's proof from `from` answering challenge `nonce`, with a pin: 0 when
+/// the challenge was its (spent now; cm.c checks the tag next), `-EPERM` when not (not a
+/// member), `-EBUSY` when `from` failed too often lately.
 #[no_mangle]
-extern "C" fn krcore_rs_cm_redeem(pin: *const DevCtx, from: u32, nonce: *const u8, tag_ok: bool) -> c_int {
+extern "C" fn krcore_rs_cm_redeem(pin: *const DevCtx, from: u32, nonce: *const u8) -> c_int {
     // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN bytes.
     let (ctx, nonce) = unsafe { (&*pin, &*nonce.cast::<[u8; NONCE_LEN]>()) };
-    match ctx.cm_redeem(from, nonce, tag_ok) {
+    match ctx.cm_redeem(from, nonce) {
         Ok(()) => 0,
         Err(Refusal::Limited) => Errno::EBUSY.to_neg(),
         Err(Refusal::Refused) => Errno::EPERM.to_neg(),
     }
+}
+
+/// The proof that redeemed its challenge had a wrong tag (cm.c, with the pin).
+#[no_mangle]
+extern "C" fn krcore_rs_cm_bad_tag(pin: *const DevCtx, from: u32) {
+    // SAFETY: a live pin (the caller holds it).
+    unsafe { &*pin }.cm_bad_tag(from);
 }
 
 /// cm.c is about to tear `dev`'s connections down (its removal): its CQ is polled no

@@ -5,6 +5,9 @@
 //! Rust owns every decision (through abi's sources) and every object; the C shim
 //! (shim.c) registers the misc device and the ib_client and forwards to Rust.
 
+// The device context's pin-initializer expands one macro level per field.
+#![recursion_limit = "256"]
+
 use kernel::prelude::*;
 
 mod abi;

@@ -842,10 +842,14 @@ void krcore_shim_cond_resched(void)
 
 int krcore_shim_register(void)
 {
-	int ret = ib_register_client(&krcore_client);
+	/* The cluster key first: a device's prewarm may dial as soon as it is served. */
+	int ret = krcore_shim_cm_init();
 
 	if (ret)
 		return ret;
+	ret = ib_register_client(&krcore_client);
+	if (ret)
+		goto cm;
 	krcore_misc.mode = dev_mode & 0777;
 	ret = misc_register(&krcore_misc);
 	if (ret)
@@ -864,6 +868,8 @@ misc:
 	misc_deregister(&krcore_misc);
 client:
 	ib_unregister_client(&krcore_client);
+cm:
+	krcore_shim_cm_exit();
 	return ret;
 }
 
@@ -874,6 +880,8 @@ void krcore_shim_unregister(void)
 	krcore_shim_cm_stop();
 	misc_deregister(&krcore_misc);
 	ib_unregister_client(&krcore_client);
+	/* Every device's dials and connections are gone: the key and the workqueue go. */
+	krcore_shim_cm_exit();
 }
 
 const char *krcore_shim_dev_name(struct ib_device *dev)

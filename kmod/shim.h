@@ -281,10 +281,14 @@ int krcore_shim_query_gid(struct ib_device *dev, u32 port, u32 index, u8 *gid,
 /* ---- Kernel-to-kernel connections (cm.c) ---- */
 struct ib_pd;
 struct ib_cq;
-/* Listen on the cm_port parameter (nothing when it is 0); stop and tear every peer
- * connection down. */
+/* In the module's load and unload, in this order: read the cluster key (before any
+ * device is served; -EINVAL for a malformed one, 0 with none: no cluster); listen on
+ * the cm_port parameter (nothing when it is 0 or there is no key); stop listening and
+ * tear every peer connection down; once the ib_client is gone, let the key go. */
+int krcore_shim_cm_init(void);
 int krcore_shim_cm_listen(void);
 void krcore_shim_cm_stop(void);
+void krcore_shim_cm_exit(void);
 /* The cm_peer parameter as an IPv4-mapped GID (16 bytes): 0, -ENOENT when unset. */
 int krcore_shim_cm_peer_gid(u8 *gid);
 /* The cluster key and the tags kernels prove they hold it with (cm_auth.c; abi's
@@ -315,10 +319,12 @@ int krcore_cm_tag(bool initiator, const struct krcore_cm_bind *b, u8 *tag);
 bool krcore_cm_tag_ok(bool initiator, const struct krcore_cm_bind *b, const u8 *tag);
 /* The listener's gate (Rust, abi's cluster::auth), with a pin from
  * krcore_rs_cm_resources: a hello from `from` (IPv4, network order) gets `nonce` as its
- * challenge (0) or is refused (-EBUSY); a proof answering challenge `nonce`, whose tag
- * was found right or not, is admitted (0) or refused (-EPERM, -EBUSY: rate-limited). */
+ * challenge (0, always); a proof answering challenge `nonce` spends it
+ * and may go on to its tag's check (0) or is refused first (-EPERM: no such challenge;
+ * -EBUSY: `from` is rate-limited); a tag found wrong is told back (_bad_tag). */
 int krcore_rs_cm_challenge(void *pin, u32 from, const u8 *nonce);
-int krcore_rs_cm_redeem(void *pin, u32 from, const u8 *nonce, bool tag_ok);
+int krcore_rs_cm_redeem(void *pin, u32 from, const u8 *nonce);
+void krcore_rs_cm_bad_tag(void *pin, u32 from);
 
 /* The cm_port parameter. */
 u16 krcore_shim_cm_port(void);

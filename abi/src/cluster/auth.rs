@@ -16,9 +16,12 @@
 //! A request sniffed on the segment and replayed gets nothing: its challenge is spent,
 //! and its tag names the dialer's address and QP. The MAC (HMAC-SHA256 through the
 //! kernel's crypto API, cut to [`TAG_LEN`]) and the wire form are the module's
-//! (kmod/cm_auth.c); what is admitted, and how often a stranger may try, is decided
-//! here: a [`Gate`] per device. Failed attempts spend the [`Limiter`]'s tokens; while
-//! none are left every request is refused before any MAC is computed.
+//! (kmod/cm_auth.c); what is admitted, and how often an address may fail, is decided
+//! here: a [`Gate`] per device. A hello never fails: it always gets a challenge, which
+//! takes the place of the oldest when the table is full, so a flood of hellos (from any
+//! address a sender writes into its request) delays a member by its own round trip at
+//! most, never locks it out. Failed proofs spend their address's [`Limiter`]; while it
+//! is empty, that address's proofs are refused before any MAC is computed.
 
 /// Bytes of a nonce (each side's).
 pub const NONCE_LEN: usize = 16;
@@ -82,34 +85,30 @@ impl<const N: usize> Challenges<N> {
         }
     }
 
-    /// Keeps `nonce` as issued to `from` (an IPv4 address) now. `false` when `from`
-    /// already has [`PER_SOURCE`] outstanding or the table is full: the hello is
-    /// refused (its sender tries again later).
-    pub fn issue(&mut self, from: u32, nonce: [u8; NONCE_LEN], now_ms: i64) -> bool {
-        let mut mine = 0;
-        let mut free = None;
-        for (i, s) in self.slots.iter_mut().enumerate() {
+    /// Keeps `nonce` as issued to `from` (an IPv4 address) now, in place of `from`'s
+    /// oldest when it has [`PER_SOURCE`] outstanding, else of an expired one, else of
+    /// the oldest of all.
+    pub fn issue(&mut self, from: u32, nonce: [u8; NONCE_LEN], now_ms: i64) {
+        for s in self.slots.iter_mut() {
             if s.live && s.expired(now_ms) {
                 s.live = false;
             }
-            if s.live && s.from == from {
-                mine += 1;
-            }
-            if !s.live && free.is_none() {
-                free = Some(i);
-            }
         }
-        match free {
-            Some(i) if mine < PER_SOURCE => {
-                self.slots[i] = Issued {
-                    from,
-                    nonce,
-                    at_ms: now_ms,
-                    live: true,
-                };
-                true
-            }
-            _ => false,
+        let live = |i: &usize| self.slots[*i].live;
+        let mine = |i: &usize| live(i) && self.slots[*i].from == from;
+        let age = |i: &usize| self.slots[*i].at_ms;
+        let at = if (0..N).filter(mine).count() >= PER_SOURCE {
+            (0..N).filter(mine).min_by_key(age)
+        } else {
+            (0..N).find(|i| !live(i)).or_else(|| (0..N).min_by_key(age))
+        };
+        if let Some(at) = at {
+            self.slots[at] = Issued {
+                from,
+                nonce,
+                at_ms: now_ms,
+                live: true,
+            };
         }
     }
 
@@ -132,6 +131,7 @@ impl<const N: usize> Challenges<N> {
 }
 
 /// A token bucket of failed attempts: [`BURST`] deep, refilled at [`PER_SECOND`].
+#[derive(Clone, Copy)]
 pub struct Limiter {
     tokens: u32,
     at_ms: i64,
@@ -182,6 +182,51 @@ impl Limiter {
     }
 }
 
+/// A [`Limiter`] per address, for the `M` addresses that failed last (an address not
+/// among them starts with a full one).
+pub struct Limiters<const M: usize> {
+    slots: [(u32, i64, Limiter); M],
+}
+
+impl<const M: usize> Default for Limiters<M> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const M: usize> Limiters<M> {
+    /// Every address full.
+    pub const fn new() -> Self {
+        Limiters {
+            slots: [(0, i64::MIN, Limiter::new()); M],
+        }
+    }
+
+    /// Whether `from` may try now.
+    pub fn open(&mut self, from: u32, now_ms: i64) -> bool {
+        match self.slots.iter_mut().find(|s| s.1 != i64::MIN && s.0 == from) {
+            Some(s) => s.2.open(now_ms),
+            None => true,
+        }
+    }
+
+    /// `from` failed: its limiter spends a token (taking the place of the address that
+    /// failed longest ago when it had none).
+    pub fn failed(&mut self, from: u32, now_ms: i64) {
+        let at = match self.slots.iter().position(|s| s.1 != i64::MIN && s.0 == from) {
+            Some(i) => i,
+            None => {
+                let i = (0..M).min_by_key(|&i| self.slots[i].1).unwrap_or(0);
+                self.slots[i] = (from, now_ms, Limiter::new());
+                i
+            }
+        };
+        let s = &mut self.slots[at];
+        s.1 = now_ms;
+        s.2.failed(now_ms);
+    }
+}
+
 /// Why a gate refused a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -191,14 +236,17 @@ pub enum Refusal {
     Refused,
 }
 
-/// A device's gate for peer kernels' requests: its challenges, its limiter, and what
+/// Addresses a gate keeps a limiter for.
+pub const LIMITED_SOURCES: usize = 16;
+
+/// A device's gate for peer kernels' requests: its challenges, its limiters, and what
 /// it refused.
 pub struct Gate<const N: usize> {
     challenges: Challenges<N>,
-    limiter: Limiter,
+    limiters: Limiters<LIMITED_SOURCES>,
     /// Proofs refused: an unknown, spent or expired challenge, or a wrong tag.
     pub refused: u64,
-    /// Requests refused unread: the limiter was empty, or the challenge table full.
+    /// Proofs refused unread: their address failed too often lately.
     pub limited: u64,
 }
 
@@ -213,45 +261,35 @@ impl<const N: usize> Gate<N> {
     pub const fn new() -> Self {
         Gate {
             challenges: Challenges::new(),
-            limiter: Limiter::new(),
+            limiters: Limiters::new(),
             refused: 0,
             limited: 0,
         }
     }
 
-    /// A hello from `from`: `nonce` is issued to it as its challenge, unless refused.
-    pub fn challenge(
-        &mut self,
-        from: u32,
-        nonce: [u8; NONCE_LEN],
-        now_ms: i64,
-    ) -> Result<(), Refusal> {
-        if !self.limiter.open(now_ms) || !self.challenges.issue(from, nonce, now_ms) {
-            self.limited += 1;
-            return Err(Refusal::Limited);
-        }
-        Ok(())
+    /// A hello from `from`: `nonce` is issued to it as its challenge.
+    pub fn challenge(&mut self, from: u32, nonce: [u8; NONCE_LEN], now_ms: i64) {
+        self.challenges.issue(from, nonce, now_ms);
     }
 
     /// A proof from `from` answering challenge `nonce`: spends it. The caller checks
     /// the tag next (and reports a wrong one with [`bad_tag`](Self::bad_tag)).
     pub fn redeem(&mut self, from: u32, nonce: &[u8; NONCE_LEN], now_ms: i64) -> Result<(), Refusal> {
-        if !self.limiter.open(now_ms) {
+        if !self.limiters.open(from, now_ms) {
             self.limited += 1;
             return Err(Refusal::Limited);
         }
         if !self.challenges.redeem(from, nonce, now_ms) {
-            self.refused += 1;
-            self.limiter.failed(now_ms);
+            self.bad_tag(from, now_ms);
             return Err(Refusal::Refused);
         }
         Ok(())
     }
 
-    /// A redeemed proof's tag was wrong.
-    pub fn bad_tag(&mut self, now_ms: i64) {
+    /// A redeemed proof from `from` had a wrong tag.
+    pub fn bad_tag(&mut self, from: u32, now_ms: i64) {
         self.refused += 1;
-        self.limiter.failed(now_ms);
+        self.limiters.failed(from, now_ms);
     }
 }
 
@@ -269,29 +307,40 @@ mod tests {
     #[test]
     fn a_challenge_is_redeemed_once_by_its_address_in_time() {
         let mut c = Challenges::<8>::new();
-        assert!(c.issue(A, nonce(1), 100));
+        c.issue(A, nonce(1), 100);
         assert!(!c.redeem(B, &nonce(1), 200), "another address");
         assert!(!c.redeem(A, &nonce(2), 200), "another nonce");
         assert!(c.redeem(A, &nonce(1), 200));
         assert!(!c.redeem(A, &nonce(1), 300), "spent");
-        assert!(c.issue(A, nonce(3), 1000));
+        c.issue(A, nonce(3), 1000);
         assert!(!c.redeem(A, &nonce(3), 1000 + CHALLENGE_MS), "expired");
         assert_eq!(c.outstanding(1000), 0);
     }
 
     #[test]
-    fn one_address_holds_a_few_and_the_table_is_bounded() {
+    fn hellos_never_lock_a_member_out() {
         let mut c = Challenges::<6>::new();
         for i in 0..PER_SOURCE as u8 {
-            assert!(c.issue(A, nonce(i), 0));
+            c.issue(A, nonce(i), i as i64);
         }
-        assert!(!c.issue(A, nonce(9), 0), "per source");
-        assert!(c.issue(B, nonce(10), 0));
-        assert!(c.issue(B, nonce(11), 0));
-        assert!(!c.issue(0x0a00_0001, nonce(12), 0), "full");
-        assert_eq!(c.outstanding(0), 6);
-        // Expired entries make room again.
-        assert!(c.issue(0x0a00_0001, nonce(12), CHALLENGE_MS));
+        // A fifth for A takes the place of A's oldest.
+        c.issue(A, nonce(9), 10);
+        assert!(!c.redeem(A, &nonce(0), 11));
+        assert!(c.redeem(A, &nonce(1), 11));
+        // A flood from other addresses takes the oldest places, never refuses: a
+        // member's challenge lives as long as fewer than N others come after it.
+        c.issue(B, nonce(20), 20);
+        for i in 0..5u8 {
+            c.issue(0x0a00_0000 + i as u32, nonce(30 + i), 30 + i as i64);
+        }
+        assert!(c.redeem(B, &nonce(20), 40), "5 others after it, 6 places");
+        for i in 0..6u8 {
+            c.issue(0x0a00_0000 + i as u32, nonce(40 + i), 40 + i as i64);
+        }
+        assert_eq!(c.outstanding(50), 6, "bounded");
+        // Expired entries make room before live ones go.
+        c.issue(B, nonce(21), 60 + CHALLENGE_MS);
+        assert_eq!(c.outstanding(60 + CHALLENGE_MS), 1);
     }
 
     #[test]
@@ -321,20 +370,37 @@ mod tests {
     }
 
     #[test]
-    fn the_gate_counts_and_limits_failed_proofs() {
+    fn the_gate_limits_the_address_that_fails() {
         let mut g = Gate::<64>::new();
-        assert_eq!(g.redeem(A, &nonce(1), 0), Err(Refusal::Refused));
-        for i in 1..BURST {
+        for i in 0..BURST {
             assert_eq!(g.redeem(A, &nonce(i as u8), 0), Err(Refusal::Refused));
         }
         assert_eq!(g.refused, BURST as u64);
-        // Now even a good hello waits for the bucket.
-        assert_eq!(g.challenge(B, nonce(7), 0), Err(Refusal::Limited));
+        // A is refused unread now, even with a good challenge; B is not held up.
+        g.challenge(A, nonce(7), 0);
+        assert_eq!(g.redeem(A, &nonce(7), 0), Err(Refusal::Limited));
         assert_eq!(g.limited, 1);
-        assert_eq!(g.challenge(B, nonce(7), 1000), Ok(()));
-        assert_eq!(g.redeem(B, &nonce(7), 1000), Ok(()));
-        g.bad_tag(1000);
+        g.challenge(B, nonce(8), 0);
+        assert_eq!(g.redeem(B, &nonce(8), 0), Ok(()));
+        // A second later A may try again.
+        g.challenge(A, nonce(9), 1000);
+        assert_eq!(g.redeem(A, &nonce(9), 1000), Ok(()));
+        g.bad_tag(A, 1000);
         assert_eq!(g.refused, BURST as u64 + 1);
+    }
+
+    #[test]
+    fn limiters_forget_the_address_that_failed_longest_ago() {
+        let mut l = Limiters::<2>::new();
+        for _ in 0..BURST {
+            l.failed(A, 0);
+        }
+        assert!(!l.open(A, 0));
+        l.failed(B, 1);
+        l.failed(0x0a00_0001, 2);
+        // A's place went to the third address: A starts full again.
+        assert!(l.open(A, 3));
+        assert!(l.open(B, 3));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! - `cm-intruder capture FILE SECS`: listens to the segment (eth0, promiscuous) until a
 //!   member's proof goes by (a connection request whose private data is a krcore hello
-//!   at its PROVE step), and writes that hello's 56 bytes to FILE.
+//!   at its PROVE step, or the hello of the module before proofs), and writes that
+//!   hello's 56 bytes to FILE.
 //! - `cm-intruder knock ADDR PORT [FILE]`: asks ADDR's listener for connections with
 //!   crafted private data: the hello of the module before proofs (key 0 in the clear),
 //!   an ASK (which must be answered with a challenge: the listener is there), a PROVE
@@ -142,7 +143,10 @@ fn capture(file: &str, secs: u64) -> Result<()> {
         }
         frames += 1;
         let f = &frame[..n as usize];
-        let found = f.windows(HELLO).find(|w| w[..4] == MAGIC && w[6] == PROVE && (w[4] == PEER || w[4] == META));
+        // A proof, or the hello of the module before proofs (its key in the clear).
+        let proof = |w: &&[u8]| w[..4] == MAGIC && w[6] == PROVE && (w[4] == PEER || w[4] == META);
+        let old = |w: &&[u8]| w[..4] == *b"KRC1" && (w[4] == PEER || w[4] == META);
+        let found = f.windows(HELLO).find(|w| proof(w) || old(w));
         if let Some(h) = found {
             std::fs::write(file, h)?;
             println!("cm-intruder: captured a member's proof after {frames} frames");
