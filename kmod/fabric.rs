@@ -289,10 +289,12 @@ impl Shared {
     }
 
     /// Posts the revocation notices due (abi's `cluster::revoke`), each when its QP has
-    /// room; what has none waits for a notice's completion.
+    /// room; what has none waits for a notice's completion on that QP, and holds up no
+    /// other QP's.
     pub(crate) fn flush_revocations(&self) {
         let mut r = self.revocations.lock();
-        while let Some(due) = r.next_due() {
+        let mut full = 0u64;
+        while let Some(due) = r.next_due(full) {
             let b = due.notice.encode();
             let live = (due.slot as usize) < self.qps.len();
             let sent = live
@@ -304,7 +306,8 @@ impl Shared {
                     ok
                 });
             if !sent && live {
-                return;
+                full |= 1u64.checked_shl(due.slot).unwrap_or(0);
+                continue;
             }
             r.sent(due);
         }
@@ -530,17 +533,22 @@ impl Fabric<KStore> for Shared {
         self.meta.publish(name, export)
     }
 
-    fn unpublish(&self, descriptor: u64) {
+    fn unpublish(&self, descriptor: u64) -> bool {
         let rkey = self.meta.published_rkey(descriptor);
-        self.meta.unpublish(descriptor);
-        // Imported elsewhere perhaps: every node with a set is told before it goes.
+        // Imported elsewhere perhaps: every node with a set is told before it goes. A
+        // full table takes nothing away yet: the caller waits for room.
         if let Some(rkey) = rkey {
             let live = self.far_live.load(Ordering::Acquire);
             let now = crate::devctx::coarse_ms();
-            // A full table is tried again by `revoke_far`.
-            let _ = self.revocations.lock().begin(rkey, live, now);
+            if !self.revocations.lock().begin(rkey, live, now) {
+                return false;
+            }
+        }
+        self.meta.unpublish(descriptor);
+        if rkey.is_some() {
             self.flush_revocations();
         }
+        true
     }
 
     fn revoke_far(&self, rkey: u32) -> Answer<()> {

@@ -275,8 +275,9 @@ impl<'a> Fabric<VecStore> for Node<'a> {
         })
     }
 
-    fn unpublish(&self, descriptor: u64) {
-        self.meta((), |m| m.unpublish(descriptor))
+    fn unpublish(&self, descriptor: u64) -> bool {
+        self.meta((), |m| m.unpublish(descriptor));
+        true
     }
 }
 

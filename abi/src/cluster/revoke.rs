@@ -1,4 +1,4 @@
-//! Revoking an export that other nodes may have imported (issue 11).
+//! Revoking an export that other nodes may have imported.
 //!
 //! A name imported across nodes is used by the importer's kernel with the rkey it read
 //! in the MetaServer, cached there and in the importing rings. When the exporter
@@ -14,7 +14,10 @@
 //! lands after.
 //!
 //! [`Revocations`] is the exporter's table of revocations under way and the importer's
-//! queue of answers owed, both bounded: a full table makes a DEREG_MR wait.
+//! queue of answers owed, both bounded. A revocation is never skipped: a full table
+//! makes a DEREG_MR (or a ring's close) wait before it takes the export away, until a
+//! revocation under way ends (each ends by its deadline), and a QP that cannot take its
+//! notice now never holds up the notices due on other QPs.
 //!
 //! [`Notice::Revoke`]: super::notice::Notice::Revoke
 //! [`Notice::RevokeAck`]: super::notice::Notice::RevokeAck
@@ -161,18 +164,20 @@ impl Revocations {
         }
     }
 
-    /// The next notice to post, if any: answers first (a peer waits on them), then
-    /// Revokes.
-    pub fn next_due(&self) -> Option<Due> {
-        if let Some((slot, rkey)) = self.acks.iter().flatten().next() {
+    /// The next notice to post on a QP not in `skip` (a bit each: QPs that had no room
+    /// this time), if any: answers first (a peer waits on them), then Revokes.
+    pub fn next_due(&self, skip: u64) -> Option<Due> {
+        let skipped = |slot: u32| slot < 64 && skip & (1 << slot) != 0;
+        if let Some((slot, rkey)) = self.acks.iter().flatten().find(|(s, _)| !skipped(*s)) {
             return Some(Due {
                 slot: *slot,
                 notice: Notice::RevokeAck { rkey: *rkey },
             });
         }
         self.revoking.iter().flatten().find_map(|r| {
-            (r.due != 0).then(|| Due {
-                slot: r.due.trailing_zeros(),
+            let due = r.due & !skip;
+            (due != 0).then(|| Due {
+                slot: due.trailing_zeros(),
                 notice: Notice::Revoke { rkey: r.rkey },
             })
         })
@@ -213,7 +218,7 @@ mod tests {
         assert!(r.begin(7, 0b1100, 0));
         assert_eq!(r.progress(7, 1, 5_000), Progress::Pending);
         // Revokes go out on each live QP, one at a time.
-        let d = r.next_due().unwrap();
+        let d = r.next_due(0).unwrap();
         assert_eq!(
             d,
             Due {
@@ -222,12 +227,12 @@ mod tests {
             }
         );
         r.sent(d);
-        assert_eq!(r.next_due().unwrap().slot, 3);
+        assert_eq!(r.next_due(0).unwrap().slot, 3);
         assert!(!r.acked(7, 2), "one QP of two answered");
         assert!(r.acked(7, 3));
         assert_eq!(r.progress(7, 2, 5_000), Progress::Done);
         assert_eq!(r.progress(7, 3, 5_000), Progress::Done, "forgotten: done");
-        assert_eq!(r.next_due(), None);
+        assert_eq!(r.next_due(0), None);
     }
 
     #[test]
@@ -252,14 +257,14 @@ mod tests {
         r.begin(1, 1, 0);
         assert!(r.owe_ack(4, 99));
         assert_eq!(
-            r.next_due(),
+            r.next_due(0),
             Some(Due {
                 slot: 4,
                 notice: Notice::RevokeAck { rkey: 99 }
             })
         );
-        r.sent(r.next_due().unwrap());
-        assert_eq!(r.next_due().unwrap().notice, Notice::Revoke { rkey: 1 });
+        r.sent(r.next_due(0).unwrap());
+        assert_eq!(r.next_due(0).unwrap().notice, Notice::Revoke { rkey: 1 });
         for k in 0..MAX_REVOKING as u32 - 1 {
             assert!(r.begin(100 + k, 1, 0));
         }
@@ -273,5 +278,26 @@ mod tests {
             r.acks.iter().all(Option::is_none),
             "its answers owed went with it"
         );
+    }
+
+    #[test]
+    fn a_qp_with_no_room_holds_up_no_other() {
+        let mut r = Revocations::new();
+        // QP 3's notices wait (its set failed, still installed); QP 5's go.
+        assert!(r.owe_ack(3, 40));
+        assert!(r.begin(7, 0b1000, 0));
+        assert!(r.begin(8, 0b10_1000, 0));
+        let skip = 1 << 3;
+        let d = r.next_due(skip).unwrap();
+        assert_eq!(
+            d,
+            Due {
+                slot: 5,
+                notice: Notice::Revoke { rkey: 8 }
+            }
+        );
+        r.sent(d);
+        assert_eq!(r.next_due(skip), None, "only QP 3's are left");
+        assert_eq!(r.next_due(0).unwrap().slot, 3);
     }
 }

@@ -141,10 +141,14 @@ pub trait Fabric<S: Store>: Links<S> {
     fn publish(&self, _name: &[u8; NAME_LEN], _export: &Export) -> Answer<()> {
         Answer::Failed(Reason::Unreachable)
     }
-    /// Export `descriptor` was revoked: its published names go too (the network work
-    /// is the caller's, after the submission), and other nodes that may have imported
-    /// it are told (see `cluster::revoke`). Takes the revocations' lock, then QP locks.
-    fn unpublish(&self, _descriptor: u64) {}
+    /// Export `descriptor` is being revoked: its published names go too (the network
+    /// work is the caller's, after the submission), and other nodes that may have
+    /// imported it are told (see `cluster::revoke`). `false` when the revocations'
+    /// table has no room: nothing was done, and the caller waits and tries again
+    /// (`Stall::Remote`). Takes the revocations' lock, then QP locks.
+    fn unpublish(&self, _descriptor: u64) -> bool {
+        true
+    }
     /// Whether the MR whose remote key is `rkey` may be deregistered: `Pending` while
     /// other nodes told of its export's revocation have not all answered (the caller
     /// waits, as for the MetaServer: `Stall::Remote`). A fabric with no other nodes

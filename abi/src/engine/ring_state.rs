@@ -483,10 +483,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.tables.mrs.drain_where(|_, m| {
             let mut idle = m.sends == 0 && m.recvs == 0;
             if idle {
-                revoke(f, m.descriptor, owner);
                 // Other nodes told of its revocation answer first (the ring is
-                // marked again when they have).
-                idle = f.revoke_far(m.keys.rkey) != Answer::Pending;
+                // marked again when they have, or when the table has room for it).
+                idle = revoke(f, m.descriptor, owner) && f.revoke_far(m.keys.rkey) != Answer::Pending;
             }
             if idle {
                 f.dereg_mr(m.keys);
@@ -501,17 +500,20 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
 }
 
 /// Removes export `descriptor` if `owner` (a ring's id and generation) still holds it;
-/// a descriptor already revoked (at close) is left alone.
-pub(crate) fn revoke<S: Store>(f: &impl Fabric<S>, descriptor: u64, owner: (u16, u16)) {
-    let revoked = f.exports(|exports| {
-        let mine = exports.get(descriptor).is_some_and(|e| e.owner == owner);
-        if mine {
+/// a descriptor already revoked (at close) is left alone. `false` when it cannot go
+/// yet: other nodes must be told of it and the revocations' table is full (nothing was
+/// done; the caller tries again).
+pub(crate) fn revoke<S: Store>(f: &impl Fabric<S>, descriptor: u64, owner: (u16, u16)) -> bool {
+    let mine = f.exports(|exports| exports.get(descriptor).is_some_and(|e| e.owner == owner));
+    // Its names in the MetaServer go first, and other nodes are told: only then may
+    // the export go (a revocation with no room would otherwise never be sent).
+    if !mine || !f.unpublish(descriptor) {
+        return !mine;
+    }
+    f.exports(|exports| {
+        if exports.get(descriptor).is_some_and(|e| e.owner == owner) {
             exports.remove(descriptor);
         }
-        mine
     });
-    // Its names in the MetaServer go too.
-    if revoked {
-        f.unpublish(descriptor);
-    }
+    true
 }

@@ -246,10 +246,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 } else if m.sends > 0 {
                     return self.wait_for_sends(f, held);
                 } else {
-                    revoke(f, m.descriptor, (self.id, self.gen));
-                    // Nodes that may have imported it answer first (its memory stays
-                    // registered, and the MR here, until they have).
-                    if f.revoke_far(m.keys.rkey) == Answer::Pending {
+                    // Nodes that may have imported it are told, and answer, first (its
+                    // memory stays registered, and the MR here, until they have); with
+                    // no room to tell them yet, it waits for room.
+                    if !revoke(f, m.descriptor, (self.id, self.gen))
+                        || f.revoke_far(m.keys.rkey) == Answer::Pending
+                    {
                         return self.remote(f, held);
                     }
                     self.tables.mrs.remove(mr);
