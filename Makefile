@@ -138,6 +138,9 @@ VANISH_ROLES = --role "a:$(SMOKE) vanish leave b" --role "b:$(SMOKE) vanish stay
 # A host that is not a member (c, no key) captures b's proof from the segment and knocks
 # on a's listener with crafted requests and the replay: all refused, counted on a.
 TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role "c:$(SMOKE) intruder a b"
+# a's revocations table full (16 names revoked, waiting for c, killed): a's DEREG_MR of
+# kv, which b imported, still revokes it at b first.
+CROWD_ROLES = --role "a:$(SMOKE) crowd b c" --role "b:$(SMOKE) await-revoke a" --role "c:$(SMOKE) bystander a"
 # a's rxe0 deleted 1.5 s into a dial to b, which answers ARP but never the CM.
 YANK_ROLES = --role "a:$(SMOKE) yank dial b" --role "b:$(SMOKE) yank mute a"
 vm-test-cluster: kmod host
@@ -156,6 +159,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(VANISH_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(TRUST_ROLES)
+	@$(VM) --timeout 300 --nodes 3 $(CROWD_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(YANK_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listener serve 2" --role "b:$(SMOKE) listener client a" --role "c:$(SMOKE) listener client a"

@@ -288,6 +288,14 @@ impl Shared {
         self.busy_qps.section(acct, post, |q, _| q.lost(closed));
     }
 
+    /// Fails the set QPs `slots` (a bit each) that never answered a revocation by its
+    /// deadline: nothing of theirs lands after.
+    fn fail_silent(&self, slots: u64) {
+        for i in (0..self.qps.len() as u32).filter(|&i| i < 64 && slots & (1 << i) != 0) {
+            self.qp(i, |q, _| q.fail_with(Reason::Deadline));
+        }
+    }
+
     /// Posts the revocation notices due (abi's `cluster::revoke`), each when its QP has
     /// room; what has none waits for a notice's completion on that QP, and holds up no
     /// other QP's.
@@ -540,9 +548,23 @@ impl Fabric<KStore> for Shared {
         if let Some(rkey) = rkey {
             let live = self.far_live.load(Ordering::Acquire);
             let now = crate::devctx::coarse_ms();
-            if !self.revocations.lock().begin(rkey, live, now) {
-                return false;
-            }
+            let silent = {
+                let mut r = self.revocations.lock();
+                if r.begin(rkey, live, now) {
+                    0
+                } else {
+                    // Room from revocations past their deadline (a closed ring's may
+                    // have nobody to end them), whose silent QPs fail.
+                    let silent = r.expire(now, crate::devctx::deadline_ms());
+                    if !r.begin(rkey, live, now) {
+                        drop(r);
+                        self.fail_silent(silent);
+                        return false;
+                    }
+                    silent
+                }
+            };
+            self.fail_silent(silent);
         }
         self.meta.unpublish(descriptor);
         if rkey.is_some() {
@@ -563,9 +585,7 @@ impl Fabric<KStore> for Shared {
             }
             // Silent nodes' QPs fail: nothing of theirs lands after.
             Progress::TimedOut(slots) => {
-                for i in (0..self.qps.len() as u32).filter(|&i| i < 64 && slots & (1 << i) != 0) {
-                    self.qp(i, |q, _| q.fail_with(Reason::Deadline));
-                }
+                self.fail_silent(slots);
                 Answer::Done(())
             }
         }

@@ -20,6 +20,8 @@
 //!
 //! `remote_memory hammer ADDR NAME ROLE`: the failure test (see [`hammer`]).
 //! `remote_memory probe ADDR NAME SECS`: import and READ, no more (see [`probe`]).
+//! `remote_memory crowd NAME FILL SECS GO` and `remote_memory await-revoke ADDR NAME
+//! SECS`: a revocation with the revocations' table full (see [`crowd`]).
 #[path = "support/retry.rs"]
 mod support;
 use std::net::Ipv4Addr;
@@ -389,15 +391,98 @@ fn probe(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> {
     Ok(())
 }
 
+/// Publishes NAME (the pattern) and, on a second ring, FILL more names; waits for an
+/// importer to set NAME's done word, then for the file GO (the caller has killed a
+/// third node with a set to this one meanwhile, so no revocation it is told of is ever
+/// answered from there); then closes the second ring, whose FILL revocations wait for
+/// that node until the deadline, and at once deregisters NAME. With the table full,
+/// the DEREG_MR must wait for room and revoke NAME at the importer like any other,
+/// never deregister it untold: the importer ([`await_revoke`]) then finds its import
+/// dead (`BadDescriptor`), never failing on the wire.
+fn crowd(ring: &mut Ring, name: &str, fill: usize, secs: u64, go: &str) -> Result<()> {
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
+    let mut mr = ring.register(LEN, all)?;
+    for (i, x) in mr.bytes_mut()[..4096].iter_mut().enumerate() {
+        *x = (i * 7) as u8;
+    }
+    retry(secs, &[Reason::Unreachable], || ring.publish(&mr, name))?;
+    let mut fillers = Builder::new(64).build(Device::open()?)?;
+    let mut held = Vec::with_capacity(fill);
+    for i in 0..fill {
+        let r = fillers.register(4096, all)?;
+        retry(secs, &[Reason::Unreachable], || fillers.publish(&r, &format!("{name}-fill-{i}")))?;
+        held.push(r);
+    }
+    wait_done(&mut mr, DONE_WORD, secs, "")?;
+    println!("crowd: {name} and {fill} more published, {name} imported");
+    let until = Instant::now() + Duration::from_secs(secs);
+    while !std::path::Path::new(go).exists() {
+        if Instant::now() > until {
+            return Err(format!("no {go} within {secs} s").into());
+        }
+        sleep(Duration::from_millis(100));
+    }
+    // Closing the ring revokes its exports at once: the fillers' revocations take the
+    // table (each waits for the killed node). Its regions go after, with the ring.
+    drop(fillers);
+    drop(held);
+    sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    ring.deregister(mr)?;
+    println!(
+        "crowd: {name} deregistered {:?} after {fill} revocations began (the table full)",
+        t.elapsed()
+    );
+    Ok(())
+}
+
+/// The importer of [`crowd`]: imports NAME, READs it, sets its done word, then READs
+/// until a READ fails, which must fail `BadDescriptor` (revoked here first), not on
+/// the wire.
+fn await_revoke(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> {
+    let gid = addr.to_ipv6_mapped().octets();
+    let v = retry(secs, &[Reason::Unreachable], || ring.connect(gid, 0))?;
+    let remote = retry(secs, &[Reason::Unreachable, Reason::NoSuchName], || {
+        ring.import_name(&v, name, LEN as u32)
+    })?;
+    let mut mine = ring.register(4096, MrAccess::LOCAL_WRITE)?;
+    mine.bytes_mut()[..8].copy_from_slice(&DONE.to_le_bytes());
+    let mut b = Batch::new();
+    b.write(&v, &mine, 0, &remote, DONE_WORD, 8)?;
+    for c in ring.run(b)? {
+        c?;
+    }
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut reads = 0u64;
+    loop {
+        let mut b = Batch::new();
+        b.read(&v, &mine, 0, &remote, PATTERN, 64)?;
+        match ring.run(b)?.remove(0) {
+            Ok(_) => reads += 1,
+            Err(e) if e.reason() == Some(Reason::BadDescriptor) => {
+                println!("await-revoke: after {reads} READs, {name} revoked here: BadDescriptor");
+                return Ok(());
+            }
+            Err(e) => return Err(format!("a READ of the revoked {name} failed otherwise: {e}").into()),
+        }
+        if Instant::now() > until {
+            return Err(format!("{name} still READ after {secs} s").into());
+        }
+        sleep(Duration::from_millis(20));
+    }
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE | probe ADDR NAME SECS";
+    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE | probe ADDR NAME SECS | crowd NAME FILL SECS GO | await-revoke ADDR NAME SECS";
     let mut ring = Builder::new(64).build(Device::open()?)?;
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["export", name, secs] => export(&mut ring, name, secs.parse()?),
         ["import", addr, name] => import(&mut ring, addr.parse()?, name),
         ["hammer", addr, name, role] => hammer(&mut ring, addr.parse()?, name, role),
         ["probe", addr, name, secs] => probe(&mut ring, addr.parse()?, name, secs.parse()?),
+        ["crowd", name, fill, secs, go] => crowd(&mut ring, name, fill.parse()?, secs.parse()?, go),
+        ["await-revoke", addr, name, secs] => await_revoke(&mut ring, addr.parse()?, name, secs.parse()?),
         _ => Err(usage.into()),
     }
 }

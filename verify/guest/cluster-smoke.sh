@@ -82,6 +82,16 @@
 #                                   segment, then knock on META's listener with crafted
 #                                   requests and the captured one replayed (cm-intruder):
 #                                   every one must be refused
+#   cluster-smoke.sh crowd IMPORTER BYSTANDER
+#                                   serve the MetaServer; publish kv and 16 more names;
+#                                   once IMPORTER imported kv and BYSTANDER has a set to
+#                                   this node, have BYSTANDER killed, close the 16 (their
+#                                   revocations fill the table, waiting for it) and
+#                                   deregister kv at once (remote_memory crowd)
+#   cluster-smoke.sh await-revoke META
+#                                   import META's kv; READ it until a READ fails: it must
+#                                   fail BadDescriptor (revoked here), never on the wire
+#   cluster-smoke.sh bystander META make a set to META's node; wait to be killed
 #   cluster-smoke.sh yank dial|mute ROLE
 #                                   mute: delete rxe0, so this host answers ARP but never
 #                                   the CM. dial: CONNECT to ROLE's node (a dial that gets
@@ -376,6 +386,40 @@ intruder)
   wait $cap || exit 1
   "$INTRUDER" knock "$meta" $CM_PORT "$TMPDIR/proof" || exit 1
   barrier "$meta" 7504 300 || exit 1
+  ;;
+crowd)
+  importer=$(addr_of "$2") || exit 1
+  bystander=$(addr_of "$3") || exit 1
+  reload meta_server="$KRCORE_ADDR" || exit 1
+  "$REMOTE_MEMORY" crowd kv 16 150 "$TMPDIR/go" >"$TMPDIR/crowd.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 1500); do
+    grep -q "imported" "$TMPDIR/crowd.out" && dmesg | grep -q "set to $bystander: up" && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "KRCORE-CLUSTER: kill $3"
+  sleep 2
+  touch "$TMPDIR/go"
+  rc=0; wait $pid || rc=$?
+  sed "s/^/$KRCORE_NODE: /" "$TMPDIR/crowd.out"
+  [ "$rc" = 0 ] || fail_with_state
+  echo "KRCORE-CLUSTER: boot $3"
+  sleep 3
+  unload
+  ;;
+await-revoke)
+  with_meta "$2" "$2"
+  "$REMOTE_MEMORY" await-revoke "$peer" kv 150 || fail_with_state
+  unload
+  ;;
+bystander)
+  # Booted again after the kill: nothing more to do.
+  [ "$KRCORE_BOOT" = 1 ] || exit 0
+  meta=$(addr_of "$2") || exit 1
+  reload meta_server="$meta" || exit 1
+  connect_until "$2" 1 || exit 1
+  sleep 600
   ;;
 yank)
   peer=$(addr_of "$3") || exit 1

@@ -121,6 +121,22 @@ impl Revocations {
         Progress::Pending
     }
 
+    /// Ends every revocation past the deadline at `now_ms` (room for new ones, whoever
+    /// began them): the QPs still silent (a bit each), which the caller fails, so that
+    /// nothing of theirs lands after, as [`Progress::TimedOut`] says.
+    pub fn expire(&mut self, now_ms: i64, deadline_ms: i64) -> u64 {
+        let mut silent = 0;
+        for e in self.revoking.iter_mut() {
+            if let Some(r) = *e {
+                if now_ms - r.since_ms > deadline_ms {
+                    silent |= r.awaiting;
+                    *e = None;
+                }
+            }
+        }
+        silent
+    }
+
     /// Set QP `slot` answered the revocation of `rkey`: whether that finished it.
     pub fn acked(&mut self, rkey: u32, slot: u32) -> bool {
         let Some(i) = self.find(rkey) else {
@@ -278,6 +294,23 @@ mod tests {
             r.acks.iter().all(Option::is_none),
             "its answers owed went with it"
         );
+    }
+
+    #[test]
+    fn a_full_table_makes_room_from_revocations_past_their_deadline() {
+        let mut r = Revocations::new();
+        for k in 0..MAX_REVOKING as u32 {
+            assert!(r.begin(k, 0b100, k as i64));
+        }
+        assert!(!r.begin(99, 0b1, 100));
+        assert_eq!(r.expire(5_000, 5_000), 0, "none past it yet");
+        // The first two are past it: their silent QP is named, their places free.
+        assert_eq!(r.expire(5_002, 5_000), 0b100);
+        assert!(r.begin(99, 0b1, 5_002));
+        assert!(r.begin(98, 0b1, 5_002));
+        assert!(!r.begin(97, 0b1, 5_002));
+        // Their own DEREG_MRs find them gone: the QPs that never answered are failed.
+        assert_eq!(r.progress(0, 5_003, 5_000), Progress::Done);
     }
 
     #[test]
