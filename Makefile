@@ -118,7 +118,12 @@ vm-test: kmod host
 # MetaServer apart); a receive waiting on b ends PeerGone at once when a's module
 # unloads (the CM's close, not a deadline); then a server on a that LISTENs and answers peers on b and c it
 # never connected to (each peer's message on its own accepted virtual QP), and the
-# same server in Python on 2 guests. Last, the
+# same server in Python on 2 guests. Then the cluster's trust: a third guest that is
+# not a member (no key) captures a member's proof from the segment and knocks on the
+# MetaServer node's listener with crafted requests and the replay, all refused and
+# counted; a DEREG_MR with the revocations' table full (16 waiting for a killed node)
+# still revokes its export at the importer first; and a device removed during a dial
+# to a host that never answers. Last, the
 # user-space verbs baseline across nodes (issue 12): 10
 # fresh processes each connect through rdma_cm, every stage timed, and READ a word.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
