@@ -137,9 +137,6 @@ enum Next<T> {
     Again,
     /// Register memory for the ring without the lock, then step again.
     Register(Registration),
-    /// An entry waits for another node (a connection set, the MetaServer), or network
-    /// work is due: do it (or wait for whoever does) without the lock, then step again.
-    Net,
 }
 
 /// How a wait (`DevCtx::until`) ended.
@@ -152,19 +149,12 @@ enum Ended<T> {
     TimedOut,
 }
 
-/// Work a submission leaves its caller to do without the ring's lock.
+/// Work a submission leaves: a registration its caller carries out without the ring's
+/// lock, or network work for the device's worker (an entry waits for another node: a
+/// connection set, the MetaServer; or network work is due), which no caller does.
 enum Work {
     Register(Registration),
     Net,
-}
-
-impl<T> From<Work> for Next<T> {
-    fn from(w: Work) -> Next<T> {
-        match w {
-            Work::Register(r) => Next::Register(r),
-            Work::Net => Next::Net,
-        }
-    }
 }
 
 /// The rings bound to a device, by slot (a leaf lock).
@@ -362,16 +352,33 @@ impl DevCtx {
         }
     }
 
-    /// Network work, with no lock held: a connection set a CONNECT asked for, and the
-    /// MetaServer's jobs. When there was none (another caller is doing it), waits a
-    /// moment for it.
-    fn net(&self) {
-        let dialed = self.dial();
-        let meta = self.meta_work();
-        if !dialed && !meta {
-            // SAFETY: plain sleep, no lock held.
-            unsafe { shim::krcore_shim_msleep(1) };
+    /// The device's network work, on the module's worker (cq_events.rs), never on a
+    /// caller's thread: the connection sets CONNECTs asked for, and the MetaServer's
+    /// jobs, whoever's they are; then every ring is woken, so entries that waited for
+    /// it are taken again (a waiter steps, an eventfd is told).
+    pub(crate) fn net_work(&self) {
+        // Bounded: what comes due meanwhile is another kick's.
+        for _ in 0..64 {
+            if self.dead.load(Ordering::Acquire) {
+                return;
+            }
+            let dialed = self.dial();
+            if !dialed && !self.meta_work() {
+                break;
+            }
         }
+        // Answers from other nodes (a revocation's) come through the CQ.
+        self.route();
+        let n = self.rings.lock().rings.len();
+        for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
+            r.ctx.lock().wake();
+        }
+    }
+
+    /// Queues the device's network work (see [`net_work`](Self::net_work)); under the
+    /// submitting ring's lock.
+    fn kick_net(&self) {
+        self.events.kick_net();
     }
 
     /// Runs the MetaServer's due jobs (meta.rs). Whether there were any.
@@ -546,8 +553,11 @@ impl DevCtx {
         let done = self.until(ring, deadline, |ctx| {
             let (n, work) = self.submit(ctx, args.to_submit - taken, caller)?;
             taken += n;
-            if let Some(w) = work {
-                return Ok(w.into());
+            match work {
+                Some(Work::Register(r)) => return Ok(Next::Register(r)),
+                // The worker does it; this caller waits for its CQEs as for any other.
+                Some(Work::Net) => self.kick_net(),
+                None => {}
             }
             Ok(
                 if !flags.contains(EnterFlags::GETEVENTS)
@@ -577,8 +587,10 @@ impl DevCtx {
         }
         op.popped = 0;
         let popped = self.until(ring, None, |ctx| {
-            if let (_, Some(w)) = self.submit(ctx, u32::MAX, caller)? {
-                return Ok(w.into());
+            match self.submit(ctx, u32::MAX, caller)? {
+                (_, Some(Work::Register(r))) => return Ok(Next::Register(r)),
+                (_, Some(Work::Net)) => self.kick_net(),
+                _ => {}
             }
             if !flags.contains(OneFlags::POP) {
                 return Ok(Next::Done(None));
@@ -638,16 +650,6 @@ impl DevCtx {
                 Next::Register(r) => {
                     drop(ctx);
                     self.register(ring, r);
-                    continue;
-                }
-                Next::Net => {
-                    drop(ctx);
-                    if kernel::current!().signal_pending() {
-                        return Ok(Ended::Interrupted);
-                    }
-                    self.net();
-                    // Answers from other nodes (a revocation's) come through the CQ.
-                    self.route();
                     continue;
                 }
                 Next::Again => {}
@@ -823,13 +825,20 @@ impl DevCtx {
     /// `NotOwner` (it has no user address space to pin from). A hostile SQ tail parks
     /// the ring (NEED_WAKEUP set) until the application repairs it and wakes the thread.
     pub(crate) fn poll_step(&self, ring: &RingCell) -> Option<bool> {
-        let (taken, work) = {
+        let taken = {
             let mut ctx = ring.ctx.lock();
             ring.absorb_mail(&mut ctx);
             let taken = self.submit(&mut ctx, u32::MAX, Caller::Other);
             ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
             match taken {
-                Ok(t) => t,
+                Ok((t, work)) => {
+                    // A CONNECT to a node with no set yet, or a MetaServer request: the
+                    // device's worker does the network work, not this ring's thread.
+                    if let Some(Work::Net) = work {
+                        self.kick_net();
+                    }
+                    t
+                }
                 Err(e) if e == EINVAL => {
                     ctx.engine().sq().park();
                     return None;
@@ -837,11 +846,6 @@ impl DevCtx {
                 Err(_) => return None,
             }
         };
-        // A CONNECT to a node with no set yet, or a MetaServer request: the polling
-        // thread does the network work (a kernel thread touches no user memory doing so).
-        if let Some(Work::Net) = work {
-            self.net();
-        }
         let routed = self.route();
         Some(taken > 0 || routed > 0)
     }

@@ -302,6 +302,9 @@ void krcore_shim_dealloc_pd(struct ib_pd *pd)
  */
 struct krcore_cqnotify {
 	struct work_struct work;
+	/* The device's network work (dials, MetaServer jobs): on the module's own worker,
+	 * never on a caller's thread. */
+	struct work_struct net;
 	void *ctx;
 };
 
@@ -310,6 +313,19 @@ static void krcore_cqnotify_work(struct work_struct *work)
 	struct krcore_cqnotify *n = container_of(work, struct krcore_cqnotify, work);
 
 	krcore_rs_dev_cq_event(READ_ONCE(n->ctx));
+}
+
+static void krcore_cqnotify_net(struct work_struct *work)
+{
+	struct krcore_cqnotify *n = container_of(work, struct krcore_cqnotify, net);
+
+	krcore_rs_dev_net(READ_ONCE(n->ctx));
+}
+
+void krcore_shim_net_kick(struct krcore_cqnotify *n)
+{
+	/* A dial may wait seconds: the long-running queue, not the CQ's. */
+	queue_work(system_long_wq, &n->net);
 }
 
 static void krcore_cq_comp(struct ib_cq *cq, void *cq_context)
@@ -323,8 +339,10 @@ struct krcore_cqnotify *krcore_shim_cqnotify_alloc(void)
 {
 	struct krcore_cqnotify *n = kzalloc(sizeof(*n), GFP_KERNEL);
 
-	if (n)
+	if (n) {
 		INIT_WORK(&n->work, krcore_cqnotify_work);
+		INIT_WORK(&n->net, krcore_cqnotify_net);
+	}
 	return n;
 }
 
@@ -337,6 +355,7 @@ void krcore_shim_cqnotify_set(struct krcore_cqnotify *n, void *ctx)
 void krcore_shim_cqnotify_free(struct krcore_cqnotify *n)
 {
 	cancel_work_sync(&n->work);
+	cancel_work_sync(&n->net);
 	kfree(n);
 }
 

@@ -13,6 +13,27 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// Bytes of a nonce (each side's).
+#define krcore_NONCE_LEN 16
+
+// Bytes of a tag: HMAC-SHA256 cut to 128 bits (as RFC 4868's HMAC-SHA-256-128).
+#define krcore_TAG_LEN 16
+
+// How long an issued challenge can be redeemed, ms.
+#define krcore_CHALLENGE_MS 5000
+
+// Challenges outstanding for one address at most.
+#define krcore_PER_SOURCE 4
+
+// Failed proofs one address may make in a burst before its proofs are refused unread.
+#define krcore_BURST 16
+
+// Failed proofs it may make per second after a burst.
+#define krcore_PER_SECOND 8
+
+// Addresses a gate keeps a limiter for.
+#define krcore_LIMITED_SOURCES 16
+
 // How long an adoption may take from the peer's first connection to its last, and how
 // long a yielded attempt waits for the peer's set, ms: past it, a CONNECT dials anew.
 #define krcore_ADOPT_MS 3000
