@@ -43,8 +43,8 @@ impl CqEvents {
         unsafe { shim::krcore_shim_cqnotify_set(self.raw(), ctx.cast_mut().cast()) }
     }
 
-    /// Queues the device's network work on the module's worker (once, however often
-    /// asked before it runs). Call under a ring's lock after the submission found the
+    /// Queues the device's network work on the module's workers (each once, however
+    /// often asked before it runs). Call under a ring's lock after the submission found the
     /// device alive: the removal marks it dead, then takes every ring's lock, before it
     /// stops this item, so no kick comes after [`stop`](Self::stop).
     pub(crate) fn kick_net(&self) {

@@ -150,11 +150,12 @@ enum Ended<T> {
 }
 
 /// Work a submission leaves: a registration its caller carries out without the ring's
-/// lock, or network work for the device's worker (an entry waits for another node: a
-/// connection set, the MetaServer; or network work is due), which no caller does.
+/// lock, or a wait for another node (a connection set, the MetaServer, a revocation's
+/// answers) or MetaServer work due, which the device's workers do if anyone can: no
+/// caller does network work.
 enum Work {
     Register(Registration),
-    Net,
+    Remote,
 }
 
 /// The rings bound to a device, by slot (a leaf lock).
@@ -352,11 +353,13 @@ impl DevCtx {
         }
     }
 
-    /// The device's network work, on the module's worker (cq_events.rs), never on a
-    /// caller's thread: the connection sets CONNECTs asked for, and the MetaServer's
-    /// jobs, whoever's they are; then every ring is woken, so entries that waited for
-    /// it are taken again (a waiter steps, an eventfd is told).
+    /// The device's network work, on one of the module's workers (cq_events.rs), never
+    /// on a caller's thread: the connection sets CONNECTs asked for, and the
+    /// MetaServer's jobs, whoever's they are (several workers at once, each taking the
+    /// next job). When it did any, every ring is woken, so entries that waited for it
+    /// are taken again (a waiter steps, an eventfd is told).
     pub(crate) fn net_work(&self) {
+        let mut did = false;
         // Bounded: what comes due meanwhile is another kick's.
         for _ in 0..64 {
             if self.dead.load(Ordering::Acquire) {
@@ -366,19 +369,25 @@ impl DevCtx {
             if !dialed && !self.meta_work() {
                 break;
             }
+            did = true;
         }
         // Answers from other nodes (a revocation's) come through the CQ.
-        self.route();
-        let n = self.rings.lock().rings.len();
-        for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
-            r.ctx.lock().wake();
+        if self.route() > 0 || did {
+            let n = self.rings.lock().rings.len();
+            for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
+                r.ctx.lock().wake();
+            }
         }
     }
 
-    /// Queues the device's network work (see [`net_work`](Self::net_work)); under the
-    /// submitting ring's lock.
+    /// Queues the device's network work (see [`net_work`](Self::net_work)) if a worker
+    /// has any to do: a dial asked for, or MetaServer work due (a wait for another
+    /// node's answer, a revocation's, needs none: its completion wakes the ring). Under
+    /// the submitting ring's lock.
     fn kick_net(&self) {
-        self.events.kick_net();
+        if self.shared.meta.due() || self.shared.members().g.peers.job_waiting() {
+            self.events.kick_net();
+        }
     }
 
     /// Runs the MetaServer's due jobs (meta.rs). Whether there were any.
@@ -555,8 +564,8 @@ impl DevCtx {
             taken += n;
             match work {
                 Some(Work::Register(r)) => return Ok(Next::Register(r)),
-                // The worker does it; this caller waits for its CQEs as for any other.
-                Some(Work::Net) => self.kick_net(),
+                // The workers do it; this caller waits for its CQEs as for any other.
+                Some(Work::Remote) => self.kick_net(),
                 None => {}
             }
             Ok(
@@ -589,7 +598,7 @@ impl DevCtx {
         let popped = self.until(ring, None, |ctx| {
             match self.submit(ctx, u32::MAX, caller)? {
                 (_, Some(Work::Register(r))) => return Ok(Next::Register(r)),
-                (_, Some(Work::Net)) => self.kick_net(),
+                (_, Some(Work::Remote)) => self.kick_net(),
                 _ => {}
             }
             if !flags.contains(OneFlags::POP) {
@@ -719,9 +728,9 @@ impl DevCtx {
             Ok(s) if s.stall == Some(Stall::Register) => {
                 Ok((s.taken, ring.claim_registration().map(Work::Register)))
             }
-            Ok(s) if s.stall == Some(Stall::Remote) => Ok((s.taken, Some(Work::Net))),
+            Ok(s) if s.stall == Some(Stall::Remote) => Ok((s.taken, Some(Work::Remote))),
             // A revoked export's names wait to be taken out of the MetaServer.
-            Ok(s) if self.shared.meta.due() => Ok((s.taken, Some(Work::Net))),
+            Ok(s) if self.shared.meta.due() => Ok((s.taken, Some(Work::Remote))),
             Ok(s) => Ok((s.taken, None)),
             Err(_) => Err(EINVAL),
         }
@@ -825,7 +834,7 @@ impl DevCtx {
     /// `NotOwner` (it has no user address space to pin from). A hostile SQ tail parks
     /// the ring (NEED_WAKEUP set) until the application repairs it and wakes the thread.
     pub(crate) fn poll_step(&self, ring: &RingCell) -> Option<bool> {
-        let taken = {
+        let (taken, remote) = {
             let mut ctx = ring.ctx.lock();
             ring.absorb_mail(&mut ctx);
             let taken = self.submit(&mut ctx, u32::MAX, Caller::Other);
@@ -833,11 +842,12 @@ impl DevCtx {
             match taken {
                 Ok((t, work)) => {
                     // A CONNECT to a node with no set yet, or a MetaServer request: the
-                    // device's worker does the network work, not this ring's thread.
-                    if let Some(Work::Net) = work {
+                    // device's workers do the network work, not this ring's thread.
+                    let remote = matches!(work, Some(Work::Remote));
+                    if remote {
                         self.kick_net();
                     }
-                    t
+                    (t, remote)
                 }
                 Err(e) if e == EINVAL => {
                     ctx.engine().sq().park();
@@ -847,6 +857,11 @@ impl DevCtx {
             }
         };
         let routed = self.route();
+        if remote && taken == 0 && routed == 0 {
+            // Its entry waits for another node: a moment, rather than spin on it.
+            // SAFETY: plain sleep, no lock held.
+            unsafe { shim::krcore_shim_msleep(1) };
+        }
         Some(taken > 0 || routed > 0)
     }
 
@@ -1203,9 +1218,13 @@ impl DevCtx {
         ring.touch();
         self.dirty.swap(true, Ordering::AcqRel);
         self.route();
-        // Its exports' names leave the MetaServer now (an MR still in flight is
-        // revoked when its ring is freed; the next network work takes those).
-        self.meta_work();
+        // Its exports' names leave the MetaServer now, by the device's workers (an MR
+        // still in flight is revoked when its ring is freed; the next network work
+        // takes those). Under its lock: see `CqEvents::kick_net`.
+        let _ctx = ring.ctx.lock();
+        if !self.dead.load(Ordering::Acquire) {
+            self.kick_net();
+        }
     }
 
     /// The device is going away: wait for registrations pinning without the lock (they
@@ -1270,6 +1289,12 @@ extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
     let dev = unsafe { &*ctx.cast::<DevCtx>() };
     if dev.shared.meta.check() {
         dev.meta_work();
+    }
+    // A closed ring's revocation that found no room tries again (room comes by the
+    // revocations' deadline, whoever's they are).
+    if dev.shared.revoke_waiting.swap(false, Ordering::AcqRel) {
+        dev.touch_closed_rings();
+        dev.route();
     }
 }
 

@@ -203,8 +203,9 @@ struct krcore_cqnotify;
 struct krcore_cqnotify *krcore_shim_cqnotify_alloc(void);
 void krcore_shim_cqnotify_set(struct krcore_cqnotify *n, void *ctx);
 void krcore_shim_cqnotify_free(struct krcore_cqnotify *n);
-/* Queues the device's network work (krcore_rs_dev_net) on the module's worker, once
- * however often it is asked before it runs; freed with the item. */
+/* Queues the device's network work (krcore_rs_dev_net) on the module's workers (a few
+ * items, each taking the next job), each once however often it is asked before it runs;
+ * freed with the item. */
 void krcore_shim_net_kick(struct krcore_cqnotify *n);
 struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe, struct krcore_cqnotify *n);
 void krcore_shim_free_cq(struct ib_cq *cq);
