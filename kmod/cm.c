@@ -127,6 +127,8 @@ struct krcore_cm_conn {
 	struct ib_pd *pd;
 	struct ib_cq *cq;
 	struct completion done;
+	/* Its teardown finished: its QP is gone from the CQ it was created on. */
+	struct completion torn;
 	int status;
 	/* The waiter gave up: the handler must not touch the id any more. */
 	bool abandoned;
@@ -354,6 +356,7 @@ static void krcore_cm_teardown(struct krcore_cm_conn *c)
 	krcore_cm_notices_down(c);
 	rdma_destroy_id(c->id);
 	c->id = NULL;
+	complete_all(&c->torn);
 }
 
 /* Puts `c` on the list unless its device is closing: then tears it down. */
@@ -554,6 +557,7 @@ static struct krcore_cm_conn *krcore_cm_conn_alloc(struct ib_device *dev, struct
 	INIT_WORK(&c->reap, krcore_cm_reap);
 	INIT_WORK(&c->close, krcore_cm_close_work);
 	init_completion(&c->done);
+	init_completion(&c->torn);
 	return c;
 }
 
@@ -631,8 +635,11 @@ static int krcore_cm_attempt(struct ib_device *dev, struct ib_pd *pd, struct ib_
 		ret = -ETIMEDOUT;
 	mutex_lock(&c->lock);
 	if (c->abandoned) {
-		/* Torn down by the device's removal, which let the list's reference go. */
+		/* Torn down by the device's removal, which let the list's reference go. Its
+		 * QP may still be going: the caller frees the CQ it was made on once we
+		 * return (meta.c's own), so wait for the end of the teardown. */
 		mutex_unlock(&c->lock);
+		wait_for_completion(&c->torn);
 		ret = -ENODEV;
 		goto put;
 	}
@@ -658,6 +665,9 @@ static int krcore_cm_attempt(struct ib_device *dev, struct ib_pd *pd, struct ib_
 	if (krcore_cm_unlist(c)) {
 		krcore_cm_teardown(c);
 		krcore_cm_put(c);
+	} else {
+		/* A removal took it off the list meanwhile: as above, its teardown first. */
+		wait_for_completion(&c->torn);
 	}
 put:
 	krcore_cm_put(c);
