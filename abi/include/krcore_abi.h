@@ -599,7 +599,9 @@ struct krcore_OneOp {
 
 // What one [`OneOp`] call does, in this order.
 typedef uint32_t krcore_OneFlags;
-// Submit [`OneOp::sqe`]. `EAGAIN` when the SQ is full (reap first).
+// Submit [`OneOp::sqe`]. `EAGAIN` when the SQ is full (reap first). An entry
+// that waits for another node (a first contact, the MetaServer) stays in the
+// SQ until a later call takes it (with `WAIT`, this one).
 #define krcore_OneFlags_PUSH (uint32_t)(1 << 0)
 // Return one completion in [`OneOp::cqe`] if there is one.
 #define krcore_OneFlags_POP (uint32_t)(1 << 1)
