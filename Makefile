@@ -148,9 +148,6 @@ TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role 
 CROWD_ROLES = --role "a:$(SMOKE) crowd b c" --role "b:$(SMOKE) await-revoke a" --role "c:$(SMOKE) bystander a"
 # a's rxe0 deleted 1.5 s into a dial to b, which answers ARP but never the CM.
 YANK_ROLES = --role "a:$(SMOKE) yank dial b" --role "b:$(SMOKE) yank mute a"
-# a's enters bounded at 100 ms while other rings' network work waits on b (mute, and
-# a's MetaServer).
-BOUNDED_ROLES = --role "a:$(SMOKE) bounded b" --role "b:$(SMOKE) yank mute a"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
@@ -169,7 +166,6 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 3 $(TRUST_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(CROWD_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(YANK_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(BOUNDED_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listener serve 2" --role "b:$(SMOKE) listener client a" --role "c:$(SMOKE) listener client a"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"
@@ -194,7 +190,6 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(LISTENER_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(VANISH_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(YANK_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(BOUNDED_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the
 # debug kernel; STRESS_SEED picks another random sequence.

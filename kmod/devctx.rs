@@ -137,6 +137,9 @@ enum Next<T> {
     Again,
     /// Register memory for the ring without the lock, then step again.
     Register(Registration),
+    /// An entry waits for another node (a connection set, the MetaServer), or network
+    /// work is due: do it (or wait for whoever does) without the lock, then step again.
+    Net,
 }
 
 /// How a wait (`DevCtx::until`) ended.
@@ -149,13 +152,19 @@ enum Ended<T> {
     TimedOut,
 }
 
-/// Work a submission leaves: a registration its caller carries out without the ring's
-/// lock, or a wait for another node (a connection set, the MetaServer, a revocation's
-/// answers) or MetaServer work due, which the device's workers do if anyone can: no
-/// caller does network work.
+/// Work a submission leaves its caller to do without the ring's lock.
 enum Work {
     Register(Registration),
-    Remote,
+    Net,
+}
+
+impl<T> From<Work> for Next<T> {
+    fn from(w: Work) -> Next<T> {
+        match w {
+            Work::Register(r) => Next::Register(r),
+            Work::Net => Next::Net,
+        }
+    }
 }
 
 /// The rings bound to a device, by slot (a leaf lock).
@@ -353,40 +362,15 @@ impl DevCtx {
         }
     }
 
-    /// The device's network work, on one of the module's workers (cq_events.rs), never
-    /// on a caller's thread: the connection sets CONNECTs asked for, and the
-    /// MetaServer's jobs, whoever's they are (several workers at once, each taking the
-    /// next job). When it did any, every ring is woken, so entries that waited for it
-    /// are taken again (a waiter steps, an eventfd is told).
-    pub(crate) fn net_work(&self) {
-        let mut did = false;
-        // Bounded: what comes due meanwhile is another kick's.
-        for _ in 0..64 {
-            if self.dead.load(Ordering::Acquire) {
-                return;
-            }
-            let dialed = self.dial();
-            if !dialed && !self.meta_work() {
-                break;
-            }
-            did = true;
-        }
-        // Answers from other nodes (a revocation's) come through the CQ.
-        if self.route() > 0 || did {
-            let n = self.rings.lock().rings.len();
-            for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
-                r.ctx.lock().wake();
-            }
-        }
-    }
-
-    /// Queues the device's network work (see [`net_work`](Self::net_work)) if a worker
-    /// has any to do: a dial asked for, or MetaServer work due (a wait for another
-    /// node's answer, a revocation's, needs none: its completion wakes the ring). Under
-    /// the submitting ring's lock.
-    fn kick_net(&self) {
-        if self.shared.meta.due() || self.shared.members().g.peers.job_waiting() {
-            self.events.kick_net();
+    /// Network work, with no lock held: a connection set a CONNECT asked for, and the
+    /// MetaServer's jobs. When there was none (another caller is doing it), waits a
+    /// moment for it.
+    fn net(&self) {
+        let dialed = self.dial();
+        let meta = self.meta_work();
+        if !dialed && !meta {
+            // SAFETY: plain sleep, no lock held.
+            unsafe { shim::krcore_shim_msleep(1) };
         }
     }
 
@@ -562,11 +546,8 @@ impl DevCtx {
         let done = self.until(ring, deadline, |ctx| {
             let (n, work) = self.submit(ctx, args.to_submit - taken, caller)?;
             taken += n;
-            match work {
-                Some(Work::Register(r)) => return Ok(Next::Register(r)),
-                // The workers do it; this caller waits for its CQEs as for any other.
-                Some(Work::Remote) => self.kick_net(),
-                None => {}
+            if let Some(w) = work {
+                return Ok(w.into());
             }
             Ok(
                 if !flags.contains(EnterFlags::GETEVENTS)
@@ -596,10 +577,8 @@ impl DevCtx {
         }
         op.popped = 0;
         let popped = self.until(ring, None, |ctx| {
-            match self.submit(ctx, u32::MAX, caller)? {
-                (_, Some(Work::Register(r))) => return Ok(Next::Register(r)),
-                (_, Some(Work::Remote)) => self.kick_net(),
-                _ => {}
+            if let (_, Some(w)) = self.submit(ctx, u32::MAX, caller)? {
+                return Ok(w.into());
             }
             if !flags.contains(OneFlags::POP) {
                 return Ok(Next::Done(None));
@@ -659,6 +638,16 @@ impl DevCtx {
                 Next::Register(r) => {
                     drop(ctx);
                     self.register(ring, r);
+                    continue;
+                }
+                Next::Net => {
+                    drop(ctx);
+                    if kernel::current!().signal_pending() {
+                        return Ok(Ended::Interrupted);
+                    }
+                    self.net();
+                    // Answers from other nodes (a revocation's) come through the CQ.
+                    self.route();
                     continue;
                 }
                 Next::Again => {}
@@ -728,9 +717,9 @@ impl DevCtx {
             Ok(s) if s.stall == Some(Stall::Register) => {
                 Ok((s.taken, ring.claim_registration().map(Work::Register)))
             }
-            Ok(s) if s.stall == Some(Stall::Remote) => Ok((s.taken, Some(Work::Remote))),
+            Ok(s) if s.stall == Some(Stall::Remote) => Ok((s.taken, Some(Work::Net))),
             // A revoked export's names wait to be taken out of the MetaServer.
-            Ok(s) if self.shared.meta.due() => Ok((s.taken, Some(Work::Remote))),
+            Ok(s) if self.shared.meta.due() => Ok((s.taken, Some(Work::Net))),
             Ok(s) => Ok((s.taken, None)),
             Err(_) => Err(EINVAL),
         }
@@ -834,21 +823,13 @@ impl DevCtx {
     /// `NotOwner` (it has no user address space to pin from). A hostile SQ tail parks
     /// the ring (NEED_WAKEUP set) until the application repairs it and wakes the thread.
     pub(crate) fn poll_step(&self, ring: &RingCell) -> Option<bool> {
-        let (taken, remote) = {
+        let (taken, work) = {
             let mut ctx = ring.ctx.lock();
             ring.absorb_mail(&mut ctx);
             let taken = self.submit(&mut ctx, u32::MAX, Caller::Other);
             ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
             match taken {
-                Ok((t, work)) => {
-                    // A CONNECT to a node with no set yet, or a MetaServer request: the
-                    // device's workers do the network work, not this ring's thread.
-                    let remote = matches!(work, Some(Work::Remote));
-                    if remote {
-                        self.kick_net();
-                    }
-                    (t, remote)
-                }
+                Ok(t) => t,
                 Err(e) if e == EINVAL => {
                     ctx.engine().sq().park();
                     return None;
@@ -856,12 +837,12 @@ impl DevCtx {
                 Err(_) => return None,
             }
         };
-        let routed = self.route();
-        if remote && taken == 0 && routed == 0 {
-            // Its entry waits for another node: a moment, rather than spin on it.
-            // SAFETY: plain sleep, no lock held.
-            unsafe { shim::krcore_shim_msleep(1) };
+        // A CONNECT to a node with no set yet, or a MetaServer request: the polling
+        // thread does the network work (a kernel thread touches no user memory doing so).
+        if let Some(Work::Net) = work {
+            self.net();
         }
+        let routed = self.route();
         Some(taken > 0 || routed > 0)
     }
 
@@ -1218,13 +1199,9 @@ impl DevCtx {
         ring.touch();
         self.dirty.swap(true, Ordering::AcqRel);
         self.route();
-        // Its exports' names leave the MetaServer now, by the device's workers (an MR
-        // still in flight is revoked when its ring is freed; the next network work
-        // takes those). Under its lock: see `CqEvents::kick_net`.
-        let _ctx = ring.ctx.lock();
-        if !self.dead.load(Ordering::Acquire) {
-            self.kick_net();
-        }
+        // Its exports' names leave the MetaServer now (an MR still in flight is
+        // revoked when its ring is freed; the next network work takes those).
+        self.meta_work();
     }
 
     /// The device is going away: wait for registrations pinning without the lock (they
@@ -1289,12 +1266,6 @@ extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
     let dev = unsafe { &*ctx.cast::<DevCtx>() };
     if dev.shared.meta.check() {
         dev.meta_work();
-    }
-    // A closed ring's revocation that found no room tries again (room comes by the
-    // revocations' deadline, whoever's they are).
-    if dev.shared.revoke_waiting.swap(false, Ordering::AcqRel) {
-        dev.touch_closed_rings();
-        dev.route();
     }
 }
 

@@ -80,8 +80,6 @@ void krcore_rs_dev_tick(void *ctx);
 /* The device's CQ had an event: poll, route, wake (work context; ctx is the device
  * context, or NULL before it is set). */
 void krcore_rs_dev_cq_event(void *ctx);
-/* The device's network work, on the module's worker (ctx is the device context). */
-void krcore_rs_dev_net(void *ctx);
 
 /* ---- Implemented in C (shim.c) ---- */
 
@@ -203,10 +201,6 @@ struct krcore_cqnotify;
 struct krcore_cqnotify *krcore_shim_cqnotify_alloc(void);
 void krcore_shim_cqnotify_set(struct krcore_cqnotify *n, void *ctx);
 void krcore_shim_cqnotify_free(struct krcore_cqnotify *n);
-/* Queues the device's network work (krcore_rs_dev_net) on the module's workers (a few
- * items, each taking the next job), each once however often it is asked before it runs;
- * freed with the item. */
-void krcore_shim_net_kick(struct krcore_cqnotify *n);
 struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe, struct krcore_cqnotify *n);
 void krcore_shim_free_cq(struct ib_cq *cq);
 /* Arms the CQ for one event; > 0 when completions may have been missed: poll again. */

@@ -92,10 +92,6 @@
 #                                   import META's kv; READ it until a READ fails: it must
 #                                   fail BadDescriptor (revoked here), never on the wire
 #   cluster-smoke.sh bystander META make a set to META's node; wait to be killed
-#   cluster-smoke.sh bounded ROLE   reload with ROLE's node (muted: yank mute) as the
-#                                   MetaServer; while other rings' PUBLISH and CONNECT wait
-#                                   on it, this user's enters bounded at 100 ms (NOPs, a
-#                                   CONNECT to it) return within the bound (net-bound)
 #   cluster-smoke.sh yank dial|mute ROLE
 #                                   mute: delete rxe0, so this host answers ARP but never
 #                                   the CM. dial: CONNECT to ROLE's node (a dial that gets
@@ -145,7 +141,6 @@ REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
 ELASTIC_WORKER=$(dirname "$0")/../../target/release/examples/elastic_worker
 KRCORE_TOOL=$(dirname "$0")/../../target/release/krcore
 INTRUDER=$(dirname "$0")/../../target/release/cm-intruder
-NET_BOUND=$(dirname "$0")/../../target/release/net-bound
 CM_PORT=7471
 # The test bed's cluster key (a test's, known to all: a real cluster makes its own with
 # `openssl rand -hex 32`). Without one a module joins no cluster.
@@ -425,14 +420,6 @@ bystander)
   reload meta_server="$meta" || exit 1
   connect_until "$2" 1 || exit 1
   sleep 600
-  ;;
-bounded)
-  peer=$(addr_of "$2") || exit 1
-  barrier "$peer" 7505 || exit 1
-  reload meta_server="$peer" || exit 1
-  "$NET_BOUND" "$peer" || exit 1
-  barrier "$peer" 7506 || exit 1
-  unload
   ;;
 yank)
   peer=$(addr_of "$3") || exit 1

@@ -51,9 +51,8 @@ pub enum Stall {
     Register,
     /// An entry waits for another node: a CONNECT for the node's connection set (the
     /// membership said `EINPROGRESS`), a PUBLISH or IMPORT_NAME for the MetaServer (the
-    /// answer was `Pending`), a DEREG_MR for a revocation's answers. The device's own
-    /// workers do the network work (never the caller); the caller waits for its CQEs
-    /// as for any other, or returns, and submits again. The entry stays in the SQ.
+    /// answer was `Pending`). The caller does that network work, or waits for whoever
+    /// does, outside its locks, then submits again. The entry stays in the SQ.
     Remote,
 }
 
