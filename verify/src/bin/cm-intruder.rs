@@ -94,6 +94,18 @@ fn knocks(addr: Ipv4Addr, port: u16, replay: Option<String>) -> Result<()> {
     Ok(())
 }
 
+/// Sets socket option `name` of `level` on `fd` to `value`.
+fn setsockopt<T>(fd: i32, level: i32, name: i32, value: &T) -> std::io::Result<()> {
+    // SAFETY: `value` is a live `T` of the size given.
+    let r = unsafe {
+        libc::setsockopt(fd, level, name, (value as *const T).cast(), std::mem::size_of::<T>() as u32)
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The first member's PROVE hello in the frames seen on eth0 within `secs`.
 fn capture(file: &str, secs: u64) -> Result<()> {
     // SAFETY: plain socket call; the fd is closed at exit.
@@ -108,30 +120,11 @@ fn capture(file: &str, secs: u64) -> Result<()> {
     let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
     mr.mr_ifindex = ifindex as i32;
     mr.mr_type = libc::PACKET_MR_PROMISC as u16;
-    // SAFETY: `mr` is a packet_mreq of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_PACKET,
-            libc::PACKET_ADD_MEMBERSHIP,
-            (&mr as *const libc::packet_mreq).cast(),
-            std::mem::size_of::<libc::packet_mreq>() as u32,
-        )
-    };
-    if r != 0 {
-        return Err(format!("promiscuous eth0: {}", std::io::Error::last_os_error()).into());
-    }
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
+        .map_err(|e| format!("promiscuous eth0: {e}"))?;
     let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
-    // SAFETY: `tv` is a timeval.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as u32,
-        )
-    };
+    // A receive that ends without a frame only checks the clock again.
+    let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv);
     let until = Instant::now() + Duration::from_secs(secs);
     let mut frame = vec![0u8; 2048];
     let mut frames = 0u64;
