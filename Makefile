@@ -82,13 +82,17 @@ loom:
 
 # cargo fuzz needs nightly-only flags (-Zsanitizer); RUSTC_BOOTSTRAP lets the machine's
 # stable toolchain accept them, as no other toolchain can be installed here.
+# Targets: engine (what applications submit) and wire (what other nodes send).
+FUZZ_TARGETS = engine wire
 fuzz: deps
-	@echo "[test] fuzzing the engine for $(FUZZ_SECONDS) s (libFuzzer + ASan)"
 	@mkdir -p $(CURDIR)/target
-	@cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run engine --release -- \
-		-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 >$(CURDIR)/target/fuzz.log 2>&1 \
-		|| { tail -60 $(CURDIR)/target/fuzz.log; echo "[test] fuzzing found a failure (artifact in fuzz/artifacts/)"; exit 1; }
-	@grep -E "^Done [0-9]+ runs" $(CURDIR)/target/fuzz.log | sed 's/^/[fuzz] /'
+	@for t in $(FUZZ_TARGETS); do \
+		echo "[test] fuzzing $$t for $(FUZZ_SECONDS) s (libFuzzer + ASan)"; \
+		(cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t --release -- \
+			-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 >$(CURDIR)/target/fuzz-$$t.log 2>&1) \
+			|| { tail -60 $(CURDIR)/target/fuzz-$$t.log; echo "[test] fuzzing $$t found a failure (artifact in fuzz/artifacts/$$t/)"; exit 1; }; \
+		grep -E "^Done [0-9]+ runs" $(CURDIR)/target/fuzz-$$t.log | sed "s/^/[fuzz $$t] /"; \
+	done
 
 vm-test: kmod host
 	@echo "[test] integration suite in the VM (TCG unless KVM is usable)"
@@ -139,6 +143,9 @@ LISTENER_ROLES = --role "a:$(SMOKE) listener serve 1" --role "b:$(SMOKE) listene
 # rdma_cm's handler mutex, then b unloads: lockdep saw a cycle there when the device's
 # removal ran under the registry's lock.
 MESSAGE_ROLES_LATE = --role "a:sleep 10; $(SMOKE) messages b recv 64 a" --role "b:$(SMOKE) messages a send 64 a"
+# Every notice each kernel receives taken twice, then cut short (test_notice_echo).
+ECHO = KRCORE_TEST_ARGS=test_notice_echo=1
+ECHO_ROLES = --role "a:$(ECHO) $(SMOKE) messages b recv 64" --role "b:$(ECHO) $(SMOKE) messages a send 64"
 VANISH_ROLES = --role "a:$(SMOKE) vanish leave b" --role "b:$(SMOKE) vanish stay a"
 # A host that is not a member (c, no key) captures b's proof from the segment and knocks
 # on a's listener with crafted requests and the replay: all refused, counted on a.
@@ -148,6 +155,9 @@ TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role 
 CROWD_ROLES = --role "a:$(SMOKE) crowd b c" --role "b:$(SMOKE) await-revoke a" --role "c:$(SMOKE) bystander a"
 # a's rxe0 deleted 1.5 s into a dial to b, which answers ARP but never the CM.
 YANK_ROLES = --role "a:$(SMOKE) yank dial b" --role "b:$(SMOKE) yank mute a"
+# a's enters bounded at 100 ms (NOPs, a CONNECT to c) while other rings' network work
+# waits on b (mute, and a's MetaServer) and on addresses nobody holds.
+BOUNDED_ROLES = --role "a:$(SMOKE) bounded b c" --role "b:$(SMOKE) yank mute a" --role "c:$(SMOKE) live a"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
@@ -162,10 +172,12 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000"
 	@$(VM) --timeout 300 --nodes 2 $(MUTUAL_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
+	@$(VM) --timeout 300 --nodes 2 $(ECHO_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(VANISH_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(TRUST_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(CROWD_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(YANK_ROLES)
+	@$(VM) --timeout 300 --nodes 3 $(BOUNDED_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listener serve 2" --role "b:$(SMOKE) listener client a" --role "c:$(SMOKE) listener client a"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"
@@ -190,6 +202,10 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(LISTENER_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(VANISH_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(YANK_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 2 $(ECHO_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 3 $(BOUNDED_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 3 $(TRUST_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 3 $(CROWD_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the
 # debug kernel; STRESS_SEED picks another random sequence.

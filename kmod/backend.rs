@@ -368,6 +368,7 @@ fn to_c(wr: &SendWr, out: &mut [SendWrC]) -> usize {
             remote_addr,
             rkey,
             to,
+            seq,
             imm,
         } => {
             // The bytes, unsignaled (RC completes them with the notice after them),
@@ -383,6 +384,7 @@ fn to_c(wr: &SendWr, out: &mut [SendWrC]) -> usize {
             };
             let n = Notice::Data {
                 to,
+                seq,
                 len: wr.local.len,
                 imm,
             };

@@ -50,6 +50,16 @@ static uint cm_dial_delay_ms;
 module_param(cm_dial_delay_ms, uint, 0444);
 MODULE_PARM_DESC(cm_dial_delay_ms, "Test: hold each connection set's dial this long, ms (default 0)");
 
+static bool test_notice_echo;
+module_param(test_notice_echo, bool, 0444);
+MODULE_PARM_DESC(test_notice_echo,
+		 "Test: take every peer notice three times: whole, whole again, cut short (a peer's duplicates and short SENDs; default off)");
+
+bool krcore_shim_test_notice_echo(void)
+{
+	return test_notice_echo;
+}
+
 u32 krcore_shim_cm_dial_delay_ms(void)
 {
 	return cm_dial_delay_ms;
@@ -653,9 +663,9 @@ static int krcore_cm_attempt(struct ib_device *dev, struct ib_pd *pd, struct ib_
 	if (!ret) {
 		*qp = c->id->qp;
 		*qpn = c->id->qp->qp_num;
-		/* Under the mutex, as every post: a teardown marks it abandoned first. */
-		if (c->kind == KRCORE_CM_PEER)
-			ret = krcore_cm_notices_up(c);
+		/* A set's notice receives are posted once the set installed it
+		 * (krcore_cm_notices_start): a notice the listener sends meanwhile waits on
+		 * the wire (RNR), never landing in a CQ before its QP is known there. */
 	}
 	mutex_unlock(&c->lock);
 	if (!ret) {
@@ -745,6 +755,15 @@ bool krcore_cm_own(struct krcore_cm_conn *c)
 	if (ok && krcore_cm_notices_up(c))
 		WRITE_ONCE(c->broken, true);
 	return ok;
+}
+
+void krcore_cm_notices_start(struct krcore_cm_conn *c)
+{
+	/* Under the mutex, as every post: a teardown marks it abandoned first. */
+	mutex_lock(&c->lock);
+	if (!c->abandoned && !c->notices && krcore_cm_notices_up(c))
+		WRITE_ONCE(c->broken, true);
+	mutex_unlock(&c->lock);
 }
 
 int krcore_cm_drain(struct krcore_cm_conn *c, u64 send_id, u64 recv_id)

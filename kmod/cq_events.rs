@@ -2,7 +2,8 @@
 //! The device CQ's completion events. The CQ is armed only while a process sleeps
 //! waiting for completions (devctx's `until`); its event queues a work item, which polls
 //! the CQ, routes what it finds, wakes the rings that gained completions, and arms the
-//! CQ again while anyone still sleeps.
+//! CQ again while anyone still sleeps. The same item carries the device's network work
+//! (dials, MetaServer jobs), which submissions queue and never run themselves.
 
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -42,6 +43,18 @@ impl CqEvents {
         unsafe { shim::krcore_shim_cqnotify_set(self.raw(), ctx.cast_mut().cast()) }
     }
 
+    /// Queues the device's network work on the module's workers (each once, however
+    /// often asked before it runs). Call under a ring's lock after the submission found the
+    /// device alive: the removal marks it dead, then takes every ring's lock, before it
+    /// stops this item, so no kick comes after [`stop`](Self::stop).
+    pub(crate) fn kick_net(&self) {
+        let n = self.raw();
+        if !n.is_null() {
+            // SAFETY: live (invariant; not stopped yet, see above).
+            unsafe { shim::krcore_shim_net_kick(n) }
+        }
+    }
+
     /// Waits for a running event work and frees the item. Call after the CQ is
     /// destroyed (no event can queue it again) and with no lock held (the work takes
     /// the device lock). Idempotent.
@@ -60,6 +73,18 @@ impl Drop for CqEvents {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The network work of a device context (dials and MetaServer jobs).
+#[no_mangle]
+extern "C" fn krcore_rs_dev_net(ctx: *mut core::ffi::c_void) {
+    if ctx.is_null() {
+        return;
+    }
+    // SAFETY: as for the CQ event below: the removal stops the item (waiting for a
+    // running one) before the registry drops the context.
+    let dev = unsafe { &*ctx.cast::<DevCtx>() };
+    dev.net_work();
 }
 
 /// The CQ event work of a device context.

@@ -137,9 +137,6 @@ enum Next<T> {
     Again,
     /// Register memory for the ring without the lock, then step again.
     Register(Registration),
-    /// An entry waits for another node (a connection set, the MetaServer), or network
-    /// work is due: do it (or wait for whoever does) without the lock, then step again.
-    Net,
 }
 
 /// How a wait (`DevCtx::until`) ended.
@@ -152,19 +149,13 @@ enum Ended<T> {
     TimedOut,
 }
 
-/// Work a submission leaves its caller to do without the ring's lock.
+/// Work a submission leaves: a registration its caller carries out without the ring's
+/// lock, or a wait for another node (a connection set, the MetaServer, a revocation's
+/// answers) or MetaServer work due, which the device's workers do if anyone can: no
+/// caller does network work.
 enum Work {
     Register(Registration),
-    Net,
-}
-
-impl<T> From<Work> for Next<T> {
-    fn from(w: Work) -> Next<T> {
-        match w {
-            Work::Register(r) => Next::Register(r),
-            Work::Net => Next::Net,
-        }
-    }
+    Remote,
 }
 
 /// The rings bound to a device, by slot (a leaf lock).
@@ -189,6 +180,11 @@ pub(crate) struct DevCtx {
     /// A ring may have completions in its inbox, or closed. Set by a swap, as verify's
     /// loom model of this routing sets it (see its device.rs).
     dirty: AtomicBool,
+    /// Arming the CQ found completions that routing left there, because the busy hint
+    /// said there were none (a closed connection's flushed receives): the next route
+    /// polls the CQ whatever the hint says. Without it the arm would find them again,
+    /// and a waiter would go round arming and never sleep.
+    unpolled: AtomicBool,
     /// Processes asleep waiting for completions: while any is, the CQ stays armed.
     sleepers: AtomicU32,
     /// Rings with an eventfd registered: while any has one, the CQ stays armed too, so
@@ -280,6 +276,7 @@ impl DevCtx {
                 ),
                 arm <- new_mutex!(CqArm(cq_ptr), "krcore_cq_arm"),
                 dirty: AtomicBool::new(false),
+                unpolled: AtomicBool::new(false),
                 sleepers: AtomicU32::new(0),
                 listeners: AtomicU32::new(0),
                 retired <- new_mutex!(Counters::ZERO, "krcore_retired"),
@@ -307,10 +304,20 @@ impl DevCtx {
             self.route();
             let armed_for = self.sleepers.load(Ordering::Acquire)
                 + self.listeners.load(Ordering::Acquire);
-            if armed_for == 0 || !self.arm.lock().arm() {
+            if armed_for == 0 || !self.arm_cq() {
                 return;
             }
         }
+    }
+
+    /// Arms the CQ for its next event; `true` when it holds completions already (route
+    /// again, now polling it, rather than wait).
+    fn arm_cq(&self) -> bool {
+        let missed = self.arm.lock().arm();
+        if missed {
+            self.unpolled.store(true, Ordering::Release);
+        }
+        missed
     }
 
     /// Builds the QP pool if the device can have one now (the prewarm work item), then
@@ -362,15 +369,40 @@ impl DevCtx {
         }
     }
 
-    /// Network work, with no lock held: a connection set a CONNECT asked for, and the
-    /// MetaServer's jobs. When there was none (another caller is doing it), waits a
-    /// moment for it.
-    fn net(&self) {
-        let dialed = self.dial();
-        let meta = self.meta_work();
-        if !dialed && !meta {
-            // SAFETY: plain sleep, no lock held.
-            unsafe { shim::krcore_shim_msleep(1) };
+    /// The device's network work, on one of the module's workers (cq_events.rs), never
+    /// on a caller's thread: the connection sets CONNECTs asked for, and the
+    /// MetaServer's jobs, whoever's they are (several workers at once, each taking the
+    /// next job). When it did any, every ring is woken, so entries that waited for it
+    /// are taken again (a waiter steps, an eventfd is told).
+    pub(crate) fn net_work(&self) {
+        let mut did = false;
+        // Bounded: what comes due meanwhile is another kick's.
+        for _ in 0..64 {
+            if self.dead.load(Ordering::Acquire) {
+                return;
+            }
+            let dialed = self.dial();
+            if !dialed && !self.meta_work() {
+                break;
+            }
+            did = true;
+        }
+        // Answers from other nodes (a revocation's) come through the CQ.
+        if self.route() > 0 || did {
+            let n = self.rings.lock().rings.len();
+            for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
+                r.ctx.lock().wake();
+            }
+        }
+    }
+
+    /// Queues the device's network work (see [`net_work`](Self::net_work)) if a worker
+    /// has any to do: a dial asked for, or MetaServer work due (a wait for another
+    /// node's answer, a revocation's, needs none: its completion wakes the ring). Under
+    /// the submitting ring's lock.
+    fn kick_net(&self) {
+        if self.shared.meta.due() || self.shared.members().g.peers.job_waiting() {
+            self.events.kick_net();
         }
     }
 
@@ -546,8 +578,11 @@ impl DevCtx {
         let done = self.until(ring, deadline, |ctx| {
             let (n, work) = self.submit(ctx, args.to_submit - taken, caller)?;
             taken += n;
-            if let Some(w) = work {
-                return Ok(w.into());
+            match work {
+                Some(Work::Register(r)) => return Ok(Next::Register(r)),
+                // The workers do it; this caller waits for its CQEs as for any other.
+                Some(Work::Remote) => self.kick_net(),
+                None => {}
             }
             Ok(
                 if !flags.contains(EnterFlags::GETEVENTS)
@@ -577,8 +612,10 @@ impl DevCtx {
         }
         op.popped = 0;
         let popped = self.until(ring, None, |ctx| {
-            if let (_, Some(w)) = self.submit(ctx, u32::MAX, caller)? {
-                return Ok(w.into());
+            match self.submit(ctx, u32::MAX, caller)? {
+                (_, Some(Work::Register(r))) => return Ok(Next::Register(r)),
+                (_, Some(Work::Remote)) => self.kick_net(),
+                _ => {}
             }
             if !flags.contains(OneFlags::POP) {
                 return Ok(Next::Done(None));
@@ -640,16 +677,6 @@ impl DevCtx {
                     self.register(ring, r);
                     continue;
                 }
-                Next::Net => {
-                    drop(ctx);
-                    if kernel::current!().signal_pending() {
-                        return Ok(Ended::Interrupted);
-                    }
-                    self.net();
-                    // Answers from other nodes (a revocation's) come through the CQ.
-                    self.route();
-                    continue;
-                }
                 Next::Again => {}
             }
             if !routed {
@@ -683,12 +710,17 @@ impl DevCtx {
             // (then poll again at once).
             let wq = ctx.waitq();
             let seen = wq.generation();
-            let missed = self.arm.lock().arm();
+            let missed = self.arm_cq();
             self.sleepers.fetch_add(1, Ordering::AcqRel);
             drop(ctx);
             if !missed {
                 // A signal shows in the next round.
                 let _ = wq.sleep(seen, timeout_us);
+            } else {
+                // The next round polls what the arm found; a scheduling point meanwhile,
+                // so a waiter never keeps the CPU from whoever does the work it waits on.
+                // SAFETY: plain scheduling point, no locks held.
+                unsafe { shim::krcore_shim_cond_resched() };
             }
             self.sleepers.fetch_sub(1, Ordering::AcqRel);
         }
@@ -717,9 +749,9 @@ impl DevCtx {
             Ok(s) if s.stall == Some(Stall::Register) => {
                 Ok((s.taken, ring.claim_registration().map(Work::Register)))
             }
-            Ok(s) if s.stall == Some(Stall::Remote) => Ok((s.taken, Some(Work::Net))),
+            Ok(s) if s.stall == Some(Stall::Remote) => Ok((s.taken, Some(Work::Remote))),
             // A revoked export's names wait to be taken out of the MetaServer.
-            Ok(s) if self.shared.meta.due() => Ok((s.taken, Some(Work::Net))),
+            Ok(s) if self.shared.meta.due() => Ok((s.taken, Some(Work::Remote))),
             Ok(s) => Ok((s.taken, None)),
             Err(_) => Err(EINVAL),
         }
@@ -823,13 +855,21 @@ impl DevCtx {
     /// `NotOwner` (it has no user address space to pin from). A hostile SQ tail parks
     /// the ring (NEED_WAKEUP set) until the application repairs it and wakes the thread.
     pub(crate) fn poll_step(&self, ring: &RingCell) -> Option<bool> {
-        let (taken, work) = {
+        let (taken, remote) = {
             let mut ctx = ring.ctx.lock();
             ring.absorb_mail(&mut ctx);
             let taken = self.submit(&mut ctx, u32::MAX, Caller::Other);
             ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
             match taken {
-                Ok(t) => t,
+                Ok((t, work)) => {
+                    // A CONNECT to a node with no set yet, or a MetaServer request: the
+                    // device's workers do the network work, not this ring's thread.
+                    let remote = matches!(work, Some(Work::Remote));
+                    if remote {
+                        self.kick_net();
+                    }
+                    (t, remote)
+                }
                 Err(e) if e == EINVAL => {
                     ctx.engine().sq().park();
                     return None;
@@ -837,12 +877,12 @@ impl DevCtx {
                 Err(_) => return None,
             }
         };
-        // A CONNECT to a node with no set yet, or a MetaServer request: the polling
-        // thread does the network work (a kernel thread touches no user memory doing so).
-        if let Some(Work::Net) = work {
-            self.net();
-        }
         let routed = self.route();
+        if remote && taken == 0 && routed == 0 {
+            // Its entry waits for another node: a moment, rather than spin on it.
+            // SAFETY: plain sleep, no lock held.
+            unsafe { shim::krcore_shim_msleep(1) };
+        }
         Some(taken > 0 || routed > 0)
     }
 
@@ -862,7 +902,8 @@ impl DevCtx {
     /// ring is marked (NOP and control traffic never take the CQ's lock). Returns the
     /// completions polled.
     fn route(&self) -> usize {
-        if !self.shared.busy() && !self.dirty.load(Ordering::Acquire) {
+        let unpolled = self.unpolled.load(Ordering::Acquire);
+        if !self.shared.busy() && !self.dirty.load(Ordering::Acquire) && !unpolled {
             return 0;
         }
         let mut cq = self.cq.lock();
@@ -870,7 +911,8 @@ impl DevCtx {
         if self.dead.load(Ordering::SeqCst) {
             return 0;
         }
-        let polled = if self.shared.busy() {
+        let forced = self.unpolled.swap(false, Ordering::AcqRel);
+        let polled = if self.shared.busy() || forced {
             let polled = self.drain(&mut cq);
             self.recover();
             polled
@@ -1059,17 +1101,28 @@ impl DevCtx {
             }
             end.gid
         };
+        self.take_notice(&gid, qp, &b, byte_len);
+        // SAFETY: reads a module parameter.
+        if unsafe { shim::krcore_shim_test_notice_echo() } {
+            // Test only: as if the peer had sent it twice, then a short SEND.
+            self.take_notice(&gid, qp, &b, byte_len);
+            self.take_notice(&gid, qp, &b, byte_len / 2);
+        }
+    }
+
+    /// The peer kernel at `gid` sent `byte_len` bytes of `b` on set QP `qp`: a notice for
+    /// its links shard, or about an export.
+    fn take_notice(&self, gid: &[u8; 16], qp: u32, b: &[u8; NOTICE_LEN], byte_len: u32) {
         // A short or malformed notice is dropped and counted (a peer of another
         // version, a bug, or a hostile kernel).
-        let Ok(n) = Notice::received(&b, byte_len) else {
+        let Ok(n) = Notice::received(b, byte_len) else {
             self.bad_notices.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        match (n, n.shard(&gid, self.shared.shards())) {
-            (_, Some(k)) if k < self.shared.shards() => {
-                self.shared.shard(k).on_notice(&gid, qp, n, &self.shared)
-            }
-            (Notice::Revoke { rkey }, _) => self.revoked_far(&gid, qp, rkey),
+        match (n, n.shard(gid, self.shared.shards())) {
+            // abi's shard is one of ours (a made-up id names none).
+            (_, Some(k)) => self.shared.shard(k).on_notice(gid, qp, n, &self.shared),
+            (Notice::Revoke { rkey }, _) => self.revoked_far(gid, qp, rkey),
             (Notice::RevokeAck { rkey }, _) => {
                 if self.shared.revocations.lock().acked(rkey, qp) {
                     self.touch_closed_rings();
@@ -1199,9 +1252,13 @@ impl DevCtx {
         ring.touch();
         self.dirty.swap(true, Ordering::AcqRel);
         self.route();
-        // Its exports' names leave the MetaServer now (an MR still in flight is
-        // revoked when its ring is freed; the next network work takes those).
-        self.meta_work();
+        // Its exports' names leave the MetaServer now, by the device's workers (an MR
+        // still in flight is revoked when its ring is freed; the next network work
+        // takes those). Under its lock: see `CqEvents::kick_net`.
+        let _ctx = ring.ctx.lock();
+        if !self.dead.load(Ordering::Acquire) {
+            self.kick_net();
+        }
     }
 
     /// The device is going away: wait for registrations pinning without the lock (they
@@ -1266,6 +1323,12 @@ extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
     let dev = unsafe { &*ctx.cast::<DevCtx>() };
     if dev.shared.meta.check() {
         dev.meta_work();
+    }
+    // A closed ring's revocation that found no room tries again (room comes by the
+    // revocations' deadline, whoever's they are).
+    if dev.shared.revoke_waiting.swap(false, Ordering::AcqRel) {
+        dev.touch_closed_rings();
+        dev.route();
     }
 }
 

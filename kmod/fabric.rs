@@ -78,6 +78,9 @@ pub(crate) struct Shared {
     pub(crate) revocations: Pin<KBox<Mutex<Revocations>>>,
     /// Set QP slots with a live connection, a bit each (whom a revocation asks).
     far_live: AtomicU64,
+    /// A revocation found the table full (its DEREG_MR or ring close waits for room):
+    /// the device's tick marks closed rings so theirs are tried again.
+    pub(crate) revoke_waiting: AtomicBool,
     /// Set connections closed and being drained before their QPs go (a leaf).
     pub(crate) drains: Pin<KBox<Mutex<Drains>>>,
 }
@@ -209,6 +212,7 @@ impl Shared {
                 GFP_KERNEL,
             )?,
             far_live: AtomicU64::new(0),
+            revoke_waiting: AtomicBool::new(false),
             drains: KBox::pin_init(new_mutex!(Drains::new(), "krcore_drains"), GFP_KERNEL)?,
         })
     }
@@ -287,6 +291,10 @@ impl Shared {
         let QpCell { acct, post } = &mut *c;
         self.busy_qps.section(acct, post, |q, _| q.lost(closed));
     }
+
+    /// Every QP slot fits a bit of the revocations' masks (a notice for a slot past them
+    /// could never be marked as having no room).
+    const _SLOTS_FIT: () = assert!(crate::backend::QPS <= 64);
 
     /// Fails the set QPs `slots` (a bit each) that never answered a revocation by its
     /// deadline: nothing of theirs lands after.
@@ -558,6 +566,7 @@ impl Fabric<KStore> for Shared {
                     let silent = r.expire(now, crate::devctx::deadline_ms());
                     if !r.begin(rkey, live, now) {
                         drop(r);
+                        self.revoke_waiting.store(true, Ordering::Release);
                         self.fail_silent(silent);
                         return false;
                     }

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The MetaServer on a device (issue 11): abi's `meta` client over meta.c's verbs.
+//! The MetaServer on a device: abi's `meta` client over meta.c's verbs.
 //!
 //! [`Meta`] (in the fabric, a leaf lock) holds what rings asked of the MetaServer and
 //! this node's identity in it; the engine reaches it from a submission (PUBLISH,
 //! IMPORT_NAME, and the revocation of a deregistered MR's names) and never waits there:
 //! what needs the network is a job. [`MetaNet`] (in the device context) holds the
 //! connection to the MetaServer under its own mutex, taken with no other krcore lock
-//! held, by whoever runs the jobs (devctx's `net`: the submitting process, or the SQ
-//! polling thread; neither touches user memory doing so). Its first use connects (rdma_cm,
+//! held, by whoever runs the jobs (devctx's `net_work`, on the device's own workers, and
+//! the device's tick; never a submitting process). Its first use connects (rdma_cm,
 //! milliseconds) and registers this node's record, which chooses its incarnation.
 //!
 //! The node named by the `meta_server` parameter also serves: at its device's prewarm it

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! A device's connection sets to peer kernels (issue 11): abi's peer table
+//! A device's connection sets to peer kernels: abi's peer table
 //! (abi/src/cluster/peers.rs), which decides, over cm.c's connections, which this file
 //! holds and closes, under the membership lock.
 //!
@@ -7,9 +7,9 @@
 //! that node, in the slots after the pool's ([`PEER_QPS`] of them, [`QPS_PER_SET`] per
 //! set, so abi's recovery groups a set's QPs as it groups a loopback pair). When there is
 //! no set yet, the membership answers `EINPROGRESS`: the engine stops at the CONNECT
-//! (`Stall::Dial`), and its caller makes the set with no lock held (devctx's `dial`,
-//! one rdma_cm connection per QP, milliseconds), while other CONNECTs to the node wait
-//! for it; every later CONNECT binds in microseconds. A set whose connections broke (the
+//! (`Stall::Remote`), and one of the device's workers makes the set with no lock held
+//! (devctx's `dial`, one rdma_cm connection per QP, milliseconds), while the CONNECT and
+//! others to the node wait for it; every later CONNECT binds in microseconds. A set whose connections broke (the
 //! peer disconnected or went) is closed at the next CONNECT, which builds a new one; a
 //! failed attempt backs off (abi's conn_set), and CONNECTs meanwhile fail with
 //! `Unreachable`.
@@ -174,7 +174,12 @@ impl PeerSets {
         }
     }
 
-    /// A set to connect, if a CONNECT asked for one and no caller took it yet.
+    /// Whether a CONNECT asked for a set the device's worker did not take yet.
+    pub(crate) fn job_waiting(&self) -> bool {
+        self.table.job_waiting()
+    }
+
+    /// A set to connect, if a CONNECT asked for one and the worker did not take it yet.
     pub(crate) fn take_job(&mut self) -> Option<DialJob> {
         self.table
             .take_job()
@@ -223,6 +228,10 @@ impl PeerSets {
         };
         shared.install_qp(slot as usize, q.qp, q.qpn, Some(end));
         self.qps[slot as usize - POOL_QPS] = Some(q);
+        // Only now may the peer's notices land: a notice completion for a QP number the
+        // router does not know yet would be dropped (a lost Revoke goes unanswered).
+        // SAFETY: a live connection this set holds (cm.c's mutex is innermost).
+        unsafe { shim::krcore_cm_notices_start(q.conn) };
     }
 
     /// The peer kernel at `addr` asks at `now_ms` for connection `index` of a set

@@ -183,6 +183,17 @@ impl RingCtx {
         }
     }
 
+    /// Wakes whoever waits on the ring, in the kernel or on its eventfd, with no new
+    /// completion: the device's network work is done, so an entry that waited for it
+    /// may be taken now.
+    pub(crate) fn wake(&mut self) {
+        self.waitq.wake();
+        if let Some(e) = &self.eventfd {
+            // SAFETY: live reference (invariant of EventFd).
+            unsafe { shim::krcore_shim_eventfd_signal(e.0) };
+        }
+    }
+
     /// The ring's wait queue.
     pub(crate) fn waitq(&self) -> Arc<WaitQueue> {
         self.waitq.clone()

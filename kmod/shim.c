@@ -300,8 +300,22 @@ void krcore_shim_dealloc_pd(struct ib_pd *pd)
  * poll, route and wake the rings that gained completions. ctx is set once the device
  * context exists, before the CQ is first armed.
  */
+/* Workers a device's network work runs on at once: a dial that waits seconds for a node
+ * that never answers holds up one of them, not other users' first contacts. */
+#define KRCORE_NET_WORKERS 4
+
+struct krcore_cqnotify;
+
+struct krcore_net_item {
+	struct work_struct work;
+	struct krcore_cqnotify *n;
+};
+
 struct krcore_cqnotify {
 	struct work_struct work;
+	/* The device's network work (dials, MetaServer jobs): on the module's own workers,
+	 * never on a caller's thread. */
+	struct krcore_net_item net[KRCORE_NET_WORKERS];
 	void *ctx;
 };
 
@@ -310,6 +324,23 @@ static void krcore_cqnotify_work(struct work_struct *work)
 	struct krcore_cqnotify *n = container_of(work, struct krcore_cqnotify, work);
 
 	krcore_rs_dev_cq_event(READ_ONCE(n->ctx));
+}
+
+static void krcore_cqnotify_net(struct work_struct *work)
+{
+	struct krcore_net_item *it = container_of(work, struct krcore_net_item, work);
+
+	krcore_rs_dev_net(READ_ONCE(it->n->ctx));
+}
+
+void krcore_shim_net_kick(struct krcore_cqnotify *n)
+{
+	int i;
+
+	/* A dial may wait seconds: the long-running queue, not the CQ's; every item, each
+	 * taking the next job, so long jobs run side by side. */
+	for (i = 0; i < KRCORE_NET_WORKERS; i++)
+		queue_work(system_long_wq, &n->net[i].work);
 }
 
 static void krcore_cq_comp(struct ib_cq *cq, void *cq_context)
@@ -322,9 +353,15 @@ static void krcore_cq_comp(struct ib_cq *cq, void *cq_context)
 struct krcore_cqnotify *krcore_shim_cqnotify_alloc(void)
 {
 	struct krcore_cqnotify *n = kzalloc(sizeof(*n), GFP_KERNEL);
+	int i;
 
-	if (n)
+	if (n) {
 		INIT_WORK(&n->work, krcore_cqnotify_work);
+		for (i = 0; i < KRCORE_NET_WORKERS; i++) {
+			INIT_WORK(&n->net[i].work, krcore_cqnotify_net);
+			n->net[i].n = n;
+		}
+	}
 	return n;
 }
 
@@ -336,7 +373,11 @@ void krcore_shim_cqnotify_set(struct krcore_cqnotify *n, void *ctx)
 /* After the CQ is destroyed (no handler can queue it again). */
 void krcore_shim_cqnotify_free(struct krcore_cqnotify *n)
 {
+	int i;
+
 	cancel_work_sync(&n->work);
+	for (i = 0; i < KRCORE_NET_WORKERS; i++)
+		cancel_work_sync(&n->net[i].work);
 	kfree(n);
 }
 

@@ -80,6 +80,8 @@ void krcore_rs_dev_tick(void *ctx);
 /* The device's CQ had an event: poll, route, wake (work context; ctx is the device
  * context, or NULL before it is set). */
 void krcore_rs_dev_cq_event(void *ctx);
+/* The device's network work, on the module's worker (ctx is the device context). */
+void krcore_rs_dev_net(void *ctx);
 
 /* ---- Implemented in C (shim.c) ---- */
 
@@ -201,6 +203,10 @@ struct krcore_cqnotify;
 struct krcore_cqnotify *krcore_shim_cqnotify_alloc(void);
 void krcore_shim_cqnotify_set(struct krcore_cqnotify *n, void *ctx);
 void krcore_shim_cqnotify_free(struct krcore_cqnotify *n);
+/* Queues the device's network work (krcore_rs_dev_net) on the module's workers (a few
+ * items, each taking the next job), each once however often it is asked before it runs;
+ * freed with the item. */
+void krcore_shim_net_kick(struct krcore_cqnotify *n);
 struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe, struct krcore_cqnotify *n);
 void krcore_shim_free_cq(struct ib_cq *cq);
 /* Arms the CQ for one event; > 0 when completions may have been missed: poll again. */
@@ -328,6 +334,8 @@ void krcore_rs_cm_bad_tag(void *pin, u32 from);
 
 /* The cm_port parameter. */
 u16 krcore_shim_cm_port(void);
+/* The test_notice_echo parameter (fault injection for tests). */
+bool krcore_shim_test_notice_echo(void);
 /* The cm_dial_delay_ms parameter (fault injection for tests). */
 u32 krcore_shim_cm_dial_delay_ms(void);
 /* Connects an RC QP on `dev` with `pd` and `cq` from local address src_gid to dst_gid
@@ -354,6 +362,10 @@ void krcore_shim_cm_put(struct krcore_cm_conn *c);
 /* Takes a handle on an accepted connection for a set (released as an active one's) and
  * posts its notice receives: false when it is already gone or broken. */
 bool krcore_cm_own(struct krcore_cm_conn *c);
+/* A set connection this node dialed, installed in its QP slot: its notice receives
+ * posted now (the peer's notices waited on the wire until then); a failure marks it
+ * broken. No-op for one that has them (an accepted one's come with krcore_cm_own). */
+void krcore_cm_notices_start(struct krcore_cm_conn *c);
 /* Moves a set's QP to the error state and posts a signaled send marker (`send_id`) and,
  * when it has notice receives, a receive marker (`recv_id`) behind everything: once both
  * completed (polled from the device's CQ), nothing of the QP is left there and it may

@@ -134,6 +134,7 @@ extern "C" {
     pub(crate) fn krcore_shim_cqnotify_alloc() -> *mut CqNotify;
     pub(crate) fn krcore_shim_cqnotify_set(n: *mut CqNotify, ctx: *mut c_void);
     pub(crate) fn krcore_shim_cqnotify_free(n: *mut CqNotify);
+    pub(crate) fn krcore_shim_net_kick(n: *mut CqNotify);
     pub(crate) fn krcore_shim_alloc_cq(
         dev: *mut IbDevice,
         nr_cqe: c_int,
@@ -205,6 +206,7 @@ extern "C" {
     pub(crate) fn krcore_shim_cm_peer_gid(gid: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_cm_port() -> u16;
     pub(crate) fn krcore_shim_cm_dial_delay_ms() -> u32;
+    pub(crate) fn krcore_shim_test_notice_echo() -> bool;
     pub(crate) fn krcore_shim_cm_connect(
         dev: *mut IbDevice,
         pd: *mut IbPd,
@@ -222,6 +224,7 @@ extern "C" {
     pub(crate) fn krcore_shim_cm_close_later(c: *mut CmConn);
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
     pub(crate) fn krcore_cm_own(c: *mut CmConn) -> bool;
+    pub(crate) fn krcore_cm_notices_start(c: *mut CmConn);
     pub(crate) fn krcore_cm_drain(c: *mut CmConn, send_id: u64, recv_id: u64) -> c_int;
     pub(crate) fn krcore_cm_take_notice(c: *mut CmConn, i: u32, out: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_meta_server_gid(gid: *mut u8) -> c_int;

@@ -25,10 +25,10 @@
 // Challenges outstanding for one address at most.
 #define krcore_PER_SOURCE 4
 
-// Failed attempts a gate takes in a burst before it refuses everything.
+// Failed proofs one address may make in a burst before its proofs are refused unread.
 #define krcore_BURST 16
 
-// Failed attempts it takes per second after a burst.
+// Failed proofs it may make per second after a burst.
 #define krcore_PER_SECOND 8
 
 // Addresses a gate keeps a limiter for.
@@ -599,7 +599,9 @@ struct krcore_OneOp {
 
 // What one [`OneOp`] call does, in this order.
 typedef uint32_t krcore_OneFlags;
-// Submit [`OneOp::sqe`]. `EAGAIN` when the SQ is full (reap first).
+// Submit [`OneOp::sqe`]. `EAGAIN` when the SQ is full (reap first). An entry
+// that waits for another node (a first contact, the MetaServer) stays in the
+// SQ until a later call takes it (with `WAIT`, this one).
 #define krcore_OneFlags_PUSH (uint32_t)(1 << 0)
 // Return one completion in [`OneOp::cqe`] if there is one.
 #define krcore_OneFlags_POP (uint32_t)(1 << 1)

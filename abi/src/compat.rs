@@ -20,7 +20,9 @@ bitflags! {
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     #[repr(transparent)]
     pub struct OneFlags: u32 {
-        /// Submit [`OneOp::sqe`]. `EAGAIN` when the SQ is full (reap first).
+        /// Submit [`OneOp::sqe`]. `EAGAIN` when the SQ is full (reap first). An entry
+        /// that waits for another node (a first contact, the MetaServer) stays in the
+        /// SQ until a later call takes it (with `WAIT`, this one).
         const PUSH = 1 << 0;
         /// Return one completion in [`OneOp::cqe`] if there is one.
         const POP = 1 << 1;

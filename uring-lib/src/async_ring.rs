@@ -89,9 +89,10 @@ impl AsyncRing {
         ctl.finish(&got?[0], &Arc::downgrade(self.shared()))
     }
 
-    /// As [`Ring::connect`]. A first contact with a node (milliseconds) is made while
-    /// the entry is submitted, in the kernel, blocking the calling thread meanwhile;
-    /// warm connects take microseconds.
+    /// As [`Ring::connect`]. A first contact with a node (milliseconds) is made by the
+    /// module's own worker while the entry waits in the SQ: the future holds no thread
+    /// meanwhile and submits it again within a wait slice of the worker's end; warm
+    /// connects take microseconds.
     pub async fn connect(&self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
         self.control(ops::connect(gid, service)).await
     }

@@ -209,7 +209,9 @@ impl Ring {
     }
 
     /// Publishes queued entries and has the kernel take them; returns how many it took
-    /// (fewer than queued when credits or CQ room ran out: the rest stay queued). With
+    /// (fewer than queued when credits or CQ room ran out, or an entry waits for
+    /// another node while the module's workers make the connection or ask the
+    /// MetaServer: the rest stay queued, for the next submission). With
     /// [`Builder::sqpoll`] the polling thread takes them: no syscall unless it sleeps,
     /// and the count returned is how many were published.
     pub fn submit(&mut self) -> Result<u32, Error> {

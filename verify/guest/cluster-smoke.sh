@@ -92,6 +92,14 @@
 #                                   import META's kv; READ it until a READ fails: it must
 #                                   fail BadDescriptor (revoked here), never on the wire
 #   cluster-smoke.sh bystander META make a set to META's node; wait to be killed
+#   cluster-smoke.sh bounded SILENT LIVE
+#                                   reload with SILENT's node (muted: yank mute) as the
+#                                   MetaServer; while other rings' PUBLISH and CONNECTs wait
+#                                   on silent nodes (running, left by a closed ring, left
+#                                   by an interrupted enter), this user's enters bounded
+#                                   at 100 ms (NOPs, a CONNECT to LIVE) return within the
+#                                   bound, and the CONNECT completes (net-bound)
+#   cluster-smoke.sh live ROLE      a member up while ROLE's bounded run needs one
 #   cluster-smoke.sh yank dial|mute ROLE
 #                                   mute: delete rxe0, so this host answers ARP but never
 #                                   the CM. dial: CONNECT to ROLE's node (a dial that gets
@@ -141,6 +149,7 @@ REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
 ELASTIC_WORKER=$(dirname "$0")/../../target/release/examples/elastic_worker
 KRCORE_TOOL=$(dirname "$0")/../../target/release/krcore
 INTRUDER=$(dirname "$0")/../../target/release/cm-intruder
+NET_BOUND=$(dirname "$0")/../../target/release/net-bound
 CM_PORT=7471
 # The test bed's cluster key (a test's, known to all: a real cluster makes its own with
 # `openssl rand -hex 32`). Without one a module joins no cluster.
@@ -165,9 +174,11 @@ ping_role() {
   exit 1
 }
 # Reloads the module with the cm port and any further parameters ($@).
+# KRCORE_TEST_ARGS: more module parameters for every load (a run's fault injection).
 reload() {
   rmmod krcore 2>/dev/null
-  insmod "$KRCORE_KO" cm_port=$CM_PORT cluster_key=$CLUSTER_KEY "$@"
+  # shellcheck disable=SC2086 # several parameters, split
+  insmod "$KRCORE_KO" cm_port=$CM_PORT cluster_key=$CLUSTER_KEY ${KRCORE_TEST_ARGS:-} "$@"
 }
 # Reloads naming role $1's node as the MetaServer; $peer: role $2's address.
 with_meta() {
@@ -352,6 +363,15 @@ messages)
     reload || exit 1
     "$MESSAGES" "$3" "$peer" "$4" || fail_with_state
   fi
+  case "${KRCORE_TEST_ARGS:-}" in
+  *test_notice_echo=1*)
+    # Every notice from the peer was taken twice, then cut short: the messages above
+    # were each received once and whole; the short copies were dropped and counted.
+    dropped=$("$KRCORE_TOOL" counters | awk '/peer notices dropped/ { s += $NF } END { print s + 0 }')
+    echo "$KRCORE_NODE: every peer notice taken twice and cut short; $dropped short copies dropped"
+    [ "$dropped" -gt 0 ] || { echo "$KRCORE_NODE: no short notice was dropped" >&2; exit 1; }
+    ;;
+  esac
   # The peer may still be finishing with this node's kernel (its DISCONNECTs).
   sleep 3
   unload
@@ -420,6 +440,25 @@ bystander)
   reload meta_server="$meta" || exit 1
   connect_until "$2" 1 || exit 1
   sleep 600
+  ;;
+bounded)
+  silent=$(addr_of "$2") || exit 1
+  live=$(addr_of "$3") || exit 1
+  barrier "$silent" 7505 || exit 1
+  barrier "$live" 7507 || exit 1
+  reload meta_server="$silent" || exit 1
+  "$NET_BOUND" "$silent" "$live" || exit 1
+  barrier "$silent" 7506 || exit 1
+  barrier "$live" 7508 || exit 1
+  unload
+  ;;
+live)
+  peer=$(addr_of "$2") || exit 1
+  reload || exit 1
+  pool_ready || exit 1
+  barrier "$peer" 7507 || exit 1
+  barrier "$peer" 7508 300 || exit 1
+  unload
   ;;
 yank)
   peer=$(addr_of "$3") || exit 1

@@ -59,6 +59,8 @@ pub struct FakeNic {
     /// The rkeys of every MR ever registered that the NIC may write locally (where a
     /// delivery may land).
     pub writable_rkeys: HashSet<u32>,
+    /// Every message written to another node, in order: (address, length, rkey).
+    pub far_writes: Vec<(u64, u32, u32)>,
     /// State of the descriptor generator.
     seed: u64,
 }
@@ -205,6 +207,12 @@ impl FakeNic {
             }
             if let SendKind::Deliver { rkey, .. } = wr.kind {
                 self.delivery_rkeys.push(rkey);
+            }
+            if let SendKind::DeliverFar {
+                remote_addr, rkey, ..
+            } = wr.kind
+            {
+                self.far_writes.push((remote_addr, wr.local.len, rkey));
             }
         }
         Ok(())

@@ -17,32 +17,11 @@ use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::fuzzinput::Input;
 use crate::meta::FakeMeta;
 use crate::rig::{Limits, Rig};
 
 const MR: u64 = 0x10_0000;
-
-/// Bytes as a stream of small numbers, zero once exhausted.
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        let (b, rest) = self.0.split_first().map_or((0, &[][..]), |(b, r)| (*b, r));
-        self.0 = rest;
-        b
-    }
-    fn u32(&mut self) -> u32 {
-        u32::from_le_bytes([self.byte(), self.byte(), self.byte(), self.byte()])
-    }
-    fn bytes(&mut self, n: usize) -> &[u8] {
-        let (a, b) = self.0.split_at(n.min(self.0.len()));
-        self.0 = b;
-        a
-    }
-    fn done(&self) -> bool {
-        self.0.is_empty()
-    }
-}
 
 /// Handles a ring's setup produced, for valid templates.
 struct Handles {
@@ -225,13 +204,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        // KRCORE_FUZZ_SMOKE cases (3000 by default); libFuzzer explores further.
-        #![proptest_config(ProptestConfig::with_cases(
-            std::env::var("KRCORE_FUZZ_SMOKE")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(3000),
-        ))]
+        #![proptest_config(ProptestConfig::with_cases(crate::fuzzinput::smoke_cases()))]
 
         /// Random bytes as a fuzz program: the engine keeps every promise (shrunk to
         /// the shortest failing program when it does not).

@@ -6,6 +6,7 @@
 pub mod cm_verbs;
 pub mod demo;
 pub mod fake;
+pub mod fuzzinput;
 pub mod fuzzprog;
 pub mod guest;
 pub mod heapring;
@@ -16,3 +17,4 @@ pub mod rig;
 pub mod rng;
 pub mod verbs;
 pub mod vm;
+pub mod wirefuzz;

@@ -31,9 +31,9 @@ pub const TAG_LEN: usize = 16;
 pub const CHALLENGE_MS: i64 = 5_000;
 /// Challenges outstanding for one address at most.
 pub const PER_SOURCE: usize = 4;
-/// Failed attempts a gate takes in a burst before it refuses everything.
+/// Failed proofs one address may make in a burst before its proofs are refused unread.
 pub const BURST: u32 = 16;
-/// Failed attempts it takes per second after a burst.
+/// Failed proofs it may make per second after a burst.
 pub const PER_SECOND: u32 = 8;
 
 /// Compares two byte strings in time that does not depend on where they differ.

@@ -48,6 +48,9 @@ pub enum Notice {
     Advert {
         /// The receiver's end.
         to: u64,
+        /// Its place among the sender's adverts on this link (0, 1, ..., wrapping): an
+        /// advert out of turn (a duplicate, a replay) is dropped.
+        seq: u32,
         /// The buffer.
         addr: u64,
         /// Its length.
@@ -60,6 +63,9 @@ pub enum Notice {
     Data {
         /// The receiver's end.
         to: u64,
+        /// The `seq` of the advert it filled: a Data out of turn (a duplicate, a
+        /// replay) completes nothing.
+        seq: u32,
         /// Bytes written.
         len: u32,
         /// Immediate data, if the message had any.
@@ -146,20 +152,23 @@ impl Notice {
             }
             Notice::Advert {
                 to,
+                seq,
                 addr,
                 len,
                 rkey,
             } => {
+                put(&mut b, 4, seq.to_le_bytes());
                 put(&mut b, 8, to.to_le_bytes());
                 put(&mut b, 16, addr.to_le_bytes());
                 put(&mut b, 24, len.to_le_bytes());
                 put(&mut b, 28, rkey.to_le_bytes());
                 (ADVERT, 0)
             }
-            Notice::Data { to, len, imm } => {
+            Notice::Data { to, seq, len, imm } => {
                 put(&mut b, 8, to.to_le_bytes());
                 put(&mut b, 16, len.to_le_bytes());
                 put(&mut b, 20, imm.unwrap_or(0).to_le_bytes());
+                put(&mut b, 24, seq.to_le_bytes());
                 (DATA, if imm.is_some() { HAS_IMM } else { 0 })
             }
             Notice::Leave { service, to, from } => {
@@ -189,7 +198,8 @@ impl Notice {
     /// The shard of the receiving kernel a notice about a link goes to, of `shards`: an
     /// end named by its id carries its shard; one named by service only is where
     /// [`shard_of`](super::super::engine::shard_of) puts the sender's node and service.
-    /// `None` for a notice about an export (the device's, not a link's).
+    /// `None` for a notice about an export (the device's, not a link's), and for an id
+    /// naming no shard of the receiver (a peer's made-up id).
     pub fn shard(&self, from_gid: &[u8; 16], shards: u32) -> Option<u32> {
         let (to, service) = match *self {
             Notice::Hello { to, service, .. } | Notice::Leave { to, service, .. } => {
@@ -202,7 +212,7 @@ impl Notice {
             Some(service) if to == NO_LINK => {
                 super::super::engine::shard_of(from_gid, service, shards)
             }
-            _ => split_link_id(to).0,
+            _ => Some(split_link_id(to).0).filter(|k| *k < shards)?,
         })
     }
 
@@ -232,12 +242,14 @@ impl Notice {
             },
             ADVERT => Notice::Advert {
                 to: u64_at(b, 8),
+                seq: u32_at(b, 4),
                 addr: u64_at(b, 16),
                 len: u32_at(b, 24),
                 rkey: u32_at(b, 28),
             },
             DATA => Notice::Data {
                 to: u64_at(b, 8),
+                seq: u32_at(b, 24),
                 len: u32_at(b, 16),
                 imm: (flags & HAS_IMM != 0).then(|| u32_at(b, 20)),
             },
@@ -268,17 +280,20 @@ mod tests {
             },
             Notice::Advert {
                 to: link_id(1, 9),
+                seq: 0x0102_0304,
                 addr: 0x7fff_0000_1000,
                 len: 4096,
                 rkey: 0xabcd,
             },
             Notice::Data {
                 to: 5,
+                seq: 7,
                 len: 12,
                 imm: Some(0xdead_beef),
             },
             Notice::Data {
                 to: 5,
+                seq: u32::MAX,
                 len: 0,
                 imm: None,
             },
@@ -306,10 +321,22 @@ mod tests {
     }
 
     #[test]
+    fn an_id_naming_no_shard_of_ours_goes_nowhere() {
+        let gid = [7u8; 16];
+        let data = |to| Notice::Data { to, seq: 0, len: 8, imm: None };
+        assert_eq!(data(link_id(3, 9)).shard(&gid, 4), Some(3));
+        assert_eq!(data(link_id(4, 9)).shard(&gid, 4), None, "past our shards");
+        assert_eq!(data(u64::MAX - 1).shard(&gid, 4), None);
+        let hello = Notice::Hello { service: 5, from: 1, to: NO_LINK };
+        assert!(hello.shard(&gid, 4).is_some_and(|k| k < 4), "by service: always ours");
+    }
+
+    #[test]
     fn a_short_receive_never_reads_the_last_notice_again() {
         // The buffer still holds the previous notice; the peer's next SEND was short.
         let last = Notice::Data {
             to: 5,
+            seq: 0,
             len: 12,
             imm: None,
         }

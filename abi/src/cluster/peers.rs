@@ -324,9 +324,14 @@ impl<S: Store> Peers<S> {
         step
     }
 
-    /// A set a CONNECT asked for and no caller took yet: its entry and address, now
-    /// taken (each stays asked for until a caller takes it, so CONNECTs to other nodes
-    /// meanwhile ask for theirs).
+    /// Whether a dial was asked for and not taken yet (the device's worker has work).
+    pub fn job_waiting(&self) -> bool {
+        self.table.as_ref().iter().flatten().any(|p| p.asked)
+    }
+
+    /// A set a CONNECT asked for and the device's worker did not take yet: its entry
+    /// and address, now taken (each stays asked for until taken, so CONNECTs to other
+    /// nodes meanwhile ask for theirs).
     pub fn take_job(&mut self) -> Option<(u32, [u8; 16])> {
         let t = self.table.as_mut();
         let (i, p) = t
@@ -770,11 +775,13 @@ mod tests {
         assert_eq!(step.outcome, Connect::NotANode, "not IPv4-mapped");
         let step = p.connect(&addr(12), 0, 0, never);
         assert_eq!((step.outcome, step.close), (Connect::InProgress, None));
+        assert!(p.job_waiting(), "a worker has a dial to make");
         assert_eq!(
             p.take_job(),
             Some((0, addr(12))),
             "the set is asked for once"
         );
+        assert!(!p.job_waiting(), "taken: a waiter kicks no worker");
         assert_eq!(p.take_job(), None);
         assert_eq!(
             p.connect(&addr(12), 0, 1, never).outcome,

@@ -64,6 +64,8 @@ pub enum SendKind {
         rkey: u32,
         /// The receiving end, in the peer kernel's terms.
         to: u64,
+        /// The `seq` of the advert it fills (its `Data` notice carries it).
+        seq: u32,
         /// Immediate data.
         imm: Option<u32>,
     },

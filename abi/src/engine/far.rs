@@ -12,13 +12,16 @@
 //!   with the first Hello for its node and service; a Hello that finds no end here is
 //!   kept for the next CONNECT.
 //! - `Advert`: a RECV at this end (buffer, length, and the rkey of the MR it is in: the
-//!   kernel's, never a user's). The peer's kernel keeps the adverts in order in its
-//!   link, as the receives of the far end.
+//!   kernel's, never a user's), numbered per link (`seq`: 0, 1, ...). The peer's kernel
+//!   keeps the adverts in order in its link, as the receives of the far end, and takes
+//!   only the one whose turn it is (a duplicate is not a second buffer).
 //! - A SEND (or WRITE_IMM) takes the oldest advert and goes out as an RDMA WRITE into
 //!   it followed, on the same QP, by a `Data` notice
 //!   ([`SendKind::DeliverFar`](super::backend::SendKind::DeliverFar)); RC keeps them
 //!   in order, so when the notice arrives the bytes are there, and the receiving kernel
-//!   completes its oldest advertised receive with the length and immediate. A SEND
+//!   completes its oldest advertised receive with the length and immediate. The notice
+//!   names the advert it filled (`seq`): one that is not the oldest's (a duplicate, a
+//!   replay) completes nothing. A SEND
 //!   that finds no advert waits in its end, as on one node, until one arrives or the
 //!   deadline passes (`NoReceiver`). A SEND longer than the receive it meets fails
 //!   `TooLong`; unlike on one node, the receive stays for the next message.
@@ -90,6 +93,13 @@ pub struct Far {
     pub(super) retract_since: Option<i64>,
     /// The first receive of the local end not advertised yet ([`NIL`]: none).
     pub(super) cursor: u32,
+    /// The `seq` of the local end's next advert.
+    adverts_out: u32,
+    /// The `seq` of the advert the next `Data` fills: the local end's oldest advertised
+    /// receive (adverts go out, and are filled, in order).
+    filled: u32,
+    /// The `seq` the peer's next advert must carry.
+    adverts_in: u32,
     /// In the shard's due list.
     queued: bool,
     /// Its QP failed: nothing more goes out or comes in.
@@ -112,6 +122,9 @@ impl Far {
         left: false,
         retract_since: None,
         cursor: NIL,
+        adverts_out: 0,
+        filled: 0,
+        adverts_in: 0,
         queued: false,
         broken: false,
         offered: false,
@@ -130,6 +143,7 @@ impl WaitingSend {
             remote_addr,
             rkey,
             to,
+            seq: r.seq,
             imm: self.imm,
         }
     }
@@ -289,6 +303,7 @@ impl<S: Store> Messages<S> {
             Notice::Hello { service, from, to } => self.on_hello(gid, qp, service, from, to),
             Notice::Advert {
                 to,
+                seq,
                 addr,
                 len,
                 rkey,
@@ -298,10 +313,11 @@ impl<S: Store> Messages<S> {
                     addr,
                     len,
                     rkey,
+                    seq,
                 };
                 self.on_advert(gid, to, r, qps)
             }
-            Notice::Data { to, len, imm } => self.on_data(gid, to, len, imm),
+            Notice::Data { to, seq, len, imm } => self.on_data(gid, to, seq, len, imm),
             Notice::Leave { service, to, from } => self.on_leave(gid, qp, service, to, from, qps),
             Notice::Left { to } => self.on_left(gid, to),
             // About exports: the device's (`cluster::revoke`), never a shard's.
@@ -425,9 +441,14 @@ impl<S: Store> Messages<S> {
         if l.ends[0].holder != Holder::Bound || l.ends[1].holder != Holder::Bound {
             return;
         }
+        // In turn only: a duplicate would have two messages written into one buffer.
+        let Some(f) = l.far.as_mut().filter(|f| f.adverts_in == r.seq) else {
+            return;
+        };
         if l.ends[1].recvs.push_back(&mut self.recvs, r).is_err() {
             return;
         }
+        f.adverts_in = f.adverts_in.wrapping_add(1);
         self.drain_waiting(h, qps);
     }
 
@@ -490,15 +511,17 @@ impl<S: Store> Messages<S> {
         }
     }
 
-    fn on_data(&mut self, gid: &[u8; 16], to: u64, len: u32, imm: Option<u32>) {
+    fn on_data(&mut self, gid: &[u8; 16], to: u64, seq: u32, len: u32, imm: Option<u32>) {
         let Some(h) = self.mine(to, gid) else { return };
         let l = self.links.get_mut(h).expect("mine");
         let head = l.ends[0].recvs.head;
-        let Some(f) = l.far else { return };
-        // Only an advertised receive can be filled.
-        if head == NIL || f.cursor == head {
+        let Some(f) = l.far.as_mut() else { return };
+        // Only an advertised receive can be filled, and only by the Data for its advert:
+        // a duplicate or replayed one completes no receive that got no bytes.
+        if head == NIL || f.cursor == head || seq != f.filled {
             return;
         }
+        f.filled = f.filled.wrapping_add(1);
         let r = l.ends[0].recvs.pop(&mut self.recvs).expect("head");
         // A sender never sends past the advert (it fails the SEND instead): checked all
         // the same, the receive fails rather than report more than it holds.
@@ -727,6 +750,7 @@ impl<S: Store> Messages<S> {
                 qp,
                 Notice::Advert {
                     to: f.id,
+                    seq: f.adverts_out,
                     addr: r.addr,
                     len: r.len,
                     rkey: r.rkey,
@@ -757,6 +781,7 @@ impl<S: Store> Messages<S> {
             Notice::Hello { .. } => f.hello = false,
             Notice::Advert { .. } => {
                 f.cursor = self.recvs.get(f.cursor).map_or(NIL, |n| n.next);
+                f.adverts_out = f.adverts_out.wrapping_add(1);
             }
             Notice::Leave { .. } => f.leave = false,
             Notice::Left { .. } => f.left = false,
@@ -828,10 +853,11 @@ pub(crate) mod tests {
     impl Post for Wire<'_> {
         fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError> {
             for w in wrs {
-                if let SendKind::DeliverFar { to, imm, .. } = w.kind {
+                if let SendKind::DeliverFar { to, seq, imm, .. } = w.kind {
                     self.node.writes.borrow_mut().push(*w);
                     let n = Notice::Data {
                         to,
+                        seq,
                         len: w.local.len,
                         imm,
                     };
@@ -891,6 +917,7 @@ pub(crate) mod tests {
             addr,
             len: 64,
             rkey: 0x77,
+            seq: 0,
         }
     }
 
@@ -918,6 +945,50 @@ pub(crate) mod tests {
     /// A SEND from node A's end: what it met.
     fn a_sends(m: &mut Messages<VecStore>, link: u32, s: WaitingSend) -> SendStep {
         m.send(link, 0, s)
+    }
+
+    /// A peer's notices delivered twice (a duplicate on the wire, or a replay) change
+    /// nothing: a second Advert is not a second buffer to write into, and a second Data
+    /// completes no receive that got no bytes.
+    #[test]
+    fn duplicate_adverts_and_data_change_nothing() {
+        let ((na, mut a), (nb, mut b)) = (node(11), node(12));
+        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
+        carry(&na, &nb, &mut b);
+        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        carry(&nb, &na, &mut a);
+        for (w, addr) in [(80, 0x8000), (81, 0x8100)] {
+            assert_eq!(b.recv(b7, 0, recv(w, addr), &nb), RecvStep::Queued);
+        }
+        // Each advert arrives twice.
+        let adverts: Vec<_> = nb.wire.borrow_mut().drain(..).collect();
+        assert_eq!(adverts.len(), 2);
+        for &(qp, n) in adverts.iter().flat_map(|x| [x, x]) {
+            a.on_notice(&nb.gid, qp, n, &na);
+        }
+        // Two sends take the two buffers; a third finds none and waits.
+        for (w, len) in [(1, 5), (2, 6)] {
+            assert!(matches!(a_sends(&mut a, a7, send(w, len, None)), SendStep::DeliverFar { .. }));
+        }
+        assert_eq!(a_sends(&mut a, a7, send(3, 7, None)), SendStep::Waits, "no third buffer");
+        // Its credit held while it waits, as a submission holds it.
+        na.qps[1].borrow_mut().hold();
+        // Their Data notices, the first twice: each receive completes once, with its own.
+        let far_b7 = link_id(b.index, b7);
+        let data = |seq, len| Notice::Data { to: far_b7, seq, len, imm: None };
+        for n in [data(0, 5), data(0, 5), data(1, 6), data(1, 6)] {
+            b.on_notice(&na.gid, 1, n, &nb);
+        }
+        let got = owed(&mut b, &nb);
+        let rx = |byte_len| Completion::Received { byte_len, imm: None };
+        assert_eq!(got, vec![(80, rx(5)), (81, rx(6))]);
+        // A third receive: only the Data for its advert fills it, not a replay.
+        assert_eq!(b.recv(b7, 0, recv(82, 0x8200), &nb), RecvStep::Queued);
+        carry(&nb, &na, &mut a);
+        b.on_notice(&na.gid, 1, data(0, 5), &nb);
+        assert!(owed(&mut b, &nb).is_empty(), "a replayed Data fills nothing");
+        b.on_notice(&na.gid, 1, data(2, 7), &nb);
+        assert_eq!(owed(&mut b, &nb), vec![(82, rx(7))]);
     }
 
     #[test]
@@ -956,6 +1027,7 @@ pub(crate) mod tests {
             0,
             Notice::Data {
                 to: far_b8,
+                seq: 0,
                 len: 5,
                 imm: Some(8),
             },
@@ -1160,6 +1232,7 @@ pub(crate) mod tests {
         assert_eq!(b.recv(b7, 0, recv(70, 0x7000), &nb), RecvStep::Queued);
         let data = Notice::Data {
             to: link_id(b.index, b7),
+            seq: 0,
             len: 4,
             imm: None,
         };

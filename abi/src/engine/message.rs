@@ -77,6 +77,9 @@ pub struct PostedRecv {
     pub len: u32,
     /// The receiving MR's rkey (kernel-internal).
     pub rkey: u32,
+    /// A receive the peer kernel advertised: its advert's `seq` (see `far`), which the
+    /// `Data` notice for it carries; 0 for a receive of this node's.
+    pub seq: u32,
 }
 
 /// Where a message's bytes go.

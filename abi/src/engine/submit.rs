@@ -51,8 +51,9 @@ pub enum Stall {
     Register,
     /// An entry waits for another node: a CONNECT for the node's connection set (the
     /// membership said `EINPROGRESS`), a PUBLISH or IMPORT_NAME for the MetaServer (the
-    /// answer was `Pending`). The caller does that network work, or waits for whoever
-    /// does, outside its locks, then submits again. The entry stays in the SQ.
+    /// answer was `Pending`), a DEREG_MR for a revocation's answers. The device's own
+    /// workers do the network work (never the caller); the caller waits for its CQEs
+    /// as for any other, or returns, and submits again. The entry stays in the SQ.
     Remote,
 }
 
@@ -445,6 +446,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     addr: local.addr,
                     len: local.len,
                     rkey,
+                    seq: 0,
                 };
                 self.hold_shard(f, held, v.shard);
                 match held.shard(v.shard).recv(v.link, v.end, r, f) {

@@ -252,6 +252,17 @@ fn qemu_command(cfg: &Config, initrd: &Path, net: Option<&Net>) -> Command {
         // cluster guest runs functional tests, not timings: any clock will do.
         append += &format!(" krcore_addr={} krcore_anyclock=1", node_addr(n.index));
     }
+    // For a guest that hangs: KRCORE_VM_MONITOR=1 gives each cluster guest a QEMU monitor
+    // at /tmp/krcore-monitor-<index>.sock, and its `nmi` command makes the guest panic
+    // with the running task's stack on the console (the test kernels have no lockup
+    // detector).
+    if let (Some(n), Some(_)) = (net, std::env::var_os("KRCORE_VM_MONITOR")) {
+        append += " unknown_nmi_panic=1";
+        qemu.args([
+            "-monitor",
+            &format!("unix:/tmp/krcore-monitor-{}.sock,server,nowait", n.index),
+        ]);
+    }
     qemu.args(["-append", &append]);
     if kvm_usable() {
         qemu.args(["-enable-kvm", "-cpu", "host"]);

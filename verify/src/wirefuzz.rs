@@ -1,0 +1,394 @@
+//! The wire fuzzing program: what other nodes send, mutated, into the engine and the
+//! decoders. Every byte from the wire is hostile:
+//! - a peer kernel's notices (hello, advert, data, leave, left), from valid templates
+//!   with bytes scribbled or cut short, reach two rings' links to that peer on the fake
+//!   NIC while the rings post receives and send;
+//! - a MetaServer region of records with bytes scribbled is looked up by name;
+//! - hellos' challenges and proofs from made-up addresses, at made-up times, go through
+//!   the cluster gate.
+//!
+//! It must never see a panic, a completion on a ring that did not ask for it, a receive
+//! completed past its length, a message written outside a receive the peer advertised,
+//! a lookup answering another name or a stale record, or a gate admitting a proof for a
+//! challenge it did not issue to that address (or issued, and spent, before).
+//!
+//! `fuzz/fuzz_targets/wire.rs` runs it under libFuzzer; a test runs it over seeded
+//! random inputs so `cargo test` covers it too. Not covered here: the connection
+//! requests' private data (cm.c parses those in C) and revocation notices (the device's,
+//! not a link's).
+
+use std::collections::HashMap;
+
+use krcore_abi::cluster::auth::{Gate, CHALLENGE_MS, NONCE_LEN};
+use krcore_abi::cluster::notice::{link_id, Notice, NOTICE_LEN, NO_LINK};
+use krcore_abi::cqe::{Cqe, CqeFlags};
+use krcore_abi::meta::frame;
+use krcore_abi::meta::lookup::{home, EXPORT_FRAME, PROBE, TRIES};
+use krcore_abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
+use krcore_abi::meta::resolve::fetch;
+use krcore_abi::meta::tables::mem::MemRegion;
+use krcore_abi::meta::tables::{Tables, NODE_FRAME};
+use krcore_abi::opcode::Opcode;
+use krcore_abi::sqe::{MrAccess, Sqe};
+
+use crate::fuzzinput::Input;
+use crate::rig::{Limits, Rig, SHARDS};
+
+/// Runs one program: its first byte picks the part.
+pub fn run(data: &[u8]) {
+    let mut inp = Input(data);
+    match inp.byte() % 3 {
+        0 => notices(&mut inp),
+        1 => records(&mut inp),
+        _ => gate(&mut inp),
+    }
+}
+
+/// The peer kernel (an IPv4-mapped GID).
+const PEER: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 12];
+const MR: u64 = 0x10_0000;
+const LEN: u32 = 4096;
+
+/// A ring with a virtual QP linked to the peer for a service.
+struct End {
+    ring: usize,
+    vqp: u32,
+    mr: u32,
+    /// The top byte of every `user_data` this ring uses.
+    tag: u64,
+    /// The length of each of its receives.
+    recv_len: u32,
+    /// Its link's id, as this node's hello tells the peer.
+    id: u64,
+    open: bool,
+}
+
+fn end(rig: &mut Rig, tag: u64, service: u32, recv_len: u32) -> End {
+    let ring = rig.open(Limits::default());
+    let c = rig.run(
+        ring,
+        &[
+            Sqe::connect(tag << 56 | 1, PEER, service),
+            Sqe::reg_mr(tag << 56 | 2, MR, LEN, MrAccess::LOCAL_WRITE),
+        ],
+    );
+    assert!(c.len() == 2 && c.iter().all(|c| c.res > 0), "{c:?}");
+    let v = rig.rings[ring]
+        .as_ref()
+        .expect("open")
+        .ring
+        .tables
+        .vqps
+        .get(c[0].res as u32)
+        .copied();
+    let v = v.expect("the CONNECT's virtual QP");
+    End {
+        ring,
+        id: link_id(v.shard, v.link),
+        vqp: c[0].res as u32,
+        mr: c[1].res as u32,
+        tag,
+        recv_len,
+        open: true,
+    }
+}
+
+/// An id of one of this node's links, as a peer knows them (`ids`, from this node's
+/// hellos) or guesses them.
+fn some_link(inp: &mut Input, ids: &[u64; 2]) -> u64 {
+    match inp.byte() % 8 {
+        0 => NO_LINK,
+        1 => inp.u32() as u64 | (inp.u32() as u64) << 32,
+        2 => link_id(
+            inp.byte() as u32 % (SHARDS as u32 + 1),
+            inp.byte() as u32 % 4,
+        ),
+        k => ids[k as usize % 2],
+    }
+}
+
+/// A notice from the peer: a valid one of some kind with fields from `inp`.
+fn template(inp: &mut Input, ids: &[u64; 2]) -> Notice {
+    let service = [70, 71, inp.u32()][inp.byte() as usize % 3];
+    match inp.byte() % 5 {
+        0 => Notice::Hello {
+            service,
+            from: inp.byte() as u64,
+            to: some_link(inp, ids),
+        },
+        1 => Notice::Advert {
+            to: some_link(inp, ids),
+            // Mostly in turn (the first few), sometimes any.
+            seq: [inp.byte() as u32 % 4, inp.u32()][inp.byte() as usize % 2],
+            addr: 0x20_0000 + inp.u32() as u64 % 0x1000,
+            len: [inp.u32(), inp.byte() as u32][inp.byte() as usize % 2],
+            rkey: inp.byte() as u32,
+        },
+        2 => Notice::Data {
+            to: some_link(inp, ids),
+            seq: [inp.byte() as u32 % 4, inp.u32()][inp.byte() as usize % 2],
+            len: [inp.u32(), inp.byte() as u32][inp.byte() as usize % 2],
+            imm: (inp.byte() % 2 == 0).then(|| inp.u32()),
+        },
+        3 => Notice::Leave {
+            service,
+            to: some_link(inp, ids),
+            from: inp.byte() as u64,
+        },
+        _ => Notice::Left {
+            to: some_link(inp, ids),
+        },
+    }
+}
+
+/// Checks completions reaped from `e`'s ring: each its own, each receive within its
+/// length; a receive's last completion retires it from `posted`.
+fn check(e: &End, cqes: &[Cqe], posted: &mut HashMap<u64, u32>) {
+    for c in cqes {
+        assert_eq!(
+            c.user_data >> 56,
+            e.tag,
+            "a completion on a ring that did not ask for it: {c:?}"
+        );
+        if let Some(&len) = posted.get(&c.user_data) {
+            assert!(
+                c.res < 0 || c.res as u32 <= len,
+                "a receive completed past its {len} bytes: {c:?}"
+            );
+            if c.flags & CqeFlags::MORE.bits() == 0 {
+                posted.remove(&c.user_data);
+            }
+        }
+    }
+}
+
+/// A peer's notices into two rings' links to it.
+fn notices(inp: &mut Input) {
+    let mut rig = Rig::new(&[16, 16]);
+    rig.nic.remote = Some(PEER);
+    let mut ends = [end(&mut rig, 0xa, 70, 64), end(&mut rig, 0xb, 71, 32)];
+    let ids = [ends[0].id, ends[1].id];
+    // Receives the peer advertised to this node: (address, length, rkey).
+    let mut adverts = Vec::new();
+    let mut posted = HashMap::new();
+    let mut next = 3u64;
+    for _ in 0..64 {
+        if inp.done() {
+            break;
+        }
+        let op = inp.byte();
+        let e = &mut ends[(op as usize >> 4) % 2];
+        match op % 6 {
+            0 | 1 => {
+                let mut buf = template(inp, &ids).encode();
+                for _ in 0..inp.byte() % 4 {
+                    let at = inp.byte() as usize % NOTICE_LEN;
+                    buf[at] = inp.byte();
+                }
+                let byte_len = match inp.byte() % 8 {
+                    0 => inp.byte() as u32 % (NOTICE_LEN as u32 + 8),
+                    _ => NOTICE_LEN as u32,
+                };
+                if let Ok(Notice::Advert {
+                    addr, len, rkey, ..
+                }) = Notice::received(&buf, byte_len)
+                {
+                    adverts.push((addr, len, rkey));
+                }
+                rig.wire_notice(PEER, 0, &buf, byte_len);
+            }
+            2 if e.open => {
+                let ud = e.tag << 56 | next;
+                let slot = next % (LEN as u64 / 64);
+                next += 1;
+                posted.insert(ud, e.recv_len);
+                let sqe = Sqe::two_sided(Opcode::Recv, ud, e.vqp, e.mr, MR + 64 * slot, e.recv_len);
+                let c = rig.run(e.ring, &[sqe]);
+                check(e, &c, &mut posted);
+            }
+            3 if e.open => {
+                let ud = e.tag << 56 | next;
+                next += 1;
+                let len = inp.byte() as u32 % 96;
+                let c = rig.run(
+                    e.ring,
+                    &[Sqe::two_sided(Opcode::Send, ud, e.vqp, e.mr, MR, len)],
+                );
+                check(e, &c, &mut posted);
+            }
+            4 => {
+                rig.drain();
+                for e in ends.iter().filter(|e| e.open) {
+                    let c = rig.reap(e.ring, 64);
+                    check(e, &c, &mut posted);
+                }
+            }
+            5 if e.open && inp.byte() % 4 == 0 => {
+                rig.close(e.ring);
+                e.open = false;
+            }
+            _ => {}
+        }
+    }
+    for e in ends.iter().filter(|e| e.open) {
+        rig.drain();
+        let c = rig.reap(e.ring, 64);
+        check(e, &c, &mut posted);
+        rig.close(e.ring);
+    }
+    rig.drain();
+    for &(addr, len, rkey) in &rig.nic.far_writes {
+        let inside = adverts.iter().any(|&(a, l, k)| {
+            k == rkey
+                && a <= addr
+                && addr
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= a + l as u64)
+        });
+        assert!(inside, "a message written outside every receive the peer advertised: {addr:#x}+{len} rkey {rkey}");
+    }
+    assert!(
+        rig.rings.iter().all(|r| r.is_none()),
+        "a closed ring was never released"
+    );
+    assert!(rig.nic.live_mrs.is_empty(), "MRs left registered");
+    assert!(
+        rig.nic.qps.iter().all(|q| q.bound == 0),
+        "connections left bound"
+    );
+    assert_eq!(rig.messages.recvs(), 0, "receives left");
+}
+
+/// Names the records use, and the one looked up among them.
+const NAMES: [&str; 3] = ["kv", "kv2", "index"];
+
+fn name_of(i: u8) -> [u8; NAME_LEN] {
+    krcore_abi::meta::record::name(NAMES[i as usize % NAMES.len()]).expect("a valid name")
+}
+
+/// A MetaServer region of records, scribbled, looked up by name.
+fn records(inp: &mut Input) {
+    let t = Tables {
+        node_slots: 1 + inp.byte() as u32 % 4,
+        export_slots: PROBE as u32 + inp.byte() as u32 % 16,
+    };
+    let mut region = MemRegion::new(t.bytes());
+    // Node ids are their addresses' low 16 bits: 192.0.2.x is 0x200 + x.
+    for x in 0..t.node_slots as u8 {
+        if inp.byte() % 4 == 0 {
+            continue;
+        }
+        let node = NodeRecord {
+            gid: PEER,
+            ipv4: [192, 0, 2, x],
+            cm_port: 7471,
+            incarnation: inp.byte() as u64 % 3,
+        };
+        let at = t.node(node.id()) as usize;
+        let _ = frame::encode(
+            &mut region.bytes[at..at + NODE_FRAME],
+            inp.byte() as u64,
+            &node.encode(),
+        );
+    }
+    let want = name_of(inp.byte());
+    // Most records near the name's home, where its lookup reads.
+    let first = home(&want, t.export_slots as usize) as u32;
+    for i in 0..PROBE as u32 + 2 {
+        if inp.byte() % 4 == 0 {
+            continue;
+        }
+        let rec = ExportRecord {
+            name: name_of(inp.byte()),
+            node: 0x200 + inp.byte() as u16 % 6,
+            incarnation: inp.byte() as u64 % 3,
+            addr: MR,
+            len: LEN,
+            access: MrAccess::REMOTE_READ.bits(),
+            rkey: inp.byte() as u32,
+        };
+        let at = t.export((first + i) % t.export_slots) as usize;
+        let _ = frame::encode(
+            &mut region.bytes[at..at + EXPORT_FRAME],
+            inp.byte() as u64,
+            &rec.encode(),
+        );
+    }
+    for _ in 0..inp.byte() % 16 {
+        let at = inp.u32() as usize % region.bytes.len();
+        region.bytes[at] = inp.byte();
+    }
+    let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
+    if let Ok((rec, node)) = fetch(&want, &t, &mut buf, &mut region) {
+        assert_eq!(rec.name, want, "a lookup answered another name");
+        assert_eq!(
+            rec.incarnation, node.incarnation,
+            "a lookup answered a stale record"
+        );
+        assert_eq!(node.id(), rec.node, "checked against another node's record");
+    }
+    // Torn entries are read again, a bounded number of times.
+    assert!(
+        region.verbs <= 2 * TRIES,
+        "{} READs for one lookup",
+        region.verbs
+    );
+}
+
+/// Hellos and proofs from made-up addresses through the gate, against a model of what
+/// was issued.
+fn gate(inp: &mut Input) {
+    let mut g: Gate<8> = Gate::new();
+    // Every challenge issued: (address, nonce, when), and whether it was spent.
+    let mut issued: Vec<([u8; NONCE_LEN], u32, i64, bool)> = Vec::new();
+    let mut now = 0i64;
+    for _ in 0..128 {
+        if inp.done() {
+            break;
+        }
+        let from = 0xc000_0200 | (inp.byte() as u32 % 6);
+        match inp.byte() % 4 {
+            0 => {
+                // Nonces are random 128-bit values: never the same twice.
+                let mut n = [0u8; NONCE_LEN];
+                n[..8].copy_from_slice(&(issued.len() as u64 + 1).to_le_bytes());
+                g.challenge(from, n, now);
+                issued.push((n, from, now, false));
+            }
+            1 => {
+                // One issued (to this address or another), or one never issued.
+                let pick = inp.byte() as usize;
+                let n = issued
+                    .get(pick % (issued.len() + 1))
+                    .map_or([0xee; NONCE_LEN], |c| c.0);
+                if g.redeem(from, &n, now).is_ok() {
+                    let live = issued.iter_mut().find(|(m, f, at, spent)| {
+                        *m == n && *f == from && !*spent && (0..CHALLENGE_MS).contains(&(now - *at))
+                    });
+                    let Some(c) = live else {
+                        panic!("a proof from {from:#x} admitted for a challenge never issued to it, spent, or expired");
+                    };
+                    c.3 = true;
+                }
+            }
+            2 => g.bad_tag(from, now),
+            _ => now += inp.u32() as i64 % 3_000,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::fuzzinput::smoke_cases()))]
+
+        /// Random bytes as a wire program: nothing a peer or a MetaServer sends breaks
+        /// a promise (shrunk to the shortest failing program when it does).
+        #[test]
+        fn random_wire_programs(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+            super::run(&data);
+        }
+    }
+}
