@@ -1032,8 +1032,9 @@ int krcore_shim_cm_listen(void)
 	return 0;
 }
 
-/* Takes the connections on `dev` (every one when NULL) off the list and tears them
- * down. */
+/* Takes the connections on `dev` off the list and tears them down. Only after the
+ * device's CQ is quiesced (krcore_rs_dev_quiesce): their QPs' flushed completions stay
+ * in it, naming freed QPs. */
 static void krcore_cm_drop(struct ib_device *dev)
 {
 	struct krcore_cm_conn *c, *n;
@@ -1041,7 +1042,7 @@ static void krcore_cm_drop(struct ib_device *dev)
 
 	mutex_lock(&krcore_cm_lock);
 	list_for_each_entry_safe(c, n, &krcore_cm_conns, node) {
-		if (!dev || c->dev == dev) {
+		if (c->dev == dev) {
 			c->on_list = false;
 			krcore_cm_accepted -= c->accepted;
 			list_move(&c->node, &gone);
@@ -1082,7 +1083,8 @@ void krcore_shim_cm_stop(void)
 		rdma_destroy_id(krcore_cm_listener);
 		krcore_cm_listener = NULL;
 	}
-	krcore_cm_drop(NULL);
+	/* The connections go with their devices, as at a removal (quiesced first), when
+	 * the client is unregistered. */
 }
 
 void krcore_shim_cm_exit(void)
@@ -1093,4 +1095,6 @@ void krcore_shim_cm_exit(void)
 		krcore_cm_wq = NULL;
 	}
 	krcore_cm_auth_exit();
+	/* Every connection went with its device. */
+	WARN_ON(!list_empty(&krcore_cm_conns));
 }

@@ -289,8 +289,9 @@ struct ib_pd;
 struct ib_cq;
 /* In the module's load and unload, in this order: read the cluster key (before any
  * device is served; -EINVAL for a malformed one, 0 with none: no cluster); listen on
- * the cm_port parameter (nothing when it is 0 or there is no key); stop listening and
- * tear every peer connection down; once the ib_client is gone, let the key go. */
+ * the cm_port parameter (nothing when it is 0 or there is no key); stop listening (the
+ * peer connections go with their devices when the ib_client is unregistered, each
+ * device's CQ quiesced first); once the ib_client is gone, let the key go. */
 int krcore_shim_cm_init(void);
 int krcore_shim_cm_listen(void);
 void krcore_shim_cm_stop(void);

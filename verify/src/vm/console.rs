@@ -64,7 +64,8 @@ pub struct Verdict {
 /// How many of the command's last console lines a [`Verdict`] keeps.
 pub const OUTPUT_KEPT: usize = 12;
 
-/// The module's line once it is loaded: kernel lines before it are the boot's.
+/// The module's line once it is loaded: kernel lines before it (or, on the quiet live
+/// console, before [`RUN_START`]) are the boot's.
 pub const LOADED_MARKER: &str = "krcore: loaded";
 
 /// Reads a whole console transcript.
@@ -79,7 +80,9 @@ pub fn judge(console: &str) -> Verdict {
         if line == DMESG_START {
             loaded = false;
         }
-        loaded |= line.contains(LOADED_MARKER);
+        // The live console is quiet (no info lines): the run's start, which the guest's
+        // init prints after loading krcore, marks it there.
+        loaded |= line.contains(LOADED_MARKER) || line == RUN_START;
         if line == RUN_START {
             running = true;
         } else if let Some(rest) = line.strip_prefix(EXIT_MARKER) {
@@ -185,6 +188,15 @@ mod tests {
             1,
             "after the load, everything counts"
         );
+    }
+
+    #[test]
+    fn a_quiet_console_counts_from_the_runs_start() {
+        // No "krcore: loaded" on the live console (it is quiet), and no dump (the guest
+        // hung after the report): the report still counts, and is not called the boot's.
+        let kasan = "[ 71.0] BUG: KASAN: slab-use-after-free in krcore_shim_poll_cq";
+        let v = judge(&format!("KRCORE-RUN-START\n{kasan}\n"));
+        assert_eq!((v.kernel_problems.len(), v.boot_problems.len()), (1, 0));
     }
 
     #[test]
