@@ -66,47 +66,12 @@ u32 krcore_shim_cm_dial_delay_ms(void)
 }
 
 /*
- * A connection request's private data: who asks, for what, and the proof that it holds
+ * A connection request's private data says who asks, for what, and proves that it holds
  * the cluster key (abi's cluster::auth): first a hello with the dialer's nonce (ASK),
  * which the listener refuses with a challenge, then the same with the challenge and
- * the dialer's tag (PROVE). 56 bytes: all the REQ has room for after rdma_cm's header.
+ * the dialer's tag (PROVE); the accept carries the listener's tag. The wire forms are
+ * abi's cluster::hello, read and written by cm_wire.rs: this file sees only fields.
  */
-#define KRCORE_CM_MAGIC 0x4b524332 /* "KRC2" */
-#define KRCORE_CM_ASK 1
-#define KRCORE_CM_PROVE 2
-struct krcore_cm_hello {
-	__be32 magic;
-	u8 kind; /* KRCORE_CM_PEER or KRCORE_CM_META */
-	u8 index; /* which connection of a set (PEER) */
-	u8 step; /* KRCORE_CM_ASK or KRCORE_CM_PROVE */
-	u8 resv;
-	u8 nonce_i[KRCORE_CM_NONCE_LEN];
-	u8 nonce_r[KRCORE_CM_NONCE_LEN]; /* PROVE: the challenge */
-	u8 tag[KRCORE_CM_TAG_LEN]; /* PROVE: the dialer's tag */
-} __packed;
-static_assert(sizeof(struct krcore_cm_hello) == IB_CM_REQ_PRIVATE_DATA_SIZE - 36);
-
-/* The listener's refusal of an ASK: the challenge to answer. */
-#define KRCORE_CM_CHALLENGE 0x4b524343 /* "KRCC" */
-struct krcore_cm_challenge {
-	__be32 magic;
-	u8 nonce_r[KRCORE_CM_NONCE_LEN];
-} __packed;
-
-/* A refusal's private data when our own attempt wins (both nodes dialing at once): the
- * dialer yields to it (-EALREADY) rather than failing. */
-#define KRCORE_CM_YIELD 0x4b525959 /* "KRYY" */
-
-/* The accept: the listener's tag, and for a MetaServer connection where its region is
- * (struct krcore_meta_offer, wire form; zero otherwise). */
-struct krcore_cm_accept {
-	__be32 magic;
-	__be32 rkey;
-	__be64 base;
-	__be32 node_slots;
-	__be32 export_slots;
-	u8 tag[KRCORE_CM_TAG_LEN];
-} __packed;
 
 /* Each step of an active connect (address, route) is bounded by this. */
 #define KRCORE_CM_STEP_MS 2000
@@ -166,8 +131,8 @@ struct krcore_cm_conn {
 	 * accept's private data. */
 	struct krcore_cm_hello hello;
 	struct krcore_cm_bind bind;
-	u8 reply[sizeof(struct krcore_cm_accept)];
-	u8 reply_len;
+	/* What the accept offered (a MetaServer's region; `ready` once it came). */
+	struct krcore_meta_offer offer;
 };
 
 /* A device being removed: requests arriving on it meanwhile are refused. */
@@ -440,6 +405,9 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 			  struct rdma_cm_event *ev)
 {
 	struct rdma_conn_param p;
+	u8 wire[KRCORE_CM_HELLO_LEN];
+	u8 tag[KRCORE_CM_TAG_LEN];
+	u8 nonce[KRCORE_CM_NONCE_LEN];
 	int ret;
 
 	switch (ev->event) {
@@ -452,6 +420,9 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		ret = krcore_cm_create_qp(c);
 		if (ret)
 			return ret;
+		/* Bound now (rdma_resolve_addr): this attempt's port, which the tag names. */
+		c->bind.initiator_port =
+			((struct sockaddr_in *)&id->route.addr.src_addr)->sin_port;
 		if (c->hello.step == KRCORE_CM_PROVE) {
 			c->bind.initiator_qpn = id->qp->qp_num;
 			ret = krcore_cm_tag(true, &c->bind, c->hello.tag);
@@ -459,26 +430,26 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 				return ret;
 		}
 		krcore_cm_param(&p, c->kind);
-		p.private_data = &c->hello;
-		p.private_data_len = sizeof(c->hello);
+		/* Copied into the request by rdma_cm. */
+		krcore_rs_cm_hello_write(&c->hello, wire);
+		p.private_data = wire;
+		p.private_data_len = sizeof(wire);
 		return rdma_connect_locked(id, &p);
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (!c->accepted) {
-			const struct krcore_cm_accept *a = ev->param.conn.private_data;
-
 			/* The listener proves it holds the key too, for this connection. */
 			c->bind.responder_qpn = ev->param.conn.qp_num;
-			if (ev->param.conn.private_data_len < sizeof(*a) ||
-			    be32_to_cpu(a->magic) != KRCORE_CM_MAGIC ||
-			    !krcore_cm_tag_ok(false, &c->bind, a->tag)) {
+			if (krcore_rs_cm_accept_read(ev->param.conn.private_data,
+						     ev->param.conn.private_data_len, &c->offer,
+						     tag) ||
+			    !krcore_cm_tag_ok(false, &c->bind, tag)) {
 				/* rdma_cm made the QP ready to send already: nothing may use it. */
 				struct ib_qp_attr err = { .qp_state = IB_QPS_ERR };
 
+				c->offer.ready = 0;
 				ib_modify_qp(id->qp, &err, IB_QP_STATE);
 				return -EPERM;
 			}
-			c->reply_len = sizeof(*a);
-			memcpy(c->reply, a, sizeof(*a));
 		}
 		ret = krcore_cm_set_access(id->qp, c->access);
 		if (ret)
@@ -514,18 +485,19 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		}
 		return 0;
 	case RDMA_CM_EVENT_REJECTED:
-		if (ev->param.conn.private_data_len >= sizeof(struct krcore_cm_challenge) &&
-		    c->hello.step == KRCORE_CM_ASK &&
-		    be32_to_cpup(ev->param.conn.private_data) == KRCORE_CM_CHALLENGE) {
-			const struct krcore_cm_challenge *ch = ev->param.conn.private_data;
-
-			memcpy(c->bind.nonce_r, ch->nonce_r, sizeof(ch->nonce_r));
+		switch (krcore_rs_cm_refusal_read(ev->param.conn.private_data,
+						  ev->param.conn.private_data_len, nonce)) {
+		case 1:
+			/* A challenge answers only an ASK. */
+			if (c->hello.step != KRCORE_CM_ASK)
+				return -ECONNREFUSED;
+			memcpy(c->bind.nonce_r, nonce, sizeof(nonce));
 			return -EINPROGRESS;
-		}
-		if (ev->param.conn.private_data_len >= sizeof(__be32) &&
-		    be32_to_cpup(ev->param.conn.private_data) == KRCORE_CM_YIELD)
+		case 2:
 			return -EALREADY;
-		return -ECONNREFUSED;
+		default:
+			return -ECONNREFUSED;
+		}
 	default:
 		/* ADDR_ERROR, ROUTE_ERROR, CONNECT_ERROR, UNREACHABLE, ... */
 		return ev->status < 0 ? ev->status : -ECONNREFUSED;
@@ -691,7 +663,6 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
 	unsigned long deadline = jiffies + msecs_to_jiffies(timeout_ms);
 	struct krcore_cm_hello hello = {
-		.magic = cpu_to_be32(KRCORE_CM_MAGIC),
 		.kind = kind,
 		.index = index,
 		.step = KRCORE_CM_ASK,
@@ -709,6 +680,7 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 	dst.sin_port = htons(cm_port);
 	bind.initiator = src.sin_addr.s_addr;
 	bind.responder = dst.sin_addr.s_addr;
+	bind.responder_port = dst.sin_port;
 	get_random_bytes(hello.nonce_i, sizeof(hello.nonce_i));
 	memcpy(bind.nonce_i, hello.nonce_i, sizeof(bind.nonce_i));
 	ret = krcore_cm_attempt(dev, pd, cq, &src, &dst, deadline, &hello, &bind, out, qp, qpn);
@@ -793,15 +765,9 @@ int krcore_cm_drain(struct krcore_cm_conn *c, u64 send_id, u64 recv_id)
 
 int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o)
 {
-	const struct krcore_cm_accept *w = (const void *)c->reply;
-
-	if (c->reply_len < sizeof(*w) || be32_to_cpu(w->magic) != KRCORE_CM_MAGIC)
+	if (!c->offer.ready)
 		return -EPROTO;
-	o->base = be64_to_cpu(w->base);
-	o->rkey = be32_to_cpu(w->rkey);
-	o->node_slots = be32_to_cpu(w->node_slots);
-	o->export_slots = be32_to_cpu(w->export_slots);
-	o->ready = true;
+	*o = c->offer;
 	return 0;
 }
 
@@ -837,10 +803,12 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	const struct sockaddr_in *to = (const void *)&id->route.addr.src_addr;
 	struct krcore_cm_hello hello;
 	struct krcore_meta_offer offer = {};
-	__be32 yield = cpu_to_be32(KRCORE_CM_YIELD);
+	u8 yield[KRCORE_CM_YIELD_LEN];
 	u8 peer_gid[16] = { [10] = 0xff, [11] = 0xff };
-	struct krcore_cm_challenge challenge;
-	struct krcore_cm_accept wire = {};
+	u8 nonce_r[KRCORE_CM_NONCE_LEN];
+	u8 challenge[KRCORE_CM_CHALLENGE_LEN];
+	u8 tag[KRCORE_CM_TAG_LEN];
+	u8 wire[KRCORE_CM_ACCEPT_LEN];
 	struct krcore_cm_bind bind;
 	struct krcore_cm_conn *c;
 	struct rdma_conn_param p;
@@ -851,12 +819,9 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 
 	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
 		return 0;
-	if (ev->param.conn.private_data_len < sizeof(hello))
-		return -EPERM;
-	memcpy(&hello, ev->param.conn.private_data, sizeof(hello));
-	if (be32_to_cpu(hello.magic) != KRCORE_CM_MAGIC ||
-	    (hello.kind != KRCORE_CM_PEER && hello.kind != KRCORE_CM_META) ||
-	    (hello.step != KRCORE_CM_ASK && hello.step != KRCORE_CM_PROVE) ||
+	/* Bytes from anyone who reaches the port: read in Rust (cm_wire.rs). */
+	if (krcore_rs_cm_hello_read(ev->param.conn.private_data, ev->param.conn.private_data_len,
+				    &hello) ||
 	    from->sin_family != AF_INET || to->sin_family != AF_INET)
 		return -EPERM;
 	if (READ_ONCE(krcore_cm_accepted) >= KRCORE_CM_MAX_ACCEPTED)
@@ -866,10 +831,10 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		return -ENODEV;
 	if (hello.step == KRCORE_CM_ASK) {
 		/* Refused with a challenge, kept by the gate. */
-		challenge.magic = cpu_to_be32(KRCORE_CM_CHALLENGE);
-		get_random_bytes(challenge.nonce_r, sizeof(challenge.nonce_r));
-		krcore_rs_cm_challenge(pin, from->sin_addr.s_addr, challenge.nonce_r);
-		rdma_reject(id, &challenge, sizeof(challenge), IB_CM_REJ_CONSUMER_DEFINED);
+		get_random_bytes(nonce_r, sizeof(nonce_r));
+		krcore_rs_cm_challenge(pin, from->sin_addr.s_addr, nonce_r);
+		krcore_rs_cm_challenge_write(nonce_r, challenge);
+		rdma_reject(id, challenge, sizeof(challenge), IB_CM_REJ_CONSUMER_DEFINED);
 		ret = -ECONNREFUSED;
 		goto unpin;
 	}
@@ -877,6 +842,8 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	bind = (struct krcore_cm_bind){
 		.kind = hello.kind,
 		.index = hello.index,
+		.initiator_port = from->sin_port,
+		.responder_port = to->sin_port,
 		.initiator = from->sin_addr.s_addr,
 		.responder = to->sin_addr.s_addr,
 		.initiator_qpn = ev->param.conn.qp_num,
@@ -904,8 +871,10 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		/* One set per pair of nodes: Rust answers by the both-at-once rule. */
 		memcpy(peer_gid + 12, &from->sin_addr.s_addr, 4);
 		ret = krcore_rs_cm_peer_request(pin, peer_gid, hello.index);
-		if (ret == -EALREADY)
-			rdma_reject(id, &yield, sizeof(yield), IB_CM_REJ_CONSUMER_DEFINED);
+		if (ret == -EALREADY) {
+			krcore_rs_cm_yield_write(yield);
+			rdma_reject(id, yield, sizeof(yield), IB_CM_REJ_CONSUMER_DEFINED);
+		}
 		if (ret)
 			goto unpin;
 	}
@@ -923,21 +892,15 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		goto free;
 	}
 	krcore_cm_param(&p, c->kind);
-	wire.magic = cpu_to_be32(KRCORE_CM_MAGIC);
-	if (hello.kind == KRCORE_CM_META) {
-		wire.rkey = cpu_to_be32(offer.rkey);
-		wire.base = cpu_to_be64(offer.base);
-		wire.node_slots = cpu_to_be32(offer.node_slots);
-		wire.export_slots = cpu_to_be32(offer.export_slots);
-	}
-	/* This listener's proof, for this connection. */
+	/* This listener's proof, for this connection, and a MetaServer's region. */
 	bind.responder_qpn = id->qp->qp_num;
-	ret = krcore_cm_tag(false, &bind, wire.tag);
+	ret = krcore_cm_tag(false, &bind, tag);
 	if (ret) {
 		rdma_destroy_qp(id);
 		goto free;
 	}
-	p.private_data = &wire;
+	krcore_rs_cm_accept_write(hello.kind == KRCORE_CM_META ? &offer : NULL, tag, wire);
+	p.private_data = wire;
 	p.private_data_len = sizeof(wire);
 	ret = rdma_accept(id, &p);
 	if (!ret)

@@ -3,8 +3,8 @@
  * The cluster key, and the tags kernels prove they hold it with (abi's cluster::auth
  * says the protocol; cm.c carries it in the connection requests, refusals and
  * accepts). The key never leaves this file: a tag is HMAC-SHA256 through the kernel's
- * crypto API over a transcript that names both nonces and the connection, cut to
- * KRCORE_CM_TAG_LEN bytes.
+ * crypto API over a transcript that names both nonces and the connection (abi's
+ * cluster::hello lays it out), cut to KRCORE_CM_TAG_LEN bytes.
  *
  * The transform is keyed once at load and only read after (crypto_shash_tfm_digest
  * keeps its state on the caller's stack), so any number of handlers and dials use it
@@ -28,20 +28,6 @@ MODULE_PARM_DESC(cluster_key,
 #define KRCORE_CM_KEY_MAX 64
 
 static struct crypto_shash *krcore_cm_mac;
-
-/* What a tag covers. Fixed size, every field set: both sides build the same bytes. */
-struct krcore_cm_transcript {
-	char label[8]; /* "KRC-INIT" (the dialer's tag) or "KRC-RESP" (the accept's) */
-	u8 kind;
-	u8 index;
-	u8 resv[2];
-	__be32 initiator;
-	__be32 responder;
-	__be32 initiator_qpn;
-	__be32 responder_qpn; /* 0 in the dialer's tag: not known yet */
-	u8 nonce_i[KRCORE_CM_NONCE_LEN];
-	u8 nonce_r[KRCORE_CM_NONCE_LEN];
-} __packed;
 
 int krcore_cm_auth_init(void)
 {
@@ -96,23 +82,14 @@ bool krcore_cm_auth_ready(void)
 
 int krcore_cm_tag(bool initiator, const struct krcore_cm_bind *b, u8 *tag)
 {
-	struct krcore_cm_transcript t = {
-		.kind = b->kind,
-		.index = b->index,
-		.initiator = b->initiator,
-		.responder = b->responder,
-		.initiator_qpn = cpu_to_be32(b->initiator_qpn),
-		.responder_qpn = cpu_to_be32(initiator ? 0 : b->responder_qpn),
-	};
+	u8 t[KRCORE_CM_TRANSCRIPT_LEN];
 	u8 full[32];
 	int ret;
 
 	if (!krcore_cm_mac)
 		return -ENOKEY;
-	memcpy(t.label, initiator ? "KRC-INIT" : "KRC-RESP", sizeof(t.label));
-	memcpy(t.nonce_i, b->nonce_i, sizeof(t.nonce_i));
-	memcpy(t.nonce_r, b->nonce_r, sizeof(t.nonce_r));
-	ret = crypto_shash_tfm_digest(krcore_cm_mac, (const u8 *)&t, sizeof(t), full);
+	krcore_rs_cm_transcript(initiator, b, t);
+	ret = crypto_shash_tfm_digest(krcore_cm_mac, t, sizeof(t), full);
 	if (!ret)
 		memcpy(tag, full, KRCORE_CM_TAG_LEN);
 	memzero_explicit(full, sizeof(full));

@@ -12,6 +12,7 @@ use kernel::prelude::*;
 
 mod abi;
 mod backend;
+mod cm_wire;
 mod cq_events;
 mod devctx;
 mod device;

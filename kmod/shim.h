@@ -299,14 +299,37 @@ void krcore_shim_cm_exit(void);
 /* The cm_peer parameter as an IPv4-mapped GID (16 bytes): 0, -ENOENT when unset. */
 int krcore_shim_cm_peer_gid(u8 *gid);
 /* The cluster key and the tags kernels prove they hold it with (cm_auth.c; abi's
- * cluster::auth has the protocol). */
+ * cluster::auth has the protocol, cluster::hello the wire forms, read and written in
+ * Rust by cm_wire.rs). */
 #define KRCORE_CM_NONCE_LEN 16
 #define KRCORE_CM_TAG_LEN 16
-/* What a tag binds: the kind and index asked for, both addresses (IPv4, network
- * order), both QP numbers (the responder's 0 in the dialer's tag), both nonces. */
+#define KRCORE_CM_HELLO_LEN 56
+#define KRCORE_CM_CHALLENGE_LEN 20
+#define KRCORE_CM_YIELD_LEN 4
+#define KRCORE_CM_ACCEPT_LEN 40
+#define KRCORE_CM_TRANSCRIPT_LEN 64
+#define KRCORE_CM_ASK 1
+#define KRCORE_CM_PROVE 2
+/* A connection request's fields: who asks, for what, and (PROVE) its proof. */
+struct krcore_cm_hello {
+	u8 kind; /* KRCORE_CM_PEER or KRCORE_CM_META */
+	u8 index; /* which connection of a set (PEER) */
+	u8 step; /* KRCORE_CM_ASK or KRCORE_CM_PROVE */
+	u8 resv;
+	u8 nonce_i[KRCORE_CM_NONCE_LEN];
+	u8 nonce_r[KRCORE_CM_NONCE_LEN]; /* PROVE: the challenge */
+	u8 tag[KRCORE_CM_TAG_LEN]; /* PROVE: the dialer's tag */
+};
+static_assert(sizeof(struct krcore_cm_hello) == 52);
+/* What a tag binds: the kind and index asked for, both ends (IPv4 address and port,
+ * network order), both QP numbers (the responder's left out of the dialer's tag), both
+ * nonces. */
 struct krcore_cm_bind {
 	u8 kind;
 	u8 index;
+	__be16 initiator_port;
+	__be16 responder_port;
+	u16 resv;
 	__be32 initiator;
 	__be32 responder;
 	u32 initiator_qpn;
@@ -314,6 +337,21 @@ struct krcore_cm_bind {
 	u8 nonce_i[KRCORE_CM_NONCE_LEN];
 	u8 nonce_r[KRCORE_CM_NONCE_LEN];
 };
+static_assert(sizeof(struct krcore_cm_bind) == 56);
+/* Wire forms (cm_wire.rs). A reader takes private data of any length: 0, or -EPROTO
+ * for bytes that are not the message. krcore_rs_cm_refusal_read: 1 for a challenge
+ * (its nonce at nonce_r), 2 for a yield, 0 otherwise. A writer fills its _LEN bytes. */
+int krcore_rs_cm_hello_read(const void *data, u32 len, struct krcore_cm_hello *out);
+void krcore_rs_cm_hello_write(const struct krcore_cm_hello *h, u8 *out);
+int krcore_rs_cm_refusal_read(const void *data, u32 len, u8 *nonce_r);
+void krcore_rs_cm_challenge_write(const u8 *nonce_r, u8 *out);
+void krcore_rs_cm_yield_write(u8 *out);
+int krcore_rs_cm_accept_read(const void *data, u32 len, struct krcore_meta_offer *offer,
+			     u8 *tag);
+/* `offer` NULL: a set's accept (no region). */
+void krcore_rs_cm_accept_write(const struct krcore_meta_offer *offer, const u8 *tag, u8 *out);
+/* The bytes the dialer's (`initiator`) or the accept's tag is a MAC over. */
+void krcore_rs_cm_transcript(bool initiator, const struct krcore_cm_bind *b, u8 *out);
 /* Reads the cluster_key parameter and keys the MAC: 0, -ENOKEY when there is none
  * (this node joins no cluster), -EINVAL when it is malformed or under 128 bits. */
 int krcore_cm_auth_init(void);

@@ -38,6 +38,30 @@
 // long a yielded attempt waits for the peer's set, ms: past it, a CONNECT dials anew.
 #define krcore_ADOPT_MS 3000
 
+// A hello's magic, "KRC3" (the third wire form: tags bind ports).
+#define krcore_HELLO_MAGIC 1263682355
+
+// A challenge's magic, "KRCC".
+#define krcore_CHALLENGE_MAGIC 1263682371
+
+// A yield's magic, "KRYY".
+#define krcore_YIELD_MAGIC 1263688025
+
+// Bytes of a hello: all an IB CM REQ has room for after rdma_cm's 36-byte header.
+#define krcore_HELLO_LEN 56
+
+// Bytes of a challenge.
+#define krcore_CHALLENGE_LEN (4 + krcore_NONCE_LEN)
+
+// Bytes of a yield.
+#define krcore_YIELD_LEN 4
+
+// Bytes of an accept.
+#define krcore_ACCEPT_LEN (24 + krcore_TAG_LEN)
+
+// Bytes of a transcript.
+#define krcore_TRANSCRIPT_LEN (32 + (2 * krcore_NONCE_LEN))
+
 // Bytes of a notice on the wire.
 #define krcore_NOTICE_LEN 32
 

@@ -4,22 +4,24 @@
 //!   with bytes scribbled or cut short, reach two rings' links to that peer on the fake
 //!   NIC while the rings post receives and send;
 //! - a MetaServer region of records with bytes scribbled is looked up by name;
-//! - hellos' challenges and proofs from made-up addresses, at made-up times, go through
-//!   the cluster gate.
+//! - connection requests' private data (hellos: ASKs and PROVEs), refusals and accepts,
+//!   from valid wire forms with bytes scribbled or cut short, are read; the hellos that
+//!   read go from made-up addresses, at made-up times, through the cluster gate.
 //!
 //! It must never see a panic, a completion on a ring that did not ask for it, a receive
 //! completed past its length, a message written outside a receive the peer advertised,
-//! a lookup answering another name or a stale record, or a gate admitting a proof for a
-//! challenge it did not issue to that address (or issued, and spent, before).
+//! a lookup answering another name or a stale record, a message read that its writer
+//! would not write the same, or a gate admitting a proof for a challenge it did not
+//! issue to that address (or issued, and spent, before).
 //!
 //! `fuzz/fuzz_targets/wire.rs` runs it under libFuzzer; a test runs it over seeded
-//! random inputs so `cargo test` covers it too. Not covered here: the connection
-//! requests' private data (cm.c parses those in C) and revocation notices (the device's,
-//! not a link's).
+//! random inputs so `cargo test` covers it too. Not covered here: revocation notices
+//! (the device's, not a link's) and the tags' MAC (the kernel's crypto API).
 
 use std::collections::HashMap;
 
 use krcore_abi::cluster::auth::{Gate, CHALLENGE_MS, NONCE_LEN};
+use krcore_abi::cluster::hello::{Accept, Hello, Kind, Offer, Proof, Refusal, ACCEPT_LEN, HELLO_LEN};
 use krcore_abi::cluster::notice::{link_id, Notice, NOTICE_LEN, NO_LINK};
 use krcore_abi::cqe::{Cqe, CqeFlags};
 use krcore_abi::meta::frame;
@@ -335,8 +337,35 @@ fn records(inp: &mut Input) {
     );
 }
 
-/// Hellos and proofs from made-up addresses through the gate, against a model of what
-/// was issued.
+/// `w` with up to two bytes scribbled and maybe cut short, as the input says.
+fn scribbled(inp: &mut Input, w: &[u8]) -> Vec<u8> {
+    let mut b = w.to_vec();
+    for _ in 0..inp.byte() % 3 {
+        let at = inp.byte() as usize % b.len();
+        b[at] = inp.byte();
+    }
+    if inp.byte() % 8 == 0 {
+        b.truncate(inp.byte() as usize % (b.len() + 1));
+    }
+    b
+}
+
+/// A message read back is the message its writer makes: nothing read loosely.
+fn reads_strictly(bytes: &[u8]) {
+    if let Some(h) = Hello::read(bytes) {
+        assert_eq!(&h.write()[..], &bytes[..HELLO_LEN], "a hello read loosely");
+    }
+    if let Some(a) = Accept::read(bytes) {
+        assert_eq!(&a.write()[..], &bytes[..ACCEPT_LEN], "an accept read loosely");
+    }
+    if let Refusal::Challenge(n) = Refusal::read(bytes) {
+        assert_eq!(Refusal::challenge(&n)[..], bytes[..Refusal::challenge(&n).len()]);
+    }
+}
+
+/// Connection requests from made-up addresses (hellos written as a member would, then
+/// scribbled) read and, when they read, put through the gate, against a model of what
+/// it issued; refusals and accepts read.
 fn gate(inp: &mut Input) {
     let mut g: Gate<8> = Gate::new();
     // Every challenge issued: (address, nonce, when), and whether it was spent.
@@ -347,21 +376,38 @@ fn gate(inp: &mut Input) {
             break;
         }
         let from = 0xc000_0200 | (inp.byte() as u32 % 6);
-        match inp.byte() % 4 {
-            0 => {
-                // Nonces are random 128-bit values: never the same twice.
-                let mut n = [0u8; NONCE_LEN];
-                n[..8].copy_from_slice(&(issued.len() as u64 + 1).to_le_bytes());
-                g.challenge(from, n, now);
-                issued.push((n, from, now, false));
-            }
-            1 => {
-                // One issued (to this address or another), or one never issued.
+        match inp.byte() % 5 {
+            0 | 1 => {
+                // An ASK, or a PROVE naming a challenge issued (to this address or
+                // another) or never issued.
                 let pick = inp.byte() as usize;
-                let n = issued
+                let nonce_r = issued
                     .get(pick % (issued.len() + 1))
                     .map_or([0xee; NONCE_LEN], |c| c.0);
-                if g.redeem(from, &n, now).is_ok() {
+                let kind = if inp.byte() % 2 == 0 { Kind::Peer } else { Kind::Meta };
+                let written = Hello {
+                    kind,
+                    index: 0,
+                    nonce_i: [inp.byte(); NONCE_LEN],
+                    proof: (inp.byte() % 3 != 0).then_some(Proof {
+                        nonce_r,
+                        tag: [0; 16],
+                    }),
+                }
+                .write();
+                let bytes = scribbled(inp, &written);
+                reads_strictly(&bytes);
+                let Some(h) = Hello::read(&bytes) else { continue };
+                let Some(p) = h.proof else {
+                    // Nonces are random 128-bit values: never the same twice.
+                    let mut n = [0u8; NONCE_LEN];
+                    n[..8].copy_from_slice(&(issued.len() as u64 + 1).to_le_bytes());
+                    g.challenge(from, n, now);
+                    issued.push((n, from, now, false));
+                    continue;
+                };
+                if g.redeem(from, &p.nonce_r, now).is_ok() {
+                    let n = p.nonce_r;
                     let live = issued.iter_mut().find(|(m, f, at, spent)| {
                         *m == n && *f == from && !*spent && (0..CHALLENGE_MS).contains(&(now - *at))
                     });
@@ -372,6 +418,25 @@ fn gate(inp: &mut Input) {
                 }
             }
             2 => g.bad_tag(from, now),
+            3 => {
+                // What a dialer reads back: a challenge, a yield, an accept.
+                let written = match inp.byte() % 3 {
+                    0 => Refusal::challenge(&[inp.byte(); NONCE_LEN]).to_vec(),
+                    1 => Refusal::yielding().to_vec(),
+                    _ => Accept {
+                        offer: Offer {
+                            base: inp.u32() as u64,
+                            rkey: inp.u32(),
+                            node_slots: 64,
+                            export_slots: 256,
+                        },
+                        tag: [inp.byte(); 16],
+                    }
+                    .write()
+                    .to_vec(),
+                };
+                reads_strictly(&scribbled(inp, &written));
+            }
             _ => now += inp.u32() as i64 % 3_000,
         }
     }

@@ -7,16 +7,16 @@
 //!    its [`Challenges`] (one use, [`CHALLENGE_MS`], at most [`PER_SOURCE`] per
 //!    address), and refuses the request with that challenge.
 //! 2. A hello with both nonces and the dialer's tag: a MAC with the cluster key over
-//!    both nonces and the connection (both addresses, the dialer's QP number, the kind
-//!    and index asked for). The listener redeems its nonce for that address (a nonce it
+//!    both nonces and the connection (both addresses and ports, the dialer's QP number,
+//!    the kind and index asked for). The listener redeems its nonce for that address (a nonce it
 //!    did not issue to that address, an expired or a used one is refused) and checks the
 //!    tag; then it accepts with its own tag over the same and its QP number, which the
 //!    dialer checks before it uses the connection.
 //!
 //! A request sniffed on the segment and replayed gets nothing: its challenge is spent,
-//! and its tag names the dialer's address and QP. The MAC (HMAC-SHA256 through the
-//! kernel's crypto API, cut to [`TAG_LEN`]) and the wire form are the module's
-//! (kmod/cm_auth.c); what is admitted, and how often an address may fail, is decided
+//! and its tag names the dialer's address, port and QP. The wire forms and the
+//! transcript are [`hello`](super::hello)'s; the MAC (HMAC-SHA256 through the kernel's
+//! crypto API, cut to [`TAG_LEN`]) is the module's (kmod/cm_auth.c); what is admitted, and how often an address may fail, is decided
 //! here: a [`Gate`] per device. A hello never fails: it always gets a challenge, which
 //! takes the place of the oldest when the table is full, so a flood of hellos (from any
 //! address a sender writes into its request) delays a member by its own round trip at

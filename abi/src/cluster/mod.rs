@@ -4,6 +4,8 @@
 //!
 //! - [`auth`]: how a kernel proves it holds the cluster key, and how often a stranger
 //!   may try.
+//! - [`hello`]: the connection requests' private data and the listener's answers, read
+//!   strictly, and the transcript a tag covers.
 //! - [`conn_set`]: a node's connection set to one peer, and how two nodes connecting to
 //!   each other at once end with one.
 //! - [`peers`]: the table of a node's sets, each owning a block of the device's
@@ -17,6 +19,7 @@
 
 pub mod auth;
 pub mod conn_set;
+pub mod hello;
 pub mod notice;
 pub mod peers;
 pub mod revoke;

@@ -14,18 +14,13 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use krcore_abi::cluster::hello::{Hello, Kind, Proof, Refusal, HELLO_LEN};
 use verify::cm_verbs::{Client, Knock};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// A hello's length: what a request's private data has room for after rdma_cm's header.
-const HELLO: usize = 56;
-const MAGIC: [u8; 4] = *b"KRC2";
-const CHALLENGE: [u8; 4] = *b"KRCC";
+/// The kind byte of the module's hello before proofs.
 const PEER: u8 = 1;
-const META: u8 = 2;
-const ASK: u8 = 1;
-const PROVE: u8 = 2;
 
 #[derive(clap::Parser)]
 #[command(name = "cm-intruder")]
@@ -40,16 +35,20 @@ enum Cli {
     },
 }
 
-/// A hello: kind, index, step, the dialer's nonce, the challenge, the tag.
-fn hello(kind: u8, step: u8, nonce_r: [u8; 16], tag: [u8; 16]) -> [u8; HELLO] {
-    let mut h = [0u8; HELLO];
-    h[..4].copy_from_slice(&MAGIC);
-    h[4] = kind;
-    h[6] = step;
-    h[8..24].copy_from_slice(&[0x5a; 16]);
-    h[24..40].copy_from_slice(&nonce_r);
-    h[40..56].copy_from_slice(&tag);
-    h
+/// A hello as a member writes one: kind, the dialer's nonce, and the proof if any.
+fn hello(kind: Kind, proof: Option<Proof>) -> [u8; HELLO_LEN] {
+    Hello {
+        kind,
+        index: 0,
+        nonce_i: [0x5a; 16],
+        proof,
+    }
+    .write()
+}
+
+/// A proof answering `nonce_r` with `tag`.
+fn proof(nonce_r: [u8; 16], tag: [u8; 16]) -> Option<Proof> {
+    Some(Proof { nonce_r, tag })
 }
 
 /// The module's hello before proofs: "KRC1", a peer connection, key 0.
@@ -77,15 +76,14 @@ fn knock(addr: Ipv4Addr, port: u16, what: &str, private: &[u8]) -> Result<Vec<u8
 
 fn knocks(addr: Ipv4Addr, port: u16, replay: Option<String>) -> Result<()> {
     knock(addr, port, "the old hello with key 0", &old_hello())?;
-    let answer = knock(addr, port, "an ASK", &hello(PEER, ASK, [0; 16], [0; 16]))?;
+    let answer = knock(addr, port, "an ASK", &hello(Kind::Peer, None))?;
     // The listener is there and answers as a member would: with a challenge.
-    if answer.len() < 20 || answer[..4] != CHALLENGE {
+    let Refusal::Challenge(nonce_r) = Refusal::read(&answer) else {
         return Err(format!("an ASK was refused without a challenge ({:02x?})", &answer[..answer.len().min(20)]).into());
-    }
-    let nonce_r: [u8; 16] = answer[4..20].try_into()?;
-    knock(addr, port, "a PROVE with no key's tag", &hello(PEER, PROVE, nonce_r, [0; 16]))?;
-    knock(addr, port, "the same challenge again", &hello(PEER, PROVE, nonce_r, [0xff; 16]))?;
-    knock(addr, port, "a MetaServer PROVE with no key's tag", &hello(META, PROVE, nonce_r, [0; 16]))?;
+    };
+    knock(addr, port, "a PROVE with no key's tag", &hello(Kind::Peer, proof(nonce_r, [0; 16])))?;
+    knock(addr, port, "the same challenge again", &hello(Kind::Peer, proof(nonce_r, [0xff; 16])))?;
+    knock(addr, port, "a MetaServer PROVE with no key's tag", &hello(Kind::Meta, proof(nonce_r, [0; 16])))?;
     if let Some(file) = replay {
         let captured = std::fs::read(&file)?;
         knock(addr, port, "a member's proof replayed from the segment", &captured)?;
@@ -137,9 +135,9 @@ fn capture(file: &str, secs: u64) -> Result<()> {
         frames += 1;
         let f = &frame[..n as usize];
         // A proof, or the hello of the module before proofs (its key in the clear).
-        let proof = |w: &&[u8]| w[..4] == MAGIC && w[6] == PROVE && (w[4] == PEER || w[4] == META);
-        let old = |w: &&[u8]| w[..4] == *b"KRC1" && (w[4] == PEER || w[4] == META);
-        let found = f.windows(HELLO).find(|w| proof(w) || old(w));
+        let proof = |w: &&[u8]| Hello::read(w).is_some_and(|h| h.proof.is_some());
+        let old = |w: &&[u8]| w[..4] == *b"KRC1" && (w[4] == 1 || w[4] == 2);
+        let found = f.windows(HELLO_LEN).find(|w| proof(w) || old(w));
         if let Some(h) = found {
             std::fs::write(file, h)?;
             println!("cm-intruder: captured a member's proof after {frames} frames");
