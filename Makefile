@@ -53,7 +53,11 @@ module-for-host:
 kmod-debug: kernel-debug
 	@echo "[kmod] building against $(KDIR_DEBUG)"
 	@mkdir -p $(KMOD_DEBUG_SRC)/kmod $(KMOD_DEBUG_SRC)/abi
-	@cp -p kmod/Kbuild kmod/*.rs kmod/*.c kmod/*.h $(KMOD_DEBUG_SRC)/kmod/
+	@# The sources only (mtimes kept: an unchanged module is not rebuilt); none left
+	@# over from an older layout.
+	@find $(KMOD_DEBUG_SRC)/kmod \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) -delete
+	@cd kmod && find . \( -name '*.rs' -o -name '*.c' -o -name '*.h' -o -name Kbuild \) \
+		-exec cp -p --parents {} $(KMOD_DEBUG_SRC)/kmod/ \;
 	@cp -pr abi/src $(KMOD_DEBUG_SRC)/abi/
 	@$(MAKE) -s -C $(KDIR_DEBUG) M=$(KMOD_DEBUG_SRC)/kmod LLVM=1 modules
 

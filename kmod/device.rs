@@ -21,10 +21,10 @@ use crate::abi::cluster::auth::{Refusal, NONCE_LEN};
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::abi::errno::Errno;
 use crate::abi::limits::{Limits, Resource, UserTable};
-use crate::devctx::DevCtx;
-use crate::peer::PeerQp;
+use crate::engine::devctx::DevCtx;
+use crate::cluster::peer::PeerQp;
 use crate::shim::{CmConn, IbQp};
-use crate::backend::PORT;
+use crate::engine::backend::PORT;
 use crate::shim::{self, DevWatch, IbCq, IbDevice, IbPd, MetaOffer, PortAttr};
 
 /// One tracked device.

@@ -41,7 +41,7 @@ extern "C" fn krcore_rs_fdinfo(ctx: *mut c_void, buf: *mut u8, cap: usize) -> us
     // SAFETY: as in `krcore_rs_show`.
     let mut w = Buf::new(unsafe { core::slice::from_raw_parts_mut(buf, cap) });
     // SAFETY: `ctx` is the live context of an open file (fdinfo holds the file).
-    let ctx = unsafe { &*ctx.cast::<crate::file::FileCtx>() };
+    let ctx = unsafe { &*ctx.cast::<crate::ring::file::FileCtx>() };
     let _ = ctx.fdinfo(&mut w);
     w.len()
 }

@@ -11,22 +11,13 @@
 use kernel::prelude::*;
 
 mod abi;
-mod backend;
-mod cm_wire;
-mod cq_events;
-mod devctx;
+mod cluster;
 mod device;
-mod fabric;
-mod file;
+mod engine;
 mod inspect;
 mod meta;
-mod peer;
-mod ring_ctx;
-mod ring_mem;
+mod ring;
 mod shim;
-mod sqpoll;
-mod store;
-mod wait;
 
 module! {
     type: KrCore,

@@ -150,7 +150,7 @@ fn bench_meta_lookup(c: &mut Criterion) {
     use krcore_abi::meta::lookup::{lookup, EXPORT_FRAME, PROBE};
     use krcore_abi::meta::record::{name, ExportRecord};
     use krcore_abi::meta::tables::{mem::MemRegion, Tables};
-    // The module's table (kmod/meta.rs): 40,960 slots, 10,000 exports published by the
+    // The module's table (kmod/meta/mod.rs): 40,960 slots, 10,000 exports published by the
     // claim protocol.
     let t = Tables {
         node_slots: 1024,

@@ -1,5 +1,5 @@
 //! The fake node's MetaServer: abi's meta client over a region in local memory, as
-//! kmod/meta.rs runs it over one-sided verbs. The rig runs its jobs where the kernel
+//! kmod/meta/mod.rs runs it over one-sided verbs. The rig runs its jobs where the kernel
 //! runs its network work: after a submission that stopped with `Stall::Remote`, or
 //! left work due (a revocation), with no engine lock held.
 

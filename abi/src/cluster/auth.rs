@@ -16,7 +16,7 @@
 //! A request sniffed on the segment and replayed gets nothing: its challenge is spent,
 //! and its tag names the dialer's address, port and QP. The wire forms and the
 //! transcript are [`hello`](super::hello)'s; the MAC (HMAC-SHA256 through the kernel's
-//! crypto API, cut to [`TAG_LEN`]) is the module's (kmod/cm_auth.c); what is admitted, and how often an address may fail, is decided
+//! crypto API, cut to [`TAG_LEN`]) is the module's (kmod/cluster/cm_auth.c); what is admitted, and how often an address may fail, is decided
 //! here: a [`Gate`] per device. A hello never fails: it always gets a challenge, which
 //! takes the place of the oldest when the table is full, so a flood of hellos (from any
 //! address a sender writes into its request) delays a member by its own round trip at

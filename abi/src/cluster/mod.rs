@@ -1,6 +1,6 @@
 //! krcore across machines: the decisions a node's kernel makes about its
 //! peers, kept here to be tested without a cluster. The module's remote CONNECT
-//! (kmod/peer.rs) runs on them.
+//! (kmod/cluster/peer.rs) runs on them.
 //!
 //! - [`auth`]: how a kernel proves it holds the cluster key, and how often a stranger
 //!   may try.

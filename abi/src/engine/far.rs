@@ -60,7 +60,7 @@ pub const FAR_WRITE_WR_ID: u64 = backend_wr_id(0x4000_0001);
 /// The `wr_id` of a receive the peer's kernel advertised (never routed to a ring).
 pub const FAR_RECV: u64 = u64::MAX;
 
-/// Kernel receives for notices kept posted on each set QP (kmod/cm.c posts them; its
+/// Kernel receives for notices kept posted on each set QP (kmod/cluster/cm.c posts them; its
 /// `KRCORE_NOTICE_RECVS` is this).
 pub const NOTICE_RECVS: u32 = 64;
 

@@ -3,11 +3,11 @@
  * The MetaServer's verbs (issue 11): the region a designated node serves, registered
  * with a fast-registration request, and a node's connection to it, on which its kernel
  * READs, WRITEs and compare-and-swaps entries one verb at a time. Mechanism only: which
- * entries, in what order, and what they mean is abi's meta module (run by meta.rs).
+ * entries, in what order, and what they mean is abi's meta module (run by meta/mod.rs).
  *
  * A connection (struct krcore_meta_conn) is a cm.c connection of kind META with its own
  * CQ, polled here, and a kernel bounce buffer the verbs read into and write from. It is
- * used by one caller at a time (meta.rs holds its mutex around every call). A verb
+ * used by one caller at a time (meta/mod.rs holds its mutex around every call). A verb
  * that fails or is not answered within KRCORE_META_WAIT_MS marks the connection broken:
  * its QP goes to the error state (or is torn down by cm.c) before the buffer is freed,
  * so a late completion never lands in freed memory.

@@ -30,7 +30,7 @@ use crate::abi::meta::node::{reconcile, Reconciled};
 use crate::abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
 use crate::abi::meta::tables::{Remote, Tables, Unreachable};
 use crate::shim::{self, IbDevice, IbPd, MetaConn, MetaOffer, MetaRegion};
-use crate::store::{KBuf, KStore};
+use crate::engine::store::{KBuf, KStore};
 
 /// The region a MetaServer serves: 1,024 node entries (64 KiB) and 40,960 export
 /// entries (3.4 MiB), 3.5 MiB in all: 10,000 exports fill a quarter of it, where every

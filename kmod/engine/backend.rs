@@ -37,14 +37,14 @@ pub(crate) const SEND_DEPTH: u32 = 64;
 /// written into its receiver's buffer, abi's engine/message.rs), but a QP has a queue.
 const RECV_DEPTH: u32 = 1;
 /// Physical QP slots of a device: the pool's, then the peer sets' (peer.rs).
-pub(crate) const QPS: usize = POOL_QPS + crate::peer::PEER_QPS;
+pub(crate) const QPS: usize = POOL_QPS + crate::cluster::peer::PEER_QPS;
 /// CQ entries: room for every request the pool and the peer sets can have outstanding
 /// (a peer QP has the pool's depths: cm.c creates it so).
 /// A set's QP may flush every work request it holds (a message to another node is two)
 /// and every notice receive (cm.c's sizes).
 const SET_CQES: u32 = 2 * SEND_DEPTH + NOTICE_ROOM + NOTICE_RECVS;
 const CQ_DEPTH: i32 = (POOL_QPS as u32 * (SEND_DEPTH + RECV_DEPTH)
-    + crate::peer::PEER_QPS as u32 * SET_CQES) as i32;
+    + crate::cluster::peer::PEER_QPS as u32 * SET_CQES) as i32;
 /// GID table entries searched for the local RoCE v2 GID.
 const GID_SEARCH: u32 = 16;
 /// The port krcore serves on every device (its pool's GIDs are this port's).

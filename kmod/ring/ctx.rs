@@ -15,10 +15,10 @@ use crate::abi::engine::{Completion, Delivered, Inbox, Ring, RingStorage, Slot, 
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::{CqConsumer, RawRing, SqProducer};
 use crate::abi::sqe::Sqe;
-use crate::ring_mem::RingArea;
+use crate::ring::mem::RingArea;
 use crate::shim::{self, EventfdCtx, Vma};
-use crate::store::{KBuf, KStore};
-use crate::wait::WaitQueue;
+use crate::engine::store::{KBuf, KStore};
+use crate::ring::wait::WaitQueue;
 
 /// Virtual QP and MR slots per ring.
 const TABLE_SLOTS: usize = 64;

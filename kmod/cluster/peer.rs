@@ -21,7 +21,7 @@
 //! the one set.
 //!
 //! A node's id is the low 16 bits of its IPv4 address (as in its MetaServer record);
-//! one-sided requests on a set reach the peer's exports imported by name (meta.rs);
+//! one-sided requests on a set reach the peer's exports imported by name (meta/mod.rs);
 //! two-sided messages cross it as abi's far.rs says, its notices received into kernel
 //! buffers cm.c keeps posted on every set QP. Not yet: the peer's incarnation checked
 //! at CONNECT (0 for every node here).
@@ -32,11 +32,11 @@ use crate::abi::cluster::conn_set::{Answer, Attempt, State};
 use crate::abi::cluster::peers::{node_of, Connect, Peers};
 use crate::abi::engine::Connection;
 use crate::abi::errno::Errno;
-use crate::backend::POOL_QPS;
-use crate::backend::SetEnd;
-use crate::fabric::Shared;
+use crate::engine::backend::POOL_QPS;
+use crate::engine::backend::SetEnd;
+use crate::engine::fabric::Shared;
 use crate::shim::{self, CmConn, IbQp};
-use crate::store::{KBuf, KStore};
+use crate::engine::store::{KBuf, KStore};
 
 /// Peer nodes a device keeps sets to at once.
 pub(crate) const PEER_SETS: usize = 4;

@@ -11,8 +11,8 @@ use kernel::sync::Arc;
 use kernel::time::Ktime;
 
 use crate::abi::poller::{Next, PollPolicy};
-use crate::devctx::DevCtx;
-use crate::ring_ctx::RingCell;
+use crate::engine::devctx::DevCtx;
+use crate::ring::ctx::RingCell;
 use crate::shim::{self, PollerC};
 
 /// What the polling thread works on.

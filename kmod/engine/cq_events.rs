@@ -10,7 +10,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 
 use kernel::prelude::*;
 
-use crate::devctx::DevCtx;
+use crate::engine::devctx::DevCtx;
 use crate::shim::{self, CqNotify};
 
 /// A device's CQ event work item.

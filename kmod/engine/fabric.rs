@@ -29,13 +29,13 @@ use crate::abi::engine::Export;
 use crate::abi::errno::Errno;
 use crate::abi::meta::client::Answer;
 use crate::abi::meta::record::NAME_LEN;
-use crate::backend::{self, Hw, QpPost, SetEnd, POOL_QPS, QPS};
+use crate::engine::backend::{self, Hw, QpPost, SetEnd, POOL_QPS, QPS};
 use crate::meta::Meta;
 use crate::abi::cluster::conn_set::Attempt;
 use crate::abi::cluster::revoke::{Progress, Revocations};
-use crate::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
+use crate::cluster::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
 use crate::shim::{self, IbQp};
-use crate::store::KStore;
+use crate::engine::store::KStore;
 
 /// One pooled QP, under its mutex.
 pub(crate) struct QpCell {
@@ -71,7 +71,7 @@ pub(crate) struct Shared {
     pub(crate) members_busy: AtomicBool,
     /// Shards with work for the recovery, a bit each (see the module doc).
     links_busy: AtomicU32,
-    /// What rings asked of the MetaServer (meta.rs; a leaf lock).
+    /// What rings asked of the MetaServer (meta/mod.rs; a leaf lock).
     pub(crate) meta: Meta,
     /// Revocations of exports other nodes may hold, and answers owed to theirs (abi's
     /// `cluster::revoke`): taken after a shard's lock, before a QP's.
@@ -294,7 +294,7 @@ impl Shared {
 
     /// Every QP slot fits a bit of the revocations' masks (a notice for a slot past them
     /// could never be marked as having no room).
-    const _SLOTS_FIT: () = assert!(crate::backend::QPS <= 64);
+    const _SLOTS_FIT: () = assert!(crate::engine::backend::QPS <= 64);
 
     /// Fails the set QPs `slots` (a bit each) that never answered a revocation by its
     /// deadline: nothing of theirs lands after.
@@ -555,7 +555,7 @@ impl Fabric<KStore> for Shared {
         // full table takes nothing away yet: the caller waits for room.
         if let Some(rkey) = rkey {
             let live = self.far_live.load(Ordering::Acquire);
-            let now = crate::devctx::coarse_ms();
+            let now = crate::engine::devctx::coarse_ms();
             let silent = {
                 let mut r = self.revocations.lock();
                 if r.begin(rkey, live, now) {
@@ -563,7 +563,7 @@ impl Fabric<KStore> for Shared {
                 } else {
                     // Room from revocations past their deadline (a closed ring's may
                     // have nobody to end them), whose silent QPs fail.
-                    let silent = r.expire(now, crate::devctx::deadline_ms());
+                    let silent = r.expire(now, crate::engine::devctx::deadline_ms());
                     if !r.begin(rkey, live, now) {
                         drop(r);
                         self.revoke_waiting.store(true, Ordering::Release);
@@ -583,8 +583,8 @@ impl Fabric<KStore> for Shared {
     }
 
     fn revoke_far(&self, rkey: u32) -> Answer<()> {
-        let now = crate::devctx::coarse_ms();
-        let deadline = crate::devctx::deadline_ms();
+        let now = crate::engine::devctx::coarse_ms();
+        let deadline = crate::engine::devctx::deadline_ms();
         let progress = self.revocations.lock().progress(rkey, now, deadline);
         match progress {
             Progress::Done => Answer::Done(()),

@@ -8,11 +8,11 @@
 //!
 //! krcore's locks are always taken in this order and never the other way:
 //!
-//! 1. a file's `setup_lock` (file.rs): serializes IOC_SETUP on one file;
+//! 1. a file's `setup_lock` (ring/file.rs): serializes IOC_SETUP on one file;
 //! 2. the registry's `devices` mutex (device.rs): which devices exist;
 //! 3. a device's `cq` mutex (here): polling the CQ and routing what it holds, so
 //!    completions reach each ring in the order the CQ gave them;
-//! 4. a ring's `ctx` mutex (ring_ctx.rs): everything of that ring's engine;
+//! 4. a ring's `ctx` mutex (ring/ctx.rs): everything of that ring's engine;
 //! 5. the device's membership mutex (fabric.rs): the verbs objects and the pool's
 //!    bindings, recovery; taken by CONNECT, DISCONNECT, LISTEN and UNLISTEN, taking a
 //!    listen's offers (by the router too, under 3 and 4), ring close and the recovery,
@@ -26,9 +26,9 @@
 //!    the engine's `unpublish`/`revoke_far`) and by routing, which post notices under it;
 //! 8. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
 //! 9. leaves, under which nothing is taken but cm.c's per-connection mutex: the device's
-//!    exports, its ring table (`rings`), a ring's completion inbox (ring_ctx.rs), the
+//!    exports, its ring table (`rings`), a ring's completion inbox (ring/ctx.rs), the
 //!    CQ's arming (`arm`), the freed rings' counters (`retired`), what rings asked of
-//!    the MetaServer (meta.rs's
+//!    the MetaServer (meta/mod.rs's
 //!    `krcore_meta`), the set connections being drained (fabric.rs's `krcore_drains`),
 //!    the peer kernels' challenges (`auth`, taken by cm.c's listener with none held);
 //!
@@ -39,13 +39,13 @@
 //! (abi's both-at-once rule); so nothing here destroys an rdma_cm id under 5: a set's
 //! connections are closed on cm.c's workqueue. Routing takes a notice (under 3) to its
 //! shard (6), a revocation's to every ring (4, one at a time) and to 7. The
-//! MetaServer connection's mutex (meta.rs's `krcore_meta_link`) is taken with none of
+//! MetaServer connection's mutex (meta/mod.rs's `krcore_meta_link`) is taken with none of
 //! these held, by network work and the device's removal only, and only the MetaServer
 //! leaf is taken inside it. abi's
 //! engine takes 5-9 as its `fabric` module says (verify's fake fabric checks that order in
 //! every property test and fuzzing run). Routing runs under 3 and a QP's 8 and hands a
 //! completion to its ring's inbox (9); the ring takes it in under its own lock (4), from
-//! the router with nothing but 3 held. A ring's wait queue (wait.rs) is woken under the
+//! the router with nothing but 3 held. A ring's wait queue (ring/wait.rs) is woken under the
 //! ring's mutex and slept on with no lock held.
 //!
 //! None is held while user memory is touched: ioctl arguments are copied in before and
@@ -79,14 +79,14 @@ use crate::abi::engine::{
 use crate::abi::errno::Errno;
 use crate::abi::layout::{EnterArgs, EnterFlags, SetupParams};
 use crate::abi::waiter::{Wait, WaitPolicy};
-use crate::backend::{self, CqArm, CqPoll, Hw, QpPost, SetEnd, POOL_QPS, QPS, SEND_DEPTH};
-use crate::cq_events::CqEvents;
-use crate::fabric::{drain_of, MemberState, QpCell, Shared};
+use crate::engine::backend::{self, CqArm, CqPoll, Hw, QpPost, SetEnd, POOL_QPS, QPS, SEND_DEPTH};
+use crate::engine::cq_events::CqEvents;
+use crate::engine::fabric::{drain_of, MemberState, QpCell, Shared};
 use crate::meta::MetaNet;
-use crate::peer::{PeerQp, PeerSets, QPS_PER_SET};
-use crate::ring_ctx::{RingAreas, RingCell, RingCtx};
+use crate::cluster::peer::{PeerQp, PeerSets, QPS_PER_SET};
+use crate::ring::ctx::{RingAreas, RingCell, RingCtx};
 use crate::shim::{self, IbCq, IbDevice, IbPd, WcC};
-use crate::store::KBuf;
+use crate::engine::store::KBuf;
 
 /// Peer kernels' challenges a device keeps outstanding at most.
 const AUTH_CHALLENGES: usize = 64;
@@ -406,7 +406,7 @@ impl DevCtx {
         }
     }
 
-    /// Runs the MetaServer's due jobs (meta.rs). Whether there were any.
+    /// Runs the MetaServer's due jobs (meta/mod.rs). Whether there were any.
     fn meta_work(&self) -> bool {
         if !self.shared.meta.due() {
             return false;
@@ -456,7 +456,7 @@ impl DevCtx {
                 };
                 if r == Errno::EALREADY.to_neg() {
                     // Both at once: the peer's attempt wins; its set is adopted here.
-                    crate::peer::log_set(&job.addr, "our attempt yielded to the peer's");
+                    crate::cluster::peer::log_set(&job.addr, "our attempt yielded to the peer's");
                     how = Attempt::Yielded;
                     break;
                 }
@@ -1011,7 +1011,7 @@ impl DevCtx {
             let qpn = self.shared.qpns[i].load(Ordering::Relaxed);
             if let Some(SetEnd { gid, .. }) = peer {
                 let what = format_args!("QP {qpn} failed ({}): its message links end", why.name());
-                crate::peer::log_set(&gid, what);
+                crate::cluster::peer::log_set(&gid, what);
             }
         }
     }

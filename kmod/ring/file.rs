@@ -16,12 +16,12 @@ use crate::abi::errno::Errno;
 use crate::abi::ioctl::{self, Command};
 use crate::abi::layout::{EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams};
 use crate::abi::limits::Resource;
-use crate::devctx::DevCtx;
-use crate::ring_ctx::RingCell;
+use crate::engine::devctx::DevCtx;
+use crate::ring::ctx::RingCell;
 use crate::device::{Registry, UserCharge};
-use crate::ring_ctx::RingAreas;
+use crate::ring::ctx::RingAreas;
 use crate::shim::{self, MmStruct, Vma};
-use crate::sqpoll::Poller;
+use crate::ring::sqpoll::Poller;
 
 /// The address space of the process that set up a file's rings: the only one REG_MR
 /// may pin from (the engine's `Caller::Owner`).
