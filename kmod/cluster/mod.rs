@@ -5,4 +5,5 @@
 //! connections over rdma_cm) and cm_auth.c (the cluster key and its tags).
 
 pub(crate) mod cm_wire;
+pub(crate) mod net;
 pub(crate) mod peer;

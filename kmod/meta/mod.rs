@@ -15,6 +15,8 @@
 //! fast-registration request on that connection, and from then on cm.c accepts other
 //! nodes' MetaServer connections, telling each where the region is.
 
+mod work;
+
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use kernel::new_mutex;

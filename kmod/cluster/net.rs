@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: GPL-2.0
+//! A device context's network work for the cluster, on the device's own workers (never
+//! a caller's thread): the connection sets CONNECTs ask for dialed, the `cm_peer` set
+//! prewarmed, and what cm.c's listener asks of the device (a request's admission by the
+//! gate and the both-at-once rule, the PD and CQ pinned).
+
+use core::sync::atomic::Ordering;
+
+use kernel::prelude::*;
+
+use crate::abi::cluster::auth::{Refusal, NONCE_LEN};
+use crate::abi::cluster::conn_set::Attempt;
+use crate::abi::errno::Errno;
+use crate::engine::fabric::MemberState;
+use crate::cluster::peer::{PeerQp, QPS_PER_SET};
+use crate::shim::{self, IbCq, IbPd};
+
+use crate::engine::devctx::{coarse_ms, now_us, DevCtx};
+use crate::abi::engine::Fabric;
+
+impl DevCtx {
+    /// Builds the QP pool if the device can have one now (the prewarm work item), then
+    /// serves the MetaServer if this is its node, registers with it, and connects to
+    /// the `cm_peer` kernel, if one is named.
+    pub(crate) fn prewarm(&self) {
+        // SAFETY: reads a module parameter.
+        if unsafe { shim::krcore_shim_prewarm_enabled() } && self.shared.members().prewarm() {
+            pr_debug!("QP pool ready\n");
+            self.meta_up();
+            self.dial_peer();
+        }
+    }
+
+    /// Prewarms the set to the kernel named by the `cm_peer` parameter (peer.rs), with
+    /// no lock held while it connects, and says how long it took.
+    fn dial_peer(&self) {
+        let mut peer = [0u8; 16];
+        // SAFETY: `peer` has the 16 bytes of a GID.
+        if unsafe { shim::krcore_shim_cm_peer_gid(peer.as_mut_ptr()) } != 0 {
+            return;
+        }
+        // SAFETY: plain call.
+        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        if !self.shared.members().g.peers.prewarm(&self.shared, &peer, now) {
+            return;
+        }
+        let started = now_us();
+        self.dial();
+        let us = now_us() - started;
+        let [a, b, c, d] = [peer[12], peer[13], peer[14], peer[15]];
+        match self.shared.members().g.peers.ready(&peer) {
+            Some(qpn) => {
+                pr_info!("connected to the peer kernel at {a}.{b}.{c}.{d} in {us} us, QP {qpn}\n")
+            }
+            None => pr_warn!("no connection to the peer kernel at {a}.{b}.{c}.{d} after {us} us\n"),
+        }
+    }
+
+    /// The device's network work, on one of the module's workers (cq_events.rs), never
+    /// on a caller's thread: the connection sets CONNECTs asked for, and the
+    /// MetaServer's jobs, whoever's they are (several workers at once, each taking the
+    /// next job). When it did any, every ring is woken, so entries that waited for it
+    /// are taken again (a waiter steps, an eventfd is told).
+    pub(crate) fn net_work(&self) {
+        let mut did = false;
+        // Bounded: what comes due meanwhile is another kick's.
+        for _ in 0..64 {
+            if self.dead.load(Ordering::Acquire) {
+                return;
+            }
+            let dialed = self.dial();
+            if !dialed && !self.meta_work() {
+                break;
+            }
+            did = true;
+        }
+        // Answers from other nodes (a revocation's) come through the CQ.
+        if self.route() > 0 || did {
+            let n = self.rings.lock().rings.len();
+            for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
+                r.ctx.lock().wake();
+            }
+        }
+    }
+
+    /// Queues the device's network work (see [`net_work`](Self::net_work)) if a worker
+    /// has any to do: a dial asked for, or MetaServer work due (a wait for another
+    /// node's answer, a revocation's, needs none: its completion wakes the ring). Under
+    /// the submitting ring's lock.
+    pub(crate) fn kick_net(&self) {
+        if self.shared.meta.due() || self.shared.members().g.peers.job_waiting() {
+            self.events.kick_net();
+        }
+    }
+
+    /// Makes the connection set a CONNECT asked for (peer.rs), with no lock held.
+    /// Whether there was one to make.
+    fn dial(&self) -> bool {
+        let job = {
+            let mut m = self.shared.members();
+            m.g.peers.take_job().map(|j| (j, m.g.hw.peer_resources()))
+        };
+        let Some((job, verbs)) = job else {
+            return false;
+        };
+        // Pinned while it dials, as cm.c's request handlers: the removal waits for the
+        // pin before it destroys the PD and CQ the dial's QPs are created on (cm.c tears
+        // the dial itself down first, so the wait is short).
+        let pinned = self.cm_pin().is_some();
+        let verbs = verbs.filter(|_| pinned);
+        // SAFETY: plain calls; no lock held (tests use the delay to make two nodes'
+        // dials overlap).
+        unsafe { shim::krcore_shim_msleep(shim::krcore_shim_cm_dial_delay_ms()) };
+        let mut made: [Option<PeerQp>; QPS_PER_SET] = [None; QPS_PER_SET];
+        let mut how = Attempt::Failed;
+        if let Some((ib, pd, cq, gid)) = verbs {
+            how = Attempt::Established;
+            for (index, q) in made.iter_mut().enumerate() {
+                let (mut conn, mut qp, mut qpn) = (core::ptr::null_mut(), core::ptr::null_mut(), 0);
+                // SAFETY: the device, PD and CQ live while the pin is held (the removal
+                // waits for it), and cm.c tears this connection down (or refuses it)
+                // before the removal; the GIDs are 16 bytes each.
+                let r = unsafe {
+                    shim::krcore_shim_cm_connect(
+                        ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), 10_000, shim::CM_PEER,
+                        index as u8, &mut conn, &mut qp, &mut qpn,
+                    )
+                };
+                if r == Errno::EALREADY.to_neg() {
+                    // Both at once: the peer's attempt wins; its set is adopted here.
+                    crate::cluster::peer::log_set(&job.addr, "our attempt yielded to the peer's");
+                    how = Attempt::Yielded;
+                    break;
+                }
+                if r != 0 {
+                    let [a, b, c, d] = [job.addr[12], job.addr[13], job.addr[14], job.addr[15]];
+                    pr_warn!("no connection to the peer kernel at {a}.{b}.{c}.{d}: error {r}\n");
+                    how = Attempt::Failed;
+                    break;
+                }
+                *q = Some(PeerQp { conn, qp, qpn });
+            }
+        }
+        // A removal that began meanwhile tore the connections down: they are let go,
+        // never installed.
+        if self.dead.load(Ordering::SeqCst) {
+            how = Attempt::Failed;
+        }
+        // SAFETY: plain call (the clock the peer table's other times come from).
+        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        self.shared.members().dialed(job, &made, how, now);
+        if pinned {
+            self.cm_unpin();
+        }
+        true
+    }
+
+    /// A peer kernel at `addr` asks for connection `index` of a set (cm.c's listener):
+    /// whether to accept it (see peer.rs).
+    pub(crate) fn cm_request(&self, addr: &[u8; 16], index: u32) -> Result<(), Errno> {
+        // SAFETY: plain call.
+        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        let mut m = self.shared.members();
+        let MemberState { peers, hw, .. } = &mut *m.g;
+        // A request before this node's pool was built: no id for the rule yet, and no
+        // CONNECT of ours to compete with; refused until the pool is up (the peer
+        // retries).
+        let own = hw.pool_gid().ok_or(Errno::EAGAIN)?;
+        peers.set_me(&own);
+        peers.request(&self.shared, addr, index, now)
+    }
+
+    /// The connection accepted for it: adopted into the set (see peer.rs); whether it
+    /// was.
+    pub(crate) fn cm_adopt(&self, addr: &[u8; 16], index: u32, q: PeerQp) -> bool {
+        self.shared.members().adopt(addr, index, q)
+    }
+
+    /// The PD and CQ a peer kernel's connection is accepted with (cm.c), pinned: the
+    /// removal waits until [`cm_unpin`](Self::cm_unpin).
+    pub(crate) fn cm_pin(&self) -> Option<(*mut IbPd, *mut IbCq)> {
+        // SeqCst with the removal's store and load: one of the two sees the other.
+        self.cm_pins.fetch_add(1, Ordering::SeqCst);
+        if self.dead.load(Ordering::SeqCst) {
+            self.cm_unpin();
+            return None;
+        }
+        Some((self.verbs.0.load(Ordering::Relaxed), self.verbs.1.load(Ordering::Relaxed)))
+    }
+
+    /// A peer kernel's hello from IPv4 address `from` (cm.c, pinned): `nonce` is issued
+    /// as its challenge (abi's `cluster::auth`).
+    pub(crate) fn cm_challenge(&self, from: u32, nonce: [u8; NONCE_LEN]) {
+        self.auth.lock().challenge(from, nonce, coarse_ms())
+    }
+
+    /// A peer kernel's proof from `from` answering challenge `nonce`: spent, and
+    /// whether its tag may be checked.
+    pub(crate) fn cm_redeem(&self, from: u32, nonce: &[u8; NONCE_LEN]) -> Result<(), Refusal> {
+        self.auth.lock().redeem(from, nonce, coarse_ms())
+    }
+
+    /// That proof's tag was wrong.
+    pub(crate) fn cm_bad_tag(&self, from: u32) {
+        self.auth.lock().bad_tag(from, coarse_ms())
+    }
+
+    /// Ends a [`cm_pin`](Self::cm_pin).
+    pub(crate) fn cm_unpin(&self) {
+        self.cm_pins.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: GPL-2.0
+//! A device context: one RDMA device's verbs objects, the engine's accounting of its
+//! physical QPs, its exported MRs, its message links, and the rings bound to it, each
+//! part under its own lock, so rings on different physical QPs never wait for each
+//! other and ring-local work (NOP, rejected entries, reaping) waits for no other ring.
+//!
+//! Here: the context, its creation and removal, and what inspection reads. Its work is
+//! in a file per concern: the rings' side (`enter.rs`: setup, enter and its waits, the
+//! one-op ioctl, SQPOLL's step, close), routing (`route.rs`: the CQ, notices, recovery),
+//! the kernel-direct baseline (`direct.rs`), the cluster's network work
+//! (cluster/net.rs: dials, and what cm.c's listener asks) and the MetaServer's jobs
+//! (meta/work.rs).
+//!
+//! # Lock order
+//!
+//! krcore's locks are always taken in this order and never the other way:
+//!
+//! 1. a file's `setup_lock` (ring/file.rs): serializes IOC_SETUP on one file;
+//! 2. the registry's `devices` mutex (device.rs): which devices exist;
+//! 3. a device's `cq` mutex (here): polling the CQ and routing what it holds, so
+//!    completions reach each ring in the order the CQ gave them;
+//! 4. a ring's `ctx` mutex (ring/ctx.rs): everything of that ring's engine;
+//! 5. the device's membership mutex (fabric.rs): the verbs objects and the pool's
+//!    bindings, recovery; taken by CONNECT, DISCONNECT, LISTEN and UNLISTEN, taking a
+//!    listen's offers (by the router too, under 3 and 4), ring close and the recovery,
+//!    never by messages or one-sided requests;
+//! 6. one links shard's mutex (fabric.rs): the message links of the peers and services
+//!    abi's `shard_of` maps there, their receives and waiting sends, and the services
+//!    rings listen on; taken by two-sided messages, CONNECT, DISCONNECT, LISTEN (every
+//!    shard in turn, under 5), ring close and the recovery; never two;
+//! 7. the device's revocations (fabric.rs, abi's `cluster::revoke`): exports other nodes
+//!    are told of, and answers owed to theirs; taken by DEREG_MR and ring close (through
+//!    the engine's `unpublish`/`revoke_far`) and by routing, which post notices under it;
+//! 8. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
+//! 9. leaves, under which nothing is taken but cm.c's per-connection mutex: the device's
+//!    exports, its ring table (`rings`), a ring's completion inbox (ring/ctx.rs), the
+//!    CQ's arming (`arm`), the freed rings' counters (`retired`), what rings asked of
+//!    the MetaServer (meta/mod.rs's
+//!    `krcore_meta`), the set connections being drained (fabric.rs's `krcore_drains`),
+//!    the peer kernels' challenges (`auth`, taken by cm.c's listener with none held);
+//!
+//! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too.
+//! cm.c's per-connection mutex is taken under a QP's (a notice receive taken and posted
+//! again) and under the drains' (a drain begun), and takes nothing. cm.c's listener
+//! answers a peer's request for a set under rdma_cm's handler mutex, taking 2, then 5
+//! (abi's both-at-once rule); so nothing here destroys an rdma_cm id under 5: a set's
+//! connections are closed on cm.c's workqueue. Routing takes a notice (under 3) to its
+//! shard (6), a revocation's to every ring (4, one at a time) and to 7. The
+//! MetaServer connection's mutex (meta/mod.rs's `krcore_meta_link`) is taken with none of
+//! these held, by network work and the device's removal only, and only the MetaServer
+//! leaf is taken inside it. abi's
+//! engine takes 5-9 as its `fabric` module says (verify's fake fabric checks that order in
+//! every property test and fuzzing run). Routing runs under 3 and a QP's 8 and hands a
+//! completion to its ring's inbox (9); the ring takes it in under its own lock (4), from
+//! the router with nothing but 3 held. A ring's wait queue (ring/wait.rs) is woken under the
+//! ring's mutex and slept on with no lock held.
+//!
+//! None is held while user memory is touched: ioctl arguments are copied in before and
+//! out after (the device query collects its rows first), REG_MR pins with no lock held
+//! (the engine's `register` protocol; the registration is counted so the device's
+//! removal waits for it instead of freeing the PD under it), and mmap takes no lock at
+//! all (a file's ring areas are reference-counted and reached through its binding).
+//! None is held across a wait for a peer either, except IOC_DIRECT's bounded benchmark
+//! wait (under 3). Every function here must be called from a context that may sleep.
+
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use kernel::new_mutex;
+use kernel::prelude::*;
+use kernel::sync::{Arc, Mutex};
+
+use crate::abi::stats::Counters;
+use crate::abi::cluster::auth::Gate;
+use crate::abi::engine::{
+    Completion, Exports, ExportSlot, Fabric, Links, MAX_LISTENERS, Messages, MessageStorage,
+    PhysQp, Posted, Qps, Recovery, Slot, write_listen_line,
+};
+use crate::engine::backend::{CqArm, CqPoll, Hw, QpPost, POOL_QPS, QPS, SEND_DEPTH};
+use crate::engine::cq_events::CqEvents;
+use crate::engine::fabric::{MemberState, QpCell, Shared};
+use crate::meta::MetaNet;
+use crate::cluster::peer::PeerSets;
+use crate::ring::ctx::RingCell;
+use crate::shim::{self, IbCq, IbDevice, IbPd};
+use crate::engine::store::KBuf;
+
+mod direct;
+mod enter;
+mod route;
+
+/// Peer kernels' challenges a device keeps outstanding at most.
+const AUTH_CHALLENGES: usize = 64;
+
+/// The tick-updated clock the engine's times come from, ms.
+pub(crate) fn coarse_ms() -> i64 {
+    // SAFETY: plain call.
+    unsafe { shim::krcore_shim_coarse_ms() }
+}
+
+/// The requests' deadline (`request_timeout_ms`), ms.
+pub(crate) fn deadline_ms() -> i64 {
+    // SAFETY: reads a module parameter.
+    unsafe { shim::krcore_shim_request_timeout_ms() as i64 }
+}
+
+/// The monotonic clock, us.
+pub(crate) fn now_us() -> u64 {
+    // SAFETY: plain call.
+    unsafe { shim::krcore_shim_now_us() }
+}
+
+/// Work completions taken from the CQ per poll.
+const POLL_BATCH: usize = 16;
+
+/// Exported MRs a device can hold (a power of two; one slot always stays free).
+const EXPORTS: usize = 1024;
+
+/// Shards a device's message links are spread over, each under its own lock (at most
+/// 64: a listen keeps the shards that hold offers for it in a word).
+const SHARDS: usize = 8;
+/// Links (pairs of virtual QPs for messages) a shard can hold.
+const LINKS: usize = 512;
+/// Receives a shard can hold waiting for messages.
+const RECVS: usize = 1024;
+/// Sends a shard can hold waiting for receives: each holds a send credit, so the pool's
+/// send queues bound them (all may be on one shard's links).
+const WAITING: usize = POOL_QPS * SEND_DEPTH as usize;
+
+/// The rings bound to a device, by slot (a leaf lock).
+pub(crate) struct RingTable {
+    pub(crate) rings: KVec<Option<Arc<RingCell>>>,
+    /// Generation of each slot, bumped on reuse.
+    pub(crate) gens: KVec<u16>,
+}
+
+/// A device context.
+#[pin_data]
+pub(crate) struct DevCtx {
+    /// The CQ's poller; routing holds it.
+    #[pin]
+    pub(crate) cq: Mutex<CqPoll>,
+    /// QPs, membership, exports (fabric.rs).
+    pub(crate) shared: Shared,
+    #[pin]
+    pub(crate) rings: Mutex<RingTable>,
+    #[pin]
+    pub(crate) arm: Mutex<CqArm>,
+    /// A ring may have completions in its inbox, or closed. Set by a swap, as verify's
+    /// loom model of this routing sets it (see its device.rs).
+    pub(crate) dirty: AtomicBool,
+    /// Arming the CQ found completions that routing left there, because the busy hint
+    /// said there were none (a closed connection's flushed receives): the next route
+    /// polls the CQ whatever the hint says. Without it the arm would find them again,
+    /// and a waiter would go round arming and never sleep.
+    pub(crate) unpolled: AtomicBool,
+    /// Processes asleep waiting for completions: while any is, the CQ stays armed.
+    pub(crate) sleepers: AtomicU32,
+    /// Rings with an eventfd registered: while any has one, the CQ stays armed too, so
+    /// their completions are routed, and the eventfd told, with nobody in the kernel
+    /// (an application's event loop waits on the eventfd, not in enter).
+    pub(crate) listeners: AtomicU32,
+    /// Counters of the rings freed from the table, as they last stood (a leaf lock).
+    #[pin]
+    pub(crate) retired: Mutex<Counters>,
+    /// The device is gone.
+    pub(crate) dead: AtomicBool,
+    /// The PD and CQ, fixed from creation to removal, for cm.c's request handler
+    /// (which must not wait for the membership lock: a CONNECT holding it may be
+    /// closing a connection in cm.c).
+    pub(crate) verbs: (AtomicPtr<IbPd>, AtomicPtr<IbCq>),
+    /// cm.c's request handlers and dials using `verbs` now; the removal waits for them.
+    pub(crate) cm_pins: AtomicU32,
+    /// Peer kernels' notices dropped (short or malformed).
+    pub(crate) bad_notices: AtomicU64,
+    /// Peer kernels' challenges issued and proofs refused (abi's `cluster::auth`; a
+    /// leaf lock).
+    #[pin]
+    pub(crate) auth: Mutex<Gate<AUTH_CHALLENGES>>,
+    /// A request's deadline (the `request_timeout_ms` parameter at creation).
+    pub(crate) deadline_ms: i64,
+    /// Set QPs failed and said so in the kernel log, a bit per slot (see
+    /// [`say_failed_sets`](Self::say_failed_sets)).
+    pub(crate) failed_sets: AtomicU64,
+    /// The CQ's event work (cq_events.rs).
+    pub(crate) events: CqEvents,
+    /// The connection to the MetaServer, and the region if this node serves it.
+    pub(crate) meta: MetaNet,
+}
+impl DevCtx {
+    /// Allocates the context of `ib`: PD, CQ, the engine's pool accounting.
+    pub(crate) fn new(ib: *mut IbDevice) -> Result<Arc<DevCtx>> {
+        let events = CqEvents::new()?;
+        let mut cells = KVec::with_capacity(QPS, GFP_KERNEL)?;
+        for _ in 0..QPS {
+            let acct = PhysQp::new(KBuf::filled(SEND_DEPTH as usize, Posted::EMPTY, GFP_KERNEL)?);
+            cells.push(
+                QpCell {
+                    acct,
+                    post: QpPost::new()?,
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        let exports = Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY, GFP_KERNEL)?);
+        let mut shards = KVec::with_capacity(SHARDS, GFP_KERNEL)?;
+        for _ in 0..SHARDS {
+            let mut m = Messages::new(MessageStorage {
+                links: KBuf::filled(LINKS, Slot::EMPTY, GFP_KERNEL)?,
+                half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
+                recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
+                waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
+                owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
+                due: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
+            });
+            m.set_index(shards.len() as u32);
+            shards.push(m, GFP_KERNEL)?;
+        }
+        // The verbs objects last; a failure after them drops them (Hw releases them).
+        let hw = Hw::new(ib, events.raw())?;
+        let cq_ptr = hw.cq();
+        let poll = CqPoll::new(cq_ptr)?;
+        let (verbs_pd, _) = hw.pd_cq();
+        let members = MemberState {
+            hw,
+            // This node's id is set from its address once the pool is built (peer.rs).
+            peers: PeerSets::new(0)?,
+            registering: 0,
+            recovery: Recovery::new(2),
+        };
+        // From here a failure drops `members`, whose Hw releases the verbs objects.
+        let shared = Shared::new(cells, members, shards, exports)?;
+        let meta = MetaNet::new()?;
+        let ctx = Arc::pin_init(
+            pin_init!(DevCtx {
+                cq <- new_mutex!(poll, "krcore_cq"),
+                shared,
+                rings <- new_mutex!(
+                    RingTable {
+                        rings: KVec::new(),
+                        gens: KVec::new(),
+                    },
+                    "krcore_rings"
+                ),
+                arm <- new_mutex!(CqArm(cq_ptr), "krcore_cq_arm"),
+                dirty: AtomicBool::new(false),
+                unpolled: AtomicBool::new(false),
+                sleepers: AtomicU32::new(0),
+                listeners: AtomicU32::new(0),
+                retired <- new_mutex!(Counters::ZERO, "krcore_retired"),
+                dead: AtomicBool::new(false),
+                verbs: (AtomicPtr::new(verbs_pd), AtomicPtr::new(cq_ptr)),
+                cm_pins: AtomicU32::new(0),
+                bad_notices: AtomicU64::new(0),
+                auth <- new_mutex!(Gate::new(), "krcore_auth"),
+                // SAFETY: reads a module parameter.
+                deadline_ms: unsafe { shim::krcore_shim_request_timeout_ms() } as i64,
+                failed_sets: AtomicU64::new(0),
+                events,
+                meta,
+            }),
+            GFP_KERNEL,
+        )?;
+        ctx.events.bind(&*ctx);
+        Ok(ctx)
+    }
+
+    /// The device's counters: the freed rings', every live ring's, and the recovery's.
+    pub(crate) fn counters(&self) -> Counters {
+        let mut c = *self.retired.lock();
+        let n = self.rings.lock().rings.len();
+        for slot in 0..n {
+            if let Some(r) = self.ring_at(slot) {
+                c.add(&r.ctx.lock().engine().stats());
+            }
+        }
+        c.recoveries = self.shared.members().g.recovery.recovered();
+        let auth = self.auth.lock();
+        (c.auth_refused, c.auth_limited) = (auth.refused, auth.limited);
+        c.bad_notices = self.bad_notices.load(Ordering::Relaxed);
+        c
+    }
+
+    /// Writes the device's pool (a line per loopback QP), its listened services (a line
+    /// each, with the offers waiting in every shard) and peer table (abi's
+    /// `Peers::write`).
+    pub(crate) fn write_peers(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        for i in 0..POOL_QPS as u32 {
+            self.shared.qp(i, |q, _| q.write_pool_line(i, w))?;
+        }
+        // Every shard holds the same listener entries (abi's listen.rs): shard 0's.
+        let mut listens = [None; MAX_LISTENERS];
+        for (slot, l) in listens.iter_mut().zip(self.shared.shard(0).listeners()) {
+            *slot = Some(l);
+        }
+        for (service, ring) in listens.into_iter().flatten() {
+            let shards = self.shared.shards();
+            let offers = (0..shards).map(|k| self.shared.shard(k).offers(service)).sum();
+            write_listen_line(service, ring, offers, w)?;
+        }
+        let now = coarse_ms();
+        self.shared.members().g.peers.write(now, w)
+    }
+
+    /// cm.c is about to tear this device's connections down: nothing polls the CQ from
+    /// here (their QPs' flushed completions stay there, naming freed QPs); a routing
+    /// under way finishes first.
+    pub(crate) fn quiesce(&self) {
+        let _cq = self.cq.lock();
+        self.dead.store(true, Ordering::SeqCst);
+    }
+
+    /// The device is going away: wait for registrations pinning without the lock (they
+    /// hold the PD), stop routing, destroy its QPs (nothing touches memory any more),
+    /// then release every ring's MRs and bindings, then the CQ and PD, then the CQ's
+    /// event work. Idempotent.
+    pub(crate) fn remove(&self) {
+        loop {
+            if self.shared.members().g.registering == 0 {
+                break;
+            }
+            // A registration pins a bounded range; it ends within its page faults.
+            // SAFETY: plain sleep, no lock held.
+            unsafe { shim::krcore_shim_msleep(1) };
+        }
+        // The MetaServer connection and region, before the verbs they use (a job running
+        // on the connection ends within its bounded verb first).
+        self.meta.remove();
+        let mut cq = self.cq.lock();
+        self.dead.store(true, Ordering::SeqCst);
+        // cm.c's request handlers that pinned the PD and CQ before: each ends within its
+        // QP's creation and accept.
+        while self.cm_pins.load(Ordering::SeqCst) != 0 {
+            // SAFETY: plain sleep; the CQ lock held is not one they take.
+            unsafe { shim::krcore_shim_msleep(1) };
+        }
+        // cm.c tore this device's connections down before the removal began.
+        self.shared.members().g.peers.forget();
+        self.shared.drains.lock().forget();
+        self.shared.uninstall_pool();
+        self.shared.members().g.hw.destroy_qps();
+        let n = self.rings.lock().rings.len();
+        for slot in 0..n {
+            if let Some(r) = self.ring_at(slot) {
+                let mut ctx = r.ctx.lock();
+                ctx.engine().abandon(&self.shared);
+                // A sleeper finds the device gone at once.
+                ctx.waitq().wake();
+            }
+        }
+        cq.cq = core::ptr::null_mut();
+        self.arm.lock().0 = core::ptr::null_mut();
+        self.shared.members().g.hw.destroy();
+        drop(cq);
+        // The CQ is gone: no event queues the work any more; wait for a running one.
+        self.events.stop();
+    }
+}
+
+/// The periodic tick of a device context (the device watch's delayed work).
+#[no_mangle]
+extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
+    // SAFETY: as for krcore_rs_dev_prewarm: the watch is stopped before the context goes.
+    let dev = unsafe { &*ctx.cast::<DevCtx>() };
+    if dev.shared.meta.check() {
+        dev.meta_work();
+    }
+    // A closed ring's revocation that found no room tries again (room comes by the
+    // revocations' deadline, whoever's they are).
+    if dev.shared.revoke_waiting.swap(false, Ordering::AcqRel) {
+        dev.touch_closed_rings();
+        dev.route();
+    }
+}
+
+/// The prewarm work item of a device context.
+#[no_mangle]
+extern "C" fn krcore_rs_dev_prewarm(ctx: *mut core::ffi::c_void) {
+    // SAFETY: `ctx` is the DevCtx the watch was started on; the registry keeps it alive
+    // and stops the watch (waiting for this work) before dropping it.
+    let dev = unsafe { &*ctx.cast::<DevCtx>() };
+    dev.prewarm();
+}

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: GPL-2.0
+//! A device context's MetaServer work: serving the region when this node is named for
+//! it, registering this node, and running the due jobs (on the device's workers and its
+//! tick).
+
+use crate::shim::{self};
+
+use crate::engine::devctx::DevCtx;
+use crate::abi::engine::Fabric;
+
+impl DevCtx {
+    /// Serves the MetaServer's region if this node is named for it, then registers this
+    /// node (a MetaServer not up yet is tried again at the next request).
+    pub(crate) fn meta_up(&self) {
+        let dev = self.shared.members().g.hw.peer_resources();
+        let Some((ib, pd, _, gid)) = dev else { return };
+        self.meta.serve_if_named(&crate::meta::Device { ib, pd, gid });
+        if self.shared.meta.id().is_none() {
+            self.shared.meta.ask_register();
+            self.meta_work();
+        }
+    }
+
+    /// Runs the MetaServer's due jobs (meta/mod.rs). Whether there were any.
+    pub(crate) fn meta_work(&self) -> bool {
+        if !self.shared.meta.due() {
+            return false;
+        }
+        let dev = self.shared.members().g.hw.peer_resources();
+        let dev = dev.map(|(ib, pd, _, gid)| crate::meta::Device { ib, pd, gid });
+        self.meta.work(&self.shared.meta, dev)
+    }
+
+    /// What cm.c tells a node asking for this node's MetaServer.
+    pub(crate) fn meta_offer(&self) -> shim::MetaOffer {
+        self.meta.offer()
+    }
+}
