@@ -97,7 +97,7 @@
 // The `wr_id` of a receive the peer's kernel advertised (never routed to a ring).
 #define krcore_FAR_RECV UINT64_MAX
 
-// Kernel receives for notices kept posted on each set QP (kmod/cm.c posts them; its
+// Kernel receives for notices kept posted on each set QP (kmod/cluster/cm.c posts them; its
 // `KRCORE_NOTICE_RECVS` is this).
 #define krcore_NOTICE_RECVS 64
 

@@ -67,8 +67,6 @@ pub(crate) struct PeerSets {
     table: Peers<KStore>,
     /// Slot `i` (physical QP `POOL_QPS + i`).
     qps: [Option<PeerQp>; PEER_QPS],
-    /// Connections let go while every drain was in use: drained when one frees.
-    closing: [Option<*mut CmConn>; 2 * PEER_QPS],
 }
 
 // SAFETY: the handles are used only under the membership mutex.
@@ -86,7 +84,6 @@ impl PeerSets {
         Ok(PeerSets {
             table: Peers::new(table, me, POOL_QPS as u32, QPS_PER_SET as u32),
             qps: [None; PEER_QPS],
-            closing: [None; 2 * PEER_QPS],
         })
     }
 
@@ -107,7 +104,6 @@ impl PeerSets {
         service: u32,
         now_ms: i64,
     ) -> Result<Connection, Errno> {
-        self.retry_closing(shared);
         // Only the node's own entry is asked about: look first, with the handles.
         let broken = self.table.find(addr).filter(|&p| self.broken(shared, p));
         let step = self.table.connect(addr, service, now_ms, |p| Some(p) == broken);
@@ -210,7 +206,7 @@ impl PeerSets {
             if set {
                 self.install(shared, slot, q, &job.addr);
             } else {
-                self.let_go(shared, q.conn);
+                shared.let_go(q.conn);
             }
         }
         if set {
@@ -290,7 +286,7 @@ impl PeerSets {
         if let Some(old) = self.qps[slot as usize - POOL_QPS].take() {
             // A connection of an adoption given up and begun again: replaced.
             shared.install_qp(slot as usize, core::ptr::null_mut(), old.qpn, None);
-            self.let_go(shared, old.conn);
+            shared.let_go(old.conn);
         }
         // SAFETY: `q.conn` is the live connection cm.c just accepted and listed.
         if !unsafe { shim::krcore_cm_own(q.conn) } {
@@ -323,52 +319,17 @@ impl PeerSets {
             if let Some(q) = self.qps[s as usize - POOL_QPS].take() {
                 // The number stays: the slot's accounting is still swept (fabric.rs).
                 shared.install_qp(s as usize, core::ptr::null_mut(), q.qpn, None);
-                self.let_go(shared, q.conn);
-            }
-        }
-    }
-
-    /// Lets go of a connection nothing posts on any more: drained, then closed (see
-    /// fabric.rs's `Drains`); while every drain is in use, it waits here.
-    fn let_go(&mut self, shared: &Shared, conn: *mut CmConn) {
-        self.retry_closing(shared);
-        if shared.drains.lock().start(conn) {
-            return;
-        }
-        match self.closing.iter_mut().find(|c| c.is_none()) {
-            Some(c) => *c = Some(conn),
-            None => {
-                // Unreachable while drains complete (each needs one routing); closing
-                // undrained risks a stale completion, so say so.
-                pr_warn!("a set connection closed undrained: no drain free\n");
-                // SAFETY: a handle Rust holds, released once.
-                unsafe { shim::krcore_shim_cm_close_later(conn) };
-            }
-        }
-    }
-
-    /// Drains what waited for room.
-    pub(crate) fn retry_closing(&mut self, shared: &Shared) {
-        for c in self.closing.iter_mut() {
-            if let Some(conn) = *c {
-                if !shared.drains.lock().start(conn) {
-                    return;
-                }
-                *c = None;
+                shared.let_go(q.conn);
             }
         }
     }
 
     /// The device is going: cm.c tore every connection down already; let go of the
-    /// handles (dialed and adopted alike, and those waiting to be drained).
+    /// handles (dialed and adopted alike; the drains' go with theirs).
     pub(crate) fn forget(&mut self) {
         for q in self.qps.iter_mut().filter_map(Option::take) {
             // SAFETY: a handle cm_connect gave, released once.
             unsafe { shim::krcore_shim_cm_put(q.conn) };
-        }
-        for conn in self.closing.iter_mut().filter_map(Option::take) {
-            // SAFETY: as above.
-            unsafe { shim::krcore_shim_cm_put(conn) };
         }
     }
 }

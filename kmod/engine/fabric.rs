@@ -9,8 +9,9 @@
 //! Hints let a caller skip the CQ and the recovery when nothing can be there without
 //! taking these locks: abi's [`BusyHint`] (QPs that may have requests posted or have
 //! failed, kept in each QP's section; see engine/route.rs), a flag set when the
-//! membership's lock is released with QPs being recovered, and a bit per shard set when
-//! its lock is released with work for the recovery (waiting sends, owed completions).
+//! membership's lock is released with QPs being recovered, a bit per shard set when
+//! its lock is released with work for the recovery (waiting sends, owed completions),
+//! and a flag while a set connection is drained (its flushes and markers are coming).
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -21,7 +22,7 @@ use kernel::sync::lock::Guard;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::engine::{
-    backend_index, backend_wr_id, BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys,
+    BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys,
     PhysQp, Post, Qps, Recovery,
 };
 use crate::abi::cqe::Reason;
@@ -32,9 +33,10 @@ use crate::abi::meta::record::NAME_LEN;
 use crate::engine::backend::{self, Hw, QpPost, SetEnd, POOL_QPS, QPS};
 use crate::meta::Meta;
 use crate::abi::cluster::conn_set::Attempt;
+use crate::abi::cluster::drain::{Begun, Drains};
 use crate::abi::cluster::revoke::{Progress, Revocations};
 use crate::cluster::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
-use crate::shim::{self, IbQp};
+use crate::shim::{self, CmConn, IbQp};
 use crate::engine::store::KStore;
 
 /// One pooled QP, under its mutex.
@@ -82,98 +84,41 @@ pub(crate) struct Shared {
     /// the device's tick marks closed rings so theirs are tried again.
     pub(crate) revoke_waiting: AtomicBool,
     /// Set connections closed and being drained before their QPs go (a leaf).
-    pub(crate) drains: Pin<KBox<Mutex<Drains>>>,
+    drains: Pin<KBox<Mutex<SetDrains>>>,
+    /// A drain runs: its flushes are coming, so the CQ is polled (see `busy`).
+    draining: AtomicBool,
 }
 
-/// Set connections being drained: a set's QP holds work requests (its notice receives
-/// at least) whose completions land in the device's shared CQ, each naming the QP; a
-/// QP destroyed before they are polled leaves them naming freed memory. So a closed
-/// connection's QP is moved to the error state with markers behind everything
-/// (cm.c's `krcore_cm_drain`) and destroyed only once both markers were polled.
-pub(crate) struct Drains {
-    slots: [Option<Draining>; DRAINS],
-}
-
-/// Connections drained at once; past them a close waits in `PeerSets` for room.
-pub(crate) const DRAINS: usize = 16;
-
+/// A set connection's handle, as the drains hold it.
 #[derive(Clone, Copy)]
-struct Draining {
-    conn: *mut crate::shim::CmConn,
-    /// Its send marker came back.
-    send: bool,
-    /// Its receive marker came back (or it had none).
-    recv: bool,
-}
+pub(crate) struct Conn(*mut CmConn);
 
 // SAFETY: the handles are used only under the drains' mutex.
-unsafe impl Send for Drains {}
+unsafe impl Send for Conn {}
 
-const DRAIN_MARKERS: u32 = 0x6000_0000;
+/// Connections drained at once, and as many waiting for a drain: more than a device's
+/// sets ever let go of between two routings.
+const DRAINS: usize = 16;
 
-/// The `wr_id` of drain `k`'s send marker (`recv` false) or receive marker.
-pub(crate) const fn drain_marker(k: usize, recv: bool) -> u64 {
-    backend_wr_id(DRAIN_MARKERS + 2 * k as u32 + recv as u32)
+/// Set connections closed and being drained before their QPs go (abi's
+/// `cluster::drain`; a leaf lock).
+pub(crate) type SetDrains = Drains<Conn, DRAINS, DRAINS>;
+
+/// Moves `c`'s QP to the error state with the markers behind everything (cm.c).
+fn begin_drain(c: Conn, send: u64, recv: u64) -> Begun {
+    // SAFETY: a handle Rust holds, released once (here, when its markers return, or at
+    // the device's removal).
+    match unsafe { shim::krcore_cm_drain(c.0, send, recv) } {
+        r if r < 0 => Begun::TornDown,
+        1 => Begun::Draining { recv: false },
+        _ => Begun::Draining { recv: true },
+    }
 }
 
-/// Which drain and marker a `wr_id` is, if it is one.
-pub(crate) fn drain_of(wr_id: u64) -> Option<(usize, bool)> {
-    let i = backend_index(wr_id, DRAIN_MARKERS, 2 * DRAINS as u32)?;
-    Some(((i / 2) as usize, i & 1 == 1))
-}
-
-impl Drains {
-    const fn new() -> Drains {
-        Drains {
-            slots: [None; DRAINS],
-        }
-    }
-
-    /// Drains `conn` (a set connection Rust let go of), or closes it at once when it
-    /// is torn down already (nothing of its QP can be in the CQ: the device's removal
-    /// quiesced it first). `false` when every drain is in use (try again later).
-    pub(crate) fn start(&mut self, conn: *mut crate::shim::CmConn) -> bool {
-        let Some(k) = self.slots.iter().position(Option::is_none) else {
-            return false;
-        };
-        // SAFETY: a handle Rust holds, released once (here or when the markers return).
-        let r = unsafe { crate::shim::krcore_cm_drain(conn, drain_marker(k, false), drain_marker(k, true)) };
-        if r < 0 {
-            // SAFETY: as above.
-            unsafe { crate::shim::krcore_shim_cm_close_later(conn) };
-            return true;
-        }
-        self.slots[k] = Some(Draining {
-            conn,
-            send: false,
-            recv: r == 1,
-        });
-        true
-    }
-
-    /// Drain `k`'s marker came back; its connection goes once both have.
-    pub(crate) fn seen(&mut self, k: usize, recv: bool) {
-        let Some(Some(d)) = self.slots.get_mut(k) else { return };
-        if recv {
-            d.recv = true;
-        } else {
-            d.send = true;
-        }
-        if d.send && d.recv {
-            let conn = d.conn;
-            self.slots[k] = None;
-            // SAFETY: a handle Rust held, released once; its QP has nothing left.
-            unsafe { crate::shim::krcore_shim_cm_close_later(conn) };
-        }
-    }
-
-    /// The device is going: cm.c tore the connections down; let go of the handles.
-    pub(crate) fn forget(&mut self) {
-        for d in self.slots.iter_mut().filter_map(Option::take) {
-            // SAFETY: a handle Rust held, released once.
-            unsafe { crate::shim::krcore_shim_cm_put(d.conn) };
-        }
-    }
+/// Closes `c` (drained, or torn down already).
+fn close_drained(c: Conn) {
+    // SAFETY: as above; its QP has nothing left in the CQ.
+    unsafe { shim::krcore_shim_cm_close_later(c.0) };
 }
 
 impl Shared {
@@ -213,7 +158,8 @@ impl Shared {
             )?,
             far_live: AtomicU64::new(0),
             revoke_waiting: AtomicBool::new(false),
-            drains: KBox::pin_init(new_mutex!(Drains::new(), "krcore_drains"), GFP_KERNEL)?,
+            drains: KBox::pin_init(new_mutex!(SetDrains::new(), "krcore_drains"), GFP_KERNEL)?,
+            draining: AtomicBool::new(false),
         })
     }
 
@@ -222,6 +168,39 @@ impl Shared {
         self.busy_qps.any()
             || self.members_busy.load(Ordering::Acquire)
             || self.links_busy.load(Ordering::Acquire) != 0
+            || self.draining.load(Ordering::Acquire)
+    }
+
+    /// Lets go of a set connection nothing posts on any more: drained, then closed, in
+    /// the drains' turn.
+    pub(crate) fn let_go(&self, conn: *mut CmConn) {
+        let mut d = self.drains.lock();
+        if let Err(c) = d.let_go(Conn(conn), &mut begin_drain, &mut close_drained) {
+            // More than the sets ever let go of between two routings: closing undrained
+            // risks a stale completion, so say so.
+            pr_warn!("a set connection closed undrained: no drain free\n");
+            close_drained(c);
+        }
+        self.draining.store(d.busy(), Ordering::Release);
+    }
+
+    /// Takes a completion's `wr_id` if it is a drain's marker (its drain may end).
+    pub(crate) fn drain_marker(&self, wr_id: u64) -> bool {
+        let Some((k, recv)) = SetDrains::marker_of(wr_id) else {
+            return false;
+        };
+        let mut d = self.drains.lock();
+        d.seen(k, recv, &mut begin_drain, &mut close_drained);
+        self.draining.store(d.busy(), Ordering::Release);
+        true
+    }
+
+    /// The device is going: cm.c tore the connections down; let go of the handles.
+    pub(crate) fn forget_drains(&self) {
+        let mut d = self.drains.lock();
+        // SAFETY: handles Rust held, each released once.
+        d.forget(|c| unsafe { shim::krcore_shim_cm_put(c.0) });
+        self.draining.store(false, Ordering::Release);
     }
 
     /// The shards with work for the recovery, a bit each (a hint, as `busy`).

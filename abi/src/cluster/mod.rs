@@ -4,6 +4,7 @@
 //!
 //! - [`auth`]: how a kernel proves it holds the cluster key, and how often a stranger
 //!   may try.
+//! - [`drain`]: closing a set's connections only once their completions are all polled.
 //! - [`hello`]: the connection requests' private data and the listener's answers, read
 //!   strictly, and the transcript a tag covers.
 //! - [`conn_set`]: a node's connection set to one peer, and how two nodes connecting to
@@ -19,6 +20,7 @@
 
 pub mod auth;
 pub mod conn_set;
+pub mod drain;
 pub mod hello;
 pub mod notice;
 pub mod peers;

@@ -149,9 +149,10 @@ pub(crate) struct DevCtx {
     /// loom model of this routing sets it (see its device.rs).
     pub(crate) dirty: AtomicBool,
     /// Arming the CQ found completions that routing left there, because the busy hint
-    /// said there were none (a closed connection's flushed receives): the next route
-    /// polls the CQ whatever the hint says. Without it the arm would find them again,
-    /// and a waiter would go round arming and never sleep.
+    /// said there were none (no hint foresaw them: a drain's flushes are one, and the
+    /// hint covers those now): the next route polls the CQ whatever the hint says.
+    /// Without it the arm would find them again, and a waiter would go round arming and
+    /// never sleep.
     pub(crate) unpolled: AtomicBool,
     /// Processes asleep waiting for completions: while any is, the CQ stays armed.
     pub(crate) sleepers: AtomicU32,
@@ -335,7 +336,7 @@ impl DevCtx {
         }
         // cm.c tore this device's connections down before the removal began.
         self.shared.members().g.peers.forget();
-        self.shared.drains.lock().forget();
+        self.shared.forget_drains();
         self.shared.uninstall_pool();
         self.shared.members().g.hw.destroy_qps();
         let n = self.rings.lock().rings.len();

@@ -14,7 +14,7 @@ use crate::abi::engine::{
     notice_recv_index, NOTICE_WR_ID, Qps, sweep, Wc, WcStatus,
 };
 use crate::engine::backend::{CqPoll, SetEnd, POOL_QPS, QPS};
-use crate::engine::fabric::{drain_of, MemberState};
+use crate::engine::fabric::MemberState;
 use crate::cluster::peer::QPS_PER_SET;
 use crate::ring::ctx::RingCell;
 use crate::shim::{self, WcC};
@@ -177,8 +177,7 @@ impl DevCtx {
             for c in &wcs[..n] {
                 // A drained set connection's marker (before its QP number, which may
                 // be no slot's any more).
-                if let Some((k, recv)) = drain_of(c.wr_id) {
-                    self.shared.drains.lock().seen(k, recv);
+                if self.shared.drain_marker(c.wr_id) {
                     continue;
                 }
                 if let Some((qp, wc)) = self.wc(c) {
