@@ -153,6 +153,10 @@ ECHO_ROLES = --role "a:$(ECHO) $(SMOKE) messages b recv 64" --role "b:$(ECHO) $(
 VANISH_ROLES = --role "a:$(SMOKE) vanish leave b" --role "b:$(SMOKE) vanish stay a"
 # A host that is not a member (c, no key) captures b's proof from the segment and knocks
 # on a's listener with crafted requests and the replay: all refused, counted on a.
+# A host that is no member answers a member's dial (cm-intruder impostor), the member's
+# check of its accept held open 3 s: the member's QP must not answer it meanwhile.
+IMPOSTOR = KRCORE_TEST_ARGS=test_hold_accept_ms=3000
+IMPOSTOR_ROLES = --role "a:$(IMPOSTOR) $(SMOKE) dial-impostor b" --role "b:$(SMOKE) impostor a"
 TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role "c:$(SMOKE) intruder a b"
 # a's revocations table full (16 names revoked, waiting for c, killed): a's DEREG_MR of
 # kv, which b imported, still revokes it at b first.
@@ -179,6 +183,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 $(ECHO_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(VANISH_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(TRUST_ROLES)
+	@$(VM) --timeout 300 --nodes 2 $(IMPOSTOR_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(CROWD_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(YANK_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(BOUNDED_ROLES)
@@ -209,6 +214,7 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(ECHO_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 3 $(BOUNDED_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 3 $(TRUST_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 2 $(IMPOSTOR_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 3 $(CROWD_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the

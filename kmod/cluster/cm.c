@@ -22,6 +22,7 @@
  * handler, so it is never called under that mutex.
  */
 #include <linux/completion.h>
+#include <linux/delay.h>
 #include <linux/in.h>
 #include <linux/inet.h>
 #include <linux/list.h>
@@ -54,6 +55,11 @@ static bool test_notice_echo;
 module_param(test_notice_echo, bool, 0444);
 MODULE_PARM_DESC(test_notice_echo,
 		 "Test: take every peer notice three times: whole, whole again, cut short (a peer's duplicates and short SENDs; default off)");
+
+static uint test_hold_accept_ms;
+module_param(test_hold_accept_ms, uint, 0444);
+MODULE_PARM_DESC(test_hold_accept_ms,
+		 "Test: hold a dial's check of the listener's accept this long, ms (an impostor's window; default 0)");
 
 bool krcore_shim_test_notice_echo(void)
 {
@@ -98,6 +104,10 @@ struct krcore_cm_conn {
 	/* Held by its handler throughout, and by teardown to mark it abandoned. */
 	struct mutex lock;
 	struct rdma_cm_id *id;
+	/* Its QP (once qp_created): rdma_cm's for an accepted connection, its own for a
+	 * dial (own_qp), moved to RTR by hand only once the listener proved the key. */
+	struct ib_qp *qp;
+	bool own_qp;
 	struct ib_device *dev;
 	struct ib_pd *pd;
 	struct ib_cq *cq;
@@ -170,7 +180,7 @@ static int krcore_cm_post_notice_recv(struct krcore_cm_conn *c, u32 i)
 		.num_sge = 1,
 	};
 
-	return ib_post_recv(c->id->qp, &wr, NULL);
+	return ib_post_recv(c->qp, &wr, NULL);
 }
 
 /*
@@ -242,7 +252,29 @@ int krcore_cm_take_notice(struct krcore_cm_conn *c, u32 i, u8 *out)
 	return ret;
 }
 
-static int krcore_cm_create_qp(struct krcore_cm_conn *c)
+/* Moves a dial's own QP to `state` with the attributes rdma_cm gives its id's QPs, but
+ * answering only what the connection grants (c->access), not the CM's rights. */
+static int krcore_cm_move(struct krcore_cm_conn *c, enum ib_qp_state state)
+{
+	struct ib_qp_attr attr = { .qp_state = state };
+	int mask, ret;
+
+	ret = rdma_init_qp_attr(c->id, &attr, &mask);
+	if (ret)
+		return ret;
+	if (mask & IB_QP_ACCESS_FLAGS)
+		attr.qp_access_flags = c->access;
+	return ib_modify_qp(c->qp, &attr, mask);
+}
+
+/*
+ * Creates `c`'s QP: for an accepted connection (`own` false) on its id, which rdma_cm
+ * moves to RTR and RTS at the accept (the dialer proved the key before); for a dial its
+ * own, not the id's, left in INIT (answering nothing) until the listener's accept proved
+ * the key too (krcore_cm_ready). With the id's QP, rdma_cm would make it ready to receive,
+ * answering remote READs and WRITEs with the CM's rights, before the accept was checked.
+ */
+static int krcore_cm_create_qp(struct krcore_cm_conn *c, bool own)
 {
 	bool set = c->kind == KRCORE_CM_PEER;
 	struct ib_qp_init_attr attr = {
@@ -259,16 +291,45 @@ static int krcore_cm_create_qp(struct krcore_cm_conn *c)
 		.sq_sig_type = IB_SIGNAL_REQ_WR,
 		.qp_type = IB_QPT_RC,
 	};
-	int ret = rdma_create_qp(c->id, c->pd, &attr);
+	struct ib_qp *qp;
+	int ret;
 
-	c->qp_created = !ret;
+	if (!own) {
+		ret = rdma_create_qp(c->id, c->pd, &attr);
+		c->qp_created = !ret;
+		c->qp = ret ? NULL : c->id->qp;
+		return ret;
+	}
+	qp = ib_create_qp(c->pd, &attr);
+	if (IS_ERR(qp))
+		return PTR_ERR(qp);
+	c->qp = qp;
+	c->own_qp = true;
+	c->qp_created = true;
+	return krcore_cm_move(c, IB_QPS_INIT);
+}
+
+/* A dial's connection, its accept's proof checked: its QP to RTR and RTS as rdma_cm
+ * would (INIT again with the connection's attributes first), answering exactly what the
+ * connection grants, then the RTU, rdma_cm's part. */
+static int krcore_cm_ready(struct krcore_cm_conn *c)
+{
+	int ret = krcore_cm_move(c, IB_QPS_INIT);
+
+	if (!ret)
+		ret = krcore_cm_move(c, IB_QPS_RTR);
+	if (!ret)
+		ret = krcore_cm_move(c, IB_QPS_RTS);
+	if (!ret)
+		ret = rdma_accept(c->id, NULL);
 	return ret;
 }
 
 /*
- * The CM grants an RC responder remote write (and read) whatever was asked: set what a
- * connection's QP answers as soon as it reaches RTR (after the accept) and again at
- * ESTABLISHED (the active side's RTR is the CM's). A connection of a set (both ends:
+ * The CM grants an RC responder remote write (and read) whatever was asked: an accepted
+ * connection's QP (rdma_cm's) is set to what it answers as soon as it reaches RTR (after
+ * the accept) and again at ESTABLISHED; a dial's own QP is moved with exactly that
+ * (krcore_cm_move). A connection of a set (both ends:
  * both nodes use the one set, see peer.rs) answers READs, WRITEs and atomics, which is
  * how one node's requests reach another's exports, and so does an accepted MetaServer
  * connection (the region); an active MetaServer connection answers none (nothing is
@@ -326,7 +387,9 @@ static void krcore_cm_teardown(struct krcore_cm_conn *c)
 	WRITE_ONCE(c->broken, true);
 	/* A dial waiting on it (its device going) gives up now, not at its timeout. */
 	complete(&c->done);
-	if (qp)
+	if (qp && c->own_qp)
+		ib_destroy_qp(c->qp);
+	else if (qp)
 		rdma_destroy_qp(c->id);
 	krcore_cm_notices_down(c);
 	rdma_destroy_id(c->id);
@@ -401,6 +464,17 @@ void krcore_shim_cm_close_later(struct krcore_cm_conn *c)
 		krcore_shim_cm_close(c);
 }
 
+/* The connection is up if its last step (`ret`) went well: its waiter is told. */
+static int krcore_cm_up(struct krcore_cm_conn *c, int ret)
+{
+	if (ret)
+		return ret;
+	WRITE_ONCE(c->established, true);
+	c->status = 0;
+	complete(&c->done);
+	return 0;
+}
+
 static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 			  struct rdma_cm_event *ev)
 {
@@ -417,47 +491,42 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		/* The route must leave through the device whose PD and CQ we were given. */
 		if (id->device != c->dev)
 			return -EXDEV;
-		ret = krcore_cm_create_qp(c);
+		ret = krcore_cm_create_qp(c, true);
 		if (ret)
 			return ret;
 		/* Bound now (rdma_resolve_addr): this attempt's port, which the tag names. */
 		c->bind.initiator_port =
 			((struct sockaddr_in *)&id->route.addr.src_addr)->sin_port;
 		if (c->hello.step == KRCORE_CM_PROVE) {
-			c->bind.initiator_qpn = id->qp->qp_num;
+			c->bind.initiator_qpn = c->qp->qp_num;
 			ret = krcore_cm_tag(true, &c->bind, c->hello.tag);
 			if (ret)
 				return ret;
 		}
 		krcore_cm_param(&p, c->kind);
+		p.qp_num = c->qp->qp_num;
 		/* Copied into the request by rdma_cm. */
 		krcore_rs_cm_hello_write(&c->hello, wire);
 		p.private_data = wire;
 		p.private_data_len = sizeof(wire);
 		return rdma_connect_locked(id, &p);
-	case RDMA_CM_EVENT_ESTABLISHED:
-		if (!c->accepted) {
-			/* The listener proves it holds the key too, for this connection. */
-			c->bind.responder_qpn = ev->param.conn.qp_num;
-			if (krcore_rs_cm_accept_read(ev->param.conn.private_data,
-						     ev->param.conn.private_data_len, &c->offer,
-						     tag) ||
-			    !krcore_cm_tag_ok(false, &c->bind, tag)) {
-				/* rdma_cm made the QP ready to send already: nothing may use it. */
-				struct ib_qp_attr err = { .qp_state = IB_QPS_ERR };
-
-				c->offer.ready = 0;
-				ib_modify_qp(id->qp, &err, IB_QP_STATE);
-				return -EPERM;
-			}
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		/* A dial's accept (its QP its own, in INIT, answering nothing): the listener
+		 * proves it holds the key too, for this connection, before the QP is made
+		 * ready. */
+		if (test_hold_accept_ms)
+			msleep(test_hold_accept_ms);
+		c->bind.responder_qpn = ev->param.conn.qp_num;
+		if (krcore_rs_cm_accept_read(ev->param.conn.private_data,
+					     ev->param.conn.private_data_len, &c->offer, tag) ||
+		    !krcore_cm_tag_ok(false, &c->bind, tag)) {
+			c->offer.ready = 0;
+			return -EPERM;
 		}
-		ret = krcore_cm_set_access(id->qp, c->access);
-		if (ret)
-			return ret;
-		WRITE_ONCE(c->established, true);
-		c->status = 0;
-		complete(&c->done);
-		return 0;
+		return krcore_cm_up(c, krcore_cm_ready(c));
+	case RDMA_CM_EVENT_ESTABLISHED:
+		/* An accepted connection's (the RTU came). */
+		return krcore_cm_up(c, krcore_cm_set_access(c->qp, c->access));
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
@@ -474,7 +543,7 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		    c->qp_created) {
 			struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
 
-			ib_modify_qp(id->qp, &attr, IB_QP_STATE);
+			ib_modify_qp(c->qp, &attr, IB_QP_STATE);
 		}
 		/* An accepted connection has no other owner to close it: reap it (the work
 		 * holds a reference; queued once). */
@@ -633,8 +702,8 @@ static int krcore_cm_attempt(struct ib_device *dev, struct ib_pd *pd, struct ib_
 		/* Accepted with no proof asked: not a krcore listener of this version. */
 		ret = -EPROTO;
 	if (!ret) {
-		*qp = c->id->qp;
-		*qpn = c->id->qp->qp_num;
+		*qp = c->qp;
+		*qpn = c->qp->qp_num;
 		/* A set's notice receives are posted once the set installed it
 		 * (krcore_cm_notices_start): a notice the listener sends meanwhile waits on
 		 * the wire (RNR), never landing in a CQ before its QP is known there. */
@@ -751,11 +820,11 @@ int krcore_cm_drain(struct krcore_cm_conn *c, u64 send_id, u64 recv_id)
 	mutex_lock(&c->lock);
 	if (!c->abandoned && c->qp_created) {
 		/* In the error state every work request is flushed, the markers last. */
-		ret = ib_modify_qp(c->id->qp, &attr, IB_QP_STATE);
+		ret = ib_modify_qp(c->qp, &attr, IB_QP_STATE);
 		if (!ret)
-			ret = ib_post_send(c->id->qp, &swr.wr, NULL);
+			ret = ib_post_send(c->qp, &swr.wr, NULL);
 		if (!ret && c->notices)
-			ret = ib_post_recv(c->id->qp, &rwr, NULL);
+			ret = ib_post_recv(c->qp, &rwr, NULL);
 		else if (!ret)
 			ret = 1;
 	}
@@ -779,7 +848,7 @@ int krcore_cm_post(struct krcore_cm_conn *c, const struct ib_send_wr *wr)
 	 * before destroying the QP, so nothing posts on a destroyed QP. */
 	mutex_lock(&c->lock);
 	if (!c->abandoned && c->qp_created && !READ_ONCE(c->broken))
-		ret = ib_post_send(c->id->qp, wr, NULL);
+		ret = ib_post_send(c->qp, wr, NULL);
 	mutex_unlock(&c->lock);
 	return ret;
 }
@@ -885,7 +954,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	c->id = id;
 	c->access = KRCORE_CM_REMOTE;
 	c->kind = hello.kind;
-	ret = krcore_cm_create_qp(c);
+	ret = krcore_cm_create_qp(c, false);
 	if (ret) {
 		if (c->qp_created)
 			rdma_destroy_qp(id);

@@ -92,6 +92,14 @@
 #                                   import META's kv; READ it until a READ fails: it must
 #                                   fail BadDescriptor (revoked here), never on the wire
 #   cluster-smoke.sh bystander META make a set to META's node; wait to be killed
+#   cluster-smoke.sh dial-impostor ROLE
+#                                   CONNECT to ROLE's node, an impostor (no key): the
+#                                   CONNECT must fail, and this kernel's QP must never
+#                                   answer the impostor (KRCORE_TEST_ARGS holds the
+#                                   accept's check open: test_hold_accept_ms)
+#   cluster-smoke.sh impostor ROLE  no module: accept ROLE's dial as a listener would,
+#                                   proving no key, and READ from its QP at once
+#                                   (cm-intruder impostor): it must not answer
 #   cluster-smoke.sh bounded SILENT LIVE
 #                                   reload with SILENT's node (muted: yank mute) as the
 #                                   MetaServer; while other rings' PUBLISH and CONNECTs wait
@@ -432,6 +440,30 @@ await-revoke)
   with_meta "$2" "$2"
   "$REMOTE_MEMORY" await-revoke "$peer" kv 150 || fail_with_state
   unload
+  ;;
+dial-impostor)
+  peer=$(addr_of "$2") || exit 1
+  reload || exit 1
+  pool_ready || exit 1
+  barrier "$peer" 7510 || exit 1
+  if "$CONNECT_PEER" "$peer" 1; then
+    echo "$KRCORE_NODE: a CONNECT to an impostor succeeded" >&2
+    exit 1
+  fi
+  echo "$KRCORE_NODE: the CONNECT to the impostor failed, as it must"
+  barrier "$peer" 7511 || exit 1
+  unload
+  ;;
+impostor)
+  peer=$(addr_of "$2") || exit 1
+  rmmod krcore 2>/dev/null
+  # The dialer holds its check 3 s (KRCORE_TEST_ARGS on its side): 10 s covers it.
+  "$INTRUDER" impostor $CM_PORT 120 10 & pid=$!
+  sleep 1
+  barrier "$peer" 7510 || exit 1
+  rc=0; wait $pid || rc=$?
+  barrier "$peer" 7511 || exit 1
+  exit $rc
   ;;
 bystander)
   # Booted again after the kill: nothing more to do.

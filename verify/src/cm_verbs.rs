@@ -462,6 +462,16 @@ unsafe fn post_recv(qp: *mut ibv_qp, mr: *mut ibv_mr) -> Result<()> {
     Ok(())
 }
 
+/// How a dialer's QP answered an impostor (see [`Listener::impostor`]).
+#[derive(Debug)]
+pub struct Impostor {
+    /// The dialer's request (its private data).
+    pub request: Vec<u8>,
+    /// The status of the READ posted on the accepted connection (`ibv_wc_status`);
+    /// none when it did not complete in its time (nothing answered it).
+    pub read: Option<u32>,
+}
+
 /// A bound rdma_cm id listening on a port: clients may connect once
 /// [`bind`](Listener::bind) returns (their requests wait in the backlog until
 /// [`serve`](Listener::serve) accepts them).
@@ -498,6 +508,94 @@ impl Listener {
             return err("rdma_listen");
         }
         Ok(l)
+    }
+
+    /// Plays a listener that accepts whatever asks, with `accept` as the accept's
+    /// private data, and at once posts an 8-byte RDMA READ (address 0, rkey 0) on the
+    /// connection, as an impostor would to find out whether the dialer's QP answers
+    /// before it checked the accept. Waits `secs` for the request, then `read_secs` for
+    /// the READ's completion: the dialer's QP answers with a remote access error (it was
+    /// ready to receive), or never.
+    pub fn impostor(self, accept: &[u8], secs: u64, read_secs: u64) -> Result<Impostor> {
+        let mut pfd = libc::pollfd {
+            // SAFETY: a live channel.
+            fd: unsafe { (*self.ch).fd },
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, (secs * 1000) as i32) } <= 0 {
+            return err_code("a connection request", libc::ETIMEDOUT);
+        }
+        let (id, request) = expect_event(
+            self.ch,
+            rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST,
+            "a connection request",
+        )?;
+        let mut buf = [0u64; 1];
+        // SAFETY: the request's id carries its device context; the objects live to the
+        // end of the process (the run ends with it).
+        let (qp, cq, mr) = unsafe {
+            let pd = ibv_alloc_pd((*id).verbs);
+            let cq = ibv_create_cq((*id).verbs, 16, ptr::null_mut(), ptr::null_mut(), 0);
+            if pd.is_null() || cq.is_null() {
+                return err("the impostor's PD and CQ");
+            }
+            let mut a = qp_attr(cq, 4, 1);
+            if rdma_create_qp(id, pd, &mut a) != 0 {
+                return err("rdma_create_qp");
+            }
+            let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32;
+            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), 8, access);
+            if mr.is_null() {
+                return err("ibv_reg_mr");
+            }
+            ((*id).qp, cq, mr)
+        };
+        let mut p = conn_param(None);
+        p.private_data = accept.as_ptr().cast();
+        p.private_data_len = accept.len() as u8;
+        // Few retries: a dialer that never answers fails the READ in seconds.
+        p.retry_count = 2;
+        // SAFETY: a request's id with its QP; `accept` outlives the call.
+        if unsafe { rdma_accept(id, &mut p) } != 0 {
+            return err("rdma_accept");
+        }
+        // SAFETY: plain data, naming the MR's buffer.
+        let mut sge = ibv_sge {
+            addr: buf.as_mut_ptr() as u64,
+            length: 8,
+            lkey: unsafe { (*mr).lkey },
+        };
+        // SAFETY: plain data.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let mut bad: *mut ibv_send_wr = ptr::null_mut();
+        // SAFETY: a QP the accept made ready to send; `wr` and `sge` outlive the call.
+        let r = unsafe { ibv_post_send(qp, &mut wr, &mut bad) };
+        if r != 0 {
+            return err_code("ibv_post_send", r);
+        }
+        let until = Instant::now() + Duration::from_secs(read_secs);
+        // SAFETY: plain data.
+        let mut wc: ibv_wc = unsafe { std::mem::zeroed() };
+        while Instant::now() < until {
+            // SAFETY: a live CQ, one entry of room.
+            if unsafe { ibv_poll_cq(cq, 1, &mut wc) } > 0 {
+                return Ok(Impostor {
+                    request,
+                    read: Some(wc.status),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(Impostor {
+            request,
+            read: None,
+        })
     }
 
     /// Serves `mem` to `conns` clients, each connection accepted with its descriptor

@@ -11,11 +11,17 @@
 //!   answering that challenge with no key's tag, the same for the MetaServer, and the
 //!   captured proof replayed. Every one must be refused: no QP, so no byte of the
 //!   MetaServer's region or of any MR. Exits 1 otherwise.
+//! - `cm-intruder impostor PORT SECS READ_SECS`: listens on PORT as a member would (SECS
+//!   at most), and accepts the first request (a member dialing this host) with an
+//!   accept that proves no key, then READs from the dialer's QP at once. The dialer
+//!   must not answer: its QP may not be ready to receive before it checked the accept's
+//!   proof. Exits 1 if it answered within READ_SECS (the READ completed, or failed with
+//!   a remote access error).
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use krcore_abi::cluster::hello::{Hello, Kind, Proof, Refusal, HELLO_LEN};
-use verify::cm_verbs::{Client, Knock};
+use krcore_abi::cluster::hello::{Accept, Hello, Kind, Offer, Proof, Refusal, HELLO_LEN};
+use verify::cm_verbs::{Client, Knock, Listener};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -33,6 +39,9 @@ enum Cli {
         port: u16,
         replay: Option<String>,
     },
+    /// Accept the first request on PORT (SECS at most) with no key's proof and READ at
+    /// once (READ_SECS at most).
+    Impostor { port: u16, secs: u64, read_secs: u64 },
 }
 
 /// A hello as a member writes one: kind, the dialer's nonce, and the proof if any.
@@ -147,9 +156,37 @@ fn capture(file: &str, secs: u64) -> Result<()> {
     Err(format!("no member's proof among {frames} frames in {secs} s").into())
 }
 
+/// Accepts a member's dial with an accept that proves no key, and READs at once.
+fn impostor(port: u16, secs: u64, read_secs: u64) -> Result<()> {
+    let accept = Accept {
+        offer: Offer::default(),
+        tag: [0; 16],
+    };
+    let l = Listener::bind(port)?;
+    println!("cm-intruder: listening on {port} as an impostor");
+    let got = l.impostor(&accept.write(), secs, read_secs)?;
+    let asked = Hello::read(&got.request).map_or("no hello".to_string(), |h| format!("{:?} {}", h.kind, h.index));
+    println!("cm-intruder: accepted a request ({asked}) with no key's proof; READ at once");
+    use rdma_sys::ibv_wc_status::{IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS};
+    match got.read {
+        Some(s @ (IBV_WC_SUCCESS | IBV_WC_REM_ACCESS_ERR)) => {
+            Err(format!("the dialer's QP answered a READ before it checked the accept's proof (status {s})").into())
+        }
+        Some(s) => {
+            println!("cm-intruder: the READ failed unanswered (status {s})");
+            Ok(())
+        }
+        None => {
+            println!("cm-intruder: the dialer's QP never answered the READ in {read_secs} s");
+            Ok(())
+        }
+    }
+}
+
 fn main() -> Result<()> {
     match <Cli as clap::Parser>::parse() {
         Cli::Capture { file, secs } => capture(&file, secs),
         Cli::Knock { addr, port, replay } => knocks(addr, port, replay),
+        Cli::Impostor { port, secs, read_secs } => impostor(port, secs, read_secs),
     }
 }
