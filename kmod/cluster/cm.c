@@ -108,6 +108,8 @@ struct krcore_cm_conn {
 	 * dial (own_qp), moved to RTR by hand only once the listener proved the key. */
 	struct ib_qp *qp;
 	bool own_qp;
+	/* A dial's accept proved the key: its own QP may be granted its rights. */
+	bool established_ok;
 	struct ib_device *dev;
 	struct ib_pd *pd;
 	struct ib_cq *cq;
@@ -262,8 +264,9 @@ static int krcore_cm_move(struct krcore_cm_conn *c, enum ib_qp_state state)
 	ret = rdma_init_qp_attr(c->id, &attr, &mask);
 	if (ret)
 		return ret;
+	/* Before the proof (the first INIT) it may answer nothing whatever moves it. */
 	if (mask & IB_QP_ACCESS_FLAGS)
-		attr.qp_access_flags = c->access;
+		attr.qp_access_flags = c->established_ok ? c->access : 0;
 	return ib_modify_qp(c->qp, &attr, mask);
 }
 
@@ -314,7 +317,10 @@ static int krcore_cm_create_qp(struct krcore_cm_conn *c, bool own)
  * connection grants, then the RTU, rdma_cm's part. */
 static int krcore_cm_ready(struct krcore_cm_conn *c)
 {
-	int ret = krcore_cm_move(c, IB_QPS_INIT);
+	int ret;
+
+	c->established_ok = true;
+	ret = krcore_cm_move(c, IB_QPS_INIT);
 
 	if (!ret)
 		ret = krcore_cm_move(c, IB_QPS_RTR);
@@ -491,6 +497,10 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		/* The route must leave through the device whose PD and CQ we were given. */
 		if (id->device != c->dev)
 			return -EXDEV;
+		/* The accept's proof is checked at CONNECT_RESPONSE, which only the IB CM
+		 * (InfiniBand, RoCE) gives: an iWARP provider readies the QP itself. */
+		if (!rdma_cap_ib_cm(id->device, id->port_num))
+			return -EPROTONOSUPPORT;
 		ret = krcore_cm_create_qp(c, true);
 		if (ret)
 			return ret;
@@ -514,6 +524,7 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		/* A dial's accept (its QP its own, in INIT, answering nothing): the listener
 		 * proves it holds the key too, for this connection, before the QP is made
 		 * ready. */
+		/* (It holds ib_cm's one work queue: every CM event of the node waits.) */
 		if (test_hold_accept_ms)
 			msleep(test_hold_accept_ms);
 		c->bind.responder_qpn = ev->param.conn.qp_num;
@@ -525,7 +536,9 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		}
 		return krcore_cm_up(c, krcore_cm_ready(c));
 	case RDMA_CM_EVENT_ESTABLISHED:
-		/* An accepted connection's (the RTU came). */
+		/* An accepted connection's (the RTU came); a dial's is never up this way. */
+		if (!c->accepted)
+			return -EPROTO;
 		return krcore_cm_up(c, krcore_cm_set_access(c->qp, c->access));
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
