@@ -62,6 +62,12 @@
 // Bytes of a transcript.
 #define krcore_TRANSCRIPT_LEN (32 + (2 * krcore_NONCE_LEN))
 
+// A hello's step byte: the first request, asking for a challenge.
+#define krcore_ASK 1
+
+// A hello's step byte: the second request, with its proof.
+#define krcore_PROVE 2
+
 // Bytes of a notice on the wire.
 #define krcore_NOTICE_LEN 32
 

@@ -8,8 +8,8 @@ use core::ffi::c_int;
 
 use crate::abi::cluster::auth::{NONCE_LEN, TAG_LEN};
 use crate::abi::cluster::hello::{
-    Accept, Endpoint, Hello, Kind, Offer, Proof, Refusal, Role, Transcript, ACCEPT_LEN,
-    CHALLENGE_LEN, HELLO_LEN, TRANSCRIPT_LEN, YIELD_LEN,
+    Accept, Endpoint, Hello, Kind, Offer, Proof, Refusal, Role, Transcript, ACCEPT_LEN, ASK,
+    CHALLENGE_LEN, HELLO_LEN, PROVE, TRANSCRIPT_LEN, YIELD_LEN,
 };
 use crate::abi::errno::Errno;
 use crate::shim::MetaOffer;
@@ -49,9 +49,8 @@ const _: () = assert!(core::mem::size_of::<CmHello>() == 52);
 const _: () = assert!(core::mem::size_of::<CmBind>() == 56);
 const _: () = assert!(HELLO_LEN == 56 && CHALLENGE_LEN == 20 && YIELD_LEN == 4);
 const _: () = assert!(ACCEPT_LEN == 40 && TRANSCRIPT_LEN == 64);
-
-const ASK: u8 = 1;
-const PROVE: u8 = 2;
+// shim.h's KRCORE_CM_ASK and KRCORE_CM_PROVE.
+const _: () = assert!(ASK == 1 && PROVE == 2);
 
 /// A kind cm.c names (`KRCORE_CM_PEER` or `KRCORE_CM_META`; its own, never a peer's).
 fn kind_of(k: u8) -> Kind {

@@ -63,8 +63,10 @@ pub struct Proof {
     pub tag: [u8; TAG_LEN],
 }
 
-const ASK: u8 = 1;
-const PROVE: u8 = 2;
+/// A hello's step byte: the first request, asking for a challenge.
+pub const ASK: u8 = 1;
+/// A hello's step byte: the second request, with its proof.
+pub const PROVE: u8 = 2;
 
 /// A connection request's private data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
