@@ -163,6 +163,9 @@ TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role 
 CROWD_ROLES = --role "a:$(SMOKE) crowd b c" --role "b:$(SMOKE) await-revoke a" --role "c:$(SMOKE) bystander a"
 # a's rxe0 deleted 1.5 s into a dial to b, which answers ARP but never the CM.
 YANK_ROLES = --role "a:$(SMOKE) yank dial b" --role "b:$(SMOKE) yank mute a"
+# Rights held by the NIC: b's kernel checks nothing (test_unchecked_wire), and WRITEs
+# a's read-only export, then a's memory that was never exported: a's NIC refuses both.
+FENCE_ROLES = --role "a:$(SMOKE) fenced b" --role "b:$(SMOKE) breach a"
 # a's enters bounded at 100 ms (NOPs, a CONNECT to c) while other rings' network work
 # waits on b (mute, and a's MetaServer) and on addresses nobody holds.
 BOUNDED_ROLES = --role "a:$(SMOKE) bounded b c" --role "b:$(SMOKE) yank mute a" --role "c:$(SMOKE) live a"
@@ -186,6 +189,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 $(IMPOSTOR_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(CROWD_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(YANK_ROLES)
+	@$(VM) --timeout 300 --nodes 2 $(FENCE_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(BOUNDED_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listener serve 2" --role "b:$(SMOKE) listener client a" --role "c:$(SMOKE) listener client a"
@@ -211,6 +215,7 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(LISTENER_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(VANISH_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(YANK_ROLES)
+	@$(VM_DEBUG) --timeout 600 --nodes 2 $(FENCE_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 $(ECHO_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 3 $(BOUNDED_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 3 $(TRUST_ROLES)

@@ -453,11 +453,15 @@ u64 krcore_shim_now_us(void)
 struct ib_qp *krcore_shim_create_rc_qp(struct ib_pd *pd, struct ib_cq *cq, u32 send_depth,
 				       u32 recv_depth)
 {
+	struct krcore_keys *fr = krcore_keys_alloc(pd, send_depth);
+	struct ib_qp *qp;
 	struct ib_qp_init_attr attr = {
 		.send_cq = cq,
 		.recv_cq = cq,
+		.qp_context = fr,
 		.cap = {
-			.max_send_wr = send_depth,
+			/* A message is three requests (engine/fastreg.c) on one credit. */
+			.max_send_wr = 3 * send_depth,
 			.max_recv_wr = recv_depth,
 			.max_send_sge = 1,
 			.max_recv_sge = 1,
@@ -466,7 +470,12 @@ struct ib_qp *krcore_shim_create_rc_qp(struct ib_pd *pd, struct ib_cq *cq, u32 s
 		.qp_type = IB_QPT_RC,
 	};
 
-	return ib_create_qp(pd, &attr);
+	if (IS_ERR(fr))
+		return ERR_CAST(fr);
+	qp = ib_create_qp(pd, &attr);
+	if (IS_ERR(qp))
+		krcore_keys_free(fr);
+	return qp;
 }
 
 u32 krcore_shim_qp_num(struct ib_qp *qp)
@@ -541,9 +550,14 @@ int krcore_shim_connect_rc_qp(struct ib_qp *qp, u32 port, u32 sgid_index, const 
 	attr.rnr_retry = KRCORE_RNR_RETRY;
 	attr.sq_psn = 0;
 	attr.max_rd_atomic = 16;
-	return ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_TIMEOUT | IB_QP_RETRY_CNT |
-				       IB_QP_RNR_RETRY | IB_QP_SQ_PSN |
-				       IB_QP_MAX_QP_RD_ATOMIC);
+	ret = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_TIMEOUT | IB_QP_RETRY_CNT |
+				      IB_QP_RNR_RETRY | IB_QP_SQ_PSN |
+				      IB_QP_MAX_QP_RD_ATOMIC);
+	/* A message's chain flushed between its registration and its invalidation may
+	 * have left a key open: made again before anything else runs. */
+	if (!ret && qp->qp_context)
+		krcore_keys_renew(qp->qp_context);
+	return ret;
 }
 
 int krcore_shim_qp_to_error(struct ib_qp *qp)
@@ -574,15 +588,25 @@ int krcore_shim_post_marker(struct ib_qp *qp, u64 wr_id)
 
 void krcore_shim_destroy_qp(struct ib_qp *qp)
 {
+	struct krcore_keys *fr = qp->qp_context;
+
 	ib_destroy_qp(qp);
+	krcore_keys_free(fr);
 }
+
+/* A message on this node takes three work requests (engine/fastreg.c). */
+#define KRCORE_POST_WRS (3 * KRCORE_POST_MAX)
 
 struct krcore_scratch {
 	union {
 		struct ib_atomic_wr atomic;
 		struct ib_rdma_wr rdma;
-	} wr[KRCORE_POST_MAX];
-	struct ib_sge sge[KRCORE_POST_MAX];
+		struct ib_reg_wr reg;
+		struct ib_send_wr plain;
+	} wr[KRCORE_POST_WRS];
+	struct ib_sge sge[KRCORE_POST_WRS];
+	/* Which of the caller's requests each work request is part of. */
+	u8 of[KRCORE_POST_WRS];
 	struct ib_wc wc[16];
 };
 
@@ -596,13 +620,45 @@ void krcore_shim_scratch_free(struct krcore_scratch *s)
 	kfree(s);
 }
 
+/* Adds a message's chain on this node for w (KRCORE_WR_DELIVER) at s->wr[*j]: the QP's
+ * key made over the receive's bytes, the WRITE through it, then the key invalidated
+ * (fenced: after the WRITE completed), which completes the request. */
+static int krcore_chain_deliver(struct krcore_scratch *s, struct ib_qp *qp,
+				const struct krcore_send_wr *w, u32 *j)
+{
+	u32 k = *j, rkey;
+	int ret;
+
+	ret = krcore_keys_deliver(qp->qp_context, (struct krcore_mr *)(uintptr_t)w->mr,
+				  w->remote_addr, w->length, &s->wr[k].reg, &rkey);
+	if (ret)
+		return ret;
+	s->sge[k + 1] = (struct ib_sge){ .addr = w->local_addr, .length = w->length,
+					 .lkey = w->lkey };
+	s->wr[k + 1].rdma = (struct ib_rdma_wr){ .remote_addr = w->remote_addr, .rkey = rkey };
+	s->wr[k + 1].rdma.wr = (struct ib_send_wr){
+		.opcode = IB_WR_RDMA_WRITE, .wr_id = KRCORE_FR_WR_ID,
+		.sg_list = &s->sge[k + 1], .num_sge = 1,
+		.send_flags = w->fence ? IB_SEND_FENCE : 0,
+	};
+	s->wr[k + 2].plain = (struct ib_send_wr){
+		.opcode = IB_WR_LOCAL_INV, .wr_id = w->wr_id,
+		.send_flags = IB_SEND_FENCE | (w->signaled ? IB_SEND_SIGNALED : 0),
+		.ex.invalidate_rkey = rkey,
+	};
+	s->wr[k].reg.wr.next = &s->wr[k + 1].rdma.wr;
+	s->wr[k + 1].rdma.wr.next = &s->wr[k + 2].plain;
+	*j = k + 3;
+	return 0;
+}
+
 int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 			  const struct krcore_send_wr *wrs, u32 n, u32 *posted)
 {
 	struct ib_sge *sge = s->sge;
 	struct ib_send_wr *head = NULL, **link = &head;
 	const struct ib_send_wr *bad = NULL;
-	u32 i;
+	u32 i, j = 0;
 	int ret;
 
 	if (n > KRCORE_POST_MAX)
@@ -610,48 +666,63 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 	for (i = 0; i < n; i++) {
 		const struct krcore_send_wr *w = &wrs[i];
 		struct ib_send_wr *wr;
+		u32 first = j;
 
-		sge[i] = (struct ib_sge){ .addr = w->local_addr, .length = w->length,
+		if (w->kind == KRCORE_WR_DELIVER) {
+			ret = krcore_chain_deliver(s, qp, w, &j);
+			if (ret) {
+				*posted = 0;
+				return ret;
+			}
+			for (; first < j; first++)
+				s->of[first] = i;
+			*link = &s->wr[j - 3].reg.wr;
+			link = &s->wr[j - 1].plain.next;
+			*link = NULL;
+			continue;
+		}
+		sge[j] = (struct ib_sge){ .addr = w->local_addr, .length = w->length,
 					  .lkey = w->lkey };
 		switch (w->kind) {
 		case KRCORE_WR_CAS:
 		case KRCORE_WR_FAA:
-			s->wr[i].atomic = (struct ib_atomic_wr){
+			s->wr[j].atomic = (struct ib_atomic_wr){
 				.remote_addr = w->remote_addr, .rkey = w->rkey,
 				.compare_add = w->compare_add, .swap = w->swap };
-			s->wr[i].atomic.wr.opcode = w->kind == KRCORE_WR_CAS ?
+			s->wr[j].atomic.wr.opcode = w->kind == KRCORE_WR_CAS ?
 				IB_WR_ATOMIC_CMP_AND_SWP : IB_WR_ATOMIC_FETCH_AND_ADD;
-			wr = &s->wr[i].atomic.wr;
+			wr = &s->wr[j].atomic.wr;
 			break;
 		case KRCORE_WR_READ:
 		case KRCORE_WR_WRITE:
-			s->wr[i].rdma = (struct ib_rdma_wr){ .remote_addr = w->remote_addr,
+			s->wr[j].rdma = (struct ib_rdma_wr){ .remote_addr = w->remote_addr,
 							     .rkey = w->rkey };
 			if (w->kind == KRCORE_WR_READ)
-				s->wr[i].rdma.wr.opcode = IB_WR_RDMA_READ;
+				s->wr[j].rdma.wr.opcode = IB_WR_RDMA_READ;
 			else
-				s->wr[i].rdma.wr.opcode = w->has_imm ?
+				s->wr[j].rdma.wr.opcode = w->has_imm ?
 					IB_WR_RDMA_WRITE_WITH_IMM : IB_WR_RDMA_WRITE;
-			wr = &s->wr[i].rdma.wr;
+			wr = &s->wr[j].rdma.wr;
 			break;
 		case KRCORE_WR_SEND:
-			s->wr[i].rdma = (struct ib_rdma_wr){};
-			s->wr[i].rdma.wr.opcode = w->has_imm ? IB_WR_SEND_WITH_IMM : IB_WR_SEND;
-			wr = &s->wr[i].rdma.wr;
+			s->wr[j].rdma = (struct ib_rdma_wr){};
+			s->wr[j].rdma.wr.opcode = w->has_imm ? IB_WR_SEND_WITH_IMM : IB_WR_SEND;
+			wr = &s->wr[j].rdma.wr;
 			break;
 		case KRCORE_WR_NOTICE:
 			/* Inline: the driver copies the bytes at post time. */
-			sge[i] = (struct ib_sge){ .addr = (uintptr_t)w->notice,
+			sge[j] = (struct ib_sge){ .addr = (uintptr_t)w->notice,
 						  .length = sizeof(w->notice) };
-			s->wr[i].rdma = (struct ib_rdma_wr){};
-			s->wr[i].rdma.wr.opcode = IB_WR_SEND;
-			wr = &s->wr[i].rdma.wr;
+			s->wr[j].rdma = (struct ib_rdma_wr){};
+			/* A Data notice closes its receive's key at the peer's NIC. */
+			s->wr[j].rdma.wr.opcode = w->inv ? IB_WR_SEND_WITH_INV : IB_WR_SEND;
+			wr = &s->wr[j].rdma.wr;
 			break;
 		default:
 			return -EINVAL;
 		}
 		wr->wr_id = w->wr_id;
-		wr->sg_list = &sge[i];
+		wr->sg_list = &sge[j];
 		wr->num_sge = 1;
 		wr->send_flags = (w->signaled ? IB_SEND_SIGNALED : 0) |
 				 (w->fence ? IB_SEND_FENCE : 0) |
@@ -659,19 +730,23 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 				 (w->kind == KRCORE_WR_NOTICE ? IB_SEND_INLINE : 0);
 		if (w->has_imm)
 			wr->ex.imm_data = cpu_to_be32(w->imm);
+		else if (w->kind == KRCORE_WR_NOTICE && w->inv)
+			wr->ex.invalidate_rkey = w->inv;
 		wr->next = NULL;
+		s->of[j++] = i;
 		*link = wr;
 		link = &wr->next;
 	}
 	ret = ib_post_send(qp, head, &bad);
 	*posted = n;
 	if (ret) {
-		/* Everything before `bad` went out. */
+		/* The requests wholly before `bad` went out. */
 		const struct ib_send_wr *w;
+		u32 k = 0;
 
-		*posted = 0;
 		for (w = head; w && w != bad; w = w->next)
-			(*posted)++;
+			k++;
+		*posted = k < j ? s->of[k] : n;
 	}
 	return ret;
 }
@@ -693,40 +768,12 @@ int krcore_shim_poll_cq(struct krcore_scratch *s, struct ib_cq *cq, struct krcor
 				       be32_to_cpu(wc[i].ex.imm_data) : 0,
 			.qp_num = wc[i].qp->qp_num,
 			.recv = !!(wc[i].opcode & IB_WC_RECV),
+			.has_inv = !!(wc[i].wc_flags & IB_WC_WITH_INVALIDATE),
+			.inv_rkey = (wc[i].wc_flags & IB_WC_WITH_INVALIDATE) ?
+					    wc[i].ex.invalidate_rkey : 0,
 		};
 	}
 	return got;
-}
-
-struct ib_mr *krcore_shim_reg_user_mr(struct ib_pd *pd, u64 addr, u64 len, u32 access)
-{
-	int flags = 0;
-
-	/* krcore's MrAccess bits (abi/src/sqe.rs). */
-	if (access & (1 << 0))
-		flags |= IB_ACCESS_LOCAL_WRITE;
-	if (access & (1 << 1))
-		flags |= IB_ACCESS_REMOTE_WRITE;
-	if (access & (1 << 2))
-		flags |= IB_ACCESS_REMOTE_READ;
-	if (access & (1 << 3))
-		flags |= IB_ACCESS_REMOTE_ATOMIC;
-	return ib_reg_user_mr(pd, addr, len, addr, flags);
-}
-
-u32 krcore_shim_mr_lkey(struct ib_mr *mr)
-{
-	return mr->lkey;
-}
-
-u32 krcore_shim_mr_rkey(struct ib_mr *mr)
-{
-	return mr->rkey;
-}
-
-int krcore_shim_dereg_mr(struct ib_mr *mr)
-{
-	return ib_dereg_mr(mr);
 }
 
 struct krcore_poller {

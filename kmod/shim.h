@@ -158,6 +158,9 @@ enum krcore_wr_kind {
 	KRCORE_WR_FAA = 5,
 	/* A notice to a peer kernel: `notice` sent inline (a set's QP, see abi's far.rs). */
 	KRCORE_WR_NOTICE = 6,
+	/* A message into a receive on this node (a pool QP): the QP's key made over the
+	 * receive's bytes, the WRITE, the key invalidated (engine/fastreg.c). */
+	KRCORE_WR_DELIVER = 7,
 };
 
 /* A send work request, flat. */
@@ -178,6 +181,9 @@ struct krcore_send_wr {
 	u8 solicited;
 	u8 pad[3];
 	u8 notice[32];		/* KRCORE_WR_NOTICE's bytes */
+	u64 mr;			/* KRCORE_WR_DELIVER: the receive's struct krcore_mr */
+	u32 inv;		/* KRCORE_WR_NOTICE: a key the SEND invalidates (0: none) */
+	u32 pad2;
 };
 
 /* A work completion, flat. */
@@ -189,6 +195,8 @@ struct krcore_wc {
 	u32 has_imm;
 	u32 qp_num;
 	u32 recv;		/* completes a receive */
+	u32 has_inv;		/* a SEND with invalidate closed inv_rkey here */
+	u32 inv_rkey;
 };
 
 /* Pointer results are ERR_PTR-encoded: this gives the errno, or 0 for a pointer. */
@@ -251,11 +259,39 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 /* Polls up to n (<= 16) completions. */
 int krcore_shim_poll_cq(struct krcore_scratch *s, struct ib_cq *cq, struct krcore_wc *out,
 			int n);
-/* Registers user memory of the current process; access is krcore's MrAccess bits. */
-struct ib_mr *krcore_shim_reg_user_mr(struct ib_pd *pd, u64 addr, u64 len, u32 access);
-u32 krcore_shim_mr_lkey(struct ib_mr *mr);
-u32 krcore_shim_mr_rkey(struct ib_mr *mr);
-int krcore_shim_dereg_mr(struct ib_mr *mr);
+/* Registrations and the keys messages are written with: engine/fastreg.c. */
+struct krcore_mr;
+/* Registers user memory of the current process with exactly `access` (krcore's
+ * MrAccess bits); memory it may write locally is kept pinned for receive keys too. */
+struct krcore_mr *krcore_shim_reg_user_mr(struct ib_pd *pd, u64 addr, u64 len, u32 access);
+u32 krcore_shim_mr_lkey(struct krcore_mr *m);
+u32 krcore_shim_mr_rkey(struct krcore_mr *m);
+int krcore_shim_dereg_mr(struct krcore_mr *m);
+/* The wr_id of a key's own work requests, and of the WRITE inside a message's chain
+ * (abi's FAR_WRITE_WR_ID: dropped when flushed). */
+#define KRCORE_FR_WR_ID (U64_MAX - 0x40000001ULL)
+/* Keys made for one receive's bytes each (engine/fastreg.c): a pool QP's, taken in
+ * turn (its qp_context), or the device's, for receives advertised to peer kernels. */
+struct krcore_keys;
+struct krcore_keys *krcore_keys_alloc(struct ib_pd *pd, u32 n);
+/* Destroys every key (before the PD goes); what is left is freed by _free. */
+void krcore_keys_drain(struct krcore_keys *p);
+void krcore_keys_free(struct krcore_keys *p);
+struct ib_reg_wr;
+/* A pool QP's next key, made over len bytes at addr of m, reg filled to register it. */
+int krcore_keys_deliver(struct krcore_keys *p, struct krcore_mr *m, u64 addr, u32 len,
+			struct ib_reg_wr *reg, u32 *rkey);
+/* Makes a pool QP's used keys again (a reset QP, nothing in flight). */
+void krcore_keys_renew(struct krcore_keys *p);
+/* A free key of the device's, made over len bytes at addr of m, its registration posted
+ * on qp; -EAGAIN while none is free. */
+int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, struct krcore_mr *m, u64 addr,
+		       u32 len, u32 *rkey);
+/* A key is done with: `closed` when the NIC already closed it, else it is closed here. */
+void krcore_keys_release(struct krcore_keys *p, u32 rkey, bool closed);
+/* Test only (test_unchecked_wire): whether one-sided requests through imports go
+ * unchecked, and where (*rkey 0: where they name, with the import's rkey). */
+bool krcore_shim_test_unchecked_wire(u64 *addr, u32 *rkey);
 
 /* An eventfd of the calling process by fd (eventfd_ctx_fdget), ERR_PTR-encoded. */
 struct eventfd_ctx;

@@ -10,6 +10,7 @@ pub(crate) const WR_SEND: u8 = 3;
 pub(crate) const WR_CAS: u8 = 4;
 pub(crate) const WR_FAA: u8 = 5;
 pub(crate) const WR_NOTICE: u8 = 6;
+pub(crate) const WR_DELIVER: u8 = 7;
 
 /// `struct krcore_send_wr`.
 #[repr(C)]
@@ -31,6 +32,9 @@ pub(crate) struct SendWrC {
     pub(crate) solicited: u8,
     pub(crate) pad: [u8; 3],
     pub(crate) notice: [u8; 32],
+    pub(crate) mr: u64,
+    pub(crate) inv: u32,
+    pub(crate) pad2: u32,
 }
 
 /// `struct krcore_wc`.
@@ -44,6 +48,8 @@ pub(crate) struct WcC {
     pub(crate) has_imm: u32,
     pub(crate) qp_num: u32,
     pub(crate) recv: u32,
+    pub(crate) has_inv: u32,
+    pub(crate) inv_rkey: u32,
 }
 
 /// C types Rust only ever holds pointers to.
@@ -76,8 +82,10 @@ opaque! {
     MetaRegion;
     /// `struct krcore_meta_conn` (meta.c), opaque.
     MetaConn;
-    /// `struct ib_mr`, opaque.
-    IbMr;
+    /// `struct krcore_mr` (engine/fastreg.c), opaque.
+    KrMr;
+    /// `struct krcore_keys` (engine/fastreg.c), opaque.
+    Keys;
     /// `struct krcore_scratch`, opaque.
     Scratch;
     /// `struct krcore_poller`, opaque.
@@ -194,10 +202,23 @@ extern "C" {
         addr: u64,
         len: u64,
         access: u32,
-    ) -> *mut IbMr;
-    pub(crate) fn krcore_shim_mr_lkey(mr: *mut IbMr) -> u32;
-    pub(crate) fn krcore_shim_mr_rkey(mr: *mut IbMr) -> u32;
-    pub(crate) fn krcore_shim_dereg_mr(mr: *mut IbMr) -> c_int;
+    ) -> *mut KrMr;
+    pub(crate) fn krcore_shim_mr_lkey(mr: *mut KrMr) -> u32;
+    pub(crate) fn krcore_shim_mr_rkey(mr: *mut KrMr) -> u32;
+    pub(crate) fn krcore_shim_dereg_mr(mr: *mut KrMr) -> c_int;
+    pub(crate) fn krcore_keys_alloc(pd: *mut IbPd, n: u32) -> *mut Keys;
+    pub(crate) fn krcore_keys_drain(p: *mut Keys);
+    pub(crate) fn krcore_keys_free(p: *mut Keys);
+    pub(crate) fn krcore_keys_advert(
+        p: *mut Keys,
+        qp: *mut IbQp,
+        mr: *mut KrMr,
+        addr: u64,
+        len: u32,
+        rkey: *mut u32,
+    ) -> c_int;
+    pub(crate) fn krcore_keys_release(p: *mut Keys, rkey: u32, closed: bool);
+    pub(crate) fn krcore_shim_test_unchecked_wire(addr: *mut u64, rkey: *mut u32) -> bool;
     pub(crate) fn krcore_shim_cond_resched();
     pub(crate) fn krcore_shim_devwatch_start(dev: *mut IbDevice, ctx: *mut c_void)
         -> *mut DevWatch;

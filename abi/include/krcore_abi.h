@@ -113,6 +113,10 @@
 // Listens one ring may hold at once.
 #define krcore_RING_LISTENS 4
 
+// The longest RECV (bytes): the backend writes a message with a key made for its
+// receive alone, a fast registration of at most 257 pages (1 MiB, not page-aligned).
+#define krcore_MAX_RECV (1 << 20)
+
 // Notices a set's QP carries at once beyond its requests' depth: its hardware send
 // queue has room for them (see the module's set QPs), so they never take a ring's
 // credit. A notice waits in its link (see `message`) while there is no room.

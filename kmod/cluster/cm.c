@@ -85,13 +85,14 @@ u32 krcore_shim_cm_dial_delay_ms(void)
 /*
  * A set's QP carries its requests (up to SEND_DEPTH, each up to two work requests: a
  * message to another node is a WRITE and a notice) and up to NOTICE_ROOM notices of
- * its own (abi's qp.rs), and keeps NOTICE_RECVS kernel receives posted for the peer
+ * its own (abi's qp.rs), each advert after the registration of its receive's key
+ * (engine/fastreg.c), and keeps NOTICE_RECVS kernel receives posted for the peer
  * kernel's notices (abi's far.rs, whose constants these are).
  */
 #define KRCORE_NOTICE_LEN 32
 #define KRCORE_NOTICE_ROOM 16
 #define KRCORE_NOTICE_RECVS 64
-#define KRCORE_SET_SEND_DEPTH (2 * KRCORE_CM_SEND_DEPTH + KRCORE_NOTICE_ROOM)
+#define KRCORE_SET_SEND_DEPTH (2 * KRCORE_CM_SEND_DEPTH + 2 * KRCORE_NOTICE_ROOM)
 /* abi's notice_recv_wr_id(i): the backend's wr_id class (u64::MAX - n). */
 #define KRCORE_NOTICE_RECV_WR_ID(i) (U64_MAX - (0x50000000ULL + (i)))
 

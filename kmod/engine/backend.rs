@@ -26,13 +26,19 @@ use crate::abi::engine::{
 };
 use crate::abi::errno::Errno;
 use crate::abi::sqe::{MrAccess, SqeFlags};
-use crate::shim::{self, CqNotify, IbCq, IbDevice, IbMr, IbPd, IbQp, Scratch, SendWrC};
+use crate::shim::{self, CqNotify, Keys, IbCq, IbDevice, IbPd, IbQp, KrMr, Scratch, SendWrC};
 
 /// QPs in the pool: pairs, so an even number.
 pub(crate) const POOL_QPS: usize = 4;
 const _: () = assert!(POOL_QPS % 2 == 0 && POOL_QPS <= 64);
 /// Send queue depth of a pooled QP.
 pub(crate) const SEND_DEPTH: u32 = 64;
+/// Keys for receives advertised to peer kernels, device-wide (engine/fastreg.c): an
+/// advert waits while none is free.
+const ADVERT_KEYS: u32 = 256;
+// shim.h's KRCORE_FR_WR_ID: the key's own requests, and the WRITE inside a message's
+// chain, dropped when flushed as a message's WRITE is.
+const _: () = assert!(FAR_WRITE_WR_ID == u64::MAX - 0x4000_0001);
 /// Receive queue depth of a pooled QP: the engine posts no receives (a message is
 /// written into its receiver's buffer, abi's engine/message.rs), but a QP has a queue.
 const RECV_DEPTH: u32 = 1;
@@ -73,6 +79,9 @@ pub(crate) struct Hw {
     ib: *mut IbDevice,
     pd: *mut IbPd,
     cq: *mut IbCq,
+    /// The keys of receives advertised to peer kernels (engine/fastreg.c): drained at
+    /// [`destroy`](Self::destroy), freed with the Hw.
+    advert_keys: *mut Keys,
     pool: KVec<PoolQp>,
     /// The GID the pool is connected over, its index and its netdev's MAC.
     pool_gid: [u8; 16],
@@ -103,11 +112,22 @@ impl Hw {
             unsafe { shim::krcore_shim_dealloc_pd(pd) };
             return Err(e.into());
         }
+        // SAFETY: a live PD.
+        let advert_keys = unsafe { shim::krcore_keys_alloc(pd, ADVERT_KEYS) };
+        if let Some(e) = ptr_err(advert_keys) {
+            // SAFETY: allocated just above, released once.
+            unsafe {
+                shim::krcore_shim_free_cq(cq);
+                shim::krcore_shim_dealloc_pd(pd);
+            }
+            return Err(e.into());
+        }
         // INVARIANT: all allocated for `ib`.
         Ok(Hw {
             ib,
             pd,
             cq,
+            advert_keys,
             pool: KVec::new(),
             pool_gid: [0; 16],
             sgid_index: 0,
@@ -115,6 +135,12 @@ impl Hw {
             next_end: 0,
             dead: false,
         })
+    }
+
+    /// The keys of advertised receives: usable until the Hw is dropped (after
+    /// [`destroy`](Self::destroy) each call is refused).
+    pub(crate) fn advert_keys(&self) -> *mut Keys {
+        self.advert_keys
     }
 
     /// The CQ (live until [`destroy`](Self::destroy)), for the device's poller and
@@ -262,8 +288,10 @@ impl Hw {
             return;
         }
         self.destroy_qps();
-        // SAFETY: allocated in `new`, released once (dead is set below).
+        // SAFETY: allocated in `new`, released once (dead is set below); the keys
+        // before the PD they are in.
         unsafe {
+            shim::krcore_keys_drain(self.advert_keys);
             shim::krcore_shim_free_cq(self.cq);
             shim::krcore_shim_dealloc_pd(self.pd);
         }
@@ -327,6 +355,9 @@ impl Rearm for Hw {
 impl Drop for Hw {
     fn drop(&mut self) {
         self.destroy();
+        // SAFETY: allocated in `new`; nothing uses it once the Hw goes (its holders,
+        // the device's QP cells and Shared, go with it).
+        unsafe { shim::krcore_keys_free(self.advert_keys) };
     }
 }
 
@@ -360,8 +391,10 @@ fn to_c(wr: &SendWr, out: &mut [SendWrC]) -> usize {
             c.kind = shim::WR_SEND;
             imm
         }
-        SendKind::Deliver { remote_addr, rkey } => {
-            (c.kind, c.remote_addr, c.rkey) = (shim::WR_WRITE, remote_addr, rkey);
+        SendKind::Deliver { remote_addr, mr } => {
+            // The QP's key made over the receive's bytes, the WRITE, the key closed
+            // (fastreg.c expands it).
+            (c.kind, c.remote_addr, c.mr) = (shim::WR_DELIVER, remote_addr, mr);
             None
         }
         SendKind::DeliverFar {
@@ -369,6 +402,7 @@ fn to_c(wr: &SendWr, out: &mut [SendWrC]) -> usize {
             rkey,
             to,
             seq,
+            inv,
             imm,
         } => {
             // The bytes, unsignaled (RC completes them with the notice after them),
@@ -391,6 +425,9 @@ fn to_c(wr: &SendWr, out: &mut [SendWrC]) -> usize {
             out[0] = write;
             out[1] = notice_wr(wr.wr_id, &n.encode(), wr.signaled);
             out[1].solicited = c.solicited;
+            // A SEND with invalidate: the receive's key is closed at the peer's NIC
+            // before its Data is taken.
+            out[1].inv = inv;
             return 2;
         }
         SendKind::Cas {
@@ -472,6 +509,8 @@ pub(crate) struct QpPost {
     /// A set's QP: its connection (whose notice receives it holds) and the peer's
     /// address; set and cleared with `qp` (peer.rs).
     pub(crate) peer: Option<SetEnd>,
+    /// The device's keys for advertised receives (the Hw's; set once it exists).
+    pub(crate) advert_keys: *mut Keys,
     scratch: ScratchBuf,
     /// A chain in C's terms (off the stack: 3 KiB).
     c: KBox<[SendWrC; 2 * CHAIN]>,
@@ -486,6 +525,7 @@ impl QpPost {
         Ok(QpPost {
             qp: core::ptr::null_mut(),
             peer: None,
+            advert_keys: core::ptr::null_mut(),
             scratch: ScratchBuf::new()?,
             c: KBox::new([SendWrC::default(); 2 * CHAIN], GFP_KERNEL)?,
         })
@@ -595,6 +635,25 @@ impl Post for QpPost {
         self.c[0] = notice_wr(NOTICE_WR_ID, notice, true);
         self.post_c(1, &[1])
     }
+
+    fn map_recv(&mut self, mr: u64, addr: u64, len: u32) -> Result<u32, PostError> {
+        if self.qp.is_null() || self.advert_keys.is_null() {
+            return Err(Self::gone());
+        }
+        let mut rkey = 0;
+        // SAFETY: a live QP (under its lock) and the device's keys (live with the Hw);
+        // `mr` is the receive's registration, which its posted receive keeps.
+        let r = unsafe {
+            shim::krcore_keys_advert(self.advert_keys, self.qp, mr as *mut KrMr, addr, len, &mut rkey)
+        };
+        if r != 0 {
+            return Err(PostError {
+                posted: 0,
+                errno: Errno(-r),
+            });
+        }
+        Ok(rkey)
+    }
 }
 
 impl Hw {
@@ -637,7 +696,7 @@ impl Hw {
 pub(crate) fn dereg_mr(keys: MrKeys) {
     // SAFETY: `token` is the ib_mr registered by `reg_mr`; the engine deregisters each
     // once, with nothing in flight (or with the device's QPs destroyed).
-    unsafe { shim::krcore_shim_dereg_mr(keys.token as *mut IbMr) };
+    unsafe { shim::krcore_shim_dereg_mr(keys.token as *mut KrMr) };
 }
 
 /// A fresh unpredictable 64-bit value (the kernel's CSPRNG), for export descriptors.

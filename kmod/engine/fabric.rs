@@ -87,7 +87,18 @@ pub(crate) struct Shared {
     drains: Pin<KBox<Mutex<SetDrains>>>,
     /// A drain runs: its flushes are coming, so the CQ is polled (see `busy`).
     draining: AtomicBool,
+    /// The keys of receives advertised to peer kernels (the Hw's; engine/fastreg.c,
+    /// whose lock is innermost).
+    keys: KeysPtr,
 }
+
+/// The Hw's keys, reached without the membership lock.
+struct KeysPtr(*mut shim::Keys);
+
+// SAFETY: fastreg.c serialises every use under its own mutex.
+unsafe impl Send for KeysPtr {}
+// SAFETY: as above.
+unsafe impl Sync for KeysPtr {}
 
 /// A set connection's handle, as the drains hold it.
 #[derive(Clone, Copy)]
@@ -133,8 +144,10 @@ impl Shared {
         if !shards.len().is_power_of_two() || shards.len() > 32 {
             return Err(EINVAL);
         }
+        let advert_keys = members.hw.advert_keys();
         let mut qps = KVec::with_capacity(cells.len(), GFP_KERNEL)?;
-        for c in cells {
+        for mut c in cells {
+            c.post.advert_keys = advert_keys;
             qps.push(Arc::pin_init(new_mutex!(c, "krcore_qp"), GFP_KERNEL)?, GFP_KERNEL)?;
         }
         let mut links = KVec::with_capacity(shards.len(), GFP_KERNEL)?;
@@ -160,6 +173,7 @@ impl Shared {
             revoke_waiting: AtomicBool::new(false),
             drains: KBox::pin_init(new_mutex!(SetDrains::new(), "krcore_drains"), GFP_KERNEL)?,
             draining: AtomicBool::new(false),
+            keys: KeysPtr(advert_keys),
         })
     }
 
@@ -492,6 +506,12 @@ impl Qps<KStore> for Shared {
         let QpCell { acct, post } = &mut *cell;
         self.busy_qps.section(acct, post, f)
     }
+
+    fn release_key(&self, rkey: u32, closed: bool) {
+        // SAFETY: the Hw's keys, live as long as this Shared (which owns the Hw); after
+        // the device's removal each call is refused there.
+        unsafe { shim::krcore_keys_release(self.keys.0, rkey, closed) };
+    }
 }
 
 impl Fabric<KStore> for Shared {
@@ -514,6 +534,13 @@ impl Fabric<KStore> for Shared {
 
     fn exports_epoch(&self) -> u64 {
         self.exports_epoch.load(Ordering::Acquire)
+    }
+
+    fn unchecked_wire(&self) -> Option<(u64, u32)> {
+        let (mut addr, mut rkey) = (0, 0);
+        // SAFETY: reads module parameters into locals.
+        unsafe { shim::krcore_shim_test_unchecked_wire(&mut addr, &mut rkey) }
+            .then_some((addr, rkey))
     }
 
     fn dereg_mr(&self, keys: MrKeys) {

@@ -22,6 +22,8 @@
 //! `remote_memory probe ADDR NAME SECS`: import and READ, no more (see [`probe`]).
 //! `remote_memory crowd NAME FILL SECS GO` and `remote_memory await-revoke ADDR NAME
 //! SECS`: a revocation with the revocations' table full (see [`crowd`]).
+//! `remote_memory fenced NAME SECS GO` and `remote_memory breach ADDR NAME SECS`: rights
+//! held at the NIC, against a member kernel that checks nothing (see [`fenced`]).
 #[path = "support/retry.rs"]
 mod support;
 use std::net::Ipv4Addr;
@@ -269,9 +271,11 @@ fn after_revocation(
         "{name} revoked by its exporter: this node's import of it fails BadDescriptor ({:?} after the done word)",
         t.elapsed()
     );
+    // A lookup that read the record while the MetaServer's entry was being rewritten
+    // (torn) fails Busy: read again.
     expect_reason(
         "IMPORT_NAME of the revoked name",
-        ring.import_name(v, name, 0),
+        retry(5, &[Reason::Busy], || ring.import_name(v, name, 0)),
         Reason::NoSuchName,
     )?;
     // The set is up: nothing stale reached the exporter's dead rkey.
@@ -472,9 +476,123 @@ fn await_revoke(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Resul
     }
 }
 
+/// Bytes of the read-only export of [`fenced`]: the hidden region's address and rkey,
+/// then a pattern.
+const FENCED_LEN: usize = 8192;
+
+/// The rkey the kernel logged for the registration at `addr` (the test-only
+/// `test_unchecked_wire` logs them; a user never sees one).
+fn logged_rkey(addr: u64) -> Result<u32> {
+    let log = std::process::Command::new("dmesg").output()?;
+    let needle = format!("krcore: test: MR {addr:#x} ");
+    let line = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .rev()
+        .find(|l| l.contains(&needle))
+        .map(str::to_owned)
+        .ok_or(format!("no rkey logged for {addr:#x} (test_unchecked_wire not set?)"))?;
+    let hex = line.rsplit("rkey 0x").next().unwrap_or("");
+    Ok(u32::from_str_radix(hex.trim(), 16)?)
+}
+
+/// The exporter of a test of rights held by the NIC (both modules loaded with the
+/// test-only `test_unchecked_wire`): publishes 8 KiB as NAME, readable only, and
+/// registers 4 KiB (locally writable, as a receive buffer is) that is never exported;
+/// writes that region's address and rkey into NAME's first 16 bytes, for the importer
+/// ([`breach`]) to aim at. Once GO exists (the importer is done), neither region may
+/// have changed.
+fn fenced(ring: &mut Ring, name: &str, secs: u64, go: &str) -> Result<()> {
+    let mut ro = ring.register(FENCED_LEN, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
+    let mut hidden = ring.register(4096, MrAccess::LOCAL_WRITE)?;
+    hidden.bytes_mut().fill(0x5a);
+    let rkey = logged_rkey(hidden.addr())?;
+    {
+        let b = ro.bytes_mut();
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = (i * 7) as u8;
+        }
+        b[..8].copy_from_slice(&hidden.addr().to_le_bytes());
+        b[8..16].copy_from_slice(&u64::from(rkey).to_le_bytes());
+    }
+    let want = ro.bytes().to_vec();
+    retry(secs, &[Reason::Unreachable], || ring.publish(&ro, name))?;
+    println!(
+        "fenced: {name} published read-only; 4 KiB at {:#x} (rkey {rkey:#x}) not exported",
+        hidden.addr()
+    );
+    let until = Instant::now() + Duration::from_secs(secs);
+    while !std::path::Path::new(go).exists() {
+        if Instant::now() > until {
+            return Err(format!("no {go} within {secs} s").into());
+        }
+        sleep(Duration::from_millis(100));
+    }
+    if ro.bytes() != &want[..] {
+        return Err(format!("the read-only {name} was written").into());
+    }
+    if hidden.bytes().iter().any(|&x| x != 0x5a) {
+        return Err("the memory that was never exported was written".into());
+    }
+    println!("fenced: after the importer's WRITEs, {name} and the hidden memory are unchanged");
+    Ok(())
+}
+
+/// Sets a module parameter (root).
+fn set_param(name: &str, value: u64) -> Result<()> {
+    std::fs::write(format!("/sys/module/krcore/parameters/{name}"), value.to_string())?;
+    Ok(())
+}
+
+/// The importer of [`fenced`], on a kernel that checks nothing (`test_unchecked_wire`):
+/// READs NAME (allowed), then WRITEs into it, then into the memory that was never
+/// exported, with that memory's own rkey. The exporting node's NIC must refuse both
+/// (each failing the set, made again for the next).
+fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> {
+    let gid = addr.to_ipv6_mapped().octets();
+    let mut mine = ring.register(4096, MrAccess::LOCAL_WRITE)?;
+    let mut target = None;
+    for round in 0..2 {
+        // A refused WRITE fails the set's QP: a new set (another service, the first's
+        // virtual QP still holding its own), and the import again.
+        let v = retry(secs, &[Reason::Unreachable, Reason::QpError, Reason::PeerGone], || {
+            ring.connect(gid, round)
+        })?;
+        let remote = retry(secs, &[Reason::Unreachable, Reason::NoSuchName], || {
+            ring.import_name(&v, name, FENCED_LEN as u32)
+        })?;
+        // Throttled while the failed set's QPs are recovered.
+        retry(secs, &[Reason::Throttled], || {
+            let mut b = Batch::new();
+            b.read(&v, &mine, 0, &remote, 0, 64)?;
+            ring.run(b)?.remove(0)
+        })?;
+        let (hidden, rkey) = (word(mine.bytes(), 0), word(mine.bytes(), 8));
+        if round == 0 {
+            println!("breach: READ {name}, read-only: the hidden memory is at {hidden:#x}, rkey {rkey:#x}");
+        } else {
+            target = Some((hidden, rkey));
+            set_param("test_wire_addr", hidden)?;
+            set_param("test_wire_rkey", rkey)?;
+        }
+        mine.bytes_mut().fill(0xee);
+        let what = match round {
+            0 => format!("a WRITE into the read-only {name}"),
+            _ => "a WRITE into memory never exported, with its own rkey".to_owned(),
+        };
+        let mut b = Batch::new();
+        b.write(&v, &mine, 0, &remote, 64, 64)?;
+        let r = ring.run(b)?.remove(0);
+        set_param("test_wire_rkey", 0)?;
+        expect_reason(&what, r, Reason::RemoteError)?;
+    }
+    let (hidden, rkey) = target.expect("round 1");
+    println!("breach: both refused by the exporter's NIC (the last aimed at {hidden:#x}, rkey {rkey:#x})");
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE | probe ADDR NAME SECS | crowd NAME FILL SECS GO | await-revoke ADDR NAME SECS";
+    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE | probe ADDR NAME SECS | crowd NAME FILL SECS GO | await-revoke ADDR NAME SECS | fenced NAME SECS GO | breach ADDR NAME SECS";
     let mut ring = Builder::new(64).build(Device::open()?)?;
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["export", name, secs] => export(&mut ring, name, secs.parse()?),
@@ -483,6 +601,8 @@ fn main() -> Result<()> {
         ["probe", addr, name, secs] => probe(&mut ring, addr.parse()?, name, secs.parse()?),
         ["crowd", name, fill, secs, go] => crowd(&mut ring, name, fill.parse()?, secs.parse()?, go),
         ["await-revoke", addr, name, secs] => await_revoke(&mut ring, addr.parse()?, name, secs.parse()?),
+        ["fenced", name, secs, go] => fenced(&mut ring, name, secs.parse()?, go),
+        ["breach", addr, name, secs] => breach(&mut ring, addr.parse()?, name, secs.parse()?),
         _ => Err(usage.into()),
     }
 }

@@ -92,6 +92,14 @@
 #                                   import META's kv; READ it until a READ fails: it must
 #                                   fail BadDescriptor (revoked here), never on the wire
 #   cluster-smoke.sh bystander META make a set to META's node; wait to be killed
+#   cluster-smoke.sh fenced ROLE    serve the MetaServer; publish memory read-only, and
+#                                   tell where memory that is never exported lies, with
+#                                   its rkey (remote_memory fenced); once ROLE is done,
+#                                   neither may have changed (test_unchecked_wire)
+#   cluster-smoke.sh breach META    a member kernel that checks nothing
+#                                   (test_unchecked_wire): READ META's read-only memory,
+#                                   WRITE it, then WRITE the memory never exported with
+#                                   its own rkey: META's NIC must refuse both
 #   cluster-smoke.sh dial-impostor ROLE
 #                                   CONNECT to ROLE's node, an impostor (no key): the
 #                                   CONNECT must fail, and this kernel's QP must never
@@ -440,6 +448,28 @@ await-revoke)
   with_meta "$2" "$2"
   "$REMOTE_MEMORY" await-revoke "$peer" kv 150 || fail_with_state
   unload
+  ;;
+fenced)
+  importer=$(addr_of "$2") || exit 1
+  reload meta_server="$KRCORE_ADDR" test_unchecked_wire=1 || exit 1
+  rm -f "$TMPDIR/go"
+  "$REMOTE_MEMORY" fenced ro 200 "$TMPDIR/go" &
+  pid=$!
+  # The importer is done (whatever its outcome) at the barrier.
+  barrier "$importer" 7530 200 || { kill $pid; exit 1; }
+  touch "$TMPDIR/go"
+  rc=0; wait $pid || rc=$?
+  sleep 2
+  unload
+  exit $rc
+  ;;
+breach)
+  meta=$(addr_of "$2") || exit 1
+  reload meta_server="$meta" test_unchecked_wire=1 || exit 1
+  rc=0; "$REMOTE_MEMORY" breach "$meta" ro 150 || rc=$?
+  barrier "$meta" 7530 200 || exit 1
+  unload
+  exit $rc
   ;;
 dial-impostor)
   peer=$(addr_of "$2") || exit 1

@@ -54,11 +54,16 @@ pub struct FakeNic {
     pub wire_rkeys: Vec<u32>,
     /// The rkeys of every MR ever registered with a remote right.
     pub remote_rkeys: HashSet<u32>,
-    /// The rkey of every message delivery posted, in order.
-    pub delivery_rkeys: Vec<u32>,
-    /// The rkeys of every MR ever registered that the NIC may write locally (where a
+    /// The MR (its token) of every message delivery posted, in order.
+    pub delivery_mrs: Vec<u64>,
+    /// The tokens of every MR ever registered that the NIC may write locally (where a
     /// delivery may land).
-    pub writable_rkeys: HashSet<u32>,
+    pub writable_mrs: HashSet<u64>,
+    /// Keys made for one receive each and not let go yet: key, MR token, address,
+    /// length, and whether the key was closed at the NIC.
+    pub recv_keys: Vec<(u32, u64, u64, u32)>,
+    /// Keys let go, with whether the NIC had closed them.
+    pub released_keys: Vec<(u32, bool)>,
     /// Every message written to another node, in order: (address, length, rkey).
     pub far_writes: Vec<(u64, u32, u32)>,
     /// State of the descriptor generator.
@@ -108,6 +113,7 @@ impl FakeNic {
                         byte_len: wr.local.len,
                         imm: None,
                         recv: false,
+                        invalidated: None,
                     },
                 ));
             }
@@ -152,6 +158,23 @@ impl FakeNic {
 }
 
 impl FakeNic {
+    /// Makes a key for `len` bytes at `addr` of MR `mr` alone (a fast registration).
+    pub fn map_recv(&mut self, mr: u64, addr: u64, len: u32) -> u32 {
+        assert!(self.live_mrs.contains(&mr), "a key for a live MR, never {mr}");
+        self.next_key += 1;
+        let key = self.next_key | 0x4000_0000;
+        self.recv_keys.push((key, mr, addr, len));
+        key
+    }
+
+    /// A key [`map_recv`](Self::map_recv) made is let go, exactly once.
+    pub fn release_key(&mut self, key: u32, closed: bool) {
+        let i = self.recv_keys.iter().position(|k| k.0 == key);
+        let i = i.unwrap_or_else(|| panic!("key {key:#x} let go twice or never made"));
+        self.recv_keys.swap_remove(i);
+        self.released_keys.push((key, closed));
+    }
+
     /// Registers memory, as the kernel does outside its locks (the engine's `register`).
     pub fn reg_mr(&mut self, _addr: u64, _len: u32, access: MrAccess) -> Result<MrKeys, Errno> {
         if let Some(e) = self.fail_reg.take() {
@@ -166,7 +189,7 @@ impl FakeNic {
             self.remote_rkeys.insert(rkey);
         }
         if access.contains(MrAccess::LOCAL_WRITE) {
-            self.writable_rkeys.insert(rkey);
+            self.writable_mrs.insert(token);
         }
         Ok(MrKeys {
             lkey: self.next_key,
@@ -205,8 +228,8 @@ impl FakeNic {
             {
                 self.wire_rkeys.push(rkey);
             }
-            if let SendKind::Deliver { rkey, .. } = wr.kind {
-                self.delivery_rkeys.push(rkey);
+            if let SendKind::Deliver { mr, .. } = wr.kind {
+                self.delivery_mrs.push(mr);
             }
             if let SendKind::DeliverFar {
                 remote_addr, rkey, ..

@@ -122,6 +122,9 @@ impl Post for NicPost<'_, '_> {
     fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError> {
         self.nic.borrow_mut().post_send(self.qp, wrs)
     }
+    fn map_recv(&mut self, mr: u64, addr: u64, len: u32) -> Result<u32, PostError> {
+        Ok(self.nic.borrow_mut().map_recv(mr, addr, len))
+    }
 }
 
 impl Qps<VecStore> for Node<'_> {
@@ -142,6 +145,10 @@ impl Qps<VecStore> for Node<'_> {
         );
         self.give(QP);
         r
+    }
+
+    fn release_key(&self, rkey: u32, closed: bool) {
+        self.nic.borrow_mut().release_key(rkey, closed)
     }
 }
 

@@ -321,21 +321,29 @@ impl Rig {
     /// handed to its links shard as the kernel's router does.
     pub fn notice(&mut self, gid: [u8; 16], qp: u32, n: Notice) {
         let k = n.shard(&gid, SHARDS as u32).expect("a link's notice");
-        self.with_node(|node, _| node.shard(k).on_notice(&gid, qp, n, node));
+        self.with_node(|node, _| node.shard(k).on_notice(&gid, qp, n, None, node));
     }
 
     /// What a peer kernel at `gid` sent on physical QP `qp`, as the kernel's router takes
     /// it: `byte_len` bytes of `buf` read as a notice and handed to its links shard.
+    /// `invalidated` is the key the SEND closed at the NIC, as its completion would say.
     /// Whether it was one of a link's (a buffer that is no notice, or names no shard of
     /// this node, is dropped; an export's notice is the device's, not the rig's).
-    pub fn wire_notice(&mut self, gid: [u8; 16], qp: u32, buf: &[u8], byte_len: u32) -> bool {
+    pub fn wire_notice(
+        &mut self,
+        gid: [u8; 16],
+        qp: u32,
+        buf: &[u8],
+        byte_len: u32,
+        invalidated: Option<u32>,
+    ) -> bool {
         let Ok(n) = Notice::received(buf, byte_len) else {
             return false;
         };
         let Some(k) = n.shard(&gid, SHARDS as u32) else {
             return false;
         };
-        self.with_node(|node, _| node.shard(k).on_notice(&gid, qp, n, node));
+        self.with_node(|node, _| node.shard(k).on_notice(&gid, qp, n, invalidated, node));
         true
     }
 

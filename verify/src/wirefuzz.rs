@@ -197,7 +197,16 @@ fn notices(inp: &mut Input) {
                 {
                     adverts.push((addr, len, rkey));
                 }
-                rig.wire_notice(PEER, 0, &buf, byte_len);
+                // What the completion says the SEND closed: nothing, a key made for one
+                // of our receives, or any other.
+                let keys = &rig.nic.recv_keys;
+                let inv = match inp.byte() % 4 {
+                    0 => None,
+                    1 => Some(u32::from_le_bytes([inp.byte(), inp.byte(), 0, 0x40])),
+                    _ if keys.is_empty() => None,
+                    b => Some(keys[b as usize % keys.len()].0),
+                };
+                rig.wire_notice(PEER, 0, &buf, byte_len, inv);
             }
             2 if e.open => {
                 let ud = e.tag << 56 | next;

@@ -363,9 +363,9 @@ fn scenario(mut rng: Rng, seed: &str) {
     );
     assert!(
         rig.nic
-            .delivery_rkeys
+            .delivery_mrs
             .iter()
-            .all(|k| rig.nic.writable_rkeys.contains(k)),
+            .all(|k| rig.nic.writable_mrs.contains(k)),
         "{seed}: a message was delivered into memory the NIC may not write"
     );
     for (i, q) in rig.qps.iter().enumerate() {

@@ -96,9 +96,9 @@ fn messages_reach_only_their_addressee() {
     }
     assert!(
         rig.nic
-            .delivery_rkeys
+            .delivery_mrs
             .iter()
-            .all(|k| rig.nic.writable_rkeys.contains(k)),
+            .all(|k| rig.nic.writable_mrs.contains(k)),
         "deliveries land only in receive buffers"
     );
     assert!(rig.nic.wire_rkeys.is_empty(), "no one-sided rkey was used");
@@ -212,7 +212,7 @@ fn a_write_imm_takes_the_next_receive_and_writes_elsewhere() {
     );
     assert_eq!(rig.reap(a.ring, 8)[0].res, 32);
     assert_eq!(
-        rig.nic.delivery_rkeys.len(),
+        rig.nic.delivery_mrs.len(),
         0,
         "nothing written into the receive"
     );

@@ -43,12 +43,14 @@ pub enum SendKind {
         imm: Option<u32>,
     },
     /// A message written into the receive buffer the engine matched it with (see
-    /// `message`): an RDMA WRITE, with the receiving MR's own rkey.
+    /// `message`): an RDMA WRITE with a key the backend makes for exactly these bytes
+    /// and invalidates after the write, before the request completes (the MR itself
+    /// grants no remote right).
     Deliver {
         /// The receive buffer's address.
         remote_addr: u64,
-        /// The receiving MR's rkey.
-        rkey: u32,
+        /// The receiving MR's token ([`MrKeys::token`]).
+        mr: u64,
     },
     /// A message to another node, matched with a receive its kernel advertised (see
     /// `far`): an RDMA WRITE of the bytes (into the receive, or for WRITE_IMM into the
@@ -66,6 +68,9 @@ pub enum SendKind {
         to: u64,
         /// The `seq` of the advert it fills (its `Data` notice carries it).
         seq: u32,
+        /// The advert's key, which the `Data` notice invalidates at the receiving NIC
+        /// (a SEND with invalidate), so the receive is closed before it completes.
+        inv: u32,
         /// Immediate data.
         imm: Option<u32>,
     },
@@ -155,6 +160,8 @@ pub struct Wc {
     /// Whether it completes a receive (rather than a send-queue request); the engine
     /// posts none, so it routes none.
     pub recv: bool,
+    /// The key a received SEND with invalidate closed at this NIC.
+    pub invalidated: Option<u32>,
 }
 
 /// Keys and identity of a registered MR.

@@ -54,6 +54,16 @@ pub trait Post {
             errno: Errno::ENODEV,
         })
     }
+    /// Makes a key for the `len` bytes at `addr` of MR `mr` (its token) alone, with
+    /// remote write and nothing else, registered on this QP ahead of whatever is posted
+    /// next (a set's QP: the advert that carries the key). Fails while no key is free
+    /// (the advert waits).
+    fn map_recv(&mut self, _mr: u64, _addr: u64, _len: u32) -> Result<u32, PostError> {
+        Err(PostError {
+            posted: 0,
+            errno: Errno::ENODEV,
+        })
+    }
 }
 
 /// The physical QPs, each behind its own lock.
@@ -68,6 +78,10 @@ pub trait Qps<S: Store> {
     fn in_use(&self, _i: u32) -> bool {
         true
     }
+    /// A key [`Post::map_recv`] made is done with: `closed` when the NIC already closed
+    /// it (the peer's `Data` invalidated it); otherwise the backend closes it before the
+    /// memory under it may go. Called with a QP's lock held, maybe.
+    fn release_key(&self, _rkey: u32, _closed: bool) {}
 }
 
 /// The links for two-sided messages, in shards, each behind its own lock.
@@ -129,6 +143,14 @@ pub trait Fabric<S: Store>: Links<S> {
     /// no device-wide lock while nothing is revoked; a revocation moves the epoch before
     /// its section ends, so no request that starts after it uses the revoked export.
     fn exports_epoch(&self) -> u64;
+    /// Test only (the module's `test_unchecked_wire`, which only root sets, at load):
+    /// this kernel posts as a member kernel that broke its checks would, so a test can
+    /// show the other node's NIC refuses what it must. `Some((0, 0))`: a one-sided
+    /// request through an import goes with no check of its rights or range;
+    /// `Some((addr, rkey))`: it goes to `addr` with `rkey` instead. `None` otherwise.
+    fn unchecked_wire(&self) -> Option<(u64, u32)> {
+        None
+    }
     /// Deregisters an MR; nothing of it is in flight. (Registering is the caller's:
     /// see `register`.)
     fn dereg_mr(&self, keys: MrKeys);

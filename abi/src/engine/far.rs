@@ -77,6 +77,15 @@ pub const fn notice_recv_index(wr_id: u64) -> Option<u32> {
     backend_index(wr_id, NOTICE_RECV_BASE, NOTICE_RECVS)
 }
 
+/// A receive of this node's leaves its link: the key made for it (when it was
+/// advertised) is let go, `closed` when the peer's `Data` already closed it at the NIC;
+/// otherwise the backend closes it before the memory can go.
+fn let_key_go<S: Store>(qps: &(impl Qps<S> + ?Sized), r: &PostedRecv, closed: bool) {
+    if r.mr != 0 && r.rkey != 0 {
+        qps.release_key(r.rkey, closed);
+    }
+}
+
 /// A link's far end, and what this kernel owes the peer's about it.
 #[derive(Clone, Copy, Debug)]
 pub struct Far {
@@ -144,6 +153,7 @@ impl WaitingSend {
             rkey,
             to,
             seq: r.seq,
+            inv: r.rkey,
             imm: self.imm,
         }
     }
@@ -285,7 +295,9 @@ impl<S: Store> Messages<S> {
         let Some(l) = self.links.get_mut(link) else {
             return;
         };
-        while l.ends[0].recvs.pop(&mut self.recvs).is_some() {}
+        while let Some(r) = l.ends[0].recvs.pop(&mut self.recvs) {
+            let_key_go(qps, &r, false);
+        }
         while l.ends[0].waiting.pop(&mut self.waiting).is_some() {}
         l.ends[0].holder = Holder::Left;
         if let Some(f) = &mut l.far {
@@ -297,8 +309,17 @@ impl<S: Store> Messages<S> {
         self.reap(link);
     }
 
-    /// A notice from the kernel at `gid`, arrived on set QP `qp`.
-    pub fn on_notice(&mut self, gid: &[u8; 16], qp: u32, n: Notice, qps: &(impl Qps<S> + ?Sized)) {
+    /// A notice from the kernel at `gid`, arrived on set QP `qp`; `invalidated` is the
+    /// key its SEND closed at this NIC, as the completion says (never the notice's own
+    /// word).
+    pub fn on_notice(
+        &mut self,
+        gid: &[u8; 16],
+        qp: u32,
+        n: Notice,
+        invalidated: Option<u32>,
+        qps: &(impl Qps<S> + ?Sized),
+    ) {
         match n {
             Notice::Hello { service, from, to } => self.on_hello(gid, qp, service, from, to),
             Notice::Advert {
@@ -312,14 +333,17 @@ impl<S: Store> Messages<S> {
                     wr_id: FAR_RECV,
                     addr,
                     len,
+                    mr: 0,
                     rkey,
                     seq,
                 };
                 self.on_advert(gid, to, r, qps)
             }
-            Notice::Data { to, seq, len, imm } => self.on_data(gid, to, seq, len, imm),
+            Notice::Data { to, seq, len, imm } => {
+                self.on_data(gid, qp, (to, seq), len, imm, invalidated, qps)
+            }
             Notice::Leave { service, to, from } => self.on_leave(gid, qp, service, to, from, qps),
-            Notice::Left { to } => self.on_left(gid, to),
+            Notice::Left { to } => self.on_left(gid, to, qps),
             // About exports: the device's (`cluster::revoke`), never a shard's.
             Notice::Revoke { .. } | Notice::RevokeAck { .. } => {}
         }
@@ -511,7 +535,17 @@ impl<S: Store> Messages<S> {
         }
     }
 
-    fn on_data(&mut self, gid: &[u8; 16], to: u64, seq: u32, len: u32, imm: Option<u32>) {
+    #[allow(clippy::too_many_arguments)]
+    fn on_data(
+        &mut self,
+        gid: &[u8; 16],
+        qp: u32,
+        (to, seq): (u64, u32),
+        len: u32,
+        imm: Option<u32>,
+        invalidated: Option<u32>,
+        qps: &(impl Qps<S> + ?Sized),
+    ) {
         let Some(h) = self.mine(to, gid) else { return };
         let l = self.links.get_mut(h).expect("mine");
         let head = l.ends[0].recvs.head;
@@ -521,8 +555,19 @@ impl<S: Store> Messages<S> {
         if head == NIL || f.cursor == head || seq != f.filled {
             return;
         }
+        let key = self.recvs.get(head).map(|n| n.val.rkey);
+        if invalidated.is_none() || invalidated != key {
+            // The peer's Data left the receive's key open at our NIC: it could write
+            // into the buffer after the receive completes. No completion; the QP fails
+            // (its links end, each key is closed before its memory is let go).
+            qps.qp(qp, |q, _| q.fail_with(Reason::RemoteError));
+            return;
+        }
+        let l = self.links.get_mut(h).expect("mine");
+        let f = l.far.as_mut().expect("far");
         f.filled = f.filled.wrapping_add(1);
         let r = l.ends[0].recvs.pop(&mut self.recvs).expect("head");
+        let_key_go(qps, &r, true);
         // A sender never sends past the advert (it fails the SEND instead): checked all
         // the same, the receive fails rather than report more than it holds.
         let c = if len > r.len {
@@ -583,26 +628,27 @@ impl<S: Store> Messages<S> {
             f.left = to != NO_LINK;
             // Both left: every Data of the peer's came before its Leave.
             if f.retract_since.is_some() {
-                self.finish_retract(h);
+                self.finish_retract(h, qps);
             }
         }
         self.enqueue(h);
     }
 
-    fn on_left(&mut self, gid: &[u8; 16], to: u64) {
+    fn on_left(&mut self, gid: &[u8; 16], to: u64, qps: &(impl Qps<S> + ?Sized)) {
         let Some(h) = self.mine(to, gid) else { return };
         if self.far_mut(h).is_some_and(|f| f.retract_since.is_some()) {
-            self.finish_retract(h);
+            self.finish_retract(h, qps);
         }
         self.reap(h);
     }
 
     /// The retraction of far link `h`'s receives is over: each is cancelled.
-    fn finish_retract(&mut self, h: u32) {
+    fn finish_retract(&mut self, h: u32, qps: &(impl Qps<S> + ?Sized)) {
         let Some(l) = self.links.get_mut(h) else {
             return;
         };
         while let Some(r) = l.ends[0].recvs.pop(&mut self.recvs) {
+            let_key_go(qps, &r, false);
             let _ = self
                 .owed
                 .push((r.wr_id, Completion::Failed(Reason::Cancelled)));
@@ -634,7 +680,7 @@ impl<S: Store> Messages<S> {
                 Some(i64::MIN) => f.retract_since = Some(now_ms),
                 Some(t) if now_ms - t > deadline_ms => {
                     qps.qp(qp, |q, _| q.fail_with(Reason::Deadline));
-                    m.finish_retract(h);
+                    m.finish_retract(h, qps);
                 }
                 _ => {}
             }
@@ -681,6 +727,7 @@ impl<S: Store> Messages<S> {
                 let _ = m.owed.push((s.wr_id, why));
             }
             while let Some(r) = l.ends[0].recvs.pop(&mut m.recvs) {
+                let_key_go(qps, &r, false);
                 let _ = m.owed.push((r.wr_id, why));
             }
             if matches!(l.ends[0].holder, Holder::Open | Holder::Left) {
@@ -693,7 +740,7 @@ impl<S: Store> Messages<S> {
     pub(super) fn flush_due(&mut self, qps: &(impl Qps<S> + ?Sized)) {
         while let Some(h) = self.due.front() {
             loop {
-                let Some((qp, n)) = self.next_notice(h) else {
+                let Some((qp, n, mr)) = self.next_notice(h) else {
                     self.due.pop();
                     if let Some(f) = self.far_mut(h) {
                         f.queued = false;
@@ -708,16 +755,30 @@ impl<S: Store> Messages<S> {
                     }
                     continue;
                 }
-                let b = n.encode();
+                let mut n = n;
                 let sent = qps.qp(qp, |q, post| {
-                    let ok = q.notice_room() && post.post_notice(&b).is_ok();
+                    if !q.notice_room() {
+                        return false;
+                    }
+                    // An advert's key is made for its receive alone, on this QP before
+                    // the advert (the NIC registers it first).
+                    if let Notice::Advert { rkey, addr, len, .. } = &mut n {
+                        match post.map_recv(mr, *addr, *len) {
+                            Ok(k) => *rkey = k,
+                            Err(_) => return false,
+                        }
+                    }
+                    let ok = post.post_notice(&n.encode()).is_ok();
                     if ok {
                         q.notice_posted();
+                    } else if let Notice::Advert { rkey, .. } = n {
+                        qps.release_key(rkey, false);
                     }
                     ok
                 });
                 if !sent {
-                    // No room on that QP: a notice's completion or the sweep resumes.
+                    // No room on that QP, or no key to be had now: a notice's
+                    // completion or the sweep resumes.
                     return;
                 }
                 self.notice_sent(h, &n);
@@ -725,8 +786,9 @@ impl<S: Store> Messages<S> {
         }
     }
 
-    /// The next notice far link `h` owes, and the QP it goes on.
-    fn next_notice(&self, h: u32) -> Option<(u32, Notice)> {
+    /// The next notice far link `h` owes, the QP it goes on, and for an advert its
+    /// receive's MR.
+    fn next_notice(&self, h: u32) -> Option<(u32, Notice, u64)> {
         let l = self.links.get(h)?;
         let f = l.far?;
         if f.broken {
@@ -741,6 +803,7 @@ impl<S: Store> Messages<S> {
                     from: me,
                     to: f.id,
                 },
+                0,
             ));
         }
         let live = l.ends[0].holder == Holder::Bound && l.ends[1].holder == Holder::Bound;
@@ -753,8 +816,9 @@ impl<S: Store> Messages<S> {
                     seq: f.adverts_out,
                     addr: r.addr,
                     len: r.len,
-                    rkey: r.rkey,
+                    rkey: 0,
                 },
+                r.mr,
             ));
         }
         if f.leave {
@@ -763,10 +827,10 @@ impl<S: Store> Messages<S> {
                 to: f.id,
                 from: me,
             };
-            return Some((qp, n));
+            return Some((qp, n, 0));
         }
         if f.left {
-            return Some((qp, Notice::Left { to: f.id }));
+            return Some((qp, Notice::Left { to: f.id }, 0));
         }
         None
     }
@@ -779,7 +843,11 @@ impl<S: Store> Messages<S> {
         let Some(f) = &mut l.far else { return };
         match n {
             Notice::Hello { .. } => f.hello = false,
-            Notice::Advert { .. } => {
+            Notice::Advert { rkey, .. } => {
+                // The receive remembers its key: its Data must close it.
+                if let Some(r) = self.recvs.get_mut(f.cursor) {
+                    r.val.rkey = *rkey;
+                }
                 f.cursor = self.recvs.get(f.cursor).map_or(NIL, |n| n.next);
                 f.adverts_out = f.adverts_out.wrapping_add(1);
             }
@@ -843,6 +911,17 @@ pub(crate) mod tests {
         pub(crate) wire: RefCell<Vec<(u32, Notice)>>,
         /// Requests posted that carry a message (their WRITE and `Data` notice).
         pub(crate) writes: RefCell<Vec<SendWr>>,
+        /// The key each `Data` on the wire invalidates, in the order of `wire`'s Data.
+        pub(crate) invs: RefCell<Vec<u32>>,
+        /// Keys made for receives ([`key`]), and those let go, with whether the NIC had
+        /// already closed them.
+        pub(crate) mapped: RefCell<Vec<u32>>,
+        pub(crate) released: RefCell<Vec<(u32, bool)>>,
+    }
+
+    /// The key the fake NIC makes for a receive at `addr`.
+    pub(crate) fn key(addr: u64) -> u32 {
+        0x4b00_0000 | (addr as u32 & 0x00ff_ffff)
     }
 
     struct Wire<'a> {
@@ -853,8 +932,9 @@ pub(crate) mod tests {
     impl Post for Wire<'_> {
         fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError> {
             for w in wrs {
-                if let SendKind::DeliverFar { to, seq, imm, .. } = w.kind {
+                if let SendKind::DeliverFar { to, seq, imm, inv, .. } = w.kind {
                     self.node.writes.borrow_mut().push(*w);
+                    self.node.invs.borrow_mut().push(inv);
                     let n = Notice::Data {
                         to,
                         seq,
@@ -871,6 +951,11 @@ pub(crate) mod tests {
             self.node.wire.borrow_mut().push((self.qp, n));
             Ok(())
         }
+        fn map_recv(&mut self, mr: u64, addr: u64, _len: u32) -> Result<u32, PostError> {
+            assert_ne!(mr, 0, "a receive of this node's names its MR");
+            self.node.mapped.borrow_mut().push(key(addr));
+            Ok(key(addr))
+        }
     }
 
     impl Qps<VecStore> for Node {
@@ -880,6 +965,9 @@ pub(crate) mod tests {
         fn qp<R>(&self, i: u32, f: impl FnOnce(&mut PhysQp<VecStore>, &mut dyn Post) -> R) -> R {
             let mut q = self.qps[i as usize].borrow_mut();
             f(&mut q, &mut Wire { node: self, qp: i })
+        }
+        fn release_key(&self, rkey: u32, closed: bool) {
+            self.released.borrow_mut().push((rkey, closed));
         }
     }
 
@@ -894,6 +982,9 @@ pub(crate) mod tests {
                 .collect(),
             wire: RefCell::new(Vec::new()),
             writes: RefCell::new(Vec::new()),
+            invs: RefCell::new(Vec::new()),
+            mapped: RefCell::new(Vec::new()),
+            released: RefCell::new(Vec::new()),
         };
         (n, Messages::with_capacity(8, 32))
     }
@@ -902,11 +993,15 @@ pub(crate) mod tests {
     /// notice posted on its own frees its room when it "completes" here.
     pub(crate) fn carry(from: &Node, to: &Node, m: &mut Messages<VecStore>) -> usize {
         let sent: Vec<_> = from.wire.borrow_mut().drain(..).collect();
+        let mut invs = from.invs.borrow_mut().drain(..).collect::<Vec<_>>().into_iter();
         for &(qp, n) in &sent {
-            if !matches!(n, Notice::Data { .. }) {
+            let mut inv = None;
+            if matches!(n, Notice::Data { .. }) {
+                inv = invs.next();
+            } else {
                 from.qps[qp as usize].borrow_mut().notice_done();
             }
-            m.on_notice(&from.gid, qp, n, to);
+            m.on_notice(&from.gid, qp, n, inv, to);
         }
         sent.len()
     }
@@ -916,7 +1011,8 @@ pub(crate) mod tests {
             wr_id,
             addr,
             len: 64,
-            rkey: 0x77,
+            mr: 0x77,
+            rkey: 0,
             seq: 0,
         }
     }
@@ -964,7 +1060,7 @@ pub(crate) mod tests {
         let adverts: Vec<_> = nb.wire.borrow_mut().drain(..).collect();
         assert_eq!(adverts.len(), 2);
         for &(qp, n) in adverts.iter().flat_map(|x| [x, x]) {
-            a.on_notice(&nb.gid, qp, n, &na);
+            a.on_notice(&nb.gid, qp, n, None, &na);
         }
         // Two sends take the two buffers; a third finds none and waits.
         for (w, len) in [(1, 5), (2, 6)] {
@@ -976,8 +1072,8 @@ pub(crate) mod tests {
         // Their Data notices, the first twice: each receive completes once, with its own.
         let far_b7 = link_id(b.index, b7);
         let data = |seq, len| Notice::Data { to: far_b7, seq, len, imm: None };
-        for n in [data(0, 5), data(0, 5), data(1, 6), data(1, 6)] {
-            b.on_notice(&na.gid, 1, n, &nb);
+        for (n, addr) in [(data(0, 5), 0x8000), (data(0, 5), 0x8000), (data(1, 6), 0x8100), (data(1, 6), 0x8100)] {
+            b.on_notice(&na.gid, 1, n, Some(key(addr)), &nb);
         }
         let got = owed(&mut b, &nb);
         let rx = |byte_len| Completion::Received { byte_len, imm: None };
@@ -985,10 +1081,53 @@ pub(crate) mod tests {
         // A third receive: only the Data for its advert fills it, not a replay.
         assert_eq!(b.recv(b7, 0, recv(82, 0x8200), &nb), RecvStep::Queued);
         carry(&nb, &na, &mut a);
-        b.on_notice(&na.gid, 1, data(0, 5), &nb);
+        b.on_notice(&na.gid, 1, data(0, 5), Some(key(0x8000)), &nb);
         assert!(owed(&mut b, &nb).is_empty(), "a replayed Data fills nothing");
-        b.on_notice(&na.gid, 1, data(2, 7), &nb);
+        b.on_notice(&na.gid, 1, data(2, 7), Some(key(0x8200)), &nb);
         assert_eq!(owed(&mut b, &nb), vec![(82, rx(7))]);
+    }
+
+    /// A receive is written through a key made for it alone, which the peer's `Data`
+    /// must close at our NIC: one that leaves it open (or closes another) completes
+    /// nothing and fails the QP; every key is let go, closed or to be closed.
+    #[test]
+    fn a_data_that_leaves_the_receives_key_open_fails_the_qp() {
+        let ((na, mut a), (nb, mut b)) = (node(11), node(12));
+        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
+        carry(&na, &nb, &mut b);
+        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        carry(&nb, &na, &mut a);
+        for (w, addr) in [(80, 0x8000), (81, 0x8100), (82, 0x8200)] {
+            assert_eq!(b.recv(b7, 0, recv(w, addr), &nb), RecvStep::Queued);
+        }
+        assert_eq!(*nb.mapped.borrow(), vec![key(0x8000), key(0x8100), key(0x8200)]);
+        // The advert carries the key made for its receive, not the MR's.
+        carry(&nb, &na, &mut a);
+        match a_sends(&mut a, a7, send(1, 5, None)) {
+            SendStep::DeliverFar { r, .. } => assert_eq!(r.rkey, key(0x8000)),
+            other => panic!("{other:?}"),
+        }
+        // Sent as a sender must: the Data closes the key, the receive completes.
+        let far_b7 = link_id(b.index, b7);
+        let data = |seq| Notice::Data { to: far_b7, seq, len: 4, imm: None };
+        b.on_notice(&na.gid, 1, data(0), Some(key(0x8000)), &nb);
+        assert_eq!(owed(&mut b, &nb).len(), 1);
+        assert_eq!(*nb.released.borrow(), vec![(key(0x8000), true)]);
+        let data = data(1);
+        for inv in [None, Some(key(0x8200)), Some(key(0x8000))] {
+            b.on_notice(&na.gid, 1, data, inv, &nb);
+            assert!(owed(&mut b, &nb).is_empty(), "{inv:?} left the key open");
+            assert!(nb.qps[1].borrow().failed(), "the QP fails");
+            nb.qps[1].borrow_mut().revive();
+        }
+        // The QP's failure ends the link: the open keys are let go, to be closed.
+        nb.qps[1].borrow_mut().fail_with(Reason::RemoteError);
+        b.fail_far(1 << 1, &nb);
+        assert_eq!(owed(&mut b, &nb).len(), 2);
+        assert_eq!(
+            nb.released.borrow()[1..],
+            [(key(0x8100), false), (key(0x8200), false)]
+        );
     }
 
     #[test]
@@ -1016,7 +1155,7 @@ pub(crate) mod tests {
         let far_b8 = link_id(b.index, b8);
         match a_sends(&mut a, a8, send(1, 5, Some(8))) {
             SendStep::DeliverFar { r, to } => {
-                assert_eq!((r.addr, r.rkey, to), (0x8000, 0x77, far_b8));
+                assert_eq!((r.addr, r.rkey, to), (0x8000, key(0x8000), far_b8));
                 assert_eq!(r.wr_id, FAR_RECV, "never a ring's");
             }
             other => panic!("{other:?}"),
@@ -1031,6 +1170,7 @@ pub(crate) mod tests {
                 len: 5,
                 imm: Some(8),
             },
+            Some(key(0x8000)),
             &nb,
         );
         assert_eq!(
@@ -1215,6 +1355,7 @@ pub(crate) mod tests {
                 from: far_a7,
                 to: link_id(0, 5),
             },
+            None,
             &nb,
         );
         let back: Vec<_> = nb.wire.borrow().iter().map(|&(_, n)| n).collect();
@@ -1236,7 +1377,7 @@ pub(crate) mod tests {
             len: 4,
             imm: None,
         };
-        b.on_notice(&na.gid, 1, data, &nb);
+        b.on_notice(&na.gid, 1, data, Some(key(0x7000)), &nb);
         assert!(owed(&mut b, &nb).is_empty(), "a Data for it is ignored");
         // From another node, never.
         let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
@@ -1244,9 +1385,9 @@ pub(crate) mod tests {
         carry(&nb, &na, &mut a);
         let mut other = na.gid;
         other[15] = 99;
-        b.on_notice(&other, 1, data, &nb);
+        b.on_notice(&other, 1, data, Some(key(0x7000)), &nb);
         assert!(owed(&mut b, &nb).is_empty());
-        b.on_notice(&na.gid, 1, data, &nb);
+        b.on_notice(&na.gid, 1, data, Some(key(0x7000)), &nb);
         assert_eq!(owed(&mut b, &nb).len(), 1, "from its peer, once advertised");
         let _ = a7;
     }

@@ -6,9 +6,10 @@
 //! service pair up, in the order they connect, into a *link* with two ends. A RECV waits
 //! in its end; a SEND from the other end takes the oldest one and goes out as a
 //! kernel-built write into that buffer ([`SendKind::Deliver`]), whose completion
-//! completes both the SEND and the RECV. The rkey it carries is the receiving MR's own,
-//! from the receiver's table: nothing of it comes from user space, and it reaches only a
-//! buffer its owner posted for receiving.
+//! completes both the SEND and the RECV. No MR is remotely writable for this: the
+//! backend makes a key for exactly the bytes written, for that write alone (a fast
+//! registration before it, an invalidation after it, on the same QP), from the
+//! receiving MR named in the receiver's table. Nothing of it comes from user space.
 //!
 //! WRITE_IMM consumes a receive too, as in RC: its bytes go to the remote range it
 //! names, and the receive it takes completes with its length and immediate.
@@ -46,6 +47,10 @@ use super::Store;
 /// End of a list.
 pub(super) const NIL: u32 = u32::MAX;
 
+/// The longest RECV (bytes): the backend writes a message with a key made for its
+/// receive alone, a fast registration of at most 257 pages (1 MiB, not page-aligned).
+pub const MAX_RECV: u32 = 1 << 20;
+
 /// The shard, of `shards` (a power of two), holding the links to `gid`/`service`: a
 /// multiply-xorshift of the GID's two halves and the service, cheap on the CONNECT
 /// path, spreading consecutive services. A user who picks services that all land in
@@ -75,7 +80,13 @@ pub struct PostedRecv {
     pub addr: u64,
     /// Buffer length.
     pub len: u32,
-    /// The receiving MR's rkey (kernel-internal).
+    /// The receiving MR's backend token ([`MrKeys::token`](super::backend::MrKeys)):
+    /// what a key for this buffer alone is made from; 0 for a receive a peer kernel
+    /// advertised.
+    pub mr: u64,
+    /// The key the bytes are written with: for a receive of this node's, 0 until it is
+    /// advertised to a peer kernel, then the key made for it alone (see `far`); for a
+    /// receive the peer kernel advertised, the key it sent.
     pub rkey: u32,
     /// A receive the peer kernel advertised: its advert's `seq` (see `far`), which the
     /// `Data` notice for it carries; 0 for a receive of this node's.
@@ -124,7 +135,7 @@ impl WaitingSend {
         match self.target {
             Target::Receive => SendKind::Deliver {
                 remote_addr: r.addr,
-                rkey: r.rkey,
+                mr: r.mr,
             },
             Target::Remote { remote_addr, rkey } => SendKind::Write {
                 remote_addr,

@@ -65,21 +65,6 @@ pub struct Registration {
     pub access: MrAccess,
 }
 
-impl Registration {
-    /// The rights to register the memory with in the hardware: the user's, plus remote
-    /// write wherever the local NIC may write, because a message for a RECV is written
-    /// into its buffer by the sender's QP (see `message`). That rkey
-    /// stays in the kernel; only an export, with the user's own rights, lets a peer
-    /// reach the memory otherwise.
-    pub fn hw_access(&self) -> MrAccess {
-        if self.access.contains(MrAccess::LOCAL_WRITE) {
-            self.access | MrAccess::REMOTE_WRITE
-        } else {
-            self.access
-        }
-    }
-}
-
 /// The ring's registration slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pending {

@@ -430,7 +430,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             }
             Op::Recv { vqp, mr, local } => {
                 let v = *t.vqps.get(vqp).expect("validated");
-                let rkey = t.mrs.get(mr).expect("validated").keys.rkey;
+                let token = t.mrs.get(mr).expect("validated").keys.token;
                 let inf = Inflight {
                     user_data: ud,
                     vqp,
@@ -445,7 +445,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     wr_id,
                     addr: local.addr,
                     len: local.len,
-                    rkey,
+                    mr: token,
+                    rkey: 0,
                     seq: 0,
                 };
                 self.hold_shard(f, held, v.shard);

@@ -280,10 +280,15 @@ fn remote<S: Store, F: Fabric<S>>(
     t: &mut Tables<S>,
     f: &F,
     right: MrAccess,
-) -> Result<u32, Reason> {
+) -> Result<(u32, u64), Reason> {
     let r = t.rmrs.get_mut(sqe.rmr).ok_or(Reason::BadRemoteMr)?;
     if r.vqp != sqe.vqp {
         return Err(Reason::BadRemoteMr);
+    }
+    match f.unchecked_wire() {
+        None => {}
+        Some((0, 0)) => return Ok((r.rkey, sqe.remote_addr)),
+        Some((addr, rkey)) => return Ok((rkey, addr)),
     }
     if !inside(sqe.remote_addr, sqe.len, r.addr, r.len) {
         return Err(Reason::RemoteRange);
@@ -301,7 +306,7 @@ fn remote<S: Store, F: Fabric<S>>(
     if !r.access.contains(right) {
         return Err(Reason::MrAccess);
     }
-    Ok(r.rkey)
+    Ok((r.rkey, sqe.remote_addr))
 }
 
 /// Validates `sqe` against the ring's tables and the node's exports (reached through
@@ -400,6 +405,11 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
         Opcode::Unlisten => Op::Unlisten { service: sqe.rmr },
         Opcode::Recv => {
             let (_, sge) = local(sqe, t, true)?;
+            // A message is written with a key made for its receive alone, and such a key
+            // spans a bounded number of pages.
+            if sge.len > super::message::MAX_RECV {
+                return Err(Reason::TooLong);
+            }
             Op::Recv {
                 vqp: sqe.vqp,
                 mr: sqe.mr,
@@ -425,8 +435,7 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
                 Opcode::Write | Opcode::WriteImm => MrAccess::REMOTE_WRITE,
                 _ => MrAccess::REMOTE_ATOMIC,
             };
-            let rkey = remote(sqe, t, f, right)?;
-            let remote_addr = sqe.remote_addr;
+            let (rkey, remote_addr) = remote(sqe, t, f, right)?;
             let kind = match op {
                 Opcode::Read => SendKind::Read { remote_addr, rkey },
                 Opcode::Write => SendKind::Write {

@@ -281,7 +281,7 @@ impl DevCtx {
             pd
         };
         let result = match pd {
-            Some(pd) => backend::register(pd, r.addr, r.len, r.hw_access()),
+            Some(pd) => backend::register(pd, r.addr, r.len, r.access),
             None => Err(Errno::ENODEV),
         };
         {

@@ -201,6 +201,7 @@ impl DevCtx {
                 byte_len: c.byte_len,
                 imm: (c.has_imm != 0).then_some(c.imm),
                 recv: c.recv != 0,
+                invalidated: (c.has_inv != 0).then_some(c.inv_rkey),
             },
         ))
     }
@@ -219,7 +220,7 @@ impl DevCtx {
         }
         if let Some(i) = notice_recv_index(wc.wr_id) {
             if wc.recv && wc.status == WcStatus::Success {
-                self.notice_in(qp, i, wc.byte_len);
+                self.notice_in(qp, i, wc.byte_len, wc.invalidated);
             }
             return;
         }
@@ -236,7 +237,7 @@ impl DevCtx {
 
     /// Notice receive `i` of set QP `qp` completed: the peer kernel's notice, taken
     /// (and the receive posted again) and handed to its links shard (abi's far.rs).
-    fn notice_in(&self, qp: u32, i: u32, byte_len: u32) {
+    fn notice_in(&self, qp: u32, i: u32, byte_len: u32, inv: Option<u32>) {
         let mut b = [0u8; NOTICE_LEN];
         let gid = {
             // Under the QP's lock: a set's close clears `peer` there before it lets the
@@ -249,18 +250,26 @@ impl DevCtx {
             }
             end.gid
         };
-        self.take_notice(&gid, qp, &b, byte_len);
+        self.take_notice(&gid, qp, &b, byte_len, inv);
         // SAFETY: reads a module parameter.
         if unsafe { shim::krcore_shim_test_notice_echo() } {
             // Test only: as if the peer had sent it twice, then a short SEND.
-            self.take_notice(&gid, qp, &b, byte_len);
-            self.take_notice(&gid, qp, &b, byte_len / 2);
+            self.take_notice(&gid, qp, &b, byte_len, inv);
+            self.take_notice(&gid, qp, &b, byte_len / 2, inv);
         }
     }
 
-    /// The peer kernel at `gid` sent `byte_len` bytes of `b` on set QP `qp`: a notice for
-    /// its links shard, or about an export.
-    fn take_notice(&self, gid: &[u8; 16], qp: u32, b: &[u8; NOTICE_LEN], byte_len: u32) {
+    /// The peer kernel at `gid` sent `byte_len` bytes of `b` on set QP `qp` (a SEND that
+    /// closed key `inv` here, if it said so): a notice for its links shard, or about an
+    /// export.
+    fn take_notice(
+        &self,
+        gid: &[u8; 16],
+        qp: u32,
+        b: &[u8; NOTICE_LEN],
+        byte_len: u32,
+        inv: Option<u32>,
+    ) {
         // A short or malformed notice is dropped and counted (a peer of another
         // version, a bug, or a hostile kernel).
         let Ok(n) = Notice::received(b, byte_len) else {
@@ -269,7 +278,7 @@ impl DevCtx {
         };
         match (n, n.shard(gid, self.shared.shards())) {
             // abi's shard is one of ours (a made-up id names none).
-            (_, Some(k)) => self.shared.shard(k).on_notice(gid, qp, n, &self.shared),
+            (_, Some(k)) => self.shared.shard(k).on_notice(gid, qp, n, inv, &self.shared),
             (Notice::Revoke { rkey }, _) => self.revoked_far(gid, qp, rkey),
             (Notice::RevokeAck { rkey }, _) => {
                 if self.shared.revocations.lock().acked(rkey, qp) {

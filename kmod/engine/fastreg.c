@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Registrations and the keys a message is written with.
+ *
+ * A user's MR is registered with exactly the rights the user asked for: no MR is
+ * remotely writable because it may receive. A message is written into its receive
+ * through a key made for that receive's bytes alone, with remote write and nothing
+ * else, by fast registration (IB_WR_REG_MR) over the MR's pages, which an MR that may
+ * receive keeps pinned a second time for this (`struct krcore_mr`'s umem):
+ *
+ * - On one node, the sender's pool QP makes the key, writes, and invalidates it, as one
+ *   chain (REG_MR, WRITE, LOCAL_INV fenced, so it runs after the WRITE completed), with
+ *   keys of its own taken in turn (`struct krcore_keys`, the QP's qp_context). A
+ *   reconnect makes the used ones again (a chain may have been flushed between its
+ *   REG_MR and its LOCAL_INV).
+ * - Across nodes, a receive advertised to a peer kernel gets a key from the device's
+ *   set (`struct krcore_keys` too), registered on the set's QP just before the advert; the
+ *   peer's Data notice is a SEND with invalidate naming it, so the NIC closes it before
+ *   the receive completes. A key let go any other way (a receive cancelled, the peer
+ *   leaving it open) is destroyed and made again before its pages may go.
+ *
+ * A key holds a reference on the registration whose pages it maps, so the pages stay
+ * pinned while any key may reach them, whatever the user deregistered meanwhile.
+ *
+ * Locks: `krcore_keys.lock` is innermost (taken under a QP's and a links shard's mutexes,
+ * never the other way round). Everything here may sleep.
+ */
+#include <rdma/ib_umem.h>
+#include <rdma/iter.h>
+#include <rdma/ib_verbs.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <linux/kref.h>
+#include <linux/mutex.h>
+#include <linux/moduleparam.h>
+
+#include "shim.h"
+
+/* Test only: how a test shows that the other node's NIC refuses what it must. */
+static bool test_unchecked_wire;
+module_param(test_unchecked_wire, bool, 0444);
+MODULE_PARM_DESC(test_unchecked_wire,
+		 "Test: act as a member kernel that broke its checks would: one-sided requests through imports go unchecked (to test_wire_addr with test_wire_rkey while that is set), and each registration's rkey is logged (default off)");
+static ulong test_wire_addr;
+module_param(test_wire_addr, ulong, 0600);
+MODULE_PARM_DESC(test_wire_addr, "Test: with test_unchecked_wire, where one-sided requests go");
+static uint test_wire_rkey;
+module_param(test_wire_rkey, uint, 0600);
+MODULE_PARM_DESC(test_wire_rkey, "Test: with test_unchecked_wire, the rkey they go with (0: the import's)");
+
+bool krcore_shim_test_unchecked_wire(u64 *addr, u32 *rkey)
+{
+	if (!test_unchecked_wire)
+		return false;
+	*rkey = READ_ONCE(test_wire_rkey);
+	*addr = *rkey ? READ_ONCE(test_wire_addr) : 0;
+	return true;
+}
+
+/* Pages a key spans at most: abi's MAX_RECV (1 MiB) not page-aligned. */
+#define KRCORE_FR_PAGES 257
+
+struct krcore_mr {
+	struct ib_mr *mr;
+	/* The pages again, for keys over them; NULL for an MR that cannot receive. */
+	struct ib_umem *umem;
+	/* The registration's, and one per key mapping its pages. */
+	struct kref ref;
+};
+
+static void krcore_mr_free(struct kref *ref)
+{
+	struct krcore_mr *m = container_of(ref, struct krcore_mr, ref);
+
+	if (m->umem)
+		ib_umem_release(m->umem);
+	kfree(m);
+}
+
+static void krcore_mr_put(struct krcore_mr *m)
+{
+	if (m)
+		kref_put(&m->ref, krcore_mr_free);
+}
+
+struct krcore_mr *krcore_shim_reg_user_mr(struct ib_pd *pd, u64 addr, u64 len, u32 access)
+{
+	struct krcore_mr *m;
+	int flags = 0;
+
+	/* krcore's MrAccess bits (abi/src/sqe.rs). */
+	if (access & (1 << 0))
+		flags |= IB_ACCESS_LOCAL_WRITE;
+	if (access & (1 << 1))
+		flags |= IB_ACCESS_REMOTE_WRITE;
+	if (access & (1 << 2))
+		flags |= IB_ACCESS_REMOTE_READ;
+	if (access & (1 << 3))
+		flags |= IB_ACCESS_REMOTE_ATOMIC;
+	m = kzalloc(sizeof(*m), GFP_KERNEL);
+	if (!m)
+		return ERR_PTR(-ENOMEM);
+	kref_init(&m->ref);
+	/* Only memory the NIC may write locally can receive. */
+	if (flags & IB_ACCESS_LOCAL_WRITE) {
+		m->umem = ib_umem_get(pd->device, addr, len, IB_ACCESS_LOCAL_WRITE);
+		if (IS_ERR(m->umem)) {
+			long err = PTR_ERR(m->umem);
+
+			kfree(m);
+			return ERR_PTR(err);
+		}
+	}
+	m->mr = ib_reg_user_mr(pd, addr, len, addr, flags);
+	if (IS_ERR(m->mr)) {
+		long err = PTR_ERR(m->mr);
+
+		m->mr = NULL;
+		krcore_mr_put(m);
+		return ERR_PTR(err);
+	}
+	if (test_unchecked_wire)
+		pr_info("krcore: test: MR %#llx len %llu rkey %#x\n", addr, len, m->mr->rkey);
+	return m;
+}
+
+u32 krcore_shim_mr_lkey(struct krcore_mr *m)
+{
+	return m->mr->lkey;
+}
+
+u32 krcore_shim_mr_rkey(struct krcore_mr *m)
+{
+	return m->mr->rkey;
+}
+
+int krcore_shim_dereg_mr(struct krcore_mr *m)
+{
+	int ret = ib_dereg_mr(m->mr);
+
+	/* The pages stay while a key maps them. */
+	krcore_mr_put(m);
+	return ret;
+}
+
+/*
+ * Maps `fr` over `len` bytes at `addr` of `m` with a fresh key, and fills `reg` to
+ * register it with `access`; `sg` has room for KRCORE_FR_PAGES.
+ */
+static int krcore_fr_map(struct ib_mr *fr, struct scatterlist *sg, struct krcore_mr *m,
+			 u64 addr, u32 len, int access, struct ib_reg_wr *reg)
+{
+	struct ib_umem *u = m ? m->umem : NULL;
+	struct ib_block_iter biter;
+	u64 base, first, last, idx = 0;
+	unsigned int off, i = 0, n;
+	int mapped;
+
+	if (!u || !len || addr < u->address || addr + len > u->address + u->length)
+		return -EINVAL;
+	base = u->address & PAGE_MASK;
+	first = (addr - base) >> PAGE_SHIFT;
+	last = (addr + len - 1 - base) >> PAGE_SHIFT;
+	n = last - first + 1;
+	if (n > KRCORE_FR_PAGES)
+		return -EMSGSIZE;
+	sg_init_table(sg, n);
+	rdma_umem_for_each_dma_block(u, &biter, PAGE_SIZE) {
+		if (idx >= first) {
+			sg_dma_address(&sg[i]) = rdma_block_iter_dma_address(&biter);
+			sg_dma_len(&sg[i]) = PAGE_SIZE;
+			i++;
+		}
+		if (++idx > last)
+			break;
+	}
+	if (i != n)
+		return -EFAULT;
+	if ((addr + len) & ~PAGE_MASK)
+		sg_dma_len(&sg[n - 1]) = (addr + len) & ~PAGE_MASK;
+	off = addr & ~PAGE_MASK;
+	mapped = ib_map_mr_sg(fr, sg, n, &off, PAGE_SIZE);
+	if (mapped != n)
+		return mapped < 0 ? mapped : -EINVAL;
+	/* Addressed as the user's own addresses (same offset in the page). */
+	fr->iova = addr;
+	ib_update_fast_reg_key(fr, ib_inc_rkey(fr->rkey));
+	*reg = (struct ib_reg_wr){
+		.wr = { .opcode = IB_WR_REG_MR, .wr_id = KRCORE_FR_WR_ID },
+		.mr = fr,
+		.key = fr->rkey,
+		.access = access,
+	};
+	return 0;
+}
+
+/*
+ * A set of keys: a pool QP's, for the messages it writes on this node, or the device's,
+ * for receives advertised to peer kernels.
+ *
+ * A pool QP has one key per request its send queue may hold, taken in turn (no lock:
+ * its QP's mutex is held). A key is taken again only after the request that last used
+ * it was retired (credits keep fewer than `n` outstanding, retired in order), so its
+ * registration and invalidation ran before it is mapped anew.
+ *
+ * The device's are taken from a free list under `lock`, each until the receive it was
+ * made for is done with.
+ */
+struct krcore_key {
+	struct ib_mr *mr;
+	struct krcore_mr *held;	/* whose pages it maps; NULL while unused */
+	u32 rkey;
+	int next;		/* the free list */
+};
+
+struct krcore_keys {
+	struct mutex lock;
+	struct ib_pd *pd;
+	/* Drained: the device is going, no key is made or let go any more. */
+	bool dead;
+	int free;
+	u32 n, next;
+	struct scatterlist sg[KRCORE_FR_PAGES];
+	struct krcore_key key[];
+};
+
+struct krcore_keys *krcore_keys_alloc(struct ib_pd *pd, u32 n)
+{
+	struct krcore_keys *p = kvzalloc(struct_size(p, key, n), GFP_KERNEL);
+	u32 i;
+
+	if (!p)
+		return ERR_PTR(-ENOMEM);
+	mutex_init(&p->lock);
+	p->pd = pd;
+	p->n = n;
+	p->free = -1;
+	for (i = n; i-- > 0;) {
+		struct ib_mr *mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, KRCORE_FR_PAGES);
+
+		if (IS_ERR(mr)) {
+			krcore_keys_free(p);
+			return ERR_CAST(mr);
+		}
+		p->key[i] = (struct krcore_key){ .mr = mr, .next = p->free };
+		p->free = i;
+	}
+	return p;
+}
+
+void krcore_keys_drain(struct krcore_keys *p)
+{
+	u32 i;
+
+	if (!p)
+		return;
+	mutex_lock(&p->lock);
+	for (i = 0; i < p->n && !p->dead; i++) {
+		if (p->key[i].mr)
+			ib_dereg_mr(p->key[i].mr);
+		krcore_mr_put(p->key[i].held);
+		p->key[i] = (struct krcore_key){};
+	}
+	p->dead = true;
+	mutex_unlock(&p->lock);
+}
+
+void krcore_keys_free(struct krcore_keys *p)
+{
+	krcore_keys_drain(p);
+	kvfree(p);
+}
+
+/* Key k maps m's pages: m stays while it does. */
+static void krcore_key_hold(struct krcore_key *k, struct krcore_mr *m)
+{
+	kref_get(&m->ref);
+	krcore_mr_put(k->held);
+	k->held = m;
+	k->rkey = k->mr->rkey;
+}
+
+/* Key k, maybe still open at the NIC, is destroyed (which closes it) and made again;
+ * then the pages it mapped may go. False when it could not be made again. */
+static bool krcore_key_remake(struct krcore_keys *p, struct krcore_key *k)
+{
+	if (k->mr)
+		ib_dereg_mr(k->mr);
+	k->mr = ib_alloc_mr(p->pd, IB_MR_TYPE_MEM_REG, KRCORE_FR_PAGES);
+	if (IS_ERR(k->mr))
+		k->mr = NULL;
+	krcore_mr_put(k->held);
+	k->held = NULL;
+	return k->mr;
+}
+
+int krcore_keys_deliver(struct krcore_keys *p, struct krcore_mr *m, u64 addr, u32 len,
+			struct ib_reg_wr *reg, u32 *rkey)
+{
+	struct krcore_key *k;
+	int ret;
+
+	if (!p)
+		return -EINVAL;
+	k = &p->key[p->next];
+	if (!k->mr)
+		return -ENOMEM;
+	ret = krcore_fr_map(k->mr, p->sg, m, addr, len, IB_ACCESS_REMOTE_WRITE, reg);
+	if (ret)
+		return ret;
+	p->next = (p->next + 1) % p->n;
+	/* Its last message's chain has run, and that receive completed or failed. */
+	krcore_key_hold(k, m);
+	*rkey = k->rkey;
+	return 0;
+}
+
+void krcore_keys_renew(struct krcore_keys *p)
+{
+	u32 i;
+
+	/* Any may have been left open by a chain flushed before its invalidation. */
+	for (i = 0; i < p->n; i++)
+		if (p->key[i].held)
+			krcore_key_remake(p, &p->key[i]);
+}
+
+int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, struct krcore_mr *m, u64 addr,
+		       u32 len, u32 *rkey)
+{
+	const struct ib_send_wr *bad;
+	struct ib_reg_wr reg;
+	struct krcore_key *k;
+	int ret;
+
+	if (!p || !qp)
+		return -ENODEV;
+	mutex_lock(&p->lock);
+	if (p->dead || p->free < 0) {
+		ret = p->dead ? -ENODEV : -EAGAIN;
+		goto out;
+	}
+	k = &p->key[p->free];
+	ret = krcore_fr_map(k->mr, p->sg, m, addr, len, IB_ACCESS_REMOTE_WRITE, &reg);
+	if (!ret)
+		ret = ib_post_send(qp, &reg.wr, &bad);
+	if (ret)
+		goto out;
+	p->free = k->next;
+	krcore_key_hold(k, m);
+	*rkey = k->rkey;
+out:
+	mutex_unlock(&p->lock);
+	return ret;
+}
+
+void krcore_keys_release(struct krcore_keys *p, u32 rkey, bool closed)
+{
+	u32 i;
+
+	if (!p)
+		return;
+	mutex_lock(&p->lock);
+	for (i = 0; i < p->n && !p->dead; i++) {
+		struct krcore_key *k = &p->key[i];
+
+		if (!k->held || k->rkey != rkey)
+			continue;
+		if (closed) {
+			krcore_mr_put(k->held);
+			k->held = NULL;
+		} else if (!krcore_key_remake(p, k)) {
+			/* Out of memory: one key fewer from now on. */
+			break;
+		}
+		k->next = p->free;
+		p->free = i;
+		break;
+	}
+	mutex_unlock(&p->lock);
+}
