@@ -605,8 +605,10 @@ struct krcore_scratch {
 		struct ib_send_wr plain;
 	} wr[KRCORE_POST_WRS];
 	struct ib_sge sge[KRCORE_POST_WRS];
-	/* Which of the caller's requests each work request is part of. */
+	/* Which of the caller's requests each work request is part of, and whether it
+	 * starts a message's chain (which takes one of the QP's keys). */
 	u8 of[KRCORE_POST_WRS];
+	bool chain[KRCORE_POST_WRS];
 	struct ib_wc wc[16];
 };
 
@@ -624,12 +626,12 @@ void krcore_shim_scratch_free(struct krcore_scratch *s)
  * key made over the receive's bytes, the WRITE through it, then the key invalidated
  * (fenced: after the WRITE completed), which completes the request. */
 static int krcore_chain_deliver(struct krcore_scratch *s, struct ib_qp *qp,
-				const struct krcore_send_wr *w, u32 *j)
+				const struct krcore_send_wr *w, u32 nth, u32 *j)
 {
 	u32 k = *j, rkey;
 	int ret;
 
-	ret = krcore_keys_deliver(qp->qp_context, (struct krcore_mr *)(uintptr_t)w->mr,
+	ret = krcore_keys_deliver(qp->qp_context, nth, (struct krcore_mr *)(uintptr_t)w->mr,
 				  w->remote_addr, w->length, &s->wr[k].reg, &rkey);
 	if (ret)
 		return ret;
@@ -658,7 +660,7 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 	struct ib_sge *sge = s->sge;
 	struct ib_send_wr *head = NULL, **link = &head;
 	const struct ib_send_wr *bad = NULL;
-	u32 i, j = 0;
+	u32 i, j = 0, chains = 0;
 	int ret;
 
 	if (n > KRCORE_POST_MAX)
@@ -669,11 +671,12 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 		u32 first = j;
 
 		if (w->kind == KRCORE_WR_DELIVER) {
-			ret = krcore_chain_deliver(s, qp, w, &j);
+			ret = krcore_chain_deliver(s, qp, w, chains++, &j);
 			if (ret) {
 				*posted = 0;
 				return ret;
 			}
+			s->chain[first] = true;
 			for (; first < j; first++)
 				s->of[first] = i;
 			*link = &s->wr[j - 3].reg.wr;
@@ -733,6 +736,7 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 		else if (w->kind == KRCORE_WR_NOTICE && w->inv)
 			wr->ex.invalidate_rkey = w->inv;
 		wr->next = NULL;
+		s->chain[j] = false;
 		s->of[j++] = i;
 		*link = wr;
 		link = &wr->next;
@@ -740,14 +744,17 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 	ret = ib_post_send(qp, head, &bad);
 	*posted = n;
 	if (ret) {
-		/* The requests wholly before `bad` went out. */
+		/* The requests wholly before `bad` went out; a chain begun took its key. */
 		const struct ib_send_wr *w;
 		u32 k = 0;
 
+		chains = 0;
 		for (w = head; w && w != bad; w = w->next)
-			k++;
+			chains += s->chain[k++];
 		*posted = k < j ? s->of[k] : n;
 	}
+	if (chains)
+		krcore_keys_posted(qp->qp_context, chains);
 	return ret;
 }
 

@@ -278,17 +278,23 @@ struct krcore_keys *krcore_keys_alloc(struct ib_pd *pd, u32 n);
 void krcore_keys_drain(struct krcore_keys *p);
 void krcore_keys_free(struct krcore_keys *p);
 struct ib_reg_wr;
-/* A pool QP's next key, made over len bytes at addr of m, reg filled to register it. */
-int krcore_keys_deliver(struct krcore_keys *p, struct krcore_mr *m, u64 addr, u32 len,
-			struct ib_reg_wr *reg, u32 *rkey);
+/* A pool QP's key for the nth chain of a post, made over len bytes at addr of m, reg
+ * filled to register it; _posted turns the ring past the chains that went out. */
+int krcore_keys_deliver(struct krcore_keys *p, u32 nth, struct krcore_mr *m, u64 addr,
+			u32 len, struct ib_reg_wr *reg, u32 *rkey);
+void krcore_keys_posted(struct krcore_keys *p, u32 chains);
 /* Makes a pool QP's used keys again (a reset QP, nothing in flight). */
 void krcore_keys_renew(struct krcore_keys *p);
 /* A free key of the device's, made over len bytes at addr of m, its registration posted
- * on qp; -EAGAIN while none is free. */
-int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, struct krcore_mr *m, u64 addr,
-		       u32 len, u32 *rkey);
-/* A key is done with: `closed` when the NIC already closed it, else it is closed here. */
+ * on qp (set QP slot `slot`, whose seq-th notice, the advert, follows it); -EAGAIN
+ * while none is free. */
+int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, u32 slot, u64 seq,
+		       struct krcore_mr *m, u64 addr, u32 len, u32 *rkey);
+/* A key is done with: `closed` when the NIC already closed it, else it is closed here;
+ * not before its advert completed (it waits for krcore_keys_progress). */
 void krcore_keys_release(struct krcore_keys *p, u32 rkey, bool closed);
+/* `done` notices of set QP slot `slot` have completed (or were flushed). */
+void krcore_keys_progress(struct krcore_keys *p, u32 slot, u64 done);
 /* Test only (test_unchecked_wire): whether one-sided requests through imports go
  * unchecked, and where (*rkey 0: where they name, with the import's rkey). */
 bool krcore_shim_test_unchecked_wire(u64 *addr, u32 *rkey);

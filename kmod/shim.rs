@@ -212,12 +212,15 @@ extern "C" {
     pub(crate) fn krcore_keys_advert(
         p: *mut Keys,
         qp: *mut IbQp,
+        slot: u32,
+        seq: u64,
         mr: *mut KrMr,
         addr: u64,
         len: u32,
         rkey: *mut u32,
     ) -> c_int;
     pub(crate) fn krcore_keys_release(p: *mut Keys, rkey: u32, closed: bool);
+    pub(crate) fn krcore_keys_progress(p: *mut Keys, slot: u32, done: u64);
     pub(crate) fn krcore_shim_test_unchecked_wire(addr: *mut u64, rkey: *mut u32) -> bool;
     pub(crate) fn krcore_shim_cond_resched();
     pub(crate) fn krcore_shim_devwatch_start(dev: *mut IbDevice, ctx: *mut c_void)

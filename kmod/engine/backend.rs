@@ -44,12 +44,16 @@ const _: () = assert!(FAR_WRITE_WR_ID == u64::MAX - 0x4000_0001);
 const RECV_DEPTH: u32 = 1;
 /// Physical QP slots of a device: the pool's, then the peer sets' (peer.rs).
 pub(crate) const QPS: usize = POOL_QPS + crate::cluster::peer::PEER_QPS;
+// fastreg.c counts notices per slot for 64 (KRCORE_KEY_SLOTS).
+const _: () = assert!(QPS <= 64);
 /// CQ entries: room for every request the pool and the peer sets can have outstanding
 /// (a peer QP has the pool's depths: cm.c creates it so).
 /// A set's QP may flush every work request it holds (a message to another node is two)
 /// and every notice receive (cm.c's sizes).
-const SET_CQES: u32 = 2 * SEND_DEPTH + NOTICE_ROOM + NOTICE_RECVS;
-const CQ_DEPTH: i32 = (POOL_QPS as u32 * (SEND_DEPTH + RECV_DEPTH)
+/// Each advert is a key's registration and the notice.
+const SET_CQES: u32 = 2 * SEND_DEPTH + 2 * NOTICE_ROOM + NOTICE_RECVS;
+/// A pool QP flushes a message as its three work requests (fastreg.c), and a marker.
+const CQ_DEPTH: i32 = (POOL_QPS as u32 * (3 * SEND_DEPTH + 1 + RECV_DEPTH)
     + crate::cluster::peer::PEER_QPS as u32 * SET_CQES) as i32;
 /// GID table entries searched for the local RoCE v2 GID.
 const GID_SEARCH: u32 = 16;
@@ -511,6 +515,12 @@ pub(crate) struct QpPost {
     pub(crate) peer: Option<SetEnd>,
     /// The device's keys for advertised receives (the Hw's; set once it exists).
     pub(crate) advert_keys: *mut Keys,
+    /// Its slot, and its notices posted and completed (or flushed) so far: an advert's
+    /// key is trusted to be registered once the advert's completion came
+    /// (engine/fastreg.c).
+    pub(crate) slot: u32,
+    pub(crate) notices_posted: u64,
+    pub(crate) notices_done: u64,
     scratch: ScratchBuf,
     /// A chain in C's terms (off the stack: 3 KiB).
     c: KBox<[SendWrC; 2 * CHAIN]>,
@@ -526,6 +536,9 @@ impl QpPost {
             qp: core::ptr::null_mut(),
             peer: None,
             advert_keys: core::ptr::null_mut(),
+            slot: 0,
+            notices_posted: 0,
+            notices_done: 0,
             scratch: ScratchBuf::new()?,
             c: KBox::new([SendWrC::default(); 2 * CHAIN], GFP_KERNEL)?,
         })
@@ -633,7 +646,9 @@ impl Post for QpPost {
             return Err(Self::gone());
         }
         self.c[0] = notice_wr(NOTICE_WR_ID, notice, true);
-        self.post_c(1, &[1])
+        self.post_c(1, &[1])?;
+        self.notices_posted += 1;
+        Ok(())
     }
 
     fn map_recv(&mut self, mr: u64, addr: u64, len: u32) -> Result<u32, PostError> {
@@ -643,8 +658,19 @@ impl Post for QpPost {
         let mut rkey = 0;
         // SAFETY: a live QP (under its lock) and the device's keys (live with the Hw);
         // `mr` is the receive's registration, which its posted receive keeps.
+        // The advert is the next notice posted here.
+        let seq = self.notices_posted + 1;
         let r = unsafe {
-            shim::krcore_keys_advert(self.advert_keys, self.qp, mr as *mut KrMr, addr, len, &mut rkey)
+            shim::krcore_keys_advert(
+                self.advert_keys,
+                self.qp,
+                self.slot,
+                seq,
+                mr as *mut KrMr,
+                addr,
+                len,
+                &mut rkey,
+            )
         };
         if r != 0 {
             return Err(PostError {

@@ -146,8 +146,9 @@ impl Shared {
         }
         let advert_keys = members.hw.advert_keys();
         let mut qps = KVec::with_capacity(cells.len(), GFP_KERNEL)?;
-        for mut c in cells {
+        for (slot, mut c) in cells.into_iter().enumerate() {
             c.post.advert_keys = advert_keys;
+            c.post.slot = slot as u32;
             qps.push(Arc::pin_init(new_mutex!(c, "krcore_qp"), GFP_KERNEL)?, GFP_KERNEL)?;
         }
         let mut links = KVec::with_capacity(shards.len(), GFP_KERNEL)?;
@@ -222,6 +223,18 @@ impl Shared {
         self.links_busy.load(Ordering::Acquire)
     }
 
+    /// A notice of QP `qp` completed (or was flushed): counted, and fastreg.c told, so
+    /// keys of adverts posted before it that were let go early are free now.
+    pub(crate) fn notice_completed(&self, qp: u32) {
+        let done = {
+            let mut c = self.qps[qp as usize].lock();
+            c.post.notices_done += 1;
+            c.post.notices_done
+        };
+        // SAFETY: the Hw's keys, live as long as this Shared.
+        unsafe { shim::krcore_keys_progress(self.keys.0, qp, done) };
+    }
+
     /// Index of the pooled QP numbered `qpn`.
     pub(crate) fn qp_index(&self, qpn: u32) -> Option<u32> {
         self.qpns
@@ -245,11 +258,19 @@ impl Shared {
     /// notices), or none (null, `None`: nothing posts on it or takes its notices from
     /// here; the number stays, so its accounting is still swept).
     pub(crate) fn install_qp(&self, i: usize, qp: *mut IbQp, qpn: u32, set: Option<SetEnd>) {
-        {
+        let done = {
             let mut c = self.qps[i].lock();
             c.post.qp = qp;
             c.post.peer = set;
-        }
+            // A new connection: the slot's last QP was drained (its flushes routed) or
+            // never was, so nothing of it can still register a key.
+            if set.is_some() {
+                c.post.notices_done = c.post.notices_posted;
+            }
+            c.post.notices_done
+        };
+        // SAFETY: the Hw's keys, live as long as this Shared.
+        unsafe { shim::krcore_keys_progress(self.keys.0, i as u32, done) };
         let bit = 1u64 << i;
         if set.is_some() {
             self.qp(i as u32, |q, _| {
@@ -508,6 +529,7 @@ impl Qps<KStore> for Shared {
     }
 
     fn release_key(&self, rkey: u32, closed: bool) {
+        // (A key is let go under a QP's or a shard's lock: fastreg.c's is innermost.)
         // SAFETY: the Hw's keys, live as long as this Shared (which owns the Hw); after
         // the device's removal each call is refused there.
         unsafe { shim::krcore_keys_release(self.keys.0, rkey, closed) };

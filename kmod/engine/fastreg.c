@@ -33,6 +33,7 @@
 #include <linux/kref.h>
 #include <linux/mutex.h>
 #include <linux/moduleparam.h>
+#include <linux/random.h>
 
 #include "shim.h"
 
@@ -155,6 +156,7 @@ static int krcore_fr_map(struct ib_mr *fr, struct scatterlist *sg, struct krcore
 	u64 base, first, last, idx = 0;
 	unsigned int off, i = 0, n;
 	int mapped;
+	u8 key;
 
 	if (!u || !len || addr < u->address || addr + len > u->address + u->length)
 		return -EINVAL;
@@ -184,7 +186,11 @@ static int krcore_fr_map(struct ib_mr *fr, struct scatterlist *sg, struct krcore
 		return mapped < 0 ? mapped : -EINVAL;
 	/* Addressed as the user's own addresses (same offset in the page). */
 	fr->iova = addr;
-	ib_update_fast_reg_key(fr, ib_inc_rkey(fr->rkey));
+	/* A key byte no one can predict from the last key it saw. */
+	key = get_random_u8();
+	if (key == (fr->rkey & 0xff))
+		key ^= 1;
+	ib_update_fast_reg_key(fr, key);
 	*reg = (struct ib_reg_wr){
 		.wr = { .opcode = IB_WR_REG_MR, .wr_id = KRCORE_FR_WR_ID },
 		.mr = fr,
@@ -211,7 +217,16 @@ struct krcore_key {
 	struct krcore_mr *held;	/* whose pages it maps; NULL while unused */
 	u32 rkey;
 	int next;		/* the free list */
+	/* An advert's: the set QP slot it was registered on, and the count of that slot's
+	 * notices whose completion proves its registration ran (the advert's own). */
+	u32 slot;
+	u64 seq;
+	/* Let go before that proof: waits for it (`closed`: the NIC closed it). */
+	bool waiting, closed;
 };
+
+/* Set QP slots whose notice completions are counted (abi's far-link QPs: < 64). */
+#define KRCORE_KEY_SLOTS 64
 
 struct krcore_keys {
 	struct mutex lock;
@@ -220,6 +235,8 @@ struct krcore_keys {
 	bool dead;
 	int free;
 	u32 n, next;
+	/* Notice completions seen per set QP slot (krcore_keys_progress). */
+	u64 done[KRCORE_KEY_SLOTS];
 	struct scatterlist sg[KRCORE_FR_PAGES];
 	struct krcore_key key[];
 };
@@ -294,25 +311,31 @@ static bool krcore_key_remake(struct krcore_keys *p, struct krcore_key *k)
 	return k->mr;
 }
 
-int krcore_keys_deliver(struct krcore_keys *p, struct krcore_mr *m, u64 addr, u32 len,
-			struct ib_reg_wr *reg, u32 *rkey)
+int krcore_keys_deliver(struct krcore_keys *p, u32 nth, struct krcore_mr *m, u64 addr,
+			u32 len, struct ib_reg_wr *reg, u32 *rkey)
 {
 	struct krcore_key *k;
 	int ret;
 
 	if (!p)
 		return -EINVAL;
-	k = &p->key[p->next];
+	/* The nth chain of this post: the slot turns only for chains posted. */
+	k = &p->key[(p->next + nth) % p->n];
 	if (!k->mr)
 		return -ENOMEM;
 	ret = krcore_fr_map(k->mr, p->sg, m, addr, len, IB_ACCESS_REMOTE_WRITE, reg);
 	if (ret)
 		return ret;
-	p->next = (p->next + 1) % p->n;
 	/* Its last message's chain has run, and that receive completed or failed. */
 	krcore_key_hold(k, m);
 	*rkey = k->rkey;
 	return 0;
+}
+
+void krcore_keys_posted(struct krcore_keys *p, u32 chains)
+{
+	if (p)
+		p->next = (p->next + chains) % p->n;
 }
 
 void krcore_keys_renew(struct krcore_keys *p)
@@ -325,15 +348,15 @@ void krcore_keys_renew(struct krcore_keys *p)
 			krcore_key_remake(p, &p->key[i]);
 }
 
-int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, struct krcore_mr *m, u64 addr,
-		       u32 len, u32 *rkey)
+int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, u32 slot, u64 seq,
+		       struct krcore_mr *m, u64 addr, u32 len, u32 *rkey)
 {
 	const struct ib_send_wr *bad;
 	struct ib_reg_wr reg;
 	struct krcore_key *k;
 	int ret;
 
-	if (!p || !qp)
+	if (!p || !qp || slot >= KRCORE_KEY_SLOTS)
 		return -ENODEV;
 	mutex_lock(&p->lock);
 	if (p->dead || p->free < 0) {
@@ -348,10 +371,30 @@ int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, struct krcore_mr
 		goto out;
 	p->free = k->next;
 	krcore_key_hold(k, m);
+	k->slot = slot;
+	k->seq = seq;
 	*rkey = k->rkey;
 out:
 	mutex_unlock(&p->lock);
 	return ret;
+}
+
+/* Key k (index i) is done with, its registration known to have run: back to the free
+ * list, made again first unless the NIC closed it. */
+static void krcore_key_free(struct krcore_keys *p, u32 i, bool closed)
+{
+	struct krcore_key *k = &p->key[i];
+
+	k->waiting = false;
+	if (closed) {
+		krcore_mr_put(k->held);
+		k->held = NULL;
+	} else if (!krcore_key_remake(p, k)) {
+		/* Out of memory: one key fewer from now on. */
+		return;
+	}
+	k->next = p->free;
+	p->free = i;
 }
 
 void krcore_keys_release(struct krcore_keys *p, u32 rkey, bool closed)
@@ -364,18 +407,39 @@ void krcore_keys_release(struct krcore_keys *p, u32 rkey, bool closed)
 	for (i = 0; i < p->n && !p->dead; i++) {
 		struct krcore_key *k = &p->key[i];
 
-		if (!k->held || k->rkey != rkey)
+		if (!k->held || k->waiting || k->rkey != rkey)
 			continue;
-		if (closed) {
-			krcore_mr_put(k->held);
-			k->held = NULL;
-		} else if (!krcore_key_remake(p, k)) {
-			/* Out of memory: one key fewer from now on. */
-			break;
+		/*
+		 * Until the advert after its registration completed, the registration may
+		 * still be queued (a peer can stall our send queue): destroying the key then
+		 * would let it run on a freed MR, and a key the peer closed early would open
+		 * again. It waits, its pages held, for that completion.
+		 */
+		if (p->done[k->slot] < k->seq) {
+			k->waiting = true;
+			k->closed = closed;
+		} else {
+			krcore_key_free(p, i, closed);
 		}
-		k->next = p->free;
-		p->free = i;
 		break;
+	}
+	mutex_unlock(&p->lock);
+}
+
+void krcore_keys_progress(struct krcore_keys *p, u32 slot, u64 done)
+{
+	u32 i;
+
+	if (!p || slot >= KRCORE_KEY_SLOTS)
+		return;
+	mutex_lock(&p->lock);
+	p->done[slot] = done;
+	for (i = 0; i < p->n && !p->dead; i++) {
+		struct krcore_key *k = &p->key[i];
+
+		/* Made (the NIC may hold a late registration of it): remade, not trusted. */
+		if (k->waiting && k->slot == slot && k->seq <= done)
+			krcore_key_free(p, i, false);
 	}
 	mutex_unlock(&p->lock);
 }

@@ -139,6 +139,13 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 impl Notice {
+    /// Whether it may arrive as a SEND with invalidate: only a `Data`, which closes the
+    /// key of the receive it filled; any other that closed a key at our NIC is a peer
+    /// closing receives it was not sending to (its QP is failed).
+    pub fn may_invalidate(&self) -> bool {
+        matches!(self, Notice::Data { .. })
+    }
+
     /// The wire form: magic (2), kind (1), flags (1), then the fields from byte 4.
     pub fn encode(&self) -> [u8; NOTICE_LEN] {
         let mut b = [0u8; NOTICE_LEN];

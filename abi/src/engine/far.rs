@@ -80,7 +80,7 @@ pub const fn notice_recv_index(wr_id: u64) -> Option<u32> {
 /// A receive of this node's leaves its link: the key made for it (when it was
 /// advertised) is let go, `closed` when the peer's `Data` already closed it at the NIC;
 /// otherwise the backend closes it before the memory can go.
-fn let_key_go<S: Store>(qps: &(impl Qps<S> + ?Sized), r: &PostedRecv, closed: bool) {
+pub(super) fn let_key_go<S: Store>(qps: &(impl Qps<S> + ?Sized), r: &PostedRecv, closed: bool) {
     if r.mr != 0 && r.rkey != 0 {
         qps.release_key(r.rkey, closed);
     }
@@ -1130,6 +1130,21 @@ pub(crate) mod tests {
         );
     }
 
+    /// An advertised receive cancelled (the peer left first, then its ring let it go)
+    /// lets its key go too: none is kept open, nor lost from the device's keys.
+    #[test]
+    fn a_cancelled_advertised_receive_lets_its_key_go() {
+        let ((na, mut a), (nb, mut b)) = (node(11), node(12));
+        a.join_far(nb.gid, 7, 1, &na).unwrap();
+        carry(&na, &nb, &mut b);
+        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        carry(&nb, &na, &mut a);
+        assert_eq!(b.recv(b7, 0, recv(80, 0x8000), &nb), RecvStep::Queued);
+        assert_eq!(*nb.mapped.borrow(), vec![key(0x8000)]);
+        assert_eq!(b.cancel_recv(b7, 0, &nb), Some(80));
+        assert_eq!(*nb.released.borrow(), vec![(key(0x8000), false)]);
+    }
+
     #[test]
     fn two_services_pair_and_each_gets_only_its_own_messages() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
@@ -1241,7 +1256,7 @@ pub(crate) mod tests {
         carry(&nb, &na, &mut a);
         // B's end leaves: A may still be writing into its receives.
         b.depart_far_end(b7, &nb);
-        assert_eq!(b.cancel_recv(b7, 0), None, "the peer has not answered");
+        assert_eq!(b.cancel_recv(b7, 0, &nb), None, "the peer has not answered");
         assert!(!b.quiet(), "the sweep watches the retraction");
         // A takes the Leave: its sends to B fail from now, and it answers.
         carry(&nb, &na, &mut a);

@@ -548,8 +548,14 @@ impl<S: Store> Messages<S> {
         }
     }
 
-    /// Takes the oldest unmatched receive of end `end` (to cancel it).
-    pub fn cancel_recv(&mut self, link: u32, end: u8) -> Option<u64> {
+    /// Takes the oldest unmatched receive of end `end` (to cancel it); the key made for
+    /// it, if it was advertised, is let go.
+    pub fn cancel_recv(
+        &mut self,
+        link: u32,
+        end: u8,
+        qps: &(impl Qps<S> + ?Sized),
+    ) -> Option<u64> {
         let l = self.links.get_mut(link)?;
         if let Some(far) = &mut l.far {
             // Advertised receives are the peer's to fill until it answers our leaving.
@@ -561,6 +567,7 @@ impl<S: Store> Messages<S> {
             if far.cursor == head {
                 far.cursor = l.ends[0].recvs.head;
             }
+            super::far::let_key_go(qps, &r, false);
             return Some(r.wr_id);
         }
         l.ends[end as usize & 1]

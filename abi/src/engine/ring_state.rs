@@ -465,7 +465,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             for i in 0..self.tables.vqps.capacity() {
                 if let Some(h) = self.tables.vqps.handle_at(i) {
                     let k = self.tables.vqps.get(h).expect("live").shard;
-                    self.cancel_recvs(h, &mut f.shard(k));
+                    self.cancel_recvs(h, &mut f.shard(k), f);
                 }
             }
             let rmrs = &mut self.tables.rmrs;

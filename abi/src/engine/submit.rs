@@ -19,7 +19,7 @@ use super::backend::{Connection, PostError, SendKind, SendWr, Sge};
 use super::cqe::{Cqe, Reason};
 use super::errno::Errno;
 use super::export::Export;
-use super::fabric::{Fabric, Members};
+use super::fabric::{Fabric, Members, Qps};
 use super::layout::SqFlags;
 use super::message::{shard_of, Messages, PostedRecv, RecvStep, SendStep, Target, WaitingSend};
 use super::meta::client::Answer;
@@ -316,7 +316,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 self.hold_shard(f, held, v.shard);
                 // Across nodes the peer is told first: its answer frees our receives.
                 held.shard(v.shard).depart_far_end(v.link, f);
-                self.cancel_recvs(vqp, held.shard(v.shard));
+                self.cancel_recvs(vqp, held.shard(v.shard), f);
                 let t = &mut self.tables;
                 let v = *t.vqps.get(vqp).expect("validated");
                 if v.sends > 0 || v.recvs > 0 {
@@ -653,11 +653,16 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     /// Cancels virtual QP `vqp`'s receives no message has taken yet.
-    pub(crate) fn cancel_recvs(&mut self, vqp: u32, messages: &mut Messages<S>) {
+    pub(crate) fn cancel_recvs(
+        &mut self,
+        vqp: u32,
+        messages: &mut Messages<S>,
+        qps: &(impl Qps<S> + ?Sized),
+    ) {
         let Some(&v) = self.tables.vqps.get(vqp) else {
             return;
         };
-        while let Some(w) = messages.cancel_recv(v.link, v.end) {
+        while let Some(w) = messages.cancel_recv(v.link, v.end, qps) {
             self.complete(WrId::decode(w), Completion::Failed(Reason::Cancelled));
         }
     }

@@ -215,6 +215,8 @@ impl DevCtx {
         if wc.wr_id == NOTICE_WR_ID {
             // Room for the next notice (the sweep posts the links' that wait for it).
             self.shared.qp(qp, |q, _| q.notice_done());
+            // Adverts' keys let go before their advert completed are free now.
+            self.shared.notice_completed(qp);
             self.shared.flush_revocations();
             return;
         }
@@ -276,6 +278,11 @@ impl DevCtx {
             self.bad_notices.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        if inv.is_some() && !n.may_invalidate() {
+            self.bad_notices.fetch_add(1, Ordering::Relaxed);
+            self.shared.fail_set_qp(qp);
+            return;
+        }
         match (n, n.shard(gid, self.shared.shards())) {
             // abi's shard is one of ours (a made-up id names none).
             (_, Some(k)) => self.shared.shard(k).on_notice(gid, qp, n, inv, &self.shared),
