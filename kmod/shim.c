@@ -677,6 +677,7 @@ int krcore_shim_post_send(struct krcore_scratch *s, struct ib_qp *qp,
 				return ret;
 			}
 			s->chain[first] = true;
+			s->chain[first + 1] = s->chain[first + 2] = false;
 			for (; first < j; first++)
 				s->of[first] = i;
 			*link = &s->wr[j - 3].reg.wr;

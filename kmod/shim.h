@@ -285,16 +285,18 @@ int krcore_keys_deliver(struct krcore_keys *p, u32 nth, struct krcore_mr *m, u64
 void krcore_keys_posted(struct krcore_keys *p, u32 chains);
 /* Makes a pool QP's used keys again (a reset QP, nothing in flight). */
 void krcore_keys_renew(struct krcore_keys *p);
-/* A free key of the device's, made over len bytes at addr of m, its registration posted
- * on qp (set QP slot `slot`, whose seq-th notice, the advert, follows it); -EAGAIN
- * while none is free. */
-int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, u32 slot, u64 seq,
-		       struct krcore_mr *m, u64 addr, u32 len, u32 *rkey);
+/* A free key of the device's (*index), made over len bytes at addr of m, its
+ * registration posted on qp; -EAGAIN while none is free. The advert that carries it
+ * follows with abi's advert_wr_id(*index). */
+int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, struct krcore_mr *m, u64 addr,
+		       u32 len, u32 *rkey, u32 *index);
 /* A key is done with: `closed` when the NIC already closed it, else it is closed here;
- * not before its advert completed (it waits for krcore_keys_progress). */
+ * not before its registration settled (then it waits, and is made again). */
 void krcore_keys_release(struct krcore_keys *p, u32 rkey, bool closed);
-/* `done` notices of set QP slot `slot` have completed (or were flushed). */
-void krcore_keys_progress(struct krcore_keys *p, u32 slot, u64 done);
+/* Key i's advert completed (or was flushed): its registration ran or never will. */
+void krcore_keys_advert_done(struct krcore_keys *p, u32 i);
+/* qp was drained or torn down: none of its registrations can run any more. */
+void krcore_keys_gone(struct krcore_keys *p, struct ib_qp *qp);
 /* Test only (test_unchecked_wire): whether one-sided requests through imports go
  * unchecked, and where (*rkey 0: where they name, with the import's rkey). */
 bool krcore_shim_test_unchecked_wire(u64 *addr, u32 *rkey);
@@ -438,6 +440,8 @@ bool krcore_shim_cm_broken(struct krcore_cm_conn *c);
 void krcore_shim_cm_close(struct krcore_cm_conn *c);
 /* The same, on cm.c's workqueue: for callers holding a krcore lock (see cm.c). */
 void krcore_shim_cm_close_later(struct krcore_cm_conn *c);
+/* c's QP, once made (a handle Rust holds; compared, never used, after teardown). */
+struct ib_qp *krcore_cm_conn_qp(struct krcore_cm_conn *c);
 /* Releases the handle of a connection its device's removal tore down. */
 void krcore_shim_cm_put(struct krcore_cm_conn *c);
 /* Takes a handle on an accepted connection for a set (released as an active one's) and

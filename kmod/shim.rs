@@ -212,15 +212,15 @@ extern "C" {
     pub(crate) fn krcore_keys_advert(
         p: *mut Keys,
         qp: *mut IbQp,
-        slot: u32,
-        seq: u64,
         mr: *mut KrMr,
         addr: u64,
         len: u32,
         rkey: *mut u32,
+        index: *mut u32,
     ) -> c_int;
     pub(crate) fn krcore_keys_release(p: *mut Keys, rkey: u32, closed: bool);
-    pub(crate) fn krcore_keys_progress(p: *mut Keys, slot: u32, done: u64);
+    pub(crate) fn krcore_keys_advert_done(p: *mut Keys, i: u32);
+    pub(crate) fn krcore_keys_gone(p: *mut Keys, qp: *mut IbQp);
     pub(crate) fn krcore_shim_test_unchecked_wire(addr: *mut u64, rkey: *mut u32) -> bool;
     pub(crate) fn krcore_shim_cond_resched();
     pub(crate) fn krcore_shim_devwatch_start(dev: *mut IbDevice, ctx: *mut c_void)
@@ -246,6 +246,7 @@ extern "C" {
     ) -> c_int;
     pub(crate) fn krcore_shim_cm_broken(c: *mut CmConn) -> bool;
     pub(crate) fn krcore_shim_cm_close_later(c: *mut CmConn);
+    pub(crate) fn krcore_cm_conn_qp(c: *mut CmConn) -> *mut IbQp;
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
     pub(crate) fn krcore_cm_own(c: *mut CmConn) -> bool;
     pub(crate) fn krcore_cm_notices_start(c: *mut CmConn);

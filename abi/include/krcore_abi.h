@@ -103,6 +103,10 @@
 // The `wr_id` of a receive the peer's kernel advertised (never routed to a ring).
 #define krcore_FAR_RECV UINT64_MAX
 
+// Keys for receives advertised to peer kernels, device-wide (kmod/engine/fastreg.c):
+// an advert waits while none is free.
+#define krcore_ADVERT_KEYS 256
+
 // Kernel receives for notices kept posted on each set QP (kmod/cluster/cm.c posts them; its
 // `KRCORE_NOTICE_RECVS` is this).
 #define krcore_NOTICE_RECVS 64

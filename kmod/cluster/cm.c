@@ -464,6 +464,11 @@ static void krcore_cm_close_work(struct work_struct *w)
  * order lockdep rightly reports. So the close runs on krcore_cm_wq, with no krcore
  * lock held; the caller has already stopped posting on the QP.
  */
+struct ib_qp *krcore_cm_conn_qp(struct krcore_cm_conn *c)
+{
+	return READ_ONCE(c->qp_created) ? c->qp : NULL;
+}
+
 void krcore_shim_cm_close_later(struct krcore_cm_conn *c)
 {
 	/* The handle's reference passes to the work; one close per handle. */

@@ -21,8 +21,8 @@ use kernel::prelude::*;
 
 use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::engine::{
-    Connection, MrKeys, Post, PostError, Rearm, SendKind, SendWr, CHAIN, FAR_WRITE_WR_ID,
-    NOTICE_RECVS, NOTICE_ROOM, NOTICE_WR_ID,
+    advert_wr_id, Connection, MrKeys, Post, PostError, Rearm, SendKind, SendWr, ADVERT_KEYS,
+    CHAIN, FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_ROOM, NOTICE_WR_ID,
 };
 use crate::abi::errno::Errno;
 use crate::abi::sqe::{MrAccess, SqeFlags};
@@ -33,9 +33,6 @@ pub(crate) const POOL_QPS: usize = 4;
 const _: () = assert!(POOL_QPS % 2 == 0 && POOL_QPS <= 64);
 /// Send queue depth of a pooled QP.
 pub(crate) const SEND_DEPTH: u32 = 64;
-/// Keys for receives advertised to peer kernels, device-wide (engine/fastreg.c): an
-/// advert waits while none is free.
-const ADVERT_KEYS: u32 = 256;
 // shim.h's KRCORE_FR_WR_ID: the key's own requests, and the WRITE inside a message's
 // chain, dropped when flushed as a message's WRITE is.
 const _: () = assert!(FAR_WRITE_WR_ID == u64::MAX - 0x4000_0001);
@@ -44,8 +41,6 @@ const _: () = assert!(FAR_WRITE_WR_ID == u64::MAX - 0x4000_0001);
 const RECV_DEPTH: u32 = 1;
 /// Physical QP slots of a device: the pool's, then the peer sets' (peer.rs).
 pub(crate) const QPS: usize = POOL_QPS + crate::cluster::peer::PEER_QPS;
-// fastreg.c counts notices per slot for 64 (KRCORE_KEY_SLOTS).
-const _: () = assert!(QPS <= 64);
 /// CQ entries: room for every request the pool and the peer sets can have outstanding
 /// (a peer QP has the pool's depths: cm.c creates it so).
 /// A set's QP may flush every work request it holds (a message to another node is two)
@@ -515,12 +510,10 @@ pub(crate) struct QpPost {
     pub(crate) peer: Option<SetEnd>,
     /// The device's keys for advertised receives (the Hw's; set once it exists).
     pub(crate) advert_keys: *mut Keys,
-    /// Its slot, and its notices posted and completed (or flushed) so far: an advert's
-    /// key is trusted to be registered once the advert's completion came
-    /// (engine/fastreg.c).
-    pub(crate) slot: u32,
-    pub(crate) notices_posted: u64,
-    pub(crate) notices_done: u64,
+    /// The key `map_recv` just made, whose advert is the next notice posted here: it
+    /// carries the key's `advert_wr_id`, so its completion says the key's registration
+    /// ran (engine/fastreg.c).
+    advert: Option<u32>,
     scratch: ScratchBuf,
     /// A chain in C's terms (off the stack: 3 KiB).
     c: KBox<[SendWrC; 2 * CHAIN]>,
@@ -536,9 +529,7 @@ impl QpPost {
             qp: core::ptr::null_mut(),
             peer: None,
             advert_keys: core::ptr::null_mut(),
-            slot: 0,
-            notices_posted: 0,
-            notices_done: 0,
+            advert: None,
             scratch: ScratchBuf::new()?,
             c: KBox::new([SendWrC::default(); 2 * CHAIN], GFP_KERNEL)?,
         })
@@ -645,31 +636,27 @@ impl Post for QpPost {
         if self.qp.is_null() {
             return Err(Self::gone());
         }
-        self.c[0] = notice_wr(NOTICE_WR_ID, notice, true);
-        self.post_c(1, &[1])?;
-        self.notices_posted += 1;
-        Ok(())
+        let wr_id = self.advert.take().map_or(NOTICE_WR_ID, advert_wr_id);
+        self.c[0] = notice_wr(wr_id, notice, true);
+        self.post_c(1, &[1])
     }
 
     fn map_recv(&mut self, mr: u64, addr: u64, len: u32) -> Result<u32, PostError> {
         if self.qp.is_null() || self.advert_keys.is_null() {
             return Err(Self::gone());
         }
-        let mut rkey = 0;
+        let (mut rkey, mut index) = (0, 0);
         // SAFETY: a live QP (under its lock) and the device's keys (live with the Hw);
         // `mr` is the receive's registration, which its posted receive keeps.
-        // The advert is the next notice posted here.
-        let seq = self.notices_posted + 1;
         let r = unsafe {
             shim::krcore_keys_advert(
                 self.advert_keys,
                 self.qp,
-                self.slot,
-                seq,
                 mr as *mut KrMr,
                 addr,
                 len,
                 &mut rkey,
+                &mut index,
             )
         };
         if r != 0 {
@@ -678,6 +665,7 @@ impl Post for QpPost {
                 errno: Errno(-r),
             });
         }
+        self.advert = Some(index);
         Ok(rkey)
     }
 }

@@ -126,10 +126,14 @@ fn begin_drain(c: Conn, send: u64, recv: u64) -> Begun {
     }
 }
 
-/// Closes `c` (drained, or torn down already).
-fn close_drained(c: Conn) {
-    // SAFETY: as above; its QP has nothing left in the CQ.
-    unsafe { shim::krcore_shim_cm_close_later(c.0) };
+/// Closes `c` (drained, or torn down already): no registration of a key on its QP can
+/// run any more, so keys let go before their advert completed may go (`keys`).
+fn close_drained(keys: *mut shim::Keys, c: Conn) {
+    // SAFETY: as above; its QP has nothing left in the CQ. `keys` is the Hw's.
+    unsafe {
+        shim::krcore_keys_gone(keys, shim::krcore_cm_conn_qp(c.0));
+        shim::krcore_shim_cm_close_later(c.0);
+    }
 }
 
 impl Shared {
@@ -146,9 +150,8 @@ impl Shared {
         }
         let advert_keys = members.hw.advert_keys();
         let mut qps = KVec::with_capacity(cells.len(), GFP_KERNEL)?;
-        for (slot, mut c) in cells.into_iter().enumerate() {
+        for mut c in cells {
             c.post.advert_keys = advert_keys;
-            c.post.slot = slot as u32;
             qps.push(Arc::pin_init(new_mutex!(c, "krcore_qp"), GFP_KERNEL)?, GFP_KERNEL)?;
         }
         let mut links = KVec::with_capacity(shards.len(), GFP_KERNEL)?;
@@ -189,12 +192,15 @@ impl Shared {
     /// Lets go of a set connection nothing posts on any more: drained, then closed, in
     /// the drains' turn.
     pub(crate) fn let_go(&self, conn: *mut CmConn) {
+        let keys = self.keys.0;
+        let mut close = |c| close_drained(keys, c);
         let mut d = self.drains.lock();
-        if let Err(c) = d.let_go(Conn(conn), &mut begin_drain, &mut close_drained) {
+        if let Err(c) = d.let_go(Conn(conn), &mut begin_drain, &mut close) {
             // More than the sets ever let go of between two routings: closing undrained
-            // risks a stale completion, so say so.
+            // risks a stale completion (and keeps keys registered on it), so say so.
             pr_warn!("a set connection closed undrained: no drain free\n");
-            close_drained(c);
+            // SAFETY: a handle Rust holds, closed once.
+            unsafe { shim::krcore_shim_cm_close_later(c.0) };
         }
         self.draining.store(d.busy(), Ordering::Release);
     }
@@ -204,8 +210,9 @@ impl Shared {
         let Some((k, recv)) = SetDrains::marker_of(wr_id) else {
             return false;
         };
+        let keys = self.keys.0;
         let mut d = self.drains.lock();
-        d.seen(k, recv, &mut begin_drain, &mut close_drained);
+        d.seen(k, recv, &mut begin_drain, &mut |c| close_drained(keys, c));
         self.draining.store(d.busy(), Ordering::Release);
         true
     }
@@ -223,16 +230,11 @@ impl Shared {
         self.links_busy.load(Ordering::Acquire)
     }
 
-    /// A notice of QP `qp` completed (or was flushed): counted, and fastreg.c told, so
-    /// keys of adverts posted before it that were let go early are free now.
-    pub(crate) fn notice_completed(&self, qp: u32) {
-        let done = {
-            let mut c = self.qps[qp as usize].lock();
-            c.post.notices_done += 1;
-            c.post.notices_done
-        };
+    /// The advert of key `i` completed (or was flushed): its registration ran or never
+    /// will, so the key may go once let go (fastreg.c).
+    pub(crate) fn advert_done(&self, i: u32) {
         // SAFETY: the Hw's keys, live as long as this Shared.
-        unsafe { shim::krcore_keys_progress(self.keys.0, qp, done) };
+        unsafe { shim::krcore_keys_advert_done(self.keys.0, i) };
     }
 
     /// Index of the pooled QP numbered `qpn`.
@@ -258,19 +260,11 @@ impl Shared {
     /// notices), or none (null, `None`: nothing posts on it or takes its notices from
     /// here; the number stays, so its accounting is still swept).
     pub(crate) fn install_qp(&self, i: usize, qp: *mut IbQp, qpn: u32, set: Option<SetEnd>) {
-        let done = {
+        {
             let mut c = self.qps[i].lock();
             c.post.qp = qp;
             c.post.peer = set;
-            // A new connection: the slot's last QP was drained (its flushes routed) or
-            // never was, so nothing of it can still register a key.
-            if set.is_some() {
-                c.post.notices_done = c.post.notices_posted;
-            }
-            c.post.notices_done
-        };
-        // SAFETY: the Hw's keys, live as long as this Shared.
-        unsafe { shim::krcore_keys_progress(self.keys.0, i as u32, done) };
+        }
         let bit = 1u64 << i;
         if set.is_some() {
             self.qp(i as u32, |q, _| {

@@ -217,16 +217,14 @@ struct krcore_key {
 	struct krcore_mr *held;	/* whose pages it maps; NULL while unused */
 	u32 rkey;
 	int next;		/* the free list */
-	/* An advert's: the set QP slot it was registered on, and the count of that slot's
-	 * notices whose completion proves its registration ran (the advert's own). */
-	u32 slot;
-	u64 seq;
-	/* Let go before that proof: waits for it (`closed`: the NIC closed it). */
-	bool waiting, closed;
+	/* An advert's: the QP its registration was posted on, and whether that
+	 * registration is known to have run or never to run (the advert after it
+	 * completed, or the QP was drained). */
+	struct ib_qp *qp;
+	bool reg_done;
+	/* Let go before that: waits for it. */
+	bool waiting;
 };
-
-/* Set QP slots whose notice completions are counted (abi's far-link QPs: < 64). */
-#define KRCORE_KEY_SLOTS 64
 
 struct krcore_keys {
 	struct mutex lock;
@@ -235,8 +233,6 @@ struct krcore_keys {
 	bool dead;
 	int free;
 	u32 n, next;
-	/* Notice completions seen per set QP slot (krcore_keys_progress). */
-	u64 done[KRCORE_KEY_SLOTS];
 	struct scatterlist sg[KRCORE_FR_PAGES];
 	struct krcore_key key[];
 };
@@ -348,15 +344,15 @@ void krcore_keys_renew(struct krcore_keys *p)
 			krcore_key_remake(p, &p->key[i]);
 }
 
-int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, u32 slot, u64 seq,
-		       struct krcore_mr *m, u64 addr, u32 len, u32 *rkey)
+int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, struct krcore_mr *m, u64 addr,
+		       u32 len, u32 *rkey, u32 *index)
 {
 	const struct ib_send_wr *bad;
 	struct ib_reg_wr reg;
 	struct krcore_key *k;
 	int ret;
 
-	if (!p || !qp || slot >= KRCORE_KEY_SLOTS)
+	if (!p || !qp)
 		return -ENODEV;
 	mutex_lock(&p->lock);
 	if (p->dead || p->free < 0) {
@@ -369,23 +365,25 @@ int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, u32 slot, u64 se
 		ret = ib_post_send(qp, &reg.wr, &bad);
 	if (ret)
 		goto out;
+	*index = p->free;
 	p->free = k->next;
 	krcore_key_hold(k, m);
-	k->slot = slot;
-	k->seq = seq;
+	k->qp = qp;
+	k->reg_done = false;
 	*rkey = k->rkey;
 out:
 	mutex_unlock(&p->lock);
 	return ret;
 }
 
-/* Key k (index i) is done with, its registration known to have run: back to the free
- * list, made again first unless the NIC closed it. */
+/* Key k (index i) is done with, its registration known to have run or never to run:
+ * back to the free list, made again first unless the NIC closed it. */
 static void krcore_key_free(struct krcore_keys *p, u32 i, bool closed)
 {
 	struct krcore_key *k = &p->key[i];
 
 	k->waiting = false;
+	k->qp = NULL;
 	if (closed) {
 		krcore_mr_put(k->held);
 		k->held = NULL;
@@ -413,33 +411,46 @@ void krcore_keys_release(struct krcore_keys *p, u32 rkey, bool closed)
 		 * Until the advert after its registration completed, the registration may
 		 * still be queued (a peer can stall our send queue): destroying the key then
 		 * would let it run on a freed MR, and a key the peer closed early would open
-		 * again. It waits, its pages held, for that completion.
+		 * again. It waits, its pages held, and is made again then.
 		 */
-		if (p->done[k->slot] < k->seq) {
-			k->waiting = true;
-			k->closed = closed;
-		} else {
+		if (k->reg_done)
 			krcore_key_free(p, i, closed);
-		}
+		else
+			k->waiting = true;
 		break;
 	}
 	mutex_unlock(&p->lock);
 }
 
-void krcore_keys_progress(struct krcore_keys *p, u32 slot, u64 done)
+/* Key k's registration ran or never will: a key let go meanwhile is free now. */
+static void krcore_key_settled(struct krcore_keys *p, u32 i)
+{
+	struct krcore_key *k = &p->key[i];
+
+	k->reg_done = true;
+	if (k->waiting)
+		krcore_key_free(p, i, false);
+}
+
+void krcore_keys_advert_done(struct krcore_keys *p, u32 i)
+{
+	if (!p)
+		return;
+	mutex_lock(&p->lock);
+	if (!p->dead && i < p->n && p->key[i].held && !p->key[i].reg_done)
+		krcore_key_settled(p, i);
+	mutex_unlock(&p->lock);
+}
+
+void krcore_keys_gone(struct krcore_keys *p, struct ib_qp *qp)
 {
 	u32 i;
 
-	if (!p || slot >= KRCORE_KEY_SLOTS)
+	if (!p || !qp)
 		return;
 	mutex_lock(&p->lock);
-	p->done[slot] = done;
-	for (i = 0; i < p->n && !p->dead; i++) {
-		struct krcore_key *k = &p->key[i];
-
-		/* Made (the NIC may hold a late registration of it): remade, not trusted. */
-		if (k->waiting && k->slot == slot && k->seq <= done)
-			krcore_key_free(p, i, false);
-	}
+	for (i = 0; i < p->n && !p->dead; i++)
+		if (p->key[i].held && p->key[i].qp == qp && !p->key[i].reg_done)
+			krcore_key_settled(p, i);
 	mutex_unlock(&p->lock);
 }

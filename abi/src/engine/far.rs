@@ -60,6 +60,24 @@ pub const FAR_WRITE_WR_ID: u64 = backend_wr_id(0x4000_0001);
 /// The `wr_id` of a receive the peer's kernel advertised (never routed to a ring).
 pub const FAR_RECV: u64 = u64::MAX;
 
+/// Keys for receives advertised to peer kernels, device-wide (kmod/engine/fastreg.c):
+/// an advert waits while none is free.
+pub const ADVERT_KEYS: u32 = 256;
+
+const ADVERT_BASE: u32 = 0x7000_0000;
+
+/// The `wr_id` of the advert carrying key `i` (signaled, posted right after the key's
+/// registration on the same QP): its completion, success or flush, says the
+/// registration ran or never will.
+pub const fn advert_wr_id(i: u32) -> u64 {
+    backend_wr_id(ADVERT_BASE + i)
+}
+
+/// Which key's advert a `wr_id` is, if it is one.
+pub const fn advert_index(wr_id: u64) -> Option<u32> {
+    backend_index(wr_id, ADVERT_BASE, ADVERT_KEYS)
+}
+
 /// Kernel receives for notices kept posted on each set QP (kmod/cluster/cm.c posts them; its
 /// `KRCORE_NOTICE_RECVS` is this).
 pub const NOTICE_RECVS: u32 = 64;
@@ -1128,6 +1146,17 @@ pub(crate) mod tests {
             nb.released.borrow()[1..],
             [(key(0x8100), false), (key(0x8200), false)]
         );
+    }
+
+    /// An advert's `wr_id` names its key, and no other class's.
+    #[test]
+    fn advert_wr_ids_name_their_keys_only() {
+        assert_eq!(advert_index(advert_wr_id(0)), Some(0));
+        assert_eq!(advert_index(advert_wr_id(ADVERT_KEYS - 1)), Some(ADVERT_KEYS - 1));
+        assert_eq!(advert_index(advert_wr_id(ADVERT_KEYS)), None);
+        for other in [NOTICE_WR_ID, FAR_WRITE_WR_ID, notice_recv_wr_id(NOTICE_RECVS - 1)] {
+            assert_eq!(advert_index(other), None);
+        }
     }
 
     /// An advertised receive cancelled (the peer left first, then its ring let it go)

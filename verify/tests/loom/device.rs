@@ -17,7 +17,7 @@ use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
     complete_wc, settle_links, BusyHint, Completion, Connection, Context, ExportSlot, Exports,
     Fabric, Inbox, Links, Members, Messages, MrKeys, PhysQp, Post, PostError, Posted, Qps, Ring,
-    RingStorage, SendWr, Slot, Stall, VecStore, WrId, RING_LISTENS,
+    RingStorage, SendWr, Slot, Stall, VecStore, WrId,
 };
 use krcore_abi::errno::Errno;
 use krcore_abi::opcode::Opcode;
@@ -466,7 +466,7 @@ impl Device {
         {
             let _cq = self.cq.lock().unwrap();
             let k = n.shard(&gid, self.fab.shards()).unwrap();
-            self.fab.shard(k).on_notice(&gid, qp, n, &self.fab);
+            self.fab.shard(k).on_notice(&gid, qp, n, None, &self.fab);
             settle_links(&self.fab, u32::MAX, 5_000, 0, |id, c| self.deliver(id, c));
         }
         self.route();
