@@ -440,8 +440,9 @@ bool krcore_shim_cm_broken(struct krcore_cm_conn *c);
 void krcore_shim_cm_close(struct krcore_cm_conn *c);
 /* The same, on cm.c's workqueue: for callers holding a krcore lock (see cm.c). */
 void krcore_shim_cm_close_later(struct krcore_cm_conn *c);
-/* c's QP, once made (a handle Rust holds; compared, never used, after teardown). */
-struct ib_qp *krcore_cm_conn_qp(struct krcore_cm_conn *c);
+/* c's QP once nothing it holds can run any more (torn down, or its drain's markers
+ * back), else NULL: compared, never used (a handle Rust holds). */
+struct ib_qp *krcore_cm_settled_qp(struct krcore_cm_conn *c);
 /* Releases the handle of a connection its device's removal tore down. */
 void krcore_shim_cm_put(struct krcore_cm_conn *c);
 /* Takes a handle on an accepted connection for a set (released as an active one's) and

@@ -246,7 +246,7 @@ extern "C" {
     ) -> c_int;
     pub(crate) fn krcore_shim_cm_broken(c: *mut CmConn) -> bool;
     pub(crate) fn krcore_shim_cm_close_later(c: *mut CmConn);
-    pub(crate) fn krcore_cm_conn_qp(c: *mut CmConn) -> *mut IbQp;
+    pub(crate) fn krcore_cm_settled_qp(c: *mut CmConn) -> *mut IbQp;
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
     pub(crate) fn krcore_cm_own(c: *mut CmConn) -> bool;
     pub(crate) fn krcore_cm_notices_start(c: *mut CmConn);

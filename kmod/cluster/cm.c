@@ -121,6 +121,8 @@ struct krcore_cm_conn {
 	/* The waiter gave up: the handler must not touch the id any more. */
 	bool abandoned;
 	bool qp_created;
+	/* Its drain began (the QP in the error state, the markers posted behind all). */
+	bool drain_begun;
 	/* Connected (ESTABLISHED seen, or accepted): a teardown says goodbye first. */
 	bool established;
 	bool broken;
@@ -464,9 +466,17 @@ static void krcore_cm_close_work(struct work_struct *w)
  * order lockdep rightly reports. So the close runs on krcore_cm_wq, with no krcore
  * lock held; the caller has already stopped posting on the QP.
  */
-struct ib_qp *krcore_cm_conn_qp(struct krcore_cm_conn *c)
+struct ib_qp *krcore_cm_settled_qp(struct krcore_cm_conn *c)
 {
-	return READ_ONCE(c->qp_created) ? c->qp : NULL;
+	struct ib_qp *qp = NULL;
+
+	/* Torn down (destroyed), or drained (its markers came back behind everything). A
+	 * drain that failed to begin leaves the QP maybe running: none. */
+	mutex_lock(&c->lock);
+	if (c->qp_created && (c->abandoned || c->drain_begun))
+		qp = c->qp;
+	mutex_unlock(&c->lock);
+	return qp;
 }
 
 void krcore_shim_cm_close_later(struct krcore_cm_conn *c)
@@ -842,6 +852,7 @@ int krcore_cm_drain(struct krcore_cm_conn *c, u64 send_id, u64 recv_id)
 		ret = ib_modify_qp(c->qp, &attr, IB_QP_STATE);
 		if (!ret)
 			ret = ib_post_send(c->qp, &swr.wr, NULL);
+		c->drain_begun = !ret;
 		if (!ret && c->notices)
 			ret = ib_post_recv(c->qp, &rwr, NULL);
 		else if (!ret)

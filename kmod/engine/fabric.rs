@@ -83,7 +83,8 @@ pub(crate) struct Shared {
     /// A revocation found the table full (its DEREG_MR or ring close waits for room):
     /// the device's tick marks closed rings so theirs are tried again.
     pub(crate) revoke_waiting: AtomicBool,
-    /// Set connections closed and being drained before their QPs go (a leaf).
+    /// Set connections closed and being drained before their QPs go (taken before only
+    /// cm.c's connection lock and fastreg.c's keys lock).
     drains: Pin<KBox<Mutex<SetDrains>>>,
     /// A drain runs: its flushes are coming, so the CQ is polled (see `busy`).
     draining: AtomicBool,
@@ -112,7 +113,7 @@ unsafe impl Send for Conn {}
 const DRAINS: usize = 16;
 
 /// Set connections closed and being drained before their QPs go (abi's
-/// `cluster::drain`; a leaf lock).
+/// `cluster::drain`; its lock is taken before only cm.c's and fastreg.c's).
 pub(crate) type SetDrains = Drains<Conn, DRAINS, DRAINS>;
 
 /// Moves `c`'s QP to the error state with the markers behind everything (cm.c).
@@ -127,11 +128,12 @@ fn begin_drain(c: Conn, send: u64, recv: u64) -> Begun {
 }
 
 /// Closes `c` (drained, or torn down already): no registration of a key on its QP can
-/// run any more, so keys let go before their advert completed may go (`keys`).
+/// run any more, so keys let go before their advert completed may go (`keys`; a drain
+/// that failed to begin settles none: they stay, held, rather than freed early).
 fn close_drained(keys: *mut shim::Keys, c: Conn) {
     // SAFETY: as above; its QP has nothing left in the CQ. `keys` is the Hw's.
     unsafe {
-        shim::krcore_keys_gone(keys, shim::krcore_cm_conn_qp(c.0));
+        shim::krcore_keys_gone(keys, shim::krcore_cm_settled_qp(c.0));
         shim::krcore_shim_cm_close_later(c.0);
     }
 }

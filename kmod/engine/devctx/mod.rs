@@ -40,6 +40,9 @@
 //!    the peer kernels' challenges (`auth`, taken by cm.c's listener with none held);
 //!
 //! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too.
+//! The keys of advertised receives (engine/fastreg.c's `krcore_keys` mutex) are the
+//! innermost lock of all: taken under a shard's, a QP's, the membership's and the
+//! drains' (an advert's key made, or let go), taking nothing.
 //! cm.c's per-connection mutex is taken under a QP's (a notice receive taken and posted
 //! again) and under the drains' (a drain begun), and takes nothing. cm.c's listener
 //! answers a peer's request for a set under rdma_cm's handler mutex, taking 2, then 5
