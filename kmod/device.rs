@@ -315,6 +315,39 @@ extern "C" fn krcore_rs_cm_resources(
     }
 }
 
+/// A member's request to the MetaServer `dev` serves (meta.c, on its serving
+/// connection's CQ workqueue, nothing held): `len` bytes at `req` from the member at
+/// `from` (network order), answered in `reply` (`META_REPLY_LEN` bytes). 0, or
+/// `-ENODEV` when `dev` serves no region (nothing goes back).
+#[no_mangle]
+extern "C" fn krcore_rs_meta_serve(
+    dev: *mut IbDevice,
+    from: u32,
+    req: *const u8,
+    len: u32,
+    reply: *mut u8,
+) -> c_int {
+    let ctx = {
+        let devices = Registry::get().devices.lock();
+        match devices.iter().find(|d| d.ib == dev) {
+            Some(d) => d.ctx.clone(),
+            None => return ENODEV.to_errno(),
+        }
+    };
+    // SAFETY: meta.c passes `len` readable bytes (at most its request room) and a
+    // reply buffer of META_REPLY_LEN bytes, both its own.
+    let (req, reply) = unsafe {
+        (
+            core::slice::from_raw_parts(req, len as usize),
+            &mut *reply.cast::<[u8; crate::shim::META_REPLY_LEN]>(),
+        )
+    };
+    match ctx.meta.serve(from.to_ne_bytes(), req, reply) {
+        true => 0,
+        false => ENODEV.to_errno(),
+    }
+}
+
 /// A peer kernel at `gid` asks for connection `index` of a set (cm.c's listener, with
 /// a pin from [`krcore_rs_cm_resources`]): 0 to accept it, a negative errno to refuse
 /// it (`-EALREADY`: our own attempt wins).

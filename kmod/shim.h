@@ -285,18 +285,14 @@ int krcore_keys_deliver(struct krcore_keys *p, u32 nth, struct krcore_mr *m, u64
 void krcore_keys_posted(struct krcore_keys *p, u32 chains);
 /* Makes a pool QP's used keys again (a reset QP, nothing in flight). */
 void krcore_keys_renew(struct krcore_keys *p);
-/* A free key of the device's (*index), made over len bytes at addr of m, its
- * registration posted on qp; -EAGAIN while none is free. The advert that carries it
- * follows with abi's advert_wr_id(*index). */
-int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, struct krcore_mr *m, u64 addr,
-		       u32 len, u32 *rkey, u32 *index);
-/* A key is done with: `closed` when the NIC already closed it, else it is closed here;
- * not before its registration settled (then it waits, and is made again). */
-void krcore_keys_release(struct krcore_keys *p, u32 rkey, bool closed);
-/* Key i's advert completed (or was flushed): its registration ran or never will. */
-void krcore_keys_advert_done(struct krcore_keys *p, u32 i);
-/* qp was drained or torn down: none of its registrations can run any more. */
-void krcore_keys_gone(struct krcore_keys *p, struct ib_qp *qp);
+/* The device's key i (abi cluster::keys chose it, and holds the lock around these),
+ * made over len bytes at addr of m, its registration posted on qp. The advert that
+ * carries it follows with abi's advert_wr_id(i). */
+int krcore_key_post(struct krcore_keys *p, u32 i, struct ib_qp *qp, struct krcore_mr *m,
+		    u64 addr, u32 len, u32 *rkey);
+/* Lets key i's pages go, destroying it and making it again first when `remake` (it may
+ * be open at the NIC): false when it could not be made again (one key fewer). */
+bool krcore_key_let(struct krcore_keys *p, u32 i, bool remake);
 /* Test only (test_unchecked_wire): whether one-sided requests through imports go
  * unchecked, and where (*rkey 0: where they name, with the import's rkey). */
 bool krcore_shim_test_unchecked_wire(u64 *addr, u32 *rkey);
@@ -464,14 +460,16 @@ void krcore_rs_dev_quiesce(struct ib_device *dev);
  * `remove` (the device context's removal). */
 void krcore_shim_cm_remove_device(struct ib_device *dev, void (*remove)(struct ib_device *));
 /* For meta.c: the MetaServer's offer an active META connection's accept carried
- * (-EPROTO when it carried none), and a post on a connection's QP unless it was torn
- * down (-ENOTCONN). */
+ * (-EPROTO when it carried none), and a post (send or receive) on a connection's QP
+ * unless it was torn down (-ENOTCONN). */
 struct ib_send_wr;
+struct ib_recv_wr;
 int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o);
 /* A module parameter naming an IPv4 address, as an IPv4-mapped GID (16 bytes): 0,
  * -ENOENT when unset, -EINVAL when it is no address. */
 int krcore_cm_param_gid(const char *param, u8 *gid);
 int krcore_cm_post(struct krcore_cm_conn *c, const struct ib_send_wr *wr);
+int krcore_cm_post_recv(struct krcore_cm_conn *c, const struct ib_recv_wr *wr);
 /* A set's QP's notice receive `i` completed: its 32 bytes copied to `out` and the
  * receive posted again; -ENOTCONN once the connection is torn down. */
 int krcore_cm_take_notice(struct krcore_cm_conn *c, u32 i, u8 *out);
@@ -486,8 +484,26 @@ int krcore_shim_meta_server_gid(u8 *gid);
 struct krcore_meta_region;
 struct krcore_meta_region *krcore_shim_meta_region_alloc(struct ib_pd *pd, u32 bytes);
 void krcore_shim_meta_region_offer(struct krcore_meta_region *r, struct krcore_meta_offer *o);
+/* Its bytes, mapped for the CPU: the MetaServer's kernel, their only writer. */
+u8 *krcore_shim_meta_region_va(struct krcore_meta_region *r);
 /* Frees it: no connection may reach it any more (their QPs are destroyed). */
 void krcore_shim_meta_region_free(struct krcore_meta_region *r);
+/* A member's connection to this node's MetaServer, accepted by cm.c: a CQ of its own,
+ * polled on a workqueue, on which each request (a SEND into its one receive) is
+ * answered (krcore_rs_meta_serve) with one SEND. _alloc before the QP is created on its
+ * CQ (NULL: no memory), _start once it is (its receive posted: -errno when not), _free
+ * after the QP is destroyed (waits for a request being served). `from`: the member's
+ * IPv4 address, network order. */
+struct krcore_meta_serving;
+struct krcore_meta_serving *krcore_meta_serving_alloc(struct ib_device *dev, struct ib_pd *pd,
+						      __be32 from);
+struct ib_cq *krcore_meta_serving_cq(struct krcore_meta_serving *s);
+int krcore_meta_serving_start(struct krcore_meta_serving *s, struct krcore_cm_conn *c);
+void krcore_meta_serving_free(struct krcore_meta_serving *s);
+/* The MetaServer of `dev` answers request `req` (`len` bytes from the member at `from`,
+ * network order) with KRCORE_META_REPLY_LEN bytes in `reply`: 0, or -ENODEV when it
+ * serves no region (no reply goes). */
+int krcore_rs_meta_serve(struct ib_device *dev, __be32 from, const u8 *req, u32 len, u8 *reply);
 /* A node's connection to the MetaServer at dst_gid: an RC QP with its own CQ and a
  * kernel bounce buffer of KRCORE_META_BUF bytes, and the offer its accept carried.
  * Sleeps (up to timeout_ms); no krcore lock held. */
@@ -498,14 +514,16 @@ int krcore_shim_meta_open(struct ib_device *dev, struct ib_pd *pd, const u8 *src
 			  struct krcore_meta_offer *offer);
 /* Registers `r` with a fast-registration request on `m`'s QP (the region's device's). */
 int krcore_shim_meta_region_register(struct krcore_meta_region *r, struct krcore_meta_conn *m);
-/* One verb at `off` in the region, `len` bytes of the bounce buffer (CAS: 8, its old
- * value left in the buffer's first 8 bytes), waited for up to KRCORE_META_WAIT_MS;
- * 0, or a negative errno (the connection is then broken). */
-#define KRCORE_META_READ 0
-#define KRCORE_META_WRITE 1
-#define KRCORE_META_CAS 2
-int krcore_shim_meta_op(struct krcore_meta_conn *m, u32 op, u64 off, u32 len, u64 compare,
-			u64 swap);
+/* A READ of `len` bytes at `off` in the region into the bounce buffer, waited for up
+ * to KRCORE_META_WAIT_MS; 0, or a negative errno (the connection is then broken). */
+int krcore_shim_meta_read(struct krcore_meta_conn *m, u64 off, u32 len);
+/* A request to the MetaServer's kernel: the buffer's first `len` bytes (at most
+ * KRCORE_META_REPLY_OFF) SENT, and its reply received at KRCORE_META_REPLY_OFF
+ * (KRCORE_META_REPLY_LEN bytes: -EPROTO for any other length), both waited for as a
+ * READ; 0, or a negative errno (the connection is then broken). */
+#define KRCORE_META_REPLY_OFF 512
+#define KRCORE_META_REPLY_LEN 16
+int krcore_shim_meta_call(struct krcore_meta_conn *m, u32 len);
 u8 *krcore_shim_meta_buf(struct krcore_meta_conn *m);
 bool krcore_shim_meta_broken(struct krcore_meta_conn *m);
 void krcore_shim_meta_close(struct krcore_meta_conn *m);

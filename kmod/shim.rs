@@ -128,12 +128,11 @@ pub(crate) struct MetaOffer {
 pub(crate) const CM_PEER: u8 = 1;
 /// `KRCORE_META_BUF` (shim.h): the bounce buffer's bytes.
 pub(crate) const META_BUF: usize = 1024;
-/// `KRCORE_META_READ`, `_WRITE`, `_CAS` (shim.h).
-pub(crate) const META_READ: u32 = 0;
-/// See [`META_READ`].
-pub(crate) const META_WRITE: u32 = 1;
-/// See [`META_READ`].
-pub(crate) const META_CAS: u32 = 2;
+/// `KRCORE_META_REPLY_OFF` (shim.h): where in the bounce buffer a request's reply lands
+/// (the request goes from its start).
+pub(crate) const META_REPLY_OFF: usize = 512;
+/// `KRCORE_META_REPLY_LEN` (shim.h): a reply's bytes.
+pub(crate) const META_REPLY_LEN: usize = 16;
 
 extern "C" {
     pub(crate) fn krcore_shim_ptr_err(p: *const c_void) -> core::ffi::c_long;
@@ -209,18 +208,16 @@ extern "C" {
     pub(crate) fn krcore_keys_alloc(pd: *mut IbPd, n: u32) -> *mut Keys;
     pub(crate) fn krcore_keys_drain(p: *mut Keys);
     pub(crate) fn krcore_keys_free(p: *mut Keys);
-    pub(crate) fn krcore_keys_advert(
+    pub(crate) fn krcore_key_post(
         p: *mut Keys,
+        i: u32,
         qp: *mut IbQp,
         mr: *mut KrMr,
         addr: u64,
         len: u32,
         rkey: *mut u32,
-        index: *mut u32,
     ) -> c_int;
-    pub(crate) fn krcore_keys_release(p: *mut Keys, rkey: u32, closed: bool);
-    pub(crate) fn krcore_keys_advert_done(p: *mut Keys, i: u32);
-    pub(crate) fn krcore_keys_gone(p: *mut Keys, qp: *mut IbQp);
+    pub(crate) fn krcore_key_let(p: *mut Keys, i: u32, remake: bool) -> bool;
     pub(crate) fn krcore_shim_test_unchecked_wire(addr: *mut u64, rkey: *mut u32) -> bool;
     pub(crate) fn krcore_shim_cond_resched();
     pub(crate) fn krcore_shim_devwatch_start(dev: *mut IbDevice, ctx: *mut c_void)
@@ -266,14 +263,9 @@ extern "C" {
         offer: *mut MetaOffer,
     ) -> c_int;
     pub(crate) fn krcore_shim_meta_region_register(r: *mut MetaRegion, m: *mut MetaConn) -> c_int;
-    pub(crate) fn krcore_shim_meta_op(
-        m: *mut MetaConn,
-        op: u32,
-        off: u64,
-        len: u32,
-        compare: u64,
-        swap: u64,
-    ) -> c_int;
+    pub(crate) fn krcore_shim_meta_read(m: *mut MetaConn, off: u64, len: u32) -> c_int;
+    pub(crate) fn krcore_shim_meta_call(m: *mut MetaConn, len: u32) -> c_int;
+    pub(crate) fn krcore_shim_meta_region_va(r: *mut MetaRegion) -> *mut u8;
     pub(crate) fn krcore_shim_meta_buf(m: *mut MetaConn) -> *mut u8;
     pub(crate) fn krcore_shim_meta_broken(m: *mut MetaConn) -> bool;
     pub(crate) fn krcore_shim_meta_close(m: *mut MetaConn);

@@ -213,6 +213,12 @@
 // tombstoned it (one in flight across that many later revocations is not caught).
 #define krcore_RECENTLY_REVOKED 32
 
+// Bytes of the longest request (a publication: the head and an export's payload).
+#define krcore_REQUEST_LEN 72
+
+// Bytes of a reply.
+#define krcore_REPLY_LEN 16
+
 // One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
 #define krcore_OPCODE_LAST 18
 

@@ -148,6 +148,9 @@ struct krcore_cm_conn {
 	struct krcore_cm_bind bind;
 	/* What the accept offered (a MetaServer's region; `ready` once it came). */
 	struct krcore_meta_offer offer;
+	/* An accepted MetaServer connection: its requests served (meta.c), on its own CQ,
+	 * freed after its QP. */
+	struct krcore_meta_serving *serving;
 };
 
 /* A device being removed: requests arriving on it meanwhile are refused. */
@@ -340,12 +343,14 @@ static int krcore_cm_ready(struct krcore_cm_conn *c)
  * the accept) and again at ESTABLISHED; a dial's own QP is moved with exactly that
  * (krcore_cm_move). A connection of a set (both ends:
  * both nodes use the one set, see peer.rs) answers READs, WRITEs and atomics, which is
- * how one node's requests reach another's exports, and so does an accepted MetaServer
- * connection (the region); an active MetaServer connection answers none (nothing is
- * asked of a node by the MetaServer). Both ends are cluster kernels: they carried the
- * key.
+ * how one node's requests reach another's exports. An accepted MetaServer connection
+ * answers READs alone (the region is read one-sided; its entries are written by the
+ * MetaServer's kernel, for members that ask with a SEND: meta.c); an active one answers
+ * none (nothing is asked of a node by the MetaServer). Both ends are cluster kernels:
+ * they carried the key.
  */
 #define KRCORE_CM_REMOTE (IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_ATOMIC)
+#define KRCORE_CM_META_REMOTE IB_ACCESS_REMOTE_READ
 
 static int krcore_cm_set_access(struct ib_qp *qp, int access)
 {
@@ -401,6 +406,8 @@ static void krcore_cm_teardown(struct krcore_cm_conn *c)
 	else if (qp)
 		rdma_destroy_qp(c->id);
 	krcore_cm_notices_down(c);
+	krcore_meta_serving_free(c->serving);
+	c->serving = NULL;
 	rdma_destroy_id(c->id);
 	c->id = NULL;
 	complete_all(&c->torn);
@@ -870,17 +877,29 @@ int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o)
 	return 0;
 }
 
-int krcore_cm_post(struct krcore_cm_conn *c, const struct ib_send_wr *wr)
+/* Posts `send` or `recv` on c's QP. Under the connection's mutex: a teardown marks it
+ * abandoned under the same mutex before destroying the QP, so nothing posts on a
+ * destroyed QP. */
+static int krcore_cm_post_one(struct krcore_cm_conn *c, const struct ib_send_wr *send,
+			      const struct ib_recv_wr *recv)
 {
 	int ret = -ENOTCONN;
 
-	/* Under the connection's mutex: a teardown marks it abandoned under the same mutex
-	 * before destroying the QP, so nothing posts on a destroyed QP. */
 	mutex_lock(&c->lock);
 	if (!c->abandoned && c->qp_created && !READ_ONCE(c->broken))
-		ret = ib_post_send(c->qp, wr, NULL);
+		ret = send ? ib_post_send(c->qp, send, NULL) : ib_post_recv(c->qp, recv, NULL);
 	mutex_unlock(&c->lock);
 	return ret;
+}
+
+int krcore_cm_post(struct krcore_cm_conn *c, const struct ib_send_wr *wr)
+{
+	return krcore_cm_post_one(c, wr, NULL);
+}
+
+int krcore_cm_post_recv(struct krcore_cm_conn *c, const struct ib_recv_wr *wr)
+{
+	return krcore_cm_post_one(c, NULL, wr);
 }
 
 /* Whether a request on the listener comes from this node's own address. */
@@ -908,6 +927,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	u8 challenge[KRCORE_CM_CHALLENGE_LEN];
 	u8 tag[KRCORE_CM_TAG_LEN];
 	u8 wire[KRCORE_CM_ACCEPT_LEN];
+	struct krcore_meta_serving *serving = NULL;
 	struct krcore_cm_bind bind;
 	struct krcore_cm_conn *c;
 	struct rdma_conn_param p;
@@ -978,13 +998,25 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 			goto unpin;
 	}
 	ret = -ENOMEM;
+	if (hello.kind == KRCORE_CM_META) {
+		/* Its own CQ: its requests are served as they come (meta.c). */
+		serving = krcore_meta_serving_alloc(id->device, pd, from->sin_addr.s_addr);
+		if (!serving)
+			goto unpin;
+		cq = krcore_meta_serving_cq(serving);
+	}
 	c = krcore_cm_conn_alloc(id->device, pd, cq);
-	if (!c)
+	if (!c) {
+		krcore_meta_serving_free(serving);
 		goto unpin;
+	}
 	c->id = id;
-	c->access = KRCORE_CM_REMOTE;
+	c->serving = serving;
+	c->access = hello.kind == KRCORE_CM_META ? KRCORE_CM_META_REMOTE : KRCORE_CM_REMOTE;
 	c->kind = hello.kind;
 	ret = krcore_cm_create_qp(c, false);
+	if (!ret && serving)
+		ret = krcore_meta_serving_start(serving, c);
 	if (ret) {
 		if (c->qp_created)
 			rdma_destroy_qp(id);
@@ -1042,6 +1074,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 free:
 	/* Its QP is destroyed (or never was). */
 	krcore_cm_notices_down(c);
+	krcore_meta_serving_free(c->serving);
 	kfree(c);
 unpin:
 	krcore_rs_cm_unpin(pin);

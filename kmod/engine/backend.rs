@@ -21,12 +21,13 @@ use kernel::prelude::*;
 
 use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::engine::{
-    advert_wr_id, Connection, MrKeys, Post, PostError, Rearm, SendKind, SendWr, ADVERT_KEYS,
+    advert_wr_id, Connection, MrKeys, Post, PostError, Rearm, SendKind, SendWr,
     CHAIN, FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_ROOM, NOTICE_WR_ID,
 };
 use crate::abi::errno::Errno;
 use crate::abi::sqe::{MrAccess, SqeFlags};
-use crate::shim::{self, CqNotify, Keys, IbCq, IbDevice, IbPd, IbQp, KrMr, Scratch, SendWrC};
+use crate::engine::keys::AdvertKeys;
+use crate::shim::{self, CqNotify, IbCq, IbDevice, IbPd, IbQp, KrMr, Scratch, SendWrC};
 
 /// QPs in the pool: pairs, so an even number.
 pub(crate) const POOL_QPS: usize = 4;
@@ -78,9 +79,9 @@ pub(crate) struct Hw {
     ib: *mut IbDevice,
     pd: *mut IbPd,
     cq: *mut IbCq,
-    /// The keys of receives advertised to peer kernels (engine/fastreg.c): drained at
+    /// The keys of receives advertised to peer kernels (engine/keys.rs): drained at
     /// [`destroy`](Self::destroy), freed with the Hw.
-    advert_keys: *mut Keys,
+    advert_keys: Pin<KBox<AdvertKeys>>,
     pool: KVec<PoolQp>,
     /// The GID the pool is connected over, its index and its netdev's MAC.
     pool_gid: [u8; 16],
@@ -111,16 +112,17 @@ impl Hw {
             unsafe { shim::krcore_shim_dealloc_pd(pd) };
             return Err(e.into());
         }
-        // SAFETY: a live PD.
-        let advert_keys = unsafe { shim::krcore_keys_alloc(pd, ADVERT_KEYS) };
-        if let Some(e) = ptr_err(advert_keys) {
-            // SAFETY: allocated just above, released once.
-            unsafe {
-                shim::krcore_shim_free_cq(cq);
-                shim::krcore_shim_dealloc_pd(pd);
+        let advert_keys = match AdvertKeys::new(pd) {
+            Ok(k) => k,
+            Err(e) => {
+                // SAFETY: allocated just above, released once.
+                unsafe {
+                    shim::krcore_shim_free_cq(cq);
+                    shim::krcore_shim_dealloc_pd(pd);
+                }
+                return Err(e);
             }
-            return Err(e.into());
-        }
+        };
         // INVARIANT: all allocated for `ib`.
         Ok(Hw {
             ib,
@@ -138,8 +140,8 @@ impl Hw {
 
     /// The keys of advertised receives: usable until the Hw is dropped (after
     /// [`destroy`](Self::destroy) each call is refused).
-    pub(crate) fn advert_keys(&self) -> *mut Keys {
-        self.advert_keys
+    pub(crate) fn advert_keys(&self) -> *const AdvertKeys {
+        &*self.advert_keys
     }
 
     /// The CQ (live until [`destroy`](Self::destroy)), for the device's poller and
@@ -287,10 +289,10 @@ impl Hw {
             return;
         }
         self.destroy_qps();
-        // SAFETY: allocated in `new`, released once (dead is set below); the keys
-        // before the PD they are in.
+        // The keys before the PD they are in.
+        self.advert_keys.drain();
+        // SAFETY: allocated in `new`, released once (dead is set below).
         unsafe {
-            shim::krcore_keys_drain(self.advert_keys);
             shim::krcore_shim_free_cq(self.cq);
             shim::krcore_shim_dealloc_pd(self.pd);
         }
@@ -353,10 +355,9 @@ impl Rearm for Hw {
 
 impl Drop for Hw {
     fn drop(&mut self) {
+        // The advert keys go after (a field): nothing uses them once the Hw goes (their
+        // holders, the device's QP cells and Shared, go with it).
         self.destroy();
-        // SAFETY: allocated in `new`; nothing uses it once the Hw goes (its holders,
-        // the device's QP cells and Shared, go with it).
-        unsafe { shim::krcore_keys_free(self.advert_keys) };
     }
 }
 
@@ -509,7 +510,7 @@ pub(crate) struct QpPost {
     /// address; set and cleared with `qp` (peer.rs).
     pub(crate) peer: Option<SetEnd>,
     /// The device's keys for advertised receives (the Hw's; set once it exists).
-    pub(crate) advert_keys: *mut Keys,
+    pub(crate) advert_keys: *const AdvertKeys,
     /// The key `map_recv` just made, whose advert is the next notice posted here: it
     /// carries the key's `advert_wr_id`, so its completion says the key's registration
     /// ran (engine/fastreg.c).
@@ -528,7 +529,7 @@ impl QpPost {
         Ok(QpPost {
             qp: core::ptr::null_mut(),
             peer: None,
-            advert_keys: core::ptr::null_mut(),
+            advert_keys: core::ptr::null(),
             advert: None,
             scratch: ScratchBuf::new()?,
             c: KBox::new([SendWrC::default(); 2 * CHAIN], GFP_KERNEL)?,
@@ -645,26 +646,13 @@ impl Post for QpPost {
         if self.qp.is_null() || self.advert_keys.is_null() {
             return Err(Self::gone());
         }
-        let (mut rkey, mut index) = (0, 0);
-        // SAFETY: a live QP (under its lock) and the device's keys (live with the Hw);
-        // `mr` is the receive's registration, which its posted receive keeps.
-        let r = unsafe {
-            shim::krcore_keys_advert(
-                self.advert_keys,
-                self.qp,
-                mr as *mut KrMr,
-                addr,
-                len,
-                &mut rkey,
-                &mut index,
-            )
-        };
-        if r != 0 {
-            return Err(PostError {
-                posted: 0,
-                errno: Errno(-r),
-            });
-        }
+        // SAFETY: the Hw's keys, live as long as the QP cells holding this.
+        let keys = unsafe { &*self.advert_keys };
+        // `mr` is the receive's registration, which its posted receive keeps; the QP is
+        // live (under its lock).
+        let (rkey, index) = keys
+            .advert(self.qp, mr as *mut KrMr, addr, len)
+            .map_err(|errno| PostError { posted: 0, errno })?;
         self.advert = Some(index);
         Ok(rkey)
     }

@@ -31,6 +31,7 @@ use crate::abi::errno::Errno;
 use crate::abi::meta::client::Answer;
 use crate::abi::meta::record::NAME_LEN;
 use crate::engine::backend::{self, Hw, QpPost, SetEnd, POOL_QPS, QPS};
+use crate::engine::keys::AdvertKeys;
 use crate::meta::Meta;
 use crate::abi::cluster::conn_set::Attempt;
 use crate::abi::cluster::drain::{Begun, Drains};
@@ -88,18 +89,27 @@ pub(crate) struct Shared {
     drains: Pin<KBox<Mutex<SetDrains>>>,
     /// A drain runs: its flushes are coming, so the CQ is polled (see `busy`).
     draining: AtomicBool,
-    /// The keys of receives advertised to peer kernels (the Hw's; engine/fastreg.c,
-    /// whose lock is innermost).
+    /// The keys of receives advertised to peer kernels (the Hw's; engine/keys.rs,
+    /// whose lock is taken inside the drains', a QP's and a shard's).
     keys: KeysPtr,
 }
 
 /// The Hw's keys, reached without the membership lock.
-struct KeysPtr(*mut shim::Keys);
+#[derive(Clone, Copy)]
+struct KeysPtr(*const AdvertKeys);
 
-// SAFETY: fastreg.c serialises every use under its own mutex.
+// SAFETY: AdvertKeys is Sync (its own mutex).
 unsafe impl Send for KeysPtr {}
 // SAFETY: as above.
 unsafe impl Sync for KeysPtr {}
+
+impl KeysPtr {
+    fn get(&self) -> &AdvertKeys {
+        // SAFETY: the Hw's keys, live as long as the Shared holding this (which owns
+        // the Hw).
+        unsafe { &*self.0 }
+    }
+}
 
 /// A set connection's handle, as the drains hold it.
 #[derive(Clone, Copy)]
@@ -130,12 +140,11 @@ fn begin_drain(c: Conn, send: u64, recv: u64) -> Begun {
 /// Closes `c` (drained, or torn down already): no registration of a key on its QP can
 /// run any more, so keys let go before their advert completed may go (`keys`; a drain
 /// that failed to begin settles none: they stay, held, rather than freed early).
-fn close_drained(keys: *mut shim::Keys, c: Conn) {
-    // SAFETY: as above; its QP has nothing left in the CQ. `keys` is the Hw's.
-    unsafe {
-        shim::krcore_keys_gone(keys, shim::krcore_cm_settled_qp(c.0));
-        shim::krcore_shim_cm_close_later(c.0);
-    }
+fn close_drained(keys: KeysPtr, c: Conn) {
+    // SAFETY: as above; its QP has nothing left in the CQ.
+    keys.get().gone(unsafe { shim::krcore_cm_settled_qp(c.0) });
+    // SAFETY: as above; closed once.
+    unsafe { shim::krcore_shim_cm_close_later(c.0) };
 }
 
 impl Shared {
@@ -194,7 +203,7 @@ impl Shared {
     /// Lets go of a set connection nothing posts on any more: drained, then closed, in
     /// the drains' turn.
     pub(crate) fn let_go(&self, conn: *mut CmConn) {
-        let keys = self.keys.0;
+        let keys = self.keys;
         let mut close = |c| close_drained(keys, c);
         let mut d = self.drains.lock();
         if let Err(c) = d.let_go(Conn(conn), &mut begin_drain, &mut close) {
@@ -212,7 +221,7 @@ impl Shared {
         let Some((k, recv)) = SetDrains::marker_of(wr_id) else {
             return false;
         };
-        let keys = self.keys.0;
+        let keys = self.keys;
         let mut d = self.drains.lock();
         d.seen(k, recv, &mut begin_drain, &mut |c| close_drained(keys, c));
         self.draining.store(d.busy(), Ordering::Release);
@@ -235,8 +244,7 @@ impl Shared {
     /// The advert of key `i` completed (or was flushed): its registration ran or never
     /// will, so the key may go once let go (fastreg.c).
     pub(crate) fn advert_done(&self, i: u32) {
-        // SAFETY: the Hw's keys, live as long as this Shared.
-        unsafe { shim::krcore_keys_advert_done(self.keys.0, i) };
+        self.keys.get().advert_done(i);
     }
 
     /// Index of the pooled QP numbered `qpn`.
@@ -525,10 +533,9 @@ impl Qps<KStore> for Shared {
     }
 
     fn release_key(&self, rkey: u32, closed: bool) {
-        // (A key is let go under a QP's or a shard's lock: fastreg.c's is innermost.)
-        // SAFETY: the Hw's keys, live as long as this Shared (which owns the Hw); after
-        // the device's removal each call is refused there.
-        unsafe { shim::krcore_keys_release(self.keys.0, rkey, closed) };
+        // (A key is let go under a QP's or a shard's lock: the keys' is inside them.)
+        // After the device's removal each call is refused there.
+        self.keys.get().release(rkey, closed);
     }
 }
 

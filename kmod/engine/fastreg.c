@@ -209,29 +209,21 @@ static int krcore_fr_map(struct ib_mr *fr, struct scatterlist *sg, struct krcore
  * it was retired (credits keep fewer than `n` outstanding, retired in order), so its
  * registration and invalidation ran before it is mapped anew.
  *
- * The device's are taken from a free list under `lock`, each until the receive it was
- * made for is done with.
+ * The device's are chosen, held and let go by abi's cluster::keys (engine/keys.rs,
+ * under its lock); here only what the hardware needs. `lock` orders those against the
+ * drain at the device's removal.
  */
 struct krcore_key {
 	struct ib_mr *mr;
 	struct krcore_mr *held;	/* whose pages it maps; NULL while unused */
 	u32 rkey;
-	int next;		/* the free list */
-	/* An advert's: the QP its registration was posted on, and whether that
-	 * registration is known to have run or never to run (the advert after it
-	 * completed, or the QP was drained). */
-	struct ib_qp *qp;
-	bool reg_done;
-	/* Let go before that: waits for it. */
-	bool waiting;
 };
 
 struct krcore_keys {
 	struct mutex lock;
 	struct ib_pd *pd;
-	/* Drained: the device is going, no key is made or let go any more. */
+	/* Drained: the device is going, no key is made any more. */
 	bool dead;
-	int free;
 	u32 n, next;
 	struct scatterlist sg[KRCORE_FR_PAGES];
 	struct krcore_key key[];
@@ -247,16 +239,14 @@ struct krcore_keys *krcore_keys_alloc(struct ib_pd *pd, u32 n)
 	mutex_init(&p->lock);
 	p->pd = pd;
 	p->n = n;
-	p->free = -1;
-	for (i = n; i-- > 0;) {
+	for (i = 0; i < n; i++) {
 		struct ib_mr *mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, KRCORE_FR_PAGES);
 
 		if (IS_ERR(mr)) {
 			krcore_keys_free(p);
 			return ERR_CAST(mr);
 		}
-		p->key[i] = (struct krcore_key){ .mr = mr, .next = p->free };
-		p->free = i;
+		p->key[i] = (struct krcore_key){ .mr = mr };
 	}
 	return p;
 }
@@ -344,113 +334,50 @@ void krcore_keys_renew(struct krcore_keys *p)
 			krcore_key_remake(p, &p->key[i]);
 }
 
-int krcore_keys_advert(struct krcore_keys *p, struct ib_qp *qp, struct krcore_mr *m, u64 addr,
-		       u32 len, u32 *rkey, u32 *index)
+int krcore_key_post(struct krcore_keys *p, u32 i, struct ib_qp *qp, struct krcore_mr *m,
+		    u64 addr, u32 len, u32 *rkey)
 {
 	const struct ib_send_wr *bad;
 	struct ib_reg_wr reg;
 	struct krcore_key *k;
 	int ret;
 
-	if (!p || !qp)
+	if (!p || !qp || i >= p->n)
 		return -ENODEV;
 	mutex_lock(&p->lock);
-	if (p->dead || p->free < 0) {
-		ret = p->dead ? -ENODEV : -EAGAIN;
+	k = &p->key[i];
+	ret = -ENODEV;
+	if (p->dead || !k->mr)
 		goto out;
-	}
-	k = &p->key[p->free];
 	ret = krcore_fr_map(k->mr, p->sg, m, addr, len, IB_ACCESS_REMOTE_WRITE, &reg);
 	if (!ret)
 		ret = ib_post_send(qp, &reg.wr, &bad);
 	if (ret)
 		goto out;
-	*index = p->free;
-	p->free = k->next;
 	krcore_key_hold(k, m);
-	k->qp = qp;
-	k->reg_done = false;
 	*rkey = k->rkey;
 out:
 	mutex_unlock(&p->lock);
 	return ret;
 }
 
-/* Key k (index i) is done with, its registration known to have run or never to run:
- * back to the free list, made again first unless the NIC closed it. */
-static void krcore_key_free(struct krcore_keys *p, u32 i, bool closed)
+bool krcore_key_let(struct krcore_keys *p, u32 i, bool remake)
 {
-	struct krcore_key *k = &p->key[i];
+	struct krcore_key *k;
+	bool ok = true;
 
-	k->waiting = false;
-	k->qp = NULL;
-	if (closed) {
+	if (!p || i >= p->n)
+		return false;
+	mutex_lock(&p->lock);
+	k = &p->key[i];
+	if (p->dead) {
+		ok = false;
+	} else if (remake) {
+		ok = krcore_key_remake(p, k);
+	} else {
 		krcore_mr_put(k->held);
 		k->held = NULL;
-	} else if (!krcore_key_remake(p, k)) {
-		/* Out of memory: one key fewer from now on. */
-		return;
-	}
-	k->next = p->free;
-	p->free = i;
-}
-
-void krcore_keys_release(struct krcore_keys *p, u32 rkey, bool closed)
-{
-	u32 i;
-
-	if (!p)
-		return;
-	mutex_lock(&p->lock);
-	for (i = 0; i < p->n && !p->dead; i++) {
-		struct krcore_key *k = &p->key[i];
-
-		if (!k->held || k->waiting || k->rkey != rkey)
-			continue;
-		/*
-		 * Until the advert after its registration completed, the registration may
-		 * still be queued (a peer can stall our send queue): destroying the key then
-		 * would let it run on a freed MR, and a key the peer closed early would open
-		 * again. It waits, its pages held, and is made again then.
-		 */
-		if (k->reg_done)
-			krcore_key_free(p, i, closed);
-		else
-			k->waiting = true;
-		break;
 	}
 	mutex_unlock(&p->lock);
-}
-
-/* Key k's registration ran or never will: a key let go meanwhile is free now. */
-static void krcore_key_settled(struct krcore_keys *p, u32 i)
-{
-	struct krcore_key *k = &p->key[i];
-
-	k->reg_done = true;
-	if (k->waiting)
-		krcore_key_free(p, i, false);
-}
-
-void krcore_keys_advert_done(struct krcore_keys *p, u32 i)
-{
-	if (!p)
-		return;
-	mutex_lock(&p->lock);
-	if (!p->dead && i < p->n && p->key[i].held && !p->key[i].reg_done)
-		krcore_key_settled(p, i);
-	mutex_unlock(&p->lock);
-}
-
-void krcore_keys_gone(struct krcore_keys *p, struct ib_qp *qp)
-{
-	u32 i;
-
-	if (!p || !qp)
-		return;
-	mutex_lock(&p->lock);
-	for (i = 0; i < p->n && !p->dead; i++)
-		if (p->key[i].held && p->key[i].qp == qp && !p->key[i].reg_done)
-			krcore_key_settled(p, i);
-	mutex_unlock(&p->lock);
+	return ok;
 }

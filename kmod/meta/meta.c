@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The MetaServer's verbs (issue 11): the region a designated node serves, registered
- * with a fast-registration request, and a node's connection to it, on which its kernel
- * READs, WRITEs and compare-and-swaps entries one verb at a time. Mechanism only: which
- * entries, in what order, and what they mean is abi's meta module (run by meta/mod.rs).
+ * The MetaServer's verbs: the region a designated node serves, registered with a
+ * fast-registration request that grants remote READ alone; a node's connection to it,
+ * on which its kernel READs entries and sends requests (register, publish, revoke) one
+ * at a time; and, on the MetaServer's node, the serving of those requests: its kernel
+ * is the region's only writer. Mechanism only: which entries, in what order, what they
+ * mean and who may write them is abi's meta module (run by meta/mod.rs).
  *
  * A connection (struct krcore_meta_conn) is a cm.c connection of kind META with its own
  * CQ, polled here, and a kernel bounce buffer the verbs read into and write from. It is
@@ -17,6 +19,7 @@
 #include <linux/slab.h>
 #include <linux/sizes.h>
 #include <linux/delay.h>
+#include <linux/vmalloc.h>
 #include <rdma/ib_verbs.h>
 
 #include "shim.h"
@@ -49,6 +52,8 @@ struct krcore_meta_region {
 	struct sg_table sgt;
 	int nents;
 	struct ib_mr *mr;
+	/* The chunks mapped contiguously for the CPU (the kernel writes entries here). */
+	u8 *va;
 };
 
 struct krcore_meta_conn {
@@ -77,6 +82,24 @@ static void krcore_meta_chunks_free(struct krcore_meta_region *r)
 	kfree(r->chunks);
 }
 
+/* Maps the region's chunks contiguously for the CPU (its only writer is this kernel). */
+static int krcore_meta_region_map(struct krcore_meta_region *r)
+{
+	u32 per = KRCORE_META_CHUNK >> PAGE_SHIFT;
+	struct page **pages = kvcalloc(r->n * per, sizeof(*pages), GFP_KERNEL);
+	u32 i, j;
+
+	if (!pages)
+		return -ENOMEM;
+	/* Each chunk is one higher-order allocation: its pages follow its first. */
+	for (i = 0; i < r->n; i++)
+		for (j = 0; j < per; j++)
+			pages[i * per + j] = r->chunks[i] + j;
+	r->va = vmap(pages, r->n * per, VM_MAP, PAGE_KERNEL);
+	kvfree(pages);
+	return r->va ? 0 : -ENOMEM;
+}
+
 struct krcore_meta_region *krcore_shim_meta_region_alloc(struct ib_pd *pd, u32 bytes)
 {
 	struct krcore_meta_region *r = kzalloc(sizeof(*r), GFP_KERNEL);
@@ -95,8 +118,10 @@ struct krcore_meta_region *krcore_shim_meta_region_alloc(struct ib_pd *pd, u32 b
 		if (!r->chunks[i])
 			goto chunks;
 	}
-	if (sg_alloc_table(&r->sgt, r->n, GFP_KERNEL))
+	if (krcore_meta_region_map(r))
 		goto chunks;
+	if (sg_alloc_table(&r->sgt, r->n, GFP_KERNEL))
+		goto vunmap;
 	for_each_sg(r->sgt.sgl, sg, r->n, i)
 		sg_set_page(sg, r->chunks[i], KRCORE_META_CHUNK, 0);
 	r->nents = ib_dma_map_sg(r->dev, r->sgt.sgl, r->n, DMA_BIDIRECTIONAL);
@@ -115,6 +140,8 @@ unmap:
 	ib_dma_unmap_sg(r->dev, r->sgt.sgl, r->n, DMA_BIDIRECTIONAL);
 sgfree:
 	sg_free_table(&r->sgt);
+vunmap:
+	vunmap(r->va);
 chunks:
 	krcore_meta_chunks_free(r);
 free:
@@ -128,28 +155,33 @@ void krcore_shim_meta_region_offer(struct krcore_meta_region *r, struct krcore_m
 	o->rkey = r->mr->rkey;
 }
 
+u8 *krcore_shim_meta_region_va(struct krcore_meta_region *r)
+{
+	return r->va;
+}
+
 void krcore_shim_meta_region_free(struct krcore_meta_region *r)
 {
 	ib_dereg_mr(r->mr);
 	ib_dma_unmap_sg(r->dev, r->sgt.sgl, r->n, DMA_BIDIRECTIONAL);
 	sg_free_table(&r->sgt);
+	vunmap(r->va);
 	krcore_meta_chunks_free(r);
 	kfree(r);
 }
 
-/* Waits for the one completion of the verb just posted on `m`: spinning briefly (a
- * lookup is a few microseconds on hardware), then sleeping in short steps. */
-static int krcore_meta_wait(struct krcore_meta_conn *m)
+/* Waits for one completion on `m`'s CQ (`wc`): spinning briefly (a lookup is a few
+ * microseconds on hardware), then sleeping in short steps. */
+static int krcore_meta_wait(struct krcore_meta_conn *m, struct ib_wc *wc)
 {
 	unsigned long until = jiffies + msecs_to_jiffies(KRCORE_META_WAIT_MS);
-	struct ib_wc wc;
 	int spins = 0;
 	int n;
 
 	for (;;) {
-		n = ib_poll_cq(m->cq, 1, &wc);
+		n = ib_poll_cq(m->cq, 1, wc);
 		if (n > 0)
-			return wc.status == IB_WC_SUCCESS ? 0 : -EIO;
+			return wc->status == IB_WC_SUCCESS ? 0 : -EIO;
 		if (n < 0)
 			return n;
 		if (time_after(jiffies, until))
@@ -161,21 +193,53 @@ static int krcore_meta_wait(struct krcore_meta_conn *m)
 	}
 }
 
-/* Posts `wr` on `m` and waits for it; a failure breaks the connection for good. */
-static int krcore_meta_run(struct krcore_meta_conn *m, struct ib_send_wr *wr)
+#define KRCORE_META_SEND_ID 1
+#define KRCORE_META_RECV_ID 2
+
+/* Posts `wr` on `m` and waits for it, and for the reply receive when `reply` (posted
+ * before it): completions in either order. A failure breaks the connection for good. */
+static int krcore_meta_run(struct krcore_meta_conn *m, struct ib_send_wr *wr, bool reply)
 {
+	struct ib_wc wc;
+	int left = reply ? 2 : 1;
 	int ret;
 
 	if (m->broken || krcore_shim_cm_broken(m->conn))
 		return -ENOTCONN;
-	wr->wr_id = 1;
+	wr->wr_id = KRCORE_META_SEND_ID;
 	wr->send_flags = IB_SEND_SIGNALED;
 	ret = krcore_cm_post(m->conn, wr);
-	if (!ret)
-		ret = krcore_meta_wait(m);
+	while (!ret && left--) {
+		ret = krcore_meta_wait(m, &wc);
+		/* A reply is exactly one: anything else is no MetaServer's answer. */
+		if (!ret && wc.wr_id == KRCORE_META_RECV_ID && wc.byte_len != KRCORE_META_REPLY_LEN)
+			ret = -EPROTO;
+	}
 	if (ret)
 		m->broken = true;
 	return ret;
+}
+
+/* A kernel buffer mapped for `dev` both ways: a connection's bounce buffer, or a
+ * serving connection's request and reply. NULL when out of memory. */
+static u8 *krcore_meta_buf_alloc(struct ib_device *dev, size_t len, u64 *dma)
+{
+	u8 *buf = kzalloc(len, GFP_KERNEL);
+
+	if (!buf)
+		return NULL;
+	*dma = ib_dma_map_single(dev, buf, len, DMA_BIDIRECTIONAL);
+	if (ib_dma_mapping_error(dev, *dma)) {
+		kfree(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+static void krcore_meta_buf_free(struct ib_device *dev, u8 *buf, size_t len, u64 dma)
+{
+	ib_dma_unmap_single(dev, dma, len, DMA_BIDIRECTIONAL);
+	kfree(buf);
 }
 
 int krcore_shim_meta_open(struct ib_device *dev, struct ib_pd *pd, const u8 *src_gid,
@@ -191,16 +255,13 @@ int krcore_shim_meta_open(struct ib_device *dev, struct ib_pd *pd, const u8 *src
 		return -ENOMEM;
 	m->dev = dev;
 	m->lkey = pd->local_dma_lkey;
-	m->buf = kzalloc(KRCORE_META_BUF, GFP_KERNEL);
+	m->buf = krcore_meta_buf_alloc(dev, KRCORE_META_BUF, &m->dma);
 	if (!m->buf)
 		goto free;
-	m->dma = ib_dma_map_single(dev, m->buf, KRCORE_META_BUF, DMA_BIDIRECTIONAL);
-	if (ib_dma_mapping_error(dev, m->dma))
-		goto buf;
 	m->cq = ib_alloc_cq(dev, NULL, 16, 0, IB_POLL_DIRECT);
 	if (IS_ERR(m->cq)) {
 		ret = PTR_ERR(m->cq);
-		goto unmap;
+		goto buf;
 	}
 	ret = krcore_shim_cm_connect(dev, pd, m->cq, src_gid, dst_gid, timeout_ms, KRCORE_CM_META, 0,
 				     &m->conn, &qp, &qpn);
@@ -213,13 +274,20 @@ int krcore_shim_meta_open(struct ib_device *dev, struct ib_pd *pd, const u8 *src
 	}
 	*offer = m->offer;
 	*out = m;
+	{
+		u64 addr;
+		u32 rkey;
+
+		/* For a test that plays a member kernel aiming at the region (fastreg.c). */
+		if (krcore_shim_test_unchecked_wire(&addr, &rkey))
+			pr_info("krcore: test: MetaServer region %#llx rkey %#x\n", m->offer.base,
+				m->offer.rkey);
+	}
 	return 0;
 cq:
 	ib_free_cq(m->cq);
-unmap:
-	ib_dma_unmap_single(dev, m->dma, KRCORE_META_BUF, DMA_BIDIRECTIONAL);
 buf:
-	kfree(m->buf);
+	krcore_meta_buf_free(dev, m->buf, KRCORE_META_BUF, m->dma);
 free:
 	kfree(m);
 	return ret;
@@ -231,51 +299,56 @@ int krcore_shim_meta_region_register(struct krcore_meta_region *r, struct krcore
 		.wr.opcode = IB_WR_REG_MR,
 		.mr = r->mr,
 		.key = r->mr->rkey,
-		.access = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_WRITE |
-			  IB_ACCESS_REMOTE_ATOMIC,
+		/* Read by every member; written by this kernel alone (krcore_rs_meta_serve). */
+		.access = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_READ,
 	};
 
-	return krcore_meta_run(m, &reg.wr);
+	return krcore_meta_run(m, &reg.wr, false);
 }
 
-int krcore_shim_meta_op(struct krcore_meta_conn *m, u32 op, u64 off, u32 len, u64 compare,
-			u64 swap)
+int krcore_shim_meta_read(struct krcore_meta_conn *m, u64 off, u32 len)
 {
 	struct ib_sge sge = { .addr = m->dma, .length = len, .lkey = m->lkey };
-	struct ib_atomic_wr atomic = {};
-	struct ib_rdma_wr rdma = {};
-	struct ib_send_wr *wr;
+	struct ib_rdma_wr rdma = {
+		.wr = { .opcode = IB_WR_RDMA_READ, .sg_list = &sge, .num_sge = 1 },
+		.remote_addr = m->offer.base + off,
+		.rkey = m->offer.rkey,
+	};
 	int ret;
 
 	/* The region's bounds are the responder's to enforce (its MR); these are ours. */
 	if (!len || len > KRCORE_META_BUF)
 		return -EINVAL;
-	switch (op) {
-	case KRCORE_META_READ:
-	case KRCORE_META_WRITE:
-		rdma.wr.opcode = op == KRCORE_META_READ ? IB_WR_RDMA_READ : IB_WR_RDMA_WRITE;
-		rdma.remote_addr = m->offer.base + off;
-		rdma.rkey = m->offer.rkey;
-		wr = &rdma.wr;
-		break;
-	case KRCORE_META_CAS:
-		if (len != 8)
-			return -EINVAL;
-		atomic.wr.opcode = IB_WR_ATOMIC_CMP_AND_SWP;
-		atomic.remote_addr = m->offer.base + off;
-		atomic.compare_add = compare;
-		atomic.swap = swap;
-		atomic.rkey = m->offer.rkey;
-		wr = &atomic.wr;
-		break;
-	default:
-		return -EINVAL;
-	}
-	wr->sg_list = &sge;
-	wr->num_sge = 1;
-	ib_dma_sync_single_for_device(m->dev, m->dma, len, DMA_BIDIRECTIONAL);
-	ret = krcore_meta_run(m, wr);
+	ret = krcore_meta_run(m, &rdma.wr, false);
 	ib_dma_sync_single_for_cpu(m->dev, m->dma, len, DMA_BIDIRECTIONAL);
+	return ret;
+}
+
+int krcore_shim_meta_call(struct krcore_meta_conn *m, u32 len)
+{
+	struct ib_sge sge = { .addr = m->dma, .length = len, .lkey = m->lkey };
+	struct ib_sge reply = {
+		.addr = m->dma + KRCORE_META_REPLY_OFF,
+		.length = KRCORE_META_REPLY_LEN,
+		.lkey = m->lkey,
+	};
+	struct ib_recv_wr recv = { .wr_id = KRCORE_META_RECV_ID, .sg_list = &reply, .num_sge = 1 };
+	struct ib_send_wr send = { .opcode = IB_WR_SEND, .sg_list = &sge, .num_sge = 1 };
+	int ret;
+
+	if (!len || len > KRCORE_META_REPLY_OFF)
+		return -EINVAL;
+	if (m->broken || krcore_shim_cm_broken(m->conn))
+		return -ENOTCONN;
+	ib_dma_sync_single_for_device(m->dev, m->dma, KRCORE_META_BUF, DMA_BIDIRECTIONAL);
+	/* The reply's receive first: the MetaServer answers as soon as it has the request. */
+	ret = krcore_cm_post_recv(m->conn, &recv);
+	if (ret) {
+		m->broken = true;
+		return ret;
+	}
+	ret = krcore_meta_run(m, &send, true);
+	ib_dma_sync_single_for_cpu(m->dev, m->dma, KRCORE_META_BUF, DMA_BIDIRECTIONAL);
 	return ret;
 }
 
@@ -295,7 +368,120 @@ void krcore_shim_meta_close(struct krcore_meta_conn *m)
 	 * completion could have reached. */
 	krcore_shim_cm_close(m->conn);
 	ib_free_cq(m->cq);
-	ib_dma_unmap_single(m->dev, m->dma, KRCORE_META_BUF, DMA_BIDIRECTIONAL);
-	kfree(m->buf);
+	krcore_meta_buf_free(m->dev, m->buf, KRCORE_META_BUF, m->dma);
 	kfree(m);
+}
+
+/* ---- Serving, on the MetaServer's node ---- */
+
+/* A request's room: the longest request is 72 bytes (abi meta::request). A longer SEND
+ * fails at this node's NIC, and its QP with it: the member's own loss. */
+#define KRCORE_META_REQUEST_ROOM 128
+
+struct krcore_meta_serving {
+	struct krcore_cm_conn *conn;
+	struct ib_device *dev;
+	struct ib_cq *cq;
+	u32 lkey;
+	__be32 from;
+	/* The request's receive buffer, then the reply's. */
+	u8 *buf;
+	u64 dma;
+	struct ib_cqe recv_cqe;
+	struct ib_cqe send_cqe;
+};
+
+#define KRCORE_META_SERVING_BYTES (KRCORE_META_REQUEST_ROOM + KRCORE_META_REPLY_LEN)
+
+static int krcore_meta_serving_recv(struct krcore_meta_serving *s)
+{
+	struct ib_sge sge = { .addr = s->dma, .length = KRCORE_META_REQUEST_ROOM, .lkey = s->lkey };
+	struct ib_recv_wr wr = { .wr_cqe = &s->recv_cqe, .sg_list = &sge, .num_sge = 1 };
+
+	return krcore_cm_post_recv(s->conn, &wr);
+}
+
+static void krcore_meta_served(struct ib_cq *cq, struct ib_wc *wc)
+{
+	/* The reply went (or its QP is going): nothing to free, its buffer is reused only
+	 * for the next request's reply, which the member asks after this one's came. */
+}
+
+/* A member's request came (workqueue context: may sleep). Served with nothing of the
+ * connection locked; its receive is posted again before the reply goes, so the
+ * member's next request finds it. A flushed receive means the QP is going. */
+static void krcore_meta_serve_one(struct ib_cq *cq, struct ib_wc *wc)
+{
+	struct krcore_meta_serving *s = container_of(wc->wr_cqe, struct krcore_meta_serving, recv_cqe);
+	struct ib_sge sge = {
+		.addr = s->dma + KRCORE_META_REQUEST_ROOM,
+		.length = KRCORE_META_REPLY_LEN,
+		.lkey = s->lkey,
+	};
+	struct ib_send_wr send = {
+		.wr_cqe = &s->send_cqe,
+		.opcode = IB_WR_SEND,
+		.send_flags = IB_SEND_SIGNALED,
+		.sg_list = &sge,
+		.num_sge = 1,
+	};
+	u8 req[KRCORE_META_REQUEST_ROOM];
+	u32 len = min_t(u32, wc->byte_len, KRCORE_META_REQUEST_ROOM);
+	int ret;
+
+	if (wc->status != IB_WC_SUCCESS)
+		return;
+	ib_dma_sync_single_for_cpu(s->dev, s->dma, KRCORE_META_SERVING_BYTES, DMA_BIDIRECTIONAL);
+	memcpy(req, s->buf, len);
+	ret = krcore_rs_meta_serve(s->dev, s->from, req, len, s->buf + KRCORE_META_REQUEST_ROOM);
+	ib_dma_sync_single_for_device(s->dev, s->dma, KRCORE_META_SERVING_BYTES, DMA_BIDIRECTIONAL);
+	if (krcore_meta_serving_recv(s) || ret)
+		return;
+	krcore_cm_post(s->conn, &send);
+}
+
+struct krcore_meta_serving *krcore_meta_serving_alloc(struct ib_device *dev, struct ib_pd *pd,
+						      __be32 from)
+{
+	struct krcore_meta_serving *s = kzalloc(sizeof(*s), GFP_KERNEL);
+
+	if (!s)
+		return NULL;
+	s->dev = dev;
+	s->lkey = pd->local_dma_lkey;
+	s->from = from;
+	s->recv_cqe.done = krcore_meta_serve_one;
+	s->send_cqe.done = krcore_meta_served;
+	s->buf = krcore_meta_buf_alloc(dev, KRCORE_META_SERVING_BYTES, &s->dma);
+	if (!s->buf)
+		goto free;
+	/* Room for the QP's whole send queue (cm.c's 64) and its one receive. */
+	s->cq = ib_alloc_cq(dev, s, 64 + 2, 0, IB_POLL_WORKQUEUE);
+	if (!IS_ERR(s->cq))
+		return s;
+	krcore_meta_buf_free(dev, s->buf, KRCORE_META_SERVING_BYTES, s->dma);
+free:
+	kfree(s);
+	return NULL;
+}
+
+struct ib_cq *krcore_meta_serving_cq(struct krcore_meta_serving *s)
+{
+	return s->cq;
+}
+
+int krcore_meta_serving_start(struct krcore_meta_serving *s, struct krcore_cm_conn *c)
+{
+	s->conn = c;
+	return krcore_meta_serving_recv(s);
+}
+
+void krcore_meta_serving_free(struct krcore_meta_serving *s)
+{
+	if (!s)
+		return;
+	/* Its QP is destroyed: this cancels and waits for a request being served. */
+	ib_free_cq(s->cq);
+	krcore_meta_buf_free(s->dev, s->buf, KRCORE_META_SERVING_BYTES, s->dma);
+	kfree(s);
 }

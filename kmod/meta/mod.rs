@@ -12,9 +12,12 @@
 //!
 //! The node named by the `meta_server` parameter also serves: at its device's prewarm it
 //! allocates the region ([`TABLES`]), connects to itself, registers the region with a
-//! fast-registration request on that connection, and from then on cm.c accepts other
-//! nodes' MetaServer connections, telling each where the region is.
+//! fast-registration request on that connection (remote READ alone), and from then on
+//! cm.c accepts other nodes' MetaServer connections, telling each where the region is.
+//! Their requests (register, publish, revoke) it answers in [`serve`], the region's only
+//! writer.
 
+mod serve;
 mod work;
 
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -28,8 +31,9 @@ use crate::abi::engine::Export;
 use crate::abi::meta::cache::MetaCache;
 use crate::abi::meta::client::{run, Answer, MetaClient};
 use crate::abi::meta::lookup::{EXPORT_FRAME, PROBE};
-use crate::abi::meta::node::{reconcile, Reconciled};
+use crate::abi::meta::node::{reconcile, Reconciled, RegisterError};
 use crate::abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
+use crate::abi::meta::request::{Call, Refusal, Reply, Request, REPLY_LEN, REQUEST_LEN};
 use crate::abi::meta::tables::{Remote, Tables, Unreachable};
 use crate::shim::{self, IbDevice, IbPd, MetaConn, MetaOffer, MetaRegion};
 use crate::engine::store::{KBuf, KStore};
@@ -223,8 +227,15 @@ struct Link {
 unsafe impl Send for Link {}
 
 /// The MetaServer connection and, on its node, the region (in the device context).
+///
+/// Lock order: `link` is taken with no other krcore lock held (it is held across
+/// connecting); `serving` is a leaf, taken by cm.c's serving of a member's request (a
+/// workqueue, nothing held) and by [`remove`](MetaNet::remove) to let the region go.
 pub(crate) struct MetaNet {
     link: Pin<KBox<Mutex<Link>>>,
+    /// Serializes the region's writes (one request at a time), with a probe window's
+    /// bytes for them.
+    serving: Pin<KBox<Mutex<KBox<[u8; PROBE * EXPORT_FRAME]>>>>,
     /// The region this node serves (null: none).
     region: AtomicPtr<MetaRegion>,
     /// The region's rkey and base (fixed once it is allocated), and whether it is
@@ -234,18 +245,13 @@ pub(crate) struct MetaNet {
     ready: AtomicBool,
 }
 
-/// One-sided verbs on a MetaServer connection (abi's `Remote`).
+/// A node's MetaServer connection: one-sided READs (abi's `Remote`) and requests to
+/// the MetaServer's kernel (abi's `Call`).
 struct Wire(*mut MetaConn);
 
-impl Wire {
-    fn op(&mut self, op: u32, off: u64, len: usize, compare: u64, swap: u64) -> Result<(), Unreachable> {
-        // SAFETY: a live connection, used under the link's mutex; len <= META_BUF.
-        match unsafe { shim::krcore_shim_meta_op(self.0, op, off, len as u32, compare, swap) } {
-            0 => Ok(()),
-            _ => Err(Unreachable),
-        }
-    }
+const _: () = assert!(REQUEST_LEN <= shim::META_REPLY_OFF && REPLY_LEN == shim::META_REPLY_LEN);
 
+impl Wire {
     fn buf(&mut self) -> &mut [u8] {
         // SAFETY: the connection's bounce buffer, META_BUF bytes, used only under the
         // link's mutex and between verbs (each waited for).
@@ -257,27 +263,28 @@ impl Remote for Wire {
     fn read(&mut self, off: u64, out: &mut [u8]) -> Result<(), Unreachable> {
         for (i, chunk) in out.chunks_mut(shim::META_BUF).enumerate() {
             let at = off + (i * shim::META_BUF) as u64;
-            self.op(shim::META_READ, at, chunk.len(), 0, 0)?;
+            // SAFETY: a live connection, used under the link's mutex; len <= META_BUF.
+            if unsafe { shim::krcore_shim_meta_read(self.0, at, chunk.len() as u32) } != 0 {
+                return Err(Unreachable);
+            }
             let n = chunk.len();
             chunk.copy_from_slice(&self.buf()[..n]);
         }
         Ok(())
     }
+}
 
-    fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Unreachable> {
-        for (i, chunk) in data.chunks(shim::META_BUF).enumerate() {
-            self.buf()[..chunk.len()].copy_from_slice(chunk);
-            self.op(shim::META_WRITE, off + (i * shim::META_BUF) as u64, chunk.len(), 0, 0)?;
+impl Call for Wire {
+    fn call(&mut self, req: &Request) -> Result<Reply, Unreachable> {
+        let mut b = [0u8; REQUEST_LEN];
+        let n = req.encode(&mut b);
+        self.buf()[..n].copy_from_slice(&b[..n]);
+        // SAFETY: as in `read`; n <= META_REPLY_OFF (asserted above).
+        if unsafe { shim::krcore_shim_meta_call(self.0, n as u32) } != 0 {
+            return Err(Unreachable);
         }
-        Ok(())
-    }
-
-    fn cas(&mut self, off: u64, expect: u64, swap: u64) -> Result<u64, Unreachable> {
-        self.op(shim::META_CAS, off, 8, expect, swap)?;
-        let mut old = [0u8; 8];
-        old.copy_from_slice(&self.buf()[..8]);
-        // The responder writes the old value in the requester's (host) order.
-        Ok(u64::from_ne_bytes(old))
+        let at = shim::META_REPLY_OFF;
+        Reply::decode(&self.buf()[at..at + REPLY_LEN]).ok_or(Unreachable)
     }
 }
 
@@ -300,6 +307,10 @@ impl MetaNet {
         };
         Ok(MetaNet {
             link: KBox::pin_init(new_mutex!(link, "krcore_meta_link"), GFP_KERNEL)?,
+            serving: KBox::pin_init(
+                new_mutex!(KBox::new([0u8; PROBE * EXPORT_FRAME], GFP_KERNEL)?, "krcore_meta_serving"),
+                GFP_KERNEL,
+            )?,
             region: AtomicPtr::new(core::ptr::null_mut()),
             rkey: AtomicU32::new(0),
             base: AtomicU64::new(0),
@@ -468,6 +479,15 @@ impl MetaNet {
                 }
                 true
             }
+            Err(RegisterError::Refused(Refusal::SlotHeld)) => {
+                pr_warn!("the MetaServer refused this node: another address holds node slot {} (node ids are an address's low 16 bits)\n",
+                    me.id());
+                false
+            }
+            Err(RegisterError::Refused(why)) => {
+                pr_warn!("the MetaServer refused this node's record: {why:?}\n");
+                false
+            }
             Err(_) => {
                 pr_warn!("cannot register with the MetaServer\n");
                 false
@@ -487,7 +507,11 @@ impl MetaNet {
         }
         self.ready.store(false, Ordering::Release);
         self.rkey.store(0, Ordering::Release);
+        // Not while a request is being served (cm.c freed every serving connection
+        // first; this holds whatever order removal comes in).
+        let serving = self.serving.lock();
         let r = self.region.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        drop(serving);
         if !r.is_null() {
             // SAFETY: allocated by serve_if_named, freed once; no QP reaches it (cm.c
             // destroyed the device's connections before the removal began).

@@ -483,16 +483,30 @@ const FENCED_LEN: usize = 8192;
 /// The rkey the kernel logged for the registration at `addr` (the test-only
 /// `test_unchecked_wire` logs them; a user never sees one).
 fn logged_rkey(addr: u64) -> Result<u32> {
-    let log = std::process::Command::new("dmesg").output()?;
-    let needle = format!("krcore: test: MR {addr:#x} ");
-    let line = String::from_utf8_lossy(&log.stdout)
-        .lines()
-        .rev()
-        .find(|l| l.contains(&needle))
-        .map(str::to_owned)
-        .ok_or(format!("no rkey logged for {addr:#x} (test_unchecked_wire not set?)"))?;
+    let line = logged(&format!("krcore: test: MR {addr:#x} "))?;
     let hex = line.rsplit("rkey 0x").next().unwrap_or("");
     Ok(u32::from_str_radix(hex.trim(), 16)?)
+}
+
+/// The MetaServer's region, as this kernel (`test_unchecked_wire`) logged it when it
+/// connected: its base and rkey.
+fn logged_region() -> Result<(u64, u32)> {
+    let line = logged("krcore: test: MetaServer region 0x")?;
+    let mut words = line.rsplit("region 0x").next().unwrap_or("").split(" rkey 0x");
+    let base = u64::from_str_radix(words.next().unwrap_or("").trim(), 16)?;
+    let rkey = u32::from_str_radix(words.next().unwrap_or("").trim(), 16)?;
+    Ok((base, rkey))
+}
+
+/// The kernel log's last line holding `needle` (test_unchecked_wire logs keys).
+fn logged(needle: &str) -> Result<String> {
+    let log = std::process::Command::new("dmesg").output()?;
+    String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .rev()
+        .find(|l| l.contains(needle))
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no `{needle}` in the kernel log (test_unchecked_wire not set?)").into())
 }
 
 /// The exporter of a test of rights held by the NIC (both modules loaded with the
@@ -545,13 +559,17 @@ fn set_param(name: &str, value: u64) -> Result<()> {
 
 /// The importer of [`fenced`], on a kernel that checks nothing (`test_unchecked_wire`):
 /// READs NAME (allowed), then WRITEs into it, then into the memory that was never
-/// exported, with that memory's own rkey. The exporting node's NIC must refuse both
+/// exported, with that memory's own rkey, then into the MetaServer's region (on the
+/// same node), with the region's rkey. The exporting node's NIC must refuse all three
 /// (each failing the set, made again for the next).
 fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> {
     let gid = addr.to_ipv6_mapped().octets();
     let mut mine = ring.register(4096, MrAccess::LOCAL_WRITE)?;
     let mut target = None;
-    for round in 0..2 {
+    // Logged when this kernel connected to the MetaServer (its first import at the
+    // latest). Aimed at node slot 1023: no node's, so a WRITE that landed harms none.
+    let (mut region, mut region_rkey) = (0, 0);
+    for round in 0..3 {
         // A refused WRITE fails the set's QP: a new set (another service, the first's
         // virtual QP still holding its own), and the import again.
         let v = retry(secs, &[Reason::Unreachable, Reason::QpError, Reason::PeerGone], || {
@@ -567,17 +585,24 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
             ring.run(b)?.remove(0)
         })?;
         let (hidden, rkey) = (word(mine.bytes(), 0), word(mine.bytes(), 8));
-        if round == 0 {
-            println!("breach: READ {name}, read-only: the hidden memory is at {hidden:#x}, rkey {rkey:#x}");
-        } else {
-            target = Some((hidden, rkey));
-            set_param("test_wire_addr", hidden)?;
-            set_param("test_wire_rkey", rkey)?;
+        match round {
+            0 => println!("breach: READ {name}, read-only: the hidden memory is at {hidden:#x}, rkey {rkey:#x}"),
+            1 => {
+                target = Some((hidden, rkey));
+                set_param("test_wire_addr", hidden)?;
+                set_param("test_wire_rkey", rkey)?;
+            }
+            _ => {
+                (region, region_rkey) = logged_region()?;
+                set_param("test_wire_addr", region + 1023 * 64)?;
+                set_param("test_wire_rkey", region_rkey.into())?;
+            }
         }
         mine.bytes_mut().fill(0xee);
         let what = match round {
             0 => format!("a WRITE into the read-only {name}"),
-            _ => "a WRITE into memory never exported, with its own rkey".to_owned(),
+            1 => "a WRITE into memory never exported, with its own rkey".to_owned(),
+            _ => format!("a WRITE into the MetaServer's region at {:#x}, with its rkey {region_rkey:#x}", region + 1023 * 64),
         };
         let mut b = Batch::new();
         b.write(&v, &mine, 0, &remote, 64, 64)?;
@@ -586,7 +611,7 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
         expect_reason(&what, r, Reason::RemoteError)?;
     }
     let (hidden, rkey) = target.expect("round 1");
-    println!("breach: both refused by the exporter's NIC (the last aimed at {hidden:#x}, rkey {rkey:#x})");
+    println!("breach: all three refused by the exporter's NIC (the hidden memory at {hidden:#x}, rkey {rkey:#x}; the region at {region:#x}, rkey {region_rkey:#x})");
     Ok(())
 }
 

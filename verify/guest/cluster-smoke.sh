@@ -99,7 +99,8 @@
 #   cluster-smoke.sh breach META    a member kernel that checks nothing
 #                                   (test_unchecked_wire): READ META's read-only memory,
 #                                   WRITE it, then WRITE the memory never exported with
-#                                   its own rkey: META's NIC must refuse both
+#                                   its own rkey, then the MetaServer's region with its
+#                                   rkey: META's NIC must refuse all three
 #   cluster-smoke.sh dial-impostor ROLE
 #                                   CONNECT to ROLE's node, an impostor (no key): the
 #                                   CONNECT must fail, and this kernel's QP must never

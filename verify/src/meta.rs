@@ -1,5 +1,5 @@
 //! The fake node's MetaServer: abi's meta client over a region in local memory, as
-//! kmod/meta/mod.rs runs it over one-sided verbs. The rig runs its jobs where the kernel
+//! kmod/meta/mod.rs runs it over one-sided READs and requests its kernel serves. The rig runs its jobs where the kernel
 //! runs its network work: after a submission that stopped with `Stall::Remote`, or
 //! left work due (a revocation), with no engine lock held.
 
@@ -9,6 +9,7 @@ use krcore_abi::meta::client::{run, Answer, MetaClient};
 use krcore_abi::meta::lookup::{EXPORT_FRAME, PROBE};
 use krcore_abi::meta::node::register;
 use krcore_abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
+use krcore_abi::meta::serve::mem::Served;
 use krcore_abi::meta::tables::{mem::MemRegion, Tables};
 use krcore_abi::sqe::MrAccess;
 
@@ -76,7 +77,12 @@ impl FakeMeta {
         let mut window = vec![0u8; PROBE * EXPORT_FRAME];
         let mut n = 0;
         while let Some(job) = self.client.take_job() {
-            let outcome = run(&job, &mut self.region, &TABLES, &mut window);
+            let mut served = Served {
+                region: &mut self.region,
+                tables: TABLES,
+                from: self.me.ipv4,
+            };
+            let outcome = run(&job, &mut served, &TABLES, &mut window);
             self.client.finish(job, outcome);
             n += 1;
         }

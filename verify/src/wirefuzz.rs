@@ -4,6 +4,9 @@
 //!   with bytes scribbled or cut short, reach two rings' links to that peer on the fake
 //!   NIC while the rings post receives and send;
 //! - a MetaServer region of records with bytes scribbled is looked up by name;
+//! - requests to the MetaServer's kernel (register, publish, revoke), from valid
+//!   templates with bytes scribbled or cut short, come from members, registered or
+//!   not, and are served;
 //! - connection requests' private data (hellos: ASKs and PROVEs), refusals and accepts,
 //!   from valid wire forms with bytes scribbled or cut short, are read; the hellos that
 //!   read go from made-up addresses, at made-up times, through the cluster gate.
@@ -12,7 +15,8 @@
 //! completed past its length, a message written outside a receive the peer advertised,
 //! a lookup answering another name or a stale record, a message read that its writer
 //! would not write the same, or a gate admitting a proof for a challenge it did not
-//! issue to that address (or issued, and spent, before).
+//! issue to that address (or issued, and spent, before), or a request served that
+//! changed another node's entry.
 //!
 //! `fuzz/fuzz_targets/wire.rs` runs it under libFuzzer; a test runs it over seeded
 //! random inputs so `cargo test` covers it too. Not covered here: revocation notices
@@ -27,7 +31,9 @@ use krcore_abi::cqe::{Cqe, CqeFlags};
 use krcore_abi::meta::frame;
 use krcore_abi::meta::lookup::{home, EXPORT_FRAME, PROBE, TRIES};
 use krcore_abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
+use krcore_abi::meta::request::{Reply, Request, REQUEST_LEN};
 use krcore_abi::meta::resolve::fetch;
+use krcore_abi::meta::serve::{mapped_gid, serve};
 use krcore_abi::meta::tables::mem::MemRegion;
 use krcore_abi::meta::tables::{Tables, NODE_FRAME};
 use krcore_abi::opcode::Opcode;
@@ -39,9 +45,10 @@ use crate::rig::{Limits, Rig, SHARDS};
 /// Runs one program: its first byte picks the part.
 pub fn run(data: &[u8]) {
     let mut inp = Input(data);
-    match inp.byte() % 3 {
+    match inp.byte() % 4 {
         0 => notices(&mut inp),
         1 => records(&mut inp),
+        2 => requests(&mut inp),
         _ => gate(&mut inp),
     }
 }
@@ -344,6 +351,91 @@ fn records(inp: &mut Input) {
         "{} READs for one lookup",
         region.verbs
     );
+}
+
+/// A MetaServer where nodes 192.0.2.1 to 4 registered and published, asked by a member
+/// (one of them, or 192.0.2.5, never registered) with requests made as a member's
+/// kernel makes them, then scribbled: whatever is served, no entry of another node
+/// changes, and what reads is what its writer would write.
+fn requests(inp: &mut Input) {
+    let t = Tables {
+        node_slots: 8,
+        export_slots: PROBE as u32 + inp.byte() as u32 % 16,
+    };
+    let mut region = MemRegion::new(t.bytes());
+    let mut window = vec![0u8; PROBE * EXPORT_FRAME];
+    let addr = |x: u8| [192, 0, 2, x];
+    let node = |x: u8| NodeRecord {
+        gid: mapped_gid(addr(x)),
+        ipv4: addr(x),
+        cm_port: 7471,
+        incarnation: 0,
+    };
+    let export = |name: u8, x: u8, incarnation: u64| ExportRecord {
+        name: name_of(name),
+        node: node(x).id(),
+        incarnation,
+        addr: MR,
+        len: LEN,
+        access: MrAccess::REMOTE_READ.bits(),
+        rkey: 7,
+    };
+    for x in 1..=4 {
+        let Reply::Registered(inc) = serve(&mut region, &t, addr(x), &Request::Register(node(x)), &mut window) else {
+            panic!("node {x} not registered");
+        };
+        for _ in 0..inp.byte() % 3 {
+            let _ = serve(&mut region, &t, addr(x), &Request::Publish(export(inp.byte(), x, inc)), &mut window);
+        }
+    }
+    for _ in 0..1 + inp.byte() % 4 {
+        let x = 1 + inp.byte() % 5;
+        let other = 1 + inp.byte() % 5;
+        let req = match inp.byte() % 3 {
+            0 => Request::Register(node(other)),
+            1 => Request::Publish(export(inp.byte(), other, inp.byte() as u64 % 3)),
+            _ => Request::Revoke {
+                name: name_of(inp.byte()),
+                slot: inp.byte() as u32 % (t.export_slots + 1),
+            },
+        };
+        let mut b = [0u8; REQUEST_LEN];
+        let n = req.encode(&mut b);
+        let bytes = scribbled(inp, &b[..n]);
+        let Some(req) = Request::decode(&bytes) else { continue };
+        let mut again = [0u8; REQUEST_LEN];
+        let n = req.encode(&mut again);
+        assert_eq!(&again[..n], &bytes[..], "a request read loosely");
+        let before = region.bytes.clone();
+        let reply = serve(&mut region, &t, addr(x), &req, &mut window);
+        assert_eq!(Reply::decode(&reply.encode()), Some(reply), "a reply that does not read");
+        others_unchanged(&t, &before, &region.bytes, node(x).id());
+    }
+}
+
+/// Every node entry but `me`'s, and every export entry that held another node's whole
+/// record, is as it was.
+fn others_unchanged(t: &Tables, before: &[u8], after: &[u8], me: u16) {
+    use krcore_abi::meta::record::{EXPORT_PAYLOAD, NODE_PAYLOAD};
+    for slot in 0..t.node_slots {
+        let at = (slot as usize) * NODE_FRAME;
+        let was = &before[at..at + NODE_FRAME];
+        if let Ok((_, body)) = frame::decode(was, NODE_PAYLOAD) {
+            if NodeRecord::decode(body.try_into().expect("payload")).id() != me {
+                assert_eq!(was, &after[at..at + NODE_FRAME], "node {me} changed node slot {slot}");
+            }
+        }
+    }
+    for slot in 0..t.export_slots {
+        let at = t.export(slot) as usize;
+        let was = &before[at..at + EXPORT_FRAME];
+        if let Ok((_, body)) = frame::decode(was, EXPORT_PAYLOAD) {
+            let rec = ExportRecord::decode(body.try_into().expect("payload"));
+            if rec.name != [0; NAME_LEN] && rec.node != me {
+                assert_eq!(was, &after[at..at + EXPORT_FRAME], "node {me} changed export slot {slot}");
+            }
+        }
+    }
 }
 
 /// `w` with up to two bytes scribbled and maybe cut short, as the input says.

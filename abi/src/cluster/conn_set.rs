@@ -1,5 +1,5 @@
 //! A node's connection set to one peer node: its state and the rules that make two
-//! nodes connecting to each other at once end with exactly one set (issue 11; the
+//! nodes connecting to each other at once end with exactly one set (the
 //! module keeps a set's state through [`peers`](super::peers)).
 //!
 //! One set joins a pair of nodes, and both use it: the node that dialed it, and the one

@@ -13,6 +13,8 @@
 //!   physical QP slots, reused least recently used first when nothing is bound.
 //! - [`notice`]: what two kernels tell each other about the message links between
 //!   their nodes, and about revoked exports, on the set's QPs.
+//! - [`keys`]: the keys of receives advertised to peer kernels, and when one let go
+//!   may be made again.
 //! - [`revoke`]: revoking an export other nodes may have imported, on every node the
 //!   exporter has a set with, before its memory goes.
 //!
@@ -22,6 +24,7 @@ pub mod auth;
 pub mod conn_set;
 pub mod drain;
 pub mod hello;
+pub mod keys;
 pub mod notice;
 pub mod peers;
 pub mod revoke;

@@ -1,5 +1,5 @@
 //! A node's connection sets, one per peer node it talks to, each owning a fixed block of
-//! the device's physical QP slots (issue 11; kmod/cluster/peer.rs runs remote CONNECT on it).
+//! the device's physical QP slots (kmod/cluster/peer.rs runs remote CONNECT on it).
 //!
 //! The engine accounts, routes and recovers physical QPs by index
 //! ([`Qps`](super::super::engine::Qps)). The loopback pool takes the first indices; after it

@@ -1,5 +1,7 @@
-//! How an exporting node's kernel publishes and revokes an export in the MetaServer's
-//! table with one-sided verbs, next to readers that never lock ([`lookup`]).
+//! How an export is published and revoked in the MetaServer's table, next to readers
+//! that never lock ([`lookup`]). The MetaServer's kernel runs these on its own region,
+//! for the exporting node that asked ([`serve`](super::serve)); the compare-and-swap
+//! keeps a rewrite safe against a crashed writer's odd head.
 //!
 //! Publishing: READ the name's window; [`plan`] says whether the name is already there,
 //! which slot to claim (the first free one or *tombstone*) and at what version; claim it
@@ -19,7 +21,7 @@
 use super::frame::{self, Torn};
 use super::lookup::{home, EXPORT_FRAME, TRIES};
 use super::record::{ExportRecord, EXPORT_PAYLOAD, NAME_LEN};
-use super::tables::{read_window, Remote, Tables, Unreachable};
+use super::tables::{read_window, Tables, Unreachable, Writable};
 
 /// What an exporter does with its name's window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,7 +145,7 @@ impl From<Unreachable> for PublishError {
 /// claim the head by compare-and-swap, then body and tail, then head. Whether the claim
 /// held (a lost one wrote nothing).
 fn rewrite(
-    r: &mut impl Remote,
+    r: &mut impl Writable,
     off: u64,
     version: u64,
     payload: &[u8; EXPORT_PAYLOAD],
@@ -162,7 +164,7 @@ fn rewrite(
 /// Publishes `rec` under its name through `r` (see the module doc): the slot it took.
 /// `buf` holds a probe window.
 pub fn publish(
-    r: &mut impl Remote,
+    r: &mut impl Writable,
     t: &Tables,
     rec: &ExportRecord,
     buf: &mut [u8],
@@ -210,7 +212,7 @@ pub fn publish(
 /// Revokes `name` from slot `slot` (where [`publish`] put it): a tombstone. Nothing is
 /// written when the slot holds another name (or was revoked already).
 pub fn revoke(
-    r: &mut impl Remote,
+    r: &mut impl Writable,
     t: &Tables,
     slot: u32,
     name: &[u8; NAME_LEN],

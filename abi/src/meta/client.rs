@@ -17,10 +17,10 @@
 use super::super::cqe::Reason;
 use super::super::engine::Store;
 use super::cache::MetaCache;
-use super::claim::{self, PublishError};
 use super::lookup::LookupError;
 use super::record::{ExportRecord, NAME_LEN};
 use super::resolve::{fetch, ResolveError};
+use super::request::{Call, Refusal, Reply, Request};
 use super::tables::{Remote, Tables};
 
 /// What a ring's request gets now.
@@ -450,9 +450,10 @@ impl<S: Store> MetaClient<S> {
     }
 }
 
-/// Runs `job` against the MetaServer's tables `t` through `r`; `buf` holds a probe
+/// Runs `job` against the MetaServer's tables `t` through `r`: a lookup with READs, a
+/// publication or revocation as a request its kernel answers. `buf` holds a probe
 /// window.
-pub fn run(job: &Job, r: &mut impl Remote, t: &Tables, buf: &mut [u8]) -> Outcome {
+pub fn run(job: &Job, r: &mut (impl Remote + Call), t: &Tables, buf: &mut [u8]) -> Outcome {
     match job {
         Job::Lookup { name } => match fetch(name, t, buf, r) {
             Ok((record, node)) => Outcome::Found {
@@ -480,23 +481,28 @@ pub fn run(job: &Job, r: &mut impl Remote, t: &Tables, buf: &mut [u8]) -> Outcom
                 ResolveError::Lookup(LookupError::Read) | ResolveError::Read => Reason::Unreachable,
             }),
         },
-        Job::Publish { record } => match claim::publish(r, t, record, buf) {
-            Ok(slot) => Outcome::Published { slot },
-            Err(e) => Outcome::Failed(publish_reason(e)),
+        Job::Publish { record } => match r.call(&Request::Publish(*record)) {
+            Ok(Reply::Published(slot)) if slot < t.export_slots => Outcome::Published { slot },
+            Ok(Reply::Refused(why)) => Outcome::Failed(refusal_reason(why)),
+            Ok(_) | Err(_) => Outcome::Failed(Reason::Unreachable),
         },
-        Job::Revoke { name, slot } => match claim::revoke(r, t, *slot, name) {
-            Ok(()) => Outcome::Revoked,
-            Err(e) => Outcome::Failed(publish_reason(e)),
+        Job::Revoke { name, slot } => match r.call(&Request::Revoke { name: *name, slot: *slot }) {
+            Ok(Reply::Revoked) => Outcome::Revoked,
+            Ok(Reply::Refused(why)) => Outcome::Failed(refusal_reason(why)),
+            Ok(_) | Err(_) => Outcome::Failed(Reason::Unreachable),
         },
     }
 }
 
-fn publish_reason(e: PublishError) -> Reason {
-    match e {
-        PublishError::Taken => Reason::NameTaken,
-        PublishError::Full => Reason::TableFull,
-        PublishError::Contended => Reason::Busy,
-        PublishError::Unreachable => Reason::Unreachable,
+/// What a ring is told of a refusal. One that says this node is not who it claims
+/// (its record went with a MetaServer restart) is `Unreachable`, as the check that
+/// registers it again finds.
+fn refusal_reason(why: Refusal) -> Reason {
+    match why {
+        Refusal::Taken => Reason::NameTaken,
+        Refusal::Full => Reason::TableFull,
+        Refusal::Contended => Reason::Busy,
+        Refusal::Malformed | Refusal::NotYours | Refusal::SlotHeld => Reason::Unreachable,
     }
 }
 
@@ -506,6 +512,7 @@ mod tests {
     use crate::engine::VecStore;
     use crate::meta::lookup::{EXPORT_FRAME, PROBE};
     use crate::meta::node::register;
+    use crate::meta::serve::mem::Served;
     use crate::meta::record::{name, NodeRecord};
     use crate::meta::tables::mem::MemRegion;
     use alloc::vec;
@@ -555,7 +562,12 @@ mod tests {
             let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
             let mut n = 0;
             while let Some(j) = self.client.take_job() {
-                let o = run(&j, m, &T, &mut buf);
+                let mut served = Served {
+                    region: &mut *m,
+                    tables: T,
+                    from: self.me.ipv4,
+                };
+                let o = run(&j, &mut served, &T, &mut buf);
                 self.client.finish(j, o);
                 n += 1;
             }

@@ -1,4 +1,4 @@
-//! The MetaServer's entries (issue 11): what a few designated nodes hold in registered
+//! The MetaServer's entries: what a few designated nodes hold in registered
 //! kernel memory so that every other node's kernel finds a peer's connection metadata
 //! and exported memory with one-sided RDMA READs, no server thread on the lookup path.
 //!
@@ -10,9 +10,12 @@
 //!   exporting node and incarnation, the range, rights and rkey; the name is the key).
 //! - [`tables`]: where entries lie in the MetaServer's region, and the one-sided verbs
 //!   ([`Remote`](tables::Remote)) a node's kernel reaches them with.
+//! - [`request`]: what a node asks of the MetaServer's kernel (register, publish,
+//!   revoke) and its answers: the only way an entry is written; members only READ.
+//! - [`serve`]: that kernel's checks that a node writes only its own entries.
 //! - [`node`]: registering a node's record (its incarnation chosen there), reading one.
-//! - [`claim`]: how an exporter publishes (claims a slot by compare-and-swap) and
-//!   revokes (a tombstone) an export next to readers that never lock.
+//! - [`claim`]: how an export is published (a slot claimed by compare-and-swap) and
+//!   revoked (a tombstone) next to readers that never lock.
 //! - [`lookup`]: an export by name in one READ of its probe window, read again while an
 //!   entry in it is being rewritten, given up after a bound.
 //! - [`resolve`]: a name to a live record: the window, then the exporting node's record
@@ -34,5 +37,7 @@ pub mod frame;
 pub mod lookup;
 pub mod node;
 pub mod record;
+pub mod request;
 pub mod resolve;
+pub mod serve;
 pub mod tables;

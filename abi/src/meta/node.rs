@@ -1,10 +1,11 @@
 //! A node's own record in the MetaServer: registering it when the module loads, and
 //! reading a peer's.
 //!
-//! Only a node's kernel writes its record, but a node that crashed mid-write leaves an
-//! odd head behind, and two nodes whose ids share a slot may register at once: so the
-//! first step of a rewrite is a compare-and-swap of the head (from what a READ found to
-//! odd), not a plain write, and a lost race reads again. The new incarnation is one
+//! A node asks the MetaServer's kernel to register its record ([`reconcile`], a
+//! [`Request::Register`]); that kernel writes it ([`register`]) after checking it is the
+//! node's own ([`serve`](super::serve)). A writer that crashed mid-write leaves an odd
+//! head behind: so the first step of a rewrite is a compare-and-swap of the head (from
+//! what a READ found to odd), not a plain write. The new incarnation is one
 //! more than the slot's previous record's, whole or torn (a node that reloads is never
 //! mistaken for its earlier self by a cache that saw that), or 1.
 
@@ -12,7 +13,8 @@ use super::frame::{self, Torn};
 use super::lookup::TRIES;
 use super::record::{NodeRecord, NODE_PAYLOAD};
 use super::resolve::ResolveError;
-use super::tables::{Remote, Tables, Unreachable, NODE_FRAME};
+use super::request::{Call, Refusal, Reply, Request};
+use super::tables::{Remote, Tables, Unreachable, Writable, NODE_FRAME};
 
 /// Why a registration failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +23,8 @@ pub enum RegisterError {
     Unreachable,
     /// Another writer won the slot's head every time.
     Contended,
+    /// The MetaServer refused it, for this reason.
+    Refused(Refusal),
 }
 
 impl From<Unreachable> for RegisterError {
@@ -54,7 +58,7 @@ pub fn read_node(r: &mut impl Remote, t: &Tables, id: u16) -> Result<NodeRecord,
 /// Registers `me`: the incarnation it now has, chosen here past both the slot's last
 /// record and `me.incarnation` (what this node had before, 0 when it just loaded), so a
 /// node registering again after the MetaServer lost its tables still moves on.
-pub fn register(r: &mut impl Remote, t: &Tables, me: &NodeRecord) -> Result<u64, RegisterError> {
+pub fn register(r: &mut impl Writable, t: &Tables, me: &NodeRecord) -> Result<u64, RegisterError> {
     let off = t.node(me.id());
     let mut f = [0u8; NODE_FRAME];
     for _ in 0..TRIES {
@@ -98,9 +102,9 @@ pub enum Reconciled {
 /// Makes sure the MetaServer holds `me` (its `incarnation` what this node had, 0 when
 /// it never registered): a node that registered before reads its record first and
 /// registers anew only when it is not there as it was left (the MetaServer restarted
-/// with empty tables, or another node took the slot).
+/// with empty tables).
 pub fn reconcile(
-    r: &mut impl Remote,
+    r: &mut (impl Remote + Call),
     t: &Tables,
     me: &NodeRecord,
 ) -> Result<Reconciled, RegisterError> {
@@ -111,8 +115,14 @@ pub fn reconcile(
             _ => {}
         }
     }
+    let incarnation = match r.call(&Request::Register(*me))? {
+        Reply::Registered(i) => i,
+        Reply::Refused(why) => return Err(RegisterError::Refused(why)),
+        // Another request's answer: not a MetaServer this node can trust to be sane.
+        _ => return Err(RegisterError::Unreachable),
+    };
     Ok(Reconciled::Registered {
-        incarnation: register(r, t, me)?,
+        incarnation,
         again: me.incarnation != 0,
     })
 }
@@ -120,6 +130,7 @@ pub fn reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::serve::{mapped_gid, mem::Served};
     use crate::meta::tables::mem::MemRegion;
 
     const T: Tables = Tables {
@@ -127,9 +138,17 @@ mod tests {
         export_slots: 8,
     };
 
+    fn at<'a>(m: &'a mut MemRegion, me: &NodeRecord) -> Served<'a> {
+        Served {
+            region: m,
+            tables: T,
+            from: me.ipv4,
+        }
+    }
+
     fn me(last: u8) -> NodeRecord {
         NodeRecord {
-            gid: [1; 16],
+            gid: mapped_gid([192, 0, 2, last]),
             ipv4: [192, 0, 2, last],
             cm_port: 7471,
             incarnation: 0,
@@ -179,7 +198,7 @@ mod tests {
     fn reconcile_registers_only_when_the_record_is_gone() {
         let mut m = MemRegion::new(T.bytes());
         let a = me(5);
-        let first = reconcile(&mut m, &T, &a);
+        let first = reconcile(&mut at(&mut m, &a), &T, &a);
         assert_eq!(
             first,
             Ok(Reconciled::Registered {
@@ -192,13 +211,13 @@ mod tests {
             ..a
         };
         assert_eq!(
-            reconcile(&mut m, &T, &had),
+            reconcile(&mut at(&mut m, &had), &T, &had),
             Ok(Reconciled::Kept),
             "still there"
         );
         let mut fresh = MemRegion::new(T.bytes());
         assert_eq!(
-            reconcile(&mut fresh, &T, &had),
+            reconcile(&mut at(&mut fresh, &had), &T, &had),
             Ok(Reconciled::Registered {
                 incarnation: 2,
                 again: true
@@ -207,7 +226,7 @@ mod tests {
         );
         fresh.down = true;
         assert_eq!(
-            reconcile(&mut fresh, &T, &had),
+            reconcile(&mut at(&mut fresh, &had), &T, &had),
             Err(RegisterError::Unreachable)
         );
     }

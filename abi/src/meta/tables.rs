@@ -7,9 +7,10 @@
 //! ```
 //!
 //! The MetaServer's kernel allocates and registers the region and tells each node that
-//! connects to it the region's base, rkey and both slot counts (cm.c's reply); every
-//! read and write after that is a one-sided verb from the node's kernel, addressed by
-//! the offsets here. Node `id`'s entry is slot `id % node_slots`: node ids are the low 16
+//! connects to it the region's base, rkey and both slot counts (cm.c's reply). A node's
+//! kernel READs it one-sided ([`Remote`]), at the offsets here; only the MetaServer's
+//! kernel writes it ([`Writable`]), for a node that asked ([`request`](super::request)),
+//! after checking that what it writes is that node's own. Node `id`'s entry is slot `id % node_slots`: node ids are the low 16
 //! bits of a node's IPv4 address, and a record names its whole address, so two nodes
 //! sharing a slot are told apart (the later registration wins the slot; see the README).
 
@@ -56,11 +57,17 @@ impl Tables {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unreachable;
 
-/// One-sided verbs on the MetaServer's region, at offsets from its base; each returns
-/// when its completion did (so a verb issued after another's return lands after it).
+/// Reading the MetaServer's region, at offsets from its base: a one-sided READ from a
+/// node's kernel, which returns when its completion did.
 pub trait Remote {
     /// Reads `buf.len()` bytes at `off`.
     fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<(), Unreachable>;
+}
+
+/// Writing the region: the MetaServer's kernel, the one writer, on its own memory (each
+/// write visible before the next begins, as a frame's rewrite needs). No member node's
+/// QP or rkey may write it: the region grants them READ alone.
+pub trait Writable: Remote {
     /// Writes `data` at `off`.
     fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Unreachable>;
     /// 8-byte compare-and-swap at `off` (8-aligned): the value found.
@@ -91,7 +98,7 @@ pub fn read_window(
 /// A region in local memory, as tests and the fake node reach it.
 #[cfg(any(test, feature = "alloc"))]
 pub mod mem {
-    use super::{Remote, Unreachable};
+    use super::{Remote, Unreachable, Writable};
     use alloc::vec::Vec;
 
     /// The region as bytes, with a count of verbs and a switch that fails them all.
@@ -130,6 +137,9 @@ pub mod mem {
             buf.copy_from_slice(self.range(off, n)?);
             Ok(())
         }
+    }
+
+    impl Writable for MemRegion {
         fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Unreachable> {
             self.range(off, data.len())?.copy_from_slice(data);
             Ok(())

@@ -40,9 +40,14 @@
 //!    the peer kernels' challenges (`auth`, taken by cm.c's listener with none held);
 //!
 //! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too.
-//! The keys of advertised receives (engine/fastreg.c's `krcore_keys` mutex) are the
-//! innermost lock of all: taken under a shard's, a QP's, the membership's and the
-//! drains' (an advert's key made, or let go), taking nothing.
+//! The keys of advertised receives (engine/keys.rs's `krcore_advert_keys`, abi's
+//! `cluster::keys`) are taken under a shard's, a QP's, the membership's and the
+//! drains' (an advert's key made, or let go), and take only fastreg.c's `krcore_keys`
+//! mutex, the innermost lock of all. The MetaServer's serving (meta/mod.rs's
+//! `krcore_meta_serving`) is taken by a member's request on its connection's CQ
+//! workqueue with nothing held (after the registry's `devices`, let go), and by the
+//! device's removal; it takes nothing. The serving workqueue then takes cm.c's
+//! per-connection mutex, with nothing held, to post the reply.
 //! cm.c's per-connection mutex is taken under a QP's (a notice receive taken and posted
 //! again) and under the drains' (a drain begun), and takes nothing. cm.c's listener
 //! answers a peer's request for a set under rdma_cm's handler mutex, taking 2, then 5

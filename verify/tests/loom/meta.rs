@@ -14,6 +14,7 @@ use krcore_abi::meta::cache::MetaCache;
 use krcore_abi::meta::client::{run, Answer, MetaClient};
 use krcore_abi::meta::lookup::{EXPORT_FRAME, PROBE};
 use krcore_abi::meta::record::name;
+use krcore_abi::meta::serve::mem::Served;
 use krcore_abi::meta::tables::{mem::MemRegion, Tables};
 
 use crate::model;
@@ -40,7 +41,14 @@ impl Meta {
             let Some(job) = self.client.lock().unwrap().take_job() else {
                 break;
             };
-            let outcome = run(&job, &mut *self.region.lock().unwrap(), &T, &mut window);
+            let mut region = self.region.lock().unwrap();
+            let mut served = Served {
+                region: &mut region,
+                tables: T,
+                from: [192, 0, 2, 1],
+            };
+            let outcome = run(&job, &mut served, &T, &mut window);
+            drop(region);
             self.client.lock().unwrap().finish(job, outcome);
         }
     }

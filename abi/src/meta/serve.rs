@@ -1,0 +1,279 @@
+//! The MetaServer's kernel answering a node's [`Request`]: the checks that keep each
+//! node's writes to its own entries, then the write, on the region's only writer.
+//!
+//! The asking node is the address its connection came from (cm.c proved that the
+//! connection's kernel holds the cluster key, and rdma_cm that it answers at that
+//! address). So a node may:
+//! - register only a record of its own address and GID, in a node slot no other
+//!   address's whole record holds (two addresses whose ids share a slot: the first
+//!   keeps it, and the second is refused, not let in to take it over);
+//! - publish only records naming the node it is registered as, at its current
+//!   incarnation, under a valid name (an empty one would be a tombstone);
+//! - revoke only a slot whose record is its own.
+//!
+//! Requests are served one at a time (the caller holds the region's lock), so a claim's
+//! compare-and-swap never loses to another writer; it still steps over a frame left odd.
+
+use super::claim::{self, PublishError};
+use super::frame;
+use super::node::{read_node, register, RegisterError};
+use super::record::{name_from_words, name_words, ExportRecord, NodeRecord, EXPORT_PAYLOAD, NAME_LEN, NODE_PAYLOAD};
+use super::request::{Refusal, Reply, Request};
+use super::tables::{Tables, Writable, NODE_FRAME};
+use super::lookup::EXPORT_FRAME;
+
+/// The GID a node at IPv4 address `ipv4` has (RoCE v2, IPv4-mapped).
+pub fn mapped_gid(ipv4: [u8; 4]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&ipv4);
+    g
+}
+
+/// The node id of address `ipv4` (as [`NodeRecord::id`]).
+fn id_of(ipv4: [u8; 4]) -> u16 {
+    u16::from_be_bytes([ipv4[2], ipv4[3]])
+}
+
+/// The record of the node registered at `from`'s id, if it is `from`'s.
+fn registered(r: &mut impl Writable, t: &Tables, from: [u8; 4]) -> Option<NodeRecord> {
+    read_node(r, t, id_of(from)).ok().filter(|n| n.ipv4 == from)
+}
+
+/// Answers `req` from the node at `from`, writing the region `r` as it asks when the
+/// checks pass. `window` holds a probe window (the publication's reads).
+pub fn serve(
+    r: &mut impl Writable,
+    t: &Tables,
+    from: [u8; 4],
+    req: &Request,
+    window: &mut [u8],
+) -> Reply {
+    match req {
+        Request::Register(me) => {
+            if me.ipv4 != from || me.gid != mapped_gid(from) {
+                return Reply::Refused(Refusal::NotYours);
+            }
+            let mut f = [0u8; NODE_FRAME];
+            if r.read(t.node(me.id()), &mut f).is_err() {
+                return Reply::Refused(Refusal::Contended);
+            }
+            if let Ok((_, body)) = frame::decode(&f, NODE_PAYLOAD) {
+                let held = NodeRecord::decode(body.try_into().expect("payload"));
+                if held.ipv4 != from {
+                    return Reply::Refused(Refusal::SlotHeld);
+                }
+            }
+            match register(r, t, me) {
+                Ok(incarnation) => Reply::Registered(incarnation),
+                Err(RegisterError::Unreachable | RegisterError::Contended)
+                | Err(RegisterError::Refused(_)) => Reply::Refused(Refusal::Contended),
+            }
+        }
+        Request::Publish(rec) => {
+            if name_from_words(name_words(&rec.name)).is_none() {
+                return Reply::Refused(Refusal::Malformed);
+            }
+            match registered(r, t, from) {
+                Some(n) if rec.node == n.id() && rec.incarnation == n.incarnation => {}
+                _ => return Reply::Refused(Refusal::NotYours),
+            }
+            match claim::publish(r, t, rec, window) {
+                Ok(slot) => Reply::Published(slot),
+                Err(PublishError::Taken) => Reply::Refused(Refusal::Taken),
+                Err(PublishError::Full) => Reply::Refused(Refusal::Full),
+                Err(PublishError::Contended | PublishError::Unreachable) => {
+                    Reply::Refused(Refusal::Contended)
+                }
+            }
+        }
+        Request::Revoke { name, slot } => {
+            if *slot >= t.export_slots {
+                return Reply::Refused(Refusal::Malformed);
+            }
+            if !owns(r, t, from, *slot, name) {
+                return Reply::Refused(Refusal::NotYours);
+            }
+            match claim::revoke(r, t, *slot, name) {
+                Ok(()) => Reply::Revoked,
+                Err(_) => Reply::Refused(Refusal::Contended),
+            }
+        }
+    }
+}
+
+/// Whether revoking `name` in `slot` touches nothing but `from`'s own: the slot holds
+/// no whole record of that name (nothing to revoke), or one of the node registered at
+/// `from`.
+fn owns(r: &mut impl Writable, t: &Tables, from: [u8; 4], slot: u32, name: &[u8; NAME_LEN]) -> bool {
+    let mut f = [0u8; EXPORT_FRAME];
+    if r.read(t.export(slot), &mut f).is_err() {
+        return false;
+    }
+    let rec = match frame::decode(&f, EXPORT_PAYLOAD) {
+        Ok((_, body)) => ExportRecord::decode(body.try_into().expect("payload")),
+        // Torn: only the one writer could be rewriting it, and it is not (requests are
+        // served one at a time); a crashed rewrite's odd frame is nobody's to revoke.
+        Err(_) => return false,
+    };
+    rec.name != *name || (rec.node == id_of(from) && registered(r, t, from).is_some())
+}
+
+/// A MetaServer in local memory, served as its kernel serves it: what tests and the
+/// fake node reach with [`Call`](super::request::Call).
+#[cfg(any(test, feature = "alloc"))]
+pub mod mem {
+    use super::super::lookup::{EXPORT_FRAME, PROBE};
+    use super::super::request::{Call, Reply, Request, REQUEST_LEN};
+    use super::super::tables::{mem::MemRegion, Remote, Tables, Unreachable};
+    use super::serve;
+
+    /// The node at `from` reaching the region `region`: READs one-sided, writes asked.
+    pub struct Served<'a> {
+        /// The region.
+        pub region: &'a mut MemRegion,
+        /// Its shape.
+        pub tables: Tables,
+        /// The asking node's address.
+        pub from: [u8; 4],
+    }
+
+    impl Remote for Served<'_> {
+        fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<(), Unreachable> {
+            self.region.read(off, buf)
+        }
+    }
+
+    impl Call for Served<'_> {
+        fn call(&mut self, req: &Request) -> Result<Reply, Unreachable> {
+            if self.region.down {
+                return Err(Unreachable);
+            }
+            // Through the bytes, as the wire carries them.
+            let mut b = [0u8; REQUEST_LEN];
+            let n = req.encode(&mut b);
+            let req = Request::decode(&b[..n]).expect("a request decodes");
+            let mut window = [0u8; PROBE * EXPORT_FRAME];
+            let reply = serve(self.region, &self.tables, self.from, &req, &mut window);
+            Reply::decode(&reply.encode()).ok_or(Unreachable)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::lookup::PROBE;
+    use crate::meta::record::name;
+    use crate::meta::tables::mem::MemRegion;
+
+    const T: Tables = Tables {
+        node_slots: 8,
+        export_slots: 16,
+    };
+
+    fn node(last: u8, incarnation: u64) -> NodeRecord {
+        let ipv4 = [192, 0, 2, last];
+        NodeRecord {
+            gid: mapped_gid(ipv4),
+            ipv4,
+            cm_port: 7471,
+            incarnation,
+        }
+    }
+
+    /// An export record of the node at 192.0.2.`last`.
+    fn export(n: &str, last: u8, incarnation: u64) -> ExportRecord {
+        ExportRecord {
+            name: name(n).unwrap(),
+            node: id_of([192, 0, 2, last]),
+            incarnation,
+            addr: 0x1000,
+            len: 64,
+            access: 1,
+            rkey: 0x77,
+        }
+    }
+
+    fn ask(m: &mut MemRegion, from: u8, req: Request) -> Reply {
+        let mut w = [0u8; PROBE * EXPORT_FRAME];
+        serve(m, &T, [192, 0, 2, from], &req, &mut w)
+    }
+
+    #[test]
+    fn a_node_registers_publishes_and_revokes_its_own() {
+        let mut m = MemRegion::new(T.bytes());
+        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(1));
+        let Reply::Published(slot) = ask(&mut m, 1, Request::Publish(export("kv", 1, 1))) else {
+            panic!("not published");
+        };
+        let name = name("kv").unwrap();
+        assert_eq!(ask(&mut m, 1, Request::Revoke { name, slot }), Reply::Revoked);
+        assert_eq!(
+            ask(&mut m, 1, Request::Publish(export("kv", 1, 1))),
+            Reply::Published(slot),
+            "the tombstone is claimed again"
+        );
+    }
+
+    #[test]
+    fn nothing_of_another_node_is_written() {
+        let mut m = MemRegion::new(T.bytes());
+        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(1));
+        assert_eq!(ask(&mut m, 2, Request::Register(node(2, 0))), Reply::Registered(1));
+        let Reply::Published(slot) = ask(&mut m, 1, Request::Publish(export("kv", 1, 1))) else {
+            panic!("not published");
+        };
+        let before = m.bytes.clone();
+        let refused = [
+            // Node 2 registers node 1's record, or one with another GID.
+            Request::Register(node(1, 0)),
+            Request::Register(NodeRecord {
+                gid: [9; 16],
+                ..node(2, 0)
+            }),
+            // Node 2 publishes as node 1, or at an incarnation it does not have.
+            Request::Publish(export("mine", 1, 1)),
+            Request::Publish(export("mine", 2, 7)),
+            // Node 2 revokes node 1's export.
+            Request::Revoke {
+                name: name("kv").unwrap(),
+                slot,
+            },
+        ];
+        for req in refused {
+            assert_eq!(ask(&mut m, 2, req), Reply::Refused(Refusal::NotYours), "{req:?}");
+        }
+        // Node 10 shares node 2's slot (10 % 8 == 2 % 8): refused, not let in.
+        assert_eq!(
+            ask(&mut m, 10, Request::Register(node(10, 0))),
+            Reply::Refused(Refusal::SlotHeld)
+        );
+        // An unregistered node publishes nothing, an empty name is no name, and a slot
+        // past the table is no slot.
+        assert_eq!(
+            ask(&mut m, 3, Request::Publish(export("x", 3, 1))),
+            Reply::Refused(Refusal::NotYours)
+        );
+        let mut empty = export("x", 1, 1);
+        empty.name = [0; NAME_LEN];
+        assert_eq!(ask(&mut m, 1, Request::Publish(empty)), Reply::Refused(Refusal::Malformed));
+        assert_eq!(
+            ask(&mut m, 1, Request::Revoke { name: name("kv").unwrap(), slot: T.export_slots }),
+            Reply::Refused(Refusal::Malformed)
+        );
+        assert!(m.bytes == before, "a refused request wrote nothing");
+    }
+
+    #[test]
+    fn a_node_that_reloads_takes_its_slot_and_its_old_names() {
+        let mut m = MemRegion::new(T.bytes());
+        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(1));
+        assert!(matches!(ask(&mut m, 1, Request::Publish(export("kv", 1, 1))), Reply::Published(_)));
+        // Reloaded: a new incarnation, and the earlier one's record of the name is
+        // claimed over.
+        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(2));
+        assert!(matches!(ask(&mut m, 1, Request::Publish(export("kv", 1, 2))), Reply::Published(_)));
+    }
+}

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The MetaServer's kernel answering its members: abi's `meta::serve` on the region in
+//! this kernel's memory, its only writer. Members READ it one-sided; neither the
+//! region's key nor their connection's QP lets them write it (meta.c, cm.c).
+
+use core::sync::atomic::{fence, Ordering};
+
+use crate::abi::meta::request::{Refusal, Reply, Request, REPLY_LEN};
+use crate::abi::meta::serve::serve;
+use crate::abi::meta::tables::{Remote, Unreachable, Writable};
+use crate::shim;
+
+use super::{MetaNet, TABLES};
+
+/// The region as this kernel reaches it: `len` bytes at `at`, mapped for the CPU.
+struct Local {
+    at: *mut u8,
+    len: usize,
+}
+
+impl Local {
+    /// The address of `n` bytes at `off`, when they lie in the region.
+    fn range(&self, off: u64, n: usize) -> Result<*mut u8, Unreachable> {
+        match usize::try_from(off).ok().and_then(|o| o.checked_add(n).map(|end| (o, end))) {
+            // SAFETY: inside the mapping (checked).
+            Some((o, end)) if end <= self.len => Ok(unsafe { self.at.add(o) }),
+            _ => Err(Unreachable),
+        }
+    }
+}
+
+impl Remote for Local {
+    fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<(), Unreachable> {
+        let p = self.range(off, buf.len())?;
+        // SAFETY: in the region (checked), which lives while the serving lock is held;
+        // only this kernel writes it, under that lock.
+        unsafe { core::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+}
+
+impl Writable for Local {
+    fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Unreachable> {
+        let p = self.range(off, data.len())?;
+        // Every earlier step of a frame's rewrite is visible to a member's READ before
+        // any byte of this one (frame.rs's contract).
+        fence(Ordering::Release);
+        // SAFETY: as in `read`; members' NICs only read these bytes.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        Ok(())
+    }
+
+    fn cas(&mut self, off: u64, expect: u64, swap: u64) -> Result<u64, Unreachable> {
+        // The one writer: a read and a write, no race to lose.
+        let mut old = [0u8; 8];
+        self.read(off, &mut old)?;
+        let old = u64::from_le_bytes(old);
+        if old == expect {
+            self.write(off, &swap.to_le_bytes())?;
+        }
+        Ok(old)
+    }
+}
+
+impl MetaNet {
+    /// Answers request `req` from the member at `from` into `reply`: false when this
+    /// node serves no region (no reply goes; the member's wait ends it).
+    pub(crate) fn serve(&self, from: [u8; 4], req: &[u8], reply: &mut [u8; REPLY_LEN]) -> bool {
+        let mut window = self.serving.lock();
+        let region = self.region.load(Ordering::Acquire);
+        if region.is_null() || !self.ready.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut local = Local {
+            // SAFETY: a live region (freed only by `remove`, under this lock).
+            at: unsafe { shim::krcore_shim_meta_region_va(region) },
+            len: TABLES.bytes(),
+        };
+        let answer = match Request::decode(req) {
+            Some(r) => serve(&mut local, &TABLES, from, &r, &mut window[..]),
+            None => Reply::Refused(Refusal::Malformed),
+        };
+        *reply = answer.encode();
+        true
+    }
+}
