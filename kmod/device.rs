@@ -315,6 +315,22 @@ extern "C" fn krcore_rs_cm_resources(
     }
 }
 
+/// A member's SEND to the MetaServer `dev` serves closed a key of this node (meta.c,
+/// on the serving connection's CQ workqueue, nothing held): the region is checked.
+#[no_mangle]
+extern "C" fn krcore_rs_meta_invalidated(dev: *mut IbDevice) {
+    let ctx = {
+        let devices = Registry::get().devices.lock();
+        match devices.iter().find(|d| d.ib == dev) {
+            Some(d) => d.ctx.clone(),
+            None => return,
+        }
+    };
+    // The device's removal frees every serving connection (cm.c) before it stops the
+    // network work, so this kick comes before that stop.
+    ctx.meta.invalidated(&ctx.events);
+}
+
 /// A member's request to the MetaServer `dev` serves (meta.c, on its serving
 /// connection's CQ workqueue, nothing held): `len` bytes at `req` from the member at
 /// `from` (network order), answered in `reply` (`META_REPLY_LEN` bytes). 0, or

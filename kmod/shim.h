@@ -470,6 +470,9 @@ int krcore_cm_reply(struct krcore_cm_conn *c, struct krcore_meta_offer *o);
 int krcore_cm_param_gid(const char *param, u8 *gid);
 int krcore_cm_post(struct krcore_cm_conn *c, const struct ib_send_wr *wr);
 int krcore_cm_post_recv(struct krcore_cm_conn *c, const struct ib_recv_wr *wr);
+/* An accepted connection whose peer kernel misbehaved: nothing is posted on it any
+ * more, and it is torn down on cm.c's workqueue as one whose peer left. */
+void krcore_cm_drop_peer(struct krcore_cm_conn *c);
 /* A set's QP's notice receive `i` completed: its 32 bytes copied to `out` and the
  * receive posted again; -ENOTCONN once the connection is torn down. */
 int krcore_cm_take_notice(struct krcore_cm_conn *c, u32 i, u8 *out);
@@ -484,8 +487,12 @@ int krcore_shim_meta_server_gid(u8 *gid);
 struct krcore_meta_region;
 struct krcore_meta_region *krcore_shim_meta_region_alloc(struct ib_pd *pd, u32 bytes);
 void krcore_shim_meta_region_offer(struct krcore_meta_region *r, struct krcore_meta_offer *o);
-/* Its bytes, mapped for the CPU: the MetaServer's kernel, their only writer. */
+/* Its bytes, mapped for the CPU: the MetaServer's kernel, their only writer. After
+ * writing `len` bytes at `off`, _wrote hands them to the device, ordered before any
+ * later write. */
 u8 *krcore_shim_meta_region_va(struct krcore_meta_region *r);
+void krcore_shim_meta_region_wrote(struct krcore_meta_region *r, u64 off, u32 len);
+
 /* Frees it: no connection may reach it any more (their QPs are destroyed). */
 void krcore_shim_meta_region_free(struct krcore_meta_region *r);
 /* A member's connection to this node's MetaServer, accepted by cm.c: a CQ of its own,
@@ -500,6 +507,9 @@ struct krcore_meta_serving *krcore_meta_serving_alloc(struct ib_device *dev, str
 struct ib_cq *krcore_meta_serving_cq(struct krcore_meta_serving *s);
 int krcore_meta_serving_start(struct krcore_meta_serving *s, struct krcore_cm_conn *c);
 void krcore_meta_serving_free(struct krcore_meta_serving *s);
+/* A member's SEND to the MetaServer of `dev` invalidated a key (the region's, maybe):
+ * the region is checked, and registered again if it was. */
+void krcore_rs_meta_invalidated(struct ib_device *dev);
 /* The MetaServer of `dev` answers request `req` (`len` bytes from the member at `from`,
  * network order) with KRCORE_META_REPLY_LEN bytes in `reply`: 0, or -ENODEV when it
  * serves no region (no reply goes). */
@@ -514,6 +524,10 @@ int krcore_shim_meta_open(struct ib_device *dev, struct ib_pd *pd, const u8 *src
 			  struct krcore_meta_offer *offer);
 /* Registers `r` with a fast-registration request on `m`'s QP (the region's device's). */
 int krcore_shim_meta_region_register(struct krcore_meta_region *r, struct krcore_meta_conn *m);
+/* Closes the region's key (a peer may have closed it already, with a SEND that
+ * invalidated it) and registers it again under the next key, on `m` (this node's own
+ * connection, whose offer takes the new key). */
+int krcore_shim_meta_region_rekey(struct krcore_meta_region *r, struct krcore_meta_conn *m);
 /* A READ of `len` bytes at `off` in the region into the bounce buffer, waited for up
  * to KRCORE_META_WAIT_MS; 0, or a negative errno (the connection is then broken). */
 int krcore_shim_meta_read(struct krcore_meta_conn *m, u64 off, u32 len);

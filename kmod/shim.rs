@@ -266,6 +266,8 @@ extern "C" {
     pub(crate) fn krcore_shim_meta_read(m: *mut MetaConn, off: u64, len: u32) -> c_int;
     pub(crate) fn krcore_shim_meta_call(m: *mut MetaConn, len: u32) -> c_int;
     pub(crate) fn krcore_shim_meta_region_va(r: *mut MetaRegion) -> *mut u8;
+    pub(crate) fn krcore_shim_meta_region_wrote(r: *mut MetaRegion, off: u64, len: u32);
+    pub(crate) fn krcore_shim_meta_region_rekey(r: *mut MetaRegion, m: *mut MetaConn) -> c_int;
     pub(crate) fn krcore_shim_meta_buf(m: *mut MetaConn) -> *mut u8;
     pub(crate) fn krcore_shim_meta_broken(m: *mut MetaConn) -> bool;
     pub(crate) fn krcore_shim_meta_close(m: *mut MetaConn);

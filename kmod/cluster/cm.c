@@ -386,6 +386,24 @@ static void krcore_cm_put(struct krcore_cm_conn *c)
 		kfree(c);
 }
 
+/* Marks `c` abandoned under its mutex: from here nothing posts on its QP (a request
+ * being served on a MetaServer connection included), so the QP may be destroyed. */
+static void krcore_cm_abandon(struct krcore_cm_conn *c)
+{
+	mutex_lock(&c->lock);
+	c->abandoned = true;
+	mutex_unlock(&c->lock);
+}
+
+/* An accepted connection the listener gives up before listing it: its QP goes, nothing
+ * posting on it meanwhile. */
+static void krcore_cm_unaccept(struct krcore_cm_conn *c)
+{
+	krcore_cm_abandon(c);
+	if (c->qp_created)
+		rdma_destroy_qp(c->id);
+}
+
 /* Destroys `c`'s QP and id, once, by whoever took it off the list (or never put it
  * there). A handler that runs after the mark sees it and touches nothing; one running
  * before has finished when the mark is taken; rdma_destroy_id waits for one that is
@@ -484,6 +502,15 @@ struct ib_qp *krcore_cm_settled_qp(struct krcore_cm_conn *c)
 		qp = c->qp;
 	mutex_unlock(&c->lock);
 	return qp;
+}
+
+void krcore_cm_drop_peer(struct krcore_cm_conn *c)
+{
+	WRITE_ONCE(c->broken, true);
+	/* As a peer that left: reaped on krcore_cm_wq (the work holds a reference). */
+	refcount_inc(&c->refs);
+	if (!krcore_cm_wq || !queue_work(krcore_cm_wq, &c->reap))
+		refcount_dec(&c->refs);
 }
 
 void krcore_shim_cm_close_later(struct krcore_cm_conn *c)
@@ -1018,8 +1045,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	if (!ret && serving)
 		ret = krcore_meta_serving_start(serving, c);
 	if (ret) {
-		if (c->qp_created)
-			rdma_destroy_qp(id);
+		krcore_cm_unaccept(c);
 		goto free;
 	}
 	krcore_cm_param(&p, c->kind);
@@ -1027,7 +1053,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	bind.responder_qpn = id->qp->qp_num;
 	ret = krcore_cm_tag(false, &bind, tag);
 	if (ret) {
-		rdma_destroy_qp(id);
+		krcore_cm_unaccept(c);
 		goto free;
 	}
 	krcore_rs_cm_accept_write(hello.kind == KRCORE_CM_META ? &offer : NULL, tag, wire);
@@ -1037,7 +1063,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	if (!ret)
 		ret = krcore_cm_set_access(id->qp, c->access);
 	if (ret) {
-		rdma_destroy_qp(id);
+		krcore_cm_unaccept(c);
 		goto free;
 	}
 	id->context = c;
@@ -1049,7 +1075,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	if (krcore_cm_closing(c->dev)) {
 		/* Its device is going: the CM destroys the id; its QP goes now. */
 		mutex_unlock(&krcore_cm_lock);
-		rdma_destroy_qp(id);
+		krcore_cm_unaccept(c);
 		ret = -ENODEV;
 		goto free;
 	}

@@ -28,6 +28,10 @@ static char *meta_server;
 module_param(meta_server, charp, 0444);
 MODULE_PARM_DESC(meta_server, "IPv4 address of the MetaServer node; the node with that address serves it (default: none)");
 
+static uint test_meta_inv;
+module_param(test_meta_inv, uint, 0600);
+MODULE_PARM_DESC(test_meta_inv, "Test: the next request to the MetaServer is a SEND that invalidates this rkey, as a member kernel closing the region's key would (0: none)");
+
 static uint meta_check_ms = 1000;
 module_param(meta_check_ms, uint, 0444);
 MODULE_PARM_DESC(meta_check_ms, "How often a node with published names checks that the MetaServer still holds its record, ms (0: never; default 1000)");
@@ -158,6 +162,47 @@ void krcore_shim_meta_region_offer(struct krcore_meta_region *r, struct krcore_m
 u8 *krcore_shim_meta_region_va(struct krcore_meta_region *r)
 {
 	return r->va;
+}
+
+void krcore_shim_meta_region_wrote(struct krcore_meta_region *r, u64 off, u32 len)
+{
+	u64 end = off + len;
+	struct scatterlist *sg;
+	int i;
+
+	/* Chunk by chunk, by the CPU's addresses (the list as mapped, not as the device
+	 * may have merged it): a no-op where the device is coherent. */
+	for_each_sg(r->sgt.sgl, sg, r->n, i) {
+		u64 start = (u64)i * KRCORE_META_CHUNK;
+
+		if (start < end && off < start + KRCORE_META_CHUNK &&
+		    !ib_uses_virt_dma(r->dev))
+			dma_sync_sg_for_device(r->dev->dma_device, sg, 1, DMA_BIDIRECTIONAL);
+	}
+	/* This step reaches a member's READ before the next one does. */
+	dma_wmb();
+}
+
+static int krcore_meta_run(struct krcore_meta_conn *m, struct ib_send_wr *wr, bool reply);
+
+int krcore_shim_meta_region_rekey(struct krcore_meta_region *r, struct krcore_meta_conn *m)
+{
+	struct ib_send_wr inv = {
+		.opcode = IB_WR_LOCAL_INV,
+		.ex.invalidate_rkey = r->mr->rkey,
+	};
+	int ret;
+
+	/* Closed, whether or not a peer closed it (closing a closed key is allowed), so
+	 * the registration finds it free. */
+	ret = krcore_meta_run(m, &inv, false);
+	if (ret)
+		return ret;
+	ib_update_fast_reg_key(r->mr, ib_inc_rkey(r->mr->rkey));
+	ret = krcore_shim_meta_region_register(r, m);
+	if (!ret)
+		m->offer.rkey = r->mr->rkey;
+	return ret;
 }
 
 void krcore_shim_meta_region_free(struct krcore_meta_region *r)
@@ -319,6 +364,7 @@ int krcore_shim_meta_read(struct krcore_meta_conn *m, u64 off, u32 len)
 	/* The region's bounds are the responder's to enforce (its MR); these are ours. */
 	if (!len || len > KRCORE_META_BUF)
 		return -EINVAL;
+	ib_dma_sync_single_for_device(m->dev, m->dma, len, DMA_BIDIRECTIONAL);
 	ret = krcore_meta_run(m, &rdma.wr, false);
 	ib_dma_sync_single_for_cpu(m->dev, m->dma, len, DMA_BIDIRECTIONAL);
 	return ret;
@@ -340,6 +386,9 @@ int krcore_shim_meta_call(struct krcore_meta_conn *m, u32 len)
 		return -EINVAL;
 	if (m->broken || krcore_shim_cm_broken(m->conn))
 		return -ENOTCONN;
+	send.ex.invalidate_rkey = xchg(&test_meta_inv, 0);
+	if (send.ex.invalidate_rkey)
+		send.opcode = IB_WR_SEND_WITH_INV;
 	ib_dma_sync_single_for_device(m->dev, m->dma, KRCORE_META_BUF, DMA_BIDIRECTIONAL);
 	/* The reply's receive first: the MetaServer answers as soon as it has the request. */
 	ret = krcore_cm_post_recv(m->conn, &recv);
@@ -389,7 +438,13 @@ struct krcore_meta_serving {
 	u64 dma;
 	struct ib_cqe recv_cqe;
 	struct ib_cqe send_cqe;
+	/* Replies posted whose completion did not come yet: a member asks again only
+	 * after its reply came, so past a few it is not waiting for them. */
+	atomic_t replies;
 };
+
+/* Replies a member may leave outstanding before it is dropped. */
+#define KRCORE_META_MAX_REPLIES 4
 
 #define KRCORE_META_SERVING_BYTES (KRCORE_META_REQUEST_ROOM + KRCORE_META_REPLY_LEN)
 
@@ -403,8 +458,11 @@ static int krcore_meta_serving_recv(struct krcore_meta_serving *s)
 
 static void krcore_meta_served(struct ib_cq *cq, struct ib_wc *wc)
 {
-	/* The reply went (or its QP is going): nothing to free, its buffer is reused only
-	 * for the next request's reply, which the member asks after this one's came. */
+	struct krcore_meta_serving *s = container_of(wc->wr_cqe, struct krcore_meta_serving, send_cqe);
+
+	/* The reply went (or its QP is going): its buffer is reused for the next
+	 * request's reply, which the member asks after this one's came. */
+	atomic_dec(&s->replies);
 }
 
 /* A member's request came (workqueue context: may sleep). Served with nothing of the
@@ -431,13 +489,33 @@ static void krcore_meta_serve_one(struct ib_cq *cq, struct ib_wc *wc)
 
 	if (wc->status != IB_WC_SUCCESS)
 		return;
+	/*
+	 * A SEND that closed a key of this node (maybe the region's: every member knows
+	 * its rkey) is no request, and a member with more replies outstanding than it
+	 * could be waiting for is not asking as a member does: either is dropped. The
+	 * region is checked, and keyed again if it was closed.
+	 */
+	if ((wc->wc_flags & IB_WC_WITH_INVALIDATE) ||
+	    atomic_read(&s->replies) >= KRCORE_META_MAX_REPLIES) {
+		pr_warn_ratelimited("krcore: %s: dropped a MetaServer connection from %pI4: %s\n",
+				    dev_name(&s->dev->dev), &s->from,
+				    (wc->wc_flags & IB_WC_WITH_INVALIDATE) ?
+					    "its SEND invalidated a key" :
+					    "it asked without waiting for its replies");
+		if (wc->wc_flags & IB_WC_WITH_INVALIDATE)
+			krcore_rs_meta_invalidated(s->dev);
+		krcore_cm_drop_peer(s->conn);
+		return;
+	}
 	ib_dma_sync_single_for_cpu(s->dev, s->dma, KRCORE_META_SERVING_BYTES, DMA_BIDIRECTIONAL);
 	memcpy(req, s->buf, len);
 	ret = krcore_rs_meta_serve(s->dev, s->from, req, len, s->buf + KRCORE_META_REQUEST_ROOM);
 	ib_dma_sync_single_for_device(s->dev, s->dma, KRCORE_META_SERVING_BYTES, DMA_BIDIRECTIONAL);
 	if (krcore_meta_serving_recv(s) || ret)
 		return;
-	krcore_cm_post(s->conn, &send);
+	atomic_inc(&s->replies);
+	if (krcore_cm_post(s->conn, &send))
+		atomic_dec(&s->replies);
 }
 
 struct krcore_meta_serving *krcore_meta_serving_alloc(struct ib_device *dev, struct ib_pd *pd,

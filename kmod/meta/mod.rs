@@ -243,6 +243,10 @@ pub(crate) struct MetaNet {
     rkey: AtomicU32,
     base: AtomicU64,
     ready: AtomicBool,
+    /// The next network work READs the region over this node's own link, to find it
+    /// closed (a member's SEND may invalidate its key: every member knows it); a READ
+    /// that fails breaks the link, and opening it again keys the region anew.
+    probe: AtomicBool,
 }
 
 /// A node's MetaServer connection: one-sided READs (abi's `Remote`) and requests to
@@ -315,6 +319,7 @@ impl MetaNet {
             rkey: AtomicU32::new(0),
             base: AtomicU64::new(0),
             ready: AtomicBool::new(false),
+            probe: AtomicBool::new(false),
         })
     }
 
@@ -355,17 +360,49 @@ impl MetaNet {
         self.region.store(r, Ordering::Release);
     }
 
+    /// Whether this node serves a registered region.
+    fn serving(&self) -> bool {
+        !self.region.load(Ordering::Acquire).is_null() && self.ready.load(Ordering::Acquire)
+    }
+
+    /// Has the next network work check the region this node serves (the device's tick,
+    /// and a SEND that closed a key of this node): whether there is one.
+    pub(crate) fn ask_probe(&self) -> bool {
+        let serving = self.serving();
+        if serving {
+            self.probe.store(true, Ordering::Release);
+        }
+        serving
+    }
+
+    /// Whether a probe is asked for.
+    pub(crate) fn probing(&self) -> bool {
+        self.probe.load(Ordering::Acquire)
+    }
+
     /// Runs what is due for `meta` (connecting and registering first if needed), with
     /// no other krcore lock held. Whether there was anything to do.
     pub(crate) fn work(&self, meta: &Meta, dev: Option<Device>) -> bool {
-        if !meta.due.swap(false, Ordering::AcqRel) {
+        let due = meta.due.swap(false, Ordering::AcqRel);
+        let probe = self.probe.swap(false, Ordering::AcqRel);
+        if !due && !probe {
             return false;
         }
         let mut link = self.link.lock();
-        let linked = match &dev {
+        let mut linked = match &dev {
             Some(dev) => self.ensure(&mut link, meta, dev),
             None => false,
         };
+        if let (true, true, Some(dev)) = (linked, probe && self.serving(), &dev) {
+            // A READ of the region through this node's own link: refused when a
+            // member closed its key, which breaks the link; opening it again keys the
+            // region anew (members' READs fail meanwhile, and they connect again for
+            // the new key).
+            let mut word = [0u8; 8];
+            if Wire(link.conn).read(0, &mut word).is_err() {
+                linked = self.ensure(&mut link, meta, dev);
+            }
+        }
         // A periodic check (devctx's tick): is this node's record still there?
         let linked = match (linked, meta.verify.swap(false, Ordering::AcqRel), &dev) {
             (true, true, Some(dev)) => Self::reconcile(&mut link, meta, dev),
@@ -439,17 +476,34 @@ impl MetaNet {
             return false;
         }
         link.tables = tables;
-        // Our own region, reached over our own connection: register it now.
+        // Our own region, reached over our own connection: register it now; or, when
+        // this link is opened again (a READ of it failed: a member's SEND may have
+        // closed its key), key it anew.
         let region = self.region.load(Ordering::Acquire);
-        if !region.is_null() && !self.ready.load(Ordering::Acquire) {
+        if !region.is_null() {
+            let ready = self.ready.load(Ordering::Acquire);
             // SAFETY: the region and the connection are live (same device).
-            if unsafe { shim::krcore_shim_meta_region_register(region, conn) } != 0 {
-                pr_warn!("cannot register the MetaServer's region\n");
+            let r = unsafe {
+                match ready {
+                    false => shim::krcore_shim_meta_region_register(region, conn),
+                    true => shim::krcore_shim_meta_region_rekey(region, conn),
+                }
+            };
+            if r != 0 {
+                pr_warn!("cannot register the MetaServer's region: error {r}\n");
                 return false;
             }
+            let mut o = MetaOffer::default();
+            // SAFETY: a live region.
+            unsafe { shim::krcore_shim_meta_region_offer(region, &mut o) };
+            self.rkey.store(o.rkey, Ordering::Release);
+            match ready {
+                false => pr_info!("serving the MetaServer: {} node and {} export entries\n",
+                    TABLES.node_slots, TABLES.export_slots),
+                true => pr_warn!("the MetaServer's region was keyed anew (its key {:#x} was closed, or this node's link to it broke); members connect again\n",
+                    o.rkey),
+            }
             self.ready.store(true, Ordering::Release);
-            pr_info!("serving the MetaServer: {} node and {} export entries\n",
-                TABLES.node_slots, TABLES.export_slots);
         }
         Self::reconcile(link, meta, dev)
     }

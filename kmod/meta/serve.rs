@@ -14,6 +14,7 @@ use super::{MetaNet, TABLES};
 
 /// The region as this kernel reaches it: `len` bytes at `at`, mapped for the CPU.
 struct Local {
+    region: *mut shim::MetaRegion,
     at: *mut u8,
     len: usize,
 }
@@ -45,8 +46,12 @@ impl Writable for Local {
         // Every earlier step of a frame's rewrite is visible to a member's READ before
         // any byte of this one (frame.rs's contract).
         fence(Ordering::Release);
-        // SAFETY: as in `read`; members' NICs only read these bytes.
-        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        // SAFETY: as in `read`; members' NICs only read these bytes. Then handed to
+        // the device, ordered before the next step (meta.c).
+        unsafe {
+            core::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len());
+            shim::krcore_shim_meta_region_wrote(self.region, off, data.len() as u32);
+        }
         Ok(())
     }
 
@@ -63,6 +68,14 @@ impl Writable for Local {
 }
 
 impl MetaNet {
+    /// A member's SEND closed a key of this node: the region is checked by the next
+    /// network work, queued now.
+    pub(crate) fn invalidated(&self, events: &crate::engine::cq_events::CqEvents) {
+        if self.ask_probe() {
+            events.kick_net();
+        }
+    }
+
     /// Answers request `req` from the member at `from` into `reply`: false when this
     /// node serves no region (no reply goes; the member's wait ends it).
     pub(crate) fn serve(&self, from: [u8; 4], req: &[u8], reply: &mut [u8; REPLY_LEN]) -> bool {
@@ -72,6 +85,7 @@ impl MetaNet {
             return false;
         }
         let mut local = Local {
+            region,
             // SAFETY: a live region (freed only by `remove`, under this lock).
             at: unsafe { shim::krcore_shim_meta_region_va(region) },
             len: TABLES.bytes(),

@@ -23,7 +23,7 @@ impl DevCtx {
 
     /// Runs the MetaServer's due jobs (meta/mod.rs). Whether there were any.
     pub(crate) fn meta_work(&self) -> bool {
-        if !self.shared.meta.due() {
+        if !self.shared.meta.due() && !self.meta.probing() {
             return false;
         }
         let dev = self.shared.members().g.hw.peer_resources();

@@ -547,6 +547,7 @@ fn fenced(ring: &mut Ring, name: &str, secs: u64, go: &str) -> Result<()> {
     if hidden.bytes().iter().any(|&x| x != 0x5a) {
         return Err("the memory that was never exported was written".into());
     }
+    logged("MetaServer's region was keyed anew").map_err(|_| "the region was never keyed anew: did no member close its key?")?;
     println!("fenced: after the importer's WRITEs, {name} and the hidden memory are unchanged");
     Ok(())
 }
@@ -561,7 +562,9 @@ fn set_param(name: &str, value: u64) -> Result<()> {
 /// READs NAME (allowed), then WRITEs into it, then into the memory that was never
 /// exported, with that memory's own rkey, then into the MetaServer's region (on the
 /// same node), with the region's rkey. The exporting node's NIC must refuse all three
-/// (each failing the set, made again for the next).
+/// (each failing the set, made again for the next). Then it closes the region's key
+/// with a request SENT with an invalidation: the MetaServer must key the region anew,
+/// so the import works again.
 fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> {
     let gid = addr.to_ipv6_mapped().octets();
     let mut mine = ring.register(4096, MrAccess::LOCAL_WRITE)?;
@@ -612,6 +615,20 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
     }
     let (hidden, rkey) = target.expect("round 1");
     println!("breach: all three refused by the exporter's NIC (the hidden memory at {hidden:#x}, rkey {rkey:#x}; the region at {region:#x}, rkey {region_rkey:#x})");
+    // Every member knows the region's rkey: a request SENT with an invalidation of it
+    // closes it at the MetaServer's NIC. The MetaServer drops the connection that did
+    // it and keys the region anew; lookups (this one uncached: the sets that failed
+    // above dropped what was cached) work again.
+    set_param("test_meta_inv", region_rkey.into())?;
+    let bait = ring.register(4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
+    let r = ring.publish(&bait, "breach-inv");
+    println!("breach: a request closing the region's key: {}", if r.is_ok() { "answered".into() } else { format!("{:?}", r.err()) });
+    set_param("test_meta_inv", 0)?;
+    let v = retry(secs, &[Reason::Unreachable, Reason::QpError, Reason::PeerGone], || ring.connect(gid, 3))?;
+    retry(secs, &[Reason::Unreachable, Reason::NoSuchName, Reason::Busy], || {
+        ring.import_name(&v, name, FENCED_LEN as u32)
+    })?;
+    println!("breach: {name} imported again after the region's key was closed");
     Ok(())
 }
 

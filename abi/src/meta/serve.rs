@@ -89,7 +89,7 @@ pub fn serve(
             }
         }
         Request::Revoke { name, slot } => {
-            if *slot >= t.export_slots {
+            if *slot >= t.export_slots || name_from_words(name_words(name)).is_none() {
                 return Reply::Refused(Refusal::Malformed);
             }
             if !owns(r, t, from, *slot, name) {
@@ -262,6 +262,11 @@ mod tests {
         assert_eq!(
             ask(&mut m, 1, Request::Revoke { name: name("kv").unwrap(), slot: T.export_slots }),
             Reply::Refused(Refusal::Malformed)
+        );
+        assert_eq!(
+            ask(&mut m, 1, Request::Revoke { name: [0; NAME_LEN], slot }),
+            Reply::Refused(Refusal::Malformed),
+            "a tombstone's name is no name"
         );
         assert!(m.bytes == before, "a refused request wrote nothing");
     }

@@ -370,7 +370,9 @@ impl DevCtx {
 extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
     // SAFETY: as for krcore_rs_dev_prewarm: the watch is stopped before the context goes.
     let dev = unsafe { &*ctx.cast::<DevCtx>() };
-    if dev.shared.meta.check() {
+    // The MetaServer's node also checks that no member closed its region's key.
+    let probe = dev.meta.ask_probe();
+    if dev.shared.meta.check() || probe {
         dev.meta_work();
     }
     // A closed ring's revocation that found no room tries again (room comes by the
