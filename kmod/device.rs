@@ -326,8 +326,8 @@ extern "C" fn krcore_rs_meta_invalidated(dev: *mut IbDevice) {
             None => return,
         }
     };
-    // The device's removal frees every serving connection (cm.c) before it stops the
-    // network work, so this kick comes before that stop.
+    // The device's removal tears down every serving connection, and waits for reaps
+    // in flight (cm.c), before it stops the network work: this kick comes before.
     ctx.meta.invalidated(&ctx.events);
 }
 

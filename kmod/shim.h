@@ -524,9 +524,9 @@ int krcore_shim_meta_open(struct ib_device *dev, struct ib_pd *pd, const u8 *src
 			  struct krcore_meta_offer *offer);
 /* Registers `r` with a fast-registration request on `m`'s QP (the region's device's). */
 int krcore_shim_meta_region_register(struct krcore_meta_region *r, struct krcore_meta_conn *m);
-/* Closes the region's key (a peer may have closed it already, with a SEND that
- * invalidated it) and registers it again under the next key, on `m` (this node's own
- * connection, whose offer takes the new key). */
+/* The region under a new MR and key, registered on `m` (this node's own connection,
+ * whose offer takes the new key); the old MR is destroyed, whatever state a peer's
+ * invalidation or a registration that timed out left it in. */
 int krcore_shim_meta_region_rekey(struct krcore_meta_region *r, struct krcore_meta_conn *m);
 /* A READ of `len` bytes at `off` in the region into the bounce buffer, waited for up
  * to KRCORE_META_WAIT_MS; 0, or a negative errno (the connection is then broken). */

@@ -1098,10 +1098,12 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	krcore_rs_cm_unpin(pin);
 	return 0;
 free:
-	/* Its QP is destroyed (or never was). */
+	/* Its QP is destroyed (or never was). A reap a request being served queued holds
+	 * a reference (krcore_cm_drop_peer): it finds the connection off the list. */
 	krcore_cm_notices_down(c);
 	krcore_meta_serving_free(c->serving);
-	kfree(c);
+	c->serving = NULL;
+	krcore_cm_put(c);
 unpin:
 	krcore_rs_cm_unpin(pin);
 	return ret;
@@ -1191,6 +1193,10 @@ void krcore_shim_cm_remove_device(struct ib_device *dev, void (*remove)(struct i
 	 * their flushed completions there, naming freed QPs. */
 	krcore_rs_dev_quiesce(dev);
 	krcore_cm_drop(dev);
+	/* Reaps already taken off the list (a peer that left, or a member dropped) finish
+	 * their teardowns before the device's PD and work go. */
+	if (krcore_cm_wq)
+		flush_workqueue(krcore_cm_wq);
 	remove(dev);
 	mutex_lock(&krcore_cm_lock);
 	list_del(&cl.node);

@@ -51,6 +51,7 @@ uint krcore_shim_meta_check_ms(void)
 
 struct krcore_meta_region {
 	struct ib_device *dev;
+	struct ib_pd *pd;
 	struct page **chunks;
 	u32 n;
 	struct sg_table sgt;
@@ -113,6 +114,7 @@ struct krcore_meta_region *krcore_shim_meta_region_alloc(struct ib_pd *pd, u32 b
 	if (!r)
 		return NULL;
 	r->dev = pd->device;
+	r->pd = pd;
 	r->n = DIV_ROUND_UP(bytes, KRCORE_META_CHUNK);
 	r->chunks = kcalloc(r->n, sizeof(*r->chunks), GFP_KERNEL);
 	if (!r->chunks)
@@ -183,25 +185,29 @@ void krcore_shim_meta_region_wrote(struct krcore_meta_region *r, u64 off, u32 le
 	dma_wmb();
 }
 
-static int krcore_meta_run(struct krcore_meta_conn *m, struct ib_send_wr *wr, bool reply);
-
 int krcore_shim_meta_region_rekey(struct krcore_meta_region *r, struct krcore_meta_conn *m)
 {
-	struct ib_send_wr inv = {
-		.opcode = IB_WR_LOCAL_INV,
-		.ex.invalidate_rkey = r->mr->rkey,
-	};
+	struct ib_mr *mr = ib_alloc_mr(r->pd, IB_MR_TYPE_MEM_REG, r->nents);
 	int ret;
 
-	/* Closed, whether or not a peer closed it (closing a closed key is allowed), so
-	 * the registration finds it free. */
-	ret = krcore_meta_run(m, &inv, false);
-	if (ret)
-		return ret;
-	ib_update_fast_reg_key(r->mr, ib_inc_rkey(r->mr->rkey));
+	/*
+	 * A new MR, not the old one keyed anew: whatever state the old one is in (closed
+	 * by a peer, or a registration of it that timed out and may or may not have run),
+	 * destroying it closes it, and the new one is free to register.
+	 */
+	if (IS_ERR(mr))
+		return PTR_ERR(mr);
+	if (ib_map_mr_sg(mr, r->sgt.sgl, r->nents, NULL, KRCORE_META_CHUNK) != r->nents) {
+		ib_dereg_mr(mr);
+		return -EINVAL;
+	}
+	ib_dereg_mr(r->mr);
+	r->mr = mr;
 	ret = krcore_shim_meta_region_register(r, m);
-	if (!ret)
+	if (!ret) {
+		m->offer.base = r->mr->iova;
 		m->offer.rkey = r->mr->rkey;
+	}
 	return ret;
 }
 
@@ -487,8 +493,14 @@ static void krcore_meta_serve_one(struct ib_cq *cq, struct ib_wc *wc)
 	u32 len = min_t(u32, wc->byte_len, KRCORE_META_REQUEST_ROOM);
 	int ret;
 
-	if (wc->status != IB_WC_SUCCESS)
+	/* Flushed: the QP is going. Any other error is the member's doing (a SEND that
+	 * closed no key of ours, or too long): its connection is of no more use. */
+	if (wc->status == IB_WC_WR_FLUSH_ERR)
 		return;
+	if (wc->status != IB_WC_SUCCESS) {
+		krcore_cm_drop_peer(s->conn);
+		return;
+	}
 	/*
 	 * A SEND that closed a key of this node (maybe the region's: every member knows
 	 * its rkey) is no request, and a member with more replies outstanding than it

@@ -244,9 +244,11 @@ pub(crate) struct MetaNet {
     base: AtomicU64,
     ready: AtomicBool,
     /// The next network work READs the region over this node's own link, to find it
-    /// closed (a member's SEND may invalidate its key: every member knows it); a READ
-    /// that fails breaks the link, and opening it again keys the region anew.
+    /// closed (a member's SEND may invalidate its key: every member knows it).
     probe: AtomicBool,
+    /// Such a READ failed (and broke the link): opening the link again registers the
+    /// region under a new MR and key.
+    rekey: AtomicBool,
 }
 
 /// A node's MetaServer connection: one-sided READs (abi's `Remote`) and requests to
@@ -320,6 +322,7 @@ impl MetaNet {
             base: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             probe: AtomicBool::new(false),
+            rekey: AtomicBool::new(false),
         })
     }
 
@@ -400,6 +403,7 @@ impl MetaNet {
             // the new key).
             let mut word = [0u8; 8];
             if Wire(link.conn).read(0, &mut word).is_err() {
+                self.rekey.store(true, Ordering::Release);
                 linked = self.ensure(&mut link, meta, dev);
             }
         }
@@ -476,12 +480,12 @@ impl MetaNet {
             return false;
         }
         link.tables = tables;
-        // Our own region, reached over our own connection: register it now; or, when
-        // this link is opened again (a READ of it failed: a member's SEND may have
-        // closed its key), key it anew.
+        // Our own region, reached over our own connection: register it now; or, when a
+        // READ of it failed (a member's SEND may have closed its key), under a new MR
+        // and key. A link that broke otherwise finds it as it was.
         let region = self.region.load(Ordering::Acquire);
-        if !region.is_null() {
-            let ready = self.ready.load(Ordering::Acquire);
+        let ready = self.ready.load(Ordering::Acquire);
+        if !region.is_null() && (!ready || self.rekey.load(Ordering::Acquire)) {
             // SAFETY: the region and the connection are live (same device).
             let r = unsafe {
                 match ready {
@@ -496,11 +500,13 @@ impl MetaNet {
             let mut o = MetaOffer::default();
             // SAFETY: a live region.
             unsafe { shim::krcore_shim_meta_region_offer(region, &mut o) };
+            self.base.store(o.base, Ordering::Relaxed);
             self.rkey.store(o.rkey, Ordering::Release);
+            self.rekey.store(false, Ordering::Release);
             match ready {
                 false => pr_info!("serving the MetaServer: {} node and {} export entries\n",
                     TABLES.node_slots, TABLES.export_slots),
-                true => pr_warn!("the MetaServer's region was keyed anew (its key {:#x} was closed, or this node's link to it broke); members connect again\n",
+                true => pr_warn!("the MetaServer's region was keyed anew (a READ of it with its key failed: a member may have closed the key); members connect again for key {:#x}\n",
                     o.rkey),
             }
             self.ready.store(true, Ordering::Release);

@@ -498,6 +498,28 @@ fn logged_region() -> Result<(u64, u32)> {
     Ok((base, rkey))
 }
 
+/// This load's kernel log (from its "serving the MetaServer") says a member's SEND
+/// closed a key and was dropped, and then that the region was keyed anew.
+fn closed_and_keyed_anew() -> Result<()> {
+    let log = std::process::Command::new("dmesg").output()?;
+    let log = String::from_utf8_lossy(&log.stdout);
+    let lines: Vec<&str> = log.lines().collect();
+    let from = lines
+        .iter()
+        .rposition(|l| l.contains("serving the MetaServer"))
+        .ok_or("this node does not serve the MetaServer")?;
+    let dropped = lines[from..]
+        .iter()
+        .position(|l| l.contains("dropped a MetaServer connection") && l.contains("invalidated a key"))
+        .ok_or("no member's SEND that closed a key was seen")?;
+    lines[from + dropped..]
+        .iter()
+        .find(|l| l.contains("MetaServer's region was keyed anew"))
+        .ok_or("the region was not keyed anew after a member closed its key")?;
+    println!("fenced: a member's SEND closed the region's key; it was dropped, and the region keyed anew");
+    Ok(())
+}
+
 /// The kernel log's last line holding `needle` (test_unchecked_wire logs keys).
 fn logged(needle: &str) -> Result<String> {
     let log = std::process::Command::new("dmesg").output()?;
@@ -547,7 +569,7 @@ fn fenced(ring: &mut Ring, name: &str, secs: u64, go: &str) -> Result<()> {
     if hidden.bytes().iter().any(|&x| x != 0x5a) {
         return Err("the memory that was never exported was written".into());
     }
-    logged("MetaServer's region was keyed anew").map_err(|_| "the region was never keyed anew: did no member close its key?")?;
+    closed_and_keyed_anew()?;
     println!("fenced: after the importer's WRITEs, {name} and the hidden memory are unchanged");
     Ok(())
 }
@@ -623,7 +645,10 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
     let bait = ring.register(4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
     let r = ring.publish(&bait, "breach-inv");
     println!("breach: a request closing the region's key: {}", if r.is_ok() { "answered".into() } else { format!("{:?}", r.err()) });
-    set_param("test_meta_inv", 0)?;
+    let left = std::fs::read_to_string("/sys/module/krcore/parameters/test_meta_inv")?;
+    if left.trim() != "0" {
+        return Err("no request carried the invalidation (test_meta_inv left set)".into());
+    }
     let v = retry(secs, &[Reason::Unreachable, Reason::QpError, Reason::PeerGone], || ring.connect(gid, 3))?;
     retry(secs, &[Reason::Unreachable, Reason::NoSuchName, Reason::Busy], || {
         ring.import_name(&v, name, FENCED_LEN as u32)
