@@ -284,6 +284,12 @@ extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
     gone.ctx.remove();
 }
 
+/// The context of device `dev`, if it has one (the registry's lock taken and let go).
+fn context_of(dev: *mut IbDevice) -> Option<Arc<DevCtx>> {
+    let devices = Registry::get().devices.lock();
+    devices.iter().find(|d| d.ib == dev).map(|d| d.ctx.clone())
+}
+
 /// rdma_cm's listener got a peer kernel's connection request on `dev` (cm.c): the PD
 /// and CQ of its device context, pinned until [`krcore_rs_cm_unpin`] of the returned
 /// pin; null when there is no context or it is going.
@@ -294,12 +300,8 @@ extern "C" fn krcore_rs_cm_resources(
     cq: *mut *mut IbCq,
     offer: *mut MetaOffer,
 ) -> *const DevCtx {
-    let ctx = {
-        let devices = Registry::get().devices.lock();
-        match devices.iter().find(|d| d.ib == dev) {
-            Some(d) => d.ctx.clone(),
-            None => return ptr::null(),
-        }
+    let Some(ctx) = context_of(dev) else {
+        return ptr::null();
     };
     match ctx.cm_pin() {
         Some((p, c)) => {
@@ -319,12 +321,8 @@ extern "C" fn krcore_rs_cm_resources(
 /// on the serving connection's CQ workqueue, nothing held): the region is checked.
 #[no_mangle]
 extern "C" fn krcore_rs_meta_invalidated(dev: *mut IbDevice) {
-    let ctx = {
-        let devices = Registry::get().devices.lock();
-        match devices.iter().find(|d| d.ib == dev) {
-            Some(d) => d.ctx.clone(),
-            None => return,
-        }
+    let Some(ctx) = context_of(dev) else {
+        return;
     };
     // The device's removal tears down every serving connection, and waits for reaps
     // in flight (cm.c), before it stops the network work: this kick comes before.
@@ -343,12 +341,8 @@ extern "C" fn krcore_rs_meta_serve(
     len: u32,
     reply: *mut u8,
 ) -> c_int {
-    let ctx = {
-        let devices = Registry::get().devices.lock();
-        match devices.iter().find(|d| d.ib == dev) {
-            Some(d) => d.ctx.clone(),
-            None => return ENODEV.to_errno(),
-        }
+    let Some(ctx) = context_of(dev) else {
+        return ENODEV.to_errno();
     };
     // SAFETY: meta.c passes `len` readable bytes (at most its request room) and a
     // reply buffer of META_REPLY_LEN bytes, both its own.
@@ -428,11 +422,7 @@ extern "C" fn krcore_rs_cm_bad_tag(pin: *const DevCtx, from: u32) {
 /// more.
 #[no_mangle]
 extern "C" fn krcore_rs_dev_quiesce(dev: *mut IbDevice) {
-    let ctx = {
-        let devices = Registry::get().devices.lock();
-        devices.iter().find(|d| d.ib == dev).map(|d| d.ctx.clone())
-    };
-    if let Some(ctx) = ctx {
+    if let Some(ctx) = context_of(dev) {
         ctx.quiesce();
     }
 }

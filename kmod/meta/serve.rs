@@ -54,17 +54,6 @@ impl Writable for Local {
         }
         Ok(())
     }
-
-    fn cas(&mut self, off: u64, expect: u64, swap: u64) -> Result<u64, Unreachable> {
-        // The one writer: a read and a write, no race to lose.
-        let mut old = [0u8; 8];
-        self.read(off, &mut old)?;
-        let old = u64::from_le_bytes(old);
-        if old == expect {
-            self.write(off, &swap.to_le_bytes())?;
-        }
-        Ok(old)
-    }
 }
 
 impl MetaNet {

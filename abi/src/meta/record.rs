@@ -91,7 +91,7 @@ impl Get<'_> {
 impl NodeRecord {
     /// Its node id: the low 16 bits of its IPv4 address.
     pub fn id(&self) -> u16 {
-        u16::from_be_bytes([self.ipv4[2], self.ipv4[3]])
+        node_id(self.ipv4)
     }
 
     /// Its payload.
@@ -185,6 +185,11 @@ impl ExportRecord {
     pub fn live_in(&self, current: &NodeRecord) -> bool {
         self.incarnation == current.incarnation
     }
+}
+
+/// The node id of IPv4 address `ipv4`: its low 16 bits.
+pub fn node_id(ipv4: [u8; 4]) -> u16 {
+    u16::from_be_bytes([ipv4[2], ipv4[3]])
 }
 
 /// A name as a record's key: `None` when empty or longer than [`NAME_LEN`].

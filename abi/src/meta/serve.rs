@@ -17,7 +17,7 @@
 use super::claim::{self, PublishError};
 use super::frame;
 use super::node::{read_node, register, RegisterError};
-use super::record::{name_from_words, name_words, ExportRecord, NodeRecord, EXPORT_PAYLOAD, NAME_LEN, NODE_PAYLOAD};
+use super::record::{name_from_words, name_words, node_id, ExportRecord, NodeRecord, EXPORT_PAYLOAD, NAME_LEN, NODE_PAYLOAD};
 use super::request::{Refusal, Reply, Request};
 use super::tables::{Tables, Writable, NODE_FRAME};
 use super::lookup::EXPORT_FRAME;
@@ -31,14 +31,9 @@ pub fn mapped_gid(ipv4: [u8; 4]) -> [u8; 16] {
     g
 }
 
-/// The node id of address `ipv4` (as [`NodeRecord::id`]).
-fn id_of(ipv4: [u8; 4]) -> u16 {
-    u16::from_be_bytes([ipv4[2], ipv4[3]])
-}
-
 /// The record of the node registered at `from`'s id, if it is `from`'s.
 fn registered(r: &mut impl Writable, t: &Tables, from: [u8; 4]) -> Option<NodeRecord> {
-    read_node(r, t, id_of(from)).ok().filter(|n| n.ipv4 == from)
+    read_node(r, t, node_id(from)).ok().filter(|n| n.ipv4 == from)
 }
 
 /// Answers `req` from the node at `from`, writing the region `r` as it asks when the
@@ -117,7 +112,7 @@ fn owns(r: &mut impl Writable, t: &Tables, from: [u8; 4], slot: u32, name: &[u8;
         // served one at a time); a crashed rewrite's odd frame is nobody's to revoke.
         Err(_) => return false,
     };
-    rec.name != *name || (rec.node == id_of(from) && registered(r, t, from).is_some())
+    rec.name != *name || (rec.node == node_id(from) && registered(r, t, from).is_some())
 }
 
 /// A MetaServer in local memory, served as its kernel serves it: what tests and the
@@ -187,7 +182,7 @@ mod tests {
     fn export(n: &str, last: u8, incarnation: u64) -> ExportRecord {
         ExportRecord {
             name: name(n).unwrap(),
-            node: id_of([192, 0, 2, last]),
+            node: node_id([192, 0, 2, last]),
             incarnation,
             addr: 0x1000,
             len: 64,

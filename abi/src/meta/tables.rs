@@ -70,8 +70,17 @@ pub trait Remote {
 pub trait Writable: Remote {
     /// Writes `data` at `off`.
     fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Unreachable>;
-    /// 8-byte compare-and-swap at `off` (8-aligned): the value found.
-    fn cas(&mut self, off: u64, expect: u64, swap: u64) -> Result<u64, Unreachable>;
+    /// 8-byte compare-and-swap at `off` (8-aligned): the value found. The one writer
+    /// has no race to lose: a read, and a write when it matched.
+    fn cas(&mut self, off: u64, expect: u64, swap: u64) -> Result<u64, Unreachable> {
+        let mut old = [0u8; 8];
+        self.read(off, &mut old)?;
+        let old = u64::from_le_bytes(old);
+        if old == expect {
+            self.write(off, &swap.to_le_bytes())?;
+        }
+        Ok(old)
+    }
 }
 
 /// Reads the probe window of a name whose home slot is `home` into `buf` (which holds
@@ -143,14 +152,6 @@ pub mod mem {
         fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Unreachable> {
             self.range(off, data.len())?.copy_from_slice(data);
             Ok(())
-        }
-        fn cas(&mut self, off: u64, expect: u64, swap: u64) -> Result<u64, Unreachable> {
-            let w = self.range(off, 8)?;
-            let old = u64::from_le_bytes((&*w).try_into().expect("8 bytes"));
-            if old == expect {
-                w.copy_from_slice(&swap.to_le_bytes());
-            }
-            Ok(old)
         }
     }
 }
