@@ -190,6 +190,13 @@ u32 krcore_shim_current_uid(void)
 	return from_kuid_munged(&init_user_ns, current_uid());
 }
 
+/* Whether the current task may hold ports below 1024 (abi's engine/ports.rs), as
+ * inet_bind's check: capable() is a static inline on 6.12's Rust side. */
+bool krcore_shim_may_bind_low(void)
+{
+	return capable(CAP_NET_BIND_SERVICE);
+}
+
 static int krcore_client_add(struct ib_device *dev)
 {
 	return krcore_rs_dev_add(dev);

@@ -127,6 +127,7 @@ u32 krcore_shim_max_sq_idle_ms(void);
 u32 krcore_shim_request_timeout_ms(void);
 /* The caller's real user id, in the initial user namespace. */
 u32 krcore_shim_current_uid(void);
+bool krcore_shim_may_bind_low(void);
 /* Monotonic time in ms at tick resolution (ktime_get_coarse): cheap enough per call. */
 s64 krcore_shim_coarse_ms(void);
 /* 64 bits from the kernel's CSPRNG (get_random_u64). */

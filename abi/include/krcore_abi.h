@@ -82,11 +82,11 @@
 #define krcore_MAX_ACKS 64
 
 // How many reasons there are (one past the last code).
-#define krcore_Reason_COUNT 35
+#define krcore_Reason_COUNT 38
 
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
-#define krcore_ABI_VERSION 1
+#define krcore_ABI_VERSION 2
 
 // `gid_index` of a row that lists a port without any valid GID.
 #define krcore_GID_NONE UINT32_MAX
@@ -120,6 +120,15 @@
 // The longest RECV (bytes): the backend writes a message with a key made for its
 // receive alone, a fast registration of at most 257 pages (1 MiB, not page-aligned).
 #define krcore_MAX_RECV (1 << 20)
+
+// Ports below this need `CAP_NET_BIND_SERVICE`.
+#define krcore_PRIVILEGED 1024
+
+// The first ephemeral port.
+#define krcore_EPHEMERAL_FIRST 32768
+
+// The last ephemeral port.
+#define krcore_EPHEMERAL_LAST 60999
 
 // Notices a set's QP carries at once beyond its requests' depth: its hardware send
 // queue has room for them (see the module's set QPs), so they never take a ring's
@@ -356,10 +365,9 @@ enum krcore_Reason
   // IMPORT_NAME through a virtual QP that is not connected to the node the export
   // lives on.
   KRCORE_REASON_NOT_ON_PEER = 31,
-  // CONNECT to another node for a service another virtual QP of this node already
-  // holds with that node (across nodes a service names one link per pair of nodes),
-  // or whose end from that node was offered to the ring listening on the service;
-  // LISTEN on a service another ring of this node listens on.
+  // A port that is held: LISTEN on a port another listen or another user holds, a
+  // CONNECT naming such a port as its own, or a second link with the same peer and
+  // ports (see the engine's `ports`).
   KRCORE_REASON_SERVICE_TAKEN = 32,
   // UNLISTEN of a service this ring does not listen on.
   KRCORE_REASON_NOT_LISTENING = 33,
@@ -368,6 +376,14 @@ enum krcore_Reason
   // message link on it, ends with this; the next CONNECT to that node makes a new
   // set.
   KRCORE_REASON_PEER_GONE = 34,
+  // A port that is no port: 0 where a port must be named (LISTEN, a CONNECT that
+  // pairs), or one over 65535.
+  KRCORE_REASON_BAD_PORT = 35,
+  // A port below 1024 without `CAP_NET_BIND_SERVICE`.
+  KRCORE_REASON_NOT_PERMITTED = 36,
+  // The peer refused the connection: nobody listened on its port within the
+  // deadline, or its listener could not take it.
+  KRCORE_REASON_REFUSED = 37,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -382,6 +398,12 @@ struct krcore_Caller;
 
 // What the kernel tells the engine about a submission.
 struct krcore_Context;
+
+// One held port.
+struct krcore_Held;
+
+// How a port is held.
+struct krcore_Hold;
 
 // A request posted on a send queue, in the order posted.
 struct krcore_Posted;
@@ -400,7 +422,7 @@ struct krcore_Sqe {
   uint64_t user_data;
   // Local address (data operations, REG_MR).
   uint64_t addr;
-  // Length in bytes.
+  // Length in bytes; CONNECT: this node's port (0: an ephemeral one).
   uint32_t len;
   // Local MR handle (data operations, DEREG_MR).
   uint32_t mr;
@@ -408,7 +430,8 @@ struct krcore_Sqe {
   uint64_t remote_addr;
   // Imported remote MR handle; CONNECT: the service.
   uint32_t rmr;
-  // Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits.
+  // Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits; CONNECT:
+  // [`ConnectFlags`] bits.
   uint32_t imm;
   // CAS compare value; FAA addend; CONNECT: GID bytes 8..16; IMPORT_MR: the export
   // descriptor.
@@ -429,8 +452,11 @@ struct krcore_Cqe {
   uint64_t aux;
   // When `res < 0`: a [`Reason`] code naming the cause; 0 otherwise.
   uint16_t reason;
+  // A port (see [`opcode`](super::opcode)): CONNECT's own (the ephemeral one the
+  // kernel picked, when it named none); a LISTEN's accepted peer's; 0 otherwise.
+  uint16_t port;
   // Reserved, zero.
-  uint8_t resv[6];
+  uint8_t resv[4];
 };
 
 // The header at the start of each ring mapping. Producer and consumer indices sit on
@@ -565,6 +591,12 @@ typedef uint32_t krcore_MrAccess;
 // Peers may run atomics on it.
 #define krcore_MrAccess_REMOTE_ATOMIC (uint32_t)(1 << 3)
 
+// How a CONNECT joins (its `imm`).
+typedef uint32_t krcore_ConnectFlags;
+// Pair with the CONNECT on the peer port that names this one back, rather than
+// ask for the listen on the peer port (see [`Sqe::pair`]).
+#define krcore_ConnectFlags_PAIR (uint32_t)(1 << 0)
+
 // Per-completion flags.
 typedef uint32_t krcore_CqeFlags;
 // `aux` holds immediate data (a RECV that matched SEND_IMM or WRITE_IMM).
@@ -573,7 +605,7 @@ typedef uint32_t krcore_CqeFlags;
 #define krcore_CqeFlags_MORE (uint32_t)(1 << 1)
 // A LISTEN's CQE for a peer that joined: `res` is its virtual QP here (or why
 // none could be given), `aux` the physical QP number (low 32 bits) and the
-// peer's IPv4 address (high 32).
+// peer's IPv4 address (high 32), `port` the peer's port.
 #define krcore_CqeFlags_ACCEPT (uint32_t)(1 << 2)
 
 // Flags in the SQ ring header, set by the kernel.
@@ -651,6 +683,8 @@ typedef uint32_t krcore_OneFlags;
 #define krcore_OneFlags_POP (uint32_t)(1 << 1)
 // With `POP`: wait until there is one (interruptible: `EINTR`).
 #define krcore_OneFlags_WAIT (uint32_t)(1 << 2)
+
+
 
 
 

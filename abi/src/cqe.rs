@@ -26,14 +26,18 @@ pub struct Cqe {
     pub aux: u64,
     /// When `res < 0`: a [`Reason`] code naming the cause; 0 otherwise.
     pub reason: u16,
+    /// A port (see [`opcode`](super::opcode)): CONNECT's own (the ephemeral one the
+    /// kernel picked, when it named none); a LISTEN's accepted peer's; 0 otherwise.
+    pub port: u16,
     /// Reserved, zero.
-    pub resv: [u8; 6],
+    pub resv: [u8; 4],
 }
 
 const _: () = assert!(core::mem::size_of::<Cqe>() == 32);
 const _: () = assert!(core::mem::offset_of!(Cqe, res) == 8);
 const _: () = assert!(core::mem::offset_of!(Cqe, aux) == 16);
 const _: () = assert!(core::mem::offset_of!(Cqe, reason) == 24);
+const _: () = assert!(core::mem::offset_of!(Cqe, port) == 26);
 
 bitflags! {
     /// Per-completion flags.
@@ -46,7 +50,7 @@ bitflags! {
         const MORE = 1 << 1;
         /// A LISTEN's CQE for a peer that joined: `res` is its virtual QP here (or why
         /// none could be given), `aux` the physical QP number (low 32 bits) and the
-        /// peer's IPv4 address (high 32).
+        /// peer's IPv4 address (high 32), `port` the peer's port.
         const ACCEPT = 1 << 2;
     }
 }
@@ -130,10 +134,9 @@ pub enum Reason {
     /// IMPORT_NAME through a virtual QP that is not connected to the node the export
     /// lives on.
     NotOnPeer = 31,
-    /// CONNECT to another node for a service another virtual QP of this node already
-    /// holds with that node (across nodes a service names one link per pair of nodes),
-    /// or whose end from that node was offered to the ring listening on the service;
-    /// LISTEN on a service another ring of this node listens on.
+    /// A port that is held: LISTEN on a port another listen or another user holds, a
+    /// CONNECT naming such a port as its own, or a second link with the same peer and
+    /// ports (see the engine's `ports`).
     ServiceTaken = 32,
     /// UNLISTEN of a service this ring does not listen on.
     NotListening = 33,
@@ -142,6 +145,14 @@ pub enum Reason {
     /// message link on it, ends with this; the next CONNECT to that node makes a new
     /// set.
     PeerGone = 34,
+    /// A port that is no port: 0 where a port must be named (LISTEN, a CONNECT that
+    /// pairs), or one over 65535.
+    BadPort = 35,
+    /// A port below 1024 without `CAP_NET_BIND_SERVICE`.
+    NotPermitted = 36,
+    /// The peer refused the connection: nobody listened on its port within the
+    /// deadline, or its listener could not take it.
+    Refused = 37,
 }
 
 impl Reason {
@@ -184,11 +195,14 @@ impl Reason {
             ServiceTaken,
             NotListening,
             PeerGone,
+            BadPort,
+            NotPermitted,
+            Refused,
         ]
     };
 
     /// How many reasons there are (one past the last code).
-    pub const COUNT: usize = 35;
+    pub const COUNT: usize = 38;
 
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
@@ -233,6 +247,9 @@ impl Reason {
             Reason::ServiceTaken => "service_taken",
             Reason::NotListening => "not_listening",
             Reason::PeerGone => "peer_gone",
+            Reason::BadPort => "bad_port",
+            Reason::NotPermitted => "not_permitted",
+            Reason::Refused => "refused",
         }
     }
 
@@ -264,6 +281,9 @@ impl Reason {
             Reason::ServiceTaken => Errno::EADDRINUSE,
             Reason::NotListening => Errno::ENOENT,
             Reason::PeerGone => Errno::ECONNRESET,
+            Reason::BadPort => Errno::EINVAL,
+            Reason::NotPermitted => Errno::EACCES,
+            Reason::Refused => Errno::ECONNREFUSED,
         }
     }
 
@@ -309,13 +329,19 @@ impl Reason {
             }
             Reason::NotOnPeer => "the export lives on another node than the virtual QP connects to",
             Reason::ServiceTaken => {
-                "that service is held already: by another virtual QP of this node with that \
-                 node, or by a ring listening on it"
+                "that port is held: by a listen, by another user, or by a link with the \
+                 same peer and ports"
             }
             Reason::NotListening => "this ring does not listen on that service",
             Reason::PeerGone => {
                 "the peer node closed the connection (its module unloaded or its device \
                  went); CONNECT again once it is back"
+            }
+            Reason::BadPort => "no port: 0 where one must be named, or over 65535",
+            Reason::NotPermitted => "ports below 1024 need CAP_NET_BIND_SERVICE",
+            Reason::Refused => {
+                "the peer refused: nobody listened on its port within the deadline, or its \
+                 listener had no room"
             }
         }
     }
@@ -330,7 +356,8 @@ impl Cqe {
             flags: 0,
             aux,
             reason: 0,
-            resv: [0; 6],
+            port: 0,
+            resv: [0; 4],
         }
     }
 
@@ -342,7 +369,8 @@ impl Cqe {
             flags: 0,
             aux: 0,
             reason: reason as u16,
-            resv: [0; 6],
+            port: 0,
+            resv: [0; 4],
         }
     }
 
@@ -354,7 +382,8 @@ impl Cqe {
             flags: 0,
             aux: 0,
             reason: reason as u16,
-            resv: [0; 6],
+            port: 0,
+            resv: [0; 4],
         }
     }
 

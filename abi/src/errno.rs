@@ -76,6 +76,8 @@ impl Errno {
     pub const EXDEV: Errno = Errno(18);
     /// Connection reset by peer (the peer node closed the connection set).
     pub const ECONNRESET: Errno = Errno(104);
+    /// Connection refused.
+    pub const ECONNREFUSED: Errno = Errno(111);
 
     /// The value as the kernel returns it: negative.
     pub const fn to_neg(self) -> i32 {

@@ -31,7 +31,7 @@ pub struct Sqe {
     pub user_data: u64,
     /// Local address (data operations, REG_MR).
     pub addr: u64,
-    /// Length in bytes.
+    /// Length in bytes; CONNECT: this node's port (0: an ephemeral one).
     pub len: u32,
     /// Local MR handle (data operations, DEREG_MR).
     pub mr: u32,
@@ -39,7 +39,8 @@ pub struct Sqe {
     pub remote_addr: u64,
     /// Imported remote MR handle; CONNECT: the service.
     pub rmr: u32,
-    /// Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits.
+    /// Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits; CONNECT:
+    /// [`ConnectFlags`] bits.
     pub imm: u32,
     /// CAS compare value; FAA addend; CONNECT: GID bytes 8..16; IMPORT_MR: the export
     /// descriptor.
@@ -69,6 +70,17 @@ bitflags! {
         const FENCE = 1 << 0;
         /// Ask the peer's receive completion to raise an event (`IBV_SEND_SOLICITED`).
         const SOLICITED = 1 << 1;
+    }
+}
+
+bitflags! {
+    /// How a CONNECT joins (its `imm`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(transparent)]
+    pub struct ConnectFlags: u32 {
+        /// Pair with the CONNECT on the peer port that names this one back, rather than
+        /// ask for the listen on the peer port (see [`Sqe::pair`]).
+        const PAIR = 1 << 0;
     }
 }
 
@@ -131,14 +143,33 @@ impl Sqe {
         }
     }
 
-    /// CONNECT to `gid` (network byte order) and `service`.
+    /// CONNECT to the listen on port `service` of the node at `gid` (network byte
+    /// order), from an ephemeral port the kernel picks (the CQE's `port`). Service 0:
+    /// no endpoint, a virtual QP for one-sided requests alone.
     pub const fn connect(user_data: u64, gid: [u8; 16], service: u32) -> Sqe {
+        Sqe::connect_from(user_data, gid, service, 0)
+    }
+
+    /// CONNECT to the listen on port `service` of the node at `gid`, from this node's
+    /// port `port` (0: an ephemeral one).
+    pub const fn connect_from(user_data: u64, gid: [u8; 16], service: u32, port: u16) -> Sqe {
         let (a, b) = split_gid(gid);
         Sqe {
             remote_addr: a,
             arg0: b,
             rmr: service,
+            len: port as u32,
             ..Sqe::new(Opcode::Connect, user_data)
+        }
+    }
+
+    /// CONNECT that pairs: this node's port `port` with port `peer_port` of the node at
+    /// `gid`, where a CONNECT must name them back (`pair(.., peer_port, port)`), rather
+    /// than a listen. Both ports are named; neither side needs a listener.
+    pub const fn pair(user_data: u64, gid: [u8; 16], port: u16, peer_port: u16) -> Sqe {
+        Sqe {
+            imm: ConnectFlags::PAIR.bits(),
+            ..Sqe::connect_from(user_data, gid, peer_port as u32, port)
         }
     }
 

@@ -6,8 +6,8 @@
 //! RoCE GID (loopback: the peer a CONNECT names must be this device's GID; reaching
 //! other nodes needs the MetaServer, not built yet). It is built as soon as the device
 //! has a RoCE v2 IPv4 GID (devctx's watch; the `prewarm` module parameter), so no
-//! application pays for it, and otherwise by the first CONNECT (the cold path). The service picks a
-//! pair (`service % pairs`); a CONNECT that opens a link (abi's engine/message.rs) takes
+//! application pays for it, and otherwise by the first CONNECT (the cold path). The link's port key
+//! (abi's `port_key`) picks a pair, modulo the pairs; a CONNECT that opens a link (abi's engine/message.rs) takes
 //! the pair's ends in turn, and the CONNECT that completes the link takes the QP
 //! connected to the opener's. Many virtual QPs share each pooled QP.
 //!

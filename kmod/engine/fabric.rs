@@ -23,7 +23,7 @@ use kernel::sync::{Arc, Mutex};
 
 use crate::abi::engine::{
     BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys,
-    PhysQp, Post, Qps, Recovery,
+    PhysQp, Ports, Post, Qps, Recovery,
 };
 use crate::abi::cqe::Reason;
 use crate::abi::engine::Export;
@@ -66,6 +66,8 @@ pub(crate) struct Shared {
     /// The links shards (abi's `shard_of` picks one per peer and service).
     links: KVec<Pin<KBox<Mutex<Messages<KStore>>>>>,
     pub(crate) exports: Pin<KBox<Mutex<Exports<KStore>>>>,
+    /// The node's held ports (abi's `ports`; a leaf).
+    pub(crate) ports: Pin<KBox<Mutex<Ports<KStore>>>>,
     /// The exports' epoch as their lock last left it (abi's `Fabric::exports_epoch`).
     exports_epoch: AtomicU64,
     /// QPs that may have completions coming.
@@ -155,6 +157,7 @@ impl Shared {
         members: MemberState,
         shards: KVec<Messages<KStore>>,
         exports: Exports<KStore>,
+        ports: Ports<KStore>,
     ) -> Result<Shared> {
         if !shards.len().is_power_of_two() || shards.len() > 32 {
             return Err(EINVAL);
@@ -175,6 +178,7 @@ impl Shared {
             members: KBox::pin_init(new_mutex!(members, "krcore_members"), GFP_KERNEL)?,
             links,
             exports: KBox::pin_init(new_mutex!(exports, "krcore_exports"), GFP_KERNEL)?,
+            ports: KBox::pin_init(new_mutex!(ports, "krcore_ports"), GFP_KERNEL)?,
             exports_epoch: AtomicU64::new(0),
             busy_qps: BusyHint::new(AtomicU32::new(0)),
             members_busy: AtomicBool::new(false),
@@ -559,6 +563,10 @@ impl Fabric<KStore> for Shared {
 
     fn exports_epoch(&self) -> u64 {
         self.exports_epoch.load(Ordering::Acquire)
+    }
+
+    fn ports<R>(&self, f: impl FnOnce(&mut Ports<KStore>) -> R) -> R {
+        f(&mut self.ports.lock())
     }
 
     fn unchecked_wire(&self) -> Option<(u64, u32)> {

@@ -11,7 +11,7 @@ use kernel::new_mutex;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::cqe::Cqe;
-use crate::abi::engine::{Completion, Delivered, Inbox, Ring, RingStorage, Slot, WrId};
+use crate::abi::engine::{Completion, Creds, Delivered, Inbox, Ring, RingStorage, Slot, WrId};
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::{CqConsumer, RawRing, SqProducer};
 use crate::abi::sqe::Sqe;
@@ -123,6 +123,15 @@ impl RingCtx {
         };
         let mut ring = KBox::new(Ring::new(id, gen, sq_ring, cq_ring, storage), gfp)?;
         ring.set_trace(crate::inspect::TRACE);
+        // Its ports are its creator's, as a socket's are its binder's.
+        // SAFETY: plain reads of the current task's credentials.
+        let (uid, bind_low) = unsafe {
+            (
+                shim::krcore_shim_current_uid(),
+                shim::krcore_shim_may_bind_low(),
+            )
+        };
+        ring.set_creds(Creds { uid, bind_low });
         Ok(KBox::new(
             RingCtx {
                 ring,

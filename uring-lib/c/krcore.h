@@ -280,8 +280,10 @@ static inline void krcore_prep_nop(struct krcore_Sqe *sqe)
 	sqe->opcode = KRCORE_OPCODE_NOP;
 }
 
-/* CONNECT to `gid` (a node's RoCE GID; this node's own reaches the loopback pool) and
- * `service`: res is the virtual QP's handle, aux the pooled QP's number. */
+/* CONNECT to `gid` (a node's RoCE GID; this node's own reaches the loopback pool), to
+ * the listen on port `service` there, from an ephemeral port of this node: res is the
+ * virtual QP's handle, aux the pooled QP's number, port the ephemeral port. Service 0:
+ * no endpoint (one-sided requests only). */
 static inline void krcore_prep_connect(struct krcore_Sqe *sqe, const uint8_t gid[16],
 				       uint32_t service)
 {
@@ -289,6 +291,16 @@ static inline void krcore_prep_connect(struct krcore_Sqe *sqe, const uint8_t gid
 	memcpy(&sqe->remote_addr, gid, 8);
 	memcpy(&sqe->arg0, gid + 8, 8);
 	sqe->rmr = service;
+}
+
+/* CONNECT that pairs this node's `port` with `peer_port` at `gid`, whose end names them
+ * back (krcore_prep_pair(.., peer_port, port)): neither side listens. */
+static inline void krcore_prep_pair(struct krcore_Sqe *sqe, const uint8_t gid[16],
+				    uint16_t port, uint16_t peer_port)
+{
+	krcore_prep_connect(sqe, gid, peer_port);
+	sqe->len = port;
+	sqe->imm = krcore_ConnectFlags_PAIR;
 }
 
 static inline void krcore_prep_disconnect(struct krcore_Sqe *sqe, uint32_t vqp)

@@ -1,8 +1,11 @@
 //! Two-sided messages across nodes: two services between a pair of nodes, each
 //! receiving only its own messages, over two rings that share the nodes' set.
 //!
+//! Each side's CONNECTs pair (they name their port and the peer's, the same: see
+//! `Ring::pair`), so neither listens.
+//!
 //! `messages recv ADDR N`: one ring CONNECTs to the node at ADDR for services 7 and 8
-//! (a second CONNECT for 7 must fail `ServiceTaken`) and posts N receives of 256 bytes
+//! (a second CONNECT pairing 7 must fail `ServiceTaken`: the four-tuple is in use) and posts N receives of 256 bytes
 //! on each; another ring CONNECTs for service 9 and SENDs "ready" there (retried while
 //! the peer has no receive yet). Each of the 2N receives must get its own service's
 //! message, in order, with its immediate. Then 4 receives are posted on service 8 and
@@ -49,9 +52,11 @@ fn new_ring() -> Result<Ring> {
     Ok(Builder::new(256).cq_entries(1024).build(Device::open()?)?)
 }
 
+/// A CONNECT that pairs port `service` with the peer's port `service` (both sides name
+/// the same: neither listens).
 fn connect(ring: &mut Ring, gid: [u8; 16], service: u32) -> Result<Vqp> {
     Ok(retry(60, &[Reason::Unreachable], || {
-        ring.connect(gid, service)
+        ring.pair(gid, service as u16, service as u16)
     })?)
 }
 
@@ -77,11 +82,11 @@ fn recv_side(gid: [u8; 16], n: u64, imm: Option<String>) -> Result<()> {
             let mut ring = new_ring()?;
             let v7 = connect(&mut ring, gid, 7)?;
             let v8 = connect(&mut ring, gid, 8)?;
-            match ring.connect(gid, 7) {
+            match ring.pair(gid, 7, 7) {
                 Err(e) if e.reason() == Some(Reason::ServiceTaken) => {
-                    println!("a second CONNECT for service 7: refused, ServiceTaken")
+                    println!("a second CONNECT pairing port 7: refused, ServiceTaken")
                 }
-                r => return Err(format!("a second CONNECT for service 7: {r:?}").into()),
+                r => return Err(format!("a second CONNECT pairing port 7: {r:?}").into()),
             }
             let mut mr = ring.register(
                 (2 * n + RETRACTED) as usize * SLOT as usize,

@@ -94,7 +94,12 @@ impl AsyncRing {
     /// meanwhile and submits it again within a wait slice of the worker's end; warm
     /// connects take microseconds.
     pub async fn connect(&self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
-        self.control(ops::connect(gid, service)).await
+        self.control(ops::connect(Sqe::connect(0, gid, service))).await
+    }
+
+    /// As [`Ring::pair`].
+    pub async fn pair(&self, gid: [u8; 16], port: u16, peer_port: u16) -> Result<Vqp, Error> {
+        self.control(ops::connect(Sqe::pair(0, gid, port, peer_port))).await
     }
 
     /// As [`Ring::connect_to`].

@@ -56,7 +56,11 @@ pub fn detached_ring(sq_entries: u32) -> (Ring, KernelSide) {
 pub fn handles(len: usize) -> (Vqp, MemoryRegion, RemoteRegion) {
     let buf: Box<[UnsafeCell<u64>]> = MemoryRegion::alloc(len);
     (
-        Vqp { handle: 1, qpn: 17 },
+        Vqp {
+            handle: 1,
+            qpn: 17,
+            port: 0,
+        },
         MemoryRegion {
             region: Registered {
                 ptr: buf.as_ptr() as *mut u8,

@@ -73,8 +73,10 @@ impl Listener {
             vqp: Vqp {
                 handle: c.res as u32,
                 qpn: c.aux as u32,
+                port: c.port,
             },
             peer: Ipv4Addr::from((c.aux >> 32) as u32),
+            peer_port: c.port,
         })
     }
 
@@ -94,4 +96,7 @@ pub struct Accepted {
     pub vqp: Vqp,
     /// The peer node's address.
     pub peer: Ipv4Addr,
+    /// The peer end's port on that node (its CONNECT's, ephemeral unless it named one):
+    /// with `peer`, the client's address.
+    pub peer_port: u16,
 }

@@ -45,13 +45,13 @@ fn name_words(name: &str) -> Result<[u64; 3], Error> {
         .ok_or_else(|| Error::refused("export name", Reason::BadName))
 }
 
-pub(crate) fn connect(
-    gid: [u8; 16],
-    service: u32,
-) -> Control<Vqp, impl FnOnce(&Cqe, &RingRef) -> Vqp> {
-    Control::new("connect", Sqe::connect(0, gid, service), |c, _| Vqp {
+/// A CONNECT entry ([`Sqe::connect`], [`Sqe::connect_from`] or [`Sqe::pair`]) and the
+/// virtual QP its completion gives.
+pub(crate) fn connect(sqe: Sqe) -> Control<Vqp, impl FnOnce(&Cqe, &RingRef) -> Vqp> {
+    Control::new("connect", sqe, |c, _| Vqp {
         handle: c.res as u32,
         qpn: c.aux as u32,
+        port: c.port,
     })
 }
 

@@ -15,9 +15,17 @@ use crate::Error;
 pub struct Vqp {
     pub(crate) handle: u32,
     pub(crate) qpn: u32,
+    pub(crate) port: u16,
 }
 
 impl Vqp {
+    /// Its port on this node: a CONNECT's own (the ephemeral one the kernel picked,
+    /// unless it named one), or for an accepted one, the port of the peer end (see
+    /// [`Accepted`](crate::Accepted)). 0 for a virtual QP with no endpoint (service 0).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The number of the pooled physical QP it is bound to (shared with other rings).
     pub fn qpn(&self) -> u32 {
         self.qpn

@@ -254,13 +254,25 @@ impl Ring {
     /// node's connection set to that node, made by the first such CONNECT (milliseconds;
     /// later ones bind in microseconds). `Unreachable` when the node does not answer.
     ///
-    /// The service is what two-sided messages are matched by: a CONNECT binds it with
-    /// that node (a second CONNECT of this node to the same node and service fails
-    /// `ServiceTaken`), and the node's CONNECT with the same service is the other end,
-    /// whose SENDs reach this virtual QP's RECVs only; or a ring of that node
-    /// [`listen`](Self::listen)s on the service, and gets the other end.
+    /// Two-sided messages go as on a TCP connection: the CONNECT takes an ephemeral
+    /// port of this node ([`Vqp::port`]) and its other end is the one the ring that
+    /// [`listen`](Self::listen)s on port `service` there accepts for it, whose SENDs
+    /// reach this virtual QP's RECVs only. Any number of virtual QPs, of any processes,
+    /// may connect to one service at once. With nobody listening within the request
+    /// deadline, its sends fail `Refused`. Service 0 is no endpoint: a virtual QP for
+    /// one-sided requests and imports alone.
     pub fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
-        self.control(ops::connect(gid, service))
+        self.control(ops::connect(Sqe::connect(0, gid, service)))
+    }
+
+    /// Connects to `gid` for two-sided messages that pair: this node's port `port` (held
+    /// for this user: another user's CONNECT or LISTEN cannot take it) with the peer's
+    /// port `peer_port`, whose end is the peer's `pair(.., peer_port, port)`. Neither
+    /// side listens; `ServiceTaken` when the port is another user's or a listen's, or
+    /// the four-tuple is in use; `NotPermitted` below 1024 without
+    /// `CAP_NET_BIND_SERVICE`.
+    pub fn pair(&mut self, gid: [u8; 16], port: u16, peer_port: u16) -> Result<Vqp, Error> {
+        self.control(ops::connect(Sqe::pair(0, gid, port, peer_port)))
     }
 
     /// Connects to `node`'s `service`, as [`connect`](Self::connect): `node` is an IPv4

@@ -11,7 +11,7 @@ use krcore_abi::cluster::peers::node_of;
 use krcore_abi::cqe::Reason;
 use krcore_abi::engine::{
     BusyHint, Connection, Export, Exports, Fabric, Links, Members, Messages, MrKeys, PhysQp, Post,
-    PostError, Qps, SendWr, VecStore,
+    PostError, Qps, SendWr, VecStore, HeldPort, PortStorage, Ports,
 };
 use krcore_abi::errno::Errno;
 use krcore_abi::meta::client::Answer;
@@ -25,6 +25,8 @@ const MEMBERS: u8 = 1;
 const SHARD: u8 = 2;
 const QP: u8 = 4;
 const EXPORTS: u8 = 8;
+/// A leaf taken under members or a shard, never with a QP's or the exports' lock.
+const PORTS: u8 = 32;
 /// What rings asked of the MetaServer: a leaf, as the exports.
 const META: u8 = 16;
 
@@ -54,6 +56,18 @@ pub struct KernelState {
     pub links_busy: Cell<u32>,
     /// The node's MetaServer client, when the test gives it one.
     pub meta: Option<RefCell<FakeMeta>>,
+    /// The node's held ports (the kernel's, per device).
+    pub ports: NodePorts,
+}
+
+/// A node's held ports, as large as the module's.
+pub struct NodePorts(pub RefCell<Ports<VecStore>>);
+
+impl Default for NodePorts {
+    fn default() -> Self {
+        let slots = vec![HeldPort::EMPTY; 8192];
+        NodePorts(RefCell::new(Ports::new(PortStorage { slots }, 7)))
+    }
 }
 
 /// Counts a section entered.
@@ -266,6 +280,14 @@ impl<'a> Fabric<VecStore> for Node<'a> {
 
     fn exports_epoch(&self) -> u64 {
         self.exports.borrow().removals()
+    }
+
+    fn ports<R>(&self, f: impl FnOnce(&mut Ports<VecStore>) -> R) -> R {
+        assert_eq!(self.held.get() & (QP | EXPORTS), 0, "lock order: ports under a QP or exports");
+        self.take(PORTS, "ports");
+        let r = f(&mut self.kernel.ports.0.borrow_mut());
+        self.give(PORTS);
+        r
     }
 
     fn dereg_mr(&self, keys: MrKeys) {

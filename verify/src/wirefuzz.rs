@@ -118,12 +118,15 @@ fn some_link(inp: &mut Input, ids: &[u64; 2]) -> u64 {
 
 /// A notice from the peer: a valid one of some kind with fields from `inp`.
 fn template(inp: &mut Input, ids: &[u64; 2]) -> Notice {
-    let service = [70, 71, inp.u32()][inp.byte() as usize % 3];
+    let service = [70, 71, inp.u32() as u16][inp.byte() as usize % 3];
+    let from_port = [70, 40000, inp.u32() as u16][inp.byte() as usize % 3];
     match inp.byte() % 5 {
         0 => Notice::Hello {
-            service,
+            to_port: service,
+            from_port,
             from: inp.byte() as u64,
             to: some_link(inp, ids),
+            pair: inp.byte() % 2 == 0,
         },
         1 => Notice::Advert {
             to: some_link(inp, ids),
@@ -140,7 +143,8 @@ fn template(inp: &mut Input, ids: &[u64; 2]) -> Notice {
             imm: (inp.byte() % 2 == 0).then(|| inp.u32()),
         },
         3 => Notice::Leave {
-            service,
+            to_port: service,
+            from_port,
             to: some_link(inp, ids),
             from: inp.byte() as u64,
         },

@@ -5,7 +5,7 @@
 
 use krcore_abi::cluster::notice::{Notice, NO_LINK};
 use krcore_abi::cqe::{Cqe, CqeFlags, Reason};
-use krcore_abi::engine::{accept_aux, shard_of, DEFAULT_DEADLINE_MS};
+use krcore_abi::engine::{accept_aux, port_key, shard_of, DEFAULT_DEADLINE_MS};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
 use verify::rig::{Limits, Rig, SHARDS};
@@ -13,7 +13,8 @@ use verify::rig::{Limits, Rig, SHARDS};
 const MR: u64 = 0x10_0000;
 const LEN: u32 = 4096;
 
-/// One endpoint: a ring with a virtual QP connected to `service` and a writable MR.
+/// One endpoint: a ring with a virtual QP paired on port `service` with the end on
+/// that node that names it back, and a writable MR.
 struct End {
     ring: usize,
     vqp: u32,
@@ -24,13 +25,13 @@ fn end(rig: &mut Rig, service: u32) -> End {
     end_at(rig, [0; 16], service)
 }
 
-/// One endpoint connected to `service` at the node of `gid`.
+/// One endpoint paired on port `service` with the node of `gid`.
 fn end_at(rig: &mut Rig, gid: [u8; 16], service: u32) -> End {
     let ring = rig.open(Limits::default());
     let c = rig.run(
         ring,
         &[
-            Sqe::connect(1, gid, service),
+            Sqe::pair(1, gid, service as u16, service as u16),
             Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE),
         ],
     );
@@ -249,7 +250,7 @@ fn both_ends_closing_in_either_order_release_everything() {
 #[test]
 fn messages_take_only_their_links_shard() {
     let mut rig = Rig::new(&[16, 16]);
-    let shard = |s: u32| shard_of(&[0; 16], s, SHARDS as u32) as usize;
+    let shard = |s: u32| shard_of(&[0; 16], port_key(s as u16, s as u16), SHARDS as u32) as usize;
     let (s1, s2) = (1, (2..).find(|&s| shard(s) != shard(1)).unwrap());
     let (a1, b1) = (end(&mut rig, s1), end(&mut rig, s1));
     let (a2, b2) = (end(&mut rig, s2), end(&mut rig, s2));
@@ -290,8 +291,7 @@ fn messages_take_only_their_links_shard() {
 }
 
 /// A virtual QP bound to a QP to another node gets a link across nodes (engine's
-/// `far`): a service names one per pair of nodes, so a second CONNECT for it is
-/// refused; with no peer end yet, a RECV waits (not advertised) and a SEND waits for an
+/// `far`): a four-tuple, so a second CONNECT that pairs the same ports is refused; with no peer end yet, a RECV waits (not advertised) and a SEND waits for an
 /// advert, putting no request on the wire.
 #[test]
 fn virtual_qps_on_a_peer_set_get_one_link_per_service() {
@@ -300,7 +300,7 @@ fn virtual_qps_on_a_peer_set_get_one_link_per_service() {
     rig.nic.remote = Some(remote);
     let first = end_at(&mut rig, remote, 5);
     let ring = rig.open(Limits::default());
-    let c = rig.run(ring, &[Sqe::connect(1, remote, 5)]);
+    let c = rig.run(ring, &[Sqe::pair(1, remote, 5, 5)]);
     assert_eq!(c[0].failure(), Some(Reason::ServiceTaken), "{c:?}");
     assert_eq!(rig.messages.links(), 1, "one link for the service");
     let posted = rig.nic.posted;
@@ -319,13 +319,18 @@ fn virtual_qps_on_a_peer_set_get_one_link_per_service() {
 /// The peer node of the listening tests, and a Hello from its end `from` for `service`.
 const PEER: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 12];
 
-fn hello(service: u32, from: u64) -> Notice {
+fn hello(service: u16, from: u64) -> Notice {
     Notice::Hello {
-        service,
+        to_port: service,
+        from_port: PEER_PORT,
         from,
         to: NO_LINK,
+        pair: false,
     }
 }
+
+/// The peer's port its CONNECTs come from.
+const PEER_PORT: u16 = 40000;
 
 fn more(c: &Cqe) -> bool {
     c.flags & CqeFlags::MORE.bits() != 0
@@ -375,7 +380,11 @@ fn a_listen_gets_a_virtual_qp_per_peer_that_joins() {
         .vqps
         .get(vqp)
         .expect("bound");
-    assert_eq!((v.qp, v.shard), (0, shard_of(&PEER, 70, SHARDS as u32)));
+    assert_eq!(
+        (v.qp, v.shard),
+        (0, shard_of(&PEER, port_key(70, PEER_PORT), SHARDS as u32))
+    );
+    assert_eq!(c[0].port, PEER_PORT, "the peer's port");
     assert_eq!(rig.nic.qps[0].bound, 1, "bound to the peer set's QP");
     // It is a virtual QP like a CONNECT's: its receives wait for the peer's messages.
     let mr = rig.run(server, &[Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE)])[0].res as u32;
@@ -388,8 +397,8 @@ fn a_listen_gets_a_virtual_qp_per_peer_that_joins() {
         rig.run(server, &[recv(&e, 3, 64)]).is_empty(),
         "the RECV waits"
     );
-    // This node's CONNECT to that peer for the service is the listen's already.
-    let c = rig.run(other, &[Sqe::connect(4, PEER, 70)]);
+    // No CONNECT of this node's can name the listen's port as its own.
+    let c = rig.run(other, &[Sqe::pair(4, PEER, 70, PEER_PORT)]);
     assert_eq!(c[0].failure(), Some(Reason::ServiceTaken), "{c:?}");
 
     // UNLISTEN: the LISTEN's last CQE, then its own; the service is free again.

@@ -33,15 +33,21 @@ pub const fn split_link_id(id: u64) -> (u32, u32) {
 /// What one kernel tells another about a link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Notice {
-    /// A virtual QP connected to the receiver's node for `service`: its end is `from`;
-    /// `to` is the receiver's end it pairs with, when the sender already knows it.
+    /// A virtual QP on the sender's port `from_port` connected to the receiver's port
+    /// `to_port`: its end is `from`; `to` is the receiver's end it pairs with, when the
+    /// sender already knows it (a listen that took it, or the end it paired with).
     Hello {
-        /// The service.
-        service: u32,
+        /// The receiver's port (the service).
+        to_port: u16,
+        /// The sender's port.
+        from_port: u16,
         /// The sender's end.
         from: u64,
         /// The receiver's end, or [`NO_LINK`].
         to: u64,
+        /// The sender's CONNECT pairs (it named its port, and waits for an end on the
+        /// receiver's port that names it back) rather than asks for a listener.
+        pair: bool,
     },
     /// A receive posted at the sender's end: the next message from the receiver's end
     /// `to` goes into it (oldest first).
@@ -74,8 +80,11 @@ pub enum Notice {
     /// The sender's end `from` left: nothing more comes from it, and the receiver's end
     /// `to` must stop using its receives (and answer [`Notice::Left`]).
     Leave {
-        /// The service (to find an end the sender knew no id of).
-        service: u32,
+        /// The receiver's port (with `from_port`, to find an end the sender knew no id
+        /// of).
+        to_port: u16,
+        /// The sender's port.
+        from_port: u16,
         /// The receiver's end, or [`NO_LINK`] when the sender knew none.
         to: u64,
         /// The end that left.
@@ -121,6 +130,7 @@ const REVOKE: u8 = 6;
 const REVOKE_ACK: u8 = 7;
 
 const HAS_IMM: u8 = 1;
+const PAIR: u8 = 1;
 
 fn put<const N: usize>(b: &mut [u8; NOTICE_LEN], at: usize, v: [u8; N]) {
     b[at..at + N].copy_from_slice(&v);
@@ -130,6 +140,10 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(w)
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -151,11 +165,18 @@ impl Notice {
         let mut b = [0u8; NOTICE_LEN];
         put(&mut b, 0, MAGIC.to_le_bytes());
         let (kind, flags) = match *self {
-            Notice::Hello { service, from, to } => {
-                put(&mut b, 4, service.to_le_bytes());
+            Notice::Hello {
+                to_port,
+                from_port,
+                from,
+                to,
+                pair,
+            } => {
+                put(&mut b, 4, to_port.to_le_bytes());
+                put(&mut b, 6, from_port.to_le_bytes());
                 put(&mut b, 8, from.to_le_bytes());
                 put(&mut b, 16, to.to_le_bytes());
-                (HELLO, 0)
+                (HELLO, if pair { PAIR } else { 0 })
             }
             Notice::Advert {
                 to,
@@ -178,8 +199,14 @@ impl Notice {
                 put(&mut b, 24, seq.to_le_bytes());
                 (DATA, if imm.is_some() { HAS_IMM } else { 0 })
             }
-            Notice::Leave { service, to, from } => {
-                put(&mut b, 4, service.to_le_bytes());
+            Notice::Leave {
+                to_port,
+                from_port,
+                to,
+                from,
+            } => {
+                put(&mut b, 4, to_port.to_le_bytes());
+                put(&mut b, 6, from_port.to_le_bytes());
                 put(&mut b, 8, to.to_le_bytes());
                 put(&mut b, 16, from.to_le_bytes());
                 (LEAVE, 0)
@@ -203,15 +230,25 @@ impl Notice {
     }
 
     /// The shard of the receiving kernel a notice about a link goes to, of `shards`: an
-    /// end named by its id carries its shard; one named by service only is where
-    /// [`shard_of`](super::super::engine::shard_of) puts the sender's node and service.
+    /// end named by its id carries its shard; one named by ports only is where
+    /// [`shard_of`](super::super::engine::shard_of) puts the sender's node and the
+    /// link's ports.
     /// `None` for a notice about an export (the device's, not a link's), and for an id
     /// naming no shard of the receiver (a peer's made-up id).
     pub fn shard(&self, from_gid: &[u8; 16], shards: u32) -> Option<u32> {
         let (to, service) = match *self {
-            Notice::Hello { to, service, .. } | Notice::Leave { to, service, .. } => {
-                (to, Some(service))
+            Notice::Hello {
+                to,
+                to_port,
+                from_port,
+                ..
             }
+            | Notice::Leave {
+                to,
+                to_port,
+                from_port,
+                ..
+            } => (to, Some(super::super::engine::port_key(to_port, from_port))),
             Notice::Advert { to, .. } | Notice::Data { to, .. } | Notice::Left { to } => (to, None),
             Notice::Revoke { .. } | Notice::RevokeAck { .. } => return None,
         };
@@ -243,9 +280,11 @@ impl Notice {
         let flags = b[3];
         Ok(match b[2] {
             HELLO => Notice::Hello {
-                service: u32_at(b, 4),
+                to_port: u16_at(b, 4),
+                from_port: u16_at(b, 6),
                 from: u64_at(b, 8),
                 to: u64_at(b, 16),
+                pair: flags & PAIR != 0,
             },
             ADVERT => Notice::Advert {
                 to: u64_at(b, 8),
@@ -261,7 +300,8 @@ impl Notice {
                 imm: (flags & HAS_IMM != 0).then(|| u32_at(b, 20)),
             },
             LEAVE => Notice::Leave {
-                service: u32_at(b, 4),
+                to_port: u16_at(b, 4),
+                from_port: u16_at(b, 6),
                 to: u64_at(b, 8),
                 from: u64_at(b, 16),
             },
@@ -281,9 +321,18 @@ mod tests {
     fn every_kind_round_trips_and_garbage_is_refused() {
         let all = [
             Notice::Hello {
-                service: 7,
+                to_port: 7,
+                from_port: 40000,
                 from: link_id(3, 0x0100_0002),
                 to: NO_LINK,
+                pair: false,
+            },
+            Notice::Hello {
+                to_port: 9,
+                from_port: 9,
+                from: 1,
+                to: 2,
+                pair: true,
             },
             Notice::Advert {
                 to: link_id(1, 9),
@@ -305,7 +354,8 @@ mod tests {
                 imm: None,
             },
             Notice::Leave {
-                service: 9,
+                to_port: 9,
+                from_port: 33000,
                 to: NO_LINK,
                 from: 4,
             },
@@ -334,8 +384,8 @@ mod tests {
         assert_eq!(data(link_id(3, 9)).shard(&gid, 4), Some(3));
         assert_eq!(data(link_id(4, 9)).shard(&gid, 4), None, "past our shards");
         assert_eq!(data(u64::MAX - 1).shard(&gid, 4), None);
-        let hello = Notice::Hello { service: 5, from: 1, to: NO_LINK };
-        assert!(hello.shard(&gid, 4).is_some_and(|k| k < 4), "by service: always ours");
+        let hello = Notice::Hello { to_port: 5, from_port: 40000, from: 1, to: NO_LINK, pair: false };
+        assert!(hello.shard(&gid, 4).is_some_and(|k| k < 4), "by ports: always ours");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //!   ([`shard_of`](super::message::shard_of)), a lock per shard, so messages on
 //!   different services never wait for each other, nor for a CONNECT elsewhere;
 //! - the exported MRs: [`Fabric::exports`], a leaf;
+//! - the node's held ports: [`Fabric::ports`], a leaf;
 //! - what rings asked of the MetaServer ([`Fabric::publish`], [`Fabric::unpublish`],
 //!   [`Members::import_named`]): a leaf in the fabric; its network work runs outside
 //!   every engine lock.
@@ -20,6 +21,9 @@
 //! # Lock order
 //!
 //! ring → members → one links shard → revocations → one QP → exports.
+//!
+//! The ports' lock is a leaf too, taken under the ring, members or a shard, never with
+//! a QP's or the exports'.
 //!
 //! (The revocations' lock is the fabric's own, taken by [`Fabric::unpublish`] and
 //! [`Fabric::revoke_far`], which may post notices under it.) The engine never holds two
@@ -39,6 +43,7 @@ use super::meta::record::NAME_LEN;
 use core::ops::DerefMut;
 
 use super::message::Messages;
+use super::ports::Ports;
 use super::qp::PhysQp;
 use super::Store;
 
@@ -136,6 +141,8 @@ pub trait Fabric<S: Store>: Links<S> {
     fn members(&self) -> Self::Members<'_>;
     /// Runs `f` on the exported MRs with their lock held.
     fn exports<R>(&self, f: impl FnOnce(&mut Exports<S>) -> R) -> R;
+    /// Runs `f` on the node's held ports (see `ports`) with their lock held (a leaf).
+    fn ports<R>(&self, f: impl FnOnce(&mut Ports<S>) -> R) -> R;
     /// The exports' epoch ([`Exports::removals`]) as their lock last left it, read
     /// without the lock: a fabric publishes it when each [`exports`](Self::exports)
     /// section ends (release; this load acquires). A one-sided request whose import was

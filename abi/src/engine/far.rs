@@ -45,7 +45,7 @@ use super::backend::{SendKind, SendWr};
 use super::cluster::notice::{link_id, split_link_id, Notice, NO_LINK};
 use super::cqe::Reason;
 use super::fabric::Qps;
-use super::message::{End, Holder, Link, Messages, PostedRecv, Target, WaitingSend, NIL};
+use super::message::{End, Holder, Link, Messages, PostedRecv, Target, Tuple, WaitingSend, NIL};
 use super::qp::Posted;
 use super::ring_state::Completion;
 use super::wrid::{backend_index, backend_wr_id};
@@ -131,9 +131,6 @@ pub struct Far {
     queued: bool,
     /// Its QP failed: nothing more goes out or comes in.
     broken: bool,
-    /// Announced with no end here, and offered to the service's listener (see
-    /// `listen`): no CONNECT takes it.
-    pub(super) offered: bool,
 }
 
 impl Far {
@@ -154,7 +151,6 @@ impl Far {
         adverts_in: 0,
         queued: false,
         broken: false,
-        offered: false,
     };
 }
 
@@ -178,30 +174,30 @@ impl WaitingSend {
 }
 
 impl<S: Store> Messages<S> {
-    /// A CONNECT of a virtual QP bound to set QP `qp` to the node at `gid` for
-    /// `service`: its end, paired with the peer's if its Hello came first. Fails
-    /// `ServiceTaken` while another end here holds the service with that node, and
-    /// `TableFull` when the links are used up.
+    /// A CONNECT by `t` of a virtual QP bound to set QP `qp` to the node at `gid`: its
+    /// end, paired with the peer's if a pairing Hello for it came first (`t.pair`), else
+    /// new, announced with our Hello. Fails `ServiceTaken` while a link of this node
+    /// with that node has the same ports, and `TableFull` when the links are used up.
     pub fn join_far(
         &mut self,
         gid: [u8; 16],
-        service: u32,
+        t: Tuple,
         qp: u32,
         qps: &(impl Qps<S> + ?Sized),
     ) -> Result<(u32, u8), Reason> {
+        let ports = [t.local, t.peer];
         let mut pending = None;
         for (h, l) in self.links.iter() {
-            if l.far.is_none() || l.gid != gid || l.service != service {
+            if l.far.is_none() || l.gid != gid || l.ports != ports {
                 continue;
             }
             match l.ends[0].holder {
-                // Offered to the ring listening on the service: the listen holds it.
-                Holder::Open if l.far.is_some_and(|f| f.offered) => {
-                    return Err(Reason::ServiceTaken)
-                }
-                Holder::Open => pending = Some(h),
-                Holder::Bound | Holder::Gone => return Err(Reason::ServiceTaken),
-                Holder::Left => {}
+                // A peer's pairing end that came first: ours to take, when we pair
+                // too (a listen's is offered to the listen alone).
+                Holder::Open if t.pair && l.pair && !l.offered => pending = Some(h),
+                Holder::Open | Holder::Bound => return Err(Reason::ServiceTaken),
+                // Over: its last notices go by id.
+                Holder::Gone | Holder::Left => {}
             }
         }
         let bound = End {
@@ -213,17 +209,14 @@ impl<S: Store> Messages<S> {
             Some(h) => {
                 let l = self.links.get_mut(h).expect("found");
                 l.ends[0] = bound;
+                self.answered(h);
                 h
             }
-            None => self
-                .links
-                .insert(Link {
-                    gid,
-                    service,
-                    ends: [bound, End::OPEN],
-                    far: Some(Far::NEW),
-                })
-                .map_err(|_| Reason::TableFull)?,
+            None => {
+                let mut l = Link::new(gid, ports, [bound, End::OPEN], Some(Far::NEW));
+                l.pair = t.pair;
+                self.links.insert(l).map_err(|_| Reason::TableFull)?
+            }
         };
         if let Some(f) = self.far_mut(h) {
             f.hello = true;
@@ -339,7 +332,13 @@ impl<S: Store> Messages<S> {
         qps: &(impl Qps<S> + ?Sized),
     ) {
         match n {
-            Notice::Hello { service, from, to } => self.on_hello(gid, qp, service, from, to),
+            Notice::Hello {
+                to_port,
+                from_port,
+                from,
+                to,
+                pair,
+            } => self.on_hello(gid, qp, (to_port, from_port, pair), from, to),
             Notice::Advert {
                 to,
                 seq,
@@ -360,7 +359,12 @@ impl<S: Store> Messages<S> {
             Notice::Data { to, seq, len, imm } => {
                 self.on_data(gid, qp, (to, seq), len, imm, invalidated, qps)
             }
-            Notice::Leave { service, to, from } => self.on_leave(gid, qp, service, to, from, qps),
+            Notice::Leave {
+                to_port,
+                from_port,
+                to,
+                from,
+            } => self.on_leave(gid, qp, [to_port, from_port], to, from, qps),
             Notice::Left { to } => self.on_left(gid, to, qps),
             // About exports: the device's (`cluster::revoke`), never a shard's.
             Notice::Revoke { .. } | Notice::RevokeAck { .. } => {}
@@ -368,12 +372,18 @@ impl<S: Store> Messages<S> {
         self.flush_due(qps);
     }
 
-    fn on_hello(&mut self, gid: &[u8; 16], qp: u32, service: u32, from: u64, to: u64) {
+    /// A Hello from the peer's end `from` on its port `hello.1` for our port
+    /// `hello.0`: the answer to ours (`to`), or a new end that pairs with ours, or one
+    /// for the listen on our port (offered to it; kept for a listen to come until the
+    /// deadline), or a pairing one kept for our CONNECT to come.
+    fn on_hello(&mut self, gid: &[u8; 16], qp: u32, hello: (u16, u16, bool), from: u64, to: u64) {
+        let (port, peer_port, pair) = hello;
+        let ports = [port, peer_port];
         if to != NO_LINK {
             if let Some(h) = self.mine(to, gid) {
                 let l = self.links.get(h).expect("mine");
                 let f = l.far.expect("far");
-                if l.service == service
+                if l.ports == ports
                     && l.ends[0].holder == Holder::Bound
                     && l.ends[1].holder == Holder::Open
                 {
@@ -384,40 +394,34 @@ impl<S: Store> Messages<S> {
                 }
             }
             // The end it names is gone or taken: its end must not wait for ours.
-            let far = Far {
-                id: from,
-                leave: true,
-                ..Far::NEW
-            };
-            return self.owe_only(*gid, qp, service, far, Holder::Bound);
+            return self.tell_to_leave(*gid, qp, ports, from);
         }
-        let (mut pending, mut waiting) = (None, None);
+        let (mut waiting, mut taken) = (None, false);
         for (h, l) in self.links.iter() {
-            if l.far.is_none() || l.gid != *gid || l.service != service {
+            if l.far.is_none() || l.gid != *gid || l.ports != ports {
                 continue;
             }
             match (l.ends[0].holder, l.ends[1].holder) {
-                (Holder::Bound, Holder::Open) => waiting = Some(h),
-                (Holder::Open, _) => pending = Some(h),
-                _ => {}
+                // Our pairing end waits for this one.
+                (Holder::Bound, Holder::Open) if pair && l.pair => waiting = Some(h),
+                // A repeat of a Hello we hold.
+                (Holder::Open, _) if l.far.is_some_and(|f| f.id == from) => return,
+                // That four-tuple is in use: no second link with it.
+                (Holder::Open | Holder::Bound, _) => taken = true,
+                // A link that is over may still wait for its last notices.
+                (Holder::Gone | Holder::Left, _) => {}
             }
         }
         if let Some(h) = waiting {
             return self.pair(h, from);
         }
-        // No end of ours yet: kept for the next CONNECT (one per node and service).
-        if let Some(h) = pending {
-            let l = self.links.get_mut(h).expect("found");
-            l.ends[0].qp = qp;
-            if let Some(f) = &mut l.far {
-                f.id = from;
-            }
-            return;
+        if taken {
+            return self.tell_to_leave(*gid, qp, ports, from);
         }
-        let made = self.links.insert(Link {
-            gid: *gid,
-            service,
-            ends: [
+        let mut l = Link::new(
+            *gid,
+            ports,
+            [
                 End {
                     holder: Holder::Open,
                     qp,
@@ -428,15 +432,35 @@ impl<S: Store> Messages<S> {
                     ..End::OPEN
                 },
             ],
-            far: Some(Far {
+            Some(Far {
                 id: from,
                 ..Far::NEW
             }),
-        });
-        // A ring that listens on the service takes it (see `listen`).
-        if let Ok(h) = made {
+        );
+        l.pair = pair;
+        // A CONNECT for our listener waits for one until the deadline.
+        if !pair {
+            l.unanswered_since = Some(i64::MIN);
+        }
+        let Ok(h) = self.links.insert(l) else {
+            // No room: refused at once rather than left waiting.
+            return self.tell_to_leave(*gid, qp, ports, from);
+        };
+        if !pair {
+            self.unanswered += 1;
+            // A ring that listens on the port takes it (see `listen`).
             self.offer(h);
         }
+    }
+
+    /// The peer's end `from` finds no end here, and never will: told to leave.
+    fn tell_to_leave(&mut self, gid: [u8; 16], qp: u32, ports: [u16; 2], from: u64) {
+        let far = Far {
+            id: from,
+            leave: true,
+            ..Far::NEW
+        };
+        self.owe_only(gid, qp, ports, far, Holder::Bound);
     }
 
     /// Pairs our end of far link `h` with the peer's end `from`.
@@ -455,11 +479,11 @@ impl<S: Store> Messages<S> {
     /// A link with no local end, kept only until what `far` owes the peer's end is
     /// sent (a Leave: the end it names here is gone; a Left: the answer to its Leave),
     /// then gone.
-    fn owe_only(&mut self, gid: [u8; 16], qp: u32, service: u32, far: Far, peer: Holder) {
-        let t = self.links.insert(Link {
+    fn owe_only(&mut self, gid: [u8; 16], qp: u32, ports: [u16; 2], far: Far, peer: Holder) {
+        let t = self.links.insert(Link::new(
             gid,
-            service,
-            ends: [
+            ports,
+            [
                 End {
                     holder: Holder::Left,
                     qp,
@@ -470,8 +494,8 @@ impl<S: Store> Messages<S> {
                     ..End::OPEN
                 },
             ],
-            far: Some(far),
-        });
+            Some(far),
+        ));
         if let Ok(t) = t {
             self.enqueue(t);
         }
@@ -600,7 +624,7 @@ impl<S: Store> Messages<S> {
         &mut self,
         gid: &[u8; 16],
         qp: u32,
-        service: u32,
+        ports: [u16; 2],
         to: u64,
         from: u64,
         qps: &(impl Qps<S> + ?Sized),
@@ -611,7 +635,7 @@ impl<S: Store> Messages<S> {
             self.links
                 .iter()
                 .find(|(_, l)| {
-                    l.gid == *gid && l.service == service && l.far.is_some_and(|f| f.id == from)
+                    l.gid == *gid && l.ports == ports && l.far.is_some_and(|f| f.id == from)
                 })
                 .map(|(h, _)| h)
         };
@@ -623,24 +647,29 @@ impl<S: Store> Messages<S> {
                     left: true,
                     ..Far::NEW
                 };
-                self.owe_only(*gid, qp, service, far, Holder::Gone);
+                self.owe_only(*gid, qp, ports, far, Holder::Gone);
             }
             return;
         };
         let l = self.links.get_mut(h).expect("found");
         if l.ends[0].holder == Holder::Open {
-            // An announcement no CONNECT took.
+            // An announcement no CONNECT or listen took.
+            self.answered(h);
             self.links.remove(h);
             return;
         }
+        // Never joined: refused (no listen took it in time, or it had no room).
+        l.refused |= l.ends[1].holder == Holder::Open;
         l.ends[1].holder = Holder::Gone;
         let qp = l.ends[0].qp;
         while l.ends[1].recvs.pop(&mut self.recvs).is_some() {}
+        let why = match l.refused {
+            true => Reason::Refused,
+            false => Reason::NoReceiver,
+        };
         while let Some(s) = l.ends[0].waiting.pop(&mut self.waiting) {
             qps.qp(qp, |q, _| q.release_held());
-            let _ = self
-                .owed
-                .push((s.wr_id, Completion::Failed(Reason::NoReceiver)));
+            let _ = self.owed.push((s.wr_id, Completion::Failed(why)));
         }
         if let Some(f) = &mut l.far {
             f.left = to != NO_LINK;
@@ -817,9 +846,11 @@ impl<S: Store> Messages<S> {
             return Some((
                 qp,
                 Notice::Hello {
-                    service: l.service,
+                    to_port: l.ports[1],
+                    from_port: l.ports[0],
                     from: me,
                     to: f.id,
+                    pair: l.pair,
                 },
                 0,
             ));
@@ -841,7 +872,8 @@ impl<S: Store> Messages<S> {
         }
         if f.leave {
             let n = Notice::Leave {
-                service: l.service,
+                to_port: l.ports[1],
+                from_port: l.ports[0],
                 to: f.id,
                 from: me,
             };
@@ -989,6 +1021,15 @@ pub(crate) mod tests {
         }
     }
 
+    /// A CONNECT that pairs port `p` with the peer's port `p`.
+    pub(crate) fn pair(p: u16) -> Tuple {
+        Tuple {
+            local: p,
+            peer: p,
+            pair: true,
+        }
+    }
+
     pub(crate) fn node(last: u8) -> (Node, Messages<VecStore>) {
         let mut gid = [0u8; 16];
         gid[10..12].fill(0xff);
@@ -1067,9 +1108,9 @@ pub(crate) mod tests {
     #[test]
     fn duplicate_adverts_and_data_change_nothing() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
+        let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         carry(&nb, &na, &mut a);
         for (w, addr) in [(80, 0x8000), (81, 0x8100)] {
             assert_eq!(b.recv(b7, 0, recv(w, addr), &nb), RecvStep::Queued);
@@ -1111,9 +1152,9 @@ pub(crate) mod tests {
     #[test]
     fn a_data_that_leaves_the_receives_key_open_fails_the_qp() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
+        let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         carry(&nb, &na, &mut a);
         for (w, addr) in [(80, 0x8000), (81, 0x8100), (82, 0x8200)] {
             assert_eq!(b.recv(b7, 0, recv(w, addr), &nb), RecvStep::Queued);
@@ -1164,9 +1205,9 @@ pub(crate) mod tests {
     #[test]
     fn a_cancelled_advertised_receive_lets_its_key_go() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        a.join_far(nb.gid, 7, 1, &na).unwrap();
+        a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         carry(&nb, &na, &mut a);
         assert_eq!(b.recv(b7, 0, recv(80, 0x8000), &nb), RecvStep::Queued);
         assert_eq!(*nb.mapped.borrow(), vec![key(0x8000)]);
@@ -1178,17 +1219,17 @@ pub(crate) mod tests {
     fn two_services_pair_and_each_gets_only_its_own_messages() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
         // Both ends of service 7 and of 8 (the service picks the QP: 7 on 1, 8 on 0).
-        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
-        let (a8, _) = a.join_far(nb.gid, 8, 0, &na).unwrap();
+        let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
+        let (a8, _) = a.join_far(nb.gid, pair(8), 0, &na).unwrap();
         assert_eq!(
-            a.join_far(nb.gid, 7, 1, &na),
+            a.join_far(nb.gid, pair(7), 1, &na),
             Err(Reason::ServiceTaken),
             "one end per node and service"
         );
         // B's CONNECTs come after A's Hellos arrived: each pairs at once.
         assert_eq!(carry(&na, &nb, &mut b), 2);
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
-        let (b8, _) = b.join_far(na.gid, 8, 0, &nb).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
+        let (b8, _) = b.join_far(na.gid, pair(8), 0, &nb).unwrap();
         carry(&nb, &na, &mut a);
         // B posts a receive on each service: advertised to A, into the right end.
         for (link, w, addr) in [(b7, 70, 0x7000), (b8, 80, 0x8000)] {
@@ -1241,8 +1282,8 @@ pub(crate) mod tests {
     #[test]
     fn a_send_waits_for_an_advert_and_goes_when_it_arrives() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         // Hellos crossing: each pairs on the other's.
         carry(&na, &nb, &mut b);
         carry(&nb, &na, &mut a);
@@ -1276,9 +1317,9 @@ pub(crate) mod tests {
     #[test]
     fn leaving_with_advertised_receives_waits_for_the_peers_answer() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
+        let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         for (w, addr) in [(70, 0x7000), (71, 0x7100)] {
             b.recv(b7, 0, recv(w, addr), &nb);
         }
@@ -1313,9 +1354,9 @@ pub(crate) mod tests {
     #[test]
     fn an_unanswered_retraction_fails_the_qp_after_the_deadline() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        let (_, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
+        let (_, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         b.recv(b7, 0, recv(70, 0x7000), &nb);
         b.depart_far_end(b7, &nb);
         // The peer never answers.
@@ -1330,10 +1371,10 @@ pub(crate) mod tests {
     #[test]
     fn a_failed_set_qp_ends_its_links() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
-        let (a8, _) = a.join_far(nb.gid, 8, 0, &na).unwrap();
+        let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
+        let (a8, _) = a.join_far(nb.gid, pair(8), 0, &na).unwrap();
         carry(&na, &nb, &mut b);
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         carry(&nb, &na, &mut a);
         a.recv(a7, 0, recv(70, 0x7000), &na);
         a.recv(a8, 0, recv(80, 0x8000), &na);
@@ -1356,9 +1397,9 @@ pub(crate) mod tests {
     #[test]
     fn notices_wait_for_room_and_go_in_order() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
+        let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         carry(&nb, &na, &mut a);
         // Receives past the notice room wait in the link, not in a table.
         let n = crate::engine::NOTICE_ROOM as u64 + 4;
@@ -1384,7 +1425,7 @@ pub(crate) mod tests {
     #[test]
     fn a_hello_for_a_gone_end_is_answered_with_a_leave() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
+        let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         let far_a7 = link_id(a.index, a7);
         a.leave(a7, 0, &na);
         // A's Hello and Leave (the end left unpaired) reach B: nothing is kept.
@@ -1395,9 +1436,11 @@ pub(crate) mod tests {
             &na.gid,
             1,
             Notice::Hello {
-                service: 7,
+                to_port: 7,
+                from_port: 7,
                 from: far_a7,
                 to: link_id(0, 5),
+                pair: true,
             },
             None,
             &nb,
@@ -1412,7 +1455,7 @@ pub(crate) mod tests {
     #[test]
     fn only_an_advertised_receive_is_filled() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
-        let (b7, _) = b.join_far(na.gid, 7, 1, &nb).unwrap();
+        let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         // Not paired yet: the receive is queued, not advertised.
         assert_eq!(b.recv(b7, 0, recv(70, 0x7000), &nb), RecvStep::Queued);
         let data = Notice::Data {
@@ -1424,7 +1467,7 @@ pub(crate) mod tests {
         b.on_notice(&na.gid, 1, data, Some(key(0x7000)), &nb);
         assert!(owed(&mut b, &nb).is_empty(), "a Data for it is ignored");
         // From another node, never.
-        let (a7, _) = a.join_far(nb.gid, 7, 1, &na).unwrap();
+        let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
         carry(&nb, &na, &mut a);
         let mut other = na.gid;

@@ -39,6 +39,7 @@
 use super::cqe::{Cqe, CqeFlags, Reason};
 use super::fabric::{Fabric, Members as _, Qps};
 use super::message::{Holder, Messages};
+use super::ports::Hold;
 use super::ring::RingMem;
 use super::ring_state::{Completion, Ring};
 use super::sqe::Sqe;
@@ -53,14 +54,16 @@ pub const MAX_LISTENERS: usize = 32;
 pub const RING_LISTENS: usize = 4;
 
 /// Writes a listened service's line of the module's `peers` file:
-/// `listen service S ring R offers N` (`offers`: peers' ends offered and not taken yet).
+/// `listen service S uid U ring R offers N` (`uid`: the user holding the port, see
+/// `ports`; `offers`: connecting ends offered and not taken yet).
 pub fn write_listen_line(
     service: u32,
+    uid: u32,
     ring: u16,
     offers: usize,
     w: &mut impl core::fmt::Write,
 ) -> core::fmt::Result {
-    writeln!(w, "listen service {service} ring {ring} offers {offers}")
+    writeln!(w, "listen service {service} uid {uid} ring {ring} offers {offers}")
 }
 
 /// A shard's note that a ring listens on a service.
@@ -77,15 +80,22 @@ pub(super) struct Listener {
     owed: bool,
 }
 
-/// An offered link: a peer's end the listening ring may take.
+/// An offered link: a connecting end the listening ring may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offer {
     /// The link, in its shard.
     pub link: u32,
-    /// The peer node.
+    /// The peer node (this node's own, for a CONNECT of this node's).
     pub gid: [u8; 16],
-    /// The set QP the peer's Hello came on (its service's, the same on both nodes).
+    /// Across nodes, the set QP the peer's Hello came on, which the taking virtual QP
+    /// binds to; here, the connecting end's QP, whose opposite it binds to.
     pub qp: u32,
+    /// The link's end the taking virtual QP holds.
+    pub end: u8,
+    /// The connecting end's port.
+    pub peer_port: u16,
+    /// The connecting end is on another node.
+    pub far: bool,
 }
 
 /// One of a ring's listens.
@@ -129,14 +139,15 @@ impl<S: Store> Messages<S> {
         self.mark_offers(service, false);
     }
 
-    /// Marks the far links announced for `service` and not taken (no end here) offered
-    /// or not; whether there were any.
+    /// Marks the links waiting for the listen on `service` (a peer's CONNECT announced
+    /// here, or a CONNECT of this node's, that no listen took yet) offered or not;
+    /// whether there were any.
     fn mark_offers(&mut self, service: u32, offered: bool) -> bool {
         let mut any = false;
         for l in self.links.values_mut() {
-            if l.service == service && l.ends[0].holder == Holder::Open {
-                if let Some(f) = &mut l.far {
-                    f.offered = offered;
+            if let Some(e) = l.open_end().filter(|_| !l.pair) {
+                if l.port_of(e) as u32 == service {
+                    l.offered = offered;
                     any = true;
                 }
             }
@@ -151,21 +162,25 @@ impl<S: Store> Messages<S> {
             .find(|l| l.service == service)
     }
 
-    /// Link `h`, just made for a peer's Hello that found no end here: offered to the
-    /// service's listener, if there is one, which is nudged unless it already was.
-    /// Whether it was offered.
+    /// Link `h`, just made by a CONNECT for a listener (a peer's Hello, or a CONNECT of
+    /// this node's): offered to the listen on its open end's port, if there is one,
+    /// which is nudged unless it already was. Whether it was offered.
     pub(super) fn offer(&mut self, h: u32) -> bool {
-        let Some(service) = self.links.get(h).map(|l| l.service) else {
+        let Some(port) = self
+            .links
+            .get(h)
+            .and_then(|l| l.open_end().map(|e| l.port_of(e)))
+        else {
             return false;
         };
-        let Some(l) = self.listener(service) else {
+        let Some(l) = self.listener(port as u32) else {
             return false;
         };
         if !l.nudged {
             (l.nudged, l.owed) = (true, true);
         }
-        if let Some(f) = self.links.get_mut(h).and_then(|l| l.far.as_mut()) {
-            f.offered = true;
+        if let Some(l) = self.links.get_mut(h) {
+            l.offered = true;
         }
         true
     }
@@ -198,11 +213,24 @@ impl<S: Store> Messages<S> {
 
     /// Offers here for `service` not taken yet.
     pub fn offers(&self, service: u32) -> usize {
-        self.links
-            .iter()
-            .filter(|(_, l)| l.service == service && l.ends[0].holder == Holder::Open)
-            .filter(|(_, l)| l.far.is_some_and(|f| f.offered))
-            .count()
+        self.links.iter().filter_map(|(h, _)| self.offer_of(h, service)).count()
+    }
+
+    /// Link `h` as an offer to the listen on `service`, if it is one.
+    fn offer_of(&self, h: u32, service: u32) -> Option<Offer> {
+        let l = self.links.get(h)?;
+        let e = l.open_end()?;
+        let live = l.offered && !l.far.is_some_and(|f| f.broken());
+        (live && l.port_of(e) as u32 == service).then_some(Offer {
+            link: h,
+            gid: l.gid,
+            // The QP a virtual QP taking it binds to: the peer's Hello's, or (here) the
+            // one the CONNECT's end must reach.
+            qp: l.ends[0].qp,
+            end: e,
+            peer_port: l.ports[(1 - e) as usize & 1],
+            far: l.far.is_some(),
+        })
     }
 
     /// The listener of `service` looks at its offers here now: an offer made after
@@ -215,38 +243,36 @@ impl<S: Store> Messages<S> {
 
     /// The oldest link offered to the listener of `service`, not taken yet.
     pub fn next_offer(&self, service: u32) -> Option<Offer> {
-        self.links.iter().find_map(|(h, l)| {
-            let offered = l.far.is_some_and(|f| f.offered && !f.broken());
-            (offered && l.service == service && l.ends[0].holder == Holder::Open).then_some(Offer {
-                link: h,
-                gid: l.gid,
-                qp: l.ends[0].qp,
-            })
-        })
+        self.links.iter().find_map(|(h, _)| self.offer_of(h, service))
     }
 
-    /// Answers offer `link`: taken by a virtual QP bound to set QP `qp` (`Some`: its
-    /// end is bound and paired with the peer's, which our Hello answers; the end is 0),
-    /// or refused (`None`: the peer's end is told to leave, and the link goes once that
-    /// is sent).
+    /// Answers offer `link`: taken by a virtual QP bound to physical QP `qp` (`Some`:
+    /// its end is bound; across nodes, paired with the peer's, which our Hello
+    /// answers), or refused (`None`: a peer's end is told to leave, this node's
+    /// CONNECT fails its sends `Refused`).
     pub fn answer_offer(&mut self, link: u32, taken: Option<u32>, qps: &(impl Qps<S> + ?Sized)) {
-        if let Some(l) = self.links.get_mut(link) {
-            match taken {
-                Some(qp) => {
-                    l.ends[0].holder = Holder::Bound;
-                    l.ends[0].qp = qp;
-                    l.ends[1].holder = Holder::Bound;
-                }
-                None => l.ends[0].holder = Holder::Left,
+        let Some(qp) = taken else {
+            return self.refuse(link, qps);
+        };
+        self.answered(link);
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        l.offered = false;
+        match &mut l.far {
+            Some(f) => {
+                l.ends[0].holder = Holder::Bound;
+                l.ends[0].qp = qp;
+                l.ends[1].holder = Holder::Bound;
+                f.hello = true;
+                self.enqueue(link);
+                self.flush_due(qps);
             }
-            if let Some(f) = &mut l.far {
-                f.offered = false;
-                f.hello = taken.is_some();
-                f.leave = taken.is_none();
+            None => {
+                l.ends[1].holder = Holder::Bound;
+                l.ends[1].qp = qp;
             }
         }
-        self.enqueue(link);
-        self.flush_due(qps);
     }
 }
 
@@ -281,6 +307,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             ring_gen: self.gen,
             slot: i as u32,
         };
+        // The port is its user's while it listens (see `ports`).
+        let creds = self.creds;
+        if let Err(why) = f.ports(|p| p.bind(service as u16, Hold::Listen, creds)) {
+            self.emit(Cqe::err(ud, why));
+            return Step::Taken;
+        }
         self.hold_members(f, held);
         let mut due = 0u64;
         for k in 0..f.shards().min(64) {
@@ -292,6 +324,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         self.hold_shard(f, held, j);
                         held.shard(j).remove_listener(service, listen);
                     }
+                    f.ports(|p| p.release(service as u16));
                     self.emit(Cqe::err(ud, why));
                     return Step::Taken;
                 }
@@ -348,6 +381,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             self.hold_shard(f, held, k);
             held.shard(k).remove_listener(l.service, listen);
         }
+        f.ports(|p| p.release(l.service as u16));
         l
     }
 
@@ -432,14 +466,21 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Cqe {
                 flags,
                 aux: peer,
+                port: o.peer_port,
                 ..Cqe::err(user_data, why)
             }
         };
         if self.tables.vqps.len() == self.tables.vqps.capacity() {
             return refuse(held, Reason::TableFull);
         }
-        let conn = match held.members().accept(o.gid, o.qp) {
-            Ok(c) if c.qp == o.qp && (c.qp as usize) < f.count() => c,
+        // Across nodes, the set QP the peer's Hello came on; here, a loopback QP
+        // connected to the connecting end's.
+        let conn = match o.far {
+            true => held.members().accept(o.gid, o.qp),
+            false => held.members().connect(o.gid, o.peer_port as u32, Some(o.qp)),
+        };
+        let conn = match conn {
+            Ok(c) if (c.qp as usize) < f.count() && (!o.far || c.qp == o.qp) => c,
             Ok(c) => {
                 held.members().disconnect(c.qp);
                 return refuse(held, Reason::Verbs);
@@ -447,9 +488,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Err(_) => return refuse(held, Reason::Unreachable),
         };
         held.shard(k).answer_offer(o.link, Some(conn.qp), f);
-        let h = self.bind_vqp(conn, k, o.link, 0, f);
+        let h = self.bind_vqp(conn, k, o.link, o.end, 0, f);
         Cqe {
             flags,
+            port: o.peer_port,
             ..Cqe::ok(user_data, h as i32, accept_aux(&o.gid, conn.qpn))
         }
     }
@@ -467,12 +509,22 @@ pub const fn accept_aux(gid: &[u8; 16], qpn: u32) -> u64 {
 mod tests {
     extern crate std;
     use super::super::far::tests::{carry, node, owed, recv, send};
+    use super::super::message::Tuple;
     use super::*;
     use crate::cluster::notice::Notice;
     use crate::engine::{RecvStep, SendStep};
     use std::vec;
 
     const SERVICE: u32 = 70;
+
+    /// A client's CONNECT for the listen on [`SERVICE`], from an ephemeral port.
+    fn client() -> Tuple {
+        Tuple {
+            local: 40000,
+            peer: SERVICE as u16,
+            pair: false,
+        }
+    }
 
     /// Server S's listen (ring 3, generation 1, listen 0), as its routing id.
     fn listen() -> WrId {
@@ -493,7 +545,7 @@ mod tests {
             "one listener per service"
         );
         // The client CONNECTs; its Hello reaches the server: offered, the listen nudged.
-        let (cl, _) = c.join_far(ns.gid, SERVICE, 1, &nc).unwrap();
+        let (cl, _) = c.join_far(ns.gid, client(), 1, &nc).unwrap();
         carry(&nc, &ns, &mut s);
         assert_eq!(
             owed(&mut s, &ns),
@@ -502,11 +554,14 @@ mod tests {
         s.looked(SERVICE);
         let o = s.next_offer(SERVICE).expect("offered");
         assert_eq!((o.gid, o.qp), (nc.gid, 1));
-        // The server's own CONNECT to that client cannot take it: the listen holds it.
-        assert_eq!(
-            s.join_far(nc.gid, SERVICE, 1, &ns),
-            Err(Reason::ServiceTaken)
-        );
+        // A pairing CONNECT of the server's node on the same four-tuple cannot take it:
+        // the listen holds it.
+        let same = Tuple {
+            local: SERVICE as u16,
+            peer: 40000,
+            pair: true,
+        };
+        assert_eq!(s.join_far(nc.gid, same, 1, &ns), Err(Reason::ServiceTaken));
         // Taken: our Hello answers, the client pairs, and messages flow both ways.
         s.answer_offer(o.link, Some(o.qp), &ns);
         assert_eq!(s.next_offer(SERVICE), None);
@@ -530,15 +585,15 @@ mod tests {
         let ((na, mut a), (ns, mut s)) = (node(11), node(12));
         let (nb, mut b) = node(13);
         s.add_listener(SERVICE, listen()).unwrap();
-        a.join_far(ns.gid, SERVICE, 1, &na).unwrap();
-        b.join_far(ns.gid, SERVICE, 1, &nb).unwrap();
+        a.join_far(ns.gid, client(), 1, &na).unwrap();
+        b.join_far(ns.gid, client(), 1, &nb).unwrap();
         carry(&na, &ns, &mut s);
         carry(&nb, &ns, &mut s);
         assert_eq!(owed(&mut s, &ns).len(), 1, "two offers, one nudge");
         s.looked(SERVICE);
         // Both still offered; a third peer after the look nudges again.
         let (nd, mut d) = node(14);
-        d.join_far(ns.gid, SERVICE, 1, &nd).unwrap();
+        d.join_far(ns.gid, client(), 1, &nd).unwrap();
         carry(&nd, &ns, &mut s);
         assert_eq!(owed(&mut s, &ns).len(), 1);
         let mut n = 0;
@@ -557,7 +612,7 @@ mod tests {
         for i in 0..100u64 {
             let (nc, mut c) = node(20 + (i % 200) as u8);
             s.add_listener(SERVICE, listen()).unwrap();
-            c.join_far(ns.gid, SERVICE, 1, &nc).unwrap();
+            c.join_far(ns.gid, client(), 1, &nc).unwrap();
             carry(&nc, &ns, &mut s);
             s.remove_listener(SERVICE, listen());
         }
@@ -565,8 +620,8 @@ mod tests {
         assert!(s.owed.is_empty(), "nudges take no room from completions");
         let mut line = std::string::String::new();
         let (service, ring) = s.listeners().next().expect("listening");
-        write_listen_line(service, ring, s.offers(SERVICE), &mut line).unwrap();
-        let want = std::format!("listen service 70 ring 3 offers {}\n", s.links());
+        write_listen_line(service, 1000, ring, s.offers(SERVICE), &mut line).unwrap();
+        let want = std::format!("listen service 70 uid 1000 ring 3 offers {}\n", s.links());
         assert!(
             s.links() > 0 && line == want,
             "every peer's end offered: {line:?}"
@@ -578,7 +633,7 @@ mod tests {
     #[test]
     fn announcements_before_a_listen_are_offered_and_given_back_after() {
         let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
-        c.join_far(ns.gid, SERVICE, 1, &nc).unwrap();
+        c.join_far(ns.gid, client(), 1, &nc).unwrap();
         carry(&nc, &ns, &mut s);
         assert!(
             owed(&mut s, &ns).is_empty(),
@@ -586,17 +641,24 @@ mod tests {
         );
         assert_eq!(s.add_listener(SERVICE, listen()), Ok(true));
         assert!(s.next_offer(SERVICE).is_some());
-        // The listen ends before it took the offer: a CONNECT may take it again.
+        // The listen ends before it took the offer: the next listen gets it, within
+        // the deadline; no CONNECT of this node's takes it.
         s.remove_listener(SERVICE, listen());
         assert_eq!(s.next_offer(SERVICE), None);
-        assert!(s.join_far(nc.gid, SERVICE, 1, &ns).is_ok());
+        let same = Tuple {
+            local: SERVICE as u16,
+            peer: 40000,
+            pair: true,
+        };
+        assert_eq!(s.join_far(nc.gid, same, 1, &ns), Err(Reason::ServiceTaken));
+        assert_eq!(s.add_listener(SERVICE, listen()), Ok(true));
     }
 
     #[test]
     fn a_refused_offer_tells_the_peer_to_leave() {
         let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
         s.add_listener(SERVICE, listen()).unwrap();
-        let (cl, _) = c.join_far(ns.gid, SERVICE, 1, &nc).unwrap();
+        let (cl, _) = c.join_far(ns.gid, client(), 1, &nc).unwrap();
         carry(&nc, &ns, &mut s);
         let o = s.next_offer(SERVICE).unwrap();
         s.answer_offer(o.link, None, &ns);
@@ -607,7 +669,121 @@ mod tests {
         // The client's sends fail by name instead of waiting for a receive.
         assert_eq!(
             c.send(cl, 0, send(1, 8, None)),
-            SendStep::Fail(Reason::NoReceiver)
+            SendStep::Fail(Reason::Refused)
         );
+    }
+
+    /// Every connecting virtual QP is its own offer, however many share a node and a
+    /// service: a listen serves many client processes per node.
+    #[test]
+    fn each_connecting_end_is_its_own_offer() {
+        let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
+        s.add_listener(SERVICE, listen()).unwrap();
+        let mut clients = vec![];
+        for port in 40000..40008u16 {
+            let t = Tuple {
+                local: port,
+                ..client()
+            };
+            clients.push((port, c.join_far(ns.gid, t, 1, &nc).unwrap().0));
+        }
+        carry(&nc, &ns, &mut s);
+        let mut taken = vec![];
+        while let Some(o) = s.next_offer(SERVICE) {
+            s.answer_offer(o.link, Some(o.qp), &ns);
+            taken.push((o.peer_port, o.link));
+        }
+        assert_eq!(taken.len(), 8, "one offer per client");
+        carry(&ns, &nc, &mut c);
+        // Each server end receives only its own client's message.
+        for (i, &(port, link)) in taken.iter().enumerate() {
+            assert_eq!(s.recv(link, 0, recv(90 + i as u64, 0x9000 + i as u64 * 0x100), &ns), RecvStep::Queued);
+            let _ = port;
+        }
+        carry(&ns, &nc, &mut c);
+        for (i, &(port, cl)) in clients.iter().enumerate() {
+            let (_, link) = taken.iter().find(|t| t.0 == port).copied().unwrap();
+            let j = taken.iter().position(|t| t.1 == link).unwrap() as u64;
+            match c.send(cl, 0, send(i as u64, 8, None)) {
+                SendStep::DeliverFar { r, .. } => assert_eq!(r.addr, 0x9000 + j * 0x100),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// A CONNECT for a listener never pairs with another CONNECT: a user that connects
+    /// to a peer's service gets nothing the peer's clients send to this node's listen.
+    #[test]
+    fn a_connect_for_a_listener_never_takes_a_listens_peer() {
+        let ((nb, mut b), (na, mut a)) = (node(11), node(12));
+        a.add_listener(SERVICE, listen()).unwrap();
+        // Another user on A connects to B for the same service number.
+        let thief = Tuple {
+            local: 41000,
+            ..client()
+        };
+        let (_, _) = a.join_far(nb.gid, thief, 1, &na).unwrap();
+        // B's client connects to A's service: offered to A's listen, not the thief.
+        b.join_far(na.gid, client(), 1, &nb).unwrap();
+        carry(&nb, &na, &mut a);
+        let o = a.next_offer(SERVICE).expect("offered to the listen");
+        assert_eq!(o.peer_port, 40000);
+        // B had nobody listening on the service: the thief's Hello waits there, unanswered.
+        carry(&na, &nb, &mut b);
+        assert_eq!(b.next_offer(SERVICE), None);
+    }
+
+    /// A CONNECT nobody listens for is refused after the deadline: its sends fail
+    /// `Refused`, and nothing of it stays with the peer.
+    #[test]
+    fn an_unanswered_connect_is_refused_after_the_deadline() {
+        let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
+        let (cl, _) = c.join_far(ns.gid, client(), 1, &nc).unwrap();
+        carry(&nc, &ns, &mut s);
+        assert_eq!(s.links(), 1, "kept for a listen to come");
+        assert!(!s.quiet(), "the sweep must come back for it");
+        nc.qps[1].borrow_mut().hold();
+        assert_eq!(c.send(cl, 0, send(1, 8, None)), SendStep::Waits);
+        let route = |_: WrId, _: Completion| {};
+        s.settle(1_000, 10_000, &ns, route);
+        s.settle(10_999, 10_000, &ns, route);
+        assert_eq!(s.links(), 1, "within the deadline");
+        s.settle(11_001, 10_000, &ns, route);
+        assert_eq!(s.links(), 0, "refused, and told");
+        carry(&ns, &nc, &mut c);
+        assert_eq!(owed(&mut c, &nc), vec![(1, Completion::Failed(Reason::Refused))]);
+        assert_eq!(c.send(cl, 0, send(2, 8, None)), SendStep::Fail(Reason::Refused));
+    }
+
+    /// On one node: a CONNECT for the listen on this node is offered to it, and the
+    /// two ends exchange messages; a CONNECT with nobody listening is refused after
+    /// the deadline.
+    #[test]
+    fn a_listen_takes_a_connect_of_its_own_node() {
+        let (ns, mut s) = node(12);
+        s.add_listener(SERVICE, listen()).unwrap();
+        let (cl, ce) = s.join(ns.gid, client(), 0, None).unwrap();
+        assert_eq!(owed(&mut s, &ns).len(), 1, "the listen is nudged");
+        let o = s.next_offer(SERVICE).expect("offered");
+        assert_eq!((o.link, o.end, o.peer_port, o.far), (cl, 1, 40000, false));
+        s.answer_offer(o.link, Some(1), &ns);
+        assert_eq!(s.next_offer(SERVICE), None);
+        assert_eq!(s.recv(cl, 1, recv(9, 0x9000), &ns), RecvStep::Queued);
+        assert!(matches!(s.send(cl, ce, send(1, 8, None)), SendStep::Deliver(r) if r.addr == 0x9000));
+        // With nobody listening on 71: refused after the deadline.
+        let lonely = Tuple {
+            peer: 71,
+            ..client()
+        };
+        let (l2, e2) = s.join(ns.gid, lonely, 0, None).unwrap();
+        ns.qps[0].borrow_mut().hold();
+        assert_eq!(s.send(l2, e2, send(5, 8, None)), SendStep::Waits);
+        let mut got = vec![];
+        s.settle(0, 100, &ns, |w, c| got.push((w.encode(), c)));
+        s.settle(101, 100, &ns, |w, c| got.push((w.encode(), c)));
+        assert_eq!(got, vec![(5, Completion::Failed(Reason::Refused))]);
+        assert_eq!(s.send(l2, e2, send(6, 8, None)), SendStep::Fail(Reason::Refused));
+        s.leave(l2, e2, &ns);
+        assert_eq!(s.links(), 1, "the refused link goes with its end");
     }
 }

@@ -253,14 +253,78 @@ impl End {
 }
 
 /// Two virtual QPs joined for two-sided messages: on this node, or (with `far`) one
-/// here and one on another node (see `far`).
+/// here and one on another node (see `far`). A four-tuple, as a TCP connection: the
+/// peer node and each end's port.
 #[derive(Clone, Copy, Debug)]
 pub struct Link {
     pub(super) gid: [u8; 16],
-    pub(super) service: u32,
+    /// End 0's port and end 1's.
+    pub(super) ports: [u16; 2],
     pub(super) ends: [End; 2],
     /// Across nodes: end 0 is here, end 1 on the node at `gid`.
     pub(super) far: Option<super::far::Far>,
+    /// Made by CONNECTs that pair (each named its port and the other's), not by a
+    /// CONNECT that asks for a listener.
+    pub(super) pair: bool,
+    /// Its open end is offered to the listen on its port (see `listen`): only that
+    /// listen takes it.
+    pub(super) offered: bool,
+    /// The peer end never came: nobody listened within the deadline, or the listener
+    /// refused. Sends fail `Refused`.
+    pub(super) refused: bool,
+    /// A CONNECT for a listener that no listen took yet (ms; `i64::MIN` until the next
+    /// sweep reads the clock): refused after the deadline.
+    pub(super) unanswered_since: Option<i64>,
+}
+
+impl Link {
+    pub(super) const fn new(gid: [u8; 16], ports: [u16; 2], ends: [End; 2], far: Option<super::far::Far>) -> Link {
+        Link {
+            gid,
+            ports,
+            ends,
+            far,
+            pair: false,
+            offered: false,
+            refused: false,
+            unanswered_since: None,
+        }
+    }
+
+    /// The end of it that no virtual QP holds yet, waiting for a listen or a pairing
+    /// CONNECT: across nodes end 0 (the peer's came first), here end 1.
+    pub(super) fn open_end(&self) -> Option<u8> {
+        let e = if self.far.is_some() { 0 } else { 1 };
+        (self.ends[e].holder == Holder::Open).then_some(e as u8)
+    }
+
+    /// This node's port of it: end 0's (the one a listen on a port would hold is the
+    /// open end's).
+    pub(super) fn port_of(&self, end: u8) -> u16 {
+        self.ports[end as usize & 1]
+    }
+}
+
+/// What a CONNECT names: its own port (the kernel picks an ephemeral one when the entry
+/// names none) and the peer's, and whether it pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuple {
+    /// This end's port.
+    pub local: u16,
+    /// The peer end's port (the service).
+    pub peer: u16,
+    /// It pairs with a CONNECT on the peer port that names `local` back, rather than
+    /// asking for the listener on `peer`.
+    pub pair: bool,
+}
+
+/// The key [`shard_of`] spreads a link by, and the pool picks a link's physical QP by,
+/// from its two ports: symmetric (the same from either end, so both ends of a link on
+/// one node, and a peer's notices naming it by ports, meet in one shard), and mixing
+/// both (equal ports spread too).
+pub const fn port_key(a: u16, b: u16) -> u32 {
+    let (a, b) = (a as u32, b as u32);
+    (a + b) ^ a.wrapping_mul(b)
 }
 
 /// The storage [`Messages`] is built from; its sizes are the device's limits.
@@ -343,6 +407,9 @@ pub struct Messages<S: Store> {
     pub(super) index: u32,
     /// Links across nodes whose local end left and waits for the peer's answer.
     pub(super) retracting: u32,
+    /// Links made by a CONNECT for a listener that no listen took yet (see
+    /// [`Link::unanswered_since`]).
+    pub(super) unanswered: u32,
     /// The services rings listen on (see `listen`).
     pub(super) listeners: [Option<super::listen::Listener>; super::listen::MAX_LISTENERS],
 }
@@ -360,6 +427,7 @@ impl<S: Store> Messages<S> {
             due: Fifo::new(storage.due),
             index: 0,
             retracting: 0,
+            unanswered: 0,
             listeners: [None; super::listen::MAX_LISTENERS],
         };
         assert!(m.half_open.capacity() >= m.links.capacity());
@@ -391,18 +459,26 @@ impl<S: Store> Messages<S> {
     /// Whether nothing here needs the recovery's step: no send waiting for a receive
     /// (it may expire), nothing owed.
     pub fn quiet(&self) -> bool {
-        self.waiting() == 0 && !self.owes() && self.due.is_empty() && self.retracting == 0
+        self.waiting() == 0
+            && !self.owes()
+            && self.due.is_empty()
+            && self.retracting == 0
+            && self.unanswered == 0
     }
 
-    /// The oldest link waiting for a second end at `gid`/`service`, with its first end's
-    /// physical QP (the QP a new CONNECT must reach: its partner).
-    pub fn half_open(&self, gid: &[u8; 16], service: u32) -> Option<HalfOpen> {
+    /// For a pairing CONNECT on this node by `t`: the oldest pairing link waiting for
+    /// its second end that named `t`'s ports the other way round, with its first end's
+    /// physical QP (the QP the new end must reach: its partner).
+    pub fn half_open(&self, gid: &[u8; 16], t: Tuple) -> Option<HalfOpen> {
+        if !t.pair {
+            return None;
+        }
         let mut found = None;
         self.half_open.any(|h| {
             found = self
                 .links
                 .get(h)
-                .filter(|l| l.gid == *gid && l.service == service)
+                .filter(|l| l.gid == *gid && l.ports == [t.peer, t.local])
                 .map(|l| HalfOpen {
                     link: h,
                     qp: l.ends[0].qp,
@@ -412,14 +488,16 @@ impl<S: Store> Messages<S> {
         found
     }
 
-    /// Puts a virtual QP bound to physical QP `qp` at an end: the second end of `open`
-    /// (what [`half_open`](Self::half_open) found for `gid`/`service` just before, in
-    /// the same critical section), else the first of a new link. Returns the link and
-    /// the end, or `None` when the device's links are used up.
+    /// Puts a virtual QP bound to physical QP `qp` at an end of a link on this node:
+    /// the second end of `open` (what [`half_open`](Self::half_open) found for `t` just
+    /// before, in the same critical section), else the first of a new link, which waits
+    /// for a pairing CONNECT (`t.pair`) or for the listen on `t.peer` to take it (one
+    /// that listens now is nudged). Returns the link and the end, or `None` when the
+    /// device's links are used up.
     pub fn join(
         &mut self,
         gid: [u8; 16],
-        service: u32,
+        t: Tuple,
         qp: u32,
         open: Option<HalfOpen>,
     ) -> Option<(u32, u8)> {
@@ -433,17 +511,19 @@ impl<S: Store> Messages<S> {
             self.links.get_mut(link)?.ends[1] = bound;
             return Some((link, 1));
         }
-        let h = self
-            .links
-            .insert(Link {
-                gid,
-                service,
-                ends: [bound, End::OPEN],
-                far: None,
-            })
-            .ok()?;
-        let r = self.half_open.push(h);
-        debug_assert!(r.is_ok(), "half_open outsizes links");
+        let mut l = Link::new(gid, [t.local, t.peer], [bound, End::OPEN], None);
+        l.pair = t.pair;
+        if !t.pair {
+            l.unanswered_since = Some(i64::MIN);
+        }
+        let h = self.links.insert(l).ok()?;
+        if t.pair {
+            let r = self.half_open.push(h);
+            debug_assert!(r.is_ok(), "half_open outsizes links");
+        } else {
+            self.unanswered += 1;
+            self.offer(h);
+        }
         Some((h, 0))
     }
 
@@ -456,7 +536,10 @@ impl<S: Store> Messages<S> {
         if l.ends[peer].holder != Holder::Bound && l.ends[peer].holder != Holder::Open
             || l.ends[me].holder != Holder::Bound
         {
-            return SendStep::Fail(Reason::NoReceiver);
+            return SendStep::Fail(match l.refused {
+                true => Reason::Refused,
+                false => Reason::NoReceiver,
+            });
         }
         // Behind an earlier waiting send, or with no receive: wait, in order.
         if l.ends[me].waiting.is_empty() {
@@ -600,7 +683,69 @@ impl<S: Store> Messages<S> {
                 .push((s.wr_id, Completion::Failed(Reason::NoReceiver)));
         }
         if l.ends[peer].holder == Holder::Open {
+            l.offered = false;
             self.half_open.remove(link);
+            self.answered(link);
+        }
+    }
+
+    /// Link `h` no longer waits for a listen (taken, refused, or gone).
+    pub(super) fn answered(&mut self, h: u32) {
+        if let Some(l) = self.links.get_mut(h) {
+            if l.unanswered_since.take().is_some() {
+                self.unanswered -= 1;
+            }
+        }
+    }
+
+    /// Links that waited for a listen more than `deadline_ms` at `now_ms` are refused:
+    /// a peer's CONNECT is told to leave (its sends fail `Refused` there), a CONNECT
+    /// here fails its sends `Refused`. Cheap when none waits.
+    fn expire_unanswered(&mut self, now_ms: i64, deadline_ms: i64, qps: &(impl Qps<S> + ?Sized)) {
+        if self.unanswered == 0 {
+            return;
+        }
+        for i in 0..self.links.capacity() {
+            let Some(h) = self.links.handle_at(i) else { continue };
+            let l = self.links.get_mut(h).expect("live");
+            match l.unanswered_since {
+                Some(i64::MIN) => l.unanswered_since = Some(now_ms),
+                Some(t) if now_ms - t > deadline_ms => {
+                    self.refuse(h, qps);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Link `h`'s open end will never come (no listen took it in time, or the listen had
+    /// no room): refused, as [`expire_unanswered`](Self::expire_unanswered) says.
+    pub(super) fn refuse(&mut self, h: u32, qps: &(impl Qps<S> + ?Sized)) {
+        self.answered(h);
+        let Some(l) = self.links.get_mut(h) else {
+            return;
+        };
+        l.offered = false;
+        if let Some(f) = &mut l.far {
+            // A peer's end that asked for our listen: told to leave; the link goes
+            // once that is sent.
+            l.ends[0].holder = Holder::Left;
+            (f.hello, f.leave) = (false, true);
+            self.enqueue(h);
+            self.flush_due(qps);
+            return;
+        }
+        if l.ends[1].holder != Holder::Open {
+            return;
+        }
+        l.ends[1].holder = Holder::Gone;
+        l.refused = true;
+        let qp = l.ends[0].qp;
+        while let Some(s) = l.ends[0].waiting.pop(&mut self.waiting) {
+            qps.qp(qp, |q, _| q.release_held());
+            let _ = self
+                .owed
+                .push((s.wr_id, Completion::Failed(Reason::Refused)));
         }
     }
 
@@ -622,7 +767,7 @@ impl<S: Store> Messages<S> {
             qps.qp(l.ends[me].qp, |q, _| q.release_held());
         }
         l.ends[me].holder = Holder::Left;
-        if matches!(l.ends[peer].holder, Holder::Open | Holder::Left) {
+        if matches!(l.ends[peer].holder, Holder::Open | Holder::Left) || l.refused {
             self.links.remove(link);
         }
     }
@@ -665,6 +810,9 @@ impl<S: Store> Messages<S> {
         qps: &(impl Qps<S> + ?Sized),
         mut route: impl FnMut(WrId, Completion),
     ) -> usize {
+        // Refusals first: a send that waited for a link the deadline refuses fails by
+        // that name.
+        self.expire_unanswered(now_ms, deadline_ms, qps);
         self.expire(now_ms, deadline_ms, qps);
         self.expire_far(now_ms, deadline_ms, qps);
         self.flush_due(qps);

@@ -10,8 +10,8 @@
 //! the kernel decides allocation and this logic runs unchanged in tests, fuzzing, loom
 //! models and benchmarks. Concurrency is the caller's: a ring's calls come under its own
 //! lock, and what rings share is reached through a [`Fabric`], a lock per physical QP,
-//! one per shard of message links (with their listeners), one for the device's membership and one for its
-//! exports, in the order
+//! one per shard of message links (with their listeners), one for the device's membership, one for its
+//! exports and one for its ports, in the order
 //! `fabric` writes down; verify/'s loom models check the engine under it.
 
 mod backend;
@@ -23,6 +23,7 @@ mod fabric;
 mod far;
 mod listen;
 mod message;
+mod ports;
 mod qp;
 mod recovery;
 mod register;
@@ -48,8 +49,12 @@ pub use far::{
 };
 pub use listen::{accept_aux, write_listen_line, Offer, MAX_LISTENERS, RING_LISTENS};
 pub use message::{
-    shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep, SendStep,
-    Target, WaitingSend,
+    port_key, shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep,
+    SendStep, Target, Tuple, WaitingSend,
+};
+pub use ports::{
+    Creds, Held as HeldPort, Hold, PortStorage, Ports, EPHEMERAL_FIRST, EPHEMERAL_LAST,
+    PRIVILEGED,
 };
 pub use qp::{Delivery, PhysQp, Posted, NOTICE_ROOM};
 pub use recovery::{

@@ -11,6 +11,7 @@ use super::errno::Errno;
 use super::fabric::{Fabric, Members as _};
 use super::layout::SqFlags;
 use super::meta::client::Answer;
+use super::ports::Creds;
 use super::ring::{CqProducer, RingMem, SqConsumer};
 use super::sqe::{MrAccess, Sqe};
 use super::submit::Chain;
@@ -35,6 +36,9 @@ pub struct Vqp {
     pub link: u32,
     /// Its end of the link (0 or 1).
     pub end: u8,
+    /// The port its CONNECT holds (see `ports`; 0: none, as an accepted one's, whose
+    /// listen holds it).
+    pub port: u16,
 }
 
 /// A registered local MR.
@@ -187,6 +191,8 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     pub(crate) trace: Option<Trace>,
     /// Its listens (see `listen`).
     pub(crate) listens: [Option<super::listen::Listening>; super::listen::RING_LISTENS],
+    /// Whose ports its CONNECTs and LISTENs hold (see `ports`).
+    pub(crate) creds: Creds,
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
@@ -221,6 +227,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             registration: super::register::Pending::None,
             trace: None,
             listens: [None; super::listen::RING_LISTENS],
+            creds: Creds {
+                uid: 0,
+                bind_low: true,
+            },
         }
     }
 
@@ -422,6 +432,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         n
     }
 
+    /// Sets whose ports the ring's CONNECTs and LISTENs hold: the kernel's ring
+    /// setup passes its opener's (a new ring's are root's, for tests).
+    pub fn set_creds(&mut self, creds: Creds) {
+        self.creds = creds;
+    }
+
     /// Whether the ring was closed.
     pub fn is_closed(&self) -> bool {
         self.closed
@@ -444,6 +460,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     f.qp(v.qp, |q, _| q.unbind());
                 }
                 m.disconnect(v.qp);
+                f.ports(|p| p.release(v.port));
                 true
             });
         }
@@ -476,6 +493,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     f.shard(v.shard).leave(v.link, v.end, f);
                     f.qp(v.qp, |q, _| q.unbind());
                     m.disconnect(v.qp);
+                    f.ports(|p| p.release(v.port));
                 }
                 idle
             });

@@ -21,7 +21,10 @@ use super::errno::Errno;
 use super::export::Export;
 use super::fabric::{Fabric, Members, Qps};
 use super::layout::SqFlags;
-use super::message::{shard_of, Messages, PostedRecv, RecvStep, SendStep, Target, WaitingSend};
+use super::message::{
+    port_key, shard_of, Messages, PostedRecv, RecvStep, SendStep, Target, Tuple, WaitingSend,
+};
+use super::ports::Hold;
 use super::meta::client::Answer;
 use super::qp::{Delivery, Posted};
 use super::register::{Caller, Context, Pending, Registration};
@@ -221,10 +224,6 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             }
         };
         let t = &mut self.tables;
-        let connect = match op {
-            Op::Connect { gid, service } => Some((gid, service)),
-            _ => None,
-        };
         let cqe = match op {
             Op::Nop => Cqe::ok(ud, 0, 0),
             Op::RegMr { .. } if cx.caller != Caller::Owner => Cqe::err(ud, Reason::NotOwner),
@@ -264,50 +263,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Op::Connect { .. } if t.vqps.len() == t.vqps.capacity() => {
                 Cqe::err(ud, Reason::TableFull)
             }
-            Op::Connect { gid, service } => {
-                let k = shard_of(&gid, service, f.shards());
-                self.hold_members(f, held);
-                self.hold_shard(f, held, k);
-                let open = held.shard(k).half_open(&gid, service);
-                let m = held.members();
-                match m.connect(gid, service, open.map(|o| o.qp)) {
-                    Err(Errno::EINPROGRESS) => return self.remote(f, held),
-                    Err(e) => Cqe::err_errno(
-                        ud,
-                        match e {
-                            Errno::ENODEV => Reason::NoDevice,
-                            Errno::EHOSTUNREACH => Reason::Unreachable,
-                            _ => Reason::Verbs,
-                        },
-                        e,
-                    ),
-                    Ok(conn) if conn.qp as usize >= f.count() => {
-                        m.disconnect(conn.qp);
-                        Cqe::err(ud, Reason::Verbs)
-                    }
-                    Ok(conn) => {
-                        // Across nodes the link is made with the peer's kernel (see
-                        // `far`); here, with the oldest half-open end.
-                        let joined = match conn.peer {
-                            true => held.shard(k).join_far(gid, service, conn.qp, f),
-                            false => held
-                                .shard(k)
-                                .join(gid, service, conn.qp, open)
-                                .ok_or(Reason::TableFull),
-                        };
-                        match joined {
-                            Err(why) => {
-                                held.members().disconnect(conn.qp);
-                                Cqe::err(ud, why)
-                            }
-                            Ok((link, end)) => {
-                                let h = self.bind_vqp(conn, k, link, end, f);
-                                Cqe::ok(ud, h as i32, conn.qpn as u64)
-                            }
-                        }
-                    }
-                }
-            }
+            Op::Connect { gid, tuple } => return self.connect(ud, gid, tuple, f, held),
             Op::Listen { service } => return self.listen(ud, service, f, held),
             Op::Unlisten { service } => self.unlisten(ud, service, f, held),
             Op::Disconnect { vqp } => {
@@ -329,6 +285,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 held.shard(v.shard).leave(v.link, v.end, f);
                 f.qp(v.qp, |q, _| q.unbind());
                 held.members().disconnect(v.qp);
+                f.ports(|p| p.release(v.port));
                 Cqe::ok(ud, 0, 0)
             }
             Op::ImportMr {
@@ -461,9 +418,6 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 return Step::Taken;
             }
         };
-        if let (Some((gid, service)), Some(t)) = (connect, self.trace) {
-            (t.connect)(self.id, &gid, service, &cqe);
-        }
         self.emit(cqe);
         Step::Taken
     }
@@ -580,15 +534,100 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         )
     }
 
+    /// CONNECT (entry `ud`) to `gid` by `t`: a port for it (an ephemeral one unless
+    /// it names its own), a physical QP (the node's set: waits for it, see
+    /// [`Stall::Remote`]), and its end of a link (none for service 0).
+    fn connect<'f, F: Fabric<S>>(
+        &mut self,
+        ud: u64,
+        gid: [u8; 16],
+        mut t: Tuple,
+        f: &'f F,
+        held: &mut Held<'f, S, F>,
+    ) -> Step {
+        let creds = self.creds;
+        let port = match (t.peer, t.local) {
+            (0, _) => Ok(0),
+            (_, 0) => f.ports(|p| p.ephemeral(creds.uid)),
+            (_, p) => f.ports(|ports| ports.bind(p, Hold::Named, creds)).map(|()| p),
+        };
+        t.local = match port {
+            Ok(p) => p,
+            Err(why) => {
+                self.emit(Cqe::err(ud, why));
+                return Step::Taken;
+            }
+        };
+        let release = |f: &F| f.ports(|p| p.release(t.local));
+        let k = shard_of(&gid, port_key(t.local, t.peer), f.shards());
+        self.hold_members(f, held);
+        self.hold_shard(f, held, k);
+        let open = held.shard(k).half_open(&gid, t);
+        let m = held.members();
+        let cqe = match m.connect(gid, port_key(t.local, t.peer), open.map(|o| o.qp)) {
+            Err(Errno::EINPROGRESS) => {
+                // Taken again when the set is up: its port with it.
+                release(f);
+                return self.remote(f, held);
+            }
+            Err(e) => {
+                release(f);
+                let why = match e {
+                    Errno::ENODEV => Reason::NoDevice,
+                    Errno::EHOSTUNREACH => Reason::Unreachable,
+                    _ => Reason::Verbs,
+                };
+                Cqe::err_errno(ud, why, e)
+            }
+            Ok(conn) if conn.qp as usize >= f.count() => {
+                m.disconnect(conn.qp);
+                release(f);
+                Cqe::err(ud, Reason::Verbs)
+            }
+            Ok(conn) => {
+                // Across nodes the link is made with the peer's kernel (see `far`);
+                // here, with a pairing end or a listen's (see `message`).
+                let joined = match (t.peer, conn.peer) {
+                    (0, _) => Ok((0, 0)),
+                    (_, true) => held.shard(k).join_far(gid, t, conn.qp, f),
+                    (_, false) => held
+                        .shard(k)
+                        .join(gid, t, conn.qp, open)
+                        .ok_or(Reason::TableFull),
+                };
+                match joined {
+                    Err(why) => {
+                        held.members().disconnect(conn.qp);
+                        release(f);
+                        Cqe::err(ud, why)
+                    }
+                    Ok((link, end)) => {
+                        let h = self.bind_vqp(conn, k, link, end, t.local, f);
+                        Cqe {
+                            port: t.local,
+                            ..Cqe::ok(ud, h as i32, conn.qpn as u64)
+                        }
+                    }
+                }
+            }
+        };
+        if let Some(tr) = self.trace {
+            (tr.connect)(self.id, &gid, t.peer as u32, &cqe);
+        }
+        self.emit(cqe);
+        Step::Taken
+    }
+
     /// A new virtual QP bound to `conn`'s physical QP, at end `end` of link `link` in
-    /// shard `k` (a CONNECT's, or an accepted offer's); the caller checked there is
-    /// room. Returns its handle.
+    /// shard `k` (a CONNECT's, or an accepted offer's), holding `port` (a CONNECT's;
+    /// released when it goes); the caller checked there is room. Returns its handle.
     pub(super) fn bind_vqp<F: Fabric<S>>(
         &mut self,
         conn: Connection,
         k: u32,
         link: u32,
         end: u8,
+        port: u16,
         f: &F,
     ) -> u32 {
         let h = self.tables.vqps.insert(Vqp {
@@ -599,6 +638,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             shard: k,
             link,
             end,
+            port,
         });
         let h = h.expect("room checked");
         f.qp(conn.qp, |q, _| q.bind());

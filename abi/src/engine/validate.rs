@@ -19,7 +19,8 @@ use super::fabric::Fabric;
 use super::meta::record::{name_from_words, NAME_LEN};
 use super::opcode::{Opcode, OPCODE_LAST};
 use super::ring_state::{LocalMr, Tables, REVOKED_ACROSS};
-use super::sqe::{MrAccess, Sqe, SqeFlags};
+use super::message::Tuple;
+use super::sqe::{ConnectFlags, MrAccess, Sqe, SqeFlags};
 use super::Store;
 
 /// Largest message or MR length accepted (RoCE's 2 GiB message limit, halved to stay
@@ -47,7 +48,7 @@ const READS: [u16; OPCODE_LAST as usize] = {
     t[Opcode::Nop as usize] = 0;
     t[Opcode::RegMr as usize] = ADDR | LEN | IMM;
     t[Opcode::DeregMr as usize] = MR;
-    t[Opcode::Connect as usize] = RADDR | ARG0 | RMR;
+    t[Opcode::Connect as usize] = RADDR | ARG0 | RMR | LEN | IMM;
     t[Opcode::Disconnect as usize] = VQP;
     t[Opcode::ImportMr as usize] = VQP | RADDR | LEN | ARG0;
     t[Opcode::Read as usize] = ONE_SIDED;
@@ -64,6 +65,11 @@ const READS: [u16; OPCODE_LAST as usize] = {
     t[Opcode::Unlisten as usize] = RMR;
     t
 };
+
+/// A port as an entry carries it in 32 bits.
+fn port(v: u32) -> Result<u16, Reason> {
+    u16::try_from(v).map_err(|_| Reason::BadPort)
+}
 
 /// The three words an export name travels in (see abi's `meta::record`).
 const NAME: u16 = RADDR | ARG0 | ARG1;
@@ -87,12 +93,12 @@ pub enum Op {
         /// MR handle.
         mr: u32,
     },
-    /// Connect to `gid`/`service`.
+    /// Connect to `gid`, by `tuple` (see `message`; port 0 in both: no endpoint).
     Connect {
         /// Peer GID.
         gid: [u8; 16],
-        /// Peer service.
-        service: u32,
+        /// The ports and the mode.
+        tuple: Tuple,
     },
     /// Release virtual QP `vqp`.
     Disconnect {
@@ -349,10 +355,19 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
             t.mrs.get(sqe.mr).ok_or(Reason::BadMr)?;
             Op::DeregMr { mr: sqe.mr }
         }
-        Opcode::Connect => Op::Connect {
-            gid: sqe.connect_gid(),
-            service: sqe.rmr,
-        },
+        Opcode::Connect => {
+            let flags = ConnectFlags::from_bits(sqe.imm).ok_or(Reason::UnknownFlags)?;
+            let pair = flags.contains(ConnectFlags::PAIR);
+            let (local, peer) = (port(sqe.len)?, port(sqe.rmr)?);
+            // No endpoint names no port; a pairing one names both.
+            if peer == 0 && local != 0 || pair && (local == 0 || peer == 0) {
+                return Err(Reason::BadPort);
+            }
+            Op::Connect {
+                gid: sqe.connect_gid(),
+                tuple: Tuple { local, peer, pair },
+            }
+        }
         Opcode::Disconnect => {
             t.vqps.get(sqe.vqp).ok_or(Reason::BadVqp)?;
             Op::Disconnect { vqp: sqe.vqp }
@@ -401,7 +416,12 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
                 len: sqe.len,
             }
         }
-        Opcode::Listen => Op::Listen { service: sqe.rmr },
+        Opcode::Listen => Op::Listen {
+            service: match port(sqe.rmr)? {
+                0 => return Err(Reason::BadPort),
+                p => p as u32,
+            },
+        },
         Opcode::Unlisten => Op::Unlisten { service: sqe.rmr },
         Opcode::Recv => {
             let (_, sge) = local(sqe, t, true)?;

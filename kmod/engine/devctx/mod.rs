@@ -36,7 +36,8 @@
 //!    exports, its ring table (`rings`), a ring's completion inbox (ring/ctx.rs), the
 //!    CQ's arming (`arm`), the freed rings' counters (`retired`), what rings asked of
 //!    the MetaServer (meta/mod.rs's
-//!    `krcore_meta`), the set connections being drained (fabric.rs's `krcore_drains`),
+//!    `krcore_meta`), the node's held ports (fabric.rs's `krcore_ports`, taken under 4,
+//!    5 or 6 by CONNECT, LISTEN and a virtual QP's release), the set connections being drained (fabric.rs's `krcore_drains`),
 //!    the peer kernels' challenges (`auth`, taken by cm.c's listener with none held);
 //!
 //! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too.
@@ -81,7 +82,7 @@ use crate::abi::stats::Counters;
 use crate::abi::cluster::auth::Gate;
 use crate::abi::engine::{
     Completion, Exports, ExportSlot, Fabric, Links, MAX_LISTENERS, Messages, MessageStorage,
-    PhysQp, Posted, Qps, Recovery, Slot, write_listen_line,
+    HeldPort, PhysQp, PortStorage, Ports, Posted, Qps, Recovery, Slot, write_listen_line,
 };
 use crate::engine::backend::{CqArm, CqPoll, Hw, QpPost, POOL_QPS, QPS, SEND_DEPTH};
 use crate::engine::cq_events::CqEvents;
@@ -122,6 +123,10 @@ const POLL_BATCH: usize = 16;
 
 /// Exported MRs a device can hold (a power of two; one slot always stays free).
 const EXPORTS: usize = 1024;
+
+/// Slots of the device's held ports (abi's `ports`; a power of two, twice the ports it
+/// holds): a port per link at most, and the listens'.
+const PORT_SLOTS: usize = 2 * SHARDS * LINKS * 2;
 
 /// Shards a device's message links are spread over, each under its own lock (at most
 /// 64: a listen keeps the shards that hold offers for it in a word).
@@ -211,6 +216,13 @@ impl DevCtx {
             )?;
         }
         let exports = Exports::new(KBuf::filled(EXPORTS, ExportSlot::EMPTY, GFP_KERNEL)?);
+        // Seeded from the CSPRNG: the first ephemeral ports are not guessable.
+        let ports = Ports::new(
+            PortStorage {
+                slots: KBuf::filled(PORT_SLOTS, HeldPort::EMPTY, GFP_KERNEL)?,
+            },
+            crate::engine::backend::descriptor() as u32,
+        );
         let mut shards = KVec::with_capacity(SHARDS, GFP_KERNEL)?;
         for _ in 0..SHARDS {
             let mut m = Messages::new(MessageStorage {
@@ -237,7 +249,7 @@ impl DevCtx {
             recovery: Recovery::new(2),
         };
         // From here a failure drops `members`, whose Hw releases the verbs objects.
-        let shared = Shared::new(cells, members, shards, exports)?;
+        let shared = Shared::new(cells, members, shards, exports, ports)?;
         let meta = MetaNet::new()?;
         let ctx = Arc::pin_init(
             pin_init!(DevCtx {
@@ -290,8 +302,8 @@ impl DevCtx {
     }
 
     /// Writes the device's pool (a line per loopback QP), its listened services (a line
-    /// each, with the offers waiting in every shard) and peer table (abi's
-    /// `Peers::write`).
+    /// each, with its user and the offers waiting in every shard), the ports CONNECTs
+    /// hold (abi's `Ports::write`) and the peer table (abi's `Peers::write`).
     pub(crate) fn write_peers(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
         for i in 0..POOL_QPS as u32 {
             self.shared.qp(i, |q, _| q.write_pool_line(i, w))?;
@@ -304,8 +316,10 @@ impl DevCtx {
         for (service, ring) in listens.into_iter().flatten() {
             let shards = self.shared.shards();
             let offers = (0..shards).map(|k| self.shared.shard(k).offers(service)).sum();
-            write_listen_line(service, ring, offers, w)?;
+            let uid = self.shared.ports(|p| p.get(service as u16).map_or(0, |h| h.uid));
+            write_listen_line(service, uid, ring, offers, w)?;
         }
+        self.shared.ports(|p| p.write(w))?;
         let now = coarse_ms();
         self.shared.members().g.peers.write(now, w)
     }

@@ -326,9 +326,18 @@ class Ring:
         return res, aux
 
     def connect(self, node, service=0):
-        """A virtual QP to `node` (an address, host name or GID) and `service`."""
+        """A virtual QP to `node` (an address, host name or GID), to the listen on port
+        `service` there, from an ephemeral port of this node; service 0: no endpoint
+        (one-sided requests only)."""
         gid = ffi.new("uint8_t[16]", gid_of(node))
         res, aux = self._control("connect", lambda s: lib.krcore_prep_connect(s, gid, service))
+        return Vqp(res, aux)
+
+    def pair(self, node, port, peer_port):
+        """A virtual QP on this node's `port` paired with `peer_port` at `node`, whose end
+        names them back (`pair(.., peer_port, port)`): neither side listens."""
+        gid = ffi.new("uint8_t[16]", gid_of(node))
+        res, aux = self._control("pair", lambda s: lib.krcore_prep_pair(s, gid, port, peer_port))
         return Vqp(res, aux)
 
     def disconnect(self, vqp):

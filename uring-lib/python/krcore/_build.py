@@ -65,6 +65,8 @@ void krcore_cq_advance(struct krcore_ring *r, uint32_t n);
 int krcore_node_gid(struct krcore_ring *r, uint8_t gid[16]);
 void krcore_prep_nop(struct krcore_Sqe *sqe);
 void krcore_prep_connect(struct krcore_Sqe *sqe, const uint8_t gid[16], uint32_t service);
+void krcore_prep_pair(struct krcore_Sqe *sqe, const uint8_t gid[16], uint16_t port,
+                      uint16_t peer_port);
 void krcore_prep_disconnect(struct krcore_Sqe *sqe, uint32_t vqp);
 void krcore_prep_reg_mr(struct krcore_Sqe *sqe, void *addr, uint32_t len, uint32_t access);
 void krcore_prep_dereg_mr(struct krcore_Sqe *sqe, uint32_t mr);

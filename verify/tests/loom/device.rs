@@ -17,7 +17,7 @@ use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
     complete_wc, settle_links, BusyHint, Completion, Connection, Context, ExportSlot, Exports,
     Fabric, Inbox, Links, Members, Messages, MrKeys, PhysQp, Post, PostError, Posted, Qps, Ring,
-    RingStorage, SendWr, Slot, Stall, VecStore, WrId,
+    RingStorage, SendWr, Slot, Stall, VecStore, WrId, HeldPort, PortStorage, Ports,
 };
 use krcore_abi::errno::Errno;
 use krcore_abi::opcode::Opcode;
@@ -57,6 +57,8 @@ pub struct Shared {
     members: Mutex<()>,
     links: Vec<Mutex<Messages<VecStore>>>,
     exports: Mutex<Exports<VecStore>>,
+    /// The held ports (a leaf).
+    ports: Mutex<Ports<VecStore>>,
     /// The exports' epoch, published as each exports section ends (kmod's).
     epoch: AtomicU64,
     faults: Faults,
@@ -167,6 +169,9 @@ impl Fabric<VecStore> for Shared {
     }
     fn exports_epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
+    }
+    fn ports<R>(&self, f: impl FnOnce(&mut Ports<VecStore>) -> R) -> R {
+        f(&mut self.ports.lock().unwrap())
     }
     fn dereg_mr(&self, keys: MrKeys) {
         self.nic.lock().unwrap().dereg_mr(keys)
@@ -319,6 +324,12 @@ impl Device {
                 })
                 .collect(),
             exports: Mutex::new(Exports::new(vec![ExportSlot::EMPTY; 8])),
+            ports: Mutex::new(Ports::new(
+                PortStorage {
+                    slots: vec![HeldPort::EMPTY; 16],
+                },
+                1,
+            )),
             epoch: AtomicU64::new(0),
             faults,
         };
@@ -375,7 +386,7 @@ impl Device {
             assert!(c.res > 0, "{c:?}");
             c
         };
-        let v = run(Sqe::connect(1, [0; 16], service)).res as u32;
+        let v = run(Sqe::pair(1, [0; 16], service as u16, service as u16)).res as u32;
         let mr = run(Sqe::reg_mr(
             2,
             MR,

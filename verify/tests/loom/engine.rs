@@ -4,7 +4,7 @@
 
 use krcore_abi::cluster::notice::{Notice, NO_LINK};
 use krcore_abi::cqe::{CqeFlags, Reason};
-use krcore_abi::engine::shard_of;
+use krcore_abi::engine::{port_key, shard_of};
 use loom::thread;
 
 use crate::device::{Device, Faults};
@@ -184,7 +184,7 @@ fn twin_deliver_under_qp() {
 
 /// Two services whose links are in different shards.
 fn services_in_two_shards() -> (u32, u32) {
-    let shard = |s| shard_of(&[0; 16], s, 2);
+    let shard = |s: u32| shard_of(&[0; 16], port_key(s as u16, s as u16), 2);
     (1, (2..).find(|&s| shard(s) != shard(1)).unwrap())
 }
 
@@ -206,7 +206,7 @@ fn different_shards_model(faults: Faults) {
             let dev = dev.clone();
             thread::spawn(move || dev.enter(0))
         };
-        let other = shard_of(&[0; 16], b, 2);
+        let other = shard_of(&[0; 16], port_key(b as u16, b as u16), 2);
         dev.in_shard_section(other, || link_a.join().unwrap());
         assert_eq!(
             apps[0].reap(),
@@ -258,12 +258,14 @@ fn twin_links_device_lock() {
 /// The peer node of the listening model.
 const PEER: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 12];
 
-/// A Hello for service 9 from the peer's end `from`.
+/// A Hello for the listen on port 9 from the peer's end `from`, on a port of its own.
 fn hello(from: u64) -> Notice {
     Notice::Hello {
-        service: 9,
+        to_port: 9,
+        from_port: 40000 + from as u16,
         from,
         to: NO_LINK,
+        pair: false,
     }
 }
 

@@ -164,7 +164,7 @@ fn requests(far: Ipv4Addr, names: &[usize]) -> (Vec<Duration>, Duration) {
         .build(Device::open().expect("open /dev/krcore"))
         .expect("ring");
     let v = retry(60, &[Reason::Unreachable], || {
-        ring.connect(gid_of(far), RPC_SERVICE)
+        ring.pair(gid_of(far), RPC_SERVICE as u16, RPC_SERVICE as u16)
     })
     .unwrap_or_else(|e| gone(e));
     let mut mr = ring.register(4096, MrAccess::LOCAL_WRITE).expect("REG_MR");

@@ -94,7 +94,7 @@ fn receiver(peer: Ipv4Addr, table: HashMap<Vec<u8>, [u8; RPC_LEN as usize]>) {
         .iter()
         .map(|&s| {
             let v = retry(120, &[Reason::Unreachable], || {
-                ring.connect(gid_of(peer), s)
+                ring.pair(gid_of(peer), s as u16, s as u16)
             })
             .expect("CONNECT to the measuring node");
             // Connected for the process's life: nothing disconnects it.

@@ -51,8 +51,8 @@ pub fn process(system: System, me: Ipv4Addr, nodes: &[Ipv4Addr]) -> Result<(), S
                 .map_err(e)?;
             ready_go()?;
             for &p in peers {
-                // A service per process: one link per pair of nodes and service.
-                ring.connect(gid_of(p), std::process::id())
+                // No endpoint: the mesh measures the sets and the pool, not links.
+                ring.connect(gid_of(p), 0)
                     .map_err(|x| format!("CONNECT to {p}: {x}"))?;
             }
             println!("connected");

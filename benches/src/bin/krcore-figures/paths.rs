@@ -17,6 +17,9 @@ use krcore_uring::{Builder, Device, PerOp, Ring};
 use verify::cm_verbs::Client;
 use verify::verbs::{Context, Mr, RcQp, ROCE_V2_GID_INDEX};
 
+/// The port the local paths' two ends pair on.
+const PAIR_PORT: u16 = 4002;
+
 /// The local RoCE v2 GID of rxe0 in the test VM (::ffff:192.0.2.1).
 pub const GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
 
@@ -120,8 +123,9 @@ impl Names {
         let (mr, descriptor) = ok(Sqe::reg_mr(3, addr, 4096, access));
         let (v1, v2, rmr, raddr) = match target {
             Target::Local => {
-                let (v1, _) = ok(Sqe::connect(1, GID, 0));
-                let (v2, _) = ok(Sqe::connect(2, GID, 0));
+                // Two ends that pair on one port of this node.
+                let (v1, _) = ok(Sqe::pair(1, GID, PAIR_PORT, PAIR_PORT));
+                let (v2, _) = ok(Sqe::pair(2, GID, PAIR_PORT, PAIR_PORT));
                 let (rmr, _) = ok(Sqe::import_mr(4, v1, addr, 4096, descriptor));
                 (v1, v2, rmr, addr)
             }
@@ -129,7 +133,8 @@ impl Names {
                 addr: node,
                 service,
             } => {
-                let (v1, _) = ok(Sqe::connect(1, gid_of(node), service));
+                // Paired with the measuring node's end on the same port.
+                let (v1, _) = ok(Sqe::pair(1, gid_of(node), service as u16, service as u16));
                 let name = export_name(FAR_EXPORT).expect("a valid name");
                 let (rmr, raddr) = ok(Sqe::import_name(4, v1, name_words(&name), 4096));
                 (v1, u32::MAX, rmr, raddr)

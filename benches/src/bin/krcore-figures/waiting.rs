@@ -26,12 +26,13 @@ const PER_BLOCK: usize = 100;
 const DELAY: Duration = Duration::from_secs(1);
 const WAITS: usize = 3;
 
-/// A ring with a virtual QP connected to `service` and a registered 64-byte buffer.
+/// A ring with a virtual QP paired on port `service` and a registered 64-byte buffer.
 fn endpoint(service: u32) -> (Ring, u32, u32, u64) {
     let mut r = Builder::new(16)
         .build(Device::open().expect("open /dev/krcore"))
         .expect("ring");
-    let v = run(&mut r, Sqe::connect(1, crate::paths::GID, service)).res as u32;
+    let port = service as u16;
+    let v = run(&mut r, Sqe::pair(1, crate::paths::GID, port, port)).res as u32;
     let buf: &'static [u64; 8] = leak([0u64; 8]);
     let addr = buf.as_ptr() as u64;
     let mr = run(&mut r, Sqe::reg_mr(2, addr, 64, MrAccess::LOCAL_WRITE)).res as u32;

@@ -10,7 +10,7 @@ use crate::harness::{check, fails_as, sh};
 pub fn safe_batches_and_reasons() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut ring = Builder::new(8).build(dev).map_err(|e| e.to_string())?;
-    let vqp = ring.connect(LOCAL_GID, 3).map_err(|e| e.to_string())?;
+    let vqp = ring.pair(LOCAL_GID, 3, 3).map_err(|e| e.to_string())?;
     let access = MrAccess::LOCAL_WRITE
         | MrAccess::REMOTE_READ
         | MrAccess::REMOTE_WRITE

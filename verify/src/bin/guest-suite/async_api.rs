@@ -28,7 +28,7 @@ pub fn futures_wake_by_eventfd_and_cancel_safely() -> Result<(), String> {
     rt.block_on(async {
         let dev = Device::open().map_err(e)?;
         let ring = AsyncRing::new(Builder::new(32).build(dev).map_err(e)?).map_err(e)?;
-        let vqp = ring.connect(LOCAL_GID, 21).await.map_err(e)?;
+        let vqp = ring.pair(LOCAL_GID, 21, 21).await.map_err(e)?;
         let mut mr = ring.register(8192, ALL).await.map_err(e)?;
         for (i, b) in mr.bytes_mut()[..4096].iter_mut().enumerate() {
             *b = (i * 3) as u8;
@@ -98,8 +98,8 @@ pub fn futures_wake_by_eventfd_and_cancel_safely() -> Result<(), String> {
 
         // A RECV given up on by a timeout: its region stays pinned (parked in the ring)
         // while the NIC may still write it, and is released once the message came.
-        let rx = ring.connect(LOCAL_GID, 22).await.map_err(e)?;
-        let tx = ring.connect(LOCAL_GID, 22).await.map_err(e)?;
+        let rx = ring.pair(LOCAL_GID, 22, 22).await.map_err(e)?;
+        let tx = ring.pair(LOCAL_GID, 22, 22).await.map_err(e)?;
         let inbox = ring.register(256 << 10, ALL).await.map_err(e)?;
         let pinned = pinned_kb()?;
         let gave_up = tokio::time::timeout(

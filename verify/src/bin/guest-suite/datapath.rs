@@ -102,10 +102,10 @@ pub fn every_opcode_moves_the_right_bytes() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut r = Builder::new(64).build(dev).map_err(|e| e.to_string())?;
     let t = Instant::now();
-    let (v1, qpn1) = ok(&mut r, Sqe::connect(1, LOCAL_GID, 0))?;
+    let (v1, qpn1) = ok(&mut r, Sqe::pair(1, LOCAL_GID, 4001, 4001))?;
     let first = t.elapsed();
     let t = Instant::now();
-    let (v2, qpn2) = ok(&mut r, Sqe::connect(2, LOCAL_GID, 0))?;
+    let (v2, qpn2) = ok(&mut r, Sqe::pair(2, LOCAL_GID, 4001, 4001))?;
     let second = t.elapsed();
     println!("  CONNECT: first {first:?} (qpn {qpn1}), second {second:?} (qpn {qpn2})");
     let (v1, v2) = (v1 as u32, v2 as u32);

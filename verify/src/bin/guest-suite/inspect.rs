@@ -36,7 +36,7 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
     std::fs::write(DYNDBG, "module krcore +p").map_err(|e| format!("dynamic debug: {e}"))?;
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut ring = Builder::new(8).build(dev).map_err(|e| e.to_string())?;
-    let vqp = ring.connect(LOCAL_GID, 31).map_err(|e| e.to_string())?;
+    let vqp = ring.pair(LOCAL_GID, 31, 31).map_err(|e| e.to_string())?;
     let mut bad = Sqe::nop(0xbad);
     bad.opcode = 200;
     // SAFETY: names no memory.
@@ -117,14 +117,16 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
     )?;
     let listener = ring.listen(91).map_err(|e| e.to_string())?;
     let peers = sh(&[KRCORE, "peers"])?;
-    // This ring's virtual QP is bound to one of the pool's QPs; its listen is shown.
+    // This ring's virtual QP is bound to one of the pool's QPs; its listen and the port
+    // its CONNECT holds are shown, with their user.
     check(
         peers.contains("rxe0")
             && peers
                 .lines()
                 .any(|l| l.contains("pool qp ") && l.contains(" ready bound 1 "))
-            && peers.contains("listen service 91 ring ")
-            && peers.contains(" offers 0"),
+            && peers.contains("listen service 91 uid 0 ring ")
+            && peers.contains(" offers 0")
+            && peers.contains("port 31 uid 0 named refs 1"),
         || format!("krcore peers: {peers}"),
     )?;
     ring.unlisten(listener).map_err(|e| e.to_string())?;

@@ -33,7 +33,7 @@ fn ring() -> Result<Ring, String> {
 
 pub fn caller_memory_registers_and_deregisters_on_drop() -> Result<(), String> {
     let mut ring = ring()?;
-    let vqp = ring.connect(LOCAL_GID, 11).map_err(|e| e.to_string())?;
+    let vqp = ring.pair(LOCAL_GID, 11, 11).map_err(|e| e.to_string())?;
     let base = pinned_kb()?;
 
     // A Vec's storage, lent: the NIC READs its first half into its second.
@@ -133,7 +133,7 @@ fn map_anonymous(len: usize) -> Result<(*mut u8, bool), String> {
 
 pub fn waits_are_bounded_and_receives_cancel() -> Result<(), String> {
     let mut ring = ring()?;
-    let a = ring.connect(LOCAL_GID, 12).map_err(|e| e.to_string())?;
+    let a = ring.pair(LOCAL_GID, 12, 12).map_err(|e| e.to_string())?;
     let mut mr = ring.register(64, ALL).map_err(|e| e.to_string())?;
     // A RECV nobody sends to: an unbounded wait would never end.
     let recv = Sqe::two_sided(Opcode::Recv, 1, a.handle(), mr.handle(), mr.addr(), 64);

@@ -13,8 +13,9 @@ use crate::harness::{check, sh};
 
 /// Service the sharing workers connect to: they share the two QPs of one pooled pair.
 const SERVICE: u32 = 1;
-/// A service on the other pooled pair (the kernel picks the pair as `service % pairs`).
-const OTHER_SERVICE: u32 = 0;
+/// A port on the other pooled pair: the kernel picks the pair as the link's port key
+/// (abi's `port_key`) modulo the pairs, here `(s + s) ^ (s * s)`: odd for 1, even for 2.
+const OTHER_SERVICE: u32 = 2;
 const READS: u64 = 64;
 
 /// `guest-suite worker ID run|hang [SERVICE]`: a separate process reading and writing
@@ -24,7 +25,7 @@ pub fn worker(id: u64, hang: bool, service: Option<u32>) -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut r = Builder::new(64).build(dev).map_err(|e| e.to_string())?;
     let service = service.unwrap_or(SERVICE);
-    let (v, qpn) = ok(&mut r, Sqe::connect(1, LOCAL_GID, service))?;
+    let (v, qpn) = ok(&mut r, Sqe::pair(1, LOCAL_GID, service as u16, service as u16))?;
     let v = v as u32;
     let mut buf = Buf::new(512);
     for (i, b) in buf.bytes_mut()[..1024].iter_mut().enumerate() {
@@ -120,7 +121,7 @@ pub fn rings_on_different_qps_at_once() -> Result<(), String> {
             .nth(1)
             .and_then(|s| s.trim().parse().ok())
             .ok_or_else(|| format!("no qpn in the worker's output: {text}"))?;
-        qpns[service as usize].push(qpn);
+        qpns[service as usize - 1].push(qpn);
     }
     check(qpns[0].iter().all(|q| !qpns[1].contains(q)), || {
         format!("the two services shared a physical QP: {qpns:?}")

@@ -18,7 +18,7 @@ const DELAY: Duration = Duration::from_secs(1);
 /// A ring with a virtual QP connected to `service` and a registered 64-byte buffer.
 fn endpoint(service: u32) -> Result<(Ring, u32, u32, Buf), String> {
     let mut r = open(Builder::new(16))?;
-    let (v, _) = ok(&mut r, Sqe::connect(1, LOCAL_GID, service))?;
+    let (v, _) = ok(&mut r, Sqe::pair(1, LOCAL_GID, service as u16, service as u16))?;
     let buf = Buf::new(8);
     let access = MrAccess::LOCAL_WRITE;
     let (mr, _) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 64, access))?;
