@@ -142,6 +142,11 @@ KILL_ROLES = --role "a:$(SMOKE) export a kv" --role "b:$(SMOKE) hammer a a kv"
 MUTUAL_ROLES = --role "a:$(SMOKE) mutual b" --role "b:$(SMOKE) mutual a"
 MESSAGE_ROLES = --role "a:$(SMOKE) messages b recv 64 a" --role "b:$(SMOKE) messages a send 64 a"
 LISTENER_ROLES = --role "a:$(SMOKE) listener serve 1" --role "b:$(SMOKE) listener client a"
+# One LISTEN on a serves 64 client processes on each of b and c at once, each checking
+# its own echo.
+CLIENTS_ROLES = --role "a:$(SMOKE) listener serve 128" --role "b:$(SMOKE) listener client a 64" --role "c:$(SMOKE) listener client a 64"
+# A server on b and one on c, each holding its own service; a's clients reach both.
+SERVICES_ROLES = --role "a:$(SMOKE) listener client b 8 77 && $(SMOKE) listener client c 8 78" --role "b:$(SMOKE) listener serve 8 77" --role "c:$(SMOKE) listener serve 8 78"
 # The same with a starting 10 s late: b's first MetaServer connection is refused and
 # torn down under the MetaServer link's mutex, then a's set request is answered under
 # rdma_cm's handler mutex, then b unloads: lockdep saw a cycle there when the device's
@@ -192,7 +197,9 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 $(FENCE_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(BOUNDED_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
-	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listener serve 2" --role "b:$(SMOKE) listener client a" --role "c:$(SMOKE) listener client a"
+	@$(VM) --timeout 300 --nodes 3 $(CLIENTS_ROLES)
+	@$(VM) --timeout 300 --nodes 1 --role "a:$(SMOKE) listener self 64"
+	@$(VM) --timeout 300 --nodes 3 $(SERVICES_ROLES)
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) verbs_cm serve 10" --role "b:$(SMOKE) verbs_cm connect a 10"
 

@@ -51,12 +51,28 @@ pub(crate) struct Registry {
 }
 
 /// Users that may hold rings at once (further ones get `EUSERS`).
-const USERS: usize = 256;
+pub(crate) const USERS: usize = 256;
 
 /// One ring or polling thread charged to a user, returned on drop.
 pub(crate) struct UserCharge {
     uid: u32,
     what: Resource,
+    /// The user's slot in the table (below [`USERS`]): its shares of each device are
+    /// counted there while it holds this.
+    slot: u32,
+}
+
+impl UserCharge {
+    /// The user it is charged to (a uid as the initial namespace sees it; a user
+    /// namespace's owner for a uid of that namespace).
+    pub(crate) fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// The user's slot (see [`UserCharge::slot`]'s field).
+    pub(crate) fn slot(&self) -> u32 {
+        self.slot
+    }
 }
 
 impl Drop for UserCharge {
@@ -111,8 +127,8 @@ impl Registry {
                 },
             )
         };
-        self.users.lock().charge(uid, what, limits)?;
-        Ok(UserCharge { uid, what })
+        let slot = self.users.lock().charge(uid, what, limits)? as u32;
+        Ok(UserCharge { uid, what, slot })
     }
 
     /// The context a ring binds to, with the device's index and the port served: the

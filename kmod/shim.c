@@ -4,6 +4,7 @@
  * wrappers of static inline verbs. No logic lives here; see shim.h.
  */
 #include <linux/cred.h>
+#include <linux/user_namespace.h>
 #include <linux/debugfs.h>
 #include <linux/seq_file.h>
 #include <linux/delay.h>
@@ -138,6 +139,36 @@ static uint max_rings_per_user = 128;
 module_param(max_rings_per_user, uint, 0644);
 MODULE_PARM_DESC(max_rings_per_user, "Rings one user may hold at once (default 128)");
 
+/* Each user's share of a device's tables (abi's engine/shares.rs), a quarter of each by
+ * default; indexed as abi's Share. */
+static uint max_vqps_per_user = 1024;
+module_param(max_vqps_per_user, uint, 0644);
+MODULE_PARM_DESC(max_vqps_per_user,
+		 "Virtual QPs one user may hold on a device (default 1024 of its 4096 links)");
+static uint max_recvs_per_user = 2048;
+module_param(max_recvs_per_user, uint, 0644);
+MODULE_PARM_DESC(max_recvs_per_user,
+		 "Receives one user may have waiting on a device (default 2048 of 8192)");
+static uint max_exports_per_user = 256;
+module_param(max_exports_per_user, uint, 0644);
+MODULE_PARM_DESC(max_exports_per_user,
+		 "MRs with remote rights one user may hold on a device (default 256 of 1024)");
+static uint max_listens_per_user = 8;
+module_param(max_listens_per_user, uint, 0644);
+MODULE_PARM_DESC(max_listens_per_user,
+		 "Listens one user may hold on a device (default 8 of 32)");
+
+u32 krcore_shim_max_share(u32 share)
+{
+	switch (share) {
+	case 0: return READ_ONCE(max_vqps_per_user);
+	case 1: return READ_ONCE(max_recvs_per_user);
+	case 2: return READ_ONCE(max_exports_per_user);
+	case 3: return READ_ONCE(max_listens_per_user);
+	}
+	return 0;
+}
+
 static uint max_sqpoll_per_user = 4;
 module_param(max_sqpoll_per_user, uint, 0644);
 MODULE_PARM_DESC(max_sqpoll_per_user, "SQ polling threads one user may hold at once (default 4)");
@@ -185,9 +216,19 @@ u32 krcore_shim_max_sq_idle_ms(void)
 	return READ_ONCE(max_sq_idle_ms);
 }
 
+/* The user the current task is counted as: its uid, or for a task in a user namespace,
+ * the owner of the outermost one below the initial namespace, so a uid range mapped
+ * into a namespace (unshare --map-users) counts as one user, its owner. */
 u32 krcore_shim_current_uid(void)
 {
-	return from_kuid_munged(&init_user_ns, current_uid());
+	const struct user_namespace *ns = current_user_ns();
+	kuid_t uid = current_uid();
+
+	while (ns != &init_user_ns && ns->parent != &init_user_ns)
+		ns = ns->parent;
+	if (ns != &init_user_ns)
+		uid = ns->owner;
+	return from_kuid_munged(&init_user_ns, uid);
 }
 
 /* Whether the current task may hold ports below 1024 (abi's engine/ports.rs), as

@@ -122,6 +122,7 @@ void krcore_shim_mm_drop(struct mm_struct *mm);
 bool krcore_shim_fatal_signal_pending(void);
 /* Module parameters: per-user limits and the polling idle cap. */
 u32 krcore_shim_max_rings_per_user(void);
+u32 krcore_shim_max_share(u32 share);
 u32 krcore_shim_max_sqpoll_per_user(void);
 u32 krcore_shim_max_sq_idle_ms(void);
 u32 krcore_shim_request_timeout_ms(void);

@@ -82,7 +82,7 @@
 #define krcore_MAX_ACKS 64
 
 // How many reasons there are (one past the last code).
-#define krcore_Reason_COUNT 38
+#define krcore_Reason_COUNT 39
 
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
@@ -107,6 +107,10 @@
 // an advert waits while none is free.
 #define krcore_ADVERT_KEYS 256
 
+// A peer's share of a shard's links for its ends waiting there (see `on_hello`): one
+// in this many.
+#define krcore_PEER_SHARE 4
+
 // Kernel receives for notices kept posted on each set QP (kmod/cluster/cm.c posts them; its
 // `KRCORE_NOTICE_RECVS` is this).
 #define krcore_NOTICE_RECVS 64
@@ -129,6 +133,9 @@
 
 // The last ephemeral port.
 #define krcore_EPHEMERAL_LAST 60999
+
+// How many kinds of share there are.
+#define krcore_SHARES 4
 
 // Notices a set's QP carries at once beyond its requests' depth: its hardware send
 // queue has room for them (see the module's set QPs), so they never take a ring's
@@ -384,6 +391,10 @@ enum krcore_Reason
   // The peer refused the connection: nobody listened on its port within the
   // deadline, or its listener could not take it.
   KRCORE_REASON_REFUSED = 37,
+  // This user's share of the device's table is used up (virtual QPs, receives,
+  // exports or listens: module parameters `max_*_per_user`); other users' shares
+  // are theirs.
+  KRCORE_REASON_QUOTA = 38,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -407,6 +418,9 @@ struct krcore_Hold;
 
 // A request posted on a send queue, in the order posted.
 struct krcore_Posted;
+
+// A table counted per user.
+struct krcore_Share;
 
 // A submission queue entry.
 struct krcore_Sqe {
@@ -683,6 +697,8 @@ typedef uint32_t krcore_OneFlags;
 #define krcore_OneFlags_POP (uint32_t)(1 << 1)
 // With `POP`: wait until there is one (interruptible: `EINTR`).
 #define krcore_OneFlags_WAIT (uint32_t)(1 << 2)
+
+
 
 
 

@@ -153,6 +153,10 @@ pub enum Reason {
     /// The peer refused the connection: nobody listened on its port within the
     /// deadline, or its listener could not take it.
     Refused = 37,
+    /// This user's share of the device's table is used up (virtual QPs, receives,
+    /// exports or listens: module parameters `max_*_per_user`); other users' shares
+    /// are theirs.
+    Quota = 38,
 }
 
 impl Reason {
@@ -198,11 +202,12 @@ impl Reason {
             BadPort,
             NotPermitted,
             Refused,
+            Quota,
         ]
     };
 
     /// How many reasons there are (one past the last code).
-    pub const COUNT: usize = 38;
+    pub const COUNT: usize = 39;
 
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
@@ -250,6 +255,7 @@ impl Reason {
             Reason::BadPort => "bad_port",
             Reason::NotPermitted => "not_permitted",
             Reason::Refused => "refused",
+            Reason::Quota => "quota",
         }
     }
 
@@ -284,6 +290,7 @@ impl Reason {
             Reason::BadPort => Errno::EINVAL,
             Reason::NotPermitted => Errno::EACCES,
             Reason::Refused => Errno::ECONNREFUSED,
+            Reason::Quota => Errno::EDQUOT,
         }
     }
 
@@ -339,6 +346,9 @@ impl Reason {
             }
             Reason::BadPort => "no port: 0 where one must be named, or over 65535",
             Reason::NotPermitted => "ports below 1024 need CAP_NET_BIND_SERVICE",
+            Reason::Quota => {
+                "this user's share of the device's table is used up (max_*_per_user)"
+            }
             Reason::Refused => {
                 "the peer refused: nobody listened on its port within the deadline, or its \
                  listener had no room"

@@ -61,8 +61,9 @@ impl<const N: usize> Default for UserTable<N> {
 
 impl<const N: usize> UserTable<N> {
     /// Charges one `r` to `uid` under `limits`: `EDQUOT` past the user's limit, `EUSERS`
-    /// when `N` other users already hold something.
-    pub fn charge(&mut self, uid: u32, r: Resource, limits: Limits) -> Result<(), Errno> {
+    /// when `N` other users already hold something. Returns the user's slot, the same
+    /// while it holds anything (what its shares of a device are counted under).
+    pub fn charge(&mut self, uid: u32, r: Resource, limits: Limits) -> Result<usize, Errno> {
         let limit = match r {
             Resource::Ring => limits.rings,
             Resource::Poller => limits.pollers,
@@ -87,7 +88,7 @@ impl<const N: usize> UserTable<N> {
             return Err(Errno::EDQUOT);
         }
         *n += 1;
-        Ok(())
+        Ok(i)
     }
 
     /// Returns one `r` charged to `uid`.
@@ -120,7 +121,7 @@ mod tests {
     #[test]
     fn limits_are_per_user_and_released() {
         let mut t = UserTable::<2>::default();
-        t.charge(1000, Resource::Ring, L).unwrap();
+        assert_eq!(t.charge(1000, Resource::Ring, L), Ok(0));
         t.charge(1000, Resource::Ring, L).unwrap();
         assert_eq!(t.charge(1000, Resource::Ring, L), Err(Errno::EDQUOT));
         t.charge(1000, Resource::Poller, L).unwrap();

@@ -23,8 +23,9 @@ use kernel::sync::{Arc, Mutex};
 
 use crate::abi::engine::{
     BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys,
-    PhysQp, Ports, Post, Qps, Recovery,
+    PhysQp, Ports, Post, Qps, Recovery, Share, SHARES,
 };
+use crate::device::USERS;
 use crate::abi::cqe::Reason;
 use crate::abi::engine::Export;
 use crate::abi::errno::Errno;
@@ -68,6 +69,9 @@ pub(crate) struct Shared {
     pub(crate) exports: Pin<KBox<Mutex<Exports<KStore>>>>,
     /// The node's held ports (abi's `ports`; a leaf).
     pub(crate) ports: Pin<KBox<Mutex<Ports<KStore>>>>,
+    /// Each user's shares of this device's tables (abi's `shares`), by user slot
+    /// (device.rs's user table): atomics, so the data path takes no lock for them.
+    shares: KVec<[AtomicU32; SHARES]>,
     /// The exports' epoch as their lock last left it (abi's `Fabric::exports_epoch`).
     exports_epoch: AtomicU64,
     /// QPs that may have completions coming.
@@ -179,6 +183,13 @@ impl Shared {
             links,
             exports: KBox::pin_init(new_mutex!(exports, "krcore_exports"), GFP_KERNEL)?,
             ports: KBox::pin_init(new_mutex!(ports, "krcore_ports"), GFP_KERNEL)?,
+            shares: {
+                let mut v = KVec::with_capacity(USERS, GFP_KERNEL)?;
+                for _ in 0..USERS {
+                    v.push([const { AtomicU32::new(0) }; SHARES], GFP_KERNEL)?;
+                }
+                v
+            },
             exports_epoch: AtomicU64::new(0),
             busy_qps: BusyHint::new(AtomicU32::new(0)),
             members_busy: AtomicBool::new(false),
@@ -567,6 +578,26 @@ impl Fabric<KStore> for Shared {
 
     fn ports<R>(&self, f: impl FnOnce(&mut Ports<KStore>) -> R) -> R {
         f(&mut self.ports.lock())
+    }
+
+    fn take_share(&self, user: u32, s: Share) -> Result<(), Reason> {
+        let Some(c) = self.shares.get(user as usize) else {
+            return Err(Reason::Quota);
+        };
+        // SAFETY: a plain read of a module parameter.
+        let limit = unsafe { shim::krcore_shim_max_share(s as u32) };
+        c[s as usize]
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+            .map(|_| ())
+            .map_err(|_| Reason::Quota)
+    }
+
+    fn give_share(&self, user: u32, s: Share, n: u32) {
+        if let Some(c) = self.shares.get(user as usize) {
+            let _ = c[s as usize].fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| {
+                Some(m.saturating_sub(n))
+            });
+        }
     }
 
     fn unchecked_wire(&self) -> Option<(u64, u32)> {

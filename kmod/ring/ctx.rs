@@ -15,13 +15,17 @@ use crate::abi::engine::{Completion, Creds, Delivered, Inbox, Ring, RingStorage,
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::{CqConsumer, RawRing, SqProducer};
 use crate::abi::sqe::Sqe;
+use crate::device::UserCharge;
 use crate::ring::mem::RingArea;
 use crate::shim::{self, EventfdCtx, Vma};
 use crate::engine::store::{KBuf, KStore};
 use crate::ring::wait::WaitQueue;
 
-/// Virtual QP and MR slots per ring.
+/// MR and imported MR slots per ring.
 const TABLE_SLOTS: usize = 64;
+/// Virtual QP slots per ring: a server's ring holds one per client it accepted, as a
+/// socket server holds a socket each (bounded device-wide by the links).
+const VQP_SLOTS: usize = 1024;
 
 pub(crate) type EngineRing = Ring<KStore, RawRing<Sqe>, RawRing<Cqe>>;
 
@@ -58,6 +62,9 @@ pub(crate) struct RingCtx {
     signalled: u64,
     /// In-flight slots: the most completions that can be routed to the ring at once.
     inflight: usize,
+    /// The ring charged to its user, whose slot its shares are counted under (see
+    /// abi's `shares`): returned when the ring is freed, after everything it held.
+    _user: UserCharge,
 }
 
 /// A ring's two areas, reference-counted: the ring holds them until its requests have
@@ -91,7 +98,12 @@ fn page_round(n: usize) -> usize {
 impl RingCtx {
     /// Sizes and allocates the rings for `p`, filling in what the kernel grants.
     /// Must not be called from an atomic context.
-    pub(crate) fn setup(p: &mut SetupParams, id: u16, gen: u16) -> Result<KBox<RingCtx>> {
+    pub(crate) fn setup(
+        p: &mut SetupParams,
+        id: u16,
+        gen: u16,
+        user: UserCharge,
+    ) -> Result<KBox<RingCtx>> {
         // SAFETY: reads a module parameter.
         let max_idle = unsafe { shim::krcore_shim_max_sq_idle_ms() };
         p.normalize(size_of::<Sqe>(), size_of::<Cqe>(), max_idle)?;
@@ -104,7 +116,7 @@ impl RingCtx {
         // Everything a ring owns is charged to the caller's memory cgroup.
         let gfp = GFP_KERNEL_ACCOUNT;
         let storage = RingStorage::<KStore> {
-            vqps: KBuf::filled(TABLE_SLOTS, Slot::EMPTY, gfp)?,
+            vqps: KBuf::filled(VQP_SLOTS, Slot::EMPTY, gfp)?,
             mrs: KBuf::filled(TABLE_SLOTS, Slot::EMPTY, gfp)?,
             rmrs: KBuf::filled(TABLE_SLOTS, Slot::EMPTY, gfp)?,
             inflight: KBuf::filled(inflight, Slot::EMPTY, gfp)?,
@@ -124,14 +136,13 @@ impl RingCtx {
         let mut ring = KBox::new(Ring::new(id, gen, sq_ring, cq_ring, storage), gfp)?;
         ring.set_trace(crate::inspect::TRACE);
         // Its ports are its creator's, as a socket's are its binder's.
-        // SAFETY: plain reads of the current task's credentials.
-        let (uid, bind_low) = unsafe {
-            (
-                shim::krcore_shim_current_uid(),
-                shim::krcore_shim_may_bind_low(),
-            )
-        };
-        ring.set_creds(Creds { uid, bind_low });
+        // SAFETY: a plain read of the current task's credentials.
+        let bind_low = unsafe { shim::krcore_shim_may_bind_low() };
+        ring.set_creds(Creds {
+            uid: user.uid(),
+            bind_low,
+            user: user.slot(),
+        });
         Ok(KBox::new(
             RingCtx {
                 ring,
@@ -142,6 +153,7 @@ impl RingCtx {
                 waitq: WaitQueue::new()?,
                 signalled: 0,
                 inflight,
+                _user: user,
             },
             gfp,
         )?)

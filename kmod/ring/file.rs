@@ -69,9 +69,10 @@ struct Binding {
     areas: RingAreas,
     owner: OwnerMm,
     poller: Option<Poller>,
-    /// The ring (and polling thread) charged to the user who set it up; returned when
-    /// the binding goes, after the ring is detached.
-    _charges: (UserCharge, Option<UserCharge>),
+    /// The polling thread charged to the user who set it up; returned when the binding
+    /// goes (the ring's own charge is the ring's, returned when it is freed: its shares
+    /// are counted under the user's slot until then).
+    _poller_charge: Option<UserCharge>,
 }
 
 /// State of one open file: where its rings are, once set up.
@@ -181,7 +182,7 @@ impl FileCtx {
         let poller_charge = sqpoll.then(|| registry.charge(Resource::Poller)).transpose()?;
         let named = SetupFlags::from_bits(p.flags).is_some_and(|f| f.contains(SetupFlags::DEVICE));
         let (dev, dev_index, port) = registry.choose(named.then_some(p.dev_index), p.port)?;
-        let (ring, areas) = dev.attach(&mut p)?;
+        let (ring, areas) = dev.attach(&mut p, ring_charge)?;
         (p.dev_index, p.port) = (dev_index, port);
         let poller = if sqpoll {
             match Poller::start(dev.clone(), ring.clone(), p.sq_idle_ms) {
@@ -203,7 +204,7 @@ impl FileCtx {
                     areas,
                     owner: OwnerMm::current(),
                     poller,
-                    _charges: (ring_charge, poller_charge),
+                    _poller_charge: poller_charge,
                 },
                 GFP_KERNEL_ACCOUNT,
             )?)
@@ -284,13 +285,13 @@ extern "C" fn krcore_rs_release(ctx: *mut c_void) {
             dev,
             ring,
             poller,
-            _charges,
+            _poller_charge,
             ..
         } = KBox::into_inner(unsafe { KBox::from_raw(b) });
         // The polling thread stops first (it takes the ring's lock itself).
         drop(poller);
         dev.detach(&ring);
-        drop(_charges);
+        drop(_poller_charge);
     }
 }
 

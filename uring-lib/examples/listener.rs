@@ -1,30 +1,35 @@
 //! A server that listens on a service and answers peers it never connected to.
 //!
 //! `listener serve SERVICE N`: an [`AsyncRing`] LISTENs on SERVICE (a second ring's
-//! LISTEN on it must fail `ServiceTaken`), accepts N peers from any node, RECVs one
-//! message from each on its own virtual QP (it must name the address the accept
-//! reported: each peer's messages reach only its virtual QP), answers "echo: " and the
-//! message, then UNLISTENs and DISCONNECTs. It never CONNECTs to anyone.
+//! LISTEN on it must fail `ServiceTaken`), accepts N connecting virtual QPs from any
+//! nodes (several processes per node, this node's own included), RECVs one message
+//! from each on its own virtual QP, all at once (each must name the address and port
+//! the accept reported: each client's messages reach only its virtual QP), answers
+//! "echo: " and the message to each, then UNLISTENs and DISCONNECTs. It never CONNECTs
+//! to anyone.
 //!
-//! `listener client ADDR SERVICE ME`: CONNECTs to the node at ADDR for SERVICE, SENDs
-//! "hello from ME" (ME: this node's address) and waits for the echo.
+//! `listener client ADDR SERVICE ME [PROCS]`: CONNECTs to the node at ADDR for SERVICE
+//! (from an ephemeral port), SENDs "hello from ME:PORT" (ME: this node's address, PORT:
+//! the CONNECT's port) and waits for its own echo; with PROCS, as many processes do so
+//! at once, and each must get its own.
 #[path = "support/retry.rs"]
 mod support;
 #[path = "support/talk.rs"]
 mod talk;
 use std::net::Ipv4Addr;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use krcore_abi::cqe::Reason;
 use krcore_abi::sqe::MrAccess;
-use krcore_uring::{AsyncRing, Builder, Device, MemoryRegion};
+use krcore_uring::{AsyncRing, Builder, Device};
 use support::retry;
 use talk::{hear, say, SLOT};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-fn hello(from: Ipv4Addr) -> String {
-    format!("hello from {from}")
+fn hello(from: Ipv4Addr, port: u16) -> String {
+    format!("hello from {from}:{port}")
 }
 
 async fn serve(service: u32, n: usize) -> Result<()> {
@@ -44,47 +49,75 @@ async fn serve(service: u32, n: usize) -> Result<()> {
         let a = tokio::time::timeout(Duration::from_secs(120), ring.accept(&mut listener))
             .await
             .map_err(|_| format!("{} of {n} peers joined in 120 s", peers.len()))??;
-        println!(
-            "accepted {} as virtual QP {} after {} ms",
-            a.peer,
-            a.vqp.handle(),
-            t.elapsed().as_millis()
-        );
+        if n <= 4 {
+            println!(
+                "accepted {}:{} as virtual QP {} after {} ms",
+                a.peer,
+                a.peer_port,
+                a.vqp.handle(),
+                t.elapsed().as_millis()
+            );
+        }
         peers.push(a);
     }
-    for a in &peers {
-        let mr = ring.register(SLOT as usize, MrAccess::LOCAL_WRITE).await?;
-        let (done, mut regions) = ring
-            .run(vec![mr], |b, r| {
-                b.recv(&a.vqp, &r[0], 0, SLOT as u32).map(|_| ())
+    // Every peer's receive at once, in one region: a slot each.
+    let mr = ring.register(n * SLOT as usize, MrAccess::LOCAL_WRITE).await?;
+    let (done, mut regions) = ring
+        .run(vec![mr], |b, r| {
+            for (i, a) in peers.iter().enumerate() {
+                b.recv(&a.vqp, &r[0], i as u64 * SLOT, SLOT as u32)?;
+            }
+            Ok(())
+        })
+        .await;
+    let mut echoes = Vec::with_capacity(n);
+    for ((i, a), c) in peers.iter().enumerate().zip(done?) {
+        let c = c?;
+        let at = i * SLOT as usize;
+        let bytes = &regions[0].bytes()[at..at + c.res as usize];
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        if text != hello(a.peer, a.peer_port) {
+            return Err(format!("from {}:{} on its virtual QP: {text:?}", a.peer, a.peer_port).into());
+        }
+        echoes.push(format!("echo: {text}"));
+    }
+    for (i, e) in echoes.iter().enumerate() {
+        let at = i * SLOT as usize;
+        regions[0].bytes_mut()[at..at + e.len()].copy_from_slice(e.as_bytes());
+    }
+    // Every echo at once; one whose client has not posted its receive yet goes again.
+    let mut left: Vec<usize> = (0..n).collect();
+    let until = Instant::now() + Duration::from_secs(120);
+    while !left.is_empty() {
+        let (done, back) = ring
+            .run(regions, |b, r| {
+                for &i in &left {
+                    let len = echoes[i].len() as u32;
+                    b.send(&peers[i].vqp, &r[0], i as u64 * SLOT, len, None)?;
+                }
+                Ok(())
             })
             .await;
-        let c = done?.remove(0)?;
-        let text = String::from_utf8_lossy(&regions[0].bytes()[..c.res as usize]).into_owned();
-        if text != hello(a.peer) {
-            return Err(format!("from {} on its virtual QP: {text:?}", a.peer).into());
-        }
-        let echo = format!("echo: {text}");
-        let mut mr: MemoryRegion = regions.remove(0);
-        mr.bytes_mut()[..echo.len()].copy_from_slice(echo.as_bytes());
-        let mut mrs = vec![mr];
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (done, back) = ring
-                .run(mrs, |b, r| {
-                    b.send(&a.vqp, &r[0], 0, echo.len() as u32, None)
-                        .map(|_| ())
-                })
-                .await;
-            mrs = back;
-            match done?.remove(0) {
-                Ok(_) => break,
-                Err(e) if e.reason() == Some(Reason::NoReceiver) && Instant::now() < until => {}
-                Err(e) => return Err(format!("echo to {}: {e}", a.peer).into()),
+        regions = back;
+        let mut again = Vec::new();
+        for (&i, c) in left.iter().zip(done?) {
+            match c {
+                Ok(_) => {}
+                Err(e) if e.reason() == Some(Reason::NoReceiver) && Instant::now() < until => {
+                    again.push(i)
+                }
+                Err(e) => {
+                    let a = &peers[i];
+                    return Err(format!("echo to {}:{}: {e}", a.peer, a.peer_port).into());
+                }
             }
         }
+        left = again;
     }
-    println!("each of {n} peers' message came on its own virtual QP, and was answered");
+    println!(
+        "each of {n} peers' message came on its own virtual QP, and was answered, in {} ms",
+        t.elapsed().as_millis()
+    );
     let mut ring = ring;
     let left = ring.ring().unlisten(listener)?;
     if !left.is_empty() {
@@ -98,17 +131,56 @@ async fn serve(service: u32, n: usize) -> Result<()> {
 
 fn client(addr: Ipv4Addr, service: u32, me: Ipv4Addr) -> Result<()> {
     let mut ring = Builder::new(16).build(Device::open()?)?;
-    let vqp = retry(60, &[Reason::Unreachable], || {
-        ring.connect_to(&addr.to_string(), service)
-    })?;
     let mut mr = ring.register(SLOT as usize, MrAccess::LOCAL_WRITE)?;
-    say(&mut ring, &vqp, &mut mr, &hello(me), 0)?;
+    // A server that did not listen within the deadline refuses: connect again.
+    let mut tries = 0;
+    let (vqp, mine) = loop {
+        let vqp = retry(60, &[Reason::Unreachable], || {
+            ring.connect_to(&addr.to_string(), service)
+        })?;
+        let mine = hello(me, vqp.port());
+        match say(&mut ring, &vqp, &mut mr, &mine, 0) {
+            Err(e) if e.reason() == Some(Reason::Refused) && tries < 6 => {
+                tries += 1;
+                ring.disconnect(vqp)?;
+            }
+            r => break r.map(|()| (vqp, mine))?,
+        }
+    };
     let (text, _) = hear(&mut ring, &vqp, &mut mr)?;
-    if text != format!("echo: {}", hello(me)) {
-        return Err(format!("answer from {addr}: {text:?}").into());
+    if text != format!("echo: {mine}") {
+        return Err(format!("answer from {addr} to {me}:{}: {text:?}", vqp.port()).into());
     }
-    println!("{me}: {addr} answered {text:?} on service {service}");
     ring.disconnect(vqp)?;
+    Ok(())
+}
+
+/// `procs` client processes at once (this program again, as `client`), each checking
+/// its own echo.
+fn clients(addr: Ipv4Addr, service: u32, me: Ipv4Addr, procs: usize) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let t = Instant::now();
+    let kids: Vec<_> = (0..procs)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["client", &addr.to_string(), &service.to_string(), &me.to_string()])
+                .spawn()
+        })
+        .collect::<std::io::Result<_>>()?;
+    let mut failed = 0;
+    for mut k in kids {
+        if !k.wait()?.success() {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        return Err(format!("{failed} of {procs} client processes failed").into());
+    }
+    println!(
+        "{me}: {procs} client processes, each answered its own echo by {addr} on service \
+         {service}, in {} ms",
+        t.elapsed().as_millis()
+    );
     Ok(())
 }
 
@@ -120,6 +192,11 @@ fn main() -> Result<()> {
             .build()?
             .block_on(serve(service.parse()?, n.parse()?)),
         ["client", addr, service, me] => client(addr.parse()?, service.parse()?, me.parse()?),
-        _ => Err("usage: listener serve SERVICE N | listener client ADDR SERVICE ME".into()),
+        ["client", addr, service, me, procs] => {
+            clients(addr.parse()?, service.parse()?, me.parse()?, procs.parse()?)
+        }
+        _ => Err(
+            "usage: listener serve SERVICE N | listener client ADDR SERVICE ME [PROCS]".into(),
+        ),
     }
 }

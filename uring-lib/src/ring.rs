@@ -301,7 +301,7 @@ impl Ring {
     }
 
     /// The next peer that joined `listener`'s service, waiting for one without a
-    /// bound. A peer this ring had no room for (64 virtual QPs) is an error,
+    /// bound. A peer this ring had no room for (1,024 virtual QPs) is an error,
     /// `TableFull`, and the listen goes on; once the listen has ended (its
     /// [`ended`](Listener::ended)), `ECANCELED`.
     pub fn accept(&mut self, listener: &mut Listener) -> Result<Accepted, Error> {

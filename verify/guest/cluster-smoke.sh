@@ -60,17 +60,23 @@
 #                                   MetaServer (this node's own when META is this role),
 #                                   N WRITE_IMMs into memory published by name too;
 #                                   unload once ROLE is done
-#   cluster-smoke.sh listener serve N
-#                                   reload; a ring LISTENs on service 77 and answers the
-#                                   first message of each of N peers from any node on
+#   cluster-smoke.sh listener serve N [SERVICE]
+#                                   reload; a ring LISTENs on SERVICE (77) and answers
+#                                   the first message of each of N connecting virtual
+#                                   QPs from any node (several processes per node) on
 #                                   the virtual QP it accepted for it, never CONNECTing
 #                                   (uring-lib/examples/listener.rs); unload once done
 #   cluster-smoke.sh listener serve-py N
 #                                   the same server in Python (uring-lib/python/examples/
 #                                   listener.py, the krcore package's listen and accept)
-#   cluster-smoke.sh listener client ROLE
-#                                   reload; CONNECT to ROLE's node for service 77, say
-#                                   hello with this node's address, check the echo; unload
+#   cluster-smoke.sh listener client ROLE [PROCS [SERVICE]]
+#                                   reload; CONNECT to ROLE's node for SERVICE (77), say
+#                                   hello with this node's address and the CONNECT's
+#                                   port, check the echo: PROCS processes at once (1),
+#                                   each checking its own; unload
+#   cluster-smoke.sh listener self N
+#                                   reload; the server of `serve N` and N client
+#                                   processes of this node's own, at once
 #   cluster-smoke.sh guard ROLE     a member serving the MetaServer, knocked on by ROLE (a
 #                                   host that is not a member): once ROLE is done, this
 #                                   node's counters must show the proofs it refused
@@ -599,13 +605,19 @@ vanish)
 listener)
   reload || exit 1
   case "$2" in
-  serve) "$LISTENER" serve 77 "$3" || fail_with_state ;;
+  serve) "$LISTENER" serve "${4:-77}" "$3" || fail_with_state ;;
   serve-py)
     PYTHONPATH=$ROOT/target/python /usr/bin/python3 "$ROOT/uring-lib/python/examples/listener.py" 77 "$3" || fail_with_state
     ;;
   client)
     peer=$(addr_of "$3") || exit 1
-    "$LISTENER" client "$peer" 77 "$KRCORE_ADDR" || fail_with_state
+    "$LISTENER" client "$peer" "${5:-77}" "$KRCORE_ADDR" ${4:+"$4"} || fail_with_state
+    ;;
+  self)
+    "$LISTENER" serve 77 "$3" &
+    server=$!
+    "$LISTENER" client "$KRCORE_ADDR" 77 "$KRCORE_ADDR" "$3" || fail_with_state
+    wait "$server" || fail_with_state
     ;;
   esac
   # The other end may still be finishing with this node's kernel (its DISCONNECTs).
@@ -800,7 +812,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | messages ROLE recv|send N [META] | listener serve N | listener client ROLE | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | messages ROLE recv|send N [META] | listener serve N [SERVICE] | listener client ROLE [PROCS [SERVICE]] | listener self N | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
   exit 2
   ;;
 esac

@@ -11,7 +11,7 @@ use krcore_abi::cluster::peers::node_of;
 use krcore_abi::cqe::Reason;
 use krcore_abi::engine::{
     BusyHint, Connection, Export, Exports, Fabric, Links, Members, Messages, MrKeys, PhysQp, Post,
-    PostError, Qps, SendWr, VecStore, HeldPort, PortStorage, Ports,
+    PostError, Qps, SendWr, VecStore, HeldPort, PortStorage, Ports, Counts, Share, SHARES,
 };
 use krcore_abi::errno::Errno;
 use krcore_abi::meta::client::Answer;
@@ -58,6 +58,18 @@ pub struct KernelState {
     pub meta: Option<RefCell<FakeMeta>>,
     /// The node's held ports (the kernel's, per device).
     pub ports: NodePorts,
+    /// Each user's shares (the kernel's atomics, per device and user slot), and the
+    /// limits (module parameters; unlimited unless a test sets them).
+    pub shares: RefCell<Vec<Counts>>,
+    /// The share limits, by [`Share`] index.
+    pub share_limits: Cell<[u32; SHARES]>,
+}
+
+impl KernelState {
+    /// User `user`'s counts now.
+    pub fn counts(&self, user: u32) -> Counts {
+        self.shares.borrow().get(user as usize).copied().unwrap_or_default()
+    }
 }
 
 /// A node's held ports, as large as the module's.
@@ -280,6 +292,25 @@ impl<'a> Fabric<VecStore> for Node<'a> {
 
     fn exports_epoch(&self) -> u64 {
         self.exports.borrow().removals()
+    }
+
+    fn take_share(&self, user: u32, s: Share) -> Result<(), Reason> {
+        let limit = self.kernel.share_limits.get()[s as usize];
+        let mut shares = self.kernel.shares.borrow_mut();
+        if shares.len() <= user as usize {
+            shares.resize(user as usize + 1, Counts::default());
+        }
+        match shares[user as usize].take(s, if limit == 0 { u32::MAX } else { limit }) {
+            true => Ok(()),
+            false => Err(Reason::Quota),
+        }
+    }
+
+    fn give_share(&self, user: u32, s: Share, n: u32) {
+        let mut shares = self.kernel.shares.borrow_mut();
+        let c = shares.get_mut(user as usize).expect("a user that took");
+        assert!(c.0[s as usize] >= n, "gave back more {} than taken", s.name());
+        c.give(s, n);
     }
 
     fn ports<R>(&self, f: impl FnOnce(&mut Ports<VecStore>) -> R) -> R {

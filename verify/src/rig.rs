@@ -4,7 +4,7 @@
 use krcore_abi::cluster::notice::Notice;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, settle_links, Completion, Context, ExportSlot, Exports, Links, Messages, PhysQp,
+    complete_wc, settle_links, Completion, Context, Creds, ExportSlot, Exports, Links, Messages, PhysQp,
     Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
@@ -138,6 +138,15 @@ impl Rig {
             now_ms: 0,
             kernel: KernelState::default(),
         }
+    }
+
+    /// Opens a ring as `creds`' user; returns its id.
+    pub fn open_as(&mut self, l: Limits, creds: Creds) -> usize {
+        let id = self.open(l);
+        if let Some(r) = self.rings[id].as_mut() {
+            r.ring.set_creds(creds);
+        }
+        id
     }
 
     /// Opens a ring; returns its id.

@@ -44,6 +44,7 @@ use core::ops::DerefMut;
 
 use super::message::Messages;
 use super::ports::Ports;
+use super::shares::Share;
 use super::qp::PhysQp;
 use super::Store;
 
@@ -143,6 +144,14 @@ pub trait Fabric<S: Store>: Links<S> {
     fn exports<R>(&self, f: impl FnOnce(&mut Exports<S>) -> R) -> R;
     /// Runs `f` on the node's held ports (see `ports`) with their lock held (a leaf).
     fn ports<R>(&self, f: impl FnOnce(&mut Ports<S>) -> R) -> R;
+    /// Takes one `s` of user `user`'s share of this device (see `shares`):
+    /// `Err(Reason::Quota)` past it. Takes no lock. A fabric that counts nothing takes
+    /// always.
+    fn take_share(&self, _user: u32, _s: Share) -> Result<(), Reason> {
+        Ok(())
+    }
+    /// Gives `n` of `s` back to user `user`'s share.
+    fn give_share(&self, _user: u32, _s: Share, _n: u32) {}
     /// The exports' epoch ([`Exports::removals`]) as their lock last left it, read
     /// without the lock: a fabric publishes it when each [`exports`](Self::exports)
     /// section ends (release; this load acquires). A one-sided request whose import was

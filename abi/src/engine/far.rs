@@ -78,6 +78,10 @@ pub const fn advert_index(wr_id: u64) -> Option<u32> {
     backend_index(wr_id, ADVERT_BASE, ADVERT_KEYS)
 }
 
+/// A peer's share of a shard's links for its ends waiting there (see `on_hello`): one
+/// in this many.
+pub const PEER_SHARE: usize = 4;
+
 /// Kernel receives for notices kept posted on each set QP (kmod/cluster/cm.c posts them; its
 /// `KRCORE_NOTICE_RECVS` is this).
 pub const NOTICE_RECVS: u32 = 64;
@@ -401,11 +405,13 @@ impl<S: Store> Messages<S> {
             if l.far.is_none() || l.gid != *gid || l.ports != ports {
                 continue;
             }
+            // A repeat of a Hello we hold or paired with (a duplicate on the wire).
+            if l.far.is_some_and(|f| f.id == from) {
+                return;
+            }
             match (l.ends[0].holder, l.ends[1].holder) {
                 // Our pairing end waits for this one.
                 (Holder::Bound, Holder::Open) if pair && l.pair => waiting = Some(h),
-                // A repeat of a Hello we hold.
-                (Holder::Open, _) if l.far.is_some_and(|f| f.id == from) => return,
                 // That four-tuple is in use: no second link with it.
                 (Holder::Open | Holder::Bound, _) => taken = true,
                 // A link that is over may still wait for its last notices.
@@ -415,7 +421,10 @@ impl<S: Store> Messages<S> {
         if let Some(h) = waiting {
             return self.pair(h, from);
         }
-        if taken {
+        // A peer's ends waiting here for a listen or a pairing CONNECT are its share of
+        // the shard: past it, refused at once, so no peer fills the links every other
+        // node and this node's users need.
+        if taken || self.announced_by(gid) >= self.links.capacity() / PEER_SHARE {
             return self.tell_to_leave(*gid, qp, ports, from);
         }
         let mut l = Link::new(
@@ -451,6 +460,15 @@ impl<S: Store> Messages<S> {
             // A ring that listens on the port takes it (see `listen`).
             self.offer(h);
         }
+    }
+
+    /// Links of the peer at `gid` with no end here yet (its CONNECTs waiting for a listen
+    /// or a pairing CONNECT).
+    fn announced_by(&self, gid: &[u8; 16]) -> usize {
+        self.links
+            .iter()
+            .filter(|(_, l)| l.gid == *gid && l.far.is_some() && l.ends[0].holder == Holder::Open)
+            .count()
     }
 
     /// The peer's end `from` finds no end here, and never will: told to leave.
@@ -1031,6 +1049,11 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn node(last: u8) -> (Node, Messages<VecStore>) {
+        node_with(last, 8)
+    }
+
+    /// A node whose shard holds `links` links.
+    pub(crate) fn node_with(last: u8, links: usize) -> (Node, Messages<VecStore>) {
         let mut gid = [0u8; 16];
         gid[10..12].fill(0xff);
         gid[12..].copy_from_slice(&[192, 0, 2, last]);
@@ -1045,7 +1068,7 @@ pub(crate) mod tests {
             mapped: RefCell::new(Vec::new()),
             released: RefCell::new(Vec::new()),
         };
-        (n, Messages::with_capacity(8, 32))
+        (n, Messages::with_capacity(links, 32))
     }
 
     /// Carries what `from` put on the wire to `to`'s links; how many notices. Each
@@ -1109,9 +1132,16 @@ pub(crate) mod tests {
     fn duplicate_adverts_and_data_change_nothing() {
         let ((na, mut a), (nb, mut b)) = (node(11), node(12));
         let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
-        carry(&na, &nb, &mut b);
         let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
-        carry(&nb, &na, &mut a);
+        // Crossing Hellos, each arriving twice: the repeat changes nothing (it used
+        // to be taken for a second link on the same ports, and told to leave).
+        for (from, to, m) in [(&na, &nb, &mut b), (&nb, &na, &mut a)] {
+            let hellos: Vec<_> = from.wire.borrow_mut().drain(..).collect();
+            for &(qp, n) in hellos.iter().flat_map(|x| [x, x]) {
+                m.on_notice(&from.gid, qp, n, None, to);
+            }
+        }
+        assert!(na.wire.borrow().is_empty() && nb.wire.borrow().is_empty(), "no Leave");
         for (w, addr) in [(80, 0x8000), (81, 0x8100)] {
             assert_eq!(b.recv(b7, 0, recv(w, addr), &nb), RecvStep::Queued);
         }

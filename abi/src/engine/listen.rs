@@ -40,6 +40,7 @@ use super::cqe::{Cqe, CqeFlags, Reason};
 use super::fabric::{Fabric, Members as _, Qps};
 use super::message::{Holder, Messages};
 use super::ports::Hold;
+use super::shares::Share;
 use super::ring::RingMem;
 use super::ring_state::{Completion, Ring};
 use super::sqe::Sqe;
@@ -307,9 +308,15 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             ring_gen: self.gen,
             slot: i as u32,
         };
-        // The port is its user's while it listens (see `ports`).
+        // The port is its user's while it listens (see `ports`), and the listen one of
+        // its user's share (see `shares`).
         let creds = self.creds;
+        if let Err(why) = f.take_share(creds.user, Share::Listens) {
+            self.emit(Cqe::err(ud, why));
+            return Step::Taken;
+        }
         if let Err(why) = f.ports(|p| p.bind(service as u16, Hold::Listen, creds)) {
+            f.give_share(creds.user, Share::Listens, 1);
             self.emit(Cqe::err(ud, why));
             return Step::Taken;
         }
@@ -325,6 +332,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         held.shard(j).remove_listener(service, listen);
                     }
                     f.ports(|p| p.release(service as u16));
+                    f.give_share(creds.user, Share::Listens, 1);
                     self.emit(Cqe::err(ud, why));
                     return Step::Taken;
                 }
@@ -382,6 +390,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             held.shard(k).remove_listener(l.service, listen);
         }
         f.ports(|p| p.release(l.service as u16));
+        f.give_share(self.creds.user, Share::Listens, 1);
         l
     }
 
@@ -473,6 +482,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         if self.tables.vqps.len() == self.tables.vqps.capacity() {
             return refuse(held, Reason::TableFull);
         }
+        // The accepted virtual QP is the listening user's share (see `shares`).
+        if let Err(why) = f.take_share(self.creds.user, Share::Vqps) {
+            return refuse(held, why);
+        }
         // Across nodes, the set QP the peer's Hello came on; here, a loopback QP
         // connected to the connecting end's.
         let conn = match o.far {
@@ -483,9 +496,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Ok(c) if (c.qp as usize) < f.count() && (!o.far || c.qp == o.qp) => c,
             Ok(c) => {
                 held.members().disconnect(c.qp);
+                f.give_share(self.creds.user, Share::Vqps, 1);
                 return refuse(held, Reason::Verbs);
             }
-            Err(_) => return refuse(held, Reason::Unreachable),
+            Err(_) => {
+                f.give_share(self.creds.user, Share::Vqps, 1);
+                return refuse(held, Reason::Unreachable);
+            }
         };
         held.shard(k).answer_offer(o.link, Some(conn.qp), f);
         let h = self.bind_vqp(conn, k, o.link, o.end, 0, f);
@@ -508,7 +525,7 @@ pub const fn accept_aux(gid: &[u8; 16], qpn: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use super::super::far::tests::{carry, node, owed, recv, send};
+    use super::super::far::tests::{carry, node, node_with, owed, recv, send};
     use super::super::message::Tuple;
     use super::*;
     use crate::cluster::notice::Notice;
@@ -677,7 +694,7 @@ mod tests {
     /// service: a listen serves many client processes per node.
     #[test]
     fn each_connecting_end_is_its_own_offer() {
-        let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
+        let ((nc, mut c), (ns, mut s)) = (node_with(11, 64), node_with(12, 64));
         s.add_listener(SERVICE, listen()).unwrap();
         let mut clients = vec![];
         for port in 40000..40008u16 {
@@ -709,6 +726,37 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    /// A peer's CONNECTs waiting for a listen are its share of the shard (one in
+    /// [`PEER_SHARE`]): past it they are refused at once, and another node's CONNECT
+    /// still gets a link.
+    #[test]
+    fn a_peer_cannot_fill_the_links() {
+        let ((np, mut p), (ns, mut s)) = (node_with(11, 64), node_with(12, 64));
+        let (nq, mut q) = node_with(13, 64);
+        let mut ends = vec![];
+        for port in 40000..40064u16 {
+            let t = Tuple { local: port, ..client() };
+            ends.push(p.join_far(ns.gid, t, 1, &np).unwrap().0);
+        }
+        // The Hellos go as the QP has room for notices (each carried frees some).
+        while carry(&np, &ns, &mut s) > 0 {
+            p.settle(0, 10_000, &np, |_, _| {});
+        }
+        let share = 64 / crate::engine::far::PEER_SHARE;
+        assert!(s.links() >= share, "its share kept");
+        while carry(&ns, &np, &mut p) > 0 {
+            s.settle(0, 10_000, &ns, |_, _| {});
+        }
+        let refused = ends
+            .iter()
+            .filter(|&&l| p.send(l, 0, send(1, 8, None)) == SendStep::Fail(Reason::Refused))
+            .count();
+        assert_eq!(refused, 64 - share, "each refused by name, none left waiting");
+        q.join_far(ns.gid, client(), 1, &nq).unwrap();
+        carry(&nq, &ns, &mut s);
+        assert_eq!(s.links(), share + 1, "another node's CONNECT still lands");
     }
 
     /// A CONNECT for a listener never pairs with another CONNECT: a user that connects

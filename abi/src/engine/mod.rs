@@ -24,6 +24,7 @@ mod far;
 mod listen;
 mod message;
 mod ports;
+mod shares;
 mod qp;
 mod recovery;
 mod register;
@@ -52,6 +53,7 @@ pub use message::{
     port_key, shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep,
     SendStep, Target, Tuple, WaitingSend,
 };
+pub use shares::{Counts, Share, SHARES};
 pub use ports::{
     Creds, Held as HeldPort, Hold, PortStorage, Ports, EPHEMERAL_FIRST, EPHEMERAL_LAST,
     PRIVILEGED,

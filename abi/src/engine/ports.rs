@@ -44,6 +44,9 @@ pub struct Creds {
     pub uid: u32,
     /// It holds `CAP_NET_BIND_SERVICE`.
     pub bind_low: bool,
+    /// Its slot in the module's user table: what its shares are counted under (see
+    /// `shares`).
+    pub user: u32,
 }
 
 /// How a port is held.
@@ -274,9 +277,9 @@ mod tests {
         Ports::new(PortStorage { slots: vec![EMPTY; slots] }, 12345)
     }
 
-    const ALICE: Creds = Creds { uid: 1000, bind_low: false };
-    const BOB: Creds = Creds { uid: 1001, bind_low: false };
-    const ROOT: Creds = Creds { uid: 0, bind_low: true };
+    const ALICE: Creds = Creds { uid: 1000, bind_low: false, user: 1 };
+    const BOB: Creds = Creds { uid: 1001, bind_low: false, user: 2 };
+    const ROOT: Creds = Creds { uid: 0, bind_low: true, user: 0 };
 
     #[test]
     fn a_listened_port_is_its_users_alone() {
@@ -295,7 +298,7 @@ mod tests {
         let mut p = ports(16);
         p.bind(7, Hold::Named, ROOT).unwrap();
         p.bind(7, Hold::Named, ROOT).unwrap();
-        assert_eq!(p.bind(7, Hold::Named, Creds { uid: 0, bind_low: false }), Err(Reason::NotPermitted));
+        assert_eq!(p.bind(7, Hold::Named, Creds { uid: 0, bind_low: false, user: 0 }), Err(Reason::NotPermitted));
         assert_eq!(p.bind(7000, Hold::Named, ALICE), Ok(()));
         assert_eq!(p.bind(7000, Hold::Named, BOB), Err(Reason::ServiceTaken));
         assert_eq!(p.bind(7000, Hold::Listen, ALICE), Err(Reason::ServiceTaken));
@@ -350,7 +353,7 @@ mod tests {
             let mut p = ports(32);
             let mut m: HashMap<u16, (Hold, u32, u32)> = HashMap::new();
             for (op, port, uid) in ops {
-                let who = Creds { uid, bind_low: true };
+                let who = Creds { uid, bind_low: true, user: uid };
                 match op {
                     0 | 1 => {
                         let hold = if op == 0 { Hold::Listen } else { Hold::Named };

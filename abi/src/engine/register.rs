@@ -24,6 +24,7 @@ use super::fabric::Fabric;
 use super::ring::RingMem;
 use super::ring_state::{LocalMr, Ring};
 use super::sqe::{MrAccess, Sqe};
+use super::shares::Share;
 use super::Store;
 
 /// Who is submitting, as the kernel tells the engine.
@@ -126,10 +127,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let remote = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
         let descriptor = if r.access.bits() & remote.bits() != 0 {
             match self.export(&r, keys.rkey, f) {
-                Some(d) => d,
-                None => {
+                Ok(d) => d,
+                Err(why) => {
                     f.dereg_mr(keys);
-                    return self.emit(Cqe::err(ud, Reason::TableFull));
+                    return self.emit(Cqe::err(ud, why));
                 }
             }
         } else {
@@ -147,7 +148,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let cqe = match self.tables.mrs.insert(mr) {
             Ok(h) => Cqe::ok(ud, h as i32, descriptor),
             Err(_) => {
-                f.exports(|e| e.remove(descriptor));
+                if descriptor != 0 {
+                    f.exports(|e| e.remove(descriptor));
+                    f.give_share(self.creds.user, Share::Exports, 1);
+                }
                 f.dereg_mr(keys);
                 Cqe::err(ud, Reason::TableFull)
             }
@@ -155,8 +159,19 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.emit(cqe);
     }
 
-    /// Records an export of `r` under a fresh descriptor; `None` when the table is full.
-    fn export<F: Fabric<S>>(&self, r: &Registration, rkey: u32, f: &F) -> Option<u64> {
+    /// Records an export of `r` under a fresh descriptor, taking this user's share of
+    /// the table (see `shares`): why not, when the share or the table is used up.
+    fn export<F: Fabric<S>>(&self, r: &Registration, rkey: u32, f: &F) -> Result<u64, Reason> {
+        f.take_share(self.creds.user, Share::Exports)?;
+        let d = self.draw(r, rkey, f);
+        if d.is_none() {
+            f.give_share(self.creds.user, Share::Exports, 1);
+        }
+        d.ok_or(Reason::TableFull)
+    }
+
+    /// Inserts the export under a fresh descriptor; `None` when the table is full.
+    fn draw<F: Fabric<S>>(&self, r: &Registration, rkey: u32, f: &F) -> Option<u64> {
         for _ in 0..DRAWS {
             let descriptor = f.descriptor();
             let e = Export {

@@ -12,6 +12,7 @@ use super::fabric::{Fabric, Members as _};
 use super::layout::SqFlags;
 use super::meta::client::Answer;
 use super::ports::Creds;
+use super::shares::Share;
 use super::ring::{CqProducer, RingMem, SqConsumer};
 use super::sqe::{MrAccess, Sqe};
 use super::submit::Chain;
@@ -191,8 +192,11 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     pub(crate) trace: Option<Trace>,
     /// Its listens (see `listen`).
     pub(crate) listens: [Option<super::listen::Listening>; super::listen::RING_LISTENS],
-    /// Whose ports its CONNECTs and LISTENs hold (see `ports`).
+    /// Whose ports its CONNECTs and LISTENs hold (see `ports`), and whose shares its
+    /// requests take (see `shares`).
     pub(crate) creds: Creds,
+    /// Receives completed since their share was last given back (see `shares`).
+    recvs_done: u32,
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
@@ -230,7 +234,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             creds: Creds {
                 uid: 0,
                 bind_low: true,
+                user: 0,
             },
+            recvs_done: 0,
         }
     }
 
@@ -376,6 +382,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 
     fn release_counts(&mut self, inf: &Inflight) {
+        self.recvs_done += inf.recv as u32;
         if let Some(v) = self.tables.vqps.get_mut(inf.vqp) {
             if inf.recv {
                 v.recvs -= 1
@@ -407,7 +414,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         // Its exports are revoked now, not when its MRs go idle: an importer's next
         // request fails instead of reaching memory whose owner is gone.
         for (_, m) in self.tables.mrs.iter() {
-            revoke(f, m.descriptor, (self.id, self.gen));
+            revoke(f, m.descriptor, (self.id, self.gen), self.creds.user);
         }
         // Unclaimed, it was never pinned; claimed, its caller still finishes it (and,
         // the ring being closed, deregisters it).
@@ -438,6 +445,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.creds = creds;
     }
 
+    /// Gives back the shares its completions released since the last call (see
+    /// `shares`): every call that reaches the device makes it first.
+    pub fn settle_shares<F: Fabric<S>>(&mut self, f: &F) {
+        if self.recvs_done > 0 {
+            f.give_share(self.creds.user, Share::Recvs, core::mem::take(&mut self.recvs_done));
+        }
+    }
+
     /// Whether the ring was closed.
     pub fn is_closed(&self) -> bool {
         self.closed
@@ -449,8 +464,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     pub fn abandon<F: Fabric<S>>(&mut self, f: &F) {
         self.closed = true;
         self.drop_listens(f);
-        let owner = (self.id, self.gen);
-        self.tables.inflight.drain_where(|_, _| true);
+        let (owner, user) = ((self.id, self.gen), self.creds.user);
+        let mut recvs = 0;
+        self.tables.inflight.drain_where(|_, i| {
+            recvs += i.recv as u32;
+            true
+        });
+        f.give_share(self.creds.user, Share::Recvs, recvs);
+        self.settle_shares(f);
         self.tables.rmrs.drain_where(|_, _| true);
         if !self.tables.vqps.is_empty() {
             let mut m = f.members();
@@ -460,12 +481,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     f.qp(v.qp, |q, _| q.unbind());
                 }
                 m.disconnect(v.qp);
-                f.ports(|p| p.release(v.port));
+                let_vqp_go(f, user, v);
                 true
             });
         }
         self.tables.mrs.drain_where(|_, m| {
-            revoke(f, m.descriptor, owner);
+            revoke(f, m.descriptor, owner, user);
             f.dereg_mr(m.keys);
             true
         });
@@ -474,7 +495,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Releases every virtual QP and MR with nothing in flight; returns `true` when
     /// nothing is left (the ring's memory may be freed).
     pub fn release_idle<F: Fabric<S>>(&mut self, f: &F) -> bool {
-        let owner = (self.id, self.gen);
+        let (owner, user) = ((self.id, self.gen), self.creds.user);
         if !self.tables.vqps.is_empty() {
             let mut m = f.members();
             // Receives no message took are cancelled: only a peer's SEND would complete
@@ -485,6 +506,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     self.cancel_recvs(h, &mut f.shard(k), f);
                 }
             }
+            self.settle_shares(f);
             let rmrs = &mut self.tables.rmrs;
             self.tables.vqps.drain_where(|h, v| {
                 let idle = v.sends == 0 && v.recvs == 0;
@@ -493,7 +515,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     f.shard(v.shard).leave(v.link, v.end, f);
                     f.qp(v.qp, |q, _| q.unbind());
                     m.disconnect(v.qp);
-                    f.ports(|p| p.release(v.port));
+                    let_vqp_go(f, user, v);
                 }
                 idle
             });
@@ -503,7 +525,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             if idle {
                 // Other nodes told of its revocation answer first (the ring is
                 // marked again when they have, or when the table has room for it).
-                idle = revoke(f, m.descriptor, owner) && f.revoke_far(m.keys.rkey) != Answer::Pending;
+                idle = revoke(f, m.descriptor, owner, user)
+                    && f.revoke_far(m.keys.rkey) != Answer::Pending;
             }
             if idle {
                 f.dereg_mr(m.keys);
@@ -517,21 +540,37 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 }
 
+/// Gives back released virtual QP `v`'s port and user `user`'s share of it.
+pub(crate) fn let_vqp_go<S: Store>(f: &impl Fabric<S>, user: u32, v: &Vqp) {
+    f.ports(|p| p.release(v.port));
+    f.give_share(user, Share::Vqps, 1);
+}
+
 /// Removes export `descriptor` if `owner` (a ring's id and generation) still holds it;
 /// a descriptor already revoked (at close) is left alone. `false` when it cannot go
 /// yet: other nodes must be told of it and the revocations' table is full (nothing was
-/// done; the caller tries again).
-pub(crate) fn revoke<S: Store>(f: &impl Fabric<S>, descriptor: u64, owner: (u16, u16)) -> bool {
+/// done; the caller tries again). Its share goes back to `user` (see `shares`).
+pub(crate) fn revoke<S: Store>(
+    f: &impl Fabric<S>,
+    descriptor: u64,
+    owner: (u16, u16),
+    user: u32,
+) -> bool {
     let mine = f.exports(|exports| exports.get(descriptor).is_some_and(|e| e.owner == owner));
     // Its names in the MetaServer go first, and other nodes are told: only then may
     // the export go (a revocation with no room would otherwise never be sent).
     if !mine || !f.unpublish(descriptor) {
         return !mine;
     }
-    f.exports(|exports| {
-        if exports.get(descriptor).is_some_and(|e| e.owner == owner) {
+    let gone = f.exports(|exports| {
+        let mine = exports.get(descriptor).is_some_and(|e| e.owner == owner);
+        if mine {
             exports.remove(descriptor);
         }
+        mine
     });
+    if gone {
+        f.give_share(user, Share::Exports, 1);
+    }
     true
 }

@@ -25,11 +25,12 @@ use super::message::{
     port_key, shard_of, Messages, PostedRecv, RecvStep, SendStep, Target, Tuple, WaitingSend,
 };
 use super::ports::Hold;
+use super::shares::Share;
 use super::meta::client::Answer;
 use super::qp::{Delivery, Posted};
 use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
-use super::ring_state::{revoke, Completion, Inflight, Ring, Vqp};
+use super::ring_state::{let_vqp_go, revoke, Completion, Inflight, Ring, Vqp};
 use super::sqe::{Sqe, SqeFlags};
 use super::validate::{validate, Op};
 use super::wrid::WrId;
@@ -159,6 +160,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         cx: Context,
     ) -> Result<Submitted, RingError> {
         self.flush_overflow();
+        self.settle_shares(f);
         if self.registration != Pending::None {
             self.publish();
             return Ok(Submitted {
@@ -249,7 +251,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     // Nodes that may have imported it are told, and answer, first (its
                     // memory stays registered, and the MR here, until they have); with
                     // no room to tell them yet, it waits for room.
-                    if !revoke(f, m.descriptor, (self.id, self.gen))
+                    if !revoke(f, m.descriptor, (self.id, self.gen), self.creds.user)
                         || f.revoke_far(m.keys.rkey) == Answer::Pending
                     {
                         return self.remote(f, held);
@@ -285,7 +287,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 held.shard(v.shard).leave(v.link, v.end, f);
                 f.qp(v.qp, |q, _| q.unbind());
                 held.members().disconnect(v.qp);
-                f.ports(|p| p.release(v.port));
+                let_vqp_go(f, self.creds.user, &v);
                 Cqe::ok(ud, 0, 0)
             }
             Op::ImportMr {
@@ -395,6 +397,15 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     len: local.len,
                     recv: true,
                 };
+                if self.tables.inflight.len() == self.tables.inflight.capacity() {
+                    return Step::Wait(Stall::InflightFull);
+                }
+                // Its place in the shard's receives is this user's share (see
+                // `shares`), given back when it completes.
+                if let Err(why) = f.take_share(self.creds.user, Share::Recvs) {
+                    self.emit(Cqe::err(ud, why));
+                    return Step::Taken;
+                }
                 let Some(wr_id) = self.track(inf) else {
                     return Step::Wait(Stall::InflightFull);
                 };
@@ -546,6 +557,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         held: &mut Held<'f, S, F>,
     ) -> Step {
         let creds = self.creds;
+        // The virtual QP is this user's share (see `shares`), given back with it.
+        if let Err(why) = f.take_share(creds.user, Share::Vqps) {
+            self.emit(Cqe::err(ud, why));
+            return Step::Taken;
+        }
         let port = match (t.peer, t.local) {
             (0, _) => Ok(0),
             (_, 0) => f.ports(|p| p.ephemeral(creds.uid)),
@@ -554,11 +570,15 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         t.local = match port {
             Ok(p) => p,
             Err(why) => {
+                f.give_share(creds.user, Share::Vqps, 1);
                 self.emit(Cqe::err(ud, why));
                 return Step::Taken;
             }
         };
-        let release = |f: &F| f.ports(|p| p.release(t.local));
+        let release = |f: &F| {
+            f.ports(|p| p.release(t.local));
+            f.give_share(creds.user, Share::Vqps, 1);
+        };
         let k = shard_of(&gid, port_key(t.local, t.peer), f.shards());
         self.hold_members(f, held);
         self.hold_shard(f, held, k);

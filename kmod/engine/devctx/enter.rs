@@ -4,6 +4,7 @@
 //! polling thread's step, a ring's eventfd, and REG_MR's pinning without the ring's
 //! lock.
 
+use crate::device::UserCharge;
 use core::ffi::c_long;
 use core::sync::atomic::Ordering;
 
@@ -53,7 +54,11 @@ enum Work {
 impl DevCtx {
     /// Sets up a ring on this device; returns it and its areas (which the file maps
     /// without any lock).
-    pub(crate) fn attach(&self, p: &mut SetupParams) -> Result<(Arc<RingCell>, RingAreas)> {
+    pub(crate) fn attach(
+        &self,
+        p: &mut SetupParams,
+        user: UserCharge,
+    ) -> Result<(Arc<RingCell>, RingAreas)> {
         if self.dead.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
@@ -72,7 +77,7 @@ impl DevCtx {
             None => return Err(EMFILE),
         };
         let gen = t.gens[slot].wrapping_add(1);
-        let ctx = RingCtx::setup(p, slot as u16, gen)?;
+        let ctx = RingCtx::setup(p, slot as u16, gen, user)?;
         let areas = ctx.areas();
         let ring = RingCell::new(ctx, slot as u16, gen)?;
         t.gens[slot] = gen;

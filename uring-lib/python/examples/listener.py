@@ -46,7 +46,7 @@ def main():
             if isinstance(res, KrcoreError):
                 raise res
             text = bytes(mr.view[:res]).decode()
-            assert text == f"hello from {peer}", (peer, text)
+            assert text == f"hello from {peer}:{vqp.port}", (peer, vqp.port, text)
             echo(ring, vqp, mr, text)
         assert ring.unlisten(listener) == [], "peers past the ones expected"
         for vqp, _ in peers:

@@ -72,8 +72,10 @@ def gid_of(node):
 class Vqp:
     """A virtual QP: a ring's connection through a pooled kernel QP."""
 
-    def __init__(self, handle, qpn):
-        self.handle, self.qpn = handle, qpn
+    def __init__(self, handle, qpn, port=0):
+        # port: a CONNECT's own (ephemeral unless it named one); an accepted one's, the
+        # connecting peer's; 0 with no endpoint (service 0).
+        self.handle, self.qpn, self.port = handle, qpn, port
 
     def __repr__(self):
         return f"Vqp(handle={self.handle}, qpn={self.qpn})"
@@ -221,8 +223,12 @@ class Ring:
         return bytes(gid)
 
     def _complete(self, preps, timeout_us=0):
-        """Runs the entries `preps` fill in; their completions, in order. A wait
-        bounded by `timeout_us` that passes raises TimeoutError (ETIME)."""
+        """Runs the entries `preps` fill in; their completions (res, aux, reason), in
+        order. A wait bounded by `timeout_us` that passes raises TimeoutError (ETIME)."""
+        return [c[:3] for c in self._complete_all(preps, timeout_us)]
+
+    def _complete_all(self, preps, timeout_us=0):
+        """As `_complete`, each completion whole: (res, aux, reason, flags, port)."""
         first = self._tag + 1
         self._tag += len(preps)
         got, pushed = {}, 0
@@ -238,7 +244,7 @@ class Ring:
             for tag, c in self._reap():
                 # Completions of waits given up on (a timeout) are dropped here.
                 if first <= tag < first + len(preps):
-                    got[tag] = c[:3]
+                    got[tag] = c
         return [got[first + i] for i in range(len(preps))]
 
     def _enter(self, timeout_us):
@@ -250,13 +256,13 @@ class Ring:
             raise KrcoreError("enter", -e)
 
     def _reap(self):
-        """Takes every ready completion: (tag, (res, aux, reason, flags)) for each, but
+        """Takes every ready completion: (tag, (res, aux, reason, flags, port)) for each, but
         a listen's, which wait in its queue for `accept`."""
         out = []
         cqe = ffi.new("struct krcore_Cqe **")
         while lib.krcore_peek_cqe(self._r, cqe) == 0:
             c = cqe[0]
-            entry = (c.res, c.aux, c.reason, c.flags)
+            entry = (c.res, c.aux, c.reason, c.flags, c.port)
             if c.user_data in self._listens:
                 self._listens[c.user_data].append(entry)
             else:
@@ -286,7 +292,7 @@ class Ring:
             sqe = lib.krcore_get_sqe(self._r)
         lib.krcore_prep_listen(sqe, service)
         sqe.user_data = tag
-        res, _, reason, flags = self._next_of(tag, 0)
+        res, _, reason, flags, _ = self._next_of(tag, 0)
         if res < 0:
             del self._listens[tag]
             raise KrcoreError("listen", -res, reason)
@@ -294,18 +300,19 @@ class Ring:
 
     def accept(self, listener, timeout=None):
         """The next peer that joined `listener`'s service: (Vqp, its IPv4 address as a
-        string). `timeout` (seconds) bounds the wait (TimeoutError). A peer this ring
-        had no room for raises KrcoreError (TABLE_FULL); the listen goes on."""
+        string); the Vqp's `port` is the peer's. `timeout` (seconds) bounds the wait
+        (TimeoutError). A peer this ring had no room for raises KrcoreError
+        (TABLE_FULL); the listen goes on."""
         if listener.ended:
             raise KrcoreError("accept: the listen has ended", _errno.ECANCELED)
         us = 0 if timeout is None else max(1, int(timeout * 1e6))
-        res, aux, reason, flags = self._next_of(listener.tag, us)
+        res, aux, reason, flags, port = self._next_of(listener.tag, us)
         if not flags & lib.krcore_CqeFlags_MORE:
             listener.ended = True
             del self._listens[listener.tag]
         if res < 0:
             raise KrcoreError("accept", -res, reason)
-        return Vqp(res, aux & 0xffffffff), str(ipaddress.IPv4Address(aux >> 32))
+        return Vqp(res, aux & 0xffffffff, port), str(ipaddress.IPv4Address(aux >> 32))
 
     def unlisten(self, listener):
         """Ends a listen; the peers that joined and were not accepted yet, as `accept`
@@ -313,9 +320,10 @@ class Ring:
         if not listener.ended:
             self._control("unlisten", lambda s: lib.krcore_prep_unlisten(s, listener.service))
         left = []
-        for res, aux, _, flags in self._listens.pop(listener.tag, []):
+        for res, aux, _, flags, port in self._listens.pop(listener.tag, []):
             if res >= 0 and flags & lib.krcore_CqeFlags_ACCEPT:
-                left.append((Vqp(res, aux & 0xffffffff), str(ipaddress.IPv4Address(aux >> 32))))
+                peer = str(ipaddress.IPv4Address(aux >> 32))
+                left.append((Vqp(res, aux & 0xffffffff, port), peer))
         listener.ended = True
         return left
 
@@ -330,15 +338,19 @@ class Ring:
         `service` there, from an ephemeral port of this node; service 0: no endpoint
         (one-sided requests only)."""
         gid = ffi.new("uint8_t[16]", gid_of(node))
-        res, aux = self._control("connect", lambda s: lib.krcore_prep_connect(s, gid, service))
-        return Vqp(res, aux)
+        return self._connect("connect", lambda s: lib.krcore_prep_connect(s, gid, service))
 
     def pair(self, node, port, peer_port):
         """A virtual QP on this node's `port` paired with `peer_port` at `node`, whose end
         names them back (`pair(.., peer_port, port)`): neither side listens."""
         gid = ffi.new("uint8_t[16]", gid_of(node))
-        res, aux = self._control("pair", lambda s: lib.krcore_prep_pair(s, gid, port, peer_port))
-        return Vqp(res, aux)
+        return self._connect("pair", lambda s: lib.krcore_prep_pair(s, gid, port, peer_port))
+
+    def _connect(self, op, prep):
+        res, aux, reason, _, port = self._complete_all([prep])[0]
+        if res < 0:
+            raise KrcoreError(op, -res, reason)
+        return Vqp(res, aux & 0xffffffff, port)
 
     def disconnect(self, vqp):
         """Releases a virtual QP; its receives still posted come back CANCELLED."""

@@ -13,7 +13,7 @@ use crate::isolation::Child;
 use verify::guest::Param;
 
 /// Becomes an unprivileged user (no capabilities left), with RLIMIT_MEMLOCK `memlock`.
-fn become_user(uid: u32, memlock: u64) -> Result<(), String> {
+pub(crate) fn become_user(uid: u32, memlock: u64) -> Result<(), String> {
     let lim = libc::rlimit {
         rlim_cur: memlock,
         rlim_max: memlock,

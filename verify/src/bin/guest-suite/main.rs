@@ -10,6 +10,7 @@ mod async_api;
 mod clients;
 mod datapath;
 mod device;
+mod endpoints;
 mod harness;
 mod inspect;
 mod ioctl;
@@ -180,6 +181,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "isolation::pinning_and_mmap_do_not_stall_others",
         run: isolation::pinning_and_mmap_do_not_stall_others,
+    },
+    Test {
+        name: "endpoints::a_held_service_is_its_users_alone",
+        run: endpoints::a_held_service_is_its_users_alone,
     },
     Test {
         name: "limits::unprivileged_user_exhausts_its_quota_cleanly",

@@ -1,0 +1,112 @@
+//! Endpoints as sockets, between users of one node: a held service is its user's, and a
+//! message reaches the listen it was sent to, never a CONNECT that came first.
+
+use std::time::Duration;
+
+use krcore_uring::abi::cqe::Reason;
+use krcore_uring::abi::opcode::Opcode;
+use krcore_uring::abi::sqe::{MrAccess, Sqe};
+use krcore_uring::{Batch, Builder, Device, Ring};
+
+use crate::datapath::LOCAL_GID;
+use crate::harness::check;
+use crate::isolation::Child;
+use crate::limits::become_user;
+
+const SERVICE: u32 = 7000;
+const SECRET: &[u8] = b"secret of uid 1002";
+
+fn ring() -> Result<Ring, String> {
+    Builder::new(16)
+        .build(Device::open().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())
+}
+
+/// What a failed call's reason is, as text for a check.
+fn reason<T>(r: Result<T, krcore_uring::Error>) -> Option<Reason> {
+    r.err().and_then(|e| e.reason())
+}
+
+/// uid 1000 LISTENs on 7000 and takes two clients: uid 1001's, which CONNECTed first
+/// and posted a receive, and uid 1002's, which sends a secret. uid 1001 can neither
+/// LISTEN on 7000, nor name 7000 as its own port, nor take port 80, and its receive
+/// gets nothing; the secret arrives on the listen's virtual QP for uid 1002's port.
+/// (Before ports, uid 1001's CONNECT paired with uid 1002's and took the secret.)
+pub fn a_held_service_is_its_users_alone() -> Result<(), String> {
+    let server = Child::spawn(|| {
+        become_user(1000, 1 << 20)?;
+        let mut r = ring()?;
+        let mut l = r.listen(SERVICE).map_err(|e| format!("LISTEN: {e}"))?;
+        let mut mr = r.register(512, MrAccess::LOCAL_WRITE).map_err(|e| e.to_string())?;
+        let mut peers = Vec::new();
+        while peers.len() < 2 {
+            let a = r
+                .accept_timeout(&mut l, Duration::from_secs(30))
+                .map_err(|e| format!("accept: {e}"))?;
+            peers.push(a);
+        }
+        for (i, a) in peers.iter().enumerate() {
+            let at = mr.addr() + i as u64 * 256;
+            let recv = Sqe::two_sided(Opcode::Recv, i as u64, a.vqp.handle(), mr.handle(), at, 256);
+            // SAFETY: the region outlives the receives: the process exits with both.
+            unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        }
+        // One of the two sends: the first completion is its receive's.
+        r.submit_and_wait_timeout(1, Duration::from_secs(30))
+            .map_err(|e| format!("waiting for a message: {e}"))?;
+        let c = r.completions().next().ok_or("no completion")?;
+        check(c.res > 0, || format!("the receive: {c:?}"))?;
+        let (i, len) = (c.user_data as usize, c.res as usize);
+        let text = String::from_utf8_lossy(&mr.bytes()[i * 256..i * 256 + len]).into_owned();
+        Ok(format!("{}:{text}", peers[i].peer_port))
+    })?;
+    std::thread::sleep(Duration::from_millis(500));
+    let thief = Child::spawn(|| {
+        become_user(1001, 1 << 20)?;
+        let mut r = ring()?;
+        let listen = reason(r.listen(SERVICE));
+        check(listen == Some(Reason::ServiceTaken), || {
+            format!("uid 1001's LISTEN on a held service: {listen:?}")
+        })?;
+        let named = reason(r.pair(LOCAL_GID, SERVICE as u16, 40000));
+        check(named == Some(Reason::ServiceTaken), || {
+            format!("uid 1001 naming the held port as its own: {named:?}")
+        })?;
+        let low = reason(r.listen(80));
+        check(low == Some(Reason::NotPermitted), || {
+            format!("uid 1001's LISTEN on port 80: {low:?}")
+        })?;
+        // A client of the service like any other: the listen accepts it on its own.
+        let v = r.connect(LOCAL_GID, SERVICE).map_err(|e| e.to_string())?;
+        let mr = r.register(256, MrAccess::LOCAL_WRITE).map_err(|e| e.to_string())?;
+        let recv = Sqe::two_sided(Opcode::Recv, 7, v.handle(), mr.handle(), mr.addr(), 256);
+        // SAFETY: the region outlives the receive: the process exits with both.
+        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        match r.submit_and_wait_timeout(1, Duration::from_secs(4)) {
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok("nothing".into()),
+            other => Err(format!(
+                "uid 1001's receive got something: {other:?} {:?}",
+                r.completions().collect::<Vec<_>>()
+            )),
+        }
+    })?;
+    std::thread::sleep(Duration::from_millis(500));
+    let victim = Child::spawn(|| {
+        become_user(1002, 1 << 20)?;
+        let mut r = ring()?;
+        let v = r.connect(LOCAL_GID, SERVICE).map_err(|e| e.to_string())?;
+        let mut mr = r.register(256, MrAccess::LOCAL_WRITE).map_err(|e| e.to_string())?;
+        mr.bytes_mut()[..SECRET.len()].copy_from_slice(SECRET);
+        let mut b = Batch::new();
+        b.send(&v, &mr, 0, SECRET.len() as u32, None).map_err(|e| e.to_string())?;
+        r.run(b).map_err(|e| e.to_string())?.remove(0).map_err(|e| e.to_string())?;
+        Ok(v.port().to_string())
+    })?;
+    let port = victim.join()?;
+    let thief = thief.join()?;
+    let got = server.join()?;
+    println!("  uid 1002 on port {port} sent its secret; the listen got {got:?}; uid 1001: {thief}");
+    check(got == format!("{port}:{}", String::from_utf8_lossy(SECRET)), || {
+        format!("the listen got {got:?}, not uid 1002's secret from port {port}")
+    })
+}
