@@ -185,7 +185,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) import a b kv"
 	@$(VM) --timeout 600 --nodes 2 $(KILL_ROLES)
 	@$(VM) --timeout 600 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) failover a b kv"
-	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000"
+	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000 8"
 	@$(VM) --timeout 300 --nodes 2 $(MUTUAL_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(ECHO_ROLES)
@@ -198,7 +198,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 3 $(BOUNDED_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 $(CLIENTS_ROLES)
-	@$(VM) --timeout 300 --nodes 1 --role "a:$(SMOKE) listener self 64"
+	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener self 64" --role "b:true"
 	@$(VM) --timeout 300 --nodes 3 $(SERVICES_ROLES)
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) verbs_cm serve 10" --role "b:$(SMOKE) verbs_cm connect a 10"

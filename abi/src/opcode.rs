@@ -5,7 +5,7 @@
 //! | NOP | - | 0 | - |
 //! | REG_MR | `addr`, `len`, `imm` = [`MrAccess`](super::sqe::MrAccess) bits | MR handle | export descriptor (0 without remote access) |
 //! | DEREG_MR | `mr` | 0 | - |
-//! | CONNECT | `remote_addr`+`arg0` = peer GID (16 bytes as laid out), `rmr` = service | virtual QP handle | physical QP number |
+//! | CONNECT | `remote_addr`+`arg0` = peer GID (16 bytes as laid out), `rmr` = service (the peer's port; 0: no endpoint), `len` = this node's port (0: ephemeral), `imm` = [`ConnectFlags`](super::sqe::ConnectFlags) | virtual QP handle: at once for service 0 or a pairing CONNECT, else when the listen on the service takes it (`Refused` after the deadline with none) | physical QP number; CQE `port`: this node's port |
 //! | DISCONNECT | `vqp` | 0 | - |
 //! | IMPORT_MR | `vqp`, `remote_addr`, `len`, `arg0` = export descriptor | remote MR handle | - |
 //! | READ, WRITE | `vqp`, `addr`, `len`, `mr`, `remote_addr`, `rmr` | bytes | - |
@@ -17,7 +17,7 @@
 //! | FAA | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = add | 8 | - |
 //! | PUBLISH | `mr` (one this ring registered with remote access), name = `remote_addr`, `arg0`, `arg1` | 0 | - |
 //! | IMPORT_NAME | `vqp` (connected to the exporting node), name = `remote_addr`, `arg0`, `arg1`, `len` (0: the whole export) | remote MR handle | the export's start address |
-//! | LISTEN | `rmr` = service | 0 (listening), then a virtual QP handle per peer that joins | 0, then the physical QP number (low 32 bits) and the peer's IPv4 address (high 32) |
+//! | LISTEN | `rmr` = service (a port, 1-65535) | 0 (listening), then a virtual QP handle per connecting virtual QP, from any node | 0, then the physical QP number (low 32 bits) and the peer's IPv4 address (high 32); CQE `port`: the peer's port |
 //! | UNLISTEN | `rmr` = service | 0 | - |
 //!
 //! Atomics write the old remote value into the local 8 bytes, as RDMA does. No entry

@@ -43,8 +43,9 @@ pub struct Args {
     /// The name the node published its memory under (with --node).
     #[arg(long, requires = "node")]
     name: Option<String>,
-    /// The service number of the virtual QP.
-    #[arg(long, default_value_t = 40)]
+    /// The service the virtual QP connects to (0: no endpoint, one-sided alone; another
+    /// needs a listen on it).
+    #[arg(long, default_value_t = 0)]
     service: u32,
 }
 

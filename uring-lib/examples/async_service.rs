@@ -112,7 +112,7 @@ async fn table(
     ring: AsyncRing,
     gid: [u8; 16],
 ) -> std::result::Result<(Table, MemoryRegion), Error> {
-    let vqp = ring.connect(gid, 30).await?;
+    let vqp = ring.connect(gid, 0).await?;
     let mut mem = ring
         .register(
             WORDS as usize * 8,

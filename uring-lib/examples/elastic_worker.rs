@@ -21,9 +21,6 @@ use krcore_uring::{Batch, Builder, Device};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// A service number this worker's virtual QP uses with the memory node.
-const SERVICE: u32 = 77;
-
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(node), Some(name)) = (args.next(), args.next()) else {
@@ -36,7 +33,8 @@ fn main() -> Result<()> {
     let mut ring = Builder::new(16).build(Device::open()?)?;
     stage("ring set up");
     let vqp = retry(60, &[Reason::Unreachable], || {
-        ring.connect_to(&node, SERVICE)
+        // No endpoint: the worker's requests are one-sided.
+        ring.connect_to(&node, 0)
     })?;
     stage("connected");
     let remote = retry(60, &[Reason::NoSuchName, Reason::Unreachable], || {

@@ -191,7 +191,7 @@ fn import(ring: &mut Ring, addr: Ipv4Addr, name: &str) -> Result<()> {
         .query_devices()?
         .node_gid()
         .ok_or("no IPv4 GID")?;
-    let own = ring.connect(gid, 9)?;
+    let own = ring.connect(gid, 0)?;
     expect_reason(
         "through a QP to another node",
         ring.import_name(&own, name, 8),
@@ -595,10 +595,10 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
     // latest). Aimed at node slot 1023: no node's, so a WRITE that landed harms none.
     let (mut region, mut region_rkey) = (0, 0);
     for round in 0..3 {
-        // A refused WRITE fails the set's QP: a new set (another service, the first's
+        // A refused WRITE fails the set's QP: a new set (another port pair, the first's
         // virtual QP still holding its own), and the import again.
         let v = retry(secs, &[Reason::Unreachable, Reason::QpError, Reason::PeerGone], || {
-            ring.connect(gid, round)
+            ring.pair(gid, 100 + round as u16, 100 + round as u16)
         })?;
         let remote = retry(secs, &[Reason::Unreachable, Reason::NoSuchName], || {
             ring.import_name(&v, name, FENCED_LEN as u32)
@@ -649,7 +649,7 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
     if left.trim() != "0" {
         return Err("no request carried the invalidation (test_meta_inv left set)".into());
     }
-    let v = retry(secs, &[Reason::Unreachable, Reason::QpError, Reason::PeerGone], || ring.connect(gid, 3))?;
+    let v = retry(secs, &[Reason::Unreachable, Reason::QpError, Reason::PeerGone], || ring.connect(gid, 0))?;
     retry(secs, &[Reason::Unreachable, Reason::NoSuchName, Reason::Busy], || {
         ring.import_name(&v, name, FENCED_LEN as u32)
     })?;

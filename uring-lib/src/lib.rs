@@ -16,9 +16,10 @@
 //! fn main() -> Result<(), Error> {
 //!     // One ring per thread that submits; 64 entries in flight at most.
 //!     let mut ring = Builder::new(64).build(Device::open()?)?;
-//!     // A virtual QP to the memory node's service 7 (its address or host name):
-//!     // microseconds once this node's kernel has a connection set to that node.
-//!     let vqp = ring.connect_to("10.0.0.1", 7)?;
+//!     // A virtual QP to the memory node (its address or host name), for one-sided
+//!     // requests (service 0: no endpoint): microseconds once this node's kernel has a
+//!     // connection set to that node.
+//!     let vqp = ring.connect_to("10.0.0.1", 0)?;
 //!     // The kernel finds the name in the MetaServer (one-sided READs, then cached);
 //!     // no rkey ever passes through this process.
 //!     let table = ring.import_name(&vqp, "kv-table", 4096)?;

@@ -257,10 +257,10 @@ impl Ring {
     /// Two-sided messages go as on a TCP connection: the CONNECT takes an ephemeral
     /// port of this node ([`Vqp::port`]) and its other end is the one the ring that
     /// [`listen`](Self::listen)s on port `service` there accepts for it, whose SENDs
-    /// reach this virtual QP's RECVs only. Any number of virtual QPs, of any processes,
-    /// may connect to one service at once. With nobody listening within the request
-    /// deadline, its sends fail `Refused`. Service 0 is no endpoint: a virtual QP for
-    /// one-sided requests and imports alone.
+    /// reach this virtual QP's RECVs only; it returns once the listen took it. Any
+    /// number of virtual QPs, of any processes, may connect to one service at once.
+    /// With nobody listening within the request deadline, it fails `Refused`. Service 0
+    /// is no endpoint: a virtual QP for one-sided requests and imports alone, at once.
     pub fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
         self.control(ops::connect(Sqe::connect(0, gid, service)))
     }

@@ -25,9 +25,13 @@
 #                                   pools are up, and each dial held 3 s); one set must join the
 #                                   two, dialed here or adopted, once, the lower address
 #                                   having refused the higher's attempt; unload
-#   cluster-smoke.sh cycles ROLE N  reload listening; CONNECT to ROLE's node 10 times (its set
+#   cluster-smoke.sh cycles ROLE N [PROCS]
+#                                   reload listening; CONNECT to ROLE's node 10 times (its set
 #                                   made), then N CONNECT/DISCONNECT cycles: kernel memory
-#                                   (slab + vmalloc) must stay flat across them
+#                                   (slab + vmalloc) must stay flat across them; with PROCS,
+#                                   then PROCS processes x N cycles at once, each CONNECT an
+#                                   endpoint (pairing ports 7000 + i, nobody pairing back):
+#                                   none may fail
 #   cluster-smoke.sh steady         reload listening; once a peer's set is accepted, kernel
 #                                   memory must stay flat over the next 10 s (the peer's
 #                                   cycles run then); unload once it left (60 s)
@@ -706,6 +710,11 @@ cycles)
   before=$(kmem)
   "$CONNECT_PEER" "$peer" "$3" || exit 1
   flat "$before" "$(kmem)" "$3 CONNECT/DISCONNECT cycles to $2"
+  # Endpoints: PROCS processes cycling at once, each CONNECT a link (a Hello and a
+  # Leave to the peer); none may fail (TableFull among them).
+  if [ -n "$4" ]; then
+    "$CONNECT_PEER" "$peer" "$3" 7000 "$4" || exit 1
+  fi
   rmmod krcore || exit 1
   ;;
 steady)
@@ -812,7 +821,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N | steady | messages ROLE recv|send N [META] | listener serve N [SERVICE] | listener client ROLE [PROCS [SERVICE]] | listener self N | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
+  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N [PROCS] | steady | messages ROLE recv|send N [META] | listener serve N [SERVICE] | listener client ROLE [PROCS [SERVICE]] | listener self N | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
   exit 2
   ;;
 esac

@@ -38,7 +38,7 @@ fn setup(rig: &mut Rig, r: usize) -> Handles {
     rig.push(
         r,
         &[
-            Sqe::connect(1, [1; 16], 1),
+            Sqe::pair(1, [1; 16], 1, 1),
             Sqe::reg_mr(2, MR, 4096, access),
         ],
     );

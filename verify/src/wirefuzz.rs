@@ -77,7 +77,7 @@ fn end(rig: &mut Rig, tag: u64, service: u32, recv_len: u32) -> End {
     let c = rig.run(
         ring,
         &[
-            Sqe::connect(tag << 56 | 1, PEER, service),
+            Sqe::pair(tag << 56 | 1, PEER, service as u16, service as u16),
             Sqe::reg_mr(tag << 56 | 2, MR, LEN, MrAccess::LOCAL_WRITE),
         ],
     );

@@ -55,7 +55,7 @@ fn run_sync(rig: &mut Rig, r: usize, sqes: &[Sqe]) -> Vec<Cqe> {
 
 fn setup(rig: &mut Rig, r: usize, vqps: usize) -> App {
     let mut sqes: Vec<Sqe> = (0..vqps as u64)
-        .map(|i| Sqe::connect(i, [i as u8; 16], 7))
+        .map(|i| Sqe::pair(i, [i as u8; 16], 7, 7))
         .collect();
     let access = MrAccess::LOCAL_WRITE
         | MrAccess::REMOTE_READ
@@ -722,7 +722,7 @@ fn counters_and_trace_points_see_every_outcome() {
         &mut rig,
         r,
         &[
-            Sqe::connect(1, [5; 16], 7),
+            Sqe::pair(1, [5; 16], 7, 7),
             Sqe::disconnect(2, 99),
             bad,
             Sqe::nop(4),

@@ -439,7 +439,7 @@ fn announcements_wait_for_a_listen_and_refusals_are_named() {
         ..Limits::default()
     };
     let second = rig.open(small);
-    let c = rig.run(second, &[Sqe::listen(2, 71), Sqe::connect(3, [0; 16], 5)]);
+    let c = rig.run(second, &[Sqe::listen(2, 71), Sqe::pair(3, [0; 16], 5, 5)]);
     assert!(c[0].res == 0 && c[1].res >= 0, "{c:?}");
     let links = rig.messages.links();
     rig.notice(PEER, 0, hello(71, 0x77));
@@ -452,5 +452,70 @@ fn announcements_wait_for_a_listen_and_refusals_are_named() {
     assert!(
         rig.messages.links() <= links + 1,
         "the refused end is told to leave"
+    );
+}
+
+/// A CONNECT for a listen completes when the listen takes it, as a socket's connect
+/// does: its CQE carries the virtual QP and the ephemeral port the listen's ACCEPT names;
+/// with nobody listening it fails `Refused` after the deadline, and its virtual QP and
+/// port are gone (before, it completed at once and only its SENDs failed, with
+/// `NoReceiver`, leaving the virtual QP to its caller).
+#[test]
+fn a_connect_completes_when_its_listen_takes_it() {
+    let mut rig = Rig::new(&[16, 16]);
+    let (client, server) = (rig.open(Limits::default()), rig.open(Limits::default()));
+    // Nobody listens yet: no CQE.
+    assert!(rig.run(client, &[Sqe::connect(1, [0; 16], 7000)]).is_empty(), "it waits");
+    assert_eq!(rig.kernel.ports.0.borrow().len(), 1, "its ephemeral port held");
+    // The listen comes within the deadline: both complete, each naming the other's port.
+    let c = rig.run(server, &[Sqe::listen(9, 7000)]);
+    assert!(c[0].res == 0 && more(&c[0]), "{c:?}");
+    let acc: Vec<Cqe> = c.iter().filter(|c| accepted(c)).copied().collect();
+    assert!(acc.len() == 1 && acc[0].res > 0, "{c:?}");
+    let done = rig.reap(client, 8);
+    assert!(done.len() == 1 && done[0].res > 0, "{done:?}");
+    let port = done[0].port;
+    assert!((32768..=60999).contains(&port), "an ephemeral port: {port}");
+    assert_eq!(acc[0].port, port, "the ACCEPT names the client's port");
+    // Messages flow between the two.
+    let mr = |rig: &mut Rig, r| {
+        rig.run(r, &[Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE)])[0].res as u32
+    };
+    let (cm, sm) = (mr(&mut rig, client), mr(&mut rig, server));
+    let (c_end, s_end) = (
+        End {
+            ring: client,
+            vqp: done[0].res as u32,
+            mr: cm,
+        },
+        End {
+            ring: server,
+            vqp: acc[0].res as u32,
+            mr: sm,
+        },
+    );
+    assert!(rig.run(server, &[recv(&s_end, 3, 64)]).is_empty());
+    assert_eq!(rig.run(client, &[send(&c_end, 4, 8, 44)])[0].res, 8);
+    let got = rig.reap(server, 8);
+    assert_eq!((got[0].user_data, got[0].res, got[0].aux), (3, 8, 44));
+
+    // With nobody listening on 7001: refused after the deadline, and its virtual QP
+    // and port go.
+    let vqps = |rig: &Rig| rig.rings[client].as_ref().unwrap().ring.tables.vqps.len();
+    let before = (vqps(&rig), rig.kernel.ports.0.borrow().len());
+    assert!(rig.run(client, &[Sqe::connect(5, [0; 16], 7001)]).is_empty());
+    assert_eq!(vqps(&rig), before.0 + 1);
+    rig.now_ms += 1;
+    rig.drain();
+    rig.now_ms += DEFAULT_DEADLINE_MS + 1;
+    rig.drain();
+    let c = rig.reap(client, 8);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!((c[0].user_data, c[0].failure()), (5, Some(Reason::Refused)), "{c:?}");
+    rig.run(client, &[Sqe::nop(6)]);
+    assert_eq!(
+        (vqps(&rig), rig.kernel.ports.0.borrow().len()),
+        before,
+        "its virtual QP and port went"
     );
 }

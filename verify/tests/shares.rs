@@ -42,13 +42,13 @@ fn a_user_at_its_share_of_virtual_qps_leaves_others_theirs() {
         rig.open_as(Limits::default(), user(2)),
     );
     let a = one(&mut rig, hog, Sqe::connect(1, [0; 16], 0));
-    let b = one(&mut rig, hog, Sqe::connect(2, [0; 16], 7000));
+    let b = one(&mut rig, hog, Sqe::pair(2, [0; 16], 7000, 7000));
     assert!(a.res > 0 && b.res > 0, "{a:?} {b:?}");
-    let c = one(&mut rig, hog, Sqe::connect(3, [0; 16], 7000));
+    let c = one(&mut rig, hog, Sqe::pair(3, [0; 16], 7000, 7000));
     assert_eq!(c.failure(), Some(Reason::Quota), "{c:?}");
     assert_eq!(rig.kernel.counts(1).0[Share::Vqps as usize], 2);
     // The other user connects, and listens.
-    assert!(one(&mut rig, other, Sqe::connect(4, [0; 16], 7000)).res > 0);
+    assert!(one(&mut rig, other, Sqe::pair(4, [0; 16], 7002, 7002)).res > 0);
     assert_eq!(one(&mut rig, other, Sqe::listen(5, 7001)).res, 0);
     // Released, it comes back.
     assert_eq!(one(&mut rig, hog, Sqe::disconnect(6, a.res as u32)).res, 0);

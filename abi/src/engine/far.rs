@@ -253,14 +253,6 @@ impl<S: Store> Messages<S> {
             .is_some_and(|f| f.broken)
     }
 
-    /// A DISCONNECT of the virtual QP at the local end of `link`: if the link crosses
-    /// nodes, its end departs now (the peer is told; its answer frees the receives).
-    pub fn depart_far_end(&mut self, link: u32, qps: &(impl Qps<S> + ?Sized)) {
-        if self.links.get(link).is_some_and(|l| l.far.is_some()) {
-            self.depart_far(link, qps);
-        }
-    }
-
     /// The local end of far link `link` goes: see the module doc.
     pub(super) fn depart_far(&mut self, link: u32, qps: &(impl Qps<S> + ?Sized)) {
         let Some(l) = self.links.get_mut(link) else {
@@ -271,6 +263,12 @@ impl<S: Store> Messages<S> {
         }
         l.ends[0].holder = Holder::Gone;
         let qp = l.ends[0].qp;
+        let connecting = core::mem::take(&mut l.connect_wr);
+        if connecting != 0 {
+            let _ = self
+                .owed
+                .push((connecting, Completion::Failed(Reason::Cancelled)));
+        }
         // Its waiting sends can never go now, and nothing more goes into the peer's
         // receives.
         while let Some(s) = l.ends[0].waiting.pop(&mut self.waiting) {
@@ -481,7 +479,8 @@ impl<S: Store> Messages<S> {
         self.owe_only(gid, qp, ports, far, Holder::Bound);
     }
 
-    /// Pairs our end of far link `h` with the peer's end `from`.
+    /// Pairs our end of far link `h` with the peer's end `from`; a CONNECT waiting
+    /// for it completes.
     fn pair(&mut self, h: u32, from: u64) {
         let Some(l) = self.links.get_mut(h) else {
             return;
@@ -490,6 +489,7 @@ impl<S: Store> Messages<S> {
         if let Some(f) = &mut l.far {
             f.id = from;
         }
+        self.answer_connect(h, Completion::Done);
         // Receives posted meanwhile are advertised now.
         self.enqueue(h);
     }
@@ -685,6 +685,10 @@ impl<S: Store> Messages<S> {
             true => Reason::Refused,
             false => Reason::NoReceiver,
         };
+        let connecting = core::mem::take(&mut l.connect_wr);
+        if connecting != 0 {
+            let _ = self.owed.push((connecting, Completion::Failed(why)));
+        }
         while let Some(s) = l.ends[0].waiting.pop(&mut self.waiting) {
             qps.qp(qp, |q, _| q.release_held());
             let _ = self.owed.push((s.wr_id, Completion::Failed(why)));
@@ -787,6 +791,10 @@ impl<S: Store> Messages<S> {
             while l.ends[1].recvs.pop(&mut m.recvs).is_some() {}
             // They end for the reason the QP failed (the peer went, a deadline).
             let why = Completion::Failed(qps.qp(qp, |q, _| q.fail_reason()));
+            let connecting = core::mem::take(&mut l.connect_wr);
+            if connecting != 0 {
+                let _ = m.owed.push((connecting, why));
+            }
             while let Some(s) = l.ends[0].waiting.pop(&mut m.waiting) {
                 qps.qp(qp, |q, _| q.release_held());
                 let _ = m.owed.push((s.wr_id, why));
@@ -1355,7 +1363,7 @@ pub(crate) mod tests {
         }
         carry(&nb, &na, &mut a);
         // B's end leaves: A may still be writing into its receives.
-        b.depart_far_end(b7, &nb);
+        b.depart(b7, 0, &nb);
         assert_eq!(b.cancel_recv(b7, 0, &nb), None, "the peer has not answered");
         assert!(!b.quiet(), "the sweep watches the retraction");
         // A takes the Leave: its sends to B fail from now, and it answers.
@@ -1388,7 +1396,7 @@ pub(crate) mod tests {
         carry(&na, &nb, &mut b);
         let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         b.recv(b7, 0, recv(70, 0x7000), &nb);
-        b.depart_far_end(b7, &nb);
+        b.depart(b7, 0, &nb);
         // The peer never answers.
         let mut got = Vec::new();
         b.settle(1_000, 5_000, &nb, |w, c| got.push((w.encode(), c)));

@@ -272,6 +272,7 @@ impl<S: Store> Messages<S> {
             None => {
                 l.ends[1].holder = Holder::Bound;
                 l.ends[1].qp = qp;
+                self.answer_connect(link, Completion::Done);
             }
         }
     }

@@ -275,6 +275,9 @@ pub struct Link {
     /// A CONNECT for a listener that no listen took yet (ms; `i64::MIN` until the next
     /// sweep reads the clock): refused after the deadline.
     pub(super) unanswered_since: Option<i64>,
+    /// The `wr_id` of end 0's CONNECT while it waits for its listen (0: none): its
+    /// completion is owed when the listen takes it, or it is refused.
+    pub(super) connect_wr: u64,
 }
 
 impl Link {
@@ -288,6 +291,7 @@ impl Link {
             offered: false,
             refused: false,
             unanswered_since: None,
+            connect_wr: 0,
         }
     }
 
@@ -338,7 +342,8 @@ pub struct MessageStorage<S: Store> {
     /// Sends waiting for a receive, device-wide. Each holds a send credit, so the
     /// physical QPs' depths summed suffice.
     pub waiting: S::Buf<Slot<Node<WaitingSend>>>,
-    /// Completions owed to rings; as many as `recvs` and `waiting` together.
+    /// Completions owed to rings; as many as `recvs`, `waiting` and `links` together
+    /// (a CONNECT waiting for its listen is owed one).
     pub owed: S::Buf<(u64, Completion)>,
     /// Links across nodes with notices due to the peer kernel; as many as `links`.
     pub due: S::Buf<u32>,
@@ -432,7 +437,9 @@ impl<S: Store> Messages<S> {
         };
         assert!(m.half_open.capacity() >= m.links.capacity());
         assert!(m.due.capacity() >= m.links.capacity());
-        assert!(m.owed.capacity() >= m.recvs.capacity() + m.waiting.capacity());
+        assert!(
+            m.owed.capacity() >= m.recvs.capacity() + m.waiting.capacity() + m.links.capacity()
+        );
         m
     }
 
@@ -686,6 +693,27 @@ impl<S: Store> Messages<S> {
             l.offered = false;
             self.half_open.remove(link);
             self.answered(link);
+            self.answer_connect(link, Completion::Failed(Reason::Cancelled));
+        }
+    }
+
+    /// End 0 of link `h` was made by CONNECT `wr_id`, which completes when a listen
+    /// takes the link, or fails when it is refused or its set goes.
+    pub fn await_listen(&mut self, h: u32, wr_id: u64) {
+        if let Some(l) = self.links.get_mut(h) {
+            l.connect_wr = wr_id;
+        }
+    }
+
+    /// The CONNECT that made link `h`, if it still waits, completes with `c`: `Done`
+    /// once the peer end is bound, a failure when it never will be.
+    pub(super) fn answer_connect(&mut self, h: u32, c: Completion) {
+        let Some(l) = self.links.get_mut(h) else {
+            return;
+        };
+        let wr_id = core::mem::take(&mut l.connect_wr);
+        if wr_id != 0 {
+            self.owe(wr_id, c);
         }
     }
 
@@ -747,6 +775,7 @@ impl<S: Store> Messages<S> {
                 .owed
                 .push((s.wr_id, Completion::Failed(Reason::Refused)));
         }
+        self.answer_connect(h, Completion::Failed(Reason::Refused));
     }
 
     /// The virtual QP at end `end` is released: it departs, anything still in its lists
@@ -870,7 +899,7 @@ impl Messages<super::VecStore> {
             half_open: vec![0; links],
             recvs: vec![Slot::EMPTY; n],
             waiting: vec![Slot::EMPTY; n],
-            owed: vec![(0, Completion::Done); 2 * n],
+            owed: vec![(0, Completion::Done); 2 * n + links],
             due: vec![0; links],
         })
     }

@@ -40,6 +40,10 @@ pub struct Vqp {
     /// The port its CONNECT holds (see `ports`; 0: none, as an accepted one's, whose
     /// listen holds it).
     pub port: u16,
+    /// Its CONNECT failed (refused, or its set went) before the ring learned its
+    /// handle: released at the ring's next call that reaches the device
+    /// ([`Ring::settle`]).
+    pub doomed: bool,
 }
 
 /// A registered local MR.
@@ -104,6 +108,9 @@ pub struct Inflight {
     pub len: u32,
     /// Whether it is a receive.
     pub recv: bool,
+    /// A CONNECT waiting for the listen it asked for (see `connect`): `vqp` is its
+    /// virtual QP, bound meanwhile; `mr` names none.
+    pub connect: bool,
 }
 
 /// A ring's tables.
@@ -197,6 +204,8 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     pub(crate) creds: Creds,
     /// Receives completed since their share was last given back (see `shares`).
     recvs_done: u32,
+    /// Virtual QPs whose CONNECT failed, to release (see [`Vqp::doomed`]).
+    doomed: u32,
 }
 
 impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
@@ -237,6 +246,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 user: 0,
             },
             recvs_done: 0,
+            doomed: 0,
         }
     }
 
@@ -357,6 +367,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             self.blame.strike();
         }
         self.release_counts(&inf);
+        if inf.connect {
+            return self.connected(&inf, c);
+        }
         let cqe = match c {
             Completion::Done => Cqe::ok(inf.user_data, inf.len as i32, 0),
             Completion::Received { byte_len, imm } => {
@@ -368,6 +381,32 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             }
             Completion::Failed(r) => Cqe::err(inf.user_data, r),
             Completion::Offered { .. } => return false,
+        };
+        self.emit(cqe);
+        true
+    }
+
+    /// The answer to CONNECT `inf`, waiting for its listen: its CQE (the virtual QP, the
+    /// physical QP number, the port), or its failure, after which its virtual QP goes.
+    fn connected(&mut self, inf: &Inflight, c: Completion) -> bool {
+        let Some(v) = self.tables.vqps.get_mut(inf.vqp) else {
+            return false;
+        };
+        let cqe = match c {
+            Completion::Done => Cqe {
+                port: v.port,
+                ..Cqe::ok(inf.user_data, inf.vqp as i32, v.qpn as u64)
+            },
+            Completion::Failed(why) => {
+                // A DISCONNECT or the ring's close releases a cancelled one; any other
+                // goes here, the caller never having learned its handle.
+                if why != Reason::Cancelled && !v.doomed {
+                    v.doomed = true;
+                    self.doomed += 1;
+                }
+                Cqe::err(inf.user_data, why)
+            }
+            _ => return false,
         };
         self.emit(cqe);
         true
@@ -445,12 +484,48 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.creds = creds;
     }
 
-    /// Gives back the shares its completions released since the last call (see
-    /// `shares`): every call that reaches the device makes it first.
-    pub fn settle_shares<F: Fabric<S>>(&mut self, f: &F) {
+    /// Gives back what its completions released since the last call, which reached no
+    /// device state: the shares of completed receives (see `shares`), and the virtual
+    /// QPs of failed CONNECTs. Every call that reaches the device makes it first.
+    pub fn settle<F: Fabric<S>>(&mut self, f: &F) {
+        self.give_recvs(f);
+        if self.doomed == 0 {
+            return;
+        }
+        self.doomed = 0;
+        let mut m = f.members();
+        self.release_vqps(f, &mut m, |v| v.doomed);
+    }
+
+    /// Gives back the shares of the receives completed since the last call.
+    fn give_recvs<F: Fabric<S>>(&mut self, f: &F) {
         if self.recvs_done > 0 {
             f.give_share(self.creds.user, Share::Recvs, core::mem::take(&mut self.recvs_done));
         }
+    }
+
+    /// Releases the virtual QPs `pick` chooses that have nothing in flight (the caller
+    /// holds the membership, `m`): their links left, their bindings, ports and shares
+    /// given back.
+    fn release_vqps<'f, F: Fabric<S>>(
+        &mut self,
+        f: &'f F,
+        m: &mut F::Members<'f>,
+        pick: impl Fn(&Vqp) -> bool,
+    ) {
+        let user = self.creds.user;
+        let rmrs = &mut self.tables.rmrs;
+        self.tables.vqps.drain_where(|h, v| {
+            let go = pick(v) && v.sends == 0 && v.recvs == 0;
+            if go {
+                rmrs.drain_where(|_, r| r.vqp == h);
+                f.shard(v.shard).leave(v.link, v.end, f);
+                f.qp(v.qp, |q, _| q.unbind());
+                m.disconnect(v.qp);
+                let_vqp_go(f, user, v);
+            }
+            go
+        });
     }
 
     /// Whether the ring was closed.
@@ -471,7 +546,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             true
         });
         f.give_share(self.creds.user, Share::Recvs, recvs);
-        self.settle_shares(f);
+        self.settle(f);
         self.tables.rmrs.drain_where(|_, _| true);
         if !self.tables.vqps.is_empty() {
             let mut m = f.members();
@@ -506,19 +581,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     self.cancel_recvs(h, &mut f.shard(k), f);
                 }
             }
-            self.settle_shares(f);
-            let rmrs = &mut self.tables.rmrs;
-            self.tables.vqps.drain_where(|h, v| {
-                let idle = v.sends == 0 && v.recvs == 0;
-                if idle {
-                    rmrs.drain_where(|_, r| r.vqp == h);
-                    f.shard(v.shard).leave(v.link, v.end, f);
-                    f.qp(v.qp, |q, _| q.unbind());
-                    m.disconnect(v.qp);
-                    let_vqp_go(f, user, v);
-                }
-                idle
-            });
+            // Every idle one goes, those of failed CONNECTs with them (the membership
+            // is held: `settle` would take it again).
+            self.give_recvs(f);
+            self.doomed = 0;
+            self.release_vqps(f, &mut m, |_| true);
         }
         self.tables.mrs.drain_where(|_, m| {
             let mut idle = m.sends == 0 && m.recvs == 0;

@@ -160,7 +160,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         cx: Context,
     ) -> Result<Submitted, RingError> {
         self.flush_overflow();
-        self.settle_shares(f);
+        self.settle(f);
         if self.registration != Pending::None {
             self.publish();
             return Ok(Submitted {
@@ -272,8 +272,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 let v = *t.vqps.get(vqp).expect("validated");
                 self.hold_members(f, held);
                 self.hold_shard(f, held, v.shard);
-                // Across nodes the peer is told first: its answer frees our receives.
-                held.shard(v.shard).depart_far_end(v.link, f);
+                // Its end departs first: across nodes the peer is told (its answer frees
+                // our receives), and a CONNECT still waiting for its listen ends
+                // `Cancelled`.
+                held.shard(v.shard).depart(v.link, v.end, f);
                 self.cancel_recvs(vqp, held.shard(v.shard), f);
                 let t = &mut self.tables;
                 let v = *t.vqps.get(vqp).expect("validated");
@@ -382,6 +384,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                             mr,
                             len: local.len,
                             recv: false,
+                            connect: false,
                         };
                         return self.send(v, inf, kind, local, flags, f, held, cx);
                     }
@@ -396,6 +399,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     mr,
                     len: local.len,
                     recv: true,
+                    connect: false,
                 };
                 if self.tables.inflight.len() == self.tables.inflight.capacity() {
                     return Step::Wait(Stall::InflightFull);
@@ -518,6 +522,30 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         Step::Taken
     }
 
+    /// Takes an in-flight slot for CONNECT `ud` of virtual QP `vqp`, waiting for its
+    /// listen (the caller checked there is one free), counted as a request of the
+    /// virtual QP (a DISCONNECT waits for it); returns its `wr_id`.
+    fn track_connect(&mut self, ud: u64, vqp: u32) -> u64 {
+        let inf = Inflight {
+            user_data: ud,
+            vqp,
+            mr: 0,
+            len: 0,
+            recv: false,
+            connect: true,
+        };
+        let slot = self.tables.inflight.insert(inf).expect("room checked");
+        if let Some(v) = self.tables.vqps.get_mut(vqp) {
+            v.sends += 1;
+        }
+        WrId {
+            ring: self.id,
+            ring_gen: self.gen,
+            slot,
+        }
+        .encode()
+    }
+
     /// Takes an in-flight slot for `inf` and counts it on its virtual QP and MR (undone by
     /// `release_counts` when it completes); returns its `wr_id`, or `None` when every
     /// slot is in use.
@@ -557,6 +585,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         held: &mut Held<'f, S, F>,
     ) -> Step {
         let creds = self.creds;
+        // A CONNECT for a listen completes when the listen takes it: it holds an
+        // in-flight slot until then.
+        let waits = t.peer != 0 && !t.pair;
+        if waits && self.tables.inflight.len() == self.tables.inflight.capacity() {
+            return Step::Wait(Stall::InflightFull);
+        }
         // The virtual QP is this user's share (see `shares`), given back with it.
         if let Err(why) = f.take_share(creds.user, Share::Vqps) {
             self.emit(Cqe::err(ud, why));
@@ -623,6 +657,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     }
                     Ok((link, end)) => {
                         let h = self.bind_vqp(conn, k, link, end, t.local, f);
+                        if waits {
+                            // Its CQE comes when the listen takes it, or refuses.
+                            let wr_id = self.track_connect(ud, h);
+                            held.shard(k).await_listen(link, wr_id);
+                            return Step::Taken;
+                        }
                         Cqe {
                             port: t.local,
                             ..Cqe::ok(ud, h as i32, conn.qpn as u64)
@@ -659,6 +699,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             link,
             end,
             port,
+            doomed: false,
         });
         let h = h.expect("room checked");
         f.qp(conn.qp, |q, _| q.bind());

@@ -230,7 +230,7 @@ impl DevCtx {
                 half_open: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
                 recvs: KBuf::filled(RECVS, Slot::EMPTY, GFP_KERNEL)?,
                 waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
-                owed: KBuf::filled(RECVS + WAITING, (0, Completion::Done), GFP_KERNEL)?,
+                owed: KBuf::filled(RECVS + WAITING + LINKS, (0, Completion::Done), GFP_KERNEL)?,
                 due: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
             });
             m.set_index(shards.len() as u32);

@@ -15,7 +15,9 @@ from krcore import Access, Batch, Reason
 
 def main():
     with krcore.Ring(16) as ring:
-        vqp = ring.connect(ring.node_gid(), service=6)
+        # An endpoint that pairs on one port (a RECV below waits on it); service 0
+        # would be one-sided only.
+        vqp = ring.pair(ring.node_gid(), 4006, 4006)
         print(f"connected: {vqp}")
         mr = ring.register(8192, Access.LOCAL_WRITE | Access.REMOTE_READ |
                            Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)

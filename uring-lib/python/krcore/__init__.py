@@ -3,7 +3,7 @@ operations, over the same C helpers (uring-lib/c/krcore.h) C programs use.
 
     import krcore
     with krcore.Ring(64) as ring:
-        vqp = ring.connect(ring.node_gid(), service=7)     # this node's loopback pool
+        vqp = ring.connect(ring.node_gid())                # this node's loopback pool
         mr = ring.register(4096, krcore.Access.LOCAL_WRITE | krcore.Access.REMOTE_READ)
         remote = ring.import_mr(vqp, mr.export())
         mr.view[:5] = b"hello"

@@ -78,7 +78,10 @@ impl Actor {
             0 => Sqe::nop(ud),
             1 => Sqe::reg_mr(ud, base + off, len.min((ARENA as u64 - off) as u32), access),
             2 => Sqe::dereg_mr(ud, mr),
-            3 => Sqe::connect(ud, LOCAL_GID, self.rng.below(8) as u32),
+            3 => match self.rng.below(8) as u16 {
+                0 => Sqe::connect(ud, LOCAL_GID, 0),
+                s => Sqe::pair(ud, LOCAL_GID, s, s),
+            },
             4 => Sqe::disconnect(ud, v),
             5 => {
                 let d = self.handle();

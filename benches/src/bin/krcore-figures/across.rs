@@ -40,10 +40,10 @@ const LOOKUPS: usize = 200;
 const PER_VQP: usize = 64;
 /// First contacts measured (each reloads this node's module).
 const FIRST_CONTACTS: usize = 5;
-/// The service this side's own bookkeeping CONNECTs on.
-const CONTROL_SERVICE: u32 = 40;
-/// The service the MetaServer lookups CONNECT on.
-const LOOKUP_SERVICE: u32 = 41;
+/// What this side's own bookkeeping CONNECTs name: no endpoint (one-sided alone).
+const CONTROL_SERVICE: u32 = 0;
+/// What the MetaServer lookups' CONNECTs name: no endpoint.
+const LOOKUP_SERVICE: u32 = 0;
 
 fn gone(e: impl std::fmt::Display) -> ! {
     panic!("across nodes: {e}")

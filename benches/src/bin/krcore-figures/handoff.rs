@@ -159,9 +159,8 @@ fn krcore(call: &Call, st: &mut Stages) -> Result<Offer, String> {
     let mut mr = st.time("REG_MR", || ring.register(len + 16, access).map_err(e))?;
     if k > 0 {
         let prev = call.route[k as usize - 1];
-        // A service per process: one link per pair of nodes and service.
-        let service = std::process::id();
-        let v = st.time("CONNECT", || ring.connect(gid_of(prev), service).map_err(e))?;
+        // No endpoint: the hand-off is one-sided.
+        let v = st.time("CONNECT", || ring.connect(gid_of(prev), 0).map_err(e))?;
         let input = st.time("IMPORT_NAME", || {
             ring.import_name(&v, &name(call.run, k - 1), len as u32 + 16)
                 .map_err(e)

@@ -110,7 +110,7 @@ pub fn pool_ready_before_any_application() -> Result<(), String> {
 /// READs 8 bytes of its own exported memory through a virtual QP connected to `gid`.
 fn read_through(gid: [u8; 16], b: Builder) -> Result<(), String> {
     let mut r = open(b)?;
-    let (v, _) = ok(&mut r, Sqe::connect(1, gid, 1))?;
+    let (v, _) = ok(&mut r, Sqe::connect(1, gid, 0))?;
     let v = v as u32;
     let mut buf = Buf::new(512);
     buf.bytes_mut()[..8].copy_from_slice(b"device 1");
@@ -150,7 +150,7 @@ pub fn rings_bind_the_device_they_name() -> Result<(), String> {
             || format!("named binding: device {}", r1.params().dev_index),
         )?;
         // Its device's GID only.
-        let c = run(&mut r1, Sqe::connect(1, VETH0_GID, 1))?;
+        let c = run(&mut r1, Sqe::connect(1, VETH0_GID, 0))?;
         check(c.res < 0, || {
             format!("rxe1's ring connected to rxe0's GID: {c:?}")
         })?;

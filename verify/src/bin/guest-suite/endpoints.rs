@@ -110,3 +110,111 @@ pub fn a_held_service_is_its_users_alone() -> Result<(), String> {
         format!("the listen got {got:?}, not uid 1002's secret from port {port}")
     })
 }
+
+/// What a hog holds: how many of each it got before `Quota`, and the reason that
+/// stopped it, per kind, as text.
+fn fill(r: &mut Ring, bufs: &mut Vec<krcore_uring::MemoryRegion>) -> Result<String, String> {
+    let mut out = Vec::new();
+    // Ports of this user's own (another's would be refused as held).
+    // SAFETY: a plain system call.
+    let base = 9000 + (unsafe { libc::getuid() } % 100) as u16 * 10;
+    // Virtual QPs (one-sided: no endpoint), until refused.
+    let mut vqps = Vec::new();
+    let why = loop {
+        match r.connect(LOCAL_GID, 0) {
+            Ok(v) => vqps.push(v),
+            Err(e) => break e.reason(),
+        }
+        if vqps.len() > 64 {
+            break None;
+        }
+    };
+    out.push(format!("vqps {} {why:?}", vqps.len()));
+    // Receives on a pair of its own, waiting, until refused.
+    r.disconnect(vqps.pop().ok_or("no virtual QP")?).map_err(|e| e.to_string())?;
+    let v = r.pair(LOCAL_GID, base, base).map_err(|e| e.to_string())?;
+    let mr = r.register(4096, MrAccess::LOCAL_WRITE).map_err(|e| e.to_string())?;
+    let mut n = 0;
+    let why = loop {
+        let recv = Sqe::two_sided(Opcode::Recv, 100 + n, v.handle(), mr.handle(), mr.addr(), 64);
+        // SAFETY: the region outlives the receives: the process exits with both.
+        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        r.submit().map_err(|e| e.to_string())?;
+        if let Some(c) = r.completions().next() {
+            break c.failure();
+        }
+        n += 1;
+        if n > 64 {
+            break None;
+        }
+    };
+    out.push(format!("recvs {n} {why:?}"));
+    let remote = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+    let why = loop {
+        match r.register(4096, remote) {
+            Ok(m) => bufs.push(m),
+            Err(e) => break e.reason(),
+        }
+        if bufs.len() > 64 {
+            break None;
+        }
+    };
+    out.push(format!("exports {} {why:?}", bufs.len()));
+    let mut listens = Vec::new();
+    let why = loop {
+        match r.listen(base as u32 + 1 + listens.len() as u32) {
+            Ok(l) => listens.push(l),
+            Err(e) => break e.reason(),
+        }
+        if listens.len() > 8 {
+            break None;
+        }
+    };
+    out.push(format!("listens {} {why:?}", listens.len()));
+    std::mem::forget(listens);
+    std::mem::forget(vqps);
+    std::mem::forget(mr);
+    Ok(out.join(", "))
+}
+
+/// A user that fills its shares of the device's tables (virtual QPs, receives, exports
+/// with remote rights, listens; shares lowered to a few) stops at each with `Quota`,
+/// and while it holds them another user's CONNECT, RECV, REG_MR with remote rights and
+/// LISTEN all succeed. (Before shares, one user filled each table and every other
+/// user got `TableFull`.)
+pub fn a_user_cannot_fill_what_others_need() -> Result<(), String> {
+    use crate::limits::{pipe, signal, wait};
+    use verify::guest::Param;
+    let _p = [
+        Param::set("max_vqps_per_user", "4")?,
+        Param::set("max_recvs_per_user", "4")?,
+        Param::set("max_exports_per_user", "2")?,
+        Param::set("max_listens_per_user", "2")?,
+    ];
+    let (ready_r, ready_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let hog = Child::spawn(move || {
+        become_user(1001, 1 << 20)?;
+        let mut r = ring()?;
+        let mut bufs = Vec::new();
+        let report = fill(&mut r, &mut bufs)?;
+        signal(ready_w)?;
+        wait(go_r)?;
+        Ok(report)
+    })?;
+    wait(ready_r)?;
+    let other = Child::spawn(|| {
+        become_user(1002, 1 << 20)?;
+        let mut r = ring()?;
+        let mut bufs = Vec::new();
+        fill(&mut r, &mut bufs)
+    })?
+    .join()?;
+    signal(go_w)?;
+    let hog = hog.join()?;
+    println!("  uid 1001 filled its shares: {hog}");
+    println!("  meanwhile uid 1002: {other}");
+    let want = "vqps 4 Some(Quota), recvs 4 Some(Quota), exports 2 Some(Quota), listens 2 Some(Quota)";
+    check(hog == want, || format!("uid 1001: {hog}"))?;
+    check(other == want, || format!("uid 1002 while uid 1001 held its shares: {other}"))
+}

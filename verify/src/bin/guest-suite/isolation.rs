@@ -28,6 +28,7 @@ pub(crate) struct Child {
 }
 
 impl Child {
+
     /// Forks; the child runs `f`, writes its `Ok` text to the pipe and exits 0, or
     /// prints its error and exits 1.
     pub(crate) fn spawn(f: impl FnOnce() -> Result<String, String>) -> Result<Child, String> {

@@ -192,7 +192,7 @@ pub fn ring_memory_is_charged_to_the_cgroup() -> Result<(), String> {
     })
 }
 
-fn pipe() -> Result<(i32, i32), String> {
+pub(crate) fn pipe() -> Result<(i32, i32), String> {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for two descriptors.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
@@ -201,13 +201,13 @@ fn pipe() -> Result<(i32, i32), String> {
     Ok((fds[0], fds[1]))
 }
 
-fn signal(fd: i32) -> Result<(), String> {
+pub(crate) fn signal(fd: i32) -> Result<(), String> {
     // SAFETY: one byte from a live buffer.
     let n = unsafe { libc::write(fd, b"!".as_ptr().cast(), 1) };
     check(n == 1, || "pipe write".into())
 }
 
-fn wait(fd: i32) -> Result<(), String> {
+pub(crate) fn wait(fd: i32) -> Result<(), String> {
     let mut b = [0u8; 1];
     // SAFETY: one byte into a live buffer.
     let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };

@@ -187,6 +187,10 @@ const TESTS: &[Test] = &[
         run: endpoints::a_held_service_is_its_users_alone,
     },
     Test {
+        name: "endpoints::a_user_cannot_fill_what_others_need",
+        run: endpoints::a_user_cannot_fill_what_others_need,
+    },
+    Test {
         name: "limits::unprivileged_user_exhausts_its_quota_cleanly",
         run: limits::unprivileged_user_exhausts_its_quota_cleanly,
     },
