@@ -216,9 +216,11 @@ u32 krcore_shim_max_sq_idle_ms(void)
 	return READ_ONCE(max_sq_idle_ms);
 }
 
-/* The user the current task is counted as: its uid, or for a task in a user namespace,
- * the owner of the outermost one below the initial namespace, so a uid range mapped
- * into a namespace (unshare --map-users) counts as one user, its owner. */
+/* The user the current task is counted as: its uid, or for a task in a user namespace
+ * an unprivileged user made, that user (the owner of the outermost namespace below the
+ * initial one), so a uid range mapped into it (unshare --map-users) counts as one user.
+ * A namespace root made (a container's) keeps its uids apart: merging them would make
+ * every container user root for ports and quotas. */
 u32 krcore_shim_current_uid(void)
 {
 	const struct user_namespace *ns = current_user_ns();
@@ -226,16 +228,17 @@ u32 krcore_shim_current_uid(void)
 
 	while (ns != &init_user_ns && ns->parent != &init_user_ns)
 		ns = ns->parent;
-	if (ns != &init_user_ns)
+	if (ns != &init_user_ns && !uid_eq(ns->owner, GLOBAL_ROOT_UID))
 		uid = ns->owner;
 	return from_kuid_munged(&init_user_ns, uid);
 }
 
-/* Whether the current task may hold ports below 1024 (abi's engine/ports.rs), as
- * inet_bind's check: capable() is a static inline on 6.12's Rust side. */
+/* Whether the current task may hold ports below 1024 (abi's engine/ports.rs). Asked at
+ * ring setup of every ring, so without an audit record or PF_SUPERPRIV for the many
+ * that never bind one. */
 bool krcore_shim_may_bind_low(void)
 {
-	return capable(CAP_NET_BIND_SERVICE);
+	return has_capability_noaudit(current, CAP_NET_BIND_SERVICE);
 }
 
 static int krcore_client_add(struct ib_device *dev)

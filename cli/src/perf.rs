@@ -200,7 +200,7 @@ pub fn bw(a: &Args) -> Result<()> {
 
 pub fn lookup(node: &str, name: &str, len: u32, again: u32) -> Result<()> {
     let mut ring = Builder::new(16).build(Device::open()?)?;
-    let vqp = ring.connect_to(node, 41)?;
+    let vqp = ring.connect_to(node, 0)?;
     let start = Instant::now();
     let r = ring.import_name(&vqp, name, len)?;
     let first = start.elapsed();

@@ -178,10 +178,11 @@ impl WaitingSend {
 }
 
 impl<S: Store> Messages<S> {
-    /// A CONNECT by `t` of a virtual QP bound to set QP `qp` to the node at `gid`: its
-    /// end, paired with the peer's if a pairing Hello for it came first (`t.pair`), else
-    /// new, announced with our Hello. Fails `ServiceTaken` while a link of this node
-    /// with that node has the same ports, and `TableFull` when the links are used up.
+    /// A CONNECT by `t` of a virtual QP bound to set QP `qp` to the node at `gid`: a
+    /// new end, announced with our Hello (a pairing one pairs with the peer's when
+    /// either's Hello reaches the other's end; see `on_hello`). Fails `ServiceTaken`
+    /// while a link of this node with that node has the same ports, and `TableFull`
+    /// when the links are used up.
     pub fn join_far(
         &mut self,
         gid: [u8; 16],
@@ -190,38 +191,29 @@ impl<S: Store> Messages<S> {
         qps: &(impl Qps<S> + ?Sized),
     ) -> Result<(u32, u8), Reason> {
         let ports = [t.local, t.peer];
-        let mut pending = None;
-        for (h, l) in self.links.iter() {
-            if l.far.is_none() || l.gid != gid || l.ports != ports {
-                continue;
-            }
-            match l.ends[0].holder {
-                // A peer's pairing end that came first: ours to take, when we pair
-                // too (a listen's is offered to the listen alone).
-                Holder::Open if t.pair && l.pair && !l.offered => pending = Some(h),
-                Holder::Open | Holder::Bound => return Err(Reason::ServiceTaken),
-                // Over: its last notices go by id.
-                Holder::Gone | Holder::Left => {}
-            }
+        let in_use = self.links.iter().any(|(_, l)| {
+            // A link that is over sends its last notices by id.
+            let live = matches!(l.ends[0].holder, Holder::Open | Holder::Bound);
+            live && l.far.is_some() && l.gid == gid && l.ports == ports
+        });
+        if in_use {
+            return Err(Reason::ServiceTaken);
         }
         let bound = End {
             holder: Holder::Bound,
             qp,
             ..End::OPEN
         };
-        let h = match pending {
-            Some(h) => {
-                let l = self.links.get_mut(h).expect("found");
-                l.ends[0] = bound;
-                self.answered(h);
-                h
-            }
-            None => {
-                let mut l = Link::new(gid, ports, [bound, End::OPEN], Some(Far::NEW));
-                l.pair = t.pair;
-                self.links.insert(l).map_err(|_| Reason::TableFull)?
-            }
-        };
+        let mut l = Link::new(gid, ports, [bound, End::OPEN], Some(Far::NEW));
+        l.pair = t.pair;
+        if !t.pair {
+            // Refused here if the peer never answers (see `expire_unanswered`).
+            l.unanswered_since = Some(i64::MIN);
+        }
+        let h = self.links.insert(l).map_err(|_| Reason::TableFull)?;
+        if !t.pair {
+            self.unanswered += 1;
+        }
         if let Some(f) = self.far_mut(h) {
             f.hello = true;
         }
@@ -417,12 +409,27 @@ impl<S: Store> Messages<S> {
             }
         }
         if let Some(h) = waiting {
-            return self.pair(h, from);
+            // It never heard of our end (its Hello went before ours arrived, or ours
+            // was dropped for having no end there): tell it.
+            self.pair(h, from);
+            if let Some(f) = self.far_mut(h) {
+                f.hello = true;
+            }
+            return self.enqueue(h);
         }
-        // A peer's ends waiting here for a listen or a pairing CONNECT are its share of
-        // the shard: past it, refused at once, so no peer fills the links every other
-        // node and this node's users need.
-        if taken || self.announced_by(gid) >= self.links.capacity() / PEER_SHARE {
+        if taken {
+            return self.tell_to_leave(*gid, qp, ports, from);
+        }
+        // A pairing end with none here to pair with is not kept: when ours comes, its
+        // Hello finds the peer's end waiting, which pairs and answers. So no peer holds
+        // links here by pairing with nobody.
+        if pair {
+            return;
+        }
+        // A peer's ends waiting here for a listen are its share of the shard: past it,
+        // refused at once, so no peer fills the links every other node and this node's
+        // users need.
+        if self.announced_by(gid) >= self.links.capacity() / PEER_SHARE {
             return self.tell_to_leave(*gid, qp, ports, from);
         }
         let mut l = Link::new(
@@ -444,20 +451,16 @@ impl<S: Store> Messages<S> {
                 ..Far::NEW
             }),
         );
-        l.pair = pair;
         // A CONNECT for our listener waits for one until the deadline.
-        if !pair {
-            l.unanswered_since = Some(i64::MIN);
-        }
+        l.unanswered_since = Some(i64::MIN);
         let Ok(h) = self.links.insert(l) else {
-            // No room: refused at once rather than left waiting.
+            // No room: refused (if a link can be had to say so; the peer's own deadline
+            // ends it otherwise).
             return self.tell_to_leave(*gid, qp, ports, from);
         };
-        if !pair {
-            self.unanswered += 1;
-            // A ring that listens on the port takes it (see `listen`).
-            self.offer(h);
-        }
+        self.unanswered += 1;
+        // A ring that listens on the port takes it (see `listen`).
+        self.offer(h);
     }
 
     /// Links of the peer at `gid` with no end here yet (its CONNECTs waiting for a listen
@@ -804,6 +807,7 @@ impl<S: Store> Messages<S> {
                 let _ = m.owed.push((r.wr_id, why));
             }
             if matches!(l.ends[0].holder, Holder::Open | Holder::Left) {
+                m.answered(h);
                 m.links.remove(h);
             }
         });
@@ -1047,6 +1051,17 @@ pub(crate) mod tests {
         }
     }
 
+    /// Carries notices both ways until none is left: the Hellos of ends that pair, and
+    /// their answers.
+    pub(crate) fn meet(
+        na: &Node,
+        a: &mut Messages<VecStore>,
+        nb: &Node,
+        b: &mut Messages<VecStore>,
+    ) {
+        while carry(na, nb, b) + carry(nb, na, a) > 0 {}
+    }
+
     /// A CONNECT that pairs port `p` with the peer's port `p`.
     pub(crate) fn pair(p: u16) -> Tuple {
         Tuple {
@@ -1149,7 +1164,15 @@ pub(crate) mod tests {
                 m.on_notice(&from.gid, qp, n, None, to);
             }
         }
-        assert!(na.wire.borrow().is_empty() && nb.wire.borrow().is_empty(), "no Leave");
+        let told: Vec<_> = [&na, &nb]
+            .iter()
+            .flat_map(|n| n.wire.borrow().iter().map(|&(_, n)| n).collect::<Vec<_>>())
+            .collect();
+        assert!(
+            told.iter().all(|n| matches!(n, Notice::Hello { .. })),
+            "no Leave: {told:?}"
+        );
+        meet(&na, &mut a, &nb, &mut b);
         for (w, addr) in [(80, 0x8000), (81, 0x8100)] {
             assert_eq!(b.recv(b7, 0, recv(w, addr), &nb), RecvStep::Queued);
         }
@@ -1193,6 +1216,7 @@ pub(crate) mod tests {
         let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
         let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
+        meet(&na, &mut a, &nb, &mut b);
         carry(&nb, &na, &mut a);
         for (w, addr) in [(80, 0x8000), (81, 0x8100), (82, 0x8200)] {
             assert_eq!(b.recv(b7, 0, recv(w, addr), &nb), RecvStep::Queued);
@@ -1246,6 +1270,7 @@ pub(crate) mod tests {
         a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
         let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
+        meet(&na, &mut a, &nb, &mut b);
         carry(&nb, &na, &mut a);
         assert_eq!(b.recv(b7, 0, recv(80, 0x8000), &nb), RecvStep::Queued);
         assert_eq!(*nb.mapped.borrow(), vec![key(0x8000)]);
@@ -1264,10 +1289,12 @@ pub(crate) mod tests {
             Err(Reason::ServiceTaken),
             "one end per node and service"
         );
-        // B's CONNECTs come after A's Hellos arrived: each pairs at once.
+        // B's CONNECTs come after A's Hellos, which found no end there and were
+        // dropped: B's Hellos find A's ends waiting, which pair and answer.
         assert_eq!(carry(&na, &nb, &mut b), 2);
         let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
         let (b8, _) = b.join_far(na.gid, pair(8), 0, &nb).unwrap();
+        meet(&na, &mut a, &nb, &mut b);
         carry(&nb, &na, &mut a);
         // B posts a receive on each service: advertised to A, into the right end.
         for (link, w, addr) in [(b7, 70, 0x7000), (b8, 80, 0x8000)] {
@@ -1358,6 +1385,7 @@ pub(crate) mod tests {
         let (a7, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
         let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
+        meet(&na, &mut a, &nb, &mut b);
         for (w, addr) in [(70, 0x7000), (71, 0x7100)] {
             b.recv(b7, 0, recv(w, addr), &nb);
         }
@@ -1395,6 +1423,7 @@ pub(crate) mod tests {
         let (_, _) = a.join_far(nb.gid, pair(7), 1, &na).unwrap();
         carry(&na, &nb, &mut b);
         let (b7, _) = b.join_far(na.gid, pair(7), 1, &nb).unwrap();
+        meet(&na, &mut a, &nb, &mut b);
         b.recv(b7, 0, recv(70, 0x7000), &nb);
         b.depart(b7, 0, &nb);
         // The peer never answers.

@@ -835,4 +835,79 @@ mod tests {
         s.leave(l2, e2, &ns);
         assert_eq!(s.links(), 1, "the refused link goes with its end");
     }
+
+    /// A set that fails forgets the peer's CONNECTs waiting for a listen here: nothing
+    /// keeps the shard busy after (it kept counting one).
+    #[test]
+    fn a_failed_set_forgets_waiting_connects() {
+        let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
+        c.join_far(ns.gid, client(), 1, &nc).unwrap();
+        carry(&nc, &ns, &mut s);
+        assert!(!s.quiet());
+        s.fail_far(1 << 1, &ns);
+        let _ = owed(&mut s, &ns);
+        assert!(s.links() == 0 && s.quiet(), "nothing left, nothing to sweep");
+    }
+
+    /// A CONNECT of this node's that departed before any listen took it is offered to no
+    /// listen that comes after.
+    #[test]
+    fn a_departed_connect_is_offered_to_no_listen() {
+        let (n, mut m) = node(11);
+        let (h, e) = m.join(n.gid, client(), 0, None).unwrap();
+        m.await_listen(h, 99);
+        m.depart(h, e, &n);
+        assert_eq!(owed(&mut m, &n), vec![(99, Completion::Failed(Reason::Cancelled))]);
+        assert_eq!(m.add_listener(SERVICE, listen()), Ok(false), "not offered");
+        m.leave(h, e, &n);
+        assert_eq!(m.links(), 0);
+    }
+
+    /// A pairing Hello that finds no end here holds nothing; the end that comes later
+    /// pairs with the peer's all the same, and messages flow.
+    #[test]
+    fn pairing_holds_nothing_until_both_ends_come() {
+        let ((na, mut a), (nb, mut b)) = (node(11), node(12));
+        let t = Tuple {
+            local: 5000,
+            peer: 6000,
+            pair: true,
+        };
+        let (al, _) = a.join_far(nb.gid, t, 1, &na).unwrap();
+        carry(&na, &nb, &mut b);
+        assert_eq!(b.links(), 0, "nothing kept for a peer that pairs with nobody");
+        let back = Tuple {
+            local: 6000,
+            peer: 5000,
+            pair: true,
+        };
+        let (bl, _) = b.join_far(na.gid, back, 1, &nb).unwrap();
+        carry(&nb, &na, &mut a);
+        carry(&na, &nb, &mut b);
+        carry(&nb, &na, &mut a);
+        assert_eq!(b.recv(bl, 0, recv(9, 0x9000), &nb), RecvStep::Queued);
+        carry(&nb, &na, &mut a);
+        assert!(matches!(
+            a.send(al, 0, send(1, 8, None)),
+            SendStep::DeliverFar { r, .. } if r.addr == 0x9000
+        ));
+    }
+
+    /// A CONNECT whose peer never answers (its shard had no room even to refuse) is
+    /// refused here after twice the deadline, and the peer is told (it waited forever).
+    #[test]
+    fn a_connect_the_peer_never_answers_is_refused_here() {
+        let (nc, mut c) = node(11);
+        let (h, _) = c.join_far([9; 16], client(), 1, &nc).unwrap();
+        c.await_listen(h, 99);
+        nc.wire.borrow_mut().clear();
+        let mut got = vec![];
+        for now in [0, 10_000, 10_001, 20_001] {
+            c.settle(now, 10_000, &nc, |w, x| got.push((w.encode(), x)));
+        }
+        assert_eq!(got, vec![(99, Completion::Failed(Reason::Refused))]);
+        let told: std::vec::Vec<_> = nc.wire.borrow().iter().map(|&(_, n)| n).collect();
+        assert!(matches!(told[..], [Notice::Leave { .. }]), "{told:?}");
+    }
+
 }

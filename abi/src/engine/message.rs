@@ -690,6 +690,8 @@ impl<S: Store> Messages<S> {
                 .push((s.wr_id, Completion::Failed(Reason::NoReceiver)));
         }
         if l.ends[peer].holder == Holder::Open {
+            // Its other end never comes now: no listen or pairing CONNECT takes it.
+            l.ends[peer].holder = Holder::Left;
             l.offered = false;
             self.half_open.remove(link);
             self.answered(link);
@@ -736,9 +738,13 @@ impl<S: Store> Messages<S> {
         for i in 0..self.links.capacity() {
             let Some(h) = self.links.handle_at(i) else { continue };
             let l = self.links.get_mut(h).expect("live");
+            // A CONNECT of ours to another node waits twice as long: the peer's own
+            // deadline answers first, unless the peer never answers at all.
+            let ours_far = l.far.is_some() && l.ends[0].holder == Holder::Bound;
+            let limit = if ours_far { 2 * deadline_ms } else { deadline_ms };
             match l.unanswered_since {
                 Some(i64::MIN) => l.unanswered_since = Some(now_ms),
-                Some(t) if now_ms - t > deadline_ms => {
+                Some(t) if now_ms - t > limit => {
                     self.refuse(h, qps);
                 }
                 _ => {}
@@ -754,15 +760,26 @@ impl<S: Store> Messages<S> {
             return;
         };
         l.offered = false;
+        let far = l.far.is_some();
         if let Some(f) = &mut l.far {
-            // A peer's end that asked for our listen: told to leave; the link goes
-            // once that is sent.
-            l.ends[0].holder = Holder::Left;
-            (f.hello, f.leave) = (false, true);
-            self.enqueue(h);
-            self.flush_due(qps);
-            return;
+            if l.ends[0].holder == Holder::Open {
+                // A peer's end that asked for our listen: told to leave; the link goes
+                // once that is sent.
+                l.ends[0].holder = Holder::Left;
+                (f.hello, f.leave) = (false, true);
+                self.enqueue(h);
+                self.flush_due(qps);
+                return;
+            }
+            // Our CONNECT the peer never answered: it is told we gave up.
+            f.leave = true;
         }
+        if far {
+            self.enqueue(h);
+        }
+        let Some(l) = self.links.get_mut(h) else {
+            return;
+        };
         if l.ends[1].holder != Holder::Open {
             return;
         }
@@ -776,6 +793,9 @@ impl<S: Store> Messages<S> {
                 .push((s.wr_id, Completion::Failed(Reason::Refused)));
         }
         self.answer_connect(h, Completion::Failed(Reason::Refused));
+        if far {
+            self.flush_due(qps);
+        }
     }
 
     /// The virtual QP at end `end` is released: it departs, anything still in its lists

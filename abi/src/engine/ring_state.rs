@@ -492,9 +492,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         if self.doomed == 0 {
             return;
         }
-        self.doomed = 0;
         let mut m = f.members();
         self.release_vqps(f, &mut m, |v| v.doomed);
+        // One with requests still in flight (its handle guessed) goes at a later call.
+        self.doomed = self.tables.vqps.iter().filter(|(_, v)| v.doomed).count() as u32;
     }
 
     /// Gives back the shares of the receives completed since the last call.
@@ -571,6 +572,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// nothing is left (the ring's memory may be freed).
     pub fn release_idle<F: Fabric<S>>(&mut self, f: &F) -> bool {
         let (owner, user) = ((self.id, self.gen), self.creds.user);
+        // What its last completions gave back (receives a DISCONNECT cancelled among
+        // them), whether or not virtual QPs remain.
+        self.give_recvs(f);
         if !self.tables.vqps.is_empty() {
             let mut m = f.members();
             // Receives no message took are cancelled: only a peer's SEND would complete

@@ -171,7 +171,7 @@ pub fn first_remote_connect_builds_the_pool() -> Result<(), String> {
         let mut ring = Builder::new(8).build(dev).map_err(|e| e.to_string())?;
         fails_as(
             "a first CONNECT, to another node, with no pool",
-            ring.connect_to("192.0.2.99", 5),
+            ring.connect_to("192.0.2.99", 0),
             |e| e.reason() == Some(Reason::Unreachable),
             "it did not fail Unreachable",
         )?;

@@ -14,7 +14,7 @@ use verify::guest::mono_ns;
 use verify::kv;
 
 use crate::worker::Report;
-use crate::{service, Res, BIN_MS, NAME, PORT};
+use crate::{Res, BIN_MS, NAME, PORT, SERVICE};
 
 /// A launcher's schedule (its arguments, in order).
 #[derive(clap::Args)]
@@ -69,7 +69,7 @@ fn probe(system: &str, p: &Plan) -> Res<Duration> {
             let mut vqp = None;
             until_found("krcore", || {
                 if vqp.is_none() {
-                    match ring.connect(gid, service()) {
+                    match ring.connect(gid, SERVICE) {
                         Ok(v) => vqp = Some(v),
                         Err(x) if passing(&x, Reason::Unreachable) => return Ok(false),
                         Err(x) => return Err(x.to_string()),

@@ -38,12 +38,8 @@ const BIN_MS: u64 = 100;
 
 type Res<T> = Result<T, String>;
 
-/// The service a process CONNECTs on: its pid. A service names one virtual QP per pair of
-/// nodes (two-sided messages are routed by it), so concurrent workers on one node each
-/// need their own; a pid is unique while the process lives.
-fn service() -> u32 {
-    std::process::id()
-}
+/// The service a process CONNECTs on: 0, no endpoint (its requests are one-sided).
+const SERVICE: u32 = 0;
 
 /// The demo's processes.
 #[derive(clap::Parser)]

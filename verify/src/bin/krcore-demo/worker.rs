@@ -11,7 +11,7 @@ use verify::cm_verbs::Client;
 use verify::guest::{mono_ns, Stages};
 use verify::kv::{self, Reader};
 
-use crate::{service, Res, BIN_MS, NAME, PORT};
+use crate::{Res, BIN_MS, NAME, PORT, SERVICE};
 
 /// What the launcher asks of a worker (its arguments, in order).
 #[derive(clap::Args)]
@@ -75,7 +75,7 @@ fn krcore(job: &Job, st: &mut Stages, len: u32) -> Res<Krcore> {
     let dev = st.time("open", || Device::open().map_err(e))?;
     let mut ring = st.time("ring", || Builder::new(16).build(dev).map_err(e))?;
     let gid = job.addr.to_ipv6_mapped().octets();
-    let vqp = st.time("CONNECT", || ring.connect(gid, service()).map_err(e))?;
+    let vqp = st.time("CONNECT", || ring.connect(gid, SERVICE).map_err(e))?;
     let table = st.time("IMPORT_NAME", || {
         ring.import_name(&vqp, NAME, len).map_err(e)
     })?;
