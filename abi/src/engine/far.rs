@@ -463,6 +463,15 @@ impl<S: Store> Messages<S> {
         self.offer(h);
     }
 
+    /// Whether links here wait only to send their last notices (their local end left):
+    /// they go as the notices do, so a CONNECT that finds the table full waits for them
+    /// rather than fail (see the submission's `connect`).
+    pub fn draining(&self) -> bool {
+        self.links.iter().any(|(_, l)| {
+            l.far.is_some() && matches!(l.ends[0].holder, Holder::Left | Holder::Gone)
+        })
+    }
+
     /// Links of the peer at `gid` with no end here yet (its CONNECTs waiting for a listen
     /// or a pairing CONNECT).
     fn announced_by(&self, gid: &[u8; 16]) -> usize {

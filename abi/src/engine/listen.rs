@@ -910,4 +910,44 @@ mod tests {
         assert!(matches!(told[..], [Notice::Leave { .. }]), "{told:?}");
     }
 
+
+    /// A shard full of links that only wait to send their last notices says so: a
+    /// CONNECT then waits for them instead of failing `TableFull` (8 processes cycling
+    /// CONNECT/DISCONNECT across nodes got `TableFull` before).
+    #[test]
+    fn links_that_only_owe_notices_are_draining() {
+        let (nc, mut c) = node(11);
+        let ns = node(12).0;
+        let t = |p: u16| Tuple {
+            local: p,
+            peer: p,
+            pair: true,
+        };
+        // Pairing CONNECTs whose Hellos went; then the QP has no room left for
+        // notices (none completed), and they all depart: their Leaves wait.
+        let mut ends = vec![];
+        while let Ok(e) = c.join_far(ns.gid, t(5000 + ends.len() as u16), 1, &nc) {
+            ends.push(e);
+        }
+        while nc.qps[1].borrow().notice_room() {
+            nc.qps[1].borrow_mut().notice_posted();
+        }
+        assert!(!c.draining());
+        for (h, e) in ends {
+            c.leave(h, e, &nc);
+        }
+        assert!(c.draining(), "full of departed links owing a Leave");
+        assert_eq!(c.join_far(ns.gid, t(9000), 1, &nc), Err(Reason::TableFull));
+        // Their notices complete: they go, and a CONNECT finds room.
+        while !nc.qps[1].borrow().notice_room() || nc.wire.borrow().len() < 100 {
+            nc.qps[1].borrow_mut().notice_done();
+            c.settle(0, 10_000, &nc, |_, _| {});
+            if !c.draining() {
+                break;
+            }
+        }
+        assert!(!c.draining() && c.join_far(ns.gid, t(9000), 1, &nc).is_ok());
+    }
+
+
 }

@@ -650,6 +650,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         .ok_or(Reason::TableFull),
                 };
                 match joined {
+                    // Full of links that only wait to send their last notices (fast
+                    // CONNECT/DISCONNECT cycles): they go as the notices complete, so
+                    // the CONNECT waits for them rather than fail.
+                    Err(Reason::TableFull) if conn.peer && held.shard(k).draining() => {
+                        held.members().disconnect(conn.qp);
+                        release(f);
+                        return Step::Wait(Stall::Busy);
+                    }
                     Err(why) => {
                         held.members().disconnect(conn.qp);
                         release(f);
