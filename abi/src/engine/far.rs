@@ -1,16 +1,18 @@
 //! Message links across nodes: one end here, one on another node, joined through the
 //! two nodes' kernels over the set between them.
 //!
-//! Across nodes a service names one link per pair of nodes: a virtual QP here that
-//! CONNECTs to node B for service `s` pairs with the one on B that CONNECTs to this
-//! node for `s` (a second CONNECT for the same node and service fails `ServiceTaken`
-//! while the first holds it). The kernels tell each other about their ends with
-//! [`Notice`]s, small SENDs on the set's QP the ends are bound to (the service picks
-//! it, the same on both nodes), into kernel receives the module keeps posted there:
+//! A link is a four-tuple (see `message`): a virtual QP here that CONNECTs from port
+//! `p` to node B's port `s` is joined with the virtual QP the listen on `s` at B
+//! accepts for it (see `listen`), or, when both CONNECTs pair, with the one on B that
+//! names `s` and `p` back. A second link with the same node and ports is refused
+//! (`ServiceTaken`). The kernels tell each other about their ends with [`Notice`]s,
+//! small SENDs on the set's QP the ends are bound to (their ports pick it), into kernel
+//! receives the module keeps posted there:
 //!
-//! - `Hello`: an end joined (with the peer's end, once known). Each side pairs its end
-//!   with the first Hello for its node and service; a Hello that finds no end here is
-//!   kept for the next CONNECT.
+//! - `Hello`: an end joined, with both ports (and the peer's end, once known). A Hello
+//!   for a listen is kept here, offered to it, until the deadline; a pairing Hello pairs
+//!   with the end here that names its ports back, and is not kept when there is none
+//!   (that end's own Hello, later, finds the sender's waiting, which pairs and answers).
 //! - `Advert`: a RECV at this end (buffer, length, and the rkey of the MR it is in: the
 //!   kernel's, never a user's), numbered per link (`seq`: 0, 1, ...). The peer's kernel
 //!   keeps the adverts in order in its link, as the receives of the far end, and takes

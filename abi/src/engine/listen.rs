@@ -1,29 +1,29 @@
-//! Listening: a service whose peers, from any node, each get a virtual QP in one ring.
+//! Listening: a service whose clients, from any node, each get a virtual QP in one ring.
 //!
-//! Across nodes a service names one link per pair of nodes, made when a virtual QP on
-//! each node CONNECTs to the other (see `far`). A server that does not know its clients
-//! LISTENs instead: from then on, a peer's Hello for the service that finds no end here
-//! is *offered* to the listening ring, which binds a virtual QP of its own to it, as if
-//! it had CONNECTed to that node, and completes its LISTEN once more with that virtual
-//! QP (multishot, as io_uring's accept; the entry's CQEs in [`opcode`]).
+//! A CONNECT for a service (not a pairing one) is a link's first end, on its own port
+//! (see `message`); a ring that LISTENs on the service's port takes each: a peer's
+//! Hello, or a CONNECT of this node's, is *offered* to the listening ring, which binds a
+//! virtual QP of its own to it and completes its LISTEN once more with that virtual QP
+//! and the client's address and port (multishot, as io_uring's accept; the entry's CQEs
+//! in [`opcode`]); the CONNECT completes then too.
 //!
 //! Two halves, each under the locks the rest keeps (see [`fabric`]):
-//! - in every links shard (a peer's link lives in the shard of its node and service) a
-//!   [`Listener`] entry names the listen. A Hello that finds no end marks its new link
+//! - in every links shard (a link lives in the shard of its peer node and ports) a
+//!   [`Listener`] entry names the listen. A CONNECT for its port marks its new link
 //!   offered and, once until the ring has looked, owes the listen a nudge
 //!   ([`Completion::Offered`]), routed as any completion to the ring's inbox;
 //! - in the ring, each listen remembers the shards that nudged it, and the ring takes
 //!   their offers ([`Ring::accept_offers`]) under its own lock, then the membership's
-//!   and the shard's, in order: each offer becomes a virtual QP bound to the set QP its
-//!   Hello came on, its end is bound and answered with our Hello, and the LISTEN gets a
-//!   CQE.
+//!   and the shard's, in order: each offer becomes a virtual QP (across nodes bound to
+//!   the set QP its Hello came on, and answered with our Hello; here, to the QP opposite
+//!   the connecting end's), and the LISTEN gets a CQE.
 //!
 //! So nothing waits in the SQ (a LISTEN is taken at once), the inbox holds at most one
 //! nudge per listen and shard, and every offer is accepted, refused by name (no room in
-//! the ring's virtual QP table: `TableFull`, and the peer's end is told to leave), or,
-//! when the listen ends, left as an ordinary announcement for the next CONNECT. A
-//! CONNECT from this node to a peer whose end was offered fails `ServiceTaken`: the
-//! listen holds that link.
+//! the ring's virtual QP table or the user's share: `TableFull` or `Quota`, and the
+//! connecting end is refused), or, when the listen ends, kept for the next listen
+//! until its deadline. A pairing CONNECT of this node's on the same four-tuple fails
+//! `ServiceTaken`: the listen holds that port.
 //!
 //! LISTEN, UNLISTEN and a ring's close hold the membership lock while they visit the
 //! shards one after another, so a service's listener entries are the same in every
