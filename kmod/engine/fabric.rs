@@ -23,7 +23,7 @@ use kernel::sync::{Arc, Mutex};
 
 use crate::abi::engine::{
     BusyHint, Connection, Exports, Fabric, Links, Members, Messages, MrKeys,
-    PhysQp, Ports, Post, Qps, Recovery, Share, SHARES,
+    PhysQp, Ports, Post, Qps, Recovery, Share, SHARES, one_more,
 };
 use crate::device::USERS;
 use crate::abi::cqe::Reason;
@@ -587,7 +587,7 @@ impl Fabric<KStore> for Shared {
         // SAFETY: a plain read of a module parameter.
         let limit = unsafe { shim::krcore_shim_max_share(s as u32) };
         c[s as usize]
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| one_more(n, limit))
             .map(|_| ())
             .map_err(|_| Reason::Quota)
     }

@@ -53,7 +53,7 @@ pub use message::{
     port_key, shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep,
     SendStep, Target, Tuple, WaitingSend,
 };
-pub use shares::{Counts, Share, SHARES};
+pub use shares::{one_more, Counts, Share, SHARES};
 pub use ports::{
     Creds, Held as HeldPort, Hold, PortStorage, Ports, EPHEMERAL_FIRST, EPHEMERAL_LAST,
     PRIVILEGED,

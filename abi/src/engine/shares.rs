@@ -51,6 +51,16 @@ impl Share {
     }
 }
 
+/// The rule for taking one more of a share held `n` times under `limit`: the new
+/// count, or `None` at the limit (the kernel applies it to its atomics).
+pub const fn one_more(n: u32, limit: u32) -> Option<u32> {
+    if n >= limit {
+        None
+    } else {
+        Some(n + 1)
+    }
+}
+
 /// One user's counts on a device, and the rule for taking one more.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts(pub [u32; SHARES]);
@@ -59,10 +69,10 @@ impl Counts {
     /// Takes one `s` under `limit`: `false` (nothing taken) at the limit.
     pub fn take(&mut self, s: Share, limit: u32) -> bool {
         let n = &mut self.0[s as usize];
-        if *n >= limit {
-            return false;
+        match one_more(*n, limit) {
+            Some(m) => *n = m,
+            None => return false,
         }
-        *n += 1;
         true
     }
 
