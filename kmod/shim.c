@@ -394,6 +394,12 @@ void krcore_shim_net_kick(struct krcore_cqnotify *n)
 		queue_work(system_long_wq, &n->net[i].work);
 }
 
+/* Queues the CQ's event work as an event would (a set just came up: see cq_events.rs). */
+void krcore_shim_cq_kick(struct krcore_cqnotify *n)
+{
+	schedule_work(&n->work);
+}
+
 static void krcore_cq_comp(struct ib_cq *cq, void *cq_context)
 {
 	struct krcore_cqnotify *n = cq_context;

@@ -142,6 +142,7 @@ extern "C" {
     pub(crate) fn krcore_shim_cqnotify_set(n: *mut CqNotify, ctx: *mut c_void);
     pub(crate) fn krcore_shim_cqnotify_free(n: *mut CqNotify);
     pub(crate) fn krcore_shim_net_kick(n: *mut CqNotify);
+    pub(crate) fn krcore_shim_cq_kick(n: *mut CqNotify);
     pub(crate) fn krcore_shim_alloc_cq(
         dev: *mut IbDevice,
         nr_cqe: c_int,

@@ -148,8 +148,12 @@ impl DevCtx {
         }
         // SAFETY: plain call (the clock the peer table's other times come from).
         let now = unsafe { shim::krcore_shim_coarse_ms() };
-        self.shared.members().dialed(job, &made, how, now);
+        let set = self.shared.members().dialed(job, &made, how, now);
         if pinned {
+            if set {
+                // Its peer's notices need the CQ armed (see `cq_event`).
+                self.events.kick();
+            }
             self.cm_unpin();
         }
         true
@@ -173,7 +177,12 @@ impl DevCtx {
     /// The connection accepted for it: adopted into the set (see peer.rs); whether it
     /// was.
     pub(crate) fn cm_adopt(&self, addr: &[u8; 16], index: u32, q: PeerQp) -> bool {
-        self.shared.members().adopt(addr, index, q)
+        let adopted = self.shared.members().adopt(addr, index, q);
+        if adopted {
+            // Its peer's notices need the CQ armed (see `cq_event`); cm.c holds the pin.
+            self.events.kick();
+        }
+        adopted
     }
 
     /// The PD and CQ a peer kernel's connection is accepted with (cm.c), pinned: the

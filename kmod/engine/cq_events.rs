@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The device CQ's completion events. The CQ is armed only while a process sleeps
-//! waiting for completions (devctx's `until`); its event queues a work item, which polls
-//! the CQ, routes what it finds, wakes the rings that gained completions, and arms the
-//! CQ again while anyone still sleeps. The same item carries the device's network work
+//! The device CQ's completion events. The CQ is armed while a process sleeps waiting
+//! for completions (devctx's `until`), while a ring has an eventfd, and while any set to
+//! a peer kernel is up (its notices come with no local process waiting, and each takes
+//! one of the set QP's few receives until it is routed); its event queues a work item,
+//! which polls the CQ, routes what it finds, wakes the rings that gained completions,
+//! and arms the CQ again while any of those holds. The same item carries the device's network work
 //! (dials, MetaServer jobs), which submissions queue and never run themselves.
 
 use core::ptr::null_mut;
@@ -52,6 +54,17 @@ impl CqEvents {
         if !n.is_null() {
             // SAFETY: live (invariant; not stopped yet, see above).
             unsafe { shim::krcore_shim_net_kick(n) }
+        }
+    }
+
+    /// Queues the event work as a CQ event would: a set came up, so the CQ must be
+    /// armed from now on for its peer's notices (see `DevCtx::cq_event`). Call while
+    /// pinned (`cm_pin`): the removal waits for pins before [`stop`](Self::stop).
+    pub(crate) fn kick(&self) {
+        let n = self.raw();
+        if !n.is_null() {
+            // SAFETY: live (invariant; not stopped yet, see above).
+            unsafe { shim::krcore_shim_cq_kick(n) }
         }
     }
 

@@ -207,6 +207,11 @@ impl Shared {
         })
     }
 
+    /// Whether any set QP has a live connection (its peer's notices may come).
+    pub(crate) fn sets_live(&self) -> bool {
+        self.far_live.load(Ordering::Acquire) != 0
+    }
+
     /// Whether the CQ or the recovery may have anything (a hint; see the module doc).
     pub(crate) fn busy(&self) -> bool {
         self.busy_qps.any()
@@ -395,11 +400,13 @@ impl MembersGuard<'_> {
         made: &[Option<PeerQp>; QPS_PER_SET],
         how: Attempt,
         now_ms: i64,
-    ) {
+    ) -> bool {
         let MemberState { peers, recovery, .. } = &mut *self.g;
-        for slot in peers.dialed(self.shared, job, made, how, now_ms).into_iter().flatten() {
+        let up = peers.dialed(self.shared, job, made, how, now_ms);
+        for slot in up.clone().into_iter().flatten() {
             recovery.revive(slot);
         }
+        up.is_some()
     }
 
     /// A peer's connection was accepted for the set it asked for: see

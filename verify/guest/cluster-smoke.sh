@@ -34,7 +34,8 @@
 #                                   none may fail
 #   cluster-smoke.sh steady         reload listening; once a peer's set is accepted, kernel
 #                                   memory must stay flat over the next 10 s (the peer's
-#                                   cycles run then); unload once it left (60 s)
+#                                   cycles run then); unload once it left, which must
+#                                   show here with nobody waiting (200 s)
 #   cluster-smoke.sh meta N         reload serving the MetaServer (naming this node); wait
 #                                   until N other nodes connected to it and left (150 s)
 #   cluster-smoke.sh export META NAME
@@ -713,7 +714,18 @@ cycles)
   # Endpoints: PROCS processes cycling at once, each CONNECT a link (a Hello and a
   # Leave to the peer); none may fail (TableFull among them).
   if [ -n "$4" ]; then
-    "$CONNECT_PEER" "$peer" "$3" 7000 "$4" || exit 1
+    "$CONNECT_PEER" "$peer" "$3" 7000 "$4" &
+    procs=$!
+    # Bounded here, so a hung run shows where it waits (not the runner's timeout).
+    for _ in $(seq 150); do kill -0 "$procs" 2>/dev/null || break; sleep 1; done
+    if kill -0 "$procs" 2>/dev/null; then
+      echo "$KRCORE_NODE: $4 processes' cycles not done in 150 s; where they wait:" >&2
+      for p in $(pgrep -f "connect_peer $peer $3 "); do
+        echo "pid $p: $(grep State /proc/$p/status)" >&2; cat "/proc/$p/stack" >&2
+      done
+      fail_with_state
+    fi
+    wait "$procs" || exit 1
   fi
   rmmod krcore || exit 1
   ;;
@@ -728,10 +740,14 @@ steady)
   flat "$before" "$(kmem)" "10 s of a peer's CONNECT/DISCONNECT cycles"
   # Up until the peer is done (its 8 processes' cycles come after its own; a slow host
   # takes minutes): unloading under them fails them Unreachable.
-  for _ in $(seq 240); do
-    [ "$(count "a peer kernel left")" -ge 2 ] && break
+  # Its unload fails the set's QPs here (the router takes the flush with nobody here
+  # waiting: the CQ is armed while a set is up).
+  left=
+  for _ in $(seq 200); do
+    [ "$(count "its message links end")" -ge 1 ] && { left=1; break; }
     sleep 1
   done
+  [ -n "$left" ] || { echo "$KRCORE_NODE: the peer did not leave in 200 s" >&2; fail_with_state; }
   rmmod krcore || exit 1
   ;;
 meta)

@@ -23,12 +23,15 @@ use super::{DevCtx, POLL_BATCH};
 
 impl DevCtx {
     /// The CQ had an event (cq_events.rs): route what it holds, waking the rings that
-    /// gained completions, and arm it again while anyone sleeps or listens.
+    /// gained completions, and arm it again while anyone sleeps or listens, or a set is
+    /// up: a peer's notices must be taken (and their receives posted again) with nobody
+    /// here waiting, or the peer's QP meets no receive and stalls.
     pub(crate) fn cq_event(&self) {
         loop {
             self.route();
             let armed_for = self.sleepers.load(Ordering::Acquire)
-                + self.listeners.load(Ordering::Acquire);
+                + self.listeners.load(Ordering::Acquire)
+                + u32::from(self.shared.sets_live());
             if armed_for == 0 || !self.arm_cq() {
                 return;
             }
