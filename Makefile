@@ -162,6 +162,8 @@ VANISH_ROLES = --role "a:$(SMOKE) vanish leave b" --role "b:$(SMOKE) vanish stay
 # check of its accept held open 3 s: the member's QP must not answer it meanwhile.
 IMPOSTOR = KRCORE_TEST_ARGS=test_hold_accept_ms=3000
 IMPOSTOR_ROLES = --role "a:$(IMPOSTOR) $(SMOKE) dial-impostor b" --role "b:$(SMOKE) impostor a"
+# Names have owners: uid 1001's name on b, as its group, another user and itself on c.
+NAMES_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) names a hold secret" --role "c:$(SMOKE) names a check b secret"
 TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role "c:$(SMOKE) intruder a b"
 # a's revocations table full (16 names revoked, waiting for c, killed): a's DEREG_MR of
 # kv, which b imported, still revokes it at b first.
@@ -198,6 +200,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 3 $(BOUNDED_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 $(CLIENTS_ROLES)
+	@$(VM) --timeout 300 --nodes 3 $(NAMES_ROLES)
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener self 64" --role "b:true"
 	@$(VM) --timeout 300 --nodes 3 $(SERVICES_ROLES)
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"

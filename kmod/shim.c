@@ -216,21 +216,39 @@ u32 krcore_shim_max_sq_idle_ms(void)
 	return READ_ONCE(max_sq_idle_ms);
 }
 
-/* The user the current task is counted as: its uid, or for a task in a user namespace
- * an unprivileged user made, that user (the owner of the outermost namespace below the
- * initial one), so a uid range mapped into it (unshare --map-users) counts as one user.
- * A namespace root made (a container's) keeps its uids apart: merging them would make
+/* The outermost user namespace below the initial one that the current task is in, when
+ * an unprivileged user made it (NULL otherwise): its uids count as that user. A
+ * namespace root made (a container's) keeps its uids apart: merging them would make
  * every container user root for ports and quotas. */
-u32 krcore_shim_current_uid(void)
+static const struct user_namespace *krcore_unprivileged_ns(void)
 {
 	const struct user_namespace *ns = current_user_ns();
-	kuid_t uid = current_uid();
 
 	while (ns != &init_user_ns && ns->parent != &init_user_ns)
 		ns = ns->parent;
-	if (ns != &init_user_ns && !uid_eq(ns->owner, GLOBAL_ROOT_UID))
-		uid = ns->owner;
-	return from_kuid_munged(&init_user_ns, uid);
+	if (ns == &init_user_ns || uid_eq(ns->owner, GLOBAL_ROOT_UID))
+		return NULL;
+	return ns;
+}
+
+/* The user the current task is counted as: its uid, or in a namespace an unprivileged
+ * user made, that user, so a uid range mapped into it (unshare --map-users) counts as
+ * one user. */
+u32 krcore_shim_current_uid(void)
+{
+	const struct user_namespace *ns = krcore_unprivileged_ns();
+
+	return from_kuid_munged(&init_user_ns, ns ? ns->owner : current_uid());
+}
+
+/* The current task's gid as the initial namespace sees it, for a name's mode (abi's
+ * meta::record::Grant): in a namespace an unprivileged user made, the group that user
+ * made it with (a gid mapped in there from a subordinate range is no real group). */
+u32 krcore_shim_current_gid(void)
+{
+	const struct user_namespace *ns = krcore_unprivileged_ns();
+
+	return from_kgid_munged(&init_user_ns, ns ? ns->group : current_gid());
 }
 
 /* Whether the current task may hold ports below 1024 (abi's engine/ports.rs). Asked at

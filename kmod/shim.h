@@ -128,6 +128,7 @@ u32 krcore_shim_max_sq_idle_ms(void);
 u32 krcore_shim_request_timeout_ms(void);
 /* The caller's real user id, in the initial user namespace. */
 u32 krcore_shim_current_uid(void);
+u32 krcore_shim_current_gid(void);
 bool krcore_shim_may_bind_low(void);
 /* Monotonic time in ms at tick resolution (ktime_get_coarse): cheap enough per call. */
 s64 krcore_shim_coarse_ms(void);
@@ -405,6 +406,9 @@ bool krcore_cm_auth_ready(void);
 int krcore_cm_tag(bool initiator, const struct krcore_cm_bind *b, u8 *tag);
 /* Whether `tag` is that tag (compared in constant time). */
 bool krcore_cm_tag_ok(bool initiator, const struct krcore_cm_bind *b, const u8 *tag);
+#define KRCORE_CM_NAME_KEY_LEN 16
+/* The MetaServer's name hash key, derived from the cluster key (zeros without one). */
+void krcore_cm_name_key(u8 *out);
 /* The listener's gate (Rust, abi's cluster::auth), with a pin from
  * krcore_rs_cm_resources: a hello from `from` (IPv4, network order) gets `nonce` as its
  * challenge (0, always); a proof answering challenge `nonce` spends it

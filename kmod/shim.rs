@@ -250,6 +250,7 @@ extern "C" {
     pub(crate) fn krcore_cm_notices_start(c: *mut CmConn);
     pub(crate) fn krcore_cm_drain(c: *mut CmConn, send_id: u64, recv_id: u64) -> c_int;
     pub(crate) fn krcore_cm_take_notice(c: *mut CmConn, i: u32, out: *mut u8) -> c_int;
+    pub(crate) fn krcore_cm_name_key(out: *mut u8);
     pub(crate) fn krcore_shim_meta_server_gid(gid: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_meta_region_alloc(pd: *mut IbPd, bytes: u32) -> *mut MetaRegion;
     pub(crate) fn krcore_shim_meta_region_offer(r: *mut MetaRegion, o: *mut MetaOffer);
@@ -291,6 +292,7 @@ extern "C" {
     pub(crate) fn krcore_shim_max_sq_idle_ms() -> u32;
     pub(crate) fn krcore_shim_request_timeout_ms() -> u32;
     pub(crate) fn krcore_shim_current_uid() -> u32;
+    pub(crate) fn krcore_shim_current_gid() -> u32;
     /// Whether the current task holds `CAP_NET_BIND_SERVICE`.
     pub(crate) fn krcore_shim_may_bind_low() -> bool;
     pub(crate) fn krcore_shim_fatal_signal_pending() -> bool;

@@ -82,7 +82,7 @@
 #define krcore_MAX_ACKS 64
 
 // How many reasons there are (one past the last code).
-#define krcore_Reason_COUNT 39
+#define krcore_Reason_COUNT 40
 
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
@@ -228,6 +228,13 @@
 // Revocations remembered against a lookup that read the record before the exporter
 // tombstoned it (one in flight across that many later revocations is not caught).
 #define krcore_RECENTLY_REVOKED 32
+
+// The mode bits a PUBLISH may give: read and write for owner, group and others.
+#define krcore_MODE_BITS 438
+
+// The mode of a PUBLISH that names none (0): its owner's alone, as `umask 077`
+// leaves a file.
+#define krcore_MODE_DEFAULT 384
 
 // Bytes of the longest request (a publication: the head and an export's payload).
 #define krcore_REQUEST_LEN 72
@@ -386,7 +393,8 @@ enum krcore_Reason
   // A port that is no port: 0 where a port must be named (LISTEN, a CONNECT that
   // pairs), or one over 65535.
   KRCORE_REASON_BAD_PORT = 35,
-  // A port below 1024 without `CAP_NET_BIND_SERVICE`.
+  // A port below 1024 without `CAP_NET_BIND_SERVICE`; an IMPORT_NAME of a name
+  // whose mode grants this user none of the export's rights.
   KRCORE_REASON_NOT_PERMITTED = 36,
   // The peer refused the connection: nobody listened on its port within the
   // deadline, or its listener could not take it.
@@ -395,6 +403,8 @@ enum krcore_Reason
   // exports or listens: module parameters `max_*_per_user`); other users' shares
   // are theirs.
   KRCORE_REASON_QUOTA = 38,
+  // IMPORT_NAME named an owner, and another user published the name.
+  KRCORE_REASON_WRONG_OWNER = 39,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -442,10 +452,10 @@ struct krcore_Sqe {
   uint32_t mr;
   // Remote address; CONNECT: GID bytes 0..8.
   uint64_t remote_addr;
-  // Imported remote MR handle; CONNECT: the service.
+  // Imported remote MR handle; CONNECT: the service; IMPORT_NAME: the owner's uid.
   uint32_t rmr;
   // Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits; CONNECT:
-  // [`ConnectFlags`] bits.
+  // [`ConnectFlags`] bits; PUBLISH: the name's mode; IMPORT_NAME: [`NameFlags`].
   uint32_t imm;
   // CAS compare value; FAA addend; CONNECT: GID bytes 8..16; IMPORT_MR: the export
   // descriptor.
@@ -610,6 +620,12 @@ typedef uint32_t krcore_ConnectFlags;
 // Pair with the CONNECT on the peer port that names this one back, rather than
 // ask for the listen on the peer port (see [`Sqe::pair`]).
 #define krcore_ConnectFlags_PAIR (uint32_t)(1 << 0)
+
+// How IMPORT_NAME takes a name (its `imm`).
+typedef uint32_t krcore_NameFlags;
+// Only if the uid in `rmr` published it: a name another user published first
+// is refused (`WrongOwner`), never imported.
+#define krcore_NameFlags_OWNED_BY (uint32_t)(1 << 0)
 
 // Per-completion flags.
 typedef uint32_t krcore_CqeFlags;

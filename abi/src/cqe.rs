@@ -148,7 +148,8 @@ pub enum Reason {
     /// A port that is no port: 0 where a port must be named (LISTEN, a CONNECT that
     /// pairs), or one over 65535.
     BadPort = 35,
-    /// A port below 1024 without `CAP_NET_BIND_SERVICE`.
+    /// A port below 1024 without `CAP_NET_BIND_SERVICE`; an IMPORT_NAME of a name
+    /// whose mode grants this user none of the export's rights.
     NotPermitted = 36,
     /// The peer refused the connection: nobody listened on its port within the
     /// deadline, or its listener could not take it.
@@ -157,6 +158,8 @@ pub enum Reason {
     /// exports or listens: module parameters `max_*_per_user`); other users' shares
     /// are theirs.
     Quota = 38,
+    /// IMPORT_NAME named an owner, and another user published the name.
+    WrongOwner = 39,
 }
 
 impl Reason {
@@ -203,11 +206,12 @@ impl Reason {
             NotPermitted,
             Refused,
             Quota,
+            WrongOwner,
         ]
     };
 
     /// How many reasons there are (one past the last code).
-    pub const COUNT: usize = 39;
+    pub const COUNT: usize = 40;
 
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
@@ -256,6 +260,7 @@ impl Reason {
             Reason::NotPermitted => "not_permitted",
             Reason::Refused => "refused",
             Reason::Quota => "quota",
+            Reason::WrongOwner => "wrong_owner",
         }
     }
 
@@ -291,6 +296,7 @@ impl Reason {
             Reason::NotPermitted => Errno::EACCES,
             Reason::Refused => Errno::ECONNREFUSED,
             Reason::Quota => Errno::EDQUOT,
+            Reason::WrongOwner => Errno::EPERM,
         }
     }
 
@@ -345,7 +351,11 @@ impl Reason {
                  went); CONNECT again once it is back"
             }
             Reason::BadPort => "no port: 0 where one must be named, or over 65535",
-            Reason::NotPermitted => "ports below 1024 need CAP_NET_BIND_SERVICE",
+            Reason::NotPermitted => {
+                "not permitted: a port below 1024 needs CAP_NET_BIND_SERVICE, and a name's \
+                 mode may grant this user none of its rights"
+            }
+            Reason::WrongOwner => "the name was published by another user than the one named",
             Reason::Quota => {
                 "this user's share of the device's table is used up (max_*_per_user)"
             }

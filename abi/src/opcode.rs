@@ -15,8 +15,8 @@
 //! | RECV | `vqp`, `addr`, `len`, `mr` | bytes received | immediate data, when `IMM` is set in `flags` |
 //! | CAS | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = compare, `arg1` = swap | 8 | - |
 //! | FAA | `vqp`, `addr`, `mr` (8 bytes), `remote_addr`, `rmr`, `arg0` = add | 8 | - |
-//! | PUBLISH | `mr` (one this ring registered with remote access), name = `remote_addr`, `arg0`, `arg1` | 0 | - |
-//! | IMPORT_NAME | `vqp` (connected to the exporting node), name = `remote_addr`, `arg0`, `arg1`, `len` (0: the whole export) | remote MR handle | the export's start address |
+//! | PUBLISH | `mr` (one this ring registered with remote access), name = `remote_addr`, `arg0`, `arg1`, `imm` = mode (`0o666` bits at most; 0: `0o600`) | 0 | - |
+//! | IMPORT_NAME | `vqp` (connected to the exporting node), name = `remote_addr`, `arg0`, `arg1`, `len` (0: the whole export), `imm` = [`NameFlags`](super::sqe::NameFlags), `rmr` = owner uid (with `OWNED_BY`) | remote MR handle, with the export's rights the name's mode grants this user | the export's start address |
 //! | LISTEN | `rmr` = service (a port, 1-65535) | 0 (listening), then a virtual QP handle per connecting virtual QP, from any node | 0, then the physical QP number (low 32 bits) and the peer's IPv4 address (high 32); CQE `port`: the peer's port |
 //! | UNLISTEN | `rmr` = service | 0 | - |
 //!

@@ -37,10 +37,10 @@ pub struct Sqe {
     pub mr: u32,
     /// Remote address; CONNECT: GID bytes 0..8.
     pub remote_addr: u64,
-    /// Imported remote MR handle; CONNECT: the service.
+    /// Imported remote MR handle; CONNECT: the service; IMPORT_NAME: the owner's uid.
     pub rmr: u32,
     /// Immediate data (SEND_IMM, WRITE_IMM); REG_MR: [`MrAccess`] bits; CONNECT:
-    /// [`ConnectFlags`] bits.
+    /// [`ConnectFlags`] bits; PUBLISH: the name's mode; IMPORT_NAME: [`NameFlags`].
     pub imm: u32,
     /// CAS compare value; FAA addend; CONNECT: GID bytes 8..16; IMPORT_MR: the export
     /// descriptor.
@@ -81,6 +81,17 @@ bitflags! {
         /// Pair with the CONNECT on the peer port that names this one back, rather than
         /// ask for the listen on the peer port (see [`Sqe::pair`]).
         const PAIR = 1 << 0;
+    }
+}
+
+bitflags! {
+    /// How IMPORT_NAME takes a name (its `imm`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(transparent)]
+    pub struct NameFlags: u32 {
+        /// Only if the uid in `rmr` published it: a name another user published first
+        /// is refused (`WrongOwner`), never imported.
+        const OWNED_BY = 1 << 0;
     }
 }
 
@@ -213,10 +224,13 @@ impl Sqe {
         }
     }
 
-    /// PUBLISH of MR `mr`'s export under `name` (see `meta::record::name_words`).
-    pub const fn publish(user_data: u64, mr: u32, name: [u64; 3]) -> Sqe {
+    /// PUBLISH of MR `mr`'s export under `name` (see `meta::record::name_words`),
+    /// granting `mode` (`rw` bits for owner, group and others, as a file's: see
+    /// `meta::record::Grant`; 0: the owner's alone).
+    pub const fn publish(user_data: u64, mr: u32, name: [u64; 3], mode: u16) -> Sqe {
         Sqe {
             mr,
+            imm: mode as u32,
             remote_addr: name[0],
             arg0: name[1],
             arg1: name[2],
@@ -224,11 +238,24 @@ impl Sqe {
         }
     }
 
-    /// IMPORT_NAME of the first `len` bytes (0: all) of the export `name` for `vqp`.
-    pub const fn import_name(user_data: u64, vqp: u32, name: [u64; 3], len: u32) -> Sqe {
+    /// IMPORT_NAME of the first `len` bytes (0: all) of the export `name` for `vqp`;
+    /// with `owner`, only if that uid published it (`WrongOwner` otherwise).
+    pub const fn import_name(
+        user_data: u64,
+        vqp: u32,
+        name: [u64; 3],
+        len: u32,
+        owner: Option<u32>,
+    ) -> Sqe {
+        let (imm, rmr) = match owner {
+            Some(uid) => (NameFlags::OWNED_BY.bits(), uid),
+            None => (0, 0),
+        };
         Sqe {
             vqp,
             len,
+            rmr,
+            imm,
             remote_addr: name[0],
             arg0: name[1],
             arg1: name[2],

@@ -155,6 +155,7 @@ fn bench_meta_lookup(c: &mut Criterion) {
     let t = Tables {
         node_slots: 1024,
         export_slots: 40_960,
+        key: [0x6b72_636f_7265, 0x6e61_6d65],
     };
     let mut m = MemRegion::new(t.bytes());
     let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
@@ -170,6 +171,11 @@ fn bench_meta_lookup(c: &mut Criterion) {
             len: 4096,
             access: 2,
             rkey: i as u32,
+            grant: krcore_abi::meta::record::Grant {
+                uid: 1000,
+                gid: 1000,
+                mode: 0o600,
+            },
         };
         publish(&mut m, &t, &r, &mut buf).expect("every export finds room in its window");
     }

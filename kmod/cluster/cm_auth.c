@@ -96,6 +96,24 @@ int krcore_cm_tag(bool initiator, const struct krcore_cm_bind *b, u8 *tag)
 	return ret;
 }
 
+/*
+ * The MetaServer's name hash key (abi's meta::tables::Tables::key): a MAC with the
+ * cluster key over a label no transcript starts with, so every member derives the same
+ * key and nobody without the cluster key can predict where a name lands. Zero without
+ * a cluster key (no cluster: nobody to share names with).
+ */
+void krcore_cm_name_key(u8 *out)
+{
+	static const char label[] = "krcore: MetaServer name hash key, v1";
+	u8 full[32];
+
+	memset(out, 0, KRCORE_CM_NAME_KEY_LEN);
+	if (krcore_cm_mac &&
+	    !crypto_shash_tfm_digest(krcore_cm_mac, label, sizeof(label) - 1, full))
+		memcpy(out, full, KRCORE_CM_NAME_KEY_LEN);
+	memzero_explicit(full, sizeof(full));
+}
+
 bool krcore_cm_tag_ok(bool initiator, const struct krcore_cm_bind *b, const u8 *tag)
 {
 	u8 want[KRCORE_CM_TAG_LEN];

@@ -30,7 +30,7 @@ use crate::abi::cqe::Reason;
 use crate::abi::engine::Export;
 use crate::abi::errno::Errno;
 use crate::abi::meta::client::Answer;
-use crate::abi::meta::record::NAME_LEN;
+use crate::abi::meta::record::{Grant, NAME_LEN};
 use crate::engine::backend::{self, Hw, QpPost, SetEnd, POOL_QPS, QPS};
 use crate::engine::keys::AdvertKeys;
 use crate::meta::Meta;
@@ -522,7 +522,7 @@ impl Members<KStore> for MembersGuard<'_> {
         self.g.peers.accept(&gid, qp)
     }
 
-    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<Export> {
+    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<(Export, Grant)> {
         // A pooled QP connects this node to itself; a set's, to its peer.
         let node = match (qp as usize) < POOL_QPS {
             true => self.shared.meta.id(),
@@ -622,8 +622,8 @@ impl Fabric<KStore> for Shared {
         backend::descriptor()
     }
 
-    fn publish(&self, name: &[u8; NAME_LEN], export: &Export) -> Answer<()> {
-        self.meta.publish(name, export)
+    fn publish(&self, name: &[u8; NAME_LEN], export: &Export, grant: Grant) -> Answer<()> {
+        self.meta.publish(name, export, grant)
     }
 
     fn unpublish(&self, descriptor: u64) -> bool {

@@ -32,8 +32,9 @@ use crate::abi::meta::cache::MetaCache;
 use crate::abi::meta::client::{run, Answer, MetaClient};
 use crate::abi::meta::lookup::{EXPORT_FRAME, PROBE};
 use crate::abi::meta::node::{reconcile, Reconciled, RegisterError};
-use crate::abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
+use crate::abi::meta::record::{ExportRecord, Grant, NodeRecord, NAME_LEN};
 use crate::abi::meta::request::{Call, Refusal, Reply, Request, REPLY_LEN, REQUEST_LEN};
+use crate::abi::meta::siphash::{key_from_bytes, SipKey};
 use crate::abi::meta::tables::{Remote, Tables, Unreachable};
 use crate::shim::{self, IbDevice, IbPd, MetaConn, MetaOffer, MetaRegion};
 use crate::engine::store::{KBuf, KStore};
@@ -45,6 +46,8 @@ use crate::engine::store::{KBuf, KStore};
 pub(crate) const TABLES: Tables = Tables {
     node_slots: 1024,
     export_slots: 40960,
+    // The shape only: the key is derived at load (`MetaNet::key`).
+    key: [0, 0],
 };
 /// Export records a node caches.
 const CACHE: usize = 1024;
@@ -134,7 +137,7 @@ impl Meta {
     }
 
     /// PUBLISH (abi's `Fabric::publish`).
-    pub(crate) fn publish(&self, name: &[u8; NAME_LEN], e: &Export) -> Answer<()> {
+    pub(crate) fn publish(&self, name: &[u8; NAME_LEN], e: &Export, grant: Grant) -> Answer<()> {
         if let Some(a) = self.gate() {
             return a;
         }
@@ -143,17 +146,18 @@ impl Meta {
             self.id.load(Ordering::Relaxed) as u16,
             self.incarnation.load(Ordering::Acquire),
             e,
+            grant,
         );
         self.mark(self.client.lock().publish(record, e.descriptor))
     }
 
     /// IMPORT_NAME through a virtual QP connected to node `node`.
-    pub(crate) fn import(&self, name: &[u8; NAME_LEN], node: u16) -> Answer<Export> {
+    pub(crate) fn import(&self, name: &[u8; NAME_LEN], node: u16) -> Answer<(Export, Grant)> {
         if let Some(a) = self.gate() {
             return a;
         }
         let a = self.client.lock().import(name, node);
-        self.mark(a).map(|r| r.export())
+        self.mark(a).map(|r| (r.export(), r.grant))
     }
 
     /// The rkey of local export `descriptor` when a name of it was published.
@@ -249,6 +253,8 @@ pub(crate) struct MetaNet {
     /// Such a READ failed (and broke the link): opening the link again registers the
     /// region under a new MR and key.
     rekey: AtomicBool,
+    /// The name hash's key (derived from the cluster key; never on the wire).
+    key: SipKey,
 }
 
 /// A node's MetaServer connection: one-sided READs (abi's `Remote`) and requests to
@@ -305,10 +311,14 @@ pub(crate) struct Device {
 impl MetaNet {
     /// No connection, no region.
     pub(crate) fn new() -> Result<MetaNet> {
+        let mut k = [0u8; 16];
+        // SAFETY: `k` has the 16 bytes the key takes.
+        unsafe { shim::krcore_cm_name_key(k.as_mut_ptr()) };
+        let key = key_from_bytes(&k);
         let link = Link {
             conn: core::ptr::null_mut(),
             closed: false,
-            tables: TABLES,
+            tables: Tables { key, ..TABLES },
             window: KBox::new([0u8; PROBE * EXPORT_FRAME], GFP_KERNEL)?,
         };
         Ok(MetaNet {
@@ -323,7 +333,16 @@ impl MetaNet {
             ready: AtomicBool::new(false),
             probe: AtomicBool::new(false),
             rekey: AtomicBool::new(false),
+            key,
         })
+    }
+
+    /// The region this node serves, as its names are placed (the cluster's key).
+    fn served(&self) -> Tables {
+        Tables {
+            key: self.key,
+            ..TABLES
+        }
     }
 
     /// What cm.c tells a node connecting to this one's MetaServer (rkey 0: none).
@@ -471,9 +490,12 @@ impl MetaNet {
             return false;
         }
         link.conn = conn;
+        // The shape is the MetaServer's word; the key is ours (every member derives
+        // the same one), never the wire's.
         let tables = Tables {
             node_slots: offer.node_slots,
             export_slots: offer.export_slots,
+            key: self.key,
         };
         if !tables.valid() {
             pr_warn!("the MetaServer offered an unusable region\n");

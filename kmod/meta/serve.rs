@@ -80,7 +80,7 @@ impl MetaNet {
             len: TABLES.bytes(),
         };
         let answer = match Request::decode(req) {
-            Some(r) => serve(&mut local, &TABLES, from, &r, &mut window[..]),
+            Some(r) => serve(&mut local, &self.served(), from, &r, &mut window[..]),
             None => Reply::Refused(Refusal::Malformed),
         };
         *reply = answer.encode();

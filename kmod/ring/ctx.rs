@@ -138,8 +138,11 @@ impl RingCtx {
         // Its ports are its creator's, as a socket's are its binder's.
         // SAFETY: a plain read of the current task's credentials.
         let bind_low = unsafe { shim::krcore_shim_may_bind_low() };
+        // SAFETY: as above.
+        let gid = unsafe { shim::krcore_shim_current_gid() };
         ring.set_creds(Creds {
             uid: user.uid(),
+            gid,
             bind_low,
             user: user.slot(),
         });

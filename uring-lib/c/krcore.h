@@ -371,16 +371,21 @@ static inline int krcore_name_words(struct krcore_Sqe *sqe, const char *name)
 	return 0;
 }
 
-/* PUBLISH of MR `mr` (with a remote right) under `name` in the MetaServer. */
-static inline int krcore_prep_publish(struct krcore_Sqe *sqe, uint32_t mr, const char *name)
+/* PUBLISH of MR `mr` (with a remote right) under `name` in the MetaServer, granting
+ * `mode` as a file's mode does: rw bits for the owner (this user), its group and others
+ * (0: 0600, the owner's alone). */
+static inline int krcore_prep_publish(struct krcore_Sqe *sqe, uint32_t mr, const char *name,
+				      uint16_t mode)
 {
 	sqe->opcode = KRCORE_OPCODE_PUBLISH;
 	sqe->mr = mr;
+	sqe->imm = mode;
 	return krcore_name_words(sqe, name);
 }
 
 /* IMPORT_NAME of the first `len` bytes (0: all) of export `name` for `vqp`: res is the
- * remote MR's handle, aux its remote address. */
+ * remote MR's handle, aux its remote address. The region has the export's rights the
+ * name's mode grants this user (none: NOT_PERMITTED). */
 static inline int krcore_prep_import_name(struct krcore_Sqe *sqe, uint32_t vqp, const char *name,
 					  uint32_t len)
 {
@@ -388,6 +393,14 @@ static inline int krcore_prep_import_name(struct krcore_Sqe *sqe, uint32_t vqp, 
 	sqe->vqp = vqp;
 	sqe->len = len;
 	return krcore_name_words(sqe, name);
+}
+
+/* After krcore_prep_import_name: only if user `uid` published the name (WRONG_OWNER
+ * otherwise), so a name someone else published first never hands over their memory. */
+static inline void krcore_sqe_owned_by(struct krcore_Sqe *sqe, uint32_t uid)
+{
+	sqe->imm = krcore_NameFlags_OWNED_BY;
+	sqe->rmr = uid;
 }
 
 /* A one-sided READ, WRITE or WRITE_IMM of `len` bytes between local (mr, addr) and

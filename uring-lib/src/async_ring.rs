@@ -125,7 +125,12 @@ impl AsyncRing {
 
     /// As [`Ring::publish`].
     pub async fn publish(&self, mr: &Registered<'_>, name: &str) -> Result<(), Error> {
-        self.control(ops::publish(mr, name)?).await
+        self.publish_mode(mr, name, 0o600).await
+    }
+
+    /// As [`Ring::publish_mode`].
+    pub async fn publish_mode(&self, mr: &Registered<'_>, name: &str, mode: u16) -> Result<(), Error> {
+        self.control(ops::publish(mr, name, mode)?).await
     }
 
     /// As [`Ring::import_name`].
@@ -135,7 +140,18 @@ impl AsyncRing {
         name: &str,
         len: u32,
     ) -> Result<RemoteRegion, Error> {
-        self.control(ops::import_name(vqp, name, len)?).await
+        self.control(ops::import_name(vqp, name, len, None)?).await
+    }
+
+    /// As [`Ring::import_name_owned`].
+    pub async fn import_name_owned(
+        &self,
+        vqp: &Vqp,
+        name: &str,
+        len: u32,
+        uid: u32,
+    ) -> Result<RemoteRegion, Error> {
+        self.control(ops::import_name(vqp, name, len, Some(uid))?).await
     }
 
     /// Runs a batch over `regions`, which it owns until it is done: `build` adds the

@@ -144,10 +144,11 @@ pub(crate) fn import(
 pub(crate) fn publish(
     mr: &Registered<'_>,
     name: &str,
+    mode: u16,
 ) -> Result<Control<(), impl FnOnce(&Cqe, &RingRef)>, Error> {
     Ok(Control::new(
         "publish memory",
-        Sqe::publish(0, mr.handle, name_words(name)?),
+        Sqe::publish(0, mr.handle, name_words(name)?, mode),
         |_, _| (),
     ))
 }
@@ -156,11 +157,12 @@ pub(crate) fn import_name(
     vqp: &Vqp,
     name: &str,
     len: u32,
+    owner: Option<u32>,
 ) -> Result<Control<RemoteRegion, impl FnOnce(&Cqe, &RingRef) -> RemoteRegion>, Error> {
     let vqp = vqp.handle;
     Ok(Control::new(
         "import memory by name",
-        Sqe::import_name(0, vqp, name_words(name)?, len),
+        Sqe::import_name(0, vqp, name_words(name)?, len, owner),
         move |c, _| RemoteRegion {
             handle: c.res as u32,
             vqp,

@@ -411,18 +411,44 @@ impl Ring {
     }
 
     /// Publishes `mr` (registered with remote access) under `name` in the MetaServer,
-    /// so a ring on any node can import it by name. Revoked when `mr` is deregistered.
-    /// A name already published fails with `NameTaken`; no MetaServer, `Unreachable`.
+    /// so a ring on any node can import it by name, for this user alone (mode
+    /// `0o600`; see [`publish_mode`](Self::publish_mode)). Revoked when `mr` is
+    /// deregistered. A name already published fails with `NameTaken`; no MetaServer,
+    /// `Unreachable`.
     pub fn publish(&mut self, mr: &Registered<'_>, name: &str) -> Result<(), Error> {
-        self.control(ops::publish(mr, name)?)
+        self.publish_mode(mr, name, 0o600)
+    }
+
+    /// As [`publish`](Self::publish), granting `mode` as a file's mode does: read and
+    /// write bits for this user (the name's owner), its group and others (`0o640`:
+    /// the owner reads and writes, the group reads). An importer gets the MR's remote
+    /// rights its class may have (atomics need read and write); one granted none fails
+    /// `NotPermitted`. Bits beyond `0o666` fail `UnknownFlags`.
+    pub fn publish_mode(&mut self, mr: &Registered<'_>, name: &str, mode: u16) -> Result<(), Error> {
+        self.control(ops::publish(mr, name, mode)?)
     }
 
     /// Imports the first `len` bytes of the export published as `name` for `vqp`,
     /// which must be connected to the exporting node (else `NotOnPeer`). The kernel
     /// resolves the name in the MetaServer (two one-sided READs, then cached) and
-    /// checks that its node has not restarted since; no rkey passes through here.
+    /// checks that its node has not restarted since; no rkey passes through here. The
+    /// region has the export's rights that the name's mode grants this user (none:
+    /// `NotPermitted`).
     pub fn import_name(&mut self, vqp: &Vqp, name: &str, len: u32) -> Result<RemoteRegion, Error> {
-        self.control(ops::import_name(vqp, name, len)?)
+        self.control(ops::import_name(vqp, name, len, None)?)
+    }
+
+    /// As [`import_name`](Self::import_name), only if user `uid` published the name:
+    /// a name someone else published first fails `WrongOwner` rather than hand over
+    /// their memory.
+    pub fn import_name_owned(
+        &mut self,
+        vqp: &Vqp,
+        name: &str,
+        len: u32,
+        uid: u32,
+    ) -> Result<RemoteRegion, Error> {
+        self.control(ops::import_name(vqp, name, len, Some(uid))?)
     }
 
     /// Runs a batch: submits every operation and waits for all of them, then releases

@@ -31,8 +31,8 @@ static void disconnect(struct krcore_Sqe *s) { krcore_prep_disconnect(s, 3); s->
 static void reg(struct krcore_Sqe *s) { krcore_prep_reg_mr(s, (void *)0x10000, 4096, 5); s->user_data = 4; }
 static void dereg(struct krcore_Sqe *s) { krcore_prep_dereg_mr(s, 9); s->user_data = 5; }
 static void import(struct krcore_Sqe *s) { krcore_prep_import_mr(s, 3, 0x20000, 512, 0xabcdef); s->user_data = 6; }
-static void publish(struct krcore_Sqe *s) { krcore_prep_publish(s, 9, "table-17"); s->user_data = 7; }
-static void import_name(struct krcore_Sqe *s) { krcore_prep_import_name(s, 3, "a-name-of-24-bytes-long!", 64); s->user_data = 8; }
+static void publish(struct krcore_Sqe *s) { krcore_prep_publish(s, 9, "table-17", 0640); s->user_data = 7; }
+static void import_name(struct krcore_Sqe *s) { krcore_prep_import_name(s, 3, "a-name-of-24-bytes-long!", 64); krcore_sqe_owned_by(s, 1000); s->user_data = 8; }
 static void rd(struct krcore_Sqe *s) { krcore_prep_read(s, 3, 9, (void *)0x10008, 8, 4, 0x20010); s->user_data = 9; }
 static void wr(struct krcore_Sqe *s) { krcore_prep_write(s, 3, 9, (void *)0x10008, 8, 4, 0x20010); s->user_data = 10; }
 static void wr_imm(struct krcore_Sqe *s) { krcore_prep_write_imm(s, 3, 9, (void *)0x10008, 8, 4, 0x20010, 77); s->user_data = 11; }
@@ -65,8 +65,8 @@ fn rust_entries() -> Vec<Sqe> {
         Sqe::reg_mr(4, 0x10000, 4096, MrAccess::from_bits_retain(5)),
         Sqe::dereg_mr(5, 9),
         Sqe::import_mr(6, 3, 0x20000, 512, 0xabcdef),
-        Sqe::publish(7, 9, words("table-17")),
-        Sqe::import_name(8, 3, words("a-name-of-24-bytes-long!"), 64),
+        Sqe::publish(7, 9, words("table-17"), 0o640),
+        Sqe::import_name(8, 3, words("a-name-of-24-bytes-long!"), 64, Some(1000)),
         rd(Opcode::Read, 9),
         rd(Opcode::Write, 10),
         rd(Opcode::WriteImm, 11).with_imm(77),

@@ -47,6 +47,13 @@
 #                                   killed, check they fail in bounded time (and the set
 #                                   QP's failure is logged), have it booted again, then
 #                                   import and READ anew
+#   cluster-smoke.sh names META hold NAME
+#                                   as uid 1001 (group 100), publish NAME (mode 0640) and
+#                                   NAME-p (0600) until the owner elsewhere is done
+#   cluster-smoke.sh names META check ROLE NAME
+#                                   from ROLE's NAME, as a user of its group, another user
+#                                   and its owner: each gets what the mode grants (see
+#                                   verify/src/bin/name-owners.rs)
 #   cluster-smoke.sh failover META ROLE NAME
 #                                   import NAME from ROLE; have META's guest (the
 #                                   MetaServer) killed: with a fresh module, NAME cannot be
@@ -174,6 +181,7 @@ LISTENER=$(dirname "$0")/../../target/release/examples/listener
 ROOT=$(dirname "$0")/../..
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
+NAME_OWNERS=$(dirname "$0")/../../target/release/name-owners
 ELASTIC_WORKER=$(dirname "$0")/../../target/release/examples/elastic_worker
 KRCORE_TOOL=$(dirname "$0")/../../target/release/krcore
 INTRUDER=$(dirname "$0")/../../target/release/cm-intruder
@@ -795,6 +803,27 @@ import)
   "$REMOTE_MEMORY" import "$peer" "$4" || exit 1
   unload
   ;;
+names)
+  # Names have owners: uid 1001 (group 100) holds NAME here; role $4's node checks what
+  # its group, another user and the owner itself each get of it (name-owners).
+  case "$3" in
+  hold)
+    with_meta "$2" "$2"
+    setpriv --reuid 1001 --regid 100 --clear-groups "$NAME_OWNERS" hold "$4" 120 || exit 1
+    sleep 3
+    unload
+    ;;
+  check)
+    with_meta "$2" "$4"
+    name=$5
+    check_as() { setpriv --reuid "$1" --regid "$2" --clear-groups "$NAME_OWNERS" check "$peer" "$name" "$3"; }
+    check_as 1002 100 group || exit 1
+    check_as 1003 1003 other || exit 1
+    check_as 1001 100 owner || exit 1
+    unload
+    ;;
+  esac
+  ;;
 failover)
   with_meta "$2" "$3"
   "$REMOTE_MEMORY" probe "$peer" "$4" 120 || exit 1
@@ -839,7 +868,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N [PROCS] | steady | messages ROLE recv|send N [META] | listener serve N [SERVICE] | listener client ROLE [PROCS [SERVICE]] | listener self N | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
+  echo "usage: cluster-smoke.sh names META hold NAME | names META check ROLE NAME | serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N [PROCS] | steady | messages ROLE recv|send N [META] | listener serve N [SERVICE] | listener client ROLE [PROCS [SERVICE]] | listener self N | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
   exit 2
   ;;
 esac

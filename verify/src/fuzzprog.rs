@@ -18,7 +18,7 @@ use krcore_abi::sqe::{MrAccess, Sqe};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::fuzzinput::Input;
-use crate::meta::FakeMeta;
+use crate::meta::{FakeMeta, ROOT_ONLY};
 use crate::rig::{Limits, Rig};
 
 const MR: u64 = 0x10_0000;
@@ -55,9 +55,9 @@ fn template(h: &Handles, k: u8) -> Sqe {
     let (v, m, r) = (h.vqp, h.mr, h.rmr);
     let words = |n: &str| name_words(&name(n).expect("a name"));
     match k % 11 {
-        8 => Sqe::publish(8, m, words("f")),
-        9 => Sqe::import_name(9, v, words("f"), 0),
-        10 => Sqe::import_name(10, v, words("kv"), 64),
+        8 => Sqe::publish(8, m, words("f"), 0o640),
+        9 => Sqe::import_name(9, v, words("f"), 0, None),
+        10 => Sqe::import_name(10, v, words("kv"), 64, Some(0)),
         0 => Sqe::nop(0),
         1 => Sqe::one_sided(Opcode::Read, 1, v, m, MR, 64, r, MR),
         2 => Sqe::one_sided(Opcode::Write, 2, v, m, MR + 8, 8, r, MR + 64),
@@ -78,7 +78,7 @@ pub fn run(data: &[u8]) {
     // Half the programs run with a MetaServer (another node published "kv").
     if inp.byte() % 2 == 0 {
         let mut meta = FakeMeta::new([192, 0, 2, 11]);
-        meta.other_node_publishes([192, 0, 2, 12], "kv", MR, 4096, 0x4242);
+        meta.other_node_publishes([192, 0, 2, 12], "kv", MR, 4096, 0x4242, ROOT_ONLY);
         rig.kernel.meta = Some(RefCell::new(meta));
     }
     let nrings = 1 + inp.byte() as usize % 3;

@@ -8,7 +8,7 @@ use krcore_abi::meta::cache::MetaCache;
 use krcore_abi::meta::client::{run, Answer, MetaClient};
 use krcore_abi::meta::lookup::{EXPORT_FRAME, PROBE};
 use krcore_abi::meta::node::register;
-use krcore_abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
+use krcore_abi::meta::record::{ExportRecord, Grant, NodeRecord, NAME_LEN};
 use krcore_abi::meta::serve::mem::Served;
 use krcore_abi::meta::tables::{mem::MemRegion, Tables};
 use krcore_abi::sqe::MrAccess;
@@ -17,6 +17,15 @@ use krcore_abi::sqe::MrAccess;
 pub const TABLES: Tables = Tables {
     node_slots: 64,
     export_slots: 256,
+    key: [0x6b72_636f_7265, 0x6e61_6d65],
+};
+
+/// A name root alone may import, as the rig's rings are root's (abi's default
+/// credentials).
+pub const ROOT_ONLY: Grant = Grant {
+    uid: 0,
+    gid: 0,
+    mode: 0o600,
 };
 
 /// A node's MetaServer client and the MetaServer's region it reaches.
@@ -52,18 +61,18 @@ impl FakeMeta {
     }
 
     /// PUBLISH (the fabric's).
-    pub fn publish(&mut self, name: &[u8; NAME_LEN], e: &Export) -> Answer<()> {
-        let record = ExportRecord::published(*name, self.me.id(), self.me.incarnation, e);
+    pub fn publish(&mut self, name: &[u8; NAME_LEN], e: &Export, grant: Grant) -> Answer<()> {
+        let record = ExportRecord::published(*name, self.me.id(), self.me.incarnation, e, grant);
         let a = self.client.publish(record, e.descriptor);
         self.due |= a == Answer::Pending;
         a
     }
 
     /// IMPORT_NAME through a virtual QP connected to node `node`.
-    pub fn import(&mut self, name: &[u8; NAME_LEN], node: u16) -> Answer<Export> {
+    pub fn import(&mut self, name: &[u8; NAME_LEN], node: u16) -> Answer<(Export, Grant)> {
         let a = self.client.import(name, node);
         self.due |= a == Answer::Pending;
-        a.map(|r| r.export())
+        a.map(|r| (r.export(), r.grant))
     }
 
     /// A local export was revoked.
@@ -90,7 +99,8 @@ impl FakeMeta {
     }
 
     /// Another node (at `ipv4`) registers and publishes `name` over `[addr, addr +
-    /// len)` with `rkey`, as its own kernel would.
+    /// len)` with `rkey`, granting `grant` (the rig's rings are root's: [`ROOT_ONLY`]),
+    /// as its own kernel would.
     pub fn other_node_publishes(
         &mut self,
         ipv4: [u8; 4],
@@ -98,6 +108,7 @@ impl FakeMeta {
         addr: u64,
         len: u32,
         rkey: u32,
+        grant: Grant,
     ) -> NodeRecord {
         let mut other = NodeRecord {
             gid: [0; 16],
@@ -114,6 +125,7 @@ impl FakeMeta {
             len,
             access: MrAccess::REMOTE_READ.bits() | MrAccess::REMOTE_WRITE.bits(),
             rkey,
+            grant,
         };
         let mut window = vec![0u8; PROBE * EXPORT_FRAME];
         krcore_abi::meta::claim::publish(&mut self.region, &TABLES, &r, &mut window)

@@ -15,7 +15,7 @@ use krcore_abi::engine::{
 };
 use krcore_abi::errno::Errno;
 use krcore_abi::meta::client::Answer;
-use krcore_abi::meta::record::NAME_LEN;
+use krcore_abi::meta::record::{Grant, NAME_LEN};
 
 use crate::fake::FakeNic;
 use crate::meta::FakeMeta;
@@ -199,7 +199,7 @@ impl Members<VecStore> for NodeMembers<'_, '_> {
         self.node.nic.borrow_mut().accept(gid, qp)
     }
 
-    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<Export> {
+    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<(Export, Grant)> {
         // The fake's peer set is QP 0 once a CONNECT named its remote GID; every other
         // QP connects this node to itself.
         let remote = self.node.nic.borrow().remote_bound(qp);
@@ -329,9 +329,9 @@ impl<'a> Fabric<VecStore> for Node<'a> {
         self.nic.borrow_mut().descriptor()
     }
 
-    fn publish(&self, name: &[u8; NAME_LEN], export: &Export) -> Answer<()> {
+    fn publish(&self, name: &[u8; NAME_LEN], export: &Export, grant: Grant) -> Answer<()> {
         self.meta(Answer::Failed(Reason::Unreachable), |m| {
-            m.publish(name, export)
+            m.publish(name, export, grant)
         })
     }
 

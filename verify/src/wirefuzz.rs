@@ -29,8 +29,8 @@ use krcore_abi::cluster::hello::{Accept, Hello, Kind, Offer, Proof, Refusal, ACC
 use krcore_abi::cluster::notice::{link_id, Notice, NOTICE_LEN, NO_LINK};
 use krcore_abi::cqe::{Cqe, CqeFlags};
 use krcore_abi::meta::frame;
-use krcore_abi::meta::lookup::{home, EXPORT_FRAME, PROBE, TRIES};
-use krcore_abi::meta::record::{ExportRecord, NodeRecord, NAME_LEN};
+use krcore_abi::meta::lookup::{EXPORT_FRAME, PROBE, TRIES};
+use krcore_abi::meta::record::{ExportRecord, Grant, NodeRecord, NAME_LEN};
 use krcore_abi::meta::request::{Reply, Request, REQUEST_LEN};
 use krcore_abi::meta::resolve::fetch;
 use krcore_abi::meta::serve::{mapped_gid, serve};
@@ -293,6 +293,7 @@ fn records(inp: &mut Input) {
     let t = Tables {
         node_slots: 1 + inp.byte() as u32 % 4,
         export_slots: PROBE as u32 + inp.byte() as u32 % 16,
+        key: [inp.byte() as u64, 0x6b72],
     };
     let mut region = MemRegion::new(t.bytes());
     // Node ids are their addresses' low 16 bits: 192.0.2.x is 0x200 + x.
@@ -315,7 +316,7 @@ fn records(inp: &mut Input) {
     }
     let want = name_of(inp.byte());
     // Most records near the name's home, where its lookup reads.
-    let first = home(&want, t.export_slots as usize) as u32;
+    let first = t.home(&want);
     for i in 0..PROBE as u32 + 2 {
         if inp.byte() % 4 == 0 {
             continue;
@@ -328,6 +329,11 @@ fn records(inp: &mut Input) {
             len: LEN,
             access: MrAccess::REMOTE_READ.bits(),
             rkey: inp.byte() as u32,
+            grant: Grant {
+                uid: inp.byte() as u32,
+                gid: 0,
+                mode: u16::from(inp.byte()) << 1,
+            },
         };
         let at = t.export((first + i) % t.export_slots) as usize;
         let _ = frame::encode(
@@ -365,6 +371,7 @@ fn requests(inp: &mut Input) {
     let t = Tables {
         node_slots: 8,
         export_slots: PROBE as u32 + inp.byte() as u32 % 16,
+        key: [inp.byte() as u64, 0x6b72],
     };
     let mut region = MemRegion::new(t.bytes());
     let mut window = vec![0u8; PROBE * EXPORT_FRAME];
@@ -383,6 +390,11 @@ fn requests(inp: &mut Input) {
         len: LEN,
         access: MrAccess::REMOTE_READ.bits(),
         rkey: 7,
+        grant: Grant {
+            uid: 0,
+            gid: 0,
+            mode: 0o600,
+        },
     };
     for x in 1..=4 {
         let Reply::Registered(inc) = serve(&mut region, &t, addr(x), &Request::Register(node(x)), &mut window) else {

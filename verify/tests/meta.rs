@@ -6,10 +6,11 @@ use std::cell::RefCell;
 
 use krcore_abi::cqe::Reason;
 use krcore_abi::meta::lookup::{lookup, LookupError, EXPORT_FRAME, PROBE};
-use krcore_abi::meta::record::{name, name_words};
+use krcore_abi::engine::Creds;
+use krcore_abi::meta::record::{name, name_words, Grant};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
-use verify::meta::{FakeMeta, TABLES};
+use verify::meta::{FakeMeta, ROOT_ONLY, TABLES};
 use verify::rig::{Limits, Rig};
 
 const MR: u64 = 0x10_0000;
@@ -20,7 +21,7 @@ const LEN: u32 = 1 << 16;
 fn rig() -> (Rig, [u8; 16]) {
     let mut rig = Rig::new(&[16, 16, 16, 16]);
     let mut meta = FakeMeta::new([192, 0, 2, 11]);
-    meta.other_node_publishes([192, 0, 2, 12], "kv", 0x7000_0000, 4096, 0x4242);
+    meta.other_node_publishes([192, 0, 2, 12], "kv", 0x7000_0000, 4096, 0x4242, ROOT_ONLY);
     rig.kernel.meta = Some(RefCell::new(meta));
     let peer = std::net::Ipv4Addr::new(192, 0, 2, 12)
         .to_ipv6_mapped()
@@ -30,7 +31,7 @@ fn rig() -> (Rig, [u8; 16]) {
 }
 
 fn import(ud: u64, vqp: u32, n: &str, len: u32) -> Sqe {
-    Sqe::import_name(ud, vqp, name_words(&name(n).unwrap()), len)
+    Sqe::import_name(ud, vqp, name_words(&name(n).unwrap()), len, None)
 }
 
 #[test]
@@ -100,7 +101,7 @@ fn imports_are_refused_by_name() {
         r,
         &[
             import(3, remote, "nope", 0),
-            Sqe::import_name(4, remote, gap, 0),
+            Sqe::import_name(4, remote, gap, 0, None),
             import(5, local, "kv", 0),
             import(6, remote + 100, "kv", 0),
         ],
@@ -136,9 +137,9 @@ fn publish_then_deregister_revokes_the_name() {
     let mut c = rig.run(
         r,
         &[
-            Sqe::publish(3, mr, words),
-            Sqe::publish(4, private, words),
-            Sqe::publish(5, mr, name_words(&name("kv").unwrap())),
+            Sqe::publish(3, mr, words, 0),
+            Sqe::publish(4, private, words, 0),
+            Sqe::publish(5, mr, name_words(&name("kv").unwrap()), 0),
         ],
     );
     c.sort_by_key(|c| c.user_data);
@@ -183,11 +184,111 @@ fn without_a_metaserver_names_are_unreachable() {
         r,
         &[
             import(3, vqp, "kv", 0),
-            Sqe::publish(4, mr, name_words(&name("kv").unwrap())),
+            Sqe::publish(4, mr, name_words(&name("kv").unwrap()), 0),
         ],
     );
     assert!(
         c.iter().all(|c| c.failure() == Some(Reason::Unreachable)),
         "{c:?}"
     );
+}
+
+/// A ring of user `uid` in group `gid`.
+fn user(uid: u32, gid: u32) -> Creds {
+    Creds {
+        uid,
+        gid,
+        bind_low: false,
+        user: uid - 1000,
+    }
+}
+
+#[test]
+fn a_names_mode_grants_each_importer_its_rights_and_no_more() {
+    let (mut rig, peer) = rig();
+    let rw = Grant {
+        uid: 1001,
+        gid: 100,
+        mode: 0o640,
+    };
+    let m = rig.kernel.meta.as_ref().unwrap();
+    m.borrow_mut()
+        .other_node_publishes([192, 0, 2, 12], "rw", 0x8000_0000, 4096, 0x77, rw);
+    // Each importer: its import's result, then a READ's and a WRITE's through it.
+    let mut try_as = |creds: Creds, owner: Option<u32>| {
+        let r = rig.open_as(Limits::default(), creds);
+        let c = rig.run(
+            r,
+            &[
+                Sqe::connect(1, peer, 0),
+                Sqe::reg_mr(2, MR, LEN, MrAccess::LOCAL_WRITE),
+            ],
+        );
+        let (vqp, mr) = (c[0].res as u32, c[1].res as u32);
+        let words = name_words(&name("rw").unwrap());
+        let c = rig.run(r, &[Sqe::import_name(3, vqp, words, 0, owner)]);
+        if c[0].res < 0 {
+            return vec![c[0].failure()];
+        }
+        let rmr = c[0].res as u32;
+        let mut c = rig.run(
+            r,
+            &[
+                Sqe::one_sided(Opcode::Read, 4, vqp, mr, MR, 64, rmr, 0x8000_0000),
+                Sqe::one_sided(Opcode::Write, 5, vqp, mr, MR, 64, rmr, 0x8000_0000),
+            ],
+        );
+        c.sort_by_key(|c| c.user_data);
+        [None].into_iter().chain(c.iter().map(|c| c.failure())).collect()
+    };
+    let ok = vec![None, None, None];
+    assert_eq!(try_as(user(1001, 5), None), ok, "the owner reads and writes");
+    assert_eq!(
+        try_as(user(1002, 100), None),
+        vec![None, None, Some(Reason::MrAccess)],
+        "the group reads only"
+    );
+    assert_eq!(
+        try_as(user(1003, 5), None),
+        vec![Some(Reason::NotPermitted)],
+        "others get nothing"
+    );
+    assert_eq!(
+        try_as(user(1002, 100), Some(1000)),
+        vec![Some(Reason::WrongOwner)],
+        "published by someone else than the importer expects"
+    );
+    assert_eq!(try_as(user(1001, 5), Some(1001)), ok, "the owner it expects");
+}
+
+#[test]
+fn a_publish_records_its_callers_uid_and_gid_and_the_mode_it_names() {
+    let (mut rig, _) = rig();
+    let r = rig.open_as(Limits::default(), user(1001, 100));
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+    let mr = rig.run(r, &[Sqe::reg_mr(1, MR, LEN, all)])[0].res as u32;
+    let words = |n: &str| name_words(&name(n).unwrap());
+    let mut c = rig.run(
+        r,
+        &[
+            Sqe::publish(2, mr, words("shared"), 0o644),
+            Sqe::publish(3, mr, words("private"), 0),
+            Sqe::publish(4, mr, words("runnable"), 0o755),
+        ],
+    );
+    c.sort_by_key(|c| c.user_data);
+    let got: Vec<_> = c.iter().map(|c| c.failure()).collect();
+    assert_eq!(got, vec![None, None, Some(Reason::UnknownFlags)]);
+    let grant = |rig: &mut Rig, n: &str| {
+        let mut m = rig.kernel.meta.as_ref().unwrap().borrow_mut();
+        let mut w = vec![0u8; PROBE * EXPORT_FRAME];
+        lookup(&name(n).unwrap(), &TABLES, &mut w, &mut m.region).map(|(r, _)| r.grant)
+    };
+    let mine = |mode| Grant {
+        uid: 1001,
+        gid: 100,
+        mode,
+    };
+    assert_eq!(grant(&mut rig, "shared"), Ok(mine(0o644)));
+    assert_eq!(grant(&mut rig, "private"), Ok(mine(0o600)), "no mode: the owner's alone");
 }

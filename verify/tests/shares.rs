@@ -16,6 +16,7 @@ const LEN: u32 = 4096;
 fn user(user: u32) -> Creds {
     Creds {
         uid: 1000 + user,
+        gid: 1000 + user,
         bind_low: false,
         user,
     }

@@ -62,8 +62,9 @@ pub enum Dial {
         peer: u32,
         /// Its physical QP slots.
         qps: Range<u32>,
-        /// The entry held another peer's set, which must be torn down first.
-        evicts: bool,
+        /// The entry held another peer (this node), whose set, if any, must be torn
+        /// down first, and whose cached records go with it.
+        evicts: Option<u16>,
     },
     /// A connection to the peer is under way (ours or its), or the last one failed and
     /// the set backs off: try again later.
@@ -239,7 +240,7 @@ impl<S: Store> Peers<S> {
     /// `incarnation` (from its node record).
     pub fn dial(&mut self, addr: &[u8; 16], node: u16, incarnation: u64, now_ms: i64) -> Dial {
         let (i, evicts) = match self.find(addr) {
-            Some(i) => (i, false),
+            Some(i) => (i, None),
             None => match self.claim() {
                 Some(c) => c,
                 None => return Dial::Full,
@@ -303,8 +304,9 @@ impl<S: Store> Peers<S> {
                 }
             }
             Dial::Connect { peer, evicts, .. } => {
-                if evicts {
+                if let Some(gone) = evicts {
                     step.close = Some(peer);
+                    step.lost_node = Some(gone);
                 }
                 if let Some(p) = self.entry(peer) {
                     p.asked = true;
@@ -343,11 +345,11 @@ impl<S: Store> Peers<S> {
     }
 
     /// A free entry, or the least recently used one nothing is bound to and nothing is
-    /// connecting (emptied here; whether it held a set).
-    fn claim(&mut self) -> Option<(u32, bool)> {
+    /// connecting (emptied here; the node it held).
+    fn claim(&mut self) -> Option<(u32, Option<u16>)> {
         let t = self.table.as_mut();
         if let Some(i) = t.iter().position(Option::is_none) {
-            return Some((i as u32, false));
+            return Some((i as u32, None));
         }
         let (i, _) = t
             .iter()
@@ -355,9 +357,8 @@ impl<S: Store> Peers<S> {
             .filter_map(|(i, e)| e.as_ref().map(|p| (i, p)))
             .filter(|(_, p)| p.bound == 0 && !matches!(p.set.state(), State::Connecting { .. }))
             .min_by_key(|(_, p)| p.last_used_ms)?;
-        let had_set = matches!(t[i].map(|p| p.set.state()), Some(State::Ready { .. }));
-        t[i] = None;
-        Some((i as u32, had_set))
+        let node = t[i].take().and_then(|p| node_of(&p.addr));
+        Some((i as u32, node))
     }
 
     /// The peer at `addr`, node `node` of incarnation `incarnation`, asks at `now_ms`
@@ -413,8 +414,9 @@ impl<S: Store> Peers<S> {
             Some(p) => p,
             None => {
                 let (p, evicts) = self.claim()?;
-                if evicts {
+                if let Some(gone) = evicts {
                     step.close = Some(p);
+                    step.lost_node = Some(gone);
                 }
                 p
             }
@@ -523,7 +525,7 @@ mod tests {
         let Dial::Connect { peer, qps, evicts } = p.dial(&addr(12), 2, 7, 0) else {
             panic!("first contact connects");
         };
-        assert_eq!((qps, evicts), (4..6, false));
+        assert_eq!((qps, evicts), (4..6, None));
         assert_eq!(
             p.dial(&addr(12), 2, 7, 1),
             Dial::Wait,
@@ -578,10 +580,15 @@ mod tests {
             Dial::Connect {
                 peer: 0,
                 qps: 0..1,
-                evicts: true
+                evicts: node_of(&addr(10))
             }
         );
         assert_eq!(p.find(&addr(10)), None);
+        assert_eq!(
+            p.connect(&addr(22), 0, 5, |_| false).lost_node,
+            None,
+            "no idle entry: nobody evicted"
+        );
         // Entry 0 is connecting, entry 1 bound: no room.
         assert_eq!(p.dial(&addr(21), 21, 1, 6), Dial::Full);
         assert_eq!(
@@ -594,10 +601,29 @@ mod tests {
             p.dial(&addr(21), 21, 1, 7),
             Dial::Connect {
                 peer: 1,
-                evicts: true,
+                evicts: Some(_),
                 ..
             }
         ));
+    }
+
+    /// An evicted node's set closes, and what this node cached of its exports goes
+    /// with it (a name it revoked meanwhile must not import from the cache).
+    #[test]
+    fn an_evicted_nodes_set_and_cached_records_go() {
+        let mut p = Peers::with_capacity(1, 1, 0, 1);
+        let step = p.connect(&addr(10), 0, 0, |_| false);
+        assert_eq!((step.close, step.lost_node), (None, None));
+        let peer = p.find(&addr(10)).unwrap();
+        p.take_job();
+        p.attempt_done(peer, Attempt::Established, 0);
+        let step = p.connect(&addr(11), 0, 1, |_| false);
+        assert_eq!(step.outcome, Connect::InProgress);
+        assert_eq!(
+            (step.close, step.lost_node),
+            (Some(peer), node_of(&addr(10))),
+            "the idle set to .10 goes, and its records"
+        );
     }
 
     #[test]
@@ -615,7 +641,7 @@ mod tests {
             Dial::Connect {
                 peer,
                 qps: 4..6,
-                evicts: false
+                evicts: None
             }
         );
         p.attempt_done(peer, Attempt::Established, 1);
@@ -627,7 +653,7 @@ mod tests {
             Dial::Connect {
                 peer: 1,
                 qps: 6..8,
-                evicts: false
+                evicts: None
             }
         );
         p.attempt_done(1, Attempt::Established, 2);

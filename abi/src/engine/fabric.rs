@@ -39,7 +39,7 @@ use super::cqe::Reason;
 use super::errno::Errno;
 use super::export::{Export, Exports};
 use super::meta::client::Answer;
-use super::meta::record::NAME_LEN;
+use super::meta::record::{Grant, NAME_LEN};
 use core::ops::DerefMut;
 
 use super::message::Messages;
@@ -127,7 +127,7 @@ pub trait Members<S: Store> {
     /// IMPORT_NAME of `name` for a virtual QP bound to physical QP `qp`: the export, as
     /// the exporting node's kernel recorded it in the MetaServer, when `qp` connects to
     /// that node (see abi's `meta::client`). A fabric without a MetaServer has none.
-    fn import_named(&mut self, _name: &[u8; NAME_LEN], _qp: u32) -> Answer<Export> {
+    fn import_named(&mut self, _name: &[u8; NAME_LEN], _qp: u32) -> Answer<(Export, Grant)> {
         Answer::Failed(Reason::Unreachable)
     }
 }
@@ -173,10 +173,10 @@ pub trait Fabric<S: Store>: Links<S> {
     /// A fresh unpredictable 64-bit value for an export descriptor (the kernel's
     /// CSPRNG; see `export`).
     fn descriptor(&self) -> u64;
-    /// PUBLISH of `export` (a live one of the calling ring's) under `name`, in the
-    /// MetaServer (see abi's `meta::client`). Takes only a leaf lock. A fabric without a
-    /// MetaServer has none.
-    fn publish(&self, _name: &[u8; NAME_LEN], _export: &Export) -> Answer<()> {
+    /// PUBLISH of `export` (a live one of the calling ring's) under `name`, granting
+    /// `grant`, in the MetaServer (see abi's `meta::client`). Takes only a leaf lock. A
+    /// fabric without a MetaServer has none.
+    fn publish(&self, _name: &[u8; NAME_LEN], _export: &Export, _grant: Grant) -> Answer<()> {
         Answer::Failed(Reason::Unreachable)
     }
     /// Export `descriptor` is being revoked: its published names go too (the network

@@ -42,6 +42,9 @@ const STRIDE: u32 = 7919;
 pub struct Creds {
     /// The user (a uid as the initial namespace sees it).
     pub uid: u32,
+    /// Its group (its gid as the initial namespace sees it): the class a name's mode
+    /// gives it after the owner's (see `meta::record::Grant`).
+    pub gid: u32,
     /// It holds `CAP_NET_BIND_SERVICE`.
     pub bind_low: bool,
     /// Its slot in the module's user table: what its shares are counted under (see
@@ -277,9 +280,9 @@ mod tests {
         Ports::new(PortStorage { slots: vec![EMPTY; slots] }, 12345)
     }
 
-    const ALICE: Creds = Creds { uid: 1000, bind_low: false, user: 1 };
-    const BOB: Creds = Creds { uid: 1001, bind_low: false, user: 2 };
-    const ROOT: Creds = Creds { uid: 0, bind_low: true, user: 0 };
+    const ALICE: Creds = Creds { uid: 1000, gid: 1000, bind_low: false, user: 1 };
+    const BOB: Creds = Creds { uid: 1001, gid: 1001, bind_low: false, user: 2 };
+    const ROOT: Creds = Creds { uid: 0, gid: 0, bind_low: true, user: 0 };
 
     #[test]
     fn a_listened_port_is_its_users_alone() {
@@ -298,7 +301,7 @@ mod tests {
         let mut p = ports(16);
         p.bind(7, Hold::Named, ROOT).unwrap();
         p.bind(7, Hold::Named, ROOT).unwrap();
-        assert_eq!(p.bind(7, Hold::Named, Creds { uid: 0, bind_low: false, user: 0 }), Err(Reason::NotPermitted));
+        assert_eq!(p.bind(7, Hold::Named, Creds { uid: 0, gid: 0, bind_low: false, user: 0 }), Err(Reason::NotPermitted));
         assert_eq!(p.bind(7000, Hold::Named, ALICE), Ok(()));
         assert_eq!(p.bind(7000, Hold::Named, BOB), Err(Reason::ServiceTaken));
         assert_eq!(p.bind(7000, Hold::Listen, ALICE), Err(Reason::ServiceTaken));
@@ -353,7 +356,7 @@ mod tests {
             let mut p = ports(32);
             let mut m: HashMap<u16, (Hold, u32, u32)> = HashMap::new();
             for (op, port, uid) in ops {
-                let who = Creds { uid, bind_low: true, user: uid };
+                let who = Creds { uid, gid: uid, bind_low: true, user: uid };
                 match op {
                     0 | 1 => {
                         let hold = if op == 0 { Hold::Listen } else { Hold::Named };

@@ -242,6 +242,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             listens: [None; super::listen::RING_LISTENS],
             creds: Creds {
                 uid: 0,
+                gid: 0,
                 bind_low: true,
                 user: 0,
             },

@@ -27,6 +27,7 @@ use super::message::{
 use super::ports::Hold;
 use super::shares::Share;
 use super::meta::client::Answer;
+use super::meta::record::Grant;
 use super::qp::{Delivery, Posted};
 use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
@@ -312,7 +313,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 Ok(h) => Cqe::ok(ud, h as i32, 0),
                 Err(_) => Cqe::err(ud, Reason::TableFull),
             },
-            Op::Publish { mr, name } => {
+            Op::Publish { mr, name, mode } => {
                 let m = *t.mrs.get(mr).expect("validated");
                 let export = Export {
                     descriptor: m.descriptor,
@@ -322,35 +323,52 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     access: m.access,
                     rkey: m.keys.rkey,
                 };
-                match f.publish(&name, &export) {
+                let grant = Grant {
+                    uid: self.creds.uid,
+                    gid: self.creds.gid,
+                    mode,
+                };
+                match f.publish(&name, &export, grant) {
                     Answer::Done(()) => Cqe::ok(ud, 0, 0),
                     Answer::Failed(why) => Cqe::err(ud, why),
                     Answer::Pending => return self.remote(f, held),
                 }
             }
-            Op::ImportName { vqp, name, len } => {
+            Op::ImportName {
+                vqp,
+                name,
+                len,
+                owner,
+            } => {
                 let v = *t.vqps.get(vqp).expect("validated");
                 self.hold_members(f, held);
+                let (uid, gid) = (self.creds.uid, self.creds.gid);
                 match held.members().import_named(&name, v.qp) {
                     Answer::Pending => return self.remote(f, held),
                     Answer::Failed(why) => Cqe::err(ud, why),
-                    Answer::Done(e) if len > e.len => Cqe::err(ud, Reason::RemoteRange),
-                    Answer::Done(e) => {
-                        let t = &mut self.tables;
-                        match t.rmrs.insert(super::ring_state::RemoteMr {
-                            vqp,
-                            addr: e.addr,
-                            len: if len == 0 { e.len } else { len },
-                            descriptor: 0,
-                            rkey: e.rkey,
-                            access: e.access,
-                            checked: 0,
-                            across: true,
-                        }) {
-                            Ok(h) => Cqe::ok(ud, h as i32, e.addr),
-                            Err(_) => Cqe::err(ud, Reason::TableFull),
-                        }
+                    Answer::Done((_, g)) if owner.is_some_and(|o| o != g.uid) => {
+                        Cqe::err(ud, Reason::WrongOwner)
                     }
+                    Answer::Done((e, _)) if len > e.len => Cqe::err(ud, Reason::RemoteRange),
+                    // The export's rights that the name's mode grants this user.
+                    Answer::Done((e, g)) => match g.rights(uid, gid, e.access) {
+                        a if a.is_empty() => Cqe::err(ud, Reason::NotPermitted),
+                        access => {
+                            match self.tables.rmrs.insert(super::ring_state::RemoteMr {
+                                vqp,
+                                addr: e.addr,
+                                len: if len == 0 { e.len } else { len },
+                                descriptor: 0,
+                                rkey: e.rkey,
+                                access,
+                                checked: 0,
+                                across: true,
+                            }) {
+                                Ok(h) => Cqe::ok(ud, h as i32, e.addr),
+                                Err(_) => Cqe::err(ud, Reason::TableFull),
+                            }
+                        }
+                    },
                 }
             }
             Op::Send {
@@ -629,6 +647,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 let why = match e {
                     Errno::ENODEV => Reason::NoDevice,
                     Errno::EHOSTUNREACH => Reason::Unreachable,
+                    // The peer table has no entry to give a new node (all in use).
+                    Errno::ENOSPC => Reason::TableFull,
                     _ => Reason::Verbs,
                 };
                 Cqe::err_errno(ud, why, e)

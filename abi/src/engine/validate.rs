@@ -16,11 +16,11 @@ use super::backend::{SendKind, Sge};
 use super::cqe::Reason;
 use super::export::Export;
 use super::fabric::Fabric;
-use super::meta::record::{name_from_words, NAME_LEN};
+use super::meta::record::{name_from_words, MODE_BITS, MODE_DEFAULT, NAME_LEN};
 use super::opcode::{Opcode, OPCODE_LAST};
 use super::ring_state::{LocalMr, Tables, REVOKED_ACROSS};
 use super::message::Tuple;
-use super::sqe::{ConnectFlags, MrAccess, Sqe, SqeFlags};
+use super::sqe::{ConnectFlags, MrAccess, NameFlags, Sqe, SqeFlags};
 use super::Store;
 
 /// Largest message or MR length accepted (RoCE's 2 GiB message limit, halved to stay
@@ -59,8 +59,8 @@ const READS: [u16; OPCODE_LAST as usize] = {
     t[Opcode::Recv as usize] = LOCAL;
     t[Opcode::Cas as usize] = ONE_SIDED | ARG0 | ARG1;
     t[Opcode::Faa as usize] = ONE_SIDED | ARG0;
-    t[Opcode::Publish as usize] = MR | NAME;
-    t[Opcode::ImportName as usize] = VQP | LEN | NAME;
+    t[Opcode::Publish as usize] = MR | NAME | IMM;
+    t[Opcode::ImportName as usize] = VQP | LEN | NAME | IMM | RMR;
     t[Opcode::Listen as usize] = RMR;
     t[Opcode::Unlisten as usize] = RMR;
     t
@@ -126,6 +126,8 @@ pub enum Op {
         mr: u32,
         /// The name.
         name: [u8; NAME_LEN],
+        /// Its mode (see `meta::record::Grant`).
+        mode: u16,
     },
     /// Import `len` bytes (0: all) of another node's export `name` for `vqp`.
     ImportName {
@@ -135,6 +137,8 @@ pub enum Op {
         name: [u8; NAME_LEN],
         /// Bytes from the export's start; 0 for the whole export.
         len: u32,
+        /// The uid that must have published it, if the caller named one.
+        owner: Option<u32>,
     },
     /// A send-queue request on `vqp` using local MR `mr`.
     Send {
@@ -400,9 +404,14 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
             if m.descriptor == 0 {
                 return Err(Reason::MrAccess);
             }
+            let mode = u16::try_from(sqe.imm)
+                .ok()
+                .filter(|m| m & !MODE_BITS == 0)
+                .ok_or(Reason::UnknownFlags)?;
             Op::Publish {
                 mr: sqe.mr,
                 name: name_of(sqe)?,
+                mode: if mode == 0 { MODE_DEFAULT } else { mode },
             }
         }
         Opcode::ImportName => {
@@ -410,10 +419,16 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
             if sqe.len > MAX_LEN {
                 return Err(Reason::BadLength);
             }
+            let flags = NameFlags::from_bits(sqe.imm).ok_or(Reason::UnknownFlags)?;
+            let owner = flags.contains(NameFlags::OWNED_BY).then_some(sqe.rmr);
+            if owner.is_none() && sqe.rmr != 0 {
+                return Err(Reason::ReservedNonzero);
+            }
             Op::ImportName {
                 vqp: sqe.vqp,
                 name: name_of(sqe)?,
                 len: sqe.len,
+                owner,
             }
         }
         Opcode::Listen => Op::Listen {

@@ -132,6 +132,11 @@ mod tests {
             len: 8,
             access: 2,
             rkey: 1,
+            grant: crate::meta::record::Grant {
+                uid: 1000,
+                gid: 1000,
+                mode: crate::meta::record::MODE_DEFAULT,
+            },
         }
     }
 

@@ -19,7 +19,7 @@
 //! [`lookup`]: super::lookup
 
 use super::frame::{self, Torn};
-use super::lookup::{home, EXPORT_FRAME, TRIES};
+use super::lookup::{EXPORT_FRAME, TRIES};
 use super::record::{ExportRecord, EXPORT_PAYLOAD, NAME_LEN};
 use super::tables::{read_window, Tables, Unreachable, Writable};
 
@@ -169,7 +169,7 @@ pub fn publish(
     rec: &ExportRecord,
     buf: &mut [u8],
 ) -> Result<u32, PublishError> {
-    let first = home(&rec.name, t.export_slots as usize) as u32;
+    let first = t.home(&rec.name);
     // The window's `w`th slot, wrapping (a subtraction, not a remainder: the kernel
     // build's objtool rejects a division's panic path).
     let at = |w: usize| {
@@ -253,6 +253,11 @@ mod tests {
             len: 8,
             access: 2,
             rkey: 9,
+            grant: crate::meta::record::Grant {
+                uid: 1000,
+                gid: 1000,
+                mode: crate::meta::record::MODE_DEFAULT,
+            },
         }
     }
 
@@ -355,6 +360,7 @@ mod tests {
     const T: Tables = Tables {
         node_slots: 1,
         export_slots: 32,
+        key: [7, 11],
     };
 
     fn found(m: &mut crate::meta::tables::mem::MemRegion, n: &str) -> Option<u16> {
@@ -390,15 +396,35 @@ mod tests {
         );
     }
 
+    /// Names someone aimed at one home under a key they knew land apart under the
+    /// cluster's, which they do not know: the window of the name they aimed at stays
+    /// open.
+    #[test]
+    fn names_aimed_at_one_home_without_the_key_land_apart() {
+        let known = Tables { key: [0, 0], ..T };
+        let target = known.home(&name("kv").unwrap());
+        let aimed: Vec<_> = (0..)
+            .map(|i| alloc::format!("f{i}"))
+            .filter(|n| known.home(&name(n).unwrap()) == target)
+            .take(PROBE)
+            .collect();
+        let home = T.home(&name("kv").unwrap());
+        let hits = aimed
+            .iter()
+            .filter(|n| T.home(&name(n).unwrap()).wrapping_sub(home) % 32 < PROBE as u32)
+            .count();
+        assert!(hits < PROBE, "{hits} of {PROBE} aimed names still in the window");
+    }
+
     #[test]
     fn a_full_window_refuses() {
         let mut m = crate::meta::tables::mem::MemRegion::new(T.bytes());
         let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
-        let target = home(&name("kv").unwrap(), 32);
+        let target = T.home(&name("kv").unwrap());
         let mut placed = 0;
         for i in 0.. {
             let n = alloc::format!("f{i}");
-            if home(&name(&n).unwrap(), 32) == target {
+            if T.home(&name(&n).unwrap()) == target {
                 publish(&mut m, &T, &rec(&n), &mut buf).unwrap();
                 placed += 1;
                 if placed == PROBE {

@@ -521,6 +521,7 @@ mod tests {
     const T: Tables = Tables {
         node_slots: 16,
         export_slots: 64,
+        key: [7, 11],
     };
 
     struct Node {
@@ -555,6 +556,11 @@ mod tests {
                 len: 64,
                 access: 2,
                 rkey: 77,
+                grant: crate::meta::record::Grant {
+                    uid: 1000,
+                    gid: 1000,
+                    mode: crate::meta::record::MODE_DEFAULT,
+                },
             }
         }
         /// Runs every due job.

@@ -1,7 +1,7 @@
 //! Finding an export by name in the MetaServer's table with one-sided READs.
 //!
 //! The exports table is an open-addressed array of [`EXPORT_FRAME`]-byte entries; a
-//! name's home slot is its hash modulo the table size and a name lives within
+//! name's home slot is its keyed hash modulo the table size ([`Tables::home`]) and a name lives within
 //! [`PROBE`] slots of home (its exporter claims the first free one there). A lookup reads
 //! the [`PROBE`] slots from home in **one** READ (a window that wraps at the table's end
 //! reads its second part from the start), so it costs one round trip unless a slot was being rewritten, in
@@ -36,25 +36,6 @@ pub enum LookupError {
     Read,
 }
 
-/// The home slot of `name` in a table of `slots` entries: FNV-1a 64 with a final
-/// avalanche (murmur3's fmix64), so names that differ in a digit spread over the table
-/// (a window of 8 at a quarter load then always has room; FNV alone clustered).
-pub fn home(name: &[u8; NAME_LEN], slots: usize) -> usize {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^= h >> 33;
-    // checked_rem: no panic path (the kernel build's objtool rejects one); 0 slots has
-    // no home.
-    h.checked_rem(slots as u64).unwrap_or(0) as usize
-}
-
 /// Looks `name` up in the exports table of `t` through `r`; `buf` must hold [`PROBE`]
 /// entries. Returns the record and how many window reads it took.
 pub fn lookup(
@@ -63,7 +44,7 @@ pub fn lookup(
     buf: &mut [u8],
     r: &mut impl Remote,
 ) -> Result<(ExportRecord, u32), LookupError> {
-    let first = home(name, t.export_slots as usize) as u32;
+    let first = t.home(name);
     let mut last_torn = Torn::Rewriting;
     for attempt in 1..=TRIES {
         let window = read_window(r, t, first, buf).map_err(|_| LookupError::Read)?;
@@ -109,6 +90,11 @@ mod tests {
             len: 4096,
             access: 2,
             rkey: 0x100 + node as u32,
+            grant: crate::meta::record::Grant {
+                uid: 1000,
+                gid: 1000,
+                mode: crate::meta::record::MODE_DEFAULT,
+            },
         }
     }
 
@@ -123,6 +109,7 @@ mod tests {
             let t = Tables {
                 node_slots: 4,
                 export_slots: slots,
+                key: [7, 11],
             };
             Table {
                 t,
@@ -134,7 +121,7 @@ mod tests {
             &mut self.m.bytes[at..at + EXPORT_FRAME]
         }
         fn put(&mut self, r: &ExportRecord) -> u32 {
-            let h = home(&r.name, self.t.export_slots as usize) as u32;
+            let h = self.t.home(&r.name);
             for k in 0..PROBE as u32 {
                 let s = (h + k) % self.t.export_slots;
                 let e = self.entry(s);
@@ -181,7 +168,7 @@ mod tests {
         // Find a name whose home is the same slot, so it lands after "a".
         let other = (0..)
             .map(|i| record(&alloc::format!("b{i}"), 2))
-            .find(|r| home(&r.name, 64) as u32 == s)
+            .find(|r| t.t.home(&r.name) == s)
             .unwrap();
         let s2 = t.put(&other);
         assert_eq!(s2, (s + 1) % 64);
@@ -216,7 +203,7 @@ mod tests {
         let mut t = Table::new(16);
         let r = (0..)
             .map(|i| record(&alloc::format!("w{i}"), 5))
-            .find(|r| home(&r.name, 16) == 15)
+            .find(|r| t.t.home(&r.name) == 15)
             .unwrap();
         let n = core::str::from_utf8(&r.name[..])
             .unwrap()

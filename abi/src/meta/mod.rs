@@ -40,4 +40,5 @@ pub mod record;
 pub mod request;
 pub mod resolve;
 pub mod serve;
+pub mod siphash;
 pub mod tables;

@@ -136,6 +136,7 @@ mod tests {
     const T: Tables = Tables {
         node_slots: 8,
         export_slots: 8,
+        key: [7, 11],
     };
 
     fn at<'a>(m: &'a mut MemRegion, me: &NodeRecord) -> Served<'a> {

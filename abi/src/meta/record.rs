@@ -49,6 +49,57 @@ pub struct ExportRecord {
     pub access: u32,
     /// The rkey, read only by kernels: never handed to applications.
     pub rkey: u32,
+    /// Who published it and whom it grants what (enforced by the importing kernel).
+    pub grant: Grant,
+}
+
+/// A published name's owner and the rights it grants, in the manner of a file's owner,
+/// group and mode: the publishing kernel writes its caller's uid and gid (as the
+/// initial user namespace sees them; a uid in a user namespace is the namespace's
+/// owner), never a user's word, and the importing kernel grants an importer the
+/// export's rights that the importer's class (owner, group, others) allows.
+///
+/// Uids and gids are the cluster's: its kernels trust each other (the cluster key) to
+/// say who their users are, as NFS servers trust their clients' uids. There is no
+/// superuser override: root on one node is not root on another (as NFS's root
+/// squashing has it), so root imports a name as its mode grants others, unless root
+/// owns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The publisher's uid.
+    pub uid: u32,
+    /// The publisher's gid.
+    pub gid: u32,
+    /// `rw-` bits per class, as a file mode's (`0o640`: owner reads and writes, group
+    /// reads, others nothing); execute bits are not rights here and must be 0.
+    pub mode: u16,
+}
+
+/// The mode bits a PUBLISH may give: read and write for owner, group and others.
+pub const MODE_BITS: u16 = 0o666;
+
+/// The mode of a PUBLISH that names none (0): its owner's alone, as `umask 077`
+/// leaves a file.
+pub const MODE_DEFAULT: u16 = 0o600;
+
+impl Grant {
+    /// The remote rights an importer with `uid` and `gid` may have of an export that
+    /// grants `access`: READ if its class may read, WRITE if it may write, atomics only
+    /// if both (an atomic reads and writes).
+    pub fn rights(&self, uid: u32, gid: u32, access: MrAccess) -> MrAccess {
+        let shift = if uid == self.uid {
+            6
+        } else if gid == self.gid {
+            3
+        } else {
+            0
+        };
+        let bits = (self.mode >> shift) & 0o6;
+        let read = if bits & 0o4 != 0 { MrAccess::REMOTE_READ.bits() } else { 0 };
+        let write = if bits & 0o2 != 0 { MrAccess::REMOTE_WRITE.bits() } else { 0 };
+        let atomic = if bits == 0o6 { MrAccess::REMOTE_ATOMIC.bits() } else { 0 };
+        MrAccess::from_bits_truncate(access.bits() & (read | write | atomic))
+    }
 }
 
 /// Payload bytes of an [`ExportRecord`] (its frame: 88 bytes).
@@ -127,35 +178,47 @@ impl ExportRecord {
         Put(&mut b, 0)
             .bytes(&self.name)
             .bytes(&self.node.to_le_bytes())
-            .bytes(&[0; 6])
+            .bytes(&self.grant.mode.to_le_bytes())
+            .bytes(&self.grant.uid.to_le_bytes())
             .bytes(&self.incarnation.to_le_bytes())
             .bytes(&self.addr.to_le_bytes())
             .bytes(&self.len.to_le_bytes())
             .bytes(&self.access.to_le_bytes())
-            .bytes(&self.rkey.to_le_bytes());
+            .bytes(&self.rkey.to_le_bytes())
+            .bytes(&self.grant.gid.to_le_bytes());
         b
     }
 
     /// The record a payload holds.
     pub fn decode(b: &[u8; EXPORT_PAYLOAD]) -> ExportRecord {
         let mut g = Get(b, 0);
-        let name = g.take();
-        let node = g.u16();
-        g.take::<6>();
+        let (name, node, mode, uid) = (g.take(), g.u16(), g.u16(), g.u32());
+        let (incarnation, addr, len, access, rkey) = (g.u64(), g.u64(), g.u32(), g.u32(), g.u32());
         ExportRecord {
             name,
             node,
-            incarnation: g.u64(),
-            addr: g.u64(),
-            len: g.u32(),
-            access: g.u32(),
-            rkey: g.u32(),
+            incarnation,
+            addr,
+            len,
+            access,
+            rkey,
+            grant: Grant {
+                uid,
+                gid: g.u32(),
+                mode,
+            },
         }
     }
 
-    /// The record of `e` (a local export) published as `name` by node `node` of
-    /// incarnation `incarnation`.
-    pub fn published(name: [u8; NAME_LEN], node: u16, incarnation: u64, e: &Export) -> Self {
+    /// The record of `e` (a local export) published as `name`, granting `grant`, by
+    /// node `node` of incarnation `incarnation`.
+    pub fn published(
+        name: [u8; NAME_LEN],
+        node: u16,
+        incarnation: u64,
+        e: &Export,
+        grant: Grant,
+    ) -> Self {
         ExportRecord {
             name,
             node,
@@ -164,6 +227,7 @@ impl ExportRecord {
             len: e.len,
             access: e.access.bits(),
             rkey: e.rkey,
+            grant,
         }
     }
 
@@ -250,6 +314,11 @@ mod tests {
             len: 1 << 20,
             access: 0b110,
             rkey: 0x8000_0001,
+            grant: Grant {
+                uid: 1000,
+                gid: 0xfffe_0001,
+                mode: 0o640,
+            },
         };
         assert_eq!(ExportRecord::decode(&e.encode()), e);
         assert!(e.live_in(&n));
@@ -261,6 +330,27 @@ mod tests {
             !e.live_in(&reloaded),
             "an export of an earlier incarnation is stale"
         );
+    }
+
+    #[test]
+    fn a_grant_gives_each_class_its_bits_of_the_exports_rights() {
+        let all = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
+        let g = Grant {
+            uid: 1000,
+            gid: 100,
+            mode: 0o640,
+        };
+        assert_eq!(g.rights(1000, 5, all), all, "owner: read and write, so atomics");
+        assert_eq!(g.rights(1001, 100, all), MrAccess::REMOTE_READ, "group reads");
+        assert_eq!(g.rights(1002, 5, all), MrAccess::empty(), "others nothing");
+        assert_eq!(g.rights(0, 0, all), MrAccess::empty(), "root is no one special");
+        // Never more than the export grants.
+        assert_eq!(g.rights(1000, 5, MrAccess::REMOTE_READ), MrAccess::REMOTE_READ);
+        let w = Grant { mode: 0o222, ..g };
+        assert_eq!(w.rights(7, 7, all), MrAccess::REMOTE_WRITE, "write without read: no atomics");
+        // The owner's class wins even where group or others would grant more.
+        let odd = Grant { mode: 0o066, ..g };
+        assert_eq!(odd.rights(1000, 100, all), MrAccess::empty());
     }
 
     #[test]

@@ -201,6 +201,11 @@ mod tests {
                 len: 4096,
                 access: 2,
                 rkey: 0x1234,
+                grant: crate::meta::record::Grant {
+                    uid: 1000,
+                    gid: 1000,
+                    mode: crate::meta::record::MODE_DEFAULT,
+                },
             }),
             Request::Revoke {
                 name: name("kv").unwrap(),

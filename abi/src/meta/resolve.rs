@@ -47,7 +47,7 @@ pub fn fetch(
 mod tests {
     use super::*;
     use crate::meta::frame;
-    use crate::meta::lookup::{home, EXPORT_FRAME, PROBE};
+    use crate::meta::lookup::{EXPORT_FRAME, PROBE};
     use crate::meta::record::name;
     use crate::meta::tables::mem::MemRegion;
     use crate::meta::tables::NODE_FRAME;
@@ -56,6 +56,7 @@ mod tests {
     const T: Tables = Tables {
         node_slots: 8,
         export_slots: 64,
+        key: [7, 11],
     };
 
     fn node(id: u16, incarnation: u64) -> NodeRecord {
@@ -81,8 +82,13 @@ mod tests {
             len: 64,
             access: 2,
             rkey: 5,
+            grant: crate::meta::record::Grant {
+                uid: 1000,
+                gid: 1000,
+                mode: crate::meta::record::MODE_DEFAULT,
+            },
         };
-        let at = T.export(home(&r.name, 64) as u32) as usize;
+        let at = T.export(T.home(&r.name)) as usize;
         frame::encode(&mut m.bytes[at..at + EXPORT_FRAME], 2, &r.encode()).unwrap();
     }
 

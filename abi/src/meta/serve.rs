@@ -166,6 +166,7 @@ mod tests {
     const T: Tables = Tables {
         node_slots: 8,
         export_slots: 16,
+        key: [7, 11],
     };
 
     fn node(last: u8, incarnation: u64) -> NodeRecord {
@@ -188,6 +189,11 @@ mod tests {
             len: 64,
             access: 1,
             rkey: 0x77,
+            grant: crate::meta::record::Grant {
+                uid: 1000,
+                gid: 1000,
+                mode: crate::meta::record::MODE_DEFAULT,
+            },
         }
     }
 

@@ -16,21 +16,35 @@
 
 use super::frame;
 use super::lookup::{EXPORT_FRAME, PROBE};
-use super::record::NODE_PAYLOAD;
+use super::record::{NAME_LEN, NODE_PAYLOAD};
+use super::siphash::{siphash24, SipKey};
 
 /// Bytes of one framed node entry.
 pub const NODE_FRAME: usize = frame::size(NODE_PAYLOAD);
 
-/// The region's shape.
+/// The region's shape, and the key its names are placed by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tables {
     /// Entries in the node table.
     pub node_slots: u32,
     /// Entries in the exports table.
     pub export_slots: u32,
+    /// The name hash's key: every member derives it from the cluster key (kmod's
+    /// cm_auth.c), so all place a name alike and nobody outside can aim names at one
+    /// home (see [`siphash`](super::siphash)). Never on the wire.
+    pub key: SipKey,
 }
 
 impl Tables {
+    /// The home slot of `name`: its keyed hash modulo the exports table's size (0 for
+    /// a table of none). A name lives within [`PROBE`] slots of it.
+    pub fn home(&self, name: &[u8; NAME_LEN]) -> u32 {
+        // checked_rem: no panic path (the kernel build's objtool rejects one).
+        siphash24(self.key, name)
+            .checked_rem(self.export_slots as u64)
+            .unwrap_or(0) as u32
+    }
+
     /// Bytes the region takes.
     pub const fn bytes(&self) -> usize {
         self.node_slots as usize * NODE_FRAME + self.export_slots as usize * EXPORT_FRAME

@@ -377,15 +377,22 @@ class Ring:
             s, vqp.handle, addr, length, descriptor))
         return RemoteRegion(res, addr, length)
 
-    def publish(self, mr, name):
-        """Publishes `mr` under `name` in the MetaServer."""
+    def publish(self, mr, name, mode=0o600):
+        """Publishes `mr` under `name` in the MetaServer, granting `mode` as a file's
+        mode does (rw bits for this user, its group and others)."""
         self._control("publish memory", lambda s: self._named(
-            lib.krcore_prep_publish(s, mr.handle, name.encode())))
+            lib.krcore_prep_publish(s, mr.handle, name.encode(), mode)))
 
-    def import_name(self, vqp, name, length):
-        """Imports the first `length` bytes of the export published as `name`."""
-        res, aux = self._control("import memory by name", lambda s: self._named(
-            lib.krcore_prep_import_name(s, vqp.handle, name.encode(), length)))
+    def import_name(self, vqp, name, length, owner=None):
+        """Imports the first `length` bytes of the export published as `name`, with the
+        rights its mode grants this user; with `owner`, only if that uid published it
+        (`WRONG_OWNER` otherwise)."""
+        def prep(s):
+            e = self._named(lib.krcore_prep_import_name(s, vqp.handle, name.encode(), length))
+            if owner is not None:
+                lib.krcore_sqe_owned_by(s, owner)
+            return e
+        res, aux = self._control("import memory by name", prep)
         return RemoteRegion(res, aux, length)
 
     @staticmethod

@@ -72,8 +72,9 @@ void krcore_prep_reg_mr(struct krcore_Sqe *sqe, void *addr, uint32_t len, uint32
 void krcore_prep_dereg_mr(struct krcore_Sqe *sqe, uint32_t mr);
 void krcore_prep_import_mr(struct krcore_Sqe *sqe, uint32_t vqp, uint64_t addr, uint32_t len,
                            uint64_t descriptor);
-int krcore_prep_publish(struct krcore_Sqe *sqe, uint32_t mr, const char *name);
+int krcore_prep_publish(struct krcore_Sqe *sqe, uint32_t mr, const char *name, uint16_t mode);
 int krcore_prep_import_name(struct krcore_Sqe *sqe, uint32_t vqp, const char *name, uint32_t len);
+void krcore_sqe_owned_by(struct krcore_Sqe *sqe, uint32_t uid);
 void krcore_prep_read(struct krcore_Sqe *sqe, uint32_t vqp, uint32_t mr, void *addr, uint32_t len,
                       uint32_t rmr, uint64_t raddr);
 void krcore_prep_write(struct krcore_Sqe *sqe, uint32_t vqp, uint32_t mr, void *addr, uint32_t len,

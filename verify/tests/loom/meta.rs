@@ -22,6 +22,7 @@ use crate::model;
 const T: Tables = Tables {
     node_slots: 4,
     export_slots: 8,
+    key: [7, 11],
 };
 
 struct Meta {

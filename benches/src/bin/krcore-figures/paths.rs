@@ -136,7 +136,7 @@ impl Names {
                 // Paired with the measuring node's end on the same port.
                 let (v1, _) = ok(Sqe::pair(1, gid_of(node), service as u16, service as u16));
                 let name = export_name(FAR_EXPORT).expect("a valid name");
-                let (rmr, raddr) = ok(Sqe::import_name(4, v1, name_words(&name), 4096));
+                let (rmr, raddr) = ok(Sqe::import_name(4, v1, name_words(&name), 4096, None));
                 (v1, u32::MAX, rmr, raddr)
             }
         };
