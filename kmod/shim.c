@@ -169,6 +169,17 @@ u32 krcore_shim_max_share(u32 share)
 	return 0;
 }
 
+/* Read once per device, at its context's creation (so 0444). */
+static uint max_peers = 16;
+module_param(max_peers, uint, 0444);
+MODULE_PARM_DESC(max_peers,
+		 "Peer nodes a device keeps connection sets to at once (default 16, 1-30; a set takes 2 QPs; a new node takes the least recently used idle set's place)");
+
+u32 krcore_shim_max_peers(void)
+{
+	return READ_ONCE(max_peers);
+}
+
 static uint max_sqpoll_per_user = 4;
 module_param(max_sqpoll_per_user, uint, 0644);
 MODULE_PARM_DESC(max_sqpoll_per_user, "SQ polling threads one user may hold at once (default 4)");
@@ -241,14 +252,15 @@ u32 krcore_shim_current_uid(void)
 	return from_kuid_munged(&init_user_ns, ns ? ns->owner : current_uid());
 }
 
-/* The current task's gid as the initial namespace sees it, for a name's mode (abi's
- * meta::record::Grant): in a namespace an unprivileged user made, the group that user
- * made it with (a gid mapped in there from a subordinate range is no real group). */
+/* The current task's effective gid as the initial namespace sees it, for a name's mode
+ * (abi's meta::record::Grant; supplementary groups are not counted): in a namespace an
+ * unprivileged user made, the group that user made it with (a gid mapped in there from
+ * a subordinate range is no real group). */
 u32 krcore_shim_current_gid(void)
 {
 	const struct user_namespace *ns = krcore_unprivileged_ns();
 
-	return from_kgid_munged(&init_user_ns, ns ? ns->group : current_gid());
+	return from_kgid_munged(&init_user_ns, ns ? ns->group : current_egid());
 }
 
 /* Whether the current task may hold ports below 1024 (abi's engine/ports.rs). Asked at

@@ -128,6 +128,7 @@ u32 krcore_shim_max_sq_idle_ms(void);
 u32 krcore_shim_request_timeout_ms(void);
 /* The caller's real user id, in the initial user namespace. */
 u32 krcore_shim_current_uid(void);
+u32 krcore_shim_max_peers(void);
 u32 krcore_shim_current_gid(void);
 bool krcore_shim_may_bind_low(void);
 /* Monotonic time in ms at tick resolution (ktime_get_coarse): cheap enough per call. */

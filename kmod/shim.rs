@@ -292,6 +292,7 @@ extern "C" {
     pub(crate) fn krcore_shim_max_sq_idle_ms() -> u32;
     pub(crate) fn krcore_shim_request_timeout_ms() -> u32;
     pub(crate) fn krcore_shim_current_uid() -> u32;
+    pub(crate) fn krcore_shim_max_peers() -> u32;
     pub(crate) fn krcore_shim_current_gid() -> u32;
     /// Whether the current task holds `CAP_NET_BIND_SERVICE`.
     pub(crate) fn krcore_shim_may_bind_low() -> bool;

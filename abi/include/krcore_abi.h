@@ -38,8 +38,10 @@
 // long a yielded attempt waits for the peer's set, ms: past it, a CONNECT dials anew.
 #define krcore_ADOPT_MS 3000
 
-// A hello's magic, "KRC3" (the third wire form: tags bind ports).
-#define krcore_HELLO_MAGIC 1263682355
+// A hello's magic, "KRC4" (the fourth wire form: notices carry both ports of a link,
+// names their owners and modes, placed by a keyed hash; a kernel of another form is
+// refused at its first hello rather than misread later).
+#define krcore_HELLO_MAGIC 1263682356
 
 // A challenge's magic, "KRCC".
 #define krcore_CHALLENGE_MAGIC 1263682371
@@ -74,6 +76,16 @@
 // "No link": a [`Notice::Hello`] from an end that knows no peer end yet.
 #define krcore_NO_LINK UINT64_MAX
 
+// The user slot of the kernel's own CONNECTs (prewarming, a listen's accept): not
+// counted against anyone's dials.
+#define krcore_NO_USER UINT32_MAX
+
+// Dials to other nodes one user may have in progress at once; a CONNECT that would
+// start another fails `Quota`. A dial to an address that never answers holds its
+// entry until the CM gives up (seconds), so without this one user's CONNECTs to such
+// addresses would hold the whole table and fail every other user's first contact.
+#define krcore_DIALS_PER_USER 2
+
 // Revocations under way at once (a DEREG_MR past them waits).
 #define krcore_MAX_REVOKING 16
 
@@ -86,7 +98,7 @@
 
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
-#define krcore_ABI_VERSION 2
+#define krcore_ABI_VERSION 3
 
 // `gid_index` of a row that lists a port without any valid GID.
 #define krcore_GID_NONE UINT32_MAX
@@ -400,8 +412,9 @@ enum krcore_Reason
   // deadline, or its listener could not take it.
   KRCORE_REASON_REFUSED = 37,
   // This user's share of the device's table is used up (virtual QPs, receives,
-  // exports or listens: module parameters `max_*_per_user`); other users' shares
-  // are theirs.
+  // exports or listens: module parameters `max_*_per_user`), or it has as many
+  // dials to new nodes in progress as it may (`cluster::peers::DIALS_PER_USER`);
+  // other users' shares are theirs.
   KRCORE_REASON_QUOTA = 38,
   // IMPORT_NAME named an owner, and another user published the name.
   KRCORE_REASON_WRONG_OWNER = 39,

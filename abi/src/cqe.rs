@@ -155,8 +155,9 @@ pub enum Reason {
     /// deadline, or its listener could not take it.
     Refused = 37,
     /// This user's share of the device's table is used up (virtual QPs, receives,
-    /// exports or listens: module parameters `max_*_per_user`); other users' shares
-    /// are theirs.
+    /// exports or listens: module parameters `max_*_per_user`), or it has as many
+    /// dials to new nodes in progress as it may (`cluster::peers::DIALS_PER_USER`);
+    /// other users' shares are theirs.
     Quota = 38,
     /// IMPORT_NAME named an owner, and another user published the name.
     WrongOwner = 39,
@@ -357,7 +358,8 @@ impl Reason {
             }
             Reason::WrongOwner => "the name was published by another user than the one named",
             Reason::Quota => {
-                "this user's share of the device's table is used up (max_*_per_user)"
+                "this user's share of the device's table is used up (max_*_per_user), or \
+                 its dials to new nodes in progress are as many as it may have"
             }
             Reason::Refused => {
                 "the peer refused: nobody listened on its port within the deadline, or its \

@@ -8,7 +8,7 @@ use super::errno::Errno;
 
 /// The ABI version this crate describes; the kernel reports its own in
 /// [`QueryDevices::abi_version`] and user space refuses a mismatch.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// `gid_index` of a row that lists a port without any valid GID.
 pub const GID_NONE: u32 = u32::MAX;

@@ -29,7 +29,7 @@
 use kernel::prelude::*;
 
 use crate::abi::cluster::conn_set::{Answer, Attempt, State};
-use crate::abi::cluster::peers::{node_of, Connect, Peers};
+use crate::abi::cluster::peers::{node_of, Connect, Peers, NO_USER};
 use crate::abi::engine::Connection;
 use crate::abi::errno::Errno;
 use crate::engine::backend::POOL_QPS;
@@ -38,12 +38,21 @@ use crate::engine::fabric::Shared;
 use crate::shim::{self, CmConn, IbQp};
 use crate::engine::store::{KBuf, KStore};
 
-/// Peer nodes a device keeps sets to at once.
-pub(crate) const PEER_SETS: usize = 4;
+/// Peer nodes a device can keep sets to at once, at most (the `max_peers` module
+/// parameter says how many it does): the engine keeps per-QP bits in 64-bit words
+/// (abi's recovery), and the pool takes 4 of them.
+pub(crate) const PEER_SETS_MAX: usize = 30;
 /// QPs in a set.
 pub(crate) const QPS_PER_SET: usize = 2;
 /// Physical QP slots of the sets, after the pool's.
-pub(crate) const PEER_QPS: usize = PEER_SETS * QPS_PER_SET;
+pub(crate) const PEER_QPS: usize = PEER_SETS_MAX * QPS_PER_SET;
+
+/// Peer nodes a device keeps sets to (`max_peers`, within 1..=[`PEER_SETS_MAX`]).
+pub(crate) fn max_peers() -> usize {
+    // SAFETY: reads a module parameter.
+    let n = unsafe { shim::krcore_shim_max_peers() } as usize;
+    n.clamp(1, PEER_SETS_MAX)
+}
 
 /// One connected QP of a set.
 #[derive(Clone, Copy)]
@@ -80,7 +89,7 @@ impl PeerSets {
 
     /// No sets yet, for node `me`.
     pub(crate) fn new(me: u16) -> Result<PeerSets> {
-        let table = KBuf::filled(PEER_SETS, None, GFP_KERNEL)?;
+        let table = KBuf::filled(max_peers(), None, GFP_KERNEL)?;
         Ok(PeerSets {
             table: Peers::new(table, me, POOL_QPS as u32, QPS_PER_SET as u32),
             qps: [None; PEER_QPS],
@@ -103,10 +112,11 @@ impl PeerSets {
         addr: &[u8; 16],
         service: u32,
         now_ms: i64,
+        user: u32,
     ) -> Result<Connection, Errno> {
         // Only the node's own entry is asked about: look first, with the handles.
         let broken = self.table.find(addr).filter(|&p| self.broken(shared, p));
-        let step = self.table.connect(addr, service, now_ms, |p| Some(p) == broken);
+        let step = self.table.connect(addr, service, now_ms, user, |p| Some(p) == broken);
         if let Some(p) = step.close {
             self.close(shared, p);
         }
@@ -126,6 +136,7 @@ impl PeerSets {
             Connect::InProgress => Err(Errno::EINPROGRESS),
             Connect::Unreachable => Err(Errno::EHOSTUNREACH),
             Connect::Full => Err(Errno::ENOSPC),
+            Connect::Quota => Err(Errno::EDQUOT),
             Connect::NotANode => Err(Errno::ENETUNREACH),
         }
     }
@@ -133,7 +144,7 @@ impl PeerSets {
     /// Starts a set to `addr` at `now_ms` if there is none (prewarming): whether a dial
     /// is due.
     pub(crate) fn prewarm(&mut self, shared: &Shared, addr: &[u8; 16], now_ms: i64) -> bool {
-        matches!(self.connect(shared, addr, 0, now_ms), Err(Errno::EINPROGRESS))
+        matches!(self.connect(shared, addr, 0, now_ms, NO_USER), Err(Errno::EINPROGRESS))
     }
 
     /// The number of the first QP of the set to `addr`, when it is up.

@@ -42,15 +42,19 @@ const _: () = assert!(FAR_WRITE_WR_ID == u64::MAX - 0x4000_0001);
 const RECV_DEPTH: u32 = 1;
 /// Physical QP slots of a device: the pool's, then the peer sets' (peer.rs).
 pub(crate) const QPS: usize = POOL_QPS + crate::cluster::peer::PEER_QPS;
+const _: () = assert!(QPS <= 64, "abi's recovery keeps a bit per QP in a u64");
 /// CQ entries: room for every request the pool and the peer sets can have outstanding
 /// (a peer QP has the pool's depths: cm.c creates it so).
 /// A set's QP may flush every work request it holds (a message to another node is two)
 /// and every notice receive (cm.c's sizes).
 /// Each advert is a key's registration and the notice.
 const SET_CQES: u32 = 2 * SEND_DEPTH + 2 * NOTICE_ROOM + NOTICE_RECVS;
-/// A pool QP flushes a message as its three work requests (fastreg.c), and a marker.
-const CQ_DEPTH: i32 = (POOL_QPS as u32 * (3 * SEND_DEPTH + 1 + RECV_DEPTH)
-    + crate::cluster::peer::PEER_QPS as u32 * SET_CQES) as i32;
+/// A pool QP flushes a message as its three work requests (fastreg.c), and a marker;
+/// the sets count as many as the device keeps (`max_peers`).
+fn cq_depth() -> i32 {
+    let sets = (crate::cluster::peer::max_peers() * crate::cluster::peer::QPS_PER_SET) as u32;
+    (POOL_QPS as u32 * (3 * SEND_DEPTH + 1 + RECV_DEPTH) + sets * SET_CQES) as i32
+}
 /// GID table entries searched for the local RoCE v2 GID.
 const GID_SEARCH: u32 = 16;
 /// The port krcore serves on every device (its pool's GIDs are this port's).
@@ -106,7 +110,7 @@ impl Hw {
             return Err(e.into());
         }
         // SAFETY: as above.
-        let cq = unsafe { shim::krcore_shim_alloc_cq(ib, CQ_DEPTH, notify) };
+        let cq = unsafe { shim::krcore_shim_alloc_cq(ib, cq_depth(), notify) };
         if let Some(e) = ptr_err(cq) {
             // SAFETY: allocated just above, released once.
             unsafe { shim::krcore_shim_dealloc_pd(pd) };

@@ -487,6 +487,7 @@ impl Members<KStore> for MembersGuard<'_> {
         gid: [u8; 16],
         service: u32,
         opposite: Option<u32>,
+        user: u32,
     ) -> Result<Connection, Errno> {
         if self.g.hw.pool_gid().is_none() && !self.g.hw.is_local_gid(&gid) {
             // Another node, and no pool yet (the prewarm work has not run, or prewarm
@@ -501,7 +502,7 @@ impl Members<KStore> for MembersGuard<'_> {
             if gid != own {
                 // SAFETY: plain call.
                 let now = unsafe { crate::shim::krcore_shim_coarse_ms() };
-                return self.g.peers.connect(self.shared, &gid, service, now);
+                return self.g.peers.connect(self.shared, &gid, service, now, user);
             }
         }
         let built = self.g.hw.pool_qp(0).is_some();

@@ -189,6 +189,7 @@ impl Members<VecStore> for NodeMembers<'_, '_> {
         gid: [u8; 16],
         service: u32,
         opposite: Option<u32>,
+        _user: u32,
     ) -> Result<Connection, Errno> {
         self.node.nic.borrow_mut().connect(gid, service, opposite)
     }

@@ -290,5 +290,12 @@ fn a_publish_records_its_callers_uid_and_gid_and_the_mode_it_names() {
         mode,
     };
     assert_eq!(grant(&mut rig, "shared"), Ok(mine(0o644)));
+    let again = rig.run(r, &[Sqe::publish(5, mr, words("shared"), 0o600)]);
+    assert_eq!(
+        again[0].failure(),
+        Some(Reason::NameTaken),
+        "published already with another mode: not changed in place"
+    );
+    assert_eq!(grant(&mut rig, "shared"), Ok(mine(0o644)));
     assert_eq!(grant(&mut rig, "private"), Ok(mine(0o600)), "no mode: the owner's alone");
 }

@@ -17,8 +17,10 @@
 
 use super::auth::{NONCE_LEN, TAG_LEN};
 
-/// A hello's magic, "KRC3" (the third wire form: tags bind ports).
-pub const HELLO_MAGIC: u32 = 0x4b52_4333;
+/// A hello's magic, "KRC4" (the fourth wire form: notices carry both ports of a link,
+/// names their owners and modes, placed by a keyed hash; a kernel of another form is
+/// refused at its first hello rather than misread later).
+pub const HELLO_MAGIC: u32 = 0x4b52_4334;
 /// A challenge's magic, "KRCC".
 pub const CHALLENGE_MAGIC: u32 = 0x4b52_4343;
 /// A yield's magic, "KRYY".

@@ -25,6 +25,16 @@ use core::ops::Range;
 use super::super::engine::Store;
 use super::conn_set::{Action, Answer, Attempt, ConnSet, State};
 
+/// The user slot of the kernel's own CONNECTs (prewarming, a listen's accept): not
+/// counted against anyone's dials.
+pub const NO_USER: u32 = u32::MAX;
+
+/// Dials to other nodes one user may have in progress at once; a CONNECT that would
+/// start another fails `Quota`. A dial to an address that never answers holds its
+/// entry until the CM gives up (seconds), so without this one user's CONNECTs to such
+/// addresses would hold the whole table and fail every other user's first contact.
+pub const DIALS_PER_USER: usize = 2;
+
 /// One peer node and our set to it.
 #[derive(Clone, Copy, Debug)]
 pub struct Peer {
@@ -39,6 +49,9 @@ pub struct Peer {
     /// A CONNECT asked for its set to be made and no caller has taken the job yet
     /// ([`Peers::take_job`]).
     pub asked: bool,
+    /// The user slot whose CONNECT asked for the attempt under way ([`NO_USER`]: the
+    /// kernel's own, or none).
+    pub dialer: u32,
     /// Its set was lost while virtual QPs were bound to it: they keep failing on its
     /// slots until released, and the peer's next set takes another entry (so no old
     /// virtual QP, with what it imported from the peer's earlier incarnation, ever
@@ -89,6 +102,8 @@ pub enum Connect {
     Unreachable,
     /// Every entry has virtual QPs bound or a connection under way.
     Full,
+    /// The asking user has [`DIALS_PER_USER`] dials in progress already.
+    Quota,
     /// The address names no node (not IPv4-mapped: rdma_cm reaches nodes by IPv4).
     NotANode,
 }
@@ -143,6 +158,7 @@ impl Peer {
             bound: 0,
             last_used_ms: now_ms,
             asked: false,
+            dialer: NO_USER,
             retired: false,
         }
     }
@@ -271,6 +287,7 @@ impl<S: Store> Peers<S> {
         addr: &[u8; 16],
         service: u32,
         now_ms: i64,
+        user: u32,
         broken: impl Fn(u32) -> bool,
     ) -> ConnectStep {
         let mut step = ConnectStep {
@@ -294,6 +311,16 @@ impl<S: Store> Peers<S> {
             )
         });
         step.close = step.close.or(stale);
+        // A CONNECT that would start a dial counts against its user's (one to a node
+        // whose set is up, or being made by anyone, does not).
+        let starts = self
+            .find(addr)
+            .and_then(|p| self.get(p))
+            .is_none_or(|e| !matches!(e.set.state(), State::Ready { .. } | State::Connecting { .. }));
+        if starts && user != NO_USER && self.dialing(user) >= DIALS_PER_USER {
+            step.outcome = Connect::Quota;
+            return step;
+        }
         step.outcome = match self.dial(addr, node, 0, now_ms) {
             Dial::Use { peer, qps } => {
                 // checked_rem: no panic path (the kernel build's objtool rejects one).
@@ -310,6 +337,7 @@ impl<S: Store> Peers<S> {
                 }
                 if let Some(p) = self.entry(peer) {
                     p.asked = true;
+                    p.dialer = user;
                 }
                 Connect::InProgress
             }
@@ -324,6 +352,16 @@ impl<S: Store> Peers<S> {
             Dial::Full => Connect::Full,
         };
         step
+    }
+
+    /// Dials user slot `user` asked for that are under way.
+    fn dialing(&self, user: u32) -> usize {
+        self.table
+            .as_ref()
+            .iter()
+            .flatten()
+            .filter(|p| p.dialer == user && matches!(p.set.state(), State::Connecting { .. }))
+            .count()
     }
 
     /// Whether a dial was asked for and not taken yet (the device's worker has work).
@@ -585,7 +623,7 @@ mod tests {
         );
         assert_eq!(p.find(&addr(10)), None);
         assert_eq!(
-            p.connect(&addr(22), 0, 5, |_| false).lost_node,
+            p.connect(&addr(22), 0, 5, NO_USER, |_| false).lost_node,
             None,
             "no idle entry: nobody evicted"
         );
@@ -607,17 +645,47 @@ mod tests {
         ));
     }
 
+    /// A user's CONNECTs to addresses that never answer hold at most
+    /// [`DIALS_PER_USER`] entries: its next new node fails `Quota`, while another
+    /// user's first contact, and a wait for a dial already under way, go on.
+    #[test]
+    fn a_users_dials_in_progress_are_bounded() {
+        let mut p = Peers::with_capacity(8, 1, 0, 1);
+        let (mallory, alice) = (3, 4);
+        for n in 0..DIALS_PER_USER as u8 {
+            let step = p.connect(&addr(30 + n), 0, 0, mallory, |_| false);
+            assert_eq!(step.outcome, Connect::InProgress);
+        }
+        assert_eq!(p.connect(&addr(40), 0, 1, mallory, |_| false).outcome, Connect::Quota);
+        assert_eq!(
+            p.connect(&addr(30), 0, 1, mallory, |_| false).outcome,
+            Connect::InProgress,
+            "waiting for its own dial is no new one"
+        );
+        assert_eq!(p.connect(&addr(41), 0, 1, alice, |_| false).outcome, Connect::InProgress);
+        assert_eq!(
+            p.connect(&addr(30), 0, 1, alice, |_| false).outcome,
+            Connect::InProgress,
+            "another's dial to the same node is waited for"
+        );
+        assert_eq!(p.connect(&addr(42), 0, 1, NO_USER, |_| false).outcome, Connect::InProgress);
+        // A dial that ends frees its user's turn.
+        let first = p.find(&addr(30)).unwrap();
+        p.attempt_done(first, Attempt::Failed, 2);
+        assert_eq!(p.connect(&addr(40), 0, 3, mallory, |_| false).outcome, Connect::InProgress);
+    }
+
     /// An evicted node's set closes, and what this node cached of its exports goes
     /// with it (a name it revoked meanwhile must not import from the cache).
     #[test]
     fn an_evicted_nodes_set_and_cached_records_go() {
         let mut p = Peers::with_capacity(1, 1, 0, 1);
-        let step = p.connect(&addr(10), 0, 0, |_| false);
+        let step = p.connect(&addr(10), 0, 0, NO_USER, |_| false);
         assert_eq!((step.close, step.lost_node), (None, None));
         let peer = p.find(&addr(10)).unwrap();
         p.take_job();
         p.attempt_done(peer, Attempt::Established, 0);
-        let step = p.connect(&addr(11), 0, 1, |_| false);
+        let step = p.connect(&addr(11), 0, 1, NO_USER, |_| false);
         assert_eq!(step.outcome, Connect::InProgress);
         assert_eq!(
             (step.close, step.lost_node),
@@ -797,9 +865,9 @@ mod tests {
     fn connect_decides_bind_dial_wait_and_refusals() {
         let mut p = Peers::with_capacity(1, 1, 4, 2);
         let never = |_| false;
-        let step = p.connect(&[9; 16], 0, 0, never);
+        let step = p.connect(&[9; 16], 0, 0, NO_USER, never);
         assert_eq!(step.outcome, Connect::NotANode, "not IPv4-mapped");
-        let step = p.connect(&addr(12), 0, 0, never);
+        let step = p.connect(&addr(12), 0, 0, NO_USER, never);
         assert_eq!((step.outcome, step.close), (Connect::InProgress, None));
         assert!(p.job_waiting(), "a worker has a dial to make");
         assert_eq!(
@@ -810,16 +878,16 @@ mod tests {
         assert!(!p.job_waiting(), "taken: a waiter kicks no worker");
         assert_eq!(p.take_job(), None);
         assert_eq!(
-            p.connect(&addr(12), 0, 1, never).outcome,
+            p.connect(&addr(12), 0, 1, NO_USER, never).outcome,
             Connect::InProgress
         );
         p.attempt_done(0, Attempt::Failed, 2);
         assert_eq!(
-            p.connect(&addr(12), 0, 3, never).outcome,
+            p.connect(&addr(12), 0, 3, NO_USER, never).outcome,
             Connect::Unreachable,
             "backing off"
         );
-        let step = p.connect(&addr(12), 0, 200, never);
+        let step = p.connect(&addr(12), 0, 200, NO_USER, never);
         assert_eq!(
             step.outcome,
             Connect::InProgress,
@@ -828,22 +896,22 @@ mod tests {
         p.take_job();
         p.attempt_done(0, Attempt::Established, 201);
         assert_eq!(
-            p.connect(&addr(12), 3, 202, never).outcome,
+            p.connect(&addr(12), 3, 202, NO_USER, never).outcome,
             Connect::Bind { peer: 0, slot: 5 },
             "service 3 on the set's second QP"
         );
         p.bind(0);
-        assert_eq!(p.connect(&addr(13), 0, 203, never).outcome, Connect::Full);
+        assert_eq!(p.connect(&addr(13), 0, 203, NO_USER, never).outcome, Connect::Full);
         // The set broke: closed, the node's records dropped, a new set asked for (the
         // old entry retired: a virtual QP is bound; no entry is free for the new one).
-        let step = p.connect(&addr(12), 0, 204, |_| true);
+        let step = p.connect(&addr(12), 0, 204, NO_USER, |_| true);
         assert_eq!(
             (step.close, step.lost_node, step.outcome),
             (Some(0), node_of(&addr(12)), Connect::Full)
         );
         p.unbind(0);
         assert_eq!(
-            p.connect(&addr(12), 0, 205, never).outcome,
+            p.connect(&addr(12), 0, 205, NO_USER, never).outcome,
             Connect::InProgress
         );
         assert_eq!(node_of(&addr(12)), Some(u16::from_be_bytes([2, 12])));

@@ -106,13 +106,16 @@ pub trait Links<S: Store>: Qps<S> {
 /// QPs to pooled physical QPs.
 pub trait Members<S: Store> {
     /// Binds to a pooled physical QP connected to `gid`/`service`; when `opposite` is
-    /// given (the other end of a link on this node, see `message`),
-    /// to the QP connected to that one.
+    /// given (the other end of a link on this node, see `message`), to the QP
+    /// connected to that one. For user slot `user` ([`NO_USER`](super::cluster::peers::NO_USER)
+    /// for the kernel's own), whose dials to other nodes in progress are bounded
+    /// (`EDQUOT` past them; see `cluster::peers`).
     fn connect(
         &mut self,
         gid: [u8; 16],
         service: u32,
         opposite: Option<u32>,
+        user: u32,
     ) -> Result<Connection, Errno>;
     /// Releases the binding made by [`connect`](Self::connect) or
     /// [`accept`](Self::accept).

@@ -36,6 +36,7 @@
 //! [`opcode`]: super::opcode
 //! [`fabric`]: super::fabric
 
+use super::cluster::peers::NO_USER;
 use super::cqe::{Cqe, CqeFlags, Reason};
 use super::fabric::{Fabric, Members as _, Qps};
 use super::message::{Holder, Messages};
@@ -491,7 +492,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         // connected to the connecting end's.
         let conn = match o.far {
             true => held.members().accept(o.gid, o.qp),
-            false => held.members().connect(o.gid, o.peer_port as u32, Some(o.qp)),
+            false => held
+                .members()
+                .connect(o.gid, o.peer_port as u32, Some(o.qp), NO_USER),
         };
         let conn = match conn {
             Ok(c) if (c.qp as usize) < f.count() && (!o.far || c.qp == o.qp) => c,

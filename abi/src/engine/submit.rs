@@ -346,28 +346,28 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 match held.members().import_named(&name, v.qp) {
                     Answer::Pending => return self.remote(f, held),
                     Answer::Failed(why) => Cqe::err(ud, why),
+                    // Nothing more is said (its owner, its length) to a user the name's
+                    // mode grants nothing.
+                    Answer::Done((e, g)) if g.rights(uid, gid, e.access).is_empty() => {
+                        Cqe::err(ud, Reason::NotPermitted)
+                    }
                     Answer::Done((_, g)) if owner.is_some_and(|o| o != g.uid) => {
                         Cqe::err(ud, Reason::WrongOwner)
                     }
                     Answer::Done((e, _)) if len > e.len => Cqe::err(ud, Reason::RemoteRange),
                     // The export's rights that the name's mode grants this user.
-                    Answer::Done((e, g)) => match g.rights(uid, gid, e.access) {
-                        a if a.is_empty() => Cqe::err(ud, Reason::NotPermitted),
-                        access => {
-                            match self.tables.rmrs.insert(super::ring_state::RemoteMr {
-                                vqp,
-                                addr: e.addr,
-                                len: if len == 0 { e.len } else { len },
-                                descriptor: 0,
-                                rkey: e.rkey,
-                                access,
-                                checked: 0,
-                                across: true,
-                            }) {
-                                Ok(h) => Cqe::ok(ud, h as i32, e.addr),
-                                Err(_) => Cqe::err(ud, Reason::TableFull),
-                            }
-                        }
+                    Answer::Done((e, g)) => match self.tables.rmrs.insert(super::ring_state::RemoteMr {
+                        vqp,
+                        addr: e.addr,
+                        len: if len == 0 { e.len } else { len },
+                        descriptor: 0,
+                        rkey: e.rkey,
+                        access: g.rights(uid, gid, e.access),
+                        checked: 0,
+                        across: true,
+                    }) {
+                        Ok(h) => Cqe::ok(ud, h as i32, e.addr),
+                        Err(_) => Cqe::err(ud, Reason::TableFull),
                     },
                 }
             }
@@ -636,7 +636,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.hold_shard(f, held, k);
         let open = held.shard(k).half_open(&gid, t);
         let m = held.members();
-        let cqe = match m.connect(gid, port_key(t.local, t.peer), open.map(|o| o.qp)) {
+        let cqe = match m.connect(gid, port_key(t.local, t.peer), open.map(|o| o.qp), self.creds.user) {
             Err(Errno::EINPROGRESS) => {
                 // Taken again when the set is up: its port with it.
                 release(f);
@@ -649,6 +649,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     Errno::EHOSTUNREACH => Reason::Unreachable,
                     // The peer table has no entry to give a new node (all in use).
                     Errno::ENOSPC => Reason::TableFull,
+                    // This user's dials in progress are as many as it may have.
+                    Errno::EDQUOT => Reason::Quota,
                     _ => Reason::Verbs,
                 };
                 Cqe::err_errno(ud, why, e)

@@ -218,7 +218,9 @@ impl<S: Store> MetaClient<S> {
             .find(|p| p.is_some_and(|p| p.record.name == record.name));
         if let Some(e) = mine {
             let p = e.expect("found");
-            if p.descriptor != descriptor {
+            // Another export's, or this one's with another owner or mode (a name's mode
+            // is set when it is published: deregister to change it).
+            if p.descriptor != descriptor || p.record.grant != record.grant {
                 return Answer::Failed(Reason::NameTaken);
             }
             return match p.state {

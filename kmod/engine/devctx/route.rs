@@ -21,14 +21,23 @@ use crate::shim::{self, WcC};
 
 use super::{DevCtx, POLL_BATCH};
 
+/// Passes a CQ event's work makes before it yields its worker (see `cq_event`).
+const EVENT_PASSES: u32 = 16;
+
 impl DevCtx {
     /// The CQ had an event (cq_events.rs): route what it holds, waking the rings that
     /// gained completions, and arm it again while anyone sleeps or listens, or a set is
     /// up: a peer's notices must be taken (and their receives posted again) with nobody
     /// here waiting, or the peer's QP meets no receive and stalls.
+    /// Bounded: a removal under way (its flushed completions must not keep it
+    /// polling a CQ nobody routes) ends it unarmed, and after [`EVENT_PASSES`] passes
+    /// that each found more it queues itself again rather than hold its worker.
     pub(crate) fn cq_event(&self) {
-        loop {
+        for _ in 0..EVENT_PASSES {
             self.route();
+            if self.dead.load(Ordering::Acquire) {
+                return;
+            }
             let armed_for = self.sleepers.load(Ordering::Acquire)
                 + self.listeners.load(Ordering::Acquire)
                 + u32::from(self.shared.sets_live());
@@ -36,6 +45,7 @@ impl DevCtx {
                 return;
             }
         }
+        self.events.kick();
     }
 
     /// Arms the CQ for its next event; `true` when it holds completions already (route

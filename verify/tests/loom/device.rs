@@ -104,6 +104,7 @@ impl Members<VecStore> for SharedMembers<'_> {
         gid: [u8; 16],
         service: u32,
         opposite: Option<u32>,
+        _user: u32,
     ) -> Result<Connection, Errno> {
         self.nic.lock().unwrap().connect(gid, service, opposite)
     }
