@@ -255,7 +255,7 @@
 #define krcore_REPLY_LEN 16
 
 // One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
-#define krcore_OPCODE_LAST 18
+#define krcore_OPCODE_LAST 19
 
 // An operation code. The closed set: any other byte is rejected with
 // [`Reason::BadOpcode`](super::cqe::Reason::BadOpcode).
@@ -301,6 +301,9 @@ enum krcore_Opcode
   KRCORE_OPCODE_LISTEN = 16,
   // Ends this ring's LISTEN for a service.
   KRCORE_OPCODE_UNLISTEN = 17,
+  // Finds the node that holds a published name (so a CONNECT can reach it), through
+  // the MetaServer.
+  KRCORE_OPCODE_RESOLVE_NAME = 18,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -744,6 +747,6 @@ typedef uint32_t krcore_OneFlags;
 
 
 // Every opcode, in numeric order.
-#define krcore_Opcode_ALL { krcore_Opcode_Nop, krcore_Opcode_RegMr, krcore_Opcode_DeregMr, krcore_Opcode_Connect, krcore_Opcode_Disconnect, krcore_Opcode_ImportMr, krcore_Opcode_Read, krcore_Opcode_Write, krcore_Opcode_Send, krcore_Opcode_SendImm, krcore_Opcode_WriteImm, krcore_Opcode_Recv, krcore_Opcode_Cas, krcore_Opcode_Faa, krcore_Opcode_Publish, krcore_Opcode_ImportName, krcore_Opcode_Listen, krcore_Opcode_Unlisten, }
+#define krcore_Opcode_ALL { krcore_Opcode_Nop, krcore_Opcode_RegMr, krcore_Opcode_DeregMr, krcore_Opcode_Connect, krcore_Opcode_Disconnect, krcore_Opcode_ImportMr, krcore_Opcode_Read, krcore_Opcode_Write, krcore_Opcode_Send, krcore_Opcode_SendImm, krcore_Opcode_WriteImm, krcore_Opcode_Recv, krcore_Opcode_Cas, krcore_Opcode_Faa, krcore_Opcode_Publish, krcore_Opcode_ImportName, krcore_Opcode_Listen, krcore_Opcode_Unlisten, krcore_Opcode_ResolveName, }
 
 #endif  /* KRCORE_ABI_H */

@@ -19,6 +19,7 @@
 //! | IMPORT_NAME | `vqp` (connected to the exporting node), name = `remote_addr`, `arg0`, `arg1`, `len` (0: the whole export), `imm` = [`NameFlags`](super::sqe::NameFlags), `rmr` = owner uid (with `OWNED_BY`) | remote MR handle, with the export's rights the name's mode grants this user | the export's start address |
 //! | LISTEN | `rmr` = service (a port, 1-65535) | 0 (listening), then a virtual QP handle per connecting virtual QP, from any node | 0, then the physical QP number (low 32 bits) and the peer's IPv4 address (high 32); CQE `port`: the peer's port |
 //! | UNLISTEN | `rmr` = service | 0 | - |
+//! | RESOLVE_NAME | name = `remote_addr`, `arg0`, `arg1` | the node's id | the node's IPv4 address (high 32 bits, as LISTEN's), when the name's mode grants this user a right (`NotPermitted` otherwise) |
 //!
 //! Atomics write the old remote value into the local 8 bytes, as RDMA does. No entry
 //! carries an rkey: remote memory is named by the descriptor its owner's REG_MR returned
@@ -79,10 +80,13 @@ pub enum Opcode {
     Listen = 16,
     /// Ends this ring's LISTEN for a service.
     Unlisten = 17,
+    /// Finds the node that holds a published name (so a CONNECT can reach it), through
+    /// the MetaServer.
+    ResolveName = 18,
 }
 
 /// One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
-pub const OPCODE_LAST: u8 = 18;
+pub const OPCODE_LAST: u8 = 19;
 
 impl Opcode {
     /// Every opcode, in numeric order.
@@ -105,6 +109,7 @@ impl Opcode {
         Opcode::ImportName,
         Opcode::Listen,
         Opcode::Unlisten,
+        Opcode::ResolveName,
     ];
 
     /// Decodes a raw opcode byte.
@@ -142,4 +147,4 @@ impl Opcode {
 }
 
 const _: () = assert!(Opcode::ALL.len() == OPCODE_LAST as usize);
-const _: () = assert!(Opcode::Unlisten as u8 + 1 == OPCODE_LAST);
+const _: () = assert!(Opcode::ResolveName as u8 + 1 == OPCODE_LAST);

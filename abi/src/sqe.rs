@@ -263,6 +263,16 @@ impl Sqe {
         }
     }
 
+    /// RESOLVE_NAME of `name`: where it lives (see [`opcode`](super::opcode)).
+    pub const fn resolve_name(user_data: u64, name: [u64; 3]) -> Sqe {
+        Sqe {
+            remote_addr: name[0],
+            arg0: name[1],
+            arg1: name[2],
+            ..Sqe::new(Opcode::ResolveName, user_data)
+        }
+    }
+
     /// LISTEN for `service`: a CQE when listening, then one per peer that joins (see
     /// [`opcode`](super::opcode)).
     pub const fn listen(user_data: u64, service: u32) -> Sqe {

@@ -27,7 +27,7 @@ use crate::abi::engine::{
 };
 use crate::device::USERS;
 use crate::abi::cqe::Reason;
-use crate::abi::engine::Export;
+use crate::abi::engine::{Export, Located};
 use crate::abi::errno::Errno;
 use crate::abi::meta::client::Answer;
 use crate::abi::meta::record::{Grant, NAME_LEN};
@@ -535,6 +535,10 @@ impl Members<KStore> for MembersGuard<'_> {
             None if (qp as usize) < POOL_QPS => self.shared.meta.import(name, 0),
             None => Answer::Failed(Reason::NotOnPeer),
         }
+    }
+
+    fn resolve_named(&mut self, name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
+        self.shared.meta.resolve(name)
     }
 }
 

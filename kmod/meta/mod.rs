@@ -27,7 +27,7 @@ use kernel::prelude::*;
 use kernel::sync::Mutex;
 
 use crate::abi::cqe::Reason;
-use crate::abi::engine::Export;
+use crate::abi::engine::{Export, Located};
 use crate::abi::meta::cache::MetaCache;
 use crate::abi::meta::client::{run, Answer, MetaClient};
 use crate::abi::meta::lookup::{EXPORT_FRAME, PROBE};
@@ -82,6 +82,9 @@ pub(crate) struct Meta {
     verify: AtomicBool,
     /// Whether a MetaServer is named (the `meta_server` parameter).
     configured: bool,
+    /// The cluster's /16: the MetaServer's address's first two bytes (a node's address
+    /// is them and its id).
+    prefix: [u8; 2],
 }
 
 impl Meta {
@@ -107,6 +110,7 @@ impl Meta {
             due: AtomicBool::new(false),
             verify: AtomicBool::new(false),
             configured,
+            prefix: [gid[12], gid[13]],
         })
     }
 
@@ -156,8 +160,26 @@ impl Meta {
         if let Some(a) = self.gate() {
             return a;
         }
-        let a = self.client.lock().import(name, node);
+        let a = self.client.lock().import(name, Some(node));
         self.mark(a).map(|r| (r.export(), r.grant))
+    }
+
+    /// RESOLVE_NAME: where `name` lives (its node's address is the cluster's /16 and
+    /// the node's id), with its export and grant.
+    pub(crate) fn resolve(&self, name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
+        if let Some(a) = self.gate() {
+            return a;
+        }
+        let a = self.client.lock().import(name, None);
+        let [p0, p1] = self.prefix;
+        self.mark(a).map(|r| {
+            let [n0, n1] = r.node.to_be_bytes();
+            let at = Located {
+                ipv4: [p0, p1, n0, n1],
+                node: r.node,
+            };
+            (at, r.export(), r.grant)
+        })
     }
 
     /// The rkey of local export `descriptor` when a name of it was published.

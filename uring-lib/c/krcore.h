@@ -395,6 +395,15 @@ static inline int krcore_prep_import_name(struct krcore_Sqe *sqe, uint32_t vqp, 
 	return krcore_name_words(sqe, name);
 }
 
+/* RESOLVE_NAME of `name`: res is its node's id, aux its node's IPv4 address in the high
+ * 32 bits (as LISTEN's), when its mode grants this user a right. CONNECT to that node,
+ * then IMPORT_NAME: no address needed beforehand. */
+static inline int krcore_prep_resolve_name(struct krcore_Sqe *sqe, const char *name)
+{
+	sqe->opcode = KRCORE_OPCODE_RESOLVE_NAME;
+	return krcore_name_words(sqe, name);
+}
+
 /* After krcore_prep_import_name: only if user `uid` published the name (WRONG_OWNER
  * otherwise), so a name someone else published first never hands over their memory. */
 static inline void krcore_sqe_owned_by(struct krcore_Sqe *sqe, uint32_t uid)

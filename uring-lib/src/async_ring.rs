@@ -143,6 +143,24 @@ impl AsyncRing {
         self.control(ops::import_name(vqp, name, len, None)?).await
     }
 
+    /// As [`Ring::resolve_name`].
+    pub async fn resolve_name(&self, name: &str) -> Result<std::net::Ipv4Addr, Error> {
+        self.control(ops::resolve_name(name)?).await
+    }
+
+    /// As [`Ring::connect_name`].
+    pub async fn connect_name(&self, name: &str, len: u32) -> Result<(Vqp, RemoteRegion), Error> {
+        let node = self.resolve_name(name).await?;
+        let vqp = self.connect(node.to_ipv6_mapped().octets(), 0).await?;
+        match self.import_name(&vqp, name, len).await {
+            Ok(r) => Ok((vqp, r)),
+            Err(e) => {
+                let _ = self.disconnect(vqp).await;
+                Err(e)
+            }
+        }
+    }
+
     /// As [`Ring::import_name_owned`].
     pub async fn import_name_owned(
         &self,

@@ -153,6 +153,16 @@ pub(crate) fn publish(
     ))
 }
 
+pub(crate) fn resolve_name(
+    name: &str,
+) -> Result<Control<std::net::Ipv4Addr, impl FnOnce(&Cqe, &RingRef) -> std::net::Ipv4Addr>, Error> {
+    Ok(Control::new(
+        "resolve a name",
+        Sqe::resolve_name(0, name_words(name)?),
+        |c, _| std::net::Ipv4Addr::from((c.aux >> 32) as u32),
+    ))
+}
+
 pub(crate) fn import_name(
     vqp: &Vqp,
     name: &str,

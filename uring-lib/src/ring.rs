@@ -438,6 +438,31 @@ impl Ring {
         self.control(ops::import_name(vqp, name, len, None)?)
     }
 
+    /// The address of the node that exports `name`, when its mode grants this user a
+    /// right (`NotPermitted` otherwise; `NoSuchName` when nobody published it): the
+    /// kernel's MetaServer lookup, cached as IMPORT_NAME's is.
+    pub fn resolve_name(&mut self, name: &str) -> Result<std::net::Ipv4Addr, Error> {
+        self.control(ops::resolve_name(name)?)
+    }
+
+    /// Imports the first `len` bytes (0: all) of `name` with no CONNECT first: the
+    /// kernel finds its node ([`resolve_name`](Self::resolve_name)), a virtual QP is
+    /// connected to it (service 0: one-sided requests only), and the name imported
+    /// through it. First contact with the node makes its connection set
+    /// (milliseconds), later ones bind to it (microseconds).
+    pub fn connect_name(&mut self, name: &str, len: u32) -> Result<(Vqp, RemoteRegion), Error> {
+        let node = self.resolve_name(name)?;
+        let vqp = self.connect(node.to_ipv6_mapped().octets(), 0)?;
+        match self.import_name(&vqp, name, len) {
+            Ok(r) => Ok((vqp, r)),
+            Err(e) => {
+                // Its own failure says why; the virtual QP is not the caller's to keep.
+                let _ = self.disconnect(vqp);
+                Err(e)
+            }
+        }
+    }
+
     /// As [`import_name`](Self::import_name), only if user `uid` published the name:
     /// a name someone else published first fails `WrongOwner` rather than hand over
     /// their memory.

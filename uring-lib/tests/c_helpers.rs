@@ -43,10 +43,11 @@ static void send_imm(struct krcore_Sqe *s) { krcore_prep_send_imm(s, 3, 9, (void
 static void recv(struct krcore_Sqe *s) { krcore_prep_recv(s, 3, 9, (void *)0x10008, 64); s->user_data = 16; }
 static void listen(struct krcore_Sqe *s) { krcore_prep_listen(s, 77); s->user_data = 17; }
 static void unlisten(struct krcore_Sqe *s) { krcore_prep_unlisten(s, 77); s->user_data = 18; }
+static void resolve(struct krcore_Sqe *s) { krcore_prep_resolve_name(s, "table-17"); s->user_data = 19; }
 
 int main(void) {
     void (*all[])(struct krcore_Sqe *) = {nop, connect, disconnect, reg, dereg, import, publish,
-        import_name, rd, wr, wr_imm, cas, faa, send, send_imm, recv, listen, unlisten};
+        import_name, rd, wr, wr_imm, cas, faa, send, send_imm, recv, listen, unlisten, resolve};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         dump(all[i]);
     return 0;
@@ -77,6 +78,7 @@ fn rust_entries() -> Vec<Sqe> {
         two(Opcode::Recv, 16),
         Sqe::listen(17, 77),
         Sqe::unlisten(18, 77),
+        Sqe::resolve_name(19, words("table-17")),
     ]
 }
 

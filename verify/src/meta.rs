@@ -3,7 +3,7 @@
 //! runs its network work: after a submission that stopped with `Stall::Remote`, or
 //! left work due (a revocation), with no engine lock held.
 
-use krcore_abi::engine::{Export, VecStore};
+use krcore_abi::engine::{Export, Located, VecStore};
 use krcore_abi::meta::cache::MetaCache;
 use krcore_abi::meta::client::{run, Answer, MetaClient};
 use krcore_abi::meta::lookup::{EXPORT_FRAME, PROBE};
@@ -70,9 +70,25 @@ impl FakeMeta {
 
     /// IMPORT_NAME through a virtual QP connected to node `node`.
     pub fn import(&mut self, name: &[u8; NAME_LEN], node: u16) -> Answer<(Export, Grant)> {
-        let a = self.client.import(name, node);
+        let a = self.client.import(name, Some(node));
         self.due |= a == Answer::Pending;
         a.map(|r| (r.export(), r.grant))
+    }
+
+    /// RESOLVE_NAME (as kmod/meta/mod.rs: the node's address is this node's /16 and
+    /// the node's id).
+    pub fn resolve(&mut self, name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
+        let a = self.client.import(name, None);
+        self.due |= a == Answer::Pending;
+        let [p0, p1, ..] = self.me.ipv4;
+        a.map(|r| {
+            let [n0, n1] = r.node.to_be_bytes();
+            let at = Located {
+                ipv4: [p0, p1, n0, n1],
+                node: r.node,
+            };
+            (at, r.export(), r.grant)
+        })
     }
 
     /// A local export was revoked.

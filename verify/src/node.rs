@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicU32;
 use krcore_abi::cluster::peers::node_of;
 use krcore_abi::cqe::Reason;
 use krcore_abi::engine::{
-    BusyHint, Connection, Export, Exports, Fabric, Links, Members, Messages, MrKeys, PhysQp, Post,
+    BusyHint, Connection, Export, Exports, Fabric, Links, Located, Members, Messages, MrKeys, PhysQp, Post,
     PostError, Qps, SendWr, VecStore, HeldPort, PortStorage, Ports, Counts, Share, SHARES,
 };
 use krcore_abi::errno::Errno;
@@ -198,6 +198,10 @@ impl Members<VecStore> for NodeMembers<'_, '_> {
     }
     fn accept(&mut self, gid: [u8; 16], qp: u32) -> Result<Connection, Errno> {
         self.node.nic.borrow_mut().accept(gid, qp)
+    }
+
+    fn resolve_named(&mut self, name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
+        self.node.meta(Answer::Failed(Reason::Unreachable), |m| m.resolve(name))
     }
 
     fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<(Export, Grant)> {

@@ -299,3 +299,20 @@ fn a_publish_records_its_callers_uid_and_gid_and_the_mode_it_names() {
     assert_eq!(grant(&mut rig, "shared"), Ok(mine(0o644)));
     assert_eq!(grant(&mut rig, "private"), Ok(mine(0o600)), "no mode: the owner's alone");
 }
+
+#[test]
+fn a_name_resolves_to_its_node_for_those_its_mode_lets_in() {
+    let (mut rig, _) = rig();
+    let words = |n: &str| name_words(&name(n).unwrap());
+    let root = rig.open(Limits::default());
+    let c = rig.run(root, &[Sqe::resolve_name(1, words("kv"))]);
+    assert_eq!(c[0].failure(), None, "{c:?}");
+    let node = u16::from_be_bytes([2, 12]);
+    assert_eq!(c[0].res, node as i32, "the node's id");
+    assert_eq!((c[0].aux >> 32) as u32, u32::from_be_bytes([192, 0, 2, 12]), "its address");
+    let other = rig.open_as(Limits::default(), user(1003, 1003));
+    let c = rig.run(other, &[Sqe::resolve_name(2, words("kv"))]);
+    assert_eq!(c[0].failure(), Some(Reason::NotPermitted), "not even where it lives");
+    let c = rig.run(root, &[Sqe::resolve_name(3, words("nothing"))]);
+    assert_eq!(c[0].failure(), Some(Reason::NoSuchName));
+}

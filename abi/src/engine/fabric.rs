@@ -133,6 +133,21 @@ pub trait Members<S: Store> {
     fn import_named(&mut self, _name: &[u8; NAME_LEN], _qp: u32) -> Answer<(Export, Grant)> {
         Answer::Failed(Reason::Unreachable)
     }
+    /// RESOLVE_NAME of `name`: the IPv4 address and id of the node that exports it,
+    /// with the export and its grant (see abi's `meta::client`), wherever it lives. A
+    /// fabric without a MetaServer has none.
+    fn resolve_named(&mut self, _name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
+        Answer::Failed(Reason::Unreachable)
+    }
+}
+
+/// Where a name lives (RESOLVE_NAME's answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Located {
+    /// The exporting node's IPv4 address.
+    pub ipv4: [u8; 4],
+    /// Its node id (the address's low 16 bits).
+    pub node: u16,
 }
 
 /// Everything rings share on one device.

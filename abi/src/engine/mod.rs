@@ -43,7 +43,7 @@ pub use blame::{Blame, BACKOFF_BASE_MS, BACKOFF_MAX_MS};
 pub use complete::complete_wc;
 pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
-pub use fabric::{Fabric, Links, Members, NoPost, Post, Qps};
+pub use fabric::{Fabric, Links, Located, Members, NoPost, Post, Qps};
 pub use far::{
     advert_index, advert_wr_id, notice_recv_index, notice_recv_wr_id, ADVERT_KEYS, FAR_RECV,
     FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_WR_ID,

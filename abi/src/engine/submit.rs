@@ -269,6 +269,21 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Op::Connect { gid, tuple } => return self.connect(ud, gid, tuple, f, held),
             Op::Listen { service } => return self.listen(ud, service, f, held),
             Op::Unlisten { service } => self.unlisten(ud, service, f, held),
+            Op::ResolveName { name } => {
+                self.hold_members(f, held);
+                let (uid, gid) = (self.creds.uid, self.creds.gid);
+                match held.members().resolve_named(&name) {
+                    Answer::Pending => return self.remote(f, held),
+                    Answer::Failed(why) => Cqe::err(ud, why),
+                    // Where a name lives is its mode's to tell, as its bytes are.
+                    Answer::Done((_, e, g)) if g.rights(uid, gid, e.access).is_empty() => {
+                        Cqe::err(ud, Reason::NotPermitted)
+                    }
+                    Answer::Done((at, _, _)) => {
+                        Cqe::ok(ud, at.node as i32, (u32::from_be_bytes(at.ipv4) as u64) << 32)
+                    }
+                }
+            }
             Op::Disconnect { vqp } => {
                 let v = *t.vqps.get(vqp).expect("validated");
                 self.hold_members(f, held);

@@ -63,6 +63,7 @@ const READS: [u16; OPCODE_LAST as usize] = {
     t[Opcode::ImportName as usize] = VQP | LEN | NAME | IMM | RMR;
     t[Opcode::Listen as usize] = RMR;
     t[Opcode::Unlisten as usize] = RMR;
+    t[Opcode::ResolveName as usize] = NAME;
     t
 };
 
@@ -162,6 +163,11 @@ pub enum Op {
     Unlisten {
         /// The service.
         service: u32,
+    },
+    /// Find the node that holds `name`.
+    ResolveName {
+        /// The name.
+        name: [u8; NAME_LEN],
     },
     /// A receive on `vqp` into local MR `mr`.
     Recv {
@@ -438,6 +444,9 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
             },
         },
         Opcode::Unlisten => Op::Unlisten { service: sqe.rmr },
+        Opcode::ResolveName => Op::ResolveName {
+            name: name_of(sqe)?,
+        },
         Opcode::Recv => {
             let (_, sge) = local(sqe, t, true)?;
             // A message is written with a key made for its receive alone, and such a key

@@ -171,10 +171,11 @@ impl<S: Store> MetaClient<S> {
         }
     }
 
-    /// IMPORT_NAME of `name` through a virtual QP connected to node `peer`.
-    pub fn import(&mut self, name: &[u8; NAME_LEN], peer: u16) -> Answer<ExportRecord> {
+    /// IMPORT_NAME of `name` through a virtual QP connected to node `peer`; with no
+    /// peer, RESOLVE_NAME (wherever it lives).
+    pub fn import(&mut self, name: &[u8; NAME_LEN], peer: Option<u16>) -> Answer<ExportRecord> {
         if let Some(r) = self.cache.get(name) {
-            return match r.node == peer {
+            return match peer.is_none_or(|p| r.node == p) {
                 true => Answer::Done(r),
                 false => Answer::Failed(Reason::NotOnPeer),
             };
@@ -599,16 +600,21 @@ mod tests {
         );
 
         let n = &kv.name;
-        assert_eq!(b.client.import(n, a.me.id()), Answer::Pending);
+        assert_eq!(b.client.import(n, Some(a.me.id())), Answer::Pending);
         assert!(b.client.due());
         let verbs = m.verbs;
         b.net(&mut m);
         assert_eq!(m.verbs - verbs, 2, "two READs");
-        assert_eq!(b.client.import(n, a.me.id()).map_rkey(), Some(77));
+        assert_eq!(b.client.import(n, Some(a.me.id())).map_rkey(), Some(77));
         let verbs = m.verbs;
-        assert_eq!(b.client.import(n, a.me.id()).map_rkey(), Some(77));
+        assert_eq!(b.client.import(n, Some(a.me.id())).map_rkey(), Some(77));
         assert_eq!(m.verbs, verbs, "cached");
-        assert_eq!(b.client.import(n, 13), Answer::Failed(Reason::NotOnPeer));
+        assert_eq!(b.client.import(n, Some(13)), Answer::Failed(Reason::NotOnPeer));
+        assert_eq!(
+            b.client.import(n, None).map_rkey(),
+            Some(77),
+            "resolved wherever it lives"
+        );
         assert_eq!(
             a.me.id(),
             u16::from_be_bytes([2, 11]),
@@ -619,14 +625,14 @@ mod tests {
         assert!(a.client.unpublish(9));
         a.net(&mut m);
         let c = &mut Node::new(&mut m, 14);
-        assert_eq!(c.client.import(n, a.me.id()), Answer::Pending);
+        assert_eq!(c.client.import(n, Some(a.me.id())), Answer::Pending);
         c.net(&mut m);
         assert_eq!(
-            c.client.import(n, a.me.id()),
+            c.client.import(n, Some(a.me.id())),
             Answer::Failed(Reason::NoSuchName)
         );
         assert_eq!(
-            c.client.import(n, a.me.id()),
+            c.client.import(n, Some(a.me.id())),
             Answer::Pending,
             "asked again"
         );
@@ -643,18 +649,18 @@ mod tests {
         a.net(&mut m);
         assert_eq!(a.client.published_rkey(9), Some(77));
         assert_eq!(a.client.published_rkey(10), None);
-        b.client.import(&kv.name, a.me.id());
+        b.client.import(&kv.name, Some(a.me.id()));
         b.net(&mut m);
-        assert_eq!(b.client.import(&kv.name, a.me.id()).map_rkey(), Some(77));
+        assert_eq!(b.client.import(&kv.name, Some(a.me.id())).map_rkey(), Some(77));
         b.client.revoked_far(a.me.id(), 77);
         assert_eq!(
-            b.client.import(&kv.name, a.me.id()),
+            b.client.import(&kv.name, Some(a.me.id())),
             Answer::Pending,
             "not cached any more"
         );
         b.net(&mut m);
         assert_eq!(
-            b.client.import(&kv.name, a.me.id()),
+            b.client.import(&kv.name, Some(a.me.id())),
             Answer::Failed(Reason::NoSuchName),
             "the MetaServer's record is live still, but revoked"
         );
@@ -667,20 +673,20 @@ mod tests {
         let kv = a.record("kv");
         a.client.publish(kv, 9);
         a.net(&mut m);
-        b.client.import(&kv.name, a.me.id());
+        b.client.import(&kv.name, Some(a.me.id()));
         b.net(&mut m);
         assert!(matches!(
-            b.client.import(&kv.name, a.me.id()),
+            b.client.import(&kv.name, Some(a.me.id())),
             Answer::Done(_)
         ));
         // A reloads without revoking; B's set to it broke.
         let mut a = Node::new(&mut m, 11);
         assert_eq!(a.me.incarnation, 2);
         b.client.peer_lost(a.me.id());
-        assert_eq!(b.client.import(&kv.name, a.me.id()), Answer::Pending);
+        assert_eq!(b.client.import(&kv.name, Some(a.me.id())), Answer::Pending);
         b.net(&mut m);
         assert_eq!(
-            b.client.import(&kv.name, a.me.id()),
+            b.client.import(&kv.name, Some(a.me.id())),
             Answer::Failed(Reason::NoSuchName),
             "the old incarnation's export is stale"
         );
@@ -690,10 +696,10 @@ mod tests {
         a.client.publish(kv, 1);
         a.net(&mut m);
         assert_eq!(a.client.publish(kv, 1), Answer::Done(()));
-        b.client.import(&kv.name, a.me.id());
+        b.client.import(&kv.name, Some(a.me.id()));
         b.net(&mut m);
         assert_eq!(
-            b.client.import(&kv.name, a.me.id()),
+            b.client.import(&kv.name, Some(a.me.id())),
             Answer::Done(kv),
             "the new incarnation's"
         );
@@ -715,10 +721,10 @@ mod tests {
         assert_eq!(a.client.republish(a.me.id(), again), 1);
         assert_eq!(a.net(&mut m), 1);
         let mut b = Node::new(&mut m, 12);
-        b.client.import(&kv.name, a.me.id());
+        b.client.import(&kv.name, Some(a.me.id()));
         b.net(&mut m);
         assert_eq!(
-            b.client.import(&kv.name, a.me.id()),
+            b.client.import(&kv.name, Some(a.me.id())),
             Answer::Done(ExportRecord {
                 incarnation: again,
                 ..kv
@@ -743,17 +749,17 @@ mod tests {
             .map(|n| a.client.publish(a.record(n), 2))
             .collect();
         assert_eq!(answers[4], Answer::Failed(Reason::TableFull));
-        a.client.import(&name("p").unwrap(), 1);
-        a.client.import(&name("q").unwrap(), 1);
+        a.client.import(&name("p").unwrap(), Some(1));
+        a.client.import(&name("q").unwrap(), Some(1));
         assert_eq!(
-            a.client.import(&name("r").unwrap(), 1),
+            a.client.import(&name("r").unwrap(), Some(1)),
             Answer::Failed(Reason::TableFull)
         );
         // Their lookups fail (the MetaServer is down) and nobody comes back for the
         // answers: new lookups take those slots.
         a.net(&mut m);
-        assert_eq!(a.client.import(&name("r").unwrap(), 1), Answer::Pending);
-        assert_eq!(a.client.import(&name("s").unwrap(), 1), Answer::Pending);
+        assert_eq!(a.client.import(&name("r").unwrap(), Some(1)), Answer::Pending);
+        assert_eq!(a.client.import(&name("s").unwrap(), Some(1)), Answer::Pending);
     }
 
     impl Answer<ExportRecord> {

@@ -395,6 +395,22 @@ class Ring:
         res, aux = self._control("import memory by name", prep)
         return RemoteRegion(res, aux, length)
 
+    def resolve_name(self, name):
+        """The IPv4 address (a string) of the node that exports `name`."""
+        _, aux = self._control("resolve a name", lambda s: self._named(
+            lib.krcore_prep_resolve_name(s, name.encode())))
+        return str(ipaddress.IPv4Address(aux >> 32))
+
+    def connect_name(self, name, length=0):
+        """Imports `name` with no CONNECT first: (vqp, region), the virtual QP connected
+        to the node that exports it (service 0)."""
+        vqp = self.connect(self.resolve_name(name))
+        try:
+            return vqp, self.import_name(vqp, name, length)
+        except KrcoreError:
+            self.disconnect(vqp)
+            raise
+
     @staticmethod
     def _named(e):
         if e < 0:

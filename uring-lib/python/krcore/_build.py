@@ -75,6 +75,7 @@ void krcore_prep_import_mr(struct krcore_Sqe *sqe, uint32_t vqp, uint64_t addr, 
 int krcore_prep_publish(struct krcore_Sqe *sqe, uint32_t mr, const char *name, uint16_t mode);
 int krcore_prep_import_name(struct krcore_Sqe *sqe, uint32_t vqp, const char *name, uint32_t len);
 void krcore_sqe_owned_by(struct krcore_Sqe *sqe, uint32_t uid);
+int krcore_prep_resolve_name(struct krcore_Sqe *sqe, const char *name);
 void krcore_prep_read(struct krcore_Sqe *sqe, uint32_t vqp, uint32_t mr, void *addr, uint32_t len,
                       uint32_t rmr, uint64_t raddr);
 void krcore_prep_write(struct krcore_Sqe *sqe, uint32_t vqp, uint32_t mr, void *addr, uint32_t len,

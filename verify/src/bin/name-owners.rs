@@ -8,12 +8,12 @@
 //! `name-owners check ADDR NAME CLASS`, on another node, run as the owner, as a user of
 //! the owner's group, or as another user (CLASS `owner`, `group`, `other`), CONNECTs
 //! to ADDR (the holder's node) and checks what this user gets, each by name:
-//! - owner: NAME and NAME-p, READ and WRITE; NAME expecting this uid as its owner; last,
-//!   sets the done word;
+//! - owner: NAME and NAME-p, READ and WRITE; NAME expecting this uid as its owner;
+//!   NAME-p by name alone (`connect_name`: no address), READ; last, sets the done word;
 //! - group: NAME, READ but no WRITE (`MrAccess`, refused before the wire); NAME-p
 //!   `NotPermitted`; NAME expecting this uid as its owner `WrongOwner`; publishing NAME
 //!   itself `NameTaken` (a name held is not taken);
-//! - other: NAME and NAME-p `NotPermitted`.
+//! - other: NAME and NAME-p `NotPermitted`, and where NAME lives too.
 //!
 //! Exits 1 at the first difference, saying what it got.
 use std::net::Ipv4Addr;
@@ -123,6 +123,12 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
             let r = ring.import_name_owned(&vqp, name, 0, me);
             let why = r.as_ref().err().map(|e| e.reason().unwrap_or(Reason::Verbs));
             got("NAME as its owner's", None, why)?;
+            // By name alone: no address given, the kernel finds the node.
+            let (v2, r2) = ring.connect_name(&private, 0)?;
+            got("NAME-p by name alone, read", None, outcome(io(ring, &v2, &local, &r2, 0, false)))?;
+            if ring.resolve_name(name)? != addr {
+                return Err(format!("{name} resolved to another node than {addr}").into());
+            }
             let r = r?;
             local.bytes_mut()[..8].copy_from_slice(&DONE.to_le_bytes());
             let mut b = Batch::new();
@@ -144,6 +150,7 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
         }
         "other" => {
             got("NAME", Some(Reason::NotPermitted), outcome(first))?;
+            got("where NAME lives", Some(Reason::NotPermitted), outcome(ring.resolve_name(name)))?;
             got("NAME-p", Some(Reason::NotPermitted), outcome(ring.import_name(&vqp, &private, 0)))?;
         }
         _ => return Err(format!("no class {class}: owner, group or other").into()),
