@@ -445,7 +445,7 @@ impl Ring {
         self.control(ops::resolve_name(name)?)
     }
 
-    /// Imports the first `len` bytes (0: all) of `name` with no CONNECT first: the
+    /// Imports the first `len` bytes of `name` with no CONNECT first: the
     /// kernel finds its node ([`resolve_name`](Self::resolve_name)), a virtual QP is
     /// connected to it (service 0: one-sided requests only), and the name imported
     /// through it. First contact with the node makes its connection set

@@ -81,7 +81,12 @@ fn uid() -> u32 {
 
 /// What an operation ended with: `None` for success, else its reason.
 fn outcome<T>(r: std::result::Result<T, Error>) -> Option<Reason> {
-    r.err().map(|e| e.reason().unwrap_or(Reason::Verbs))
+    r.err().map(|e| {
+        if e.reason().is_none() {
+            eprintln!("name-owners: {e}");
+        }
+        e.reason().unwrap_or(Reason::Verbs)
+    })
 }
 
 /// One READ (`write` false) or WRITE of 64 bytes between `local` and `remote` at `off`.
@@ -100,7 +105,7 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
     let mut local = ring.register(LEN, MrAccess::LOCAL_WRITE)?;
     let private = format!("{name}-p");
     // NAME is there once the holder published it.
-    let first = retry(&[Reason::Unreachable, Reason::NoSuchName], || ring.import_name(&vqp, name, 0));
+    let first = retry(&[Reason::Unreachable, Reason::NoSuchName], || ring.import_name(&vqp, name, LEN as u32));
     let me = uid();
     let got = |what: &str, want: Option<Reason>, r: Option<Reason>| -> Result<()> {
         if r == want {
@@ -111,7 +116,7 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
         }
     };
     let read_write = |ring: &mut Ring, n: &str| -> std::result::Result<RemoteRegion, Error> {
-        let r = ring.import_name(&vqp, n, 0)?;
+        let r = ring.import_name(&vqp, n, LEN as u32)?;
         io(ring, &vqp, &local, &r, 0, false)?;
         io(ring, &vqp, &local, &r, 64, true)?;
         Ok(r)
@@ -120,11 +125,11 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
         "owner" => {
             got("NAME, read and write", None, outcome(read_write(ring, name)))?;
             got("NAME-p, read and write", None, outcome(read_write(ring, &private)))?;
-            let r = ring.import_name_owned(&vqp, name, 0, me);
+            let r = ring.import_name_owned(&vqp, name, LEN as u32, me);
             let why = r.as_ref().err().map(|e| e.reason().unwrap_or(Reason::Verbs));
             got("NAME as its owner's", None, why)?;
             // By name alone: no address given, the kernel finds the node.
-            let (v2, r2) = ring.connect_name(&private, 0)?;
+            let (v2, r2) = ring.connect_name(&private, LEN as u32)?;
             got("NAME-p by name alone, read", None, outcome(io(ring, &v2, &local, &r2, 0, false)))?;
             if ring.resolve_name(name)? != addr {
                 return Err(format!("{name} resolved to another node than {addr}").into());
@@ -139,11 +144,11 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
             let r = first?;
             got("NAME, read", None, outcome(io(ring, &vqp, &local, &r, 0, false)))?;
             got("NAME, write", Some(Reason::MrAccess), outcome(io(ring, &vqp, &local, &r, 64, true)))?;
-            got("NAME-p", Some(Reason::NotPermitted), outcome(ring.import_name(&vqp, &private, 0)))?;
+            got("NAME-p", Some(Reason::NotPermitted), outcome(ring.import_name(&vqp, &private, LEN as u32)))?;
             got(
                 "NAME expected as its own",
                 Some(Reason::WrongOwner),
-                outcome(ring.import_name_owned(&vqp, name, 0, me)),
+                outcome(ring.import_name_owned(&vqp, name, LEN as u32, me)),
             )?;
             let mine = ring.register(LEN, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
             got("publishing NAME itself", Some(Reason::NameTaken), outcome(ring.publish(&mine, name)))?;
@@ -151,7 +156,7 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
         "other" => {
             got("NAME", Some(Reason::NotPermitted), outcome(first))?;
             got("where NAME lives", Some(Reason::NotPermitted), outcome(ring.resolve_name(name)))?;
-            got("NAME-p", Some(Reason::NotPermitted), outcome(ring.import_name(&vqp, &private, 0)))?;
+            got("NAME-p", Some(Reason::NotPermitted), outcome(ring.import_name(&vqp, &private, LEN as u32)))?;
         }
         _ => return Err(format!("no class {class}: owner, group or other").into()),
     }

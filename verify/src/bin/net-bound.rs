@@ -2,8 +2,9 @@
 //! network work waits on nodes that never answer. SILENT answers ARP, never the CM, and
 //! the module is loaded with it as the MetaServer; LIVE is a member whose module is up.
 //!
-//! Other rings leave network work that cannot finish for seconds, in each way a user can
-//! leave it:
+//! Other users (uids 1001 and 1002, in child processes, each with as many dials in
+//! progress as a user may have) leave network work that cannot finish for seconds, in
+//! each way a user can leave it:
 //! - running: a PUBLISH (the MetaServer at SILENT) and a CONNECT to SILENT, each on its
 //!   own thread, waiting;
 //! - left by a ring that died before its dials: CONNECTs to addresses on the segment
@@ -11,8 +12,9 @@
 //! - left by an enter that was interrupted: a CONNECT to another such address, its
 //!   waiting enter ended by a signal (`EINTR`), the ring kept.
 //!
-//! Then this user's NOPs, each in an enter bounded at 100 ms, and a CONNECT to LIVE
-//! bounded the same, must each return within the bound (plus `SLACK_MS` for emulation):
+//! Then this user's (root's) NOPs, each in an enter bounded at 100 ms, and a CONNECT to
+//! LIVE bounded the same (a first contact: the other users' dials to addresses that
+//! never answer must leave it working), must each return within the bound (plus `SLACK_MS` for emulation):
 //! the NOP done; the CONNECT done, or timed out (`ETIME`) and then completing on its own
 //! (the device's workers may all be busy with others' dials), with a virtual QP. Exits 1
 //! otherwise.
@@ -121,6 +123,49 @@ fn interrupted(to: [u8; 4]) -> Result<(Ring, bool)> {
     Ok((r, ok))
 }
 
+/// Runs `noise` in a child process as user `uid` (group `uid`), which says over a pipe
+/// when its work is left behind (`true`: as it should be), then keeps its rings until
+/// killed. Returns the child's pid and its word.
+fn as_user(uid: u32, noise: impl FnOnce() -> Result<bool>) -> Result<(libc::pid_t, bool)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err("pipe".into());
+    }
+    // SAFETY: called before this process starts any thread, so the child is a copy of
+    // one thread with nothing held.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err("fork".into());
+    }
+    if pid == 0 {
+        // SAFETY: plain calls in the child; it never returns to the parent's code.
+        unsafe {
+            if libc::setgid(uid) != 0 || libc::setuid(uid) != 0 {
+                libc::_exit(2);
+            }
+            let word = match noise() {
+                Ok(true) => b'1',
+                Ok(false) => b'0',
+                Err(e) => {
+                    eprintln!("net-bound: user {uid}'s work: {e}");
+                    b'e'
+                }
+            };
+            libc::write(fds[1], [word].as_ptr().cast(), 1);
+            libc::sleep(300);
+            libc::_exit(0);
+        }
+    }
+    let mut word = [0u8];
+    // SAFETY: reads one byte into `word`.
+    let n = unsafe { libc::read(fds[0], word.as_mut_ptr().cast(), 1) };
+    if n != 1 || word[0] == b'e' {
+        return Err(format!("user {uid}'s work did not finish").into());
+    }
+    Ok((pid, word[0] == b'1'))
+}
+
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let mut addr = || -> Result<[u8; 4]> {
@@ -128,42 +173,50 @@ fn main() -> Result<()> {
         Ok(a.octets())
     };
     let (silent, live) = (addr()?, addr()?);
-    // Running: a PUBLISH waiting for the MetaServer, a first contact.
-    let publisher = std::thread::spawn(|| -> Result<()> {
+    // Other users' network work, each user with as many dials in progress as it may
+    // have (2: abi's cluster::peers::DIALS_PER_USER), none of it this user's. User 1001:
+    // running, a PUBLISH waiting for the MetaServer and a first contact; left by a ring
+    // that died before dialing. The work stays until the child is killed.
+    let (noisy, _) = as_user(1001, || {
+        let publisher = std::thread::spawn(|| -> Result<()> {
+            let mut r = ring()?;
+            let mr = r.register(4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
+            let t = Instant::now();
+            let got = r.publish(&mr, "net-bound");
+            println!("net-bound: the other user's PUBLISH ended after {:?}: {got:?}", t.elapsed());
+            Ok(())
+        });
+        let _dialer = std::thread::spawn(move || -> Result<()> {
+            let mut r = ring()?;
+            let t = Instant::now();
+            let got = r.connect(gid(silent), SERVICE);
+            println!("net-bound: the other user's CONNECT ended after {:?}: {:?}", t.elapsed(), got.err());
+            Ok(())
+        });
         let mut r = ring()?;
-        let mr = r.register(4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
-        let t = Instant::now();
-        let got = r.publish(&mr, "net-bound");
-        println!(
-            "net-bound: the other user's PUBLISH ended after {:?}: {got:?}",
-            t.elapsed()
-        );
-        Ok(())
-    });
-    let dialer = std::thread::spawn(move || -> Result<()> {
-        let mut r = ring()?;
-        let t = Instant::now();
-        let got = r.connect(gid(silent), SERVICE);
-        println!(
-            "net-bound: the other user's CONNECT ended after {:?}: {:?}",
-            t.elapsed(),
-            got.err()
-        );
-        Ok(())
-    });
-    // Left by a ring that died before dialing.
-    {
-        let mut r = ring()?;
-        for (i, a) in NOBODY[..3].iter().enumerate() {
+        for (i, a) in NOBODY[..2].iter().enumerate() {
             // SAFETY: a CONNECT names no memory.
-            unsafe { r.push(&Sqe::connect(i as u64, gid(*a), SERVICE)) }
-                .map_err(|_| "the SQ is full")?;
+            unsafe { r.push(&Sqe::connect(i as u64, gid(*a), SERVICE)) }.map_err(|_| "the SQ is full")?;
         }
         r.submit()?;
-        println!("net-bound: a ring closed with CONNECTs to 3 silent addresses submitted");
-    }
-    // Left by an enter that was interrupted.
-    let (_kept, interruptible) = interrupted(NOBODY[3])?;
+        drop(r);
+        println!("net-bound: a ring closed with CONNECTs to 2 silent addresses submitted");
+        std::thread::sleep(Duration::from_millis(100));
+        drop(publisher);
+        Ok(true)
+    })?;
+    // User 1002: a ring closed with a dial submitted, and one whose waiting enter a
+    // signal ended (its dial left queued), kept.
+    let (kept, interruptible) = as_user(1002, || {
+        let mut r = ring()?;
+        // SAFETY: a CONNECT names no memory.
+        unsafe { r.push(&Sqe::connect(0, gid(NOBODY[2]), SERVICE)) }.map_err(|_| "the SQ is full")?;
+        r.submit()?;
+        drop(r);
+        let (r, ok) = interrupted(NOBODY[3])?;
+        std::mem::forget(r);
+        Ok(ok)
+    })?;
     std::thread::sleep(Duration::from_millis(200));
     let mut r = ring()?;
     let mut worst = 0;
@@ -204,8 +257,12 @@ fn main() -> Result<()> {
         "net-bound: the CONNECT to the live node bound virtual QP {}",
         c.res
     );
-    for t in [publisher, dialer] {
-        t.join().map_err(|_| "a thread panicked")??;
+    for pid in [noisy, kept] {
+        // SAFETY: our own children, killed and reaped once.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
     }
     if !interruptible {
         return Err("an enter waiting for another node did not end at a signal".into());
