@@ -252,15 +252,15 @@ u32 krcore_shim_current_uid(void)
 	return from_kuid_munged(&init_user_ns, ns ? ns->owner : current_uid());
 }
 
-/* The current task's effective gid as the initial namespace sees it, for a name's mode
- * (abi's meta::record::Grant; supplementary groups are not counted): in a namespace an
- * unprivileged user made, the group that user made it with (a gid mapped in there from
- * a subordinate range is no real group). */
+/* The current task's gid as the initial namespace sees it (the real one, as its uid is),
+ * for a name's mode (abi's meta::record::Grant; supplementary groups are not counted):
+ * in a namespace an unprivileged user made, the group that user made it with (a gid
+ * mapped in there from a subordinate range is no real group). */
 u32 krcore_shim_current_gid(void)
 {
 	const struct user_namespace *ns = krcore_unprivileged_ns();
 
-	return from_kgid_munged(&init_user_ns, ns ? ns->group : current_egid());
+	return from_kgid_munged(&init_user_ns, ns ? ns->group : current_gid());
 }
 
 /* Whether the current task may hold ports below 1024 (abi's engine/ports.rs). Asked at

@@ -76,8 +76,8 @@
 // "No link": a [`Notice::Hello`] from an end that knows no peer end yet.
 #define krcore_NO_LINK UINT64_MAX
 
-// The user slot of the kernel's own CONNECTs (prewarming, a listen's accept): not
-// counted against anyone's dials.
+// The user of the kernel's own CONNECTs (prewarming, a listen's accept; no uid is
+// `(uid_t)-1`): not counted against anyone's dials.
 #define krcore_NO_USER UINT32_MAX
 
 // Dials to other nodes one user may have in progress at once; a CONNECT that would

@@ -222,6 +222,7 @@ impl PeerSets {
         }
         if set {
             log_set(&job.addr, "up, dialed here");
+            forget_cached(shared, &job.addr);
         }
         set.then_some(slots)
     }
@@ -308,6 +309,7 @@ impl PeerSets {
             return (true, None);
         }
         log_set(addr, "up, adopted (the peer dialed it)");
+        forget_cached(shared, addr);
         (true, Some(self.table.qps(p)))
     }
 
@@ -342,6 +344,15 @@ impl PeerSets {
             // SAFETY: a handle cm_connect gave, released once.
             unsafe { shim::krcore_shim_cm_put(q.conn) };
         }
+    }
+}
+
+/// A set to the node at `addr` came up: what was cached of its exports before goes. A
+/// lookup with no set (RESOLVE_NAME) cached what no Revoke can reach, and the node may
+/// have revoked or restarted since.
+fn forget_cached(shared: &Shared, addr: &[u8; 16]) {
+    if let Some(node) = node_of(addr) {
+        shared.meta.peer_lost(node);
     }
 }
 

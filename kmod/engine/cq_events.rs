@@ -59,9 +59,10 @@ impl CqEvents {
 
     /// Queues the event work as a CQ event would: a set came up, so the CQ must be
     /// armed from now on for its peer's notices, or the work yields after its passes
-    /// (see `DevCtx::cq_event`). Call while pinned (`cm_pin`), or from the work itself:
-    /// the removal waits for pins before [`stop`](Self::stop), whose
-    /// `cancel_work_sync` also ends a work that queues itself.
+    /// (see `DevCtx::cq_event`). Call while pinned (`cm_pin`), or under the CQ's lock
+    /// with the device not dying: the removal waits for pins, and marks the device
+    /// dying under that lock, before [`stop`](Self::stop), whose `cancel_work_sync`
+    /// also ends a work that queues itself.
     pub(crate) fn kick(&self) {
         let n = self.raw();
         if !n.is_null() {

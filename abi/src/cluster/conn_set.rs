@@ -140,6 +140,13 @@ impl ConnSet {
         self.state
     }
 
+    /// Whether [`want`](Self::want) would answer `Connect` (a new attempt), changing
+    /// nothing.
+    pub fn would_dial(&self, incarnation: u64, now_ms: i64) -> bool {
+        let mut probe = *self;
+        probe.want(incarnation, now_ms) == Action::Connect
+    }
+
     /// A CONNECT to the peer, whose node record says `incarnation`, at `now_ms`.
     pub fn want(&mut self, incarnation: u64, now_ms: i64) -> Action {
         match self.state {

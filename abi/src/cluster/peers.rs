@@ -25,8 +25,8 @@ use core::ops::Range;
 use super::super::engine::Store;
 use super::conn_set::{Action, Answer, Attempt, ConnSet, State};
 
-/// The user slot of the kernel's own CONNECTs (prewarming, a listen's accept): not
-/// counted against anyone's dials.
+/// The user of the kernel's own CONNECTs (prewarming, a listen's accept; no uid is
+/// `(uid_t)-1`): not counted against anyone's dials.
 pub const NO_USER: u32 = u32::MAX;
 
 /// Dials to other nodes one user may have in progress at once; a CONNECT that would
@@ -49,7 +49,7 @@ pub struct Peer {
     /// A CONNECT asked for its set to be made and no caller has taken the job yet
     /// ([`Peers::take_job`]).
     pub asked: bool,
-    /// The user slot whose CONNECT asked for the attempt under way ([`NO_USER`]: the
+    /// The user (uid) whose CONNECT asked for the attempt under way ([`NO_USER`]: the
     /// kernel's own, or none).
     pub dialer: u32,
     /// Its set was lost while virtual QPs were bound to it: they keep failing on its
@@ -298,6 +298,19 @@ impl<S: Store> Peers<S> {
         let Some(node) = node_of(addr) else {
             return step;
         };
+        // A CONNECT that would start a dial counts against its user's; one to a node
+        // whose set is up, being made (by anyone) or backing off does not. Decided
+        // before anything changes, so a refusal leaves the table as it was.
+        if user != NO_USER && self.dialing(user) >= DIALS_PER_USER {
+            let starts = match self.find(addr) {
+                None => true,
+                Some(p) => broken(p) || self.get(p).is_none_or(|e| e.set.would_dial(0, now_ms)),
+            };
+            if starts {
+                step.outcome = Connect::Quota;
+                return step;
+            }
+        }
         if let Some(p) = self.find(addr) {
             if broken(p) && self.lost(p, None) {
                 step.close = Some(p);
@@ -311,16 +324,6 @@ impl<S: Store> Peers<S> {
             )
         });
         step.close = step.close.or(stale);
-        // A CONNECT that would start a dial counts against its user's (one to a node
-        // whose set is up, or being made by anyone, does not).
-        let starts = self
-            .find(addr)
-            .and_then(|p| self.get(p))
-            .is_none_or(|e| !matches!(e.set.state(), State::Ready { .. } | State::Connecting { .. }));
-        if starts && user != NO_USER && self.dialing(user) >= DIALS_PER_USER {
-            step.outcome = Connect::Quota;
-            return step;
-        }
         step.outcome = match self.dial(addr, node, 0, now_ms) {
             Dial::Use { peer, qps } => {
                 // checked_rem: no panic path (the kernel build's objtool rejects one).
@@ -354,7 +357,7 @@ impl<S: Store> Peers<S> {
         step
     }
 
-    /// Dials user slot `user` asked for that are under way.
+    /// Dials user `user` asked for that are under way.
     fn dialing(&self, user: u32) -> usize {
         self.table
             .as_ref()

@@ -107,7 +107,7 @@ pub trait Links<S: Store>: Qps<S> {
 pub trait Members<S: Store> {
     /// Binds to a pooled physical QP connected to `gid`/`service`; when `opposite` is
     /// given (the other end of a link on this node, see `message`), to the QP
-    /// connected to that one. For user slot `user` ([`NO_USER`](super::cluster::peers::NO_USER)
+    /// connected to that one. For user `user` (a uid; [`NO_USER`](super::cluster::peers::NO_USER)
     /// for the kernel's own), whose dials to other nodes in progress are bounded
     /// (`EDQUOT` past them; see `cluster::peers`).
     fn connect(

@@ -651,7 +651,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.hold_shard(f, held, k);
         let open = held.shard(k).half_open(&gid, t);
         let m = held.members();
-        let cqe = match m.connect(gid, port_key(t.local, t.peer), open.map(|o| o.qp), self.creds.user) {
+        let cqe = match m.connect(gid, port_key(t.local, t.peer), open.map(|o| o.qp), self.creds.uid) {
             Err(Errno::EINPROGRESS) => {
                 // Taken again when the set is up: its port with it.
                 release(f);

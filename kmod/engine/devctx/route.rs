@@ -45,7 +45,13 @@ impl DevCtx {
                 return;
             }
         }
-        self.events.kick();
+        // Under the CQ's lock, which the removal takes to mark the device dying before
+        // it stops the work: a kick from a user's call (set_eventfd) then comes before
+        // the stop or not at all.
+        let _cq = self.cq.lock();
+        if !self.dead.load(Ordering::Acquire) {
+            self.events.kick();
+        }
     }
 
     /// Arms the CQ for its next event; `true` when it holds completions already (route

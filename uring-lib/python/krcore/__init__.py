@@ -401,9 +401,9 @@ class Ring:
             lib.krcore_prep_resolve_name(s, name.encode())))
         return str(ipaddress.IPv4Address(aux >> 32))
 
-    def connect_name(self, name, length=0):
-        """Imports `name` with no CONNECT first: (vqp, region), the virtual QP connected
-        to the node that exports it (service 0)."""
+    def connect_name(self, name, length):
+        """Imports the first `length` bytes of `name` with no CONNECT first: (vqp,
+        region), the virtual QP connected to the node that exports it (service 0)."""
         vqp = self.connect(self.resolve_name(name))
         try:
             return vqp, self.import_name(vqp, name, length)

@@ -141,9 +141,15 @@ fn as_user(uid: u32, noise: impl FnOnce() -> Result<bool>) -> Result<(libc::pid_
     if pid == 0 {
         // SAFETY: plain calls in the child; it never returns to the parent's code.
         unsafe {
-            if libc::setgid(uid) != 0 || libc::setuid(uid) != 0 {
+            libc::close(fds[0]);
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(uid) != 0
+                || libc::setuid(uid) != 0
+            {
                 libc::_exit(2);
             }
+            // Gone with the parent, however it ends (after setuid, which clears it).
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             let word = match noise() {
                 Ok(true) => b'1',
                 Ok(false) => b'0',
@@ -158,8 +164,14 @@ fn as_user(uid: u32, noise: impl FnOnce() -> Result<bool>) -> Result<(libc::pid_
         }
     }
     let mut word = [0u8];
-    // SAFETY: reads one byte into `word`.
-    let n = unsafe { libc::read(fds[0], word.as_mut_ptr().cast(), 1) };
+    // SAFETY: our end of the pipe; the child's end closed here, so a child that dies
+    // without a word ends the read (0 bytes) rather than leave it waiting.
+    let n = unsafe {
+        libc::close(fds[1]);
+        let n = libc::read(fds[0], word.as_mut_ptr().cast(), 1);
+        libc::close(fds[0]);
+        n
+    };
     if n != 1 || word[0] == b'e' {
         return Err(format!("user {uid}'s work did not finish").into());
     }
