@@ -839,7 +839,7 @@ failover)
   ;;
 hammer)
   with_meta "$2" "$3"
-  "$REMOTE_MEMORY" hammer "$peer" "$4" "$3" || exit 1
+  "$REMOTE_MEMORY" hammer "$peer" "$4" "$3" || fail_with_state
   # Its set's QP failed when the peer went: the kernel log says so, and why.
   dmesg | grep "set to $peer: QP [0-9]* failed" || {
     echo "$KRCORE_NODE: the set QP's failure is not in the kernel log" >&2
