@@ -325,8 +325,14 @@ impl DevCtx {
         if let Some(node) = crate::abi::cluster::peers::node_of(gid) {
             self.shared.meta.revoked_far(node, rkey);
         }
-        let first = (POOL_QPS as u32..QPS as u32)
-            .find(|&i| self.shared.qps[i as usize].lock().post.peer.is_some_and(|p| p.gid == *gid));
+        // The set the Revoke came on: its QPs are where the node's live imports are
+        // bound. (An earlier set of the same node, retired with virtual QPs still bound
+        // after the node restarted, may come first in the slots: its QPs failed, and
+        // what is bound to them fails anyway.)
+        let first = (qp as usize)
+            .checked_sub(POOL_QPS)
+            .filter(|_| (qp as usize) < QPS)
+            .map(|k| (POOL_QPS + k - k % QPS_PER_SET) as u32);
         if let Some(first) = first {
             let set = first..first + QPS_PER_SET as u32;
             let n = self.rings.lock().rings.len();
