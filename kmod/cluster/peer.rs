@@ -223,6 +223,7 @@ impl PeerSets {
         if set {
             log_set(&job.addr, "up, dialed here");
             forget_cached(shared, &job.addr);
+            shared.set_ready(slots.clone());
         }
         set.then_some(slots)
     }
@@ -310,6 +311,7 @@ impl PeerSets {
         }
         log_set(addr, "up, adopted (the peer dialed it)");
         forget_cached(shared, addr);
+        shared.set_ready(self.table.qps(p));
         (true, Some(self.table.qps(p)))
     }
 
