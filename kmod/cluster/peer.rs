@@ -223,7 +223,6 @@ impl PeerSets {
         if set {
             log_set(&job.addr, "up, dialed here");
             forget_cached(shared, &job.addr);
-            shared.set_ready(slots.clone());
         }
         set.then_some(slots)
     }
@@ -311,7 +310,6 @@ impl PeerSets {
         }
         log_set(addr, "up, adopted (the peer dialed it)");
         forget_cached(shared, addr);
-        shared.set_ready(self.table.qps(p));
         (true, Some(self.table.qps(p)))
     }
 

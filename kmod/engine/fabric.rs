@@ -85,12 +85,8 @@ pub(crate) struct Shared {
     /// Revocations of exports other nodes may hold, and answers owed to theirs (abi's
     /// `cluster::revoke`): taken after a shard's lock, before a QP's.
     pub(crate) revocations: Pin<KBox<Mutex<Revocations>>>,
-    /// Set QP slots with a live connection, a bit each.
+    /// Set QP slots with a live connection, a bit each (whom a revocation asks).
     far_live: AtomicU64,
-    /// Set QP slots of sets that came up whole (dialed, or adopted connection by
-    /// connection to the end), a bit each: whom a revocation asks. A connection of a
-    /// set that never came up (an adoption the peer gave up) answers nobody.
-    far_ready: AtomicU64,
     /// A revocation found the table full (its DEREG_MR or ring close waits for room):
     /// the device's tick marks closed rings so theirs are tried again.
     pub(crate) revoke_waiting: AtomicBool,
@@ -204,18 +200,11 @@ impl Shared {
                 GFP_KERNEL,
             )?,
             far_live: AtomicU64::new(0),
-            far_ready: AtomicU64::new(0),
             revoke_waiting: AtomicBool::new(false),
             drains: KBox::pin_init(new_mutex!(SetDrains::new(), "krcore_drains"), GFP_KERNEL)?,
             draining: AtomicBool::new(false),
             keys: KeysPtr(advert_keys),
         })
-    }
-
-    /// Set slots `slots` now hold a whole set (see `far_ready`).
-    pub(crate) fn set_ready(&self, slots: core::ops::Range<u32>) {
-        let bits = slots.filter(|&s| s < 64).fold(0u64, |m, s| m | 1 << s);
-        self.far_ready.fetch_or(bits, Ordering::AcqRel);
     }
 
     /// Whether any set QP has a live connection (its peer's notices may come).
@@ -316,7 +305,6 @@ impl Shared {
         } else {
             self.qp(i as u32, |q, _| q.set_listening(false));
             self.far_live.fetch_and(!bit, Ordering::AcqRel);
-            self.far_ready.fetch_and(!bit, Ordering::AcqRel);
             // Nothing of it lands any more: no answer is awaited from it.
             self.revocations.lock().lost(bit);
         }
@@ -655,7 +643,7 @@ impl Fabric<KStore> for Shared {
         // Imported elsewhere perhaps: every node with a set is told before it goes. A
         // full table takes nothing away yet: the caller waits for room.
         if let Some(rkey) = rkey {
-            let live = self.far_live.load(Ordering::Acquire) & self.far_ready.load(Ordering::Acquire);
+            let live = self.far_live.load(Ordering::Acquire);
             let now = crate::engine::devctx::coarse_ms();
             let silent = {
                 let mut r = self.revocations.lock();
