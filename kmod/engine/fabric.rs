@@ -328,13 +328,6 @@ impl Shared {
         let closed = unsafe { shim::krcore_shim_cm_broken(end.conn) };
         let QpCell { acct, post } = &mut *c;
         self.busy_qps.section(acct, post, |q, _| q.lost(closed));
-        drop(c);
-        // A failed QP answers nothing and is owed nothing: no revocation waits out its
-        // deadline for it (then failing, at that deadline, whatever set took the slot
-        // since). The revocations' lock comes before a QP's, so only now.
-        if i < 64 {
-            self.revocations.lock().lost(1u64 << i);
-        }
     }
 
     /// Every QP slot fits a bit of the revocations' masks (a notice for a slot past them
