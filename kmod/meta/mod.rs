@@ -171,15 +171,9 @@ impl Meta {
             return a;
         }
         let a = self.client.lock().import(name, None);
-        let [p0, p1] = self.prefix;
-        self.mark(a).map(|r| {
-            let [n0, n1] = r.node.to_be_bytes();
-            let at = Located {
-                ipv4: [p0, p1, n0, n1],
-                node: r.node,
-            };
-            (at, r.export(), r.grant)
-        })
+        let prefix = self.prefix;
+        self.mark(a)
+            .map(|r| (Located::in_cluster(prefix, r.node), r.export(), r.grant))
     }
 
     /// The rkey of local export `descriptor` when a name of it was published.

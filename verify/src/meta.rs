@@ -81,14 +81,7 @@ impl FakeMeta {
         let a = self.client.import(name, None);
         self.due |= a == Answer::Pending;
         let [p0, p1, ..] = self.me.ipv4;
-        a.map(|r| {
-            let [n0, n1] = r.node.to_be_bytes();
-            let at = Located {
-                ipv4: [p0, p1, n0, n1],
-                node: r.node,
-            };
-            (at, r.export(), r.grant)
-        })
+        a.map(|r| (Located::in_cluster([p0, p1], r.node), r.export(), r.grant))
     }
 
     /// A local export was revoked.

@@ -150,6 +150,18 @@ pub struct Located {
     pub node: u16,
 }
 
+impl Located {
+    /// Node `node` of the cluster whose /16 is `prefix` (a node id is its address's low
+    /// 16 bits, and a cluster lives in one /16).
+    pub fn in_cluster(prefix: [u8; 2], node: u16) -> Located {
+        let [n0, n1] = node.to_be_bytes();
+        Located {
+            ipv4: [prefix[0], prefix[1], n0, n1],
+            node,
+        }
+    }
+}
+
 /// Everything rings share on one device.
 pub trait Fabric<S: Store>: Links<S> {
     /// The membership lock's guard.
