@@ -278,21 +278,21 @@ impl PeerSets {
 
     /// Connection `index` of the set the peer at `addr` asked for was accepted (cm.c):
     /// installed into the adopting entry's slot, when that adoption is still under way.
-    /// Whether it was, and the slots, when the set is now complete, for the recovery
-    /// to forget.
+    /// The slot it was installed in, if it was, and the set's slots, when the set is
+    /// now complete: for the recovery to forget (each as it is installed).
     pub(crate) fn adopt(
         &mut self,
         shared: &Shared,
         addr: &[u8; 16],
         index: u32,
         q: PeerQp,
-    ) -> (bool, Option<core::ops::Range<u32>>) {
+    ) -> (Option<u32>, Option<core::ops::Range<u32>>) {
         let Some(p) = self.table.find(addr) else {
-            return (false, None);
+            return (None, None);
         };
         let adopting = self.table.get(p).map(|e| e.set.state());
         if !matches!(adopting, Some(State::Adopting { .. })) || index as usize >= QPS_PER_SET {
-            return (false, None);
+            return (None, None);
         }
         let slot = self.table.qps(p).start + index;
         if let Some(old) = self.qps[slot as usize - POOL_QPS].take() {
@@ -302,15 +302,15 @@ impl PeerSets {
         }
         // SAFETY: `q.conn` is the live connection cm.c just accepted and listed.
         if !unsafe { shim::krcore_cm_own(q.conn) } {
-            return (false, None);
+            return (None, None);
         }
         self.install(shared, slot, q, addr);
         if !self.table.adopted(p, index, QPS_PER_SET as u32) {
-            return (true, None);
+            return (Some(slot), None);
         }
         log_set(addr, "up, adopted (the peer dialed it)");
         forget_cached(shared, addr);
-        (true, Some(self.table.qps(p)))
+        (Some(slot), Some(self.table.qps(p)))
     }
 
     /// Whether a connection of entry `peer`'s set broke: the CM said so (the peer

@@ -410,14 +410,16 @@ impl MembersGuard<'_> {
     }
 
     /// A peer's connection was accepted for the set it asked for: see
-    /// [`PeerSets::adopt`]. Whether it was adopted.
+    /// [`PeerSets::adopt`]. Whether it was adopted. Its slot's recovery starts anew as
+    /// it is installed: a recovery of the connection it replaced (an adoption the
+    /// peer gave up and began again) must not fail it, nor its set once up.
     pub(crate) fn adopt(&mut self, addr: &[u8; 16], index: u32, q: PeerQp) -> bool {
         let MemberState { peers, recovery, .. } = &mut *self.g;
-        let (adopted, up) = peers.adopt(self.shared, addr, index, q);
-        for slot in up.into_iter().flatten() {
+        let (installed, up) = peers.adopt(self.shared, addr, index, q);
+        for slot in Iterator::chain(installed.into_iter(), up.into_iter().flatten()) {
             recovery.revive(slot);
         }
-        adopted
+        installed.is_some()
     }
 }
 

@@ -212,7 +212,15 @@ impl Recovery {
         while first + g <= n {
             let group = first..first + g;
             first += g;
-            if let Some(first) = group.clone().find(|e| failed & (1 << e) != 0) {
+            // Newly failed, and failed still: `failed` was swept before the membership
+            // lock was taken, and a peer set's slot may have had a new connection
+            // installed since. One being recovered already took its group with it (a
+            // set's slot given a new connection is not failed again for its sibling).
+            let in_recovery = self.errored | self.broken;
+            let newly = |e: usize| {
+                (failed & !in_recovery) & (1 << e) != 0 && qps.qp(e as u32, |q, _| q.failed())
+            };
+            if let Some(first) = group.clone().find(|&e| newly(e)) {
                 // The group fails for its first failed QP's reason (a peer that went
                 // takes both of its set's QPs, whichever the CM told of first).
                 let why = qps.qp(first as u32, |q, _| q.fail_reason());
@@ -221,10 +229,14 @@ impl Recovery {
                     self.to_error(hw, e, now_ms);
                 }
             }
-            if !group.clone().all(|e| self.settled(e, now_ms)) {
+            // Only the QPs in the error state are recycled: a peer set's slot given a
+            // new connection meanwhile ([`revive`](Self::revive)) is left alone, and
+            // holds up none of the others.
+            let bits = group.clone().fold(0u64, |b, e| b | (self.errored & 1 << e));
+            let members = || group.clone().filter(move |e| bits & (1 << e) != 0);
+            if bits == 0 || !members().all(|e| self.settled(e, now_ms)) {
                 continue;
             }
-            let bits = group.clone().fold(0u64, |b, e| b | 1 << e);
             self.errored &= !bits;
             self.flushed &= !bits;
             // Re-armed while still failed, so no ring posts on a QP being reset (posts
@@ -235,7 +247,7 @@ impl Recovery {
                 // Its virtual QPs get QpError from now on.
                 self.broken |= bits;
             }
-            for e in group {
+            for e in members() {
                 qps.qp(e as u32, |q, _| {
                     q.recycle(&mut route);
                     if !rearmed {
@@ -243,13 +255,16 @@ impl Recovery {
                     }
                 });
             }
-            recycled += g;
+            recycled += bits.count_ones() as usize;
         }
         recycled
     }
 
     /// QP `qp` (one the backend cannot re-arm: a peer set's) has a new connection:
-    /// forget that it was broken, so it is failed and recovered anew if it fails.
+    /// forget that it was broken or being recovered, so no recovery of the connection
+    /// it replaced fails or recycles it, and it is failed and recovered anew if it
+    /// fails. Call as each connection is installed, under the lock [`step`](Self::step)
+    /// is taken under.
     pub fn revive(&mut self, qp: u32) {
         if (qp as usize) < MAX_RECOVERED_QPS {
             let bit = !(1u64 << qp);
@@ -441,6 +456,44 @@ mod tests {
                 (9, Completion::Failed(Reason::PeerGone))
             ]
         );
+    }
+
+    #[test]
+    fn a_set_slot_given_a_new_connection_is_left_to_it() {
+        // A group the backend cannot re-arm: a peer set's two QPs.
+        let mut b = Bed::new(DEFAULT_DEADLINE_MS);
+        b.hw.fail_rearm = true;
+        b.q[2].borrow_mut().reserve(request(8));
+        b.q[2].borrow_mut().fail();
+        b.at(0);
+        assert!(b.q[3].borrow().failed(), "the set's other QP fails with it");
+        // Slot 3 gets a new connection (its set made again) before the flush settled,
+        // and a request is posted on it.
+        b.q[3].borrow_mut().revive();
+        b.r.revive(3);
+        b.q[3].borrow_mut().reserve(request(9));
+        assert_eq!(b.at(1 + FLUSH_PATIENCE_MS), 1, "slot 2 alone is recycled");
+        assert_eq!(b.owed, [(8, Completion::Failed(Reason::QpError))]);
+        assert!(b.q[2].borrow().failed(), "left failed: beyond re-arming");
+        b.at(2 + FLUSH_PATIENCE_MS);
+        assert!(!b.q[3].borrow().failed(), "the new connection stands");
+        assert!(b.r.quiet());
+        assert_eq!(b.owed.len(), 1, "and its request is still its own");
+    }
+
+    #[test]
+    fn a_failure_swept_before_a_new_connection_does_not_fail_it() {
+        let mut b = Bed::new(DEFAULT_DEADLINE_MS);
+        b.hw.fail_rearm = true;
+        b.q[3].borrow_mut().fail();
+        let (_, failed) = sweep(&b.q, 0, b.deadline_ms, 0, |_, _| {});
+        assert_eq!(failed, 1 << 3);
+        // Installed anew (under the membership lock) between the sweep and the step.
+        b.q[3].borrow_mut().revive();
+        b.r.revive(3);
+        b.r.step(&b.q, &mut b.hw, failed, 0, |_, _| {});
+        assert!(!b.q[3].borrow().failed() && !b.q[2].borrow().failed());
+        assert!(b.hw.errored.is_empty() && b.r.quiet());
     }
 
     #[test]
