@@ -176,6 +176,9 @@ FENCE_ROLES = --role "a:$(SMOKE) fenced b" --role "b:$(SMOKE) breach a"
 # a's enters bounded at 100 ms (NOPs, a CONNECT to c) while other rings' network work
 # waits on b (mute, and a's MetaServer) and on addresses nobody holds.
 BOUNDED_ROLES = --role "a:$(SMOKE) bounded b c" --role "b:$(SMOKE) yank mute a" --role "c:$(SMOKE) live a"
+# a's peer table holds one set, which only b's importer uses: a's CONNECT to a new node
+# is refused TableFull rather than evict it, and b's READs go on.
+CHURN_ROLES = --role "a:$(SMOKE) churn" --role "b:$(SMOKE) stay a"
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
@@ -197,6 +200,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 3 $(CROWD_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(YANK_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(FENCE_ROLES)
+	@$(VM) --timeout 300 --nodes 2 $(CHURN_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(BOUNDED_ROLES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 	@$(VM) --timeout 300 --nodes 3 $(CLIENTS_ROLES)

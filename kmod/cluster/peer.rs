@@ -28,7 +28,10 @@
 
 use kernel::prelude::*;
 
+use core::sync::atomic::Ordering;
+
 use crate::abi::cluster::conn_set::{Answer, Attempt, State};
+use crate::abi::cluster::notice::Notice;
 use crate::abi::cluster::peers::{node_of, Connect, Peers, NO_USER};
 use crate::abi::engine::Connection;
 use crate::abi::errno::Errno;
@@ -127,6 +130,7 @@ impl PeerSets {
             Connect::Bind { peer, slot } => {
                 let q = self.qps[(slot as usize) - POOL_QPS].ok_or(Errno::EHOSTUNREACH)?;
                 self.table.bind(peer);
+                self.tell(shared);
                 Ok(Connection {
                     qp: slot,
                     qpn: q.qpn,
@@ -163,10 +167,16 @@ impl PeerSets {
 
     /// A listen takes a peer's end whose Hello came on physical QP `qp` from `addr`
     /// (abi's `Peers::accept` decides): bound to that QP.
-    pub(crate) fn accept(&mut self, addr: &[u8; 16], qp: u32) -> Result<Connection, Errno> {
+    pub(crate) fn accept(
+        &mut self,
+        shared: &Shared,
+        addr: &[u8; 16],
+        qp: u32,
+    ) -> Result<Connection, Errno> {
         let slot = (qp as usize).checked_sub(POOL_QPS).ok_or(Errno::EHOSTUNREACH)?;
         let q = (*self.qps.get(slot).ok_or(Errno::EHOSTUNREACH)?).ok_or(Errno::EHOSTUNREACH)?;
         self.table.accept(addr, qp).ok_or(Errno::EHOSTUNREACH)?;
+        self.tell(shared);
         Ok(Connection {
             qp,
             qpn: q.qpn,
@@ -175,10 +185,32 @@ impl PeerSets {
     }
 
     /// A virtual QP bound to physical QP `qp` was released.
-    pub(crate) fn disconnect(&mut self, qp: u32) {
+    pub(crate) fn disconnect(&mut self, shared: &Shared, qp: u32) {
         if let Some(p) = self.table.of_qp(qp) {
             self.table.unbind(p);
+            self.tell(shared);
         }
+    }
+
+    /// The peer whose set QP `qp` is said whether virtual QPs of its own are bound to
+    /// the set (a `Use` notice): while they are, the set is never evicted here.
+    pub(crate) fn far_use(&mut self, qp: u32, busy: bool) {
+        self.table.far_use(qp, busy);
+    }
+
+    /// Tells each peer of a change in this node's use of its set (abi's
+    /// `Peers::next_tell`), on the set's first QP; one with no room for the notice is
+    /// told once a notice of that QP completes (`Shared::tells_waiting`).
+    pub(crate) fn tell(&mut self, shared: &Shared) {
+        let mut full = 0u64;
+        while let Some((peer, slot, busy)) = self.table.next_tell(full) {
+            if shared.post_notice(slot, &Notice::Use { busy }) {
+                self.table.told(peer, busy);
+            } else {
+                full |= 1u64.checked_shl(slot).unwrap_or(0);
+            }
+        }
+        shared.tells_waiting.store(full != 0, Ordering::Release);
     }
 
     /// Whether a CONNECT asked for a set the device's worker did not take yet.
@@ -223,6 +255,8 @@ impl PeerSets {
         if set {
             log_set(&job.addr, "up, dialed here");
             forget_cached(shared, &job.addr);
+            // Bound while it was being made (a listen's accept): told now it is up.
+            self.tell(shared);
         }
         set.then_some(slots)
     }
@@ -310,6 +344,7 @@ impl PeerSets {
         }
         log_set(addr, "up, adopted (the peer dialed it)");
         forget_cached(shared, addr);
+        self.tell(shared);
         (Some(slot), Some(self.table.qps(p)))
     }
 

@@ -36,6 +36,7 @@ use crate::engine::keys::AdvertKeys;
 use crate::meta::Meta;
 use crate::abi::cluster::conn_set::Attempt;
 use crate::abi::cluster::drain::{Begun, Drains};
+use crate::abi::cluster::notice::Notice;
 use crate::abi::cluster::revoke::{Progress, Revocations};
 use crate::cluster::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
 use crate::shim::{self, CmConn, IbQp};
@@ -87,6 +88,9 @@ pub(crate) struct Shared {
     pub(crate) revocations: Pin<KBox<Mutex<Revocations>>>,
     /// Set QP slots with a live connection, a bit each (whom a revocation asks).
     far_live: AtomicU64,
+    /// A change in this node's use of a set is still to be told to its peer (its QP had
+    /// no room for the notice): the next notice completion tells it (peer.rs).
+    pub(crate) tells_waiting: AtomicBool,
     /// A revocation found the table full (its DEREG_MR or ring close waits for room):
     /// the device's tick marks closed rings so theirs are tried again.
     pub(crate) revoke_waiting: AtomicBool,
@@ -201,6 +205,7 @@ impl Shared {
             )?,
             far_live: AtomicU64::new(0),
             revoke_waiting: AtomicBool::new(false),
+            tells_waiting: AtomicBool::new(false),
             drains: KBox::pin_init(new_mutex!(SetDrains::new(), "krcore_drains"), GFP_KERNEL)?,
             draining: AtomicBool::new(false),
             keys: KeysPtr(advert_keys),
@@ -349,22 +354,27 @@ impl Shared {
         let mut r = self.revocations.lock();
         let mut full = 0u64;
         while let Some(due) = r.next_due(full) {
-            let b = due.notice.encode();
             let live = (due.slot as usize) < self.qps.len();
-            let sent = live
-                && self.qp(due.slot, |q, post| {
-                    let ok = q.notice_room() && post.post_notice(&b).is_ok();
-                    if ok {
-                        q.notice_posted();
-                    }
-                    ok
-                });
+            let sent = live && self.post_notice(due.slot, &due.notice);
             if !sent && live {
                 full |= 1u64.checked_shl(due.slot).unwrap_or(0);
                 continue;
             }
             r.sent(due);
         }
+    }
+
+    /// Posts notice `n` on set QP slot `slot` (a live one) if it has room for one:
+    /// whether it did. One that had none waits for a notice of that QP to complete.
+    pub(crate) fn post_notice(&self, slot: u32, n: &Notice) -> bool {
+        let b = n.encode();
+        self.qp(slot, |q, post| {
+            let ok = q.notice_room() && post.post_notice(&b).is_ok();
+            if ok {
+                q.notice_posted();
+            }
+            ok
+        })
     }
 
     /// The pool is being destroyed: no QP is posted on from here (membership not held).
@@ -518,11 +528,11 @@ impl Members<KStore> for MembersGuard<'_> {
     fn disconnect(&mut self, qp: u32) {
         // Pooled QPs and peer sets stay connected for the next CONNECT; the engine
         // tracks bindings, the peer table how many a set has.
-        self.g.peers.disconnect(qp);
+        self.g.peers.disconnect(self.shared, qp);
     }
 
     fn accept(&mut self, gid: [u8; 16], qp: u32) -> Result<Connection, Errno> {
-        self.g.peers.accept(&gid, qp)
+        self.g.peers.accept(self.shared, &gid, qp)
     }
 
     fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<(Export, Grant)> {

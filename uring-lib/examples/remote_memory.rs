@@ -24,6 +24,8 @@
 //! SECS`: a revocation with the revocations' table full (see [`crowd`]).
 //! `remote_memory fenced NAME SECS GO` and `remote_memory breach ADDR NAME SECS`: rights
 //! held at the NIC, against a member kernel that checks nothing (see [`fenced`]).
+//! `remote_memory churn NAME SECS` and `remote_memory stay ADDR NAME SECS`: a set the
+//! importing node uses is not evicted for this node's other CONNECTs (see [`churn`]).
 #[path = "support/retry.rs"]
 mod support;
 use std::net::Ipv4Addr;
@@ -42,6 +44,9 @@ const FAA_WORD: u64 = 4104;
 const DONE_WORD: u64 = 8192;
 const THEIRS: u64 = 12288;
 const DONE: u64 = 0xd0e;
+/// Where [`churn`] says its CONNECT was refused, and [`stay`] that its READs went on.
+const CHURNED_WORD: u64 = 8200;
+const STAYED_WORD: u64 = 8208;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -657,9 +662,89 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
     Ok(())
 }
 
+/// The node at `addr` as a CONNECT names it.
+fn gid(addr: Ipv4Addr) -> [u8; 16] {
+    addr.to_ipv6_mapped().octets()
+}
+
+/// Publishes NAME and waits for an importer ([`stay`]) to set its done word. This
+/// node's peer table (module parameter `max_peers=1`) then holds one set, which only
+/// the importing node's virtual QPs are bound to. A CONNECT to a node this one has no
+/// set with must not evict it for the new node: it fails `TableFull`, and the
+/// importer's READs go on. Says so in the churned word, then waits for the importer's.
+fn churn(ring: &mut Ring, name: &str, secs: u64) -> Result<()> {
+    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
+    let mut mr = ring.register(LEN, all)?;
+    for (i, x) in mr.bytes_mut()[..4096].iter_mut().enumerate() {
+        *x = (i * 7) as u8;
+    }
+    retry(secs, &[Reason::Unreachable], || ring.publish(&mr, name))?;
+    wait_done(&mut mr, DONE_WORD, secs, "")?;
+    // An address in the cluster that no node answers at.
+    let nobody = Ipv4Addr::new(192, 0, 2, 250);
+    expect_reason(
+        "a CONNECT to a new node, the one set held by the other node's importer",
+        ring.connect(gid(nobody), 0),
+        Reason::TableFull,
+    )?;
+    mr.bytes_mut()[CHURNED_WORD as usize..][..8].copy_from_slice(&DONE.to_le_bytes());
+    wait_done(&mut mr, STAYED_WORD, secs, "READs after the churn")?;
+    println!("churn: the set the importer uses stayed up through this node's CONNECT");
+    Ok(())
+}
+
+/// The importer of [`churn`]: imports NAME, sets its done word, and READs until the
+/// exporter's churned word is set, then the pattern once more: every READ must succeed
+/// (the exporter kept the set), and it says so in the stayed word.
+fn stay(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> {
+    let v = retry(secs, &[Reason::Unreachable], || ring.connect(gid(addr), 0))?;
+    let remote = retry(secs, &[Reason::Unreachable, Reason::NoSuchName], || {
+        ring.import_name(&v, name, LEN as u32)
+    })?;
+    let mut mine = ring.register(4096, MrAccess::LOCAL_WRITE)?;
+    let write_word = |ring: &mut Ring, mine: &mut MemoryRegion, at: u64| -> Result<()> {
+        mine.bytes_mut()[..8].copy_from_slice(&DONE.to_le_bytes());
+        let mut b = Batch::new();
+        b.write(&v, mine, 0, &remote, at, 8)?;
+        for c in ring.run(b)? {
+            c?;
+        }
+        Ok(())
+    };
+    write_word(ring, &mut mine, DONE_WORD)?;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut reads = 0u64;
+    loop {
+        let mut b = Batch::new();
+        b.read(&v, &mine, 8, &remote, CHURNED_WORD, 8)?;
+        for c in ring.run(b)? {
+            c.map_err(|e| format!("a READ after {reads}, while the exporter churned: {e}"))?;
+        }
+        reads += 1;
+        if word(mine.bytes(), 8) == DONE {
+            break;
+        }
+        if Instant::now() > until {
+            return Err(format!("no churn from {addr} within {secs} s").into());
+        }
+        sleep(Duration::from_millis(20));
+    }
+    let mut b = Batch::new();
+    b.read(&v, &mine, 64, &remote, PATTERN, 64)?;
+    for c in ring.run(b)? {
+        c?;
+    }
+    if (0..64).any(|i| mine.bytes()[64 + i] != (i * 7) as u8) {
+        return Err("the pattern READ after the churn is not the exporter's".into());
+    }
+    write_word(ring, &mut mine, STAYED_WORD)?;
+    println!("stay: {reads} READs through the exporter's churn, all answered");
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE | probe ADDR NAME SECS | crowd NAME FILL SECS GO | await-revoke ADDR NAME SECS | fenced NAME SECS GO | breach ADDR NAME SECS";
+    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE | probe ADDR NAME SECS | crowd NAME FILL SECS GO | await-revoke ADDR NAME SECS | fenced NAME SECS GO | breach ADDR NAME SECS | churn NAME SECS | stay ADDR NAME SECS";
     let mut ring = Builder::new(64).build(Device::open()?)?;
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["export", name, secs] => export(&mut ring, name, secs.parse()?),
@@ -670,6 +755,8 @@ fn main() -> Result<()> {
         ["await-revoke", addr, name, secs] => await_revoke(&mut ring, addr.parse()?, name, secs.parse()?),
         ["fenced", name, secs, go] => fenced(&mut ring, name, secs.parse()?, go),
         ["breach", addr, name, secs] => breach(&mut ring, addr.parse()?, name, secs.parse()?),
+        ["churn", name, secs] => churn(&mut ring, name, secs.parse()?),
+        ["stay", addr, name, secs] => stay(&mut ring, addr.parse()?, name, secs.parse()?),
         _ => Err(usage.into()),
     }
 }

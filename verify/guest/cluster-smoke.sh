@@ -110,6 +110,12 @@
 #                                   import META's kv; READ it until a READ fails: it must
 #                                   fail BadDescriptor (revoked here), never on the wire
 #   cluster-smoke.sh bystander META make a set to META's node; wait to be killed
+#   cluster-smoke.sh churn          serve the MetaServer with a peer table of one entry
+#                                   (max_peers=1); publish kv; once an importer uses it,
+#                                   CONNECT to a node nobody answers at: refused
+#                                   TableFull, the importer's set kept (remote_memory churn)
+#   cluster-smoke.sh stay META      import META's kv and READ it through META's churn:
+#                                   every READ answered (remote_memory stay)
 #   cluster-smoke.sh fenced ROLE    serve the MetaServer; publish memory read-only, and
 #                                   tell where memory that is never exported lies, with
 #                                   its rkey (remote_memory fenced); once ROLE is done,
@@ -462,6 +468,18 @@ crowd)
   [ "$rc" = 0 ] || fail_with_state
   echo "KRCORE-CLUSTER: boot $3"
   sleep 3
+  unload
+  ;;
+churn)
+  reload meta_server="$KRCORE_ADDR" max_peers=1 || exit 1
+  "$REMOTE_MEMORY" churn kv 150 || fail_with_state
+  # The importer may still be finishing with this node's kernel.
+  sleep 3
+  unload
+  ;;
+stay)
+  with_meta "$2" "$2"
+  "$REMOTE_MEMORY" stay "$peer" kv 150 || fail_with_state
   unload
   ;;
 await-revoke)
@@ -868,7 +886,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh names META hold NAME | names META check ROLE NAME | serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | mutual ROLE | cycles ROLE N [PROCS] | steady | messages ROLE recv|send N [META] | listener serve N [SERVICE] | listener client ROLE [PROCS [SERVICE]] | listener self N | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
+  echo "usage: cluster-smoke.sh names META hold NAME | names META check ROLE NAME | serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | churn | stay META | mutual ROLE | cycles ROLE N [PROCS] | steady | messages ROLE recv|send N [META] | listener serve N [SERVICE] | listener client ROLE [PROCS [SERVICE]] | listener self N | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
   exit 2
   ;;
 esac

@@ -108,6 +108,12 @@ pub enum Notice {
         /// The revoked export's rkey.
         rkey: u32,
     },
+    /// Whether virtual QPs of the sender's are bound to the set this comes on (sent as
+    /// that changes): a set either node uses is never evicted by the other.
+    Use {
+        /// Some are.
+        busy: bool,
+    },
 }
 
 /// Why a buffer is no notice.
@@ -128,9 +134,11 @@ const LEAVE: u8 = 4;
 const LEFT: u8 = 5;
 const REVOKE: u8 = 6;
 const REVOKE_ACK: u8 = 7;
+const USE: u8 = 8;
 
 const HAS_IMM: u8 = 1;
 const PAIR: u8 = 1;
+const BUSY: u8 = 1;
 
 fn put<const N: usize>(b: &mut [u8; NOTICE_LEN], at: usize, v: [u8; N]) {
     b[at..at + N].copy_from_slice(&v);
@@ -223,6 +231,7 @@ impl Notice {
                 put(&mut b, 4, rkey.to_le_bytes());
                 (REVOKE_ACK, 0)
             }
+            Notice::Use { busy } => (USE, if busy { BUSY } else { 0 }),
         };
         b[2] = kind;
         b[3] = flags;
@@ -250,7 +259,9 @@ impl Notice {
                 ..
             } => (to, Some(super::super::engine::port_key(to_port, from_port))),
             Notice::Advert { to, .. } | Notice::Data { to, .. } | Notice::Left { to } => (to, None),
-            Notice::Revoke { .. } | Notice::RevokeAck { .. } => return None,
+            Notice::Revoke { .. } | Notice::RevokeAck { .. } | Notice::Use { .. } => {
+                return None
+            }
         };
         Some(match service {
             Some(service) if to == NO_LINK => {
@@ -308,6 +319,9 @@ impl Notice {
             LEFT => Notice::Left { to: u64_at(b, 8) },
             REVOKE => Notice::Revoke { rkey: u32_at(b, 4) },
             REVOKE_ACK => Notice::RevokeAck { rkey: u32_at(b, 4) },
+            USE => Notice::Use {
+                busy: flags & BUSY != 0,
+            },
             _ => return Err(BadNotice::Kind),
         })
     }
@@ -362,6 +376,8 @@ mod tests {
             Notice::Left { to: 4 },
             Notice::Revoke { rkey: 0x1234 },
             Notice::RevokeAck { rkey: 0x1234 },
+            Notice::Use { busy: true },
+            Notice::Use { busy: false },
         ];
         for n in all {
             assert_eq!(Notice::decode(&n.encode()), Ok(n));

@@ -57,6 +57,14 @@ pub struct Peer {
     /// virtual QP, with what it imported from the peer's earlier incarnation, ever
     /// reaches the new one). Freed when the last is released.
     pub retired: bool,
+    /// The peer said virtual QPs of its own are bound to the set ([`Notice::Use`]): the
+    /// entry is never evicted while they are, whatever this node binds.
+    ///
+    /// [`Notice::Use`]: super::notice::Notice::Use
+    pub far_busy: bool,
+    /// What the peer is still to be told of this node's use of the set, when it changed
+    /// (whether virtual QPs are bound: see [`Peers::next_tell`]).
+    pub tell: Option<bool>,
 }
 
 /// What a CONNECT to a peer does next.
@@ -160,6 +168,8 @@ impl Peer {
             asked: false,
             dialer: NO_USER,
             retired: false,
+            far_busy: false,
+            tell: None,
         }
     }
 }
@@ -212,8 +222,9 @@ impl<S: Store> Peers<S> {
     }
 
     /// Writes one line per peer entry: `peer ADDR node N set STATE qps A-B bound K
-    /// idle_ms T`, with `retired` at the end of a retired entry's line (its set was
-    /// lost while virtual QPs were bound to it).
+    /// idle_ms T`, then `bound_there` when the peer said virtual QPs of its own are
+    /// bound to the set (it is not evicted), and `retired` at the end of a retired
+    /// entry's line (its set was lost while virtual QPs were bound to it).
     pub fn write(&self, now_ms: i64, w: &mut impl core::fmt::Write) -> core::fmt::Result {
         for (i, p) in self.table.as_ref().iter().enumerate() {
             let Some(p) = p else { continue };
@@ -233,7 +244,8 @@ impl<S: Store> Peers<S> {
                 p.bound,
                 now_ms.saturating_sub(p.last_used_ms).max(0)
             )?;
-            writeln!(w, "{}", if p.retired { " retired" } else { "" })?;
+            let there = if p.far_busy { " bound_there" } else { "" };
+            writeln!(w, "{there}{}", if p.retired { " retired" } else { "" })?;
         }
         Ok(())
     }
@@ -385,8 +397,8 @@ impl<S: Store> Peers<S> {
         Some((i as u32, p.addr))
     }
 
-    /// A free entry, or the least recently used one nothing is bound to and nothing is
-    /// connecting (emptied here; the node it held).
+    /// A free entry, or the least recently used one nothing is bound to, on either node,
+    /// and nothing is connecting (emptied here; the node it held).
     fn claim(&mut self) -> Option<(u32, Option<u16>)> {
         let t = self.table.as_mut();
         if let Some(i) = t.iter().position(Option::is_none) {
@@ -396,7 +408,9 @@ impl<S: Store> Peers<S> {
             .iter()
             .enumerate()
             .filter_map(|(i, e)| e.as_ref().map(|p| (i, p)))
-            .filter(|(_, p)| p.bound == 0 && !matches!(p.set.state(), State::Connecting { .. }))
+            .filter(|(_, p)| {
+                p.bound == 0 && !p.far_busy && !matches!(p.set.state(), State::Connecting { .. })
+            })
             .min_by_key(|(_, p)| p.last_used_ms)?;
         let node = t[i].take().and_then(|p| node_of(&p.addr));
         Some((i as u32, node))
@@ -465,6 +479,8 @@ impl<S: Store> Peers<S> {
         let me = self.me;
         let e = self.table.as_mut()[p as usize].get_or_insert(Peer::new(addr, me, node, now_ms));
         e.set.adopt(incarnation, now_ms);
+        // A new set: nothing of the peer's is bound to it yet.
+        e.far_busy = false;
         // Our own attempt, if not yet started, is not wanted now.
         e.asked = false;
         e.last_used_ms = now_ms;
@@ -494,16 +510,55 @@ impl<S: Store> Peers<S> {
             return false;
         };
         let gone = p.set.lost(incarnation);
+        if gone {
+            // Neither node's virtual QPs use what is gone.
+            p.far_busy = false;
+            p.tell = None;
+        }
         if gone && p.bound > 0 {
             p.retired = true;
         }
         gone
     }
 
-    /// A virtual QP was bound to entry `peer`'s set.
+    /// A virtual QP was bound to entry `peer`'s set (the first one is told to the peer).
     pub fn bind(&mut self, peer: u32) {
         if let Some(p) = self.entry(peer) {
+            if p.bound == 0 {
+                p.tell = Some(true);
+            }
             p.bound += 1;
+        }
+    }
+
+    /// The peer whose set physical QP slot `qp` belongs to said whether virtual QPs of
+    /// its own are bound to it ([`Notice::Use`](super::notice::Notice::Use)).
+    pub fn far_use(&mut self, qp: u32, busy: bool) {
+        if let Some(p) = self.of_qp(qp).and_then(|p| self.entry(p)) {
+            p.far_busy = busy;
+        }
+    }
+
+    /// The next change of this node's use of a set the peer is to be told of, on an
+    /// entry whose first slot is not in `skip` (a bit each: slots that had no room
+    /// this time): the entry, the slot to tell it on, and whether virtual QPs are
+    /// bound. Only a set that is up or being adopted is told (one being made is told
+    /// once up: the caller asks again then).
+    pub fn next_tell(&self, skip: u64) -> Option<(u32, u32, bool)> {
+        (0..self.table.as_ref().len() as u32).find_map(|i| {
+            let p = self.get(i)?;
+            let slot = self.qps(i).start;
+            let live = matches!(p.set.state(), State::Ready { .. } | State::Adopting { .. });
+            let skipped = slot < 64 && skip & (1 << slot) != 0;
+            (live && !skipped && !p.retired).then_some((i, slot, p.tell?))
+        })
+    }
+
+    /// Entry `peer`'s peer was told `busy` ([`next_tell`](Self::next_tell)): nothing is
+    /// left to tell unless the use changed meanwhile.
+    pub fn told(&mut self, peer: u32, busy: bool) {
+        if let Some(p) = self.entry(peer).filter(|p| p.tell == Some(busy)) {
+            p.tell = None;
         }
     }
 
@@ -531,6 +586,8 @@ impl<S: Store> Peers<S> {
                 p.bound = p.bound.saturating_sub(1);
                 if p.retired && p.bound == 0 {
                     *e = None;
+                } else if p.bound == 0 {
+                    p.tell = Some(false);
                 }
             }
         }
@@ -595,12 +652,13 @@ mod tests {
         };
         p.attempt_done(peer, Attempt::Established, 150);
         p.bind(peer);
+        p.far_use(5, true);
         let _ = p.dial(&addr(13), 13, 1, 200);
         let mut s = alloc::string::String::new();
         p.write(1_100, &mut s).unwrap();
         assert_eq!(
             s,
-            "peer 192.0.2.12 node 524 set ready qps 4-5 bound 1 idle_ms 1000\n\
+            "peer 192.0.2.12 node 524 set ready qps 4-5 bound 1 idle_ms 1000 bound_there\n\
              peer 192.0.2.13 node 525 set connecting qps 6-7 bound 0 idle_ms 900\n"
         );
     }
@@ -646,6 +704,65 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// A set the peer said it uses is never evicted, however idle it is here: the
+    /// table is full then (the other node's importers and clients keep their set).
+    #[test]
+    fn a_set_the_peer_uses_is_never_evicted() {
+        let mut p = Peers::with_capacity(1, 1, 4, 2);
+        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0) else {
+            panic!()
+        };
+        p.attempt_done(peer, Attempt::Established, 0);
+        p.far_use(5, true);
+        assert_eq!(p.dial(&addr(20), 20, 1, 5), Dial::Full, "the peer's in use");
+        assert_eq!(p.request(&addr(20), 20, 1, 0, 5, |_| false), None);
+        p.far_use(5, false);
+        assert!(matches!(
+            p.dial(&addr(20), 20, 1, 6),
+            Dial::Connect {
+                evicts: Some(_),
+                ..
+            }
+        ));
+        // A set that is lost takes the peer's word with it.
+        let mut p = Peers::with_capacity(1, 1, 4, 2);
+        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0) else {
+            panic!()
+        };
+        p.attempt_done(peer, Attempt::Established, 0);
+        p.far_use(4, true);
+        assert!(p.lost(peer, None));
+        assert!(!p.get(peer).unwrap().far_busy);
+    }
+
+    /// The peer is told when this node's use of a set begins and ends, once each
+    /// (binds between change nothing), and not before the set is up.
+    #[test]
+    fn the_peer_is_told_as_the_use_changes() {
+        let mut p = Peers::with_capacity(2, 1, 4, 2);
+        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0) else {
+            panic!()
+        };
+        assert_eq!(p.next_tell(0), None);
+        p.bind(peer);
+        assert_eq!(p.next_tell(0), None, "not while the set is being made");
+        p.attempt_done(peer, Attempt::Established, 0);
+        assert_eq!(p.next_tell(0), Some((peer, 4, true)));
+        assert_eq!(p.next_tell(1 << 4), None, "its slot had no room");
+        p.told(peer, true);
+        assert_eq!(p.next_tell(0), None);
+        p.bind(peer);
+        p.unbind(peer);
+        assert_eq!(p.next_tell(0), None, "still bound");
+        p.unbind(peer);
+        assert_eq!(p.next_tell(0), Some((peer, 4, false)));
+        // Bound again before it was told: the latest use is what goes.
+        p.bind(peer);
+        assert_eq!(p.next_tell(0), Some((peer, 4, true)));
+        p.told(peer, false);
+        assert_eq!(p.next_tell(0), Some((peer, 4, true)), "a stale answer clears nothing");
     }
 
     /// A user's CONNECTs to addresses that never answer hold at most

@@ -363,7 +363,7 @@ impl<S: Store> Messages<S> {
             } => self.on_leave(gid, qp, [to_port, from_port], to, from, qps),
             Notice::Left { to } => self.on_left(gid, to, qps),
             // About exports: the device's (`cluster::revoke`), never a shard's.
-            Notice::Revoke { .. } | Notice::RevokeAck { .. } => {}
+            Notice::Revoke { .. } | Notice::RevokeAck { .. } | Notice::Use { .. } => {}
         }
         self.flush_due(qps);
     }
@@ -944,7 +944,10 @@ impl<S: Store> Messages<S> {
             }
             Notice::Leave { .. } => f.leave = false,
             Notice::Left { .. } => f.left = false,
-            Notice::Data { .. } | Notice::Revoke { .. } | Notice::RevokeAck { .. } => {}
+            Notice::Data { .. }
+            | Notice::Revoke { .. }
+            | Notice::RevokeAck { .. }
+            | Notice::Use { .. } => {}
         }
     }
 

@@ -54,7 +54,9 @@
 //! answers a peer's request for a set under rdma_cm's handler mutex, taking 2, then 5
 //! (abi's both-at-once rule); so nothing here destroys an rdma_cm id under 5: a set's
 //! connections are closed on cm.c's workqueue. Routing takes a notice (under 3) to its
-//! shard (6), a revocation's to every ring (4, one at a time) and to 7. The
+//! shard (6), a revocation's to every ring (4, one at a time) and to 7, and a peer's
+//! word of its use of a set (`Use`) to 5, as it does a notice completion while this
+//! node's own word waits for room (5, then a QP's, 8). The
 //! MetaServer connection's mutex (meta/mod.rs's `krcore_meta_link`) is taken with none of
 //! these held, by network work and the device's removal only, and only the MetaServer
 //! leaf is taken inside it. abi's

@@ -239,6 +239,11 @@ impl DevCtx {
                 self.shared.advert_done(i);
             }
             self.shared.flush_revocations();
+            if self.shared.tells_waiting.load(Ordering::Acquire) {
+                let mut m = self.shared.members();
+                let MemberState { peers, .. } = &mut *m.g;
+                peers.tell(&self.shared);
+            }
             return;
         }
         if let Some(i) = notice_recv_index(wc.wr_id) {
@@ -308,6 +313,7 @@ impl DevCtx {
             // abi's shard is one of ours (a made-up id names none).
             (_, Some(k)) => self.shared.shard(k).on_notice(gid, qp, n, inv, &self.shared),
             (Notice::Revoke { rkey }, _) => self.revoked_far(gid, qp, rkey),
+            (Notice::Use { busy }, _) => self.shared.members().g.peers.far_use(qp, busy),
             (Notice::RevokeAck { rkey }, _) => {
                 if self.shared.revocations.lock().acked(rkey, qp) {
                     self.touch_closed_rings();
