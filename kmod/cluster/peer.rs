@@ -118,8 +118,11 @@ impl PeerSets {
         user: u32,
     ) -> Result<Connection, Errno> {
         // Only the node's own entry is asked about: look first, with the handles.
-        let broken = self.table.find(addr).filter(|&p| self.broken(shared, p));
-        let step = self.table.connect(addr, service, now_ms, user, |p| Some(p) == broken);
+        // Asked of the node's own entry, and of entries that might be evicted.
+        let qps = &self.qps;
+        let step = self
+            .table
+            .connect(addr, service, now_ms, user, |p| set_broken(shared, qps, p));
         if let Some(p) = step.close {
             self.close(shared, p);
         }
@@ -202,15 +205,20 @@ impl PeerSets {
     /// `Peers::next_tell`), on the set's first QP; one with no room for the notice is
     /// told once a notice of that QP completes (`Shared::tells_waiting`).
     pub(crate) fn tell(&mut self, shared: &Shared) {
-        let mut full = 0u64;
-        while let Some((peer, slot, busy)) = self.table.next_tell(full) {
+        // Set before trying: a notice completing while a post finds no room sees it,
+        // and tells again once this lock is let go.
+        shared.tells_waiting.store(true, Ordering::SeqCst);
+        let (mut tried, mut waiting) = (0u64, false);
+        while let Some((peer, slot, busy)) = self.table.next_tell(tried) {
+            tried |= 1u64 << slot;
             if shared.post_notice(slot, &Notice::Use { busy }) {
                 self.table.told(peer, busy);
             } else {
-                full |= 1u64.checked_shl(slot).unwrap_or(0);
+                // A failed QP completes no notice: its set goes, and the word with it.
+                waiting |= !shared.qps[slot as usize].lock().acct.failed();
             }
         }
-        shared.tells_waiting.store(full != 0, Ordering::Release);
+        shared.tells_waiting.store(waiting, Ordering::SeqCst);
     }
 
     /// Whether a CONNECT asked for a set the device's worker did not take yet.
@@ -290,10 +298,10 @@ impl PeerSets {
         if index as usize >= QPS_PER_SET {
             return Err(Errno::EINVAL);
         }
-        let broken = self.table.find(addr).filter(|&p| self.broken(shared, p));
+        let qps = &self.qps;
         let step = self
             .table
-            .request(addr, node, 0, index, now_ms, |p| Some(p) == broken)
+            .request(addr, node, 0, index, now_ms, |p| set_broken(shared, qps, p))
             .ok_or(Errno::ENOSPC)?;
         if let Some(p) = step.close {
             self.close(shared, p);
@@ -348,19 +356,6 @@ impl PeerSets {
         (Some(slot), Some(self.table.qps(p)))
     }
 
-    /// Whether a connection of entry `peer`'s set broke: the CM said so (the peer
-    /// disconnected, its device went), or the recovery failed one of its QPs (a peer
-    /// that vanished: retries exhausted, or requests stuck past the deadline).
-    fn broken(&self, shared: &Shared, peer: u32) -> bool {
-        self.table.qps(peer).any(|s| {
-            let failed = shared.qps[s as usize].lock().acct.failed();
-            failed
-                || self.qps[s as usize - POOL_QPS]
-                    // SAFETY: a live handle (released only by `close` and `forget`).
-                    .is_some_and(|q| unsafe { shim::krcore_shim_cm_broken(q.conn) })
-        })
-    }
-
     /// Closes entry `peer`'s set: nothing posts on its QPs from here.
     fn close(&mut self, shared: &Shared, peer: u32) {
         for s in self.table.qps(peer) {
@@ -380,6 +375,22 @@ impl PeerSets {
             unsafe { shim::krcore_shim_cm_put(q.conn) };
         }
     }
+}
+
+/// Whether a connection of entry `peer`'s set broke: the CM said so (the peer
+/// disconnected, its device went), or the recovery failed one of its QPs (a peer that
+/// vanished: retries exhausted, or requests stuck past the deadline). `qps`: the set
+/// slots' connections (a free function, for abi's decisions that ask it of any entry
+/// while the table is borrowed).
+fn set_broken(shared: &Shared, qps: &[Option<PeerQp>; PEER_QPS], peer: u32) -> bool {
+    let first = peer as usize * QPS_PER_SET;
+    (first..first + QPS_PER_SET).any(|k| {
+        let failed = shared.qps[POOL_QPS + k].lock().acct.failed();
+        failed
+            || qps.get(k).copied().flatten()
+                // SAFETY: a live handle (released only by `close` and `forget`).
+                .is_some_and(|q| unsafe { shim::krcore_shim_cm_broken(q.conn) })
+    })
 }
 
 /// A set to the node at `addr` came up: what was cached of its exports before goes. A

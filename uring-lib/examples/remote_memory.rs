@@ -24,7 +24,7 @@
 //! SECS`: a revocation with the revocations' table full (see [`crowd`]).
 //! `remote_memory fenced NAME SECS GO` and `remote_memory breach ADDR NAME SECS`: rights
 //! held at the NIC, against a member kernel that checks nothing (see [`fenced`]).
-//! `remote_memory churn NAME SECS` and `remote_memory stay ADDR NAME SECS`: a set the
+//! `remote_memory churn NAME SECS GO` and `remote_memory stay ADDR NAME SECS`: a set the
 //! importing node uses is not evicted for this node's other CONNECTs (see [`churn`]).
 #[path = "support/retry.rs"]
 mod support;
@@ -424,13 +424,7 @@ fn crowd(ring: &mut Ring, name: &str, fill: usize, secs: u64, go: &str) -> Resul
     }
     wait_done(&mut mr, DONE_WORD, secs, "")?;
     println!("crowd: {name} and {fill} more published, {name} imported");
-    let until = Instant::now() + Duration::from_secs(secs);
-    while !std::path::Path::new(go).exists() {
-        if Instant::now() > until {
-            return Err(format!("no {go} within {secs} s").into());
-        }
-        sleep(Duration::from_millis(100));
-    }
+    wait_file(go, secs)?;
     // Closing the ring revokes its exports at once: the fillers' revocations take the
     // table (each waits for the killed node). Its regions go after, with the ring.
     drop(fillers);
@@ -442,6 +436,18 @@ fn crowd(ring: &mut Ring, name: &str, fill: usize, secs: u64, go: &str) -> Resul
         "crowd: {name} deregistered {:?} after {fill} revocations began (the table full)",
         t.elapsed()
     );
+    Ok(())
+}
+
+/// Waits up to `secs` for the file `go` (the caller's word).
+fn wait_file(go: &str, secs: u64) -> Result<()> {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while !std::path::Path::new(go).exists() {
+        if Instant::now() > until {
+            return Err(format!("no {go} within {secs} s").into());
+        }
+        sleep(Duration::from_millis(100));
+    }
     Ok(())
 }
 
@@ -667,12 +673,13 @@ fn gid(addr: Ipv4Addr) -> [u8; 16] {
     addr.to_ipv6_mapped().octets()
 }
 
-/// Publishes NAME and waits for an importer ([`stay`]) to set its done word. This
+/// Publishes NAME and waits for an importer ([`stay`]) to set its done word, then for
+/// the file GO (the caller saw the importer's use of the set in the peers file). This
 /// node's peer table (module parameter `max_peers=1`) then holds one set, which only
 /// the importing node's virtual QPs are bound to. A CONNECT to a node this one has no
 /// set with must not evict it for the new node: it fails `TableFull`, and the
 /// importer's READs go on. Says so in the churned word, then waits for the importer's.
-fn churn(ring: &mut Ring, name: &str, secs: u64) -> Result<()> {
+fn churn(ring: &mut Ring, name: &str, secs: u64, go: &str) -> Result<()> {
     let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
     let mut mr = ring.register(LEN, all)?;
     for (i, x) in mr.bytes_mut()[..4096].iter_mut().enumerate() {
@@ -680,6 +687,8 @@ fn churn(ring: &mut Ring, name: &str, secs: u64) -> Result<()> {
     }
     retry(secs, &[Reason::Unreachable], || ring.publish(&mr, name))?;
     wait_done(&mut mr, DONE_WORD, secs, "")?;
+    println!("churn: {name} imported");
+    wait_file(go, secs)?;
     // An address in the cluster that no node answers at.
     let nobody = Ipv4Addr::new(192, 0, 2, 250);
     expect_reason(
@@ -744,7 +753,7 @@ fn stay(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE | probe ADDR NAME SECS | crowd NAME FILL SECS GO | await-revoke ADDR NAME SECS | fenced NAME SECS GO | breach ADDR NAME SECS | churn NAME SECS | stay ADDR NAME SECS";
+    let usage = "usage: remote_memory export NAME SECS | import ADDR NAME | hammer ADDR NAME ROLE | probe ADDR NAME SECS | crowd NAME FILL SECS GO | await-revoke ADDR NAME SECS | fenced NAME SECS GO | breach ADDR NAME SECS | churn NAME SECS GO | stay ADDR NAME SECS";
     let mut ring = Builder::new(64).build(Device::open()?)?;
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["export", name, secs] => export(&mut ring, name, secs.parse()?),
@@ -755,7 +764,7 @@ fn main() -> Result<()> {
         ["await-revoke", addr, name, secs] => await_revoke(&mut ring, addr.parse()?, name, secs.parse()?),
         ["fenced", name, secs, go] => fenced(&mut ring, name, secs.parse()?, go),
         ["breach", addr, name, secs] => breach(&mut ring, addr.parse()?, name, secs.parse()?),
-        ["churn", name, secs] => churn(&mut ring, name, secs.parse()?),
+        ["churn", name, secs, go] => churn(&mut ring, name, secs.parse()?, go),
         ["stay", addr, name, secs] => stay(&mut ring, addr.parse()?, name, secs.parse()?),
         _ => Err(usage.into()),
     }

@@ -111,9 +111,10 @@
 #                                   fail BadDescriptor (revoked here), never on the wire
 #   cluster-smoke.sh bystander META make a set to META's node; wait to be killed
 #   cluster-smoke.sh churn          serve the MetaServer with a peer table of one entry
-#                                   (max_peers=1); publish kv; once an importer uses it,
-#                                   CONNECT to a node nobody answers at: refused
-#                                   TableFull, the importer's set kept (remote_memory churn)
+#                                   (max_peers=1); publish kv; once an importer uses it
+#                                   (bound_there in the peers file), CONNECT to a node
+#                                   nobody answers at: refused TableFull, the importer's
+#                                   set kept (remote_memory churn)
 #   cluster-smoke.sh stay META      import META's kv and READ it through META's churn:
 #                                   every READ answered (remote_memory stay)
 #   cluster-smoke.sh fenced ROLE    serve the MetaServer; publish memory read-only, and
@@ -472,7 +473,23 @@ crowd)
   ;;
 churn)
   reload meta_server="$KRCORE_ADDR" max_peers=1 || exit 1
-  "$REMOTE_MEMORY" churn kv 150 || fail_with_state
+  "$REMOTE_MEMORY" churn kv 150 "$TMPDIR/go" >"$TMPDIR/churn.out" 2>&1 &
+  pid=$!
+  # Once imported, the importer's word that it uses the set must show here (its Use
+  # notice routed) before this node's CONNECT tries the table.
+  for _ in $(seq 300); do
+    grep -q "imported" "$TMPDIR/churn.out" && "$KRCORE_TOOL" peers | grep -q "bound_there" && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  "$KRCORE_TOOL" peers | grep -q "bound_there" || {
+    echo "$KRCORE_NODE: the importer's use of the set never showed (bound_there)" >&2
+    fail_with_state
+  }
+  touch "$TMPDIR/go"
+  rc=0; wait $pid || rc=$?
+  sed "s/^/$KRCORE_NODE: /" "$TMPDIR/churn.out"
+  [ "$rc" = 0 ] || fail_with_state
   # The importer may still be finishing with this node's kernel.
   sleep 3
   unload

@@ -158,6 +158,14 @@ pub struct Peers<S: Store> {
 }
 
 impl Peer {
+    /// A new set begins for the entry (dialed or adopted): nothing of the peer's is
+    /// bound to it yet, and the peer is to be told of this node's use, if any, once it
+    /// is up.
+    fn new_set(&mut self) {
+        self.far_busy = false;
+        self.tell = (self.bound > 0).then_some(true);
+    }
+
     /// A new entry for the node at `addr` (id `node`), seen from node `me` at `now_ms`.
     fn new(addr: &[u8; 16], me: u16, node: u16, now_ms: i64) -> Peer {
         Peer {
@@ -265,11 +273,20 @@ impl<S: Store> Peers<S> {
     }
 
     /// A CONNECT at `now_ms` to the peer at `addr`, node `node` of incarnation
-    /// `incarnation` (from its node record).
-    pub fn dial(&mut self, addr: &[u8; 16], node: u16, incarnation: u64, now_ms: i64) -> Dial {
+    /// `incarnation` (from its node record). `broken` as for
+    /// [`connect`](Self::connect): a set found broken may be evicted even though its peer
+    /// said it used it (its word can no longer change).
+    pub fn dial(
+        &mut self,
+        addr: &[u8; 16],
+        node: u16,
+        incarnation: u64,
+        now_ms: i64,
+        broken: impl Fn(u32) -> bool,
+    ) -> Dial {
         let (i, evicts) = match self.find(addr) {
             Some(i) => (i, None),
-            None => match self.claim() {
+            None => match self.claim(&broken) {
                 Some(c) => c,
                 None => return Dial::Full,
             },
@@ -282,11 +299,14 @@ impl<S: Store> Peers<S> {
         match p.set.want(incarnation, now_ms) {
             Action::Use => Dial::Use { peer: i, qps },
             Action::Wait => Dial::Wait,
-            Action::Connect => Dial::Connect {
-                peer: i,
-                qps,
-                evicts,
-            },
+            Action::Connect => {
+                p.new_set();
+                Dial::Connect {
+                    peer: i,
+                    qps,
+                    evicts,
+                }
+            }
         }
     }
 
@@ -336,7 +356,7 @@ impl<S: Store> Peers<S> {
             )
         });
         step.close = step.close.or(stale);
-        step.outcome = match self.dial(addr, node, 0, now_ms) {
+        step.outcome = match self.dial(addr, node, 0, now_ms, &broken) {
             Dial::Use { peer, qps } => {
                 // checked_rem: no panic path (the kernel build's objtool rejects one).
                 let k = service.checked_rem(self.qps_per_set).unwrap_or(0);
@@ -397,9 +417,10 @@ impl<S: Store> Peers<S> {
         Some((i as u32, p.addr))
     }
 
-    /// A free entry, or the least recently used one nothing is bound to, on either node,
-    /// and nothing is connecting (emptied here; the node it held).
-    fn claim(&mut self) -> Option<(u32, Option<u16>)> {
+    /// A free entry, or the least recently used one nothing is bound to, on either node
+    /// (the peer's word counts while its set is up and not `broken`), and nothing is
+    /// connecting (emptied here; the node it held).
+    fn claim(&mut self, broken: &impl Fn(u32) -> bool) -> Option<(u32, Option<u16>)> {
         let t = self.table.as_mut();
         if let Some(i) = t.iter().position(Option::is_none) {
             return Some((i as u32, None));
@@ -408,8 +429,11 @@ impl<S: Store> Peers<S> {
             .iter()
             .enumerate()
             .filter_map(|(i, e)| e.as_ref().map(|p| (i, p)))
-            .filter(|(_, p)| {
-                p.bound == 0 && !p.far_busy && !matches!(p.set.state(), State::Connecting { .. })
+            .filter(|(i, p)| {
+                let used_there = p.far_busy
+                    && matches!(p.set.state(), State::Ready { .. })
+                    && !broken(*i as u32);
+                p.bound == 0 && !used_there && !matches!(p.set.state(), State::Connecting { .. })
             })
             .min_by_key(|(_, p)| p.last_used_ms)?;
         let node = t[i].take().and_then(|p| node_of(&p.addr));
@@ -468,7 +492,7 @@ impl<S: Store> Peers<S> {
         let p = match self.find(addr) {
             Some(p) => p,
             None => {
-                let (p, evicts) = self.claim()?;
+                let (p, evicts) = self.claim(&broken)?;
                 if let Some(gone) = evicts {
                     step.close = Some(p);
                     step.lost_node = Some(gone);
@@ -479,8 +503,7 @@ impl<S: Store> Peers<S> {
         let me = self.me;
         let e = self.table.as_mut()[p as usize].get_or_insert(Peer::new(addr, me, node, now_ms));
         e.set.adopt(incarnation, now_ms);
-        // A new set: nothing of the peer's is bound to it yet.
-        e.far_busy = false;
+        e.new_set();
         // Our own attempt, if not yet started, is not wanted now.
         e.asked = false;
         e.last_used_ms = now_ms;
@@ -549,7 +572,8 @@ impl<S: Store> Peers<S> {
             let p = self.get(i)?;
             let slot = self.qps(i).start;
             let live = matches!(p.set.state(), State::Ready { .. } | State::Adopting { .. });
-            let skipped = slot < 64 && skip & (1 << slot) != 0;
+            // A slot past the masks is never told (it could never be skipped).
+            let skipped = slot >= 64 || skip & (1 << slot) != 0;
             (live && !skipped && !p.retired).then_some((i, slot, p.tell?))
         })
     }
@@ -620,23 +644,23 @@ mod tests {
     #[test]
     fn a_first_contact_connects_once_and_later_ones_use_the_set() {
         let mut p = Peers::with_capacity(4, 1, 4, 2);
-        let Dial::Connect { peer, qps, evicts } = p.dial(&addr(12), 2, 7, 0) else {
+        let Dial::Connect { peer, qps, evicts } = p.dial(&addr(12), 2, 7, 0, |_| false) else {
             panic!("first contact connects");
         };
         assert_eq!((qps, evicts), (4..6, None));
         assert_eq!(
-            p.dial(&addr(12), 2, 7, 1),
+            p.dial(&addr(12), 2, 7, 1, |_| false),
             Dial::Wait,
             "one attempt at a time"
         );
         p.attempt_done(peer, Attempt::Established, 2);
-        assert_eq!(p.dial(&addr(12), 2, 7, 3), Dial::Use { peer, qps: 4..6 });
+        assert_eq!(p.dial(&addr(12), 2, 7, 3, |_| false), Dial::Use { peer, qps: 4..6 });
         assert_eq!(
             (p.of_qp(4), p.of_qp(5), p.of_qp(3)),
             (Some(0), Some(0), None)
         );
         // A second peer takes the next block.
-        let Dial::Connect { qps, .. } = p.dial(&addr(13), 3, 1, 4) else {
+        let Dial::Connect { qps, .. } = p.dial(&addr(13), 3, 1, 4, |_| false) else {
             panic!()
         };
         assert_eq!(qps, 6..8);
@@ -647,13 +671,13 @@ mod tests {
     #[test]
     fn the_table_is_written_one_line_per_peer() {
         let mut p = Peers::with_capacity(4, 1, 4, 2);
-        let Dial::Connect { peer, .. } = p.dial(&addr(12), 12, 7, 100) else {
+        let Dial::Connect { peer, .. } = p.dial(&addr(12), 12, 7, 100, |_| false) else {
             panic!()
         };
         p.attempt_done(peer, Attempt::Established, 150);
         p.bind(peer);
         p.far_use(5, true);
-        let _ = p.dial(&addr(13), 13, 1, 200);
+        let _ = p.dial(&addr(13), 13, 1, 200, |_| false);
         let mut s = alloc::string::String::new();
         p.write(1_100, &mut s).unwrap();
         assert_eq!(
@@ -667,7 +691,7 @@ mod tests {
     fn a_full_table_reuses_only_idle_entries_least_recent_first() {
         let mut p = Peers::with_capacity(2, 1, 0, 1);
         for (n, t) in [(10u8, 0i64), (11, 1)] {
-            let Dial::Connect { peer, .. } = p.dial(&addr(n), n as u16, 1, t) else {
+            let Dial::Connect { peer, .. } = p.dial(&addr(n), n as u16, 1, t, |_| false) else {
                 panic!()
             };
             p.attempt_done(peer, Attempt::Established, t);
@@ -675,7 +699,7 @@ mod tests {
         p.bind(1);
         // Entry 0 (peer .10) is idle and least recent: it goes, its set torn down.
         assert_eq!(
-            p.dial(&addr(20), 20, 1, 5),
+            p.dial(&addr(20), 20, 1, 5, |_| false),
             Dial::Connect {
                 peer: 0,
                 qps: 0..1,
@@ -689,7 +713,7 @@ mod tests {
             "no idle entry: nobody evicted"
         );
         // Entry 0 is connecting, entry 1 bound: no room.
-        assert_eq!(p.dial(&addr(21), 21, 1, 6), Dial::Full);
+        assert_eq!(p.dial(&addr(21), 21, 1, 6, |_| false), Dial::Full);
         assert_eq!(
             p.request(&addr(21), 21, 1, 0, 6, |_| false),
             None,
@@ -697,7 +721,7 @@ mod tests {
         );
         p.unbind(1);
         assert!(matches!(
-            p.dial(&addr(21), 21, 1, 7),
+            p.dial(&addr(21), 21, 1, 7, |_| false),
             Dial::Connect {
                 peer: 1,
                 evicts: Some(_),
@@ -711,16 +735,16 @@ mod tests {
     #[test]
     fn a_set_the_peer_uses_is_never_evicted() {
         let mut p = Peers::with_capacity(1, 1, 4, 2);
-        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0) else {
+        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
             panic!()
         };
         p.attempt_done(peer, Attempt::Established, 0);
         p.far_use(5, true);
-        assert_eq!(p.dial(&addr(20), 20, 1, 5), Dial::Full, "the peer's in use");
+        assert_eq!(p.dial(&addr(20), 20, 1, 5, |_| false), Dial::Full, "the peer's in use");
         assert_eq!(p.request(&addr(20), 20, 1, 0, 5, |_| false), None);
         p.far_use(5, false);
         assert!(matches!(
-            p.dial(&addr(20), 20, 1, 6),
+            p.dial(&addr(20), 20, 1, 6, |_| false),
             Dial::Connect {
                 evicts: Some(_),
                 ..
@@ -728,7 +752,7 @@ mod tests {
         ));
         // A set that is lost takes the peer's word with it.
         let mut p = Peers::with_capacity(1, 1, 4, 2);
-        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0) else {
+        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
             panic!()
         };
         p.attempt_done(peer, Attempt::Established, 0);
@@ -737,12 +761,41 @@ mod tests {
         assert!(!p.get(peer).unwrap().far_busy);
     }
 
+    /// The peer's word holds only for the set it came on while that set is up: a set
+    /// found broken (the peer went, and can no longer say otherwise) may be evicted,
+    /// and a set made again starts with no word from the peer.
+    #[test]
+    fn the_peers_word_holds_only_for_its_live_set() {
+        let mut p = Peers::with_capacity(1, 1, 4, 2);
+        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
+            panic!()
+        };
+        p.attempt_done(peer, Attempt::Established, 0);
+        p.far_use(4, true);
+        assert!(matches!(
+            p.dial(&addr(20), 20, 1, 5, |_| true),
+            Dial::Connect {
+                evicts: Some(_),
+                ..
+            }
+        ));
+        // The new entry's attempt fails; a word on its slot is taken, then its set is
+        // made again: the word went with the old attempt.
+        assert!(!p.attempt_done(peer, Attempt::Failed, 6));
+        p.far_use(4, true);
+        assert!(matches!(
+            p.dial(&addr(20), 20, 1, 1_000_000, |_| false),
+            Dial::Connect { evicts: None, .. }
+        ));
+        assert!(!p.get(peer).unwrap().far_busy);
+    }
+
     /// The peer is told when this node's use of a set begins and ends, once each
     /// (binds between change nothing), and not before the set is up.
     #[test]
     fn the_peer_is_told_as_the_use_changes() {
         let mut p = Peers::with_capacity(2, 1, 4, 2);
-        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0) else {
+        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
             panic!()
         };
         assert_eq!(p.next_tell(0), None);
@@ -817,7 +870,7 @@ mod tests {
     #[test]
     fn a_lost_set_is_rebuilt_by_the_next_connect_away_from_its_bound_vqps() {
         let mut p = Peers::with_capacity(2, 1, 4, 2);
-        let Dial::Connect { peer, .. } = p.dial(&addr(12), 2, 7, 0) else {
+        let Dial::Connect { peer, .. } = p.dial(&addr(12), 2, 7, 0, |_| false) else {
             panic!()
         };
         p.attempt_done(peer, Attempt::Established, 0);
@@ -825,7 +878,7 @@ mod tests {
         assert!(p.lost(peer, Some(8)), "the peer restarted");
         // Nothing was bound: the same slots again.
         assert_eq!(
-            p.dial(&addr(12), 2, 8, 1),
+            p.dial(&addr(12), 2, 8, 1, |_| false),
             Dial::Connect {
                 peer,
                 qps: 4..6,
@@ -837,7 +890,7 @@ mod tests {
         assert!(p.lost(peer, None), "broke with a virtual QP bound");
         // The bound virtual QP keeps the old slots; the next set takes the other block.
         assert_eq!(
-            p.dial(&addr(12), 2, 9, 2),
+            p.dial(&addr(12), 2, 9, 2, |_| false),
             Dial::Connect {
                 peer: 1,
                 qps: 6..8,
@@ -852,14 +905,14 @@ mod tests {
             "the old block is still the retired entry's"
         );
         assert_eq!(
-            p.dial(&addr(20), 20, 1, 3),
+            p.dial(&addr(20), 20, 1, 3, |_| false),
             Dial::Full,
             "nor free for another peer"
         );
         p.unbind(peer);
         assert_eq!(p.of_qp(4), None, "freed with its last virtual QP");
         assert!(matches!(
-            p.dial(&addr(20), 20, 1, 4),
+            p.dial(&addr(20), 20, 1, 4, |_| false),
             Dial::Connect { peer: 0, .. }
         ));
     }
@@ -875,8 +928,8 @@ mod tests {
                 Peers::with_capacity(2, 2, 0, 2),
             );
             let never = |_| false;
-            assert!(matches!(a.dial(&addr(12), 2, 20, 0), Dial::Connect { .. }));
-            assert!(matches!(b.dial(&addr(11), 1, 10, 0), Dial::Connect { .. }));
+            assert!(matches!(a.dial(&addr(12), 2, 20, 0, |_| false), Dial::Connect { .. }));
+            assert!(matches!(b.dial(&addr(11), 1, 10, 0, |_| false), Dial::Connect { .. }));
             let mut steps = [None, None];
             for e in order {
                 if e == 0 {
@@ -900,8 +953,8 @@ mod tests {
                 !b.attempt_done(sb.peer, Attempt::Yielded, 3),
                 "2 closes what it connected"
             );
-            assert!(matches!(a.dial(&addr(12), 2, 20, 4), Dial::Use { .. }));
-            assert!(matches!(b.dial(&addr(11), 1, 10, 4), Dial::Use { .. }));
+            assert!(matches!(a.dial(&addr(12), 2, 20, 4, |_| false), Dial::Use { .. }));
+            assert!(matches!(b.dial(&addr(11), 1, 10, 4, |_| false), Dial::Use { .. }));
         }
     }
 
@@ -931,7 +984,7 @@ mod tests {
         assert!(b.get(s.peer).unwrap().retired);
         // A node with the lower id keeps a set it made against a late request.
         let mut a = Peers::with_capacity(2, 1, 0, 2);
-        let Dial::Connect { peer, .. } = a.dial(&addr(12), 2, 20, 0) else {
+        let Dial::Connect { peer, .. } = a.dial(&addr(12), 2, 20, 0, |_| false) else {
             panic!()
         };
         a.attempt_done(peer, Attempt::Established, 1);
@@ -975,7 +1028,7 @@ mod tests {
     #[test]
     fn the_rule_uses_the_id_learned_late() {
         let mut p = Peers::with_capacity(2, 0, 0, 2);
-        assert!(matches!(p.dial(&addr(12), 2, 20, 0), Dial::Connect { .. }));
+        assert!(matches!(p.dial(&addr(12), 2, 20, 0, |_| false), Dial::Connect { .. }));
         p.set_me(3);
         let s = p.request(&addr(12), 2, 20, 0, 1, |_| false).unwrap();
         assert_eq!(s.answer, Answer::Accept, "3 > 2: the peer's attempt wins");
