@@ -730,15 +730,21 @@ mod tests {
         ));
     }
 
+    /// Dials the node at `.n` at time 0 and brings its set up: its entry.
+    fn up(p: &mut Peers<crate::engine::VecStore>, n: u8) -> u32 {
+        let Dial::Connect { peer, .. } = p.dial(&addr(n), n as u16, 1, 0, |_| false) else {
+            panic!("a first contact connects")
+        };
+        p.attempt_done(peer, Attempt::Established, 0);
+        peer
+    }
+
     /// A set the peer said it uses is never evicted, however idle it is here: the
     /// table is full then (the other node's importers and clients keep their set).
     #[test]
     fn a_set_the_peer_uses_is_never_evicted() {
         let mut p = Peers::with_capacity(1, 1, 4, 2);
-        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
-            panic!()
-        };
-        p.attempt_done(peer, Attempt::Established, 0);
+        up(&mut p, 10);
         p.far_use(5, true);
         assert_eq!(p.dial(&addr(20), 20, 1, 5, |_| false), Dial::Full, "the peer's in use");
         assert_eq!(p.request(&addr(20), 20, 1, 0, 5, |_| false), None);
@@ -752,10 +758,7 @@ mod tests {
         ));
         // A set that is lost takes the peer's word with it.
         let mut p = Peers::with_capacity(1, 1, 4, 2);
-        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
-            panic!()
-        };
-        p.attempt_done(peer, Attempt::Established, 0);
+        let peer = up(&mut p, 10);
         p.far_use(4, true);
         assert!(p.lost(peer, None));
         assert!(!p.get(peer).unwrap().far_busy);
@@ -767,10 +770,7 @@ mod tests {
     #[test]
     fn the_peers_word_holds_only_for_its_live_set() {
         let mut p = Peers::with_capacity(1, 1, 4, 2);
-        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
-            panic!()
-        };
-        p.attempt_done(peer, Attempt::Established, 0);
+        let peer = up(&mut p, 10);
         p.far_use(4, true);
         assert!(matches!(
             p.dial(&addr(20), 20, 1, 5, |_| true),
