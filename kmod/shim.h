@@ -290,11 +290,16 @@ int krcore_keys_deliver(struct krcore_keys *p, u32 nth, struct krcore_mr *m, u64
 void krcore_keys_posted(struct krcore_keys *p, u32 chains);
 /* Makes a pool QP's used keys again (a reset QP, nothing in flight). */
 void krcore_keys_renew(struct krcore_keys *p);
+/* Gives the device's set its local QP, connected to itself over GID sgid_index (mac its
+ * netdev's) of port, which its registrations run on. */
+int krcore_keys_local(struct krcore_keys *p, u32 port, u32 sgid_index, const u8 *gid,
+		      const u8 *mac);
 /* The device's key i (abi cluster::keys chose it, and holds the lock around these),
- * made over len bytes at addr of m, its registration posted on qp. The advert that
- * carries it follows with abi's advert_wr_id(i). */
-int krcore_key_post(struct krcore_keys *p, u32 i, struct ib_qp *qp, struct krcore_mr *m,
-		    u64 addr, u32 len, u32 *rkey);
+ * made over len bytes at addr of m and registered on the local QP: 0 once that
+ * completed. On failure *lost says the key must never be taken again (its
+ * registration may still run, or it could not be made again). */
+int krcore_key_post(struct krcore_keys *p, u32 i, struct krcore_mr *m, u64 addr, u32 len,
+		    u32 *rkey, bool *lost);
 /* Lets key i's pages go, destroying it and making it again first when `remake` (it may
  * be open at the NIC): false when it could not be made again (one key fewer). */
 bool krcore_key_let(struct krcore_keys *p, u32 i, bool remake);
@@ -444,9 +449,6 @@ bool krcore_shim_cm_broken(struct krcore_cm_conn *c);
 void krcore_shim_cm_close(struct krcore_cm_conn *c);
 /* The same, on cm.c's workqueue: for callers holding a krcore lock (see cm.c). */
 void krcore_shim_cm_close_later(struct krcore_cm_conn *c);
-/* c's QP once nothing it holds can run any more (torn down, or its drain's markers
- * back), else NULL: compared, never used (a handle Rust holds). */
-struct ib_qp *krcore_cm_settled_qp(struct krcore_cm_conn *c);
 /* Releases the handle of a connection its device's removal tore down. */
 void krcore_shim_cm_put(struct krcore_cm_conn *c);
 /* Takes a handle on an accepted connection for a set (released as an active one's) and

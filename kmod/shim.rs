@@ -209,14 +209,21 @@ extern "C" {
     pub(crate) fn krcore_keys_alloc(pd: *mut IbPd, n: u32) -> *mut Keys;
     pub(crate) fn krcore_keys_drain(p: *mut Keys);
     pub(crate) fn krcore_keys_free(p: *mut Keys);
+    pub(crate) fn krcore_keys_local(
+        p: *mut Keys,
+        port: u32,
+        sgid_index: u32,
+        gid: *const u8,
+        mac: *const u8,
+    ) -> c_int;
     pub(crate) fn krcore_key_post(
         p: *mut Keys,
         i: u32,
-        qp: *mut IbQp,
         mr: *mut KrMr,
         addr: u64,
         len: u32,
         rkey: *mut u32,
+        lost: *mut bool,
     ) -> c_int;
     pub(crate) fn krcore_key_let(p: *mut Keys, i: u32, remake: bool) -> bool;
     pub(crate) fn krcore_shim_test_unchecked_wire(addr: *mut u64, rkey: *mut u32) -> bool;
@@ -244,7 +251,6 @@ extern "C" {
     ) -> c_int;
     pub(crate) fn krcore_shim_cm_broken(c: *mut CmConn) -> bool;
     pub(crate) fn krcore_shim_cm_close_later(c: *mut CmConn);
-    pub(crate) fn krcore_cm_settled_qp(c: *mut CmConn) -> *mut IbQp;
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
     pub(crate) fn krcore_cm_own(c: *mut CmConn) -> bool;
     pub(crate) fn krcore_cm_notices_start(c: *mut CmConn);

@@ -343,6 +343,18 @@ fn across_sections(s: &mut String, f: &Figures) {
         "\n## Across nodes: connect to the far node from N processes at once (median / p99; connects/s overall)\n"
     );
     table_by_x(s, f, "across-connect", "processes", true);
+    if !f.series("across-echo").is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Across nodes: RPC echo, one listener on the far node, N client processes here, one request at a time each (median / p99 per request; requests/s overall)\n"
+        );
+        table_by_x(s, f, "across-echo", "processes", true);
+        let _ = writeln!(
+            s,
+            "\n## Across nodes: RPC echo, each client's connection setup (krcore: CONNECT to the service; verbs: its own rdma_cm connection) (median / p99)\n"
+        );
+        table_by_x(s, f, "across-echo-setup", "processes", false);
+    }
     path_table(
         s,
         f,

@@ -85,14 +85,14 @@ u32 krcore_shim_cm_dial_delay_ms(void)
 /*
  * A set's QP carries its requests (up to SEND_DEPTH, each up to two work requests: a
  * message to another node is a WRITE and a notice) and up to NOTICE_ROOM notices of
- * its own (abi's qp.rs), each advert after the registration of its receive's key
- * (engine/fastreg.c), and keeps NOTICE_RECVS kernel receives posted for the peer
+ * its own (abi's qp.rs; an advert's key is registered on the device's local QP,
+ * engine/fastreg.c), and keeps NOTICE_RECVS kernel receives posted for the peer
  * kernel's notices (abi's far.rs, whose constants these are).
  */
 #define KRCORE_NOTICE_LEN 32
 #define KRCORE_NOTICE_ROOM 16
 #define KRCORE_NOTICE_RECVS 64
-#define KRCORE_SET_SEND_DEPTH (2 * KRCORE_CM_SEND_DEPTH + 2 * KRCORE_NOTICE_ROOM)
+#define KRCORE_SET_SEND_DEPTH (2 * KRCORE_CM_SEND_DEPTH + KRCORE_NOTICE_ROOM)
 /* abi's notice_recv_wr_id(i): the backend's wr_id class (u64::MAX - n). */
 #define KRCORE_NOTICE_RECV_WR_ID(i) (U64_MAX - (0x50000000ULL + (i)))
 
@@ -491,19 +491,6 @@ static void krcore_cm_close_work(struct work_struct *w)
  * order lockdep rightly reports. So the close runs on krcore_cm_wq, with no krcore
  * lock held; the caller has already stopped posting on the QP.
  */
-struct ib_qp *krcore_cm_settled_qp(struct krcore_cm_conn *c)
-{
-	struct ib_qp *qp = NULL;
-
-	/* Torn down (destroyed), or drained (its markers came back behind everything). A
-	 * drain that failed to begin leaves the QP maybe running: none. */
-	mutex_lock(&c->lock);
-	if (c->qp_created && (c->abandoned || c->drain_begun))
-		qp = c->qp;
-	mutex_unlock(&c->lock);
-	return qp;
-}
-
 void krcore_cm_drop_peer(struct krcore_cm_conn *c)
 {
 	WRITE_ONCE(c->broken, true);

@@ -21,7 +21,7 @@ use kernel::prelude::*;
 
 use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::engine::{
-    advert_wr_id, Connection, MrKeys, Post, PostError, Rearm, SendKind, SendWr,
+    Connection, MrKeys, Post, PostError, Rearm, SendKind, SendWr,
     CHAIN, FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_ROOM, NOTICE_WR_ID,
 };
 use crate::abi::errno::Errno;
@@ -47,8 +47,7 @@ const _: () = assert!(QPS <= 64, "abi's recovery keeps a bit per QP in a u64");
 /// (a peer QP has the pool's depths: cm.c creates it so).
 /// A set's QP may flush every work request it holds (a message to another node is two)
 /// and every notice receive (cm.c's sizes).
-/// Each advert is a key's registration and the notice.
-const SET_CQES: u32 = 2 * SEND_DEPTH + 2 * NOTICE_ROOM + NOTICE_RECVS;
+const SET_CQES: u32 = 2 * SEND_DEPTH + NOTICE_ROOM + NOTICE_RECVS;
 /// A pool QP flushes a message as its three work requests (fastreg.c), and a marker;
 /// the sets count as many as the device keeps (`max_peers`).
 fn cq_depth() -> i32 {
@@ -262,6 +261,10 @@ impl Hw {
                     break;
                 }
             }
+        }
+        if result.is_ok() {
+            // The advert keys' registrations run on a QP of their own (fastreg.c).
+            result = self.advert_keys.attach(PORT, sgid_index, gid, &mac);
         }
         if result.is_err() {
             for q in pool.iter() {
@@ -515,10 +518,6 @@ pub(crate) struct QpPost {
     pub(crate) peer: Option<SetEnd>,
     /// The device's keys for advertised receives (the Hw's; set once it exists).
     pub(crate) advert_keys: *const AdvertKeys,
-    /// The key `map_recv` just made, whose advert is the next notice posted here: it
-    /// carries the key's `advert_wr_id`, so its completion says the key's registration
-    /// ran (engine/fastreg.c).
-    advert: Option<u32>,
     scratch: ScratchBuf,
     /// A chain in C's terms (off the stack: 3 KiB).
     c: KBox<[SendWrC; 2 * CHAIN]>,
@@ -534,7 +533,6 @@ impl QpPost {
             qp: core::ptr::null_mut(),
             peer: None,
             advert_keys: core::ptr::null(),
-            advert: None,
             scratch: ScratchBuf::new()?,
             c: KBox::new([SendWrC::default(); 2 * CHAIN], GFP_KERNEL)?,
         })
@@ -641,8 +639,7 @@ impl Post for QpPost {
         if self.qp.is_null() {
             return Err(Self::gone());
         }
-        let wr_id = self.advert.take().map_or(NOTICE_WR_ID, advert_wr_id);
-        self.c[0] = notice_wr(wr_id, notice, true);
+        self.c[0] = notice_wr(NOTICE_WR_ID, notice, true);
         self.post_c(1, &[1])
     }
 
@@ -652,13 +649,9 @@ impl Post for QpPost {
         }
         // SAFETY: the Hw's keys, live as long as the QP cells holding this.
         let keys = unsafe { &*self.advert_keys };
-        // `mr` is the receive's registration, which its posted receive keeps; the QP is
-        // live (under its lock).
-        let (rkey, index) = keys
-            .advert(self.qp, mr as *mut KrMr, addr, len)
-            .map_err(|errno| PostError { posted: 0, errno })?;
-        self.advert = Some(index);
-        Ok(rkey)
+        // `mr` is the receive's registration, which its posted receive keeps.
+        keys.advert(mr as *mut KrMr, addr, len)
+            .map_err(|errno| PostError { posted: 0, errno })
     }
 }
 

@@ -95,12 +95,12 @@ pub(crate) struct Shared {
     /// the device's tick marks closed rings so theirs are tried again.
     pub(crate) revoke_waiting: AtomicBool,
     /// Set connections closed and being drained before their QPs go (taken before only
-    /// cm.c's connection lock and fastreg.c's keys lock).
+    /// cm.c's connection lock).
     drains: Pin<KBox<Mutex<SetDrains>>>,
     /// A drain runs: its flushes are coming, so the CQ is polled (see `busy`).
     draining: AtomicBool,
     /// The keys of receives advertised to peer kernels (the Hw's; engine/keys.rs,
-    /// whose lock is taken inside the drains', a QP's and a shard's).
+    /// whose lock is taken inside a QP's and a shard's).
     keys: KeysPtr,
 }
 
@@ -147,12 +147,8 @@ fn begin_drain(c: Conn, send: u64, recv: u64) -> Begun {
     }
 }
 
-/// Closes `c` (drained, or torn down already): no registration of a key on its QP can
-/// run any more, so keys let go before their advert completed may go (`keys`; a drain
-/// that failed to begin settles none: they stay, held, rather than freed early).
-fn close_drained(keys: KeysPtr, c: Conn) {
-    // SAFETY: as above; its QP has nothing left in the CQ.
-    keys.get().gone(unsafe { shim::krcore_cm_settled_qp(c.0) });
+/// Closes `c`, drained or torn down already (its completions are all routed).
+fn close_drained(c: Conn) {
     // SAFETY: as above; closed once.
     unsafe { shim::krcore_shim_cm_close_later(c.0) };
 }
@@ -228,12 +224,10 @@ impl Shared {
     /// Lets go of a set connection nothing posts on any more: drained, then closed, in
     /// the drains' turn.
     pub(crate) fn let_go(&self, conn: *mut CmConn) {
-        let keys = self.keys;
-        let mut close = |c| close_drained(keys, c);
         let mut d = self.drains.lock();
-        if let Err(c) = d.let_go(Conn(conn), &mut begin_drain, &mut close) {
+        if let Err(c) = d.let_go(Conn(conn), &mut begin_drain, &mut close_drained) {
             // More than the sets ever let go of between two routings: closing undrained
-            // risks a stale completion (and keeps keys registered on it), so say so.
+            // risks a stale completion, so say so.
             pr_warn!("a set connection closed undrained: no drain free\n");
             // SAFETY: a handle Rust holds, closed once.
             unsafe { shim::krcore_shim_cm_close_later(c.0) };
@@ -246,9 +240,8 @@ impl Shared {
         let Some((k, recv)) = SetDrains::marker_of(wr_id) else {
             return false;
         };
-        let keys = self.keys;
         let mut d = self.drains.lock();
-        d.seen(k, recv, &mut begin_drain, &mut |c| close_drained(keys, c));
+        d.seen(k, recv, &mut begin_drain, &mut close_drained);
         self.draining.store(d.busy(), Ordering::Release);
         true
     }
@@ -264,12 +257,6 @@ impl Shared {
     /// The shards with work for the recovery, a bit each (a hint, as `busy`).
     pub(crate) fn links_busy(&self) -> u32 {
         self.links_busy.load(Ordering::Acquire)
-    }
-
-    /// The advert of key `i` completed (or was flushed): its registration ran or never
-    /// will, so the key may go once let go (fastreg.c).
-    pub(crate) fn advert_done(&self, i: u32) {
-        self.keys.get().advert_done(i);
     }
 
     /// Index of the pooled QP numbered `qpn`.

@@ -14,10 +14,19 @@
  *   reconnect makes the used ones again (a chain may have been flushed between its
  *   REG_MR and its LOCAL_INV).
  * - Across nodes, a receive advertised to a peer kernel gets a key from the device's
- *   set (`struct krcore_keys` too), registered on the set's QP just before the advert; the
- *   peer's Data notice is a SEND with invalidate naming it, so the NIC closes it before
- *   the receive completes. A key let go any other way (a receive cancelled, the peer
- *   leaving it open) is destroyed and made again before its pages may go.
+ *   set (`struct krcore_keys` too), registered on the device's local QP, and the advert
+ *   goes only once that registration completed; the peer's Data notice is a SEND with
+ *   invalidate naming it, so the NIC closes it before the receive completes. A key let
+ *   go any other way (a receive cancelled, the peer leaving it open) is destroyed and
+ *   made again before its pages may go.
+ *
+ * Why a QP of its own: soft-RoCE's requester, when it retransmits, starts again at the
+ * oldest request not yet completed and runs every request after it once more, local
+ * ones included (rxe_req.c, req_retry). A set QP's registration sits behind notices the
+ * peer has not acknowledged; run again, it fails on a key that is open (the set QP goes
+ * to error) or opens again a key the peer's Data closed, over pages krcore may have let
+ * go. The local QP carries registrations only, one at a time, so nothing of it is ever
+ * unacknowledged and none runs twice.
  *
  * A key holds a reference on the registration whose pages it maps, so the pages stay
  * pinned while any key may reach them, whatever the user deregistered meanwhile.
@@ -34,6 +43,8 @@
 #include <linux/mutex.h>
 #include <linux/moduleparam.h>
 #include <linux/random.h>
+#include <linux/delay.h>
+#include <linux/jiffies.h>
 
 #include "shim.h"
 
@@ -219,9 +230,32 @@ struct krcore_key {
 	u32 rkey;
 };
 
+/*
+ * The device's local QP, for its keys' registrations (see the top): connected to itself
+ * so that it may post, it never sends a packet. One registration at a time (the keys'
+ * lock), waited for on its own CQ.
+ */
+struct krcore_local {
+	struct ib_cq *cq;
+	struct ib_qp *qp;
+	/* What it is connected with again after an error. */
+	u32 port, sgid_index;
+	u8 gid[16], mac[ETH_ALEN];
+	/* The wr_id of the registration posted last (older completions are stale). */
+	u64 seq;
+	/* In error (a registration failed): reset and connected again before the next. */
+	bool broken;
+};
+
+/* How long a registration on the local QP may take (soft-RoCE runs it on its
+ * workqueue: microseconds, unless the machine stalls). */
+#define KRCORE_LOCAL_REG_MS 1000
+
 struct krcore_keys {
 	struct mutex lock;
 	struct ib_pd *pd;
+	/* The device's set's (krcore_keys_local); a pool QP's set has none. */
+	struct krcore_local local;
 	/* Drained: the device is going, no key is made any more. */
 	bool dead;
 	u32 n, next;
@@ -258,6 +292,13 @@ void krcore_keys_drain(struct krcore_keys *p)
 	if (!p)
 		return;
 	mutex_lock(&p->lock);
+	/* The local QP first: once it is destroyed no registration runs any more. */
+	if (p->local.qp)
+		ib_destroy_qp(p->local.qp);
+	if (p->local.cq)
+		ib_free_cq(p->local.cq);
+	p->local.qp = NULL;
+	p->local.cq = NULL;
 	for (i = 0; i < p->n && !p->dead; i++) {
 		if (p->key[i].mr)
 			ib_dereg_mr(p->key[i].mr);
@@ -334,26 +375,153 @@ void krcore_keys_renew(struct krcore_keys *p)
 			krcore_key_remake(p, &p->key[i]);
 }
 
-int krcore_key_post(struct krcore_keys *p, u32 i, struct ib_qp *qp, struct krcore_mr *m,
-		    u64 addr, u32 len, u32 *rkey)
+/* Brings the local QP (created, or reset) to RTS, connected to itself. */
+static int krcore_local_connect(struct krcore_local *l)
+{
+	return krcore_shim_connect_rc_qp(l->qp, l->port, l->sgid_index, l->gid, l->mac,
+					 l->qp->qp_num);
+}
+
+int krcore_keys_local(struct krcore_keys *p, u32 port, u32 sgid_index, const u8 *gid,
+		      const u8 *mac)
+{
+	struct krcore_local *l = &p->local;
+	struct ib_qp_init_attr attr = {
+		.cap = { .max_send_wr = 2, .max_recv_wr = 1, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.sq_sig_type = IB_SIGNAL_REQ_WR,
+		.qp_type = IB_QPT_RC,
+	};
+	int ret = 0;
+
+	mutex_lock(&p->lock);
+	if (p->dead || l->qp)
+		goto out;
+	l->cq = ib_alloc_cq(p->pd->device, NULL, 4, 0, IB_POLL_DIRECT);
+	if (IS_ERR(l->cq)) {
+		ret = PTR_ERR(l->cq);
+		l->cq = NULL;
+		goto out;
+	}
+	attr.send_cq = l->cq;
+	attr.recv_cq = l->cq;
+	l->qp = ib_create_qp(p->pd, &attr);
+	if (IS_ERR(l->qp)) {
+		ret = PTR_ERR(l->qp);
+		l->qp = NULL;
+		goto free_cq;
+	}
+	l->port = port;
+	l->sgid_index = sgid_index;
+	memcpy(l->gid, gid, sizeof(l->gid));
+	memcpy(l->mac, mac, sizeof(l->mac));
+	ret = krcore_local_connect(l);
+	if (!ret)
+		goto out;
+	ib_destroy_qp(l->qp);
+	l->qp = NULL;
+free_cq:
+	ib_free_cq(l->cq);
+	l->cq = NULL;
+out:
+	mutex_unlock(&p->lock);
+	return ret;
+}
+
+/*
+ * Waits, bounded, for the completion of registration `seq` on the local QP: 0 when it
+ * ran, -EIO when it failed (the QP is in error: marked broken), -ETIMEDOUT when it did
+ * not complete in time (it may still run).
+ */
+static int krcore_local_wait(struct krcore_local *l, u64 seq)
+{
+	unsigned long deadline = jiffies + msecs_to_jiffies(KRCORE_LOCAL_REG_MS);
+	unsigned int spins = 0;
+	struct ib_wc wc;
+
+	for (;;) {
+		if (ib_poll_cq(l->cq, 1, &wc) == 1) {
+			if (wc.status != IB_WC_SUCCESS)
+				l->broken = true;
+			if (wc.wr_id != seq)
+				continue;
+			return wc.status == IB_WC_SUCCESS ? 0 : -EIO;
+		}
+		if (time_after(jiffies, deadline))
+			return -ETIMEDOUT;
+		/* It runs on soft-RoCE's workqueue: give it the CPU, then sleep a little. */
+		if (++spins < 32)
+			cond_resched();
+		else
+			usleep_range(5, 20);
+	}
+}
+
+/* The local QP, connected again first if a registration failed on it. */
+static int krcore_local_ready(struct krcore_local *l)
+{
+	struct ib_wc wc;
+	int ret;
+
+	if (!l->qp)
+		return -ENODEV;
+	if (!l->broken)
+		return 0;
+	ret = krcore_shim_qp_reset(l->qp);
+	if (ret)
+		return ret;
+	/* A reset QP's CQ may still hold its flushes. */
+	while (ib_poll_cq(l->cq, 1, &wc) == 1)
+		;
+	ret = krcore_local_connect(l);
+	if (!ret)
+		l->broken = false;
+	return ret;
+}
+
+int krcore_key_post(struct krcore_keys *p, u32 i, struct krcore_mr *m, u64 addr, u32 len,
+		    u32 *rkey, bool *lost)
 {
 	const struct ib_send_wr *bad;
+	struct krcore_local *l;
 	struct ib_reg_wr reg;
 	struct krcore_key *k;
 	int ret;
 
-	if (!p || !qp || i >= p->n)
+	*lost = false;
+	if (!p || i >= p->n)
 		return -ENODEV;
 	mutex_lock(&p->lock);
+	l = &p->local;
 	k = &p->key[i];
 	ret = -ENODEV;
 	if (p->dead || !k->mr)
 		goto out;
-	ret = krcore_fr_map(k->mr, p->sg, m, addr, len, IB_ACCESS_REMOTE_WRITE, &reg);
-	if (!ret)
-		ret = ib_post_send(qp, &reg.wr, &bad);
+	ret = krcore_local_ready(l);
 	if (ret)
 		goto out;
+	ret = krcore_fr_map(k->mr, p->sg, m, addr, len, IB_ACCESS_REMOTE_WRITE, &reg);
+	if (ret)
+		goto out;
+	reg.wr.wr_id = ++l->seq;
+	reg.wr.send_flags = IB_SEND_SIGNALED;
+	ret = ib_post_send(l->qp, &reg.wr, &bad);
+	if (ret)
+		goto out;
+	ret = krcore_local_wait(l, l->seq);
+	if (ret == -ETIMEDOUT) {
+		/* It may yet run over m's pages: they stay while the key is kept (lost). */
+		krcore_key_hold(k, m);
+		*lost = true;
+		pr_warn_ratelimited("krcore: an advert key's registration did not complete in %d ms; the key is retired\n",
+				    KRCORE_LOCAL_REG_MS);
+		goto out;
+	}
+	if (ret) {
+		/* It failed: whatever it left, the key is made again before its next use. */
+		*lost = !krcore_key_remake(p, k);
+		goto out;
+	}
 	krcore_key_hold(k, m);
 	*rkey = k->rkey;
 out:

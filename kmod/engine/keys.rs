@@ -3,9 +3,8 @@
 //! chooses which key an advert takes and when one let go may be made again;
 //! fastreg.c registers, destroys and makes them.
 //!
-//! Lock order: [`AdvertKeys`]'s mutex is taken inside a QP's, a links shard's or the
-//! drains' lock (an advert is posted, a key let go, a drained QP closed), and only
-//! fastreg.c's keys mutex inside it.
+//! Lock order: [`AdvertKeys`]'s mutex is taken inside a QP's or a links shard's lock
+//! (an advert is posted, a key let go), and only fastreg.c's keys mutex inside it.
 
 use kernel::new_mutex;
 use kernel::prelude::*;
@@ -15,13 +14,12 @@ use crate::abi::cluster::keys::{Keys as KeyStates, Let, NoKey, Slot};
 use crate::abi::engine::ADVERT_KEYS;
 use crate::abi::errno::Errno;
 use crate::engine::store::{KBuf, KStore};
-use crate::shim::{self, IbPd, IbQp, Keys, KrMr};
+use crate::shim::{self, IbPd, Keys, KrMr};
 
 /// The device's advert keys: their states, and fastreg.c's keys they name.
 pub(crate) struct AdvertKeys {
     hw: *mut Keys,
-    /// A set QP is named by its address (compared, never used).
-    states: Pin<KBox<Mutex<KeyStates<usize, KStore>>>>,
+    states: Pin<KBox<Mutex<KeyStates<KStore>>>>,
 }
 
 // SAFETY: `hw` is used only under `states`'s mutex (and fastreg.c's own), or at drop.
@@ -43,42 +41,42 @@ impl AdvertKeys {
         }
     }
 
+    /// Gives the keys the device's local QP their registrations run on, connected over
+    /// GID `sgid_index` of `port` (`gid`, its netdev's `mac`).
+    pub(crate) fn attach(&self, port: u32, sgid_index: u32, gid: &[u8; 16], mac: &[u8; 6]) -> Result<(), Errno> {
+        // SAFETY: the keys live as long as this; `gid` is 16 bytes, `mac` 6.
+        match unsafe { shim::krcore_keys_local(self.hw, port, sgid_index, gid.as_ptr(), mac.as_ptr()) } {
+            0 => Ok(()),
+            r => Err(Errno(-r)),
+        }
+    }
+
     /// A key for an advert: made over `len` bytes at `addr` of `mr`, its registration
-    /// posted on `qp` (its advert follows with `advert_wr_id` of the index). Its rkey
-    /// and index; `EAGAIN` while none is free.
-    pub(crate) fn advert(&self, qp: *mut IbQp, mr: *mut KrMr, addr: u64, len: u32) -> Result<(u32, u32), Errno> {
+    /// completed. Its rkey; `EAGAIN` while none is free.
+    pub(crate) fn advert(&self, mr: *mut KrMr, addr: u64, len: u32) -> Result<u32, Errno> {
         let mut states = self.states.lock();
         let i = match states.next() {
             Ok(i) => i,
             Err(NoKey::Busy) => return Err(Errno::EAGAIN),
             Err(NoKey::Dead) => return Err(Errno::ENODEV),
         };
-        let mut rkey = 0;
-        // SAFETY: the keys live as long as this; the QP is live (its cell's lock is
-        // held) and `mr` is held by the receive being advertised.
-        let r = unsafe { shim::krcore_key_post(self.hw, i as u32, qp, mr, addr, len, &mut rkey) };
+        let (mut rkey, mut lost) = (0, false);
+        // SAFETY: the keys live as long as this; `mr` is held by the receive being
+        // advertised.
+        let r = unsafe { shim::krcore_key_post(self.hw, i as u32, mr, addr, len, &mut rkey, &mut lost) };
+        if lost {
+            states.lose(i);
+        }
         if r != 0 {
             return Err(Errno(-r));
         }
-        states.hold(i, rkey, qp as usize);
-        Ok((rkey, i as u32))
+        states.hold(i, rkey);
+        Ok(rkey)
     }
 
     /// The receive holding `rkey` let it go (`closed`: the NIC closed it).
     pub(crate) fn release(&self, rkey: u32, closed: bool) {
         self.states.lock().release(rkey, closed, |l| self.let_go(l));
-    }
-
-    /// Key `i`'s advert completed or was flushed.
-    pub(crate) fn advert_done(&self, i: u32) {
-        self.states.lock().advert_done(i, |l| self.let_go(l));
-    }
-
-    /// `qp` was drained or torn down (null: neither is known, nothing settles).
-    pub(crate) fn gone(&self, qp: *mut IbQp) {
-        if !qp.is_null() {
-            self.states.lock().gone(qp as usize, |l| self.let_go(l));
-        }
     }
 
     /// fastreg.c lets key `l.index` go as `l` says (the states' lock held): whether it

@@ -71,7 +71,9 @@
 #                                   receives advertised); with META's node as the
 #                                   MetaServer (this node's own when META is this role),
 #                                   N WRITE_IMMs into memory published by name too;
-#                                   unload once ROLE is done
+#                                   unload once ROLE is done. With KRCORE_LOSSY set (a
+#                                   run on a lossy segment, the runner's --lose-one-in),
+#                                   the transport must have repaired losses here
 #   cluster-smoke.sh listener serve N [SERVICE]
 #                                   reload; a ring LISTENs on SERVICE (77) and answers
 #                                   the first message of each of N connecting virtual
@@ -405,6 +407,17 @@ messages)
   else
     reload || exit 1
     "$MESSAGES" "$3" "$peer" "$4" || fail_with_state
+  fi
+  if [ -n "${KRCORE_LOSSY:-}" ]; then
+    # What rxe repaired: gaps and duplicates it received, NAKs and timeouts it sent for.
+    repairs=0
+    for c in out_of_seq_request duplicate_request rcvd_seq_err completer_retry_err; do
+      n=$(cat "/sys/class/infiniband/rxe0/ports/1/hw_counters/$c" 2>/dev/null || echo 0)
+      repairs=$((repairs + n))
+      printf '%s: rxe %s %s\n' "$KRCORE_NODE" "$c" "$n"
+    done
+    [ "$repairs" -gt 0 ] || { echo "$KRCORE_NODE: a lossy segment, but rxe repaired nothing: the test tested no loss" >&2; exit 1; }
+    echo "$KRCORE_NODE: every message arrived whole over a lossy segment ($repairs repairs by the transport)"
   fi
   case "${KRCORE_TEST_ARGS:-}" in
   *test_notice_echo=1*)

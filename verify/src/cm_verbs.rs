@@ -344,6 +344,28 @@ impl Client {
         self.post(&[(wr_id, ibv_wr_opcode::IBV_WR_SEND, local, 0, len)])
     }
 
+    /// Posts a receive of `len` bytes at `local` of the client's buffer (one may be
+    /// outstanding), not waited for.
+    pub fn post_recv(&mut self, wr_id: u64, local: u64, len: u32) -> Result<()> {
+        if local + len as u64 > self.buf.len() as u64 * 8 {
+            return err("a receive past the client's buffer");
+        }
+        // SAFETY: a live QP; the range lies in the client's buffer, registered with
+        // local write (checked above).
+        unsafe {
+            let base = self.buf.as_mut_ptr() as u64;
+            post_recv((*self.id).qp, (*self.mr).lkey, base + local, len, wr_id)
+        }
+    }
+
+    /// The client's buffer, which its SENDs go from and its receives land in (nothing
+    /// may be in flight while it is changed or read).
+    pub fn bytes(&mut self) -> &mut [u8] {
+        let len = self.buf.len() * 8;
+        // SAFETY: the Vec's own bytes, borrowed mutably with it.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast(), len) }
+    }
+
     /// Waits (busy) for at least `min` successful completions, 10 s at most; how many.
     pub fn poll(&mut self, min: usize) -> Result<usize> {
         poll(self.cq, min)
@@ -437,20 +459,20 @@ impl Drop for Client {
 /// The bytes each receive the server keeps posted takes.
 pub const RECV_LEN: u32 = 64;
 
-/// Posts one receive of [`RECV_LEN`] bytes at the start of `mr` on `qp`.
+/// Posts a receive of `len` bytes at `addr` (in the MR whose local key is `lkey`) on
+/// `qp`, as `wr_id`.
 ///
 /// # Safety
-/// `qp` and `mr` are live, of one PD.
-unsafe fn post_recv(qp: *mut ibv_qp, mr: *mut ibv_mr) -> Result<()> {
+/// `qp` is live, and `addr..addr + len` lies in a live MR of its PD with local write.
+unsafe fn post_recv(qp: *mut ibv_qp, lkey: u32, addr: u64, len: u32, wr_id: u64) -> Result<()> {
     let mut sge = ibv_sge {
-        // SAFETY: a live MR (the caller's duty).
-        addr: unsafe { (*mr).addr } as u64,
-        length: RECV_LEN,
-        // SAFETY: as above.
-        lkey: unsafe { (*mr).lkey },
+        addr,
+        length: len,
+        lkey,
     };
     // SAFETY: plain data.
     let mut wr: ibv_recv_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = wr_id;
     wr.sg_list = &mut sge;
     wr.num_sge = 1;
     let mut bad: *mut ibv_recv_wr = ptr::null_mut();
@@ -461,6 +483,49 @@ unsafe fn post_recv(qp: *mut ibv_qp, mr: *mut ibv_mr) -> Result<()> {
     }
     Ok(())
 }
+
+/// Posts a signaled SEND of `len` bytes at `addr` (in the MR whose local key is `lkey`)
+/// on `qp`, as `wr_id`.
+///
+/// # Safety
+/// `qp` is live and connected, and `addr..addr + len` lies in a live MR of its PD.
+unsafe fn post_send(qp: *mut ibv_qp, lkey: u32, addr: u64, len: u32, wr_id: u64) -> Result<()> {
+    let mut sge = ibv_sge {
+        addr,
+        length: len,
+        lkey,
+    };
+    // SAFETY: plain data.
+    let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = wr_id;
+    wr.sg_list = &mut sge;
+    wr.num_sge = 1;
+    wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+    wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+    let mut bad: *mut ibv_send_wr = ptr::null_mut();
+    // SAFETY: a live QP; `wr` and `sge` outlive the call.
+    let r = unsafe { ibv_post_send(qp, &mut wr, &mut bad) };
+    if r != 0 {
+        return err_code("ibv_post_send", r);
+    }
+    Ok(())
+}
+
+/// What a server does with the receives it keeps posted on each connection.
+#[derive(Clone, Copy, Debug)]
+pub enum Recvs {
+    /// `n` receives; each SEND's bytes are dropped and its receive posted again at once.
+    Drop(u32),
+    /// `n` receives; each SEND's bytes are sent back on its connection (an RPC echo),
+    /// and its receive is posted again once that reply completed.
+    Echo(u32),
+}
+
+/// Receive slots a server has, all connections together: each posted receive takes
+/// one ([`RECV_LEN`] bytes) until it is posted again.
+const SLOTS: usize = 8192;
+/// A server's reply's `wr_id`: its slot with this bit.
+const REPLY: u64 = 1 << 32;
 
 /// How a dialer's QP answered an impostor (see [`Listener::impostor`]).
 #[derive(Debug)]
@@ -599,11 +664,15 @@ impl Listener {
     }
 
     /// Serves `mem` to `conns` clients, each connection accepted with its descriptor
-    /// (READ access only) and `recvs` receives kept posted (each SEND a client makes
-    /// consumes one, which is posted again at once; their bytes are dropped), until
-    /// `conns` clients connected and left or `secs` passed. It sleeps between events:
-    /// the CM's and the CQ's channels are polled together.
-    pub fn serve(self, mem: &mut [u8], conns: usize, secs: u64, recvs: u32) -> Result<()> {
+    /// (READ access only) and receives kept posted as `recvs` says (each SEND a client
+    /// makes consumes one, dropped or echoed), until `conns` clients connected and left
+    /// or `secs` passed. It sleeps between events: the CM's and the CQ's channels are
+    /// polled together.
+    pub fn serve(self, mem: &mut [u8], conns: usize, secs: u64, recvs: Recvs) -> Result<()> {
+        let (recvs, echo) = match recvs {
+            Recvs::Drop(n) => (n, false),
+            Recvs::Echo(n) => (n, true),
+        };
         let ch = self.ch;
         let len = mem.len();
         let (mut pd, mut cq, mut mr, mut scratch_mr): (
@@ -618,7 +687,11 @@ impl Listener {
             ptr::null_mut(),
         );
         let mut comp: *mut ibv_comp_channel = ptr::null_mut();
-        let mut scratch = vec![0u8; RECV_LEN as usize];
+        // Each posted receive's own slot, so an echo sends back its own bytes.
+        let mut scratch = vec![0u8; SLOTS * RECV_LEN as usize];
+        let base = scratch.as_ptr() as u64;
+        let at = |slot: u64| base + slot * RECV_LEN as u64;
+        let mut free: Vec<u64> = (0..SLOTS as u64).rev().collect();
         // Live connections by QP number, for reposting their receives.
         let mut qps: std::collections::HashMap<u32, *mut ibv_qp> = std::collections::HashMap::new();
         let (mut accepted, mut left, mut received) = (0usize, 0usize, 0u64);
@@ -668,13 +741,27 @@ impl Listener {
                         break;
                     }
                     for w in &wc[..n as usize] {
-                        // A flushed receive of a connection that left finds no QP here.
-                        if let (ibv_wc_status::IBV_WC_SUCCESS, Some(&qp)) =
-                            (w.status, qps.get(&w.qp_num))
-                        {
+                        let slot = w.wr_id & !REPLY;
+                        // A flushed request of a connection that left finds no QP here.
+                        let qp = match (w.status, qps.get(&w.qp_num)) {
+                            (ibv_wc_status::IBV_WC_SUCCESS, Some(&qp)) => qp,
+                            _ => {
+                                free.push(slot);
+                                continue;
+                            }
+                        };
+                        if w.wr_id & REPLY == 0 {
                             received += 1;
-                            // SAFETY: a live QP of this PD; the scratch MR lives to the end.
-                            unsafe { post_recv(qp, scratch_mr)? };
+                        }
+                        // SAFETY: a live QP of this PD; the slot is this request's, in the
+                        // scratch MR, which lives to the end.
+                        unsafe {
+                            let lkey = (*scratch_mr).lkey;
+                            if echo && w.wr_id & REPLY == 0 {
+                                post_send(qp, lkey, at(slot), w.byte_len, slot | REPLY)?;
+                            } else {
+                                post_recv(qp, lkey, at(slot), RECV_LEN, slot)?;
+                            }
                         }
                     }
                 }
@@ -722,7 +809,8 @@ impl Listener {
                                 return err("ibv_req_notify_cq");
                             }
                         }
-                        let mut a = qp_attr(cq, 4, recvs);
+                        // Room for an echo of every receive.
+                        let mut a = qp_attr(cq, recvs.max(4), recvs);
                         let d = Descriptor {
                             addr: mem.as_ptr() as u64,
                             len: len as u32,
@@ -732,7 +820,13 @@ impl Listener {
                         let mut ok = rdma_create_qp(id, pd, &mut a) == 0;
                         // Receives before the accept: the client may SEND once established.
                         for _ in 0..recvs {
-                            ok = ok && post_recv((*id).qp, scratch_mr).is_ok();
+                            let Some(slot) = free.pop() else {
+                                rdma_ack_cm_event(ev);
+                                return err("receive slots (every one is posted)");
+                            };
+                            let lkey = (*scratch_mr).lkey;
+                            ok = ok
+                                && post_recv((*id).qp, lkey, at(slot), RECV_LEN, slot).is_ok();
                         }
                         ok = ok && rdma_accept(id, &mut p) == 0;
                         rdma_ack_cm_event(ev);
@@ -759,7 +853,7 @@ impl Listener {
                 }
             }
         }
-        println!("served {accepted} rdma_cm connection(s), {left} left, {received} SENDs received");
+        println!("served {accepted} rdma_cm connection(s), {left} left, {received} SENDs received{}", if echo { " and echoed" } else { "" });
         // SAFETY: everything made above, released once.
         unsafe {
             for mr in [mr, scratch_mr] {
@@ -798,6 +892,6 @@ impl Drop for Listener {
 }
 
 /// Serves `mem` on `port`: [`Listener::bind`] then [`Listener::serve`].
-pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64, recvs: u32) -> Result<()> {
+pub fn serve(port: u16, mem: &mut [u8], conns: usize, secs: u64, recvs: Recvs) -> Result<()> {
     Listener::bind(port)?.serve(mem, conns, secs, recvs)
 }

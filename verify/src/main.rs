@@ -67,6 +67,10 @@ struct VmArgs {
     /// Guests on one Ethernet segment, one per --role.
     #[arg(long, requires = "role", value_parser = clap::value_parser!(u64).range(2..))]
     nodes: Option<u64>,
+    /// With --nodes: lose one in N RoCE data frames each guest sends (not the CM's), at
+    /// random, so the transport retransmits.
+    #[arg(long, requires = "nodes", value_parser = clap::value_parser!(u32).range(2..))]
+    lose_one_in: Option<u32>,
     /// NAME:COMMAND, the command (run by sh -c) of the guest NAME (repeatable).
     #[arg(long, requires = "nodes", value_parser = role)]
     role: Vec<vm::Role>,
@@ -120,6 +124,7 @@ impl VmArgs {
             memory_mib: self.memory,
             cpus: self.cpus,
             show_dmesg: self.dmesg,
+            lose_one_in: self.lose_one_in,
         };
         Ok((cfg, self.role))
     }

@@ -2,19 +2,23 @@
 //! holds, and when one let go may be made again.
 //!
 //! A receive advertised to a peer gets a key of the device's set, registered over the
-//! receive's bytes (a fast registration posted on a set QP just before the advert that
-//! carries it) and closed by the peer's `Data` (SEND with invalidate). A key let go
+//! receive's bytes and closed by the peer's `Data` (SEND with invalidate). A key let go
 //! before that (the receive cancelled, the peer leaving it open) is destroyed, which
-//! closes it, and made again before its pages may go. But not while its registration
-//! could still run: a peer that stalls our send queue keeps the registration queued, and
-//! a registration that runs after the key was destroyed or reused maps a freed or
-//! another receive's pages. So a key let go early *waits* until the advert posted after
-//! its registration completes (success or flush: the registration ran, or never will),
-//! or until the QP it was posted on is drained ([`Keys::gone`]).
+//! closes it, and made again before its pages may go.
+//!
+//! The registration runs on the device's own QP, which carries nothing else, and has
+//! completed before the advert is posted (kmod/engine/fastreg.c). Not on the set QP the
+//! advert goes on: soft-RoCE re-executes a completed local request that sits behind an
+//! unacknowledged one when it retransmits, and a registration run again fails on a key
+//! that is open (the QP goes to error) or opens again one the peer closed. So a held key
+//! is never still being registered, and one let go is freed at once, with one
+//! exception: a registration whose completion did not come within its bound may still
+//! run, so its key is [lost](Keys::lose), never taken again.
 //!
 //! The backend does what each step asks ([`Let`], through the `free` callback): the
 //! hardware part (registering, destroying, making again, unpinning) is
-//! kmod/engine/fastreg.c's; every choice is here. Bounded: the caller's storage, one [`Slot`] per key, fixed at creation.
+//! kmod/engine/fastreg.c's; every choice is here. Bounded: the caller's storage, one
+//! [`Slot`] per key, fixed at creation.
 
 use super::super::engine::Store;
 
@@ -23,24 +27,22 @@ pub type Index = u16;
 
 /// One key's state, as the caller stores it (a set of `n` keys is `n` of them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Slot<Q>(State<Q>);
+pub struct Slot(State);
 
-impl<Q> Default for Slot<Q> {
+impl Default for Slot {
     fn default() -> Self {
         Slot(State::Free { next: None })
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State<Q> {
+enum State {
     /// On the free list, made (closed at the NIC), mapping nothing.
     Free { next: Option<Index> },
-    /// Registered for a receive, on QP `qp`; `settled` once that registration is known
-    /// to have run or never to run.
-    Held { rkey: u32, qp: Q, settled: bool },
-    /// Let go before its registration settled: it waits for that.
-    Waiting { qp: Q },
-    /// Could not be made again: the set has one key fewer.
+    /// Registered for a receive.
+    Held { rkey: u32 },
+    /// Could not be made again, or its registration may still run: the set has one
+    /// key fewer.
     Lost,
 }
 
@@ -58,23 +60,22 @@ pub struct Let {
 /// Why no key was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoKey {
-    /// All are held or waiting: the advert waits.
+    /// All are held or lost: the advert waits.
     Busy,
     /// The device is going.
     Dead,
 }
 
-/// A device's set of advert keys, one per slot of its storage (at most 65,536 used);
-/// `Q` names a set QP (compared, never used).
-pub struct Keys<Q: Copy + PartialEq, S: Store> {
-    key: S::Buf<Slot<Q>>,
+/// A device's set of advert keys, one per slot of its storage (at most 65,536 used).
+pub struct Keys<S: Store> {
+    key: S::Buf<Slot>,
     free: Option<Index>,
     dead: bool,
 }
 
-impl<Q: Copy + PartialEq, S: Store> Keys<Q, S> {
+impl<S: Store> Keys<S> {
     /// A key per slot of `slots`, all free, key 0 first.
-    pub fn new(mut slots: S::Buf<Slot<Q>>) -> Self {
+    pub fn new(mut slots: S::Buf<Slot>) -> Self {
         let all = slots.as_mut();
         let n = all.len().min(Index::MAX as usize + 1);
         for (i, k) in all.iter_mut().enumerate() {
@@ -90,12 +91,13 @@ impl<Q: Copy + PartialEq, S: Store> Keys<Q, S> {
         }
     }
 
-    fn at(&mut self, i: usize) -> Option<&mut State<Q>> {
+    fn at(&mut self, i: usize) -> Option<&mut State> {
         self.key.as_mut().get_mut(i).map(|s| &mut s.0)
     }
 
     /// The key the next advert takes: register it, then [`hold`](Keys::hold) it once
-    /// its registration is posted (a failed post takes nothing).
+    /// its registration completed, or [`lose`](Keys::lose) it (a registration that
+    /// failed at once takes nothing).
     pub fn next(&self) -> Result<Index, NoKey> {
         match (self.dead, self.free) {
             (true, _) => Err(NoKey::Dead),
@@ -104,105 +106,50 @@ impl<Q: Copy + PartialEq, S: Store> Keys<Q, S> {
         }
     }
 
-    /// Key `i` (what [`next`](Keys::next) gave) was registered as `rkey` on QP `qp`.
-    pub fn hold(&mut self, i: Index, rkey: u32, qp: Q) {
+    /// Takes key `i` (what [`next`](Keys::next) gave) off the free list as `to`.
+    fn take(&mut self, i: Index, to: State) {
         debug_assert_eq!(self.free, Some(i), "the free list's head");
         if let Some(k) = self.at(i as usize) {
             if let State::Free { next } = *k {
-                *k = State::Held {
-                    rkey,
-                    qp,
-                    settled: false,
-                };
+                *k = to;
                 self.free = next;
             }
         }
     }
 
-    /// The receive holding `rkey` let it go (`closed`: the NIC closed it, the peer's
-    /// `Data` invalidated it): freed through `free` now, or left waiting for its
-    /// registration to settle. Nothing when no held key has that rkey.
-    pub fn release(&mut self, rkey: u32, closed: bool, free: impl FnOnce(Let) -> bool) {
-        if let Some(l) = self.release_now(rkey, closed) {
-            self.free_with(l, free);
-        }
+    /// Key `i` (what [`next`](Keys::next) gave) was registered as `rkey`.
+    pub fn hold(&mut self, i: Index, rkey: u32) {
+        self.take(i, State::Held { rkey });
     }
 
-    fn release_now(&mut self, rkey: u32, closed: bool) -> Option<Let> {
+    /// Key `i` (what [`next`](Keys::next) gave) is out of use for good: its
+    /// registration's completion did not come, so it may still run.
+    pub fn lose(&mut self, i: Index) {
+        self.take(i, State::Lost);
+    }
+
+    /// The receive holding `rkey` let it go (`closed`: the NIC closed it, the peer's
+    /// `Data` invalidated it): freed through `free`. Nothing when no held key has that
+    /// rkey.
+    pub fn release(&mut self, rkey: u32, closed: bool, free: impl FnOnce(Let) -> bool) {
         if self.dead {
-            return None;
+            return;
         }
-        let i = self
+        let Some(i) = self
             .key
             .as_ref()
             .iter()
-            .position(|k| matches!(k.0, State::Held { rkey: r, .. } if r == rkey))?;
-        let k = self.at(i)?;
-        let State::Held { qp, settled, .. } = *k else {
-            return None;
+            .position(|k| matches!(k.0, State::Held { rkey: r } if r == rkey))
+        else {
+            return;
         };
-        if !settled {
-            *k = State::Waiting { qp };
-            return None;
-        }
-        Some(Let {
-            index: i as Index,
-            remake: !closed,
-        })
-    }
-
-    /// The advert of key `i` completed or was flushed: its registration ran or never
-    /// will. A key let go meanwhile is freed through `free`.
-    pub fn advert_done(&mut self, i: u32, free: impl FnOnce(Let) -> bool) {
-        if self.dead {
-            return;
-        }
-        let Some(k) = self.at(i as usize) else { return };
-        match *k {
-            State::Held { rkey, qp, .. } => {
-                *k = State::Held {
-                    rkey,
-                    qp,
-                    settled: true,
-                };
-            }
-            State::Waiting { .. } => self.free_with(
-                Let {
-                    index: i as Index,
-                    remake: true,
-                },
-                free,
-            ),
-            State::Free { .. } | State::Lost => {}
-        }
-    }
-
-    /// QP `qp` was drained (or torn down): no registration posted on it can run any
-    /// more. Its held keys are settled; those let go are freed through `free`.
-    pub fn gone(&mut self, qp: Q, mut free: impl FnMut(Let) -> bool) {
-        if self.dead {
-            return;
-        }
-        for i in 0..self.key.as_ref().len() {
-            let Some(k) = self.at(i) else { break };
-            match *k {
-                State::Held { rkey, qp: q, .. } if q == qp => {
-                    *k = State::Held {
-                        rkey,
-                        qp,
-                        settled: true,
-                    };
-                }
-                State::Waiting { qp: q } if q == qp => self.free_with(
-                    Let {
-                        index: i as Index,
-                        remake: true,
-                    },
-                    &mut free,
-                ),
-                _ => {}
-            }
-        }
+        self.free_with(
+            Let {
+                index: i as Index,
+                remake: !closed,
+            },
+            free,
+        );
     }
 
     /// Has the backend free key `l.index` as `l` says: free again, or lost when it
@@ -244,15 +191,15 @@ mod tests {
     use crate::engine::VecStore;
     use alloc::vec::Vec;
 
-    type K = Keys<u8, VecStore>;
+    type K = Keys<VecStore>;
 
     fn four() -> K {
         K::new(alloc::vec![Slot::default(); 4])
     }
 
-    fn take(k: &mut K, rkey: u32, qp: u8) -> Index {
+    fn take(k: &mut K, rkey: u32) -> Index {
         let i = k.next().unwrap();
-        k.hold(i, rkey, qp);
+        k.hold(i, rkey);
         i
     }
 
@@ -269,75 +216,63 @@ mod tests {
     #[test]
     fn keys_are_taken_until_none_is_free() {
         let mut k = four();
-        let got: [Index; 4] = core::array::from_fn(|n| take(&mut k, 100 + n as u32, 1));
+        let got: [Index; 4] = core::array::from_fn(|n| take(&mut k, 100 + n as u32));
         assert_eq!(got, [0, 1, 2, 3]);
         assert_eq!(k.next(), Err(NoKey::Busy));
-        // A closed key only lets its pages go, once its advert completed.
-        assert!(asked(|f| k.advert_done(2, f)).is_empty());
+        // A closed key only lets its pages go.
         assert_eq!(asked(|f| k.release(102, true, f)), [Let { index: 2, remake: false }]);
         assert_eq!(k.next(), Ok(2));
     }
 
-    /// A key let go before its advert completed waits, whatever closed it, and is
-    /// made again only once the advert completes: a registration that ran late on a
-    /// freed or reused key would map pages that are not the receive's.
+    /// A key let go before the NIC closed it is made again, at once (its registration
+    /// completed before it was held), and only once.
     #[test]
-    fn a_key_let_go_before_its_advert_completed_waits() {
+    fn a_key_let_go_open_is_made_again_once() {
         let mut k = four();
-        let i = take(&mut k, 7, 1);
-        assert!(asked(|f| k.release(7, true, f)).is_empty(), "its registration may still run");
+        let i = take(&mut k, 7);
+        assert_eq!(asked(|f| k.release(7, false, f)), [Let { index: i, remake: true }]);
         assert!(asked(|f| k.release(7, false, f)).is_empty(), "let go once");
-        assert_eq!(k.free_count(), 3);
-        assert_eq!(asked(|f| k.advert_done(i as u32, f)), [Let { index: i, remake: true }]);
-        assert!(asked(|f| k.advert_done(i as u32, f)).is_empty(), "once");
         assert_eq!(k.free_count(), 4);
+        assert_eq!(k.next(), Ok(i), "the freed key is taken first");
     }
 
+    /// A key whose registration may still run is never taken again, and the rest go on.
     #[test]
-    fn a_drained_qp_settles_its_keys_and_frees_the_waiting_ones() {
+    fn a_lost_key_is_never_taken_again() {
         let mut k = four();
-        let (a, b, c) = (take(&mut k, 1, 1), take(&mut k, 2, 1), take(&mut k, 3, 2));
-        assert!(asked(|f| k.release(1, false, f)).is_empty());
-        assert_eq!(asked(|f| k.gone(1, f)), [Let { index: a, remake: true }]);
-        // b was settled by the drain: let go now, it is freed at once.
-        assert_eq!(asked(|f| k.release(2, false, f)), [Let { index: b, remake: true }]);
-        // c's QP was not drained: it still waits.
-        assert!(asked(|f| k.release(3, false, f)).is_empty());
-        assert!(asked(|f| k.gone(1, f)).is_empty(), "nothing more on QP 1");
-        assert_eq!(asked(|f| k.gone(2, f)), [Let { index: c, remake: true }]);
+        let i = k.next().unwrap();
+        k.lose(i);
+        assert_eq!(k.free_count(), 3);
+        let rest: [Index; 3] = core::array::from_fn(|n| take(&mut k, n as u32));
+        assert!(!rest.contains(&i));
+        assert_eq!(k.next(), Err(NoKey::Busy));
     }
 
     #[test]
     fn a_key_that_cannot_be_made_again_is_lost() {
         let mut k = four();
-        let i = take(&mut k, 4, 1);
-        k.advert_done(i as u32, |_| unreachable!("held, not let go"));
+        take(&mut k, 4);
         k.release(4, false, |_| false);
         assert_eq!(k.free_count(), 3);
-        assert!(asked(|f| k.gone(1, f)).is_empty());
+        assert!(asked(|f| k.release(4, false, f)).is_empty());
         assert_eq!(k.free_count(), 3);
     }
 
     #[test]
     fn a_dead_set_takes_and_frees_nothing() {
         let mut k = four();
-        take(&mut k, 9, 1);
+        take(&mut k, 9);
         assert!(k.kill());
         assert!(!k.kill());
         assert_eq!(k.next(), Err(NoKey::Dead));
         assert!(asked(|f| k.release(9, true, f)).is_empty());
-        assert!(asked(|f| k.advert_done(0, f)).is_empty());
-        assert!(asked(|f| k.gone(1, f)).is_empty());
     }
 
     #[test]
-    fn unknown_rkeys_and_indices_change_nothing() {
+    fn unknown_rkeys_change_nothing() {
         let mut k = four();
-        take(&mut k, 5, 1);
+        take(&mut k, 5);
         assert!(asked(|f| k.release(6, false, f)).is_empty());
-        assert!(asked(|f| k.advert_done(99, f)).is_empty());
-        assert!(asked(|f| k.advert_done(3, f)).is_empty(), "a free key");
         assert_eq!(k.free_count(), 3);
-        assert!(asked(|f| k.release(5, true, f)).is_empty(), "not settled yet");
     }
 }

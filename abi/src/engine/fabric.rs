@@ -61,9 +61,9 @@ pub trait Post {
         })
     }
     /// Makes a key for the `len` bytes at `addr` of MR `mr` (its token) alone, with
-    /// remote write and nothing else, registered on this QP ahead of whatever is posted
-    /// next (a set's QP: the advert that carries the key). Fails while no key is free
-    /// (the advert waits).
+    /// remote write and nothing else, its registration completed when this returns (on
+    /// the device's own QP, not this one: see `cluster::keys`), so the advert that
+    /// carries it may go next. Fails while no key is free (the advert waits).
     fn map_recv(&mut self, _mr: u64, _addr: u64, _len: u32) -> Result<u32, PostError> {
         Err(PostError {
             posted: 0,

@@ -66,20 +66,6 @@ pub const FAR_RECV: u64 = u64::MAX;
 /// an advert waits while none is free.
 pub const ADVERT_KEYS: u32 = 256;
 
-const ADVERT_BASE: u32 = 0x7000_0000;
-
-/// The `wr_id` of the advert carrying key `i` (signaled, posted right after the key's
-/// registration on the same QP): its completion, success or flush, says the
-/// registration ran or never will.
-pub const fn advert_wr_id(i: u32) -> u64 {
-    backend_wr_id(ADVERT_BASE + i)
-}
-
-/// Which key's advert a `wr_id` is, if it is one.
-pub const fn advert_index(wr_id: u64) -> Option<u32> {
-    backend_index(wr_id, ADVERT_BASE, ADVERT_KEYS)
-}
-
 /// A peer's share of a shard's links for its ends waiting there (see `on_hello`): one
 /// in this many.
 pub const PEER_SHARE: usize = 4;
@@ -848,8 +834,8 @@ impl<S: Store> Messages<S> {
                     if !q.notice_room() {
                         return false;
                     }
-                    // An advert's key is made for its receive alone, on this QP before
-                    // the advert (the NIC registers it first).
+                    // An advert's key is made for its receive alone, registered before
+                    // the advert goes.
                     if let Notice::Advert { rkey, addr, len, .. } = &mut n {
                         match post.map_recv(mr, *addr, *len) {
                             Ok(k) => *rkey = k,
@@ -1263,17 +1249,6 @@ pub(crate) mod tests {
             nb.released.borrow()[1..],
             [(key(0x8100), false), (key(0x8200), false)]
         );
-    }
-
-    /// An advert's `wr_id` names its key, and no other class's.
-    #[test]
-    fn advert_wr_ids_name_their_keys_only() {
-        assert_eq!(advert_index(advert_wr_id(0)), Some(0));
-        assert_eq!(advert_index(advert_wr_id(ADVERT_KEYS - 1)), Some(ADVERT_KEYS - 1));
-        assert_eq!(advert_index(advert_wr_id(ADVERT_KEYS)), None);
-        for other in [NOTICE_WR_ID, FAR_WRITE_WR_ID, notice_recv_wr_id(NOTICE_RECVS - 1)] {
-            assert_eq!(advert_index(other), None);
-        }
     }
 
     /// An advertised receive cancelled (the peer left first, then its ring let it go)

@@ -45,7 +45,7 @@ pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
 pub use fabric::{Fabric, Links, Located, Members, NoPost, Post, Qps};
 pub use far::{
-    advert_index, advert_wr_id, notice_recv_index, notice_recv_wr_id, ADVERT_KEYS, FAR_RECV,
+    notice_recv_index, notice_recv_wr_id, ADVERT_KEYS, FAR_RECV,
     FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_WR_ID,
 };
 pub use listen::{accept_aux, write_listen_line, Offer, MAX_LISTENERS, RING_LISTENS};

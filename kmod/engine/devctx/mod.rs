@@ -42,9 +42,10 @@
 //!
 //! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too.
 //! The keys of advertised receives (engine/keys.rs's `krcore_advert_keys`, abi's
-//! `cluster::keys`) are taken under a shard's, a QP's, the membership's and the
-//! drains' (an advert's key made, or let go), and take only fastreg.c's `krcore_keys`
-//! mutex, the innermost lock of all. The MetaServer's serving (meta/mod.rs's
+//! `cluster::keys`) are taken under a shard's, a QP's and the membership's (an
+//! advert's key made, or let go), and take only fastreg.c's `krcore_keys` mutex, the
+//! innermost lock of all (under which a key's registration on the device's local QP is
+//! waited for, at most a second). The MetaServer's serving (meta/mod.rs's
 //! `krcore_meta_serving`) is taken by a member's request on its connection's CQ
 //! workqueue with nothing held (after the registry's `devices`, let go), and by the
 //! device's removal; it takes nothing. The serving workqueue then takes cm.c's

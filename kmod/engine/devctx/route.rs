@@ -10,7 +10,7 @@ use kernel::time::Ktime;
 
 use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::engine::{
-    advert_index, complete_wc, Completion, Fabric, FAR_WRITE_WR_ID, is_backend_wr_id, Links,
+    complete_wc, Completion, Fabric, FAR_WRITE_WR_ID, is_backend_wr_id, Links,
     notice_recv_index, NOTICE_WR_ID, Qps, sweep, Wc, WcStatus,
 };
 use crate::engine::backend::{CqPoll, SetEnd, POOL_QPS, QPS};
@@ -231,13 +231,9 @@ impl DevCtx {
         if wc.status != WcStatus::Success && qp as usize >= POOL_QPS {
             self.shared.fail_set_qp(qp);
         }
-        let advert = advert_index(wc.wr_id);
-        if wc.wr_id == NOTICE_WR_ID || advert.is_some() {
+        if wc.wr_id == NOTICE_WR_ID {
             // Room for the next notice (the sweep posts the links' that wait for it).
             self.shared.qp(qp, |q, _| q.notice_done());
-            if let Some(i) = advert {
-                self.shared.advert_done(i);
-            }
             self.shared.flush_revocations();
             if self.shared.tells_waiting.load(Ordering::Acquire) {
                 let mut m = self.shared.members();

@@ -6,7 +6,7 @@
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
-use verify::cm_verbs::{serve, Client};
+use verify::cm_verbs::{serve, Client, Recvs};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -25,7 +25,7 @@ fn main() -> Result<()> {
         Cli::Serve { port, conns, secs } => {
             // Each 8-byte word holds its index.
             let mut mem: Vec<u8> = (0..8192u64).flat_map(u64::to_le_bytes).collect();
-            Ok(serve(port, &mut mem, conns, secs, 0)?)
+            Ok(serve(port, &mut mem, conns, secs, Recvs::Drop(0))?)
         }
         Cli::Connect { addr, port } => {
             let (mut c, st) = Client::connect(addr, port, 4096)?;

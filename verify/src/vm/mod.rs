@@ -44,6 +44,9 @@ pub struct Config {
     pub cpus: u32,
     /// Print the whole kernel log even when the run is clean.
     pub show_dmesg: bool,
+    /// With several guests: one in N RoCE data frames each sends is lost, at random
+    /// (hub.rs).
+    pub lose_one_in: Option<u32>,
 }
 
 /// How a run ended.
@@ -496,7 +499,7 @@ pub fn run_cluster(cfg: &Config, roles: &[Role]) -> Result<Vec<(String, Outcome)
         .map(|(i, r)| format!("{}={}", r.name, node_addr(i)))
         .collect::<Vec<_>>()
         .join(" ");
-    let hub = hub::Hub::start(&dir, roles.len())?;
+    let hub = hub::Hub::start(&dir, roles.len(), cfg.lose_one_in)?;
     eprintln!(
         "[vm] booting {} guests of {} ({}), timeout {}s",
         roles.len(),

@@ -10,7 +10,9 @@
 //!   krcore on a warm connection set, rdma_cm verbs with the device already open and as
 //!   a fresh process's first connect;
 //! - first contact: krcore's first CONNECT to the far node after this node's module was
-//!   loaded (so its connection set is made), several times.
+//!   loaded (so its connection set is made), several times;
+//! - RPC echo ([`crate::echo`]): 1, 8 and 64 client processes against one listener on
+//!   the far node, beside one rdma_cm connection per client process.
 //!
 //! Last it sets the far export's done word, and the far node ends.
 
@@ -264,6 +266,7 @@ pub fn figures(far: Ipv4Addr, names: usize, out: &mut Vec<Record>) {
             ("MetaServer lookups", &|o| lookups(far, names, o)),
             ("control plane across nodes", &|o| connects(far, o)),
             ("first contact", &|o| first_contacts(far, o)),
+            ("RPC echo", &|o| crate::echo::figures(far, &format!("{PREFIX}echo"), o)),
         ],
         out,
     );

@@ -5,7 +5,9 @@
 //! the peer over a local socket, INIT/RTR/RTS — and the same without the device open.
 //!
 //! Each process is a `krcore-figures worker MODE N` child: it prepares, says `ready`,
-//! waits for `go` on stdin, times N connects, and prints `lat NS NS ...`.
+//! waits for `go` on stdin, times N connects, and prints `lat NS NS ...`. A worker with
+//! a setup of its own to time first (crate::echo's) says `set NS` after the first `go`,
+//! then waits for a second.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -96,16 +98,27 @@ fn encode(e: Endpoint) -> [u8; 20] {
     b
 }
 
+/// Says `line` to the parent and waits for its `go`.
+pub fn say_and_wait(line: &str) {
+    println!("{line}");
+    std::io::stdout().flush().unwrap();
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+}
+
 /// `krcore-figures worker MODE N`.
 pub fn worker(mode: &str, n: usize) {
+    if let Some((kind, far)) = mode.split_once('@') {
+        let far = || far.parse().expect("worker ADDR");
+        match kind {
+            "echo" => return crate::echo::worker(crate::echo::Kind::Krcore, far(), n),
+            "echo-cm" => return crate::echo::worker(crate::echo::Kind::Verbs, far(), n),
+            _ => {}
+        }
+    }
     let mode = Mode::parse(mode);
     let mut samples = Vec::with_capacity(n);
-    let go = || {
-        println!("ready");
-        std::io::stdout().flush().unwrap();
-        let mut line = String::new();
-        std::io::stdin().read_line(&mut line).unwrap();
-    };
+    let go = || say_and_wait("ready");
     match mode {
         Mode::Krcore { gid, service } => {
             let mut r = Builder::new(64)
@@ -163,9 +176,39 @@ pub fn worker(mode: &str, n: usize) {
     println!("lat {}", ns.join(" "));
 }
 
-/// Runs `procs` workers at once; their latencies and the wall time from `go` to the
-/// last one's answer.
-pub fn round(mode: &str, procs: u32, n: usize) -> (Vec<Duration>, Duration) {
+/// What a round of workers measured.
+pub struct Round {
+    /// Every operation's latency.
+    pub samples: Vec<Duration>,
+    /// Each worker's setup, for those that time one (`set`).
+    pub setup: Vec<Duration>,
+    /// From the `go` of the timed operations to the last worker's answer.
+    pub wall: Duration,
+}
+
+/// Each worker's next line, which must start with `prefix`: the durations after it.
+fn answers(kids: &mut [(Child, BufReader<std::process::ChildStdout>)], mode: &str, prefix: &str) -> Vec<Duration> {
+    let mut line = String::new();
+    let mut all = Vec::new();
+    for (_, out) in kids {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let rest = line
+            .trim()
+            .strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("worker {mode} said {line:?}, not {prefix:?}"));
+        all.extend(
+            rest.split(' ')
+                .filter(|v| !v.is_empty())
+                .map(|v| Duration::from_nanos(v.parse().unwrap())),
+        );
+    }
+    all
+}
+
+/// Runs `procs` workers at once: their latencies and the wall time of their timed
+/// operations, and their setups for the workers that time one (`set`; all do or none).
+pub fn round(mode: &str, procs: u32, n: usize) -> Round {
     let exe = std::env::current_exe().unwrap();
     let mut kids: Vec<(Child, BufReader<std::process::ChildStdout>)> = (0..procs)
         .map(|_| {
@@ -179,47 +222,38 @@ pub fn round(mode: &str, procs: u32, n: usize) -> (Vec<Duration>, Duration) {
             (c, out)
         })
         .collect();
-    let mut line = String::new();
-    for (_, out) in &mut kids {
-        line.clear();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "worker {mode} did not get ready");
-    }
+    answers(&mut kids, mode, "ready");
+    let go = |kids: &mut [(Child, _)]| {
+        for (c, _) in kids {
+            c.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        }
+    };
+    let setup = if mode.starts_with("echo") {
+        go(&mut kids);
+        answers(&mut kids, mode, "set ")
+    } else {
+        Vec::new()
+    };
     let t = Instant::now();
-    for (c, _) in &mut kids {
-        c.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    }
-    let mut samples = Vec::new();
-    for (_, out) in &mut kids {
-        line.clear();
-        out.read_line(&mut line).unwrap();
-        let rest = line
-            .trim()
-            .strip_prefix("lat ")
-            .unwrap_or_else(|| panic!("worker {mode} said {line:?}"));
-        samples.extend(
-            rest.split(' ')
-                .map(|v| Duration::from_nanos(v.parse().unwrap())),
-        );
-    }
+    go(&mut kids);
+    let samples = answers(&mut kids, mode, "lat ");
     let wall = t.elapsed();
     for (mut c, _) in kids {
         assert!(c.wait().unwrap().success(), "worker {mode} failed");
     }
-    (samples, wall)
+    Round {
+        samples,
+        setup,
+        wall,
+    }
 }
 
 /// The `group` figure of `series` from `procs` processes over `rounds`: latencies and
 /// the overall rate.
-pub fn record(
-    group: &str,
-    series: &str,
-    procs: u32,
-    rounds: Vec<(Vec<Duration>, Duration)>,
-) -> Record {
-    let ops: usize = rounds.iter().map(|r| r.0.len()).sum();
-    let wall: Duration = rounds.iter().map(|r| r.1).sum();
-    let samples = rounds.into_iter().flat_map(|r| r.0).collect();
+pub fn record(group: &str, series: &str, procs: u32, rounds: Vec<Round>) -> Record {
+    let ops: usize = rounds.iter().map(|r| r.samples.len()).sum();
+    let wall: Duration = rounds.iter().map(|r| r.wall).sum();
+    let samples = rounds.into_iter().flat_map(|r| r.samples).collect();
     Record::times(group, series, procs, samples, 1).with_rate(ops as f64 / wall.as_secs_f64())
 }
 

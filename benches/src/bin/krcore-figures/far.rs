@@ -7,7 +7,8 @@
 //!   path ([`SEND_SERVICES`]), each consumed receive posted again at once;
 //! - the request/reply lookup the MetaServer is compared with: a name received on
 //!   [`RPC_SERVICE`], looked up in this process's table, its record sent back;
-//! - user-space verbs over rdma_cm on [`CM_PORT`], with receives kept posted too.
+//! - user-space verbs over rdma_cm on [`CM_PORT`], with receives kept posted too;
+//! - the RPC echo servers, krcore's listener and verbs ([`crate::echo::serve`]).
 //!
 //! Then it sets the ready word of its export and waits for the measuring node's done
 //! word. Publishing comes first so that nothing here competes with what is measured
@@ -204,10 +205,11 @@ pub fn run(peer: Ipv4Addr, names: usize) {
             mem,
             usize::MAX,
             SERVE_FOR.as_secs(),
-            RECEIVES as u32,
+            verify::cm_verbs::Recvs::Drop(RECEIVES as u32),
         )
         .expect("the verbs server");
     });
+    crate::echo::serve(SERVE_FOR.as_secs());
     export.bytes_mut()[READY_AT..READY_AT + 8].copy_from_slice(&1u64.to_le_bytes());
     eprintln!("[far] serving {peer}");
     let t = Instant::now();

@@ -29,6 +29,7 @@ mod cluster;
 mod control;
 mod crossing;
 mod dataplane;
+mod echo;
 mod far;
 mod handoff;
 mod memory;
