@@ -78,10 +78,8 @@ pub fn direct_complete<S: Store>(
     len: u32,
     wc: &Wc,
 ) -> Cqe {
-    if wc.status != WcStatus::Success {
-        if (qp as usize) < qps.count() {
-            qps.qp(qp, |q, _| q.fail());
-        }
+    if wc.status != WcStatus::Success && (qp as usize) < qps.count() {
+        qps.qp(qp, |q, _| q.fail());
     }
     match outcome(wc, Reason::QpError) {
         Completion::Failed(r) => Cqe::err(user_data, r),

@@ -18,7 +18,7 @@ use krcore_benches::record::Record;
 use krcore_uring::abi::cqe::{Cqe, CqeFlags, Reason};
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
-use krcore_uring::{Batch, Builder, Device, MemoryRegion, Ring, Vqp};
+use krcore_uring::{Builder, Device, MemoryRegion, Ring, Vqp};
 use verify::cm_verbs::{Client, Recvs};
 
 use crate::control::{record, round, say_and_wait};
@@ -35,6 +35,8 @@ const PROCS: [u32; 3] = [1, 8, 64];
 const LEN: u32 = 32;
 /// Receives each server keeps posted per client.
 const RECVS: u32 = 2;
+/// How long a client waits for an echo before the run fails.
+const TRIP_BOUND: Duration = Duration::from_secs(20);
 /// The krcore listener's receive slots (64 B each), all clients together.
 const SLOTS: usize = 1024;
 
@@ -57,7 +59,7 @@ pub fn serve(secs: u64) {
 }
 
 /// A listener completion's `user_data`.
-const LISTEN_TAG: u64 = u64::MAX;
+const LISTEN_TAG: u64 = 1 << 60;
 /// A SEND's `user_data`: its slot with this bit (a receive's is its slot alone).
 const SEND_TAG: u64 = 1 << 62;
 /// A DISCONNECT's `user_data`.
@@ -65,7 +67,8 @@ const GONE_TAG: u64 = 1 << 61;
 
 /// Pushes `sqe`, entering first while the SQ is full.
 fn push(ring: &mut Ring, sqe: &Sqe) {
-    // SAFETY: every entry names the leaked, registered buffer, or none.
+    // SAFETY: every entry names a registered buffer that outlives it (the listener's is
+    // leaked; a client waits for its own), or none.
     while unsafe { ring.push(sqe) }.is_err() {
         ring.submit().expect("enter");
     }
@@ -90,6 +93,7 @@ fn listener() {
     let mut free: Vec<usize> = (0..SLOTS).rev().collect();
     let mut open = std::collections::HashSet::new();
     push(&mut ring, &Sqe::listen(LISTEN_TAG, ECHO_SERVICE));
+    let mut accepted = 0u64;
     loop {
         ring.submit_and_wait(1).expect("the echo listener's enter");
         let done: Vec<Cqe> = ring.completions().collect();
@@ -98,11 +102,16 @@ fn listener() {
             if tag == LISTEN_TAG {
                 if c.flags & CqeFlags::ACCEPT.bits() == 0 {
                     assert!(c.res >= 0, "LISTEN: {:?}", krcore_uring::describe_failure(&c));
+                    eprintln!("[far] echo: listening on service {ECHO_SERVICE}");
                     continue;
                 }
                 assert!(c.res >= 0, "accept: {:?}", krcore_uring::describe_failure(&c));
                 let v = c.res as u32;
                 open.insert(v);
+                accepted += 1;
+                if accepted.is_power_of_two() {
+                    eprintln!("[far] echo: {accepted} clients accepted");
+                }
                 for _ in 0..RECVS {
                     let s = free.pop().expect("a free echo slot");
                     owner[s] = Some(v);
@@ -177,11 +186,20 @@ impl Conn {
         let got = match self {
             Conn::Krcore { ring, vqp, mr } => {
                 mr.bytes_mut()[..n].copy_from_slice(req);
-                let mut b = Batch::new();
-                b.recv(vqp, mr, LEN as u64, LEN).expect("RECV");
-                b.send(vqp, mr, 0, LEN, None).expect("SEND");
-                for c in ring.run(b).expect("the round trip") {
-                    c.expect("the round trip");
+                let (v, m, at) = (vqp.handle(), mr.handle(), mr.addr());
+                push(ring, &Sqe::two_sided(Opcode::Recv, 1, v, m, at + LEN as u64, LEN));
+                push(ring, &Sqe::two_sided(Opcode::Send, 2, v, m, at, LEN));
+                // A bounded wait: an echo that never comes fails the run, saying so.
+                let until = Instant::now() + TRIP_BOUND;
+                let mut done = 0;
+                while done < 2 {
+                    let left = until.saturating_duration_since(Instant::now());
+                    assert!(!left.is_zero(), "no echo within {TRIP_BOUND:?} ({done} of 2 completions)");
+                    let _ = ring.submit_and_wait_timeout(1, left);
+                    for c in ring.completions() {
+                        assert!(c.res >= 0, "the round trip: {:?}", krcore_uring::describe_failure(&c));
+                        done += 1;
+                    }
                 }
                 mr.bytes()[n..2 * n].to_vec()
             }
