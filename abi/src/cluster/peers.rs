@@ -65,6 +65,9 @@ pub struct Peer {
     /// What the peer is still to be told of this node's use of the set, when it changed
     /// (whether virtual QPs are bound: see [`Peers::next_tell`]).
     pub tell: Option<bool>,
+    /// What the peer last heard of this node's use of the set (nothing bound, for a set
+    /// it was told nothing of): a change back to it before it was told goes unsaid.
+    pub heard: bool,
 }
 
 /// What a CONNECT to a peer does next.
@@ -163,6 +166,7 @@ impl Peer {
     /// is up.
     fn new_set(&mut self) {
         self.far_busy = false;
+        self.heard = false;
         self.tell = (self.bound > 0).then_some(true);
     }
 
@@ -178,6 +182,7 @@ impl Peer {
             retired: false,
             far_busy: false,
             tell: None,
+            heard: false,
         }
     }
 }
@@ -537,6 +542,7 @@ impl<S: Store> Peers<S> {
             // Neither node's virtual QPs use what is gone.
             p.far_busy = false;
             p.tell = None;
+            p.heard = false;
         }
         if gone && p.bound > 0 {
             p.retired = true;
@@ -565,8 +571,10 @@ impl<S: Store> Peers<S> {
     /// The next change of this node's use of a set the peer is to be told of, on an
     /// entry whose first slot is not in `skip` (a bit each: slots that had no room
     /// this time): the entry, the slot to tell it on, and whether virtual QPs are
-    /// bound. Only a set that is up or being adopted is told (one being made is told
-    /// once up: the caller asks again then).
+    /// bound, when that is not what the peer last heard (a use that began and ended, or
+    /// ended and began again, before it was told says nothing). Only a set that is up
+    /// or being adopted is told (one being made is told once up: the caller asks again
+    /// then).
     pub fn next_tell(&self, skip: u64) -> Option<(u32, u32, bool)> {
         (0..self.table.as_ref().len() as u32).find_map(|i| {
             let p = self.get(i)?;
@@ -574,15 +582,19 @@ impl<S: Store> Peers<S> {
             let live = matches!(p.set.state(), State::Ready { .. } | State::Adopting { .. });
             // A slot past the masks is never told (it could never be skipped).
             let skipped = slot >= 64 || skip & (1 << slot) != 0;
-            (live && !skipped && !p.retired).then_some((i, slot, p.tell?))
+            let busy = p.tell.filter(|&b| b != p.heard)?;
+            (live && !skipped && !p.retired).then_some((i, slot, busy))
         })
     }
 
     /// Entry `peer`'s peer was told `busy` ([`next_tell`](Self::next_tell)): nothing is
     /// left to tell unless the use changed meanwhile.
     pub fn told(&mut self, peer: u32, busy: bool) {
-        if let Some(p) = self.entry(peer).filter(|p| p.tell == Some(busy)) {
-            p.tell = None;
+        if let Some(p) = self.entry(peer) {
+            p.heard = busy;
+            if p.tell == Some(busy) {
+                p.tell = None;
+            }
         }
     }
 
@@ -811,11 +823,34 @@ mod tests {
         assert_eq!(p.next_tell(0), None, "still bound");
         p.unbind(peer);
         assert_eq!(p.next_tell(0), Some((peer, 4, false)));
-        // Bound again before it was told: the latest use is what goes.
+        // Bound again before it was told: what the peer heard holds, nothing goes.
         p.bind(peer);
-        assert_eq!(p.next_tell(0), Some((peer, 4, true)));
+        assert_eq!(p.next_tell(0), None);
+        p.unbind(peer);
+        p.told(peer, false);
+        assert_eq!(p.next_tell(0), None);
+        // Told false, then bound and the tell's answer comes late: the latest use goes.
+        p.bind(peer);
         p.told(peer, false);
         assert_eq!(p.next_tell(0), Some((peer, 4, true)), "a stale answer clears nothing");
+    }
+
+    /// A use that begins and ends before the peer is told (a CONNECT whose join failed,
+    /// retried) sends nothing: each tell is a notice on the set's QP.
+    #[test]
+    fn a_use_that_ends_before_it_is_told_says_nothing() {
+        let mut p = Peers::with_capacity(2, 1, 4, 2);
+        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
+            panic!()
+        };
+        p.attempt_done(peer, Attempt::Established, 0);
+        for _ in 0..100 {
+            p.bind(peer);
+            p.unbind(peer);
+        }
+        assert_eq!(p.next_tell(0), None);
+        p.bind(peer);
+        assert_eq!(p.next_tell(0), Some((peer, 4, true)));
     }
 
     /// A user's CONNECTs to addresses that never answer hold at most
