@@ -253,7 +253,7 @@ u32 krcore_shim_current_uid(void)
 }
 
 /* The current task's gid as the initial namespace sees it (the real one, as its uid is),
- * for a name's mode (abi's meta::record::Grant; supplementary groups are not counted):
+ * for a name's mode (abi's meta::record::Grant; with krcore_shim_current_groups):
  * in a namespace an unprivileged user made, the group that user made it with (a gid
  * mapped in there from a subordinate range is no real group). */
 u32 krcore_shim_current_gid(void)
@@ -261,6 +261,23 @@ u32 krcore_shim_current_gid(void)
 	const struct user_namespace *ns = krcore_unprivileged_ns();
 
 	return from_kgid_munged(&init_user_ns, ns ? ns->group : current_gid());
+}
+
+/* The current task's supplementary groups as the initial namespace sees them, the first
+ * `max` into `out` (abi's Groups): how many. None in a namespace an unprivileged user
+ * made (as for its gid: groups mapped in there are no real groups). */
+u32 krcore_shim_current_groups(u32 *out, u32 max)
+{
+	struct group_info *gi;
+	u32 i, n = 0;
+
+	if (krcore_unprivileged_ns())
+		return 0;
+	gi = get_current_groups();
+	for (i = 0; i < gi->ngroups && n < max; i++)
+		out[n++] = from_kgid_munged(&init_user_ns, gi->gid[i]);
+	put_group_info(gi);
+	return n;
 }
 
 /* Whether the current task may hold ports below 1024 (abi's engine/ports.rs). Asked at

@@ -130,6 +130,7 @@ u32 krcore_shim_request_timeout_ms(void);
 u32 krcore_shim_current_uid(void);
 u32 krcore_shim_max_peers(void);
 u32 krcore_shim_current_gid(void);
+u32 krcore_shim_current_groups(u32 *out, u32 max);
 bool krcore_shim_may_bind_low(void);
 /* Monotonic time in ms at tick resolution (ktime_get_coarse): cheap enough per call. */
 s64 krcore_shim_coarse_ms(void);

@@ -11,7 +11,9 @@ use kernel::new_mutex;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::cqe::Cqe;
-use crate::abi::engine::{Completion, Creds, Delivered, Inbox, Ring, RingStorage, Slot, WrId};
+use crate::abi::engine::{
+    Completion, Creds, Delivered, Groups, Inbox, Ring, RingStorage, Slot, WrId, MAX_GROUPS,
+};
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::{CqConsumer, RawRing, SqProducer};
 use crate::abi::sqe::Sqe;
@@ -140,9 +142,13 @@ impl RingCtx {
         let bind_low = unsafe { shim::krcore_shim_may_bind_low() };
         // SAFETY: as above.
         let gid = unsafe { shim::krcore_shim_current_gid() };
+        let mut groups = [0u32; MAX_GROUPS];
+        // SAFETY: as above; `groups` has room for MAX_GROUPS.
+        let n = unsafe { shim::krcore_shim_current_groups(groups.as_mut_ptr(), MAX_GROUPS as u32) };
         ring.set_creds(Creds {
             uid: user.uid(),
             gid,
+            groups: Groups::new(&groups[..n as usize]),
             bind_low,
             user: user.slot(),
         });

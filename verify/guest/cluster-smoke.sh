@@ -853,7 +853,8 @@ import)
   ;;
 names)
   # Names have owners: uid 1001 (group 100) holds NAME here; role $4's node checks what
-  # its group, another user and the owner itself each get of it (name-owners).
+  # its group (primary, or supplementary), another user and the owner itself each get
+  # of it (name-owners).
   case "$3" in
   hold)
     with_meta "$2" "$2"
@@ -866,6 +867,8 @@ names)
     name=$5
     check_as() { setpriv --reuid "$1" --regid "$2" --clear-groups "$NAME_OWNERS" check "$peer" "$name" "$3"; }
     check_as 1002 100 group || exit 1
+    # Group 100 as a supplementary group is the group class too, as for a file.
+    setpriv --reuid 1004 --regid 1004 --groups 27,100 "$NAME_OWNERS" check "$peer" "$name" group || exit 1
     check_as 1003 1003 other || exit 1
     check_as 1001 100 owner || exit 1
     unload

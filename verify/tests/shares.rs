@@ -17,6 +17,7 @@ fn user(user: u32) -> Creds {
     Creds {
         uid: 1000 + user,
         gid: 1000 + user,
+        groups: krcore_abi::engine::Groups::NONE,
         bind_low: false,
         user,
     }

@@ -55,8 +55,8 @@ pub use message::{
 };
 pub use shares::{one_more, Counts, Share, SHARES};
 pub use ports::{
-    Creds, Held as HeldPort, Hold, PortStorage, Ports, EPHEMERAL_FIRST, EPHEMERAL_LAST,
-    PRIVILEGED,
+    Creds, Groups, Held as HeldPort, Hold, PortStorage, Ports, EPHEMERAL_FIRST, EPHEMERAL_LAST,
+    MAX_GROUPS, PRIVILEGED,
 };
 pub use qp::{Delivery, PhysQp, Posted, NOTICE_ROOM};
 pub use recovery::{

@@ -37,19 +37,62 @@ const RANGE: u32 = (EPHEMERAL_LAST - EPHEMERAL_FIRST) as u32 + 1;
 /// the range once.
 const STRIDE: u32 = 7919;
 
+/// Supplementary groups a ring's creator is counted in, at most (further ones are not
+/// counted: a name's group class then does not apply through them).
+pub const MAX_GROUPS: usize = 16;
+
+/// A ring creator's supplementary groups (gids as the initial namespace sees them), the
+/// first [`MAX_GROUPS`] of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Groups {
+    n: u8,
+    gid: [u32; MAX_GROUPS],
+}
+
+impl Groups {
+    /// No supplementary group.
+    pub const NONE: Groups = Groups {
+        n: 0,
+        gid: [0; MAX_GROUPS],
+    };
+
+    /// The first [`MAX_GROUPS`] of `gids`.
+    pub fn new(gids: &[u32]) -> Groups {
+        let mut g = Groups::NONE;
+        let n = gids.len().min(MAX_GROUPS);
+        g.gid[..n].copy_from_slice(&gids[..n]);
+        g.n = n as u8;
+        g
+    }
+
+    /// Whether `gid` is one of them.
+    pub fn contains(&self, gid: u32) -> bool {
+        self.gid[..self.n as usize].contains(&gid)
+    }
+}
+
 /// Who asks for a port: its user, and whether it may take a privileged one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Creds {
     /// The user (a uid as the initial namespace sees it).
     pub uid: u32,
-    /// Its group (its gid as the initial namespace sees it): the class a name's mode
-    /// gives it after the owner's (see `meta::record::Grant`).
+    /// Its group (its gid as the initial namespace sees it): with [`groups`](Self::groups),
+    /// the class a name's mode gives it after the owner's (see `meta::record::Grant`).
     pub gid: u32,
+    /// Its supplementary groups, as a file's group class counts them.
+    pub groups: Groups,
     /// It holds `CAP_NET_BIND_SERVICE`.
     pub bind_low: bool,
     /// Its slot in the module's user table: what its shares are counted under (see
     /// `shares`).
     pub user: u32,
+}
+
+impl Creds {
+    /// Whether it is in group `gid`: its own, or one of its supplementary groups.
+    pub fn in_group(&self, gid: u32) -> bool {
+        gid == self.gid || self.groups.contains(gid)
+    }
 }
 
 /// How a port is held.
@@ -280,9 +323,9 @@ mod tests {
         Ports::new(PortStorage { slots: vec![EMPTY; slots] }, 12345)
     }
 
-    const ALICE: Creds = Creds { uid: 1000, gid: 1000, bind_low: false, user: 1 };
-    const BOB: Creds = Creds { uid: 1001, gid: 1001, bind_low: false, user: 2 };
-    const ROOT: Creds = Creds { uid: 0, gid: 0, bind_low: true, user: 0 };
+    const ALICE: Creds = Creds { uid: 1000, gid: 1000, groups: Groups::NONE, bind_low: false, user: 1 };
+    const BOB: Creds = Creds { uid: 1001, gid: 1001, groups: Groups::NONE, bind_low: false, user: 2 };
+    const ROOT: Creds = Creds { uid: 0, gid: 0, groups: Groups::NONE, bind_low: true, user: 0 };
 
     #[test]
     fn a_listened_port_is_its_users_alone() {
@@ -301,7 +344,7 @@ mod tests {
         let mut p = ports(16);
         p.bind(7, Hold::Named, ROOT).unwrap();
         p.bind(7, Hold::Named, ROOT).unwrap();
-        assert_eq!(p.bind(7, Hold::Named, Creds { uid: 0, gid: 0, bind_low: false, user: 0 }), Err(Reason::NotPermitted));
+        assert_eq!(p.bind(7, Hold::Named, Creds { uid: 0, gid: 0, groups: Groups::NONE, bind_low: false, user: 0 }), Err(Reason::NotPermitted));
         assert_eq!(p.bind(7000, Hold::Named, ALICE), Ok(()));
         assert_eq!(p.bind(7000, Hold::Named, BOB), Err(Reason::ServiceTaken));
         assert_eq!(p.bind(7000, Hold::Listen, ALICE), Err(Reason::ServiceTaken));
@@ -356,7 +399,7 @@ mod tests {
             let mut p = ports(32);
             let mut m: HashMap<u16, (Hold, u32, u32)> = HashMap::new();
             for (op, port, uid) in ops {
-                let who = Creds { uid, gid: uid, bind_low: true, user: uid };
+                let who = Creds { uid, gid: uid, groups: Groups::NONE, bind_low: true, user: uid };
                 match op {
                     0 | 1 => {
                         let hold = if op == 0 { Hold::Listen } else { Hold::Named };

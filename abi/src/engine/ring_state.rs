@@ -243,6 +243,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             creds: Creds {
                 uid: 0,
                 gid: 0,
+                groups: super::ports::Groups::NONE,
                 bind_low: true,
                 user: 0,
             },

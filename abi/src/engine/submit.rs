@@ -271,12 +271,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Op::Unlisten { service } => self.unlisten(ud, service, f, held),
             Op::ResolveName { name } => {
                 self.hold_members(f, held);
-                let (uid, gid) = (self.creds.uid, self.creds.gid);
+                let creds = self.creds;
+                let (uid, in_group) = (creds.uid, |g| creds.in_group(g));
                 match held.members().resolve_named(&name) {
                     Answer::Pending => return self.remote(f, held),
                     Answer::Failed(why) => Cqe::err(ud, why),
                     // Where a name lives is its mode's to tell, as its bytes are.
-                    Answer::Done((_, e, g)) if g.rights(uid, gid, e.access).is_empty() => {
+                    Answer::Done((_, e, g)) if g.rights(uid, in_group, e.access).is_empty() => {
                         Cqe::err(ud, Reason::NotPermitted)
                     }
                     Answer::Done((at, _, _)) => {
@@ -357,13 +358,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             } => {
                 let v = *t.vqps.get(vqp).expect("validated");
                 self.hold_members(f, held);
-                let (uid, gid) = (self.creds.uid, self.creds.gid);
+                let creds = self.creds;
+                let (uid, in_group) = (creds.uid, |g| creds.in_group(g));
                 match held.members().import_named(&name, v.qp) {
                     Answer::Pending => return self.remote(f, held),
                     Answer::Failed(why) => Cqe::err(ud, why),
                     // Nothing more is said (its owner, its length) to a user the name's
                     // mode grants nothing.
-                    Answer::Done((e, g)) if g.rights(uid, gid, e.access).is_empty() => {
+                    Answer::Done((e, g)) if g.rights(uid, in_group, e.access).is_empty() => {
                         Cqe::err(ud, Reason::NotPermitted)
                     }
                     Answer::Done((_, g)) if owner.is_some_and(|o| o != g.uid) => {
@@ -377,7 +379,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         len: if len == 0 { e.len } else { len },
                         descriptor: 0,
                         rkey: e.rkey,
-                        access: g.rights(uid, gid, e.access),
+                        access: g.rights(uid, in_group, e.access),
                         checked: 0,
                         across: true,
                     }) {

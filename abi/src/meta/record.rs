@@ -83,13 +83,14 @@ pub const MODE_BITS: u16 = 0o666;
 pub const MODE_DEFAULT: u16 = 0o600;
 
 impl Grant {
-    /// The remote rights an importer with `uid` and `gid` may have of an export that
-    /// grants `access`: READ if its class may read, WRITE if it may write, atomics only
-    /// if both (an atomic reads and writes).
-    pub fn rights(&self, uid: u32, gid: u32, access: MrAccess) -> MrAccess {
+    /// The remote rights an importer with `uid` may have of an export that grants
+    /// `access`, `in_group` saying whether the importer is in a group (its own or a
+    /// supplementary one, as a file's group class has it): READ if its class may read,
+    /// WRITE if it may write, atomics only if both (an atomic reads and writes).
+    pub fn rights(&self, uid: u32, in_group: impl Fn(u32) -> bool, access: MrAccess) -> MrAccess {
         let shift = if uid == self.uid {
             6
-        } else if gid == self.gid {
+        } else if in_group(self.gid) {
             3
         } else {
             0
@@ -332,6 +333,34 @@ mod tests {
         );
     }
 
+    /// A supplementary group is the group class too, as for a file; the first
+    /// `MAX_GROUPS` count.
+    #[test]
+    fn a_supplementary_group_gets_the_group_class() {
+        use crate::engine::{Creds, Groups, MAX_GROUPS};
+        let all = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
+        let g = Grant {
+            uid: 1000,
+            gid: 100,
+            mode: 0o640,
+        };
+        let who = |groups: &[u32]| Creds {
+            uid: 1004,
+            gid: 1004,
+            groups: Groups::new(groups),
+            bind_low: false,
+            user: 4,
+        };
+        let member = who(&[27, 100]);
+        assert_eq!(g.rights(member.uid, |x| member.in_group(x), all), MrAccess::REMOTE_READ);
+        let not = who(&[27]);
+        assert_eq!(g.rights(not.uid, |x| not.in_group(x), all), MrAccess::empty());
+        let many: [u32; MAX_GROUPS + 1] = core::array::from_fn(|i| 200 + i as u32);
+        let past = who(&many);
+        assert!(past.in_group(200 + MAX_GROUPS as u32 - 1));
+        assert!(!past.in_group(200 + MAX_GROUPS as u32), "past the first MAX_GROUPS");
+    }
+
     #[test]
     fn a_grant_gives_each_class_its_bits_of_the_exports_rights() {
         let all = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
@@ -340,17 +369,18 @@ mod tests {
             gid: 100,
             mode: 0o640,
         };
-        assert_eq!(g.rights(1000, 5, all), all, "owner: read and write, so atomics");
-        assert_eq!(g.rights(1001, 100, all), MrAccess::REMOTE_READ, "group reads");
-        assert_eq!(g.rights(1002, 5, all), MrAccess::empty(), "others nothing");
-        assert_eq!(g.rights(0, 0, all), MrAccess::empty(), "root is no one special");
+        let only = |gid: u32| move |g: u32| g == gid;
+        assert_eq!(g.rights(1000, only(5), all), all, "owner: read and write, so atomics");
+        assert_eq!(g.rights(1001, only(100), all), MrAccess::REMOTE_READ, "group reads");
+        assert_eq!(g.rights(1002, only(5), all), MrAccess::empty(), "others nothing");
+        assert_eq!(g.rights(0, only(0), all), MrAccess::empty(), "root is no one special");
         // Never more than the export grants.
-        assert_eq!(g.rights(1000, 5, MrAccess::REMOTE_READ), MrAccess::REMOTE_READ);
+        assert_eq!(g.rights(1000, only(5), MrAccess::REMOTE_READ), MrAccess::REMOTE_READ);
         let w = Grant { mode: 0o222, ..g };
-        assert_eq!(w.rights(7, 7, all), MrAccess::REMOTE_WRITE, "write without read: no atomics");
+        assert_eq!(w.rights(7, only(7), all), MrAccess::REMOTE_WRITE, "write without read: no atomics");
         // The owner's class wins even where group or others would grant more.
         let odd = Grant { mode: 0o066, ..g };
-        assert_eq!(odd.rights(1000, 100, all), MrAccess::empty());
+        assert_eq!(odd.rights(1000, only(100), all), MrAccess::empty());
     }
 
     #[test]
