@@ -150,9 +150,28 @@ impl AsyncRing {
 
     /// As [`Ring::connect_name`].
     pub async fn connect_name(&self, name: &str, len: u32) -> Result<(Vqp, RemoteRegion), Error> {
+        self.connect_named(name, len, None).await
+    }
+
+    /// As [`Ring::connect_name_owned`].
+    pub async fn connect_name_owned(
+        &self,
+        name: &str,
+        len: u32,
+        uid: u32,
+    ) -> Result<(Vqp, RemoteRegion), Error> {
+        self.connect_named(name, len, Some(uid)).await
+    }
+
+    async fn connect_named(
+        &self,
+        name: &str,
+        len: u32,
+        owner: Option<u32>,
+    ) -> Result<(Vqp, RemoteRegion), Error> {
         let node = self.resolve_name(name).await?;
         let vqp = self.connect(node.to_ipv6_mapped().octets(), 0).await?;
-        match self.import_name(&vqp, name, len).await {
+        match self.control(ops::import_name(&vqp, name, len, owner)?).await {
             Ok(r) => Ok((vqp, r)),
             Err(e) => {
                 let _ = self.disconnect(vqp).await;

@@ -451,9 +451,29 @@ impl Ring {
     /// through it. First contact with the node makes its connection set
     /// (milliseconds), later ones bind to it (microseconds).
     pub fn connect_name(&mut self, name: &str, len: u32) -> Result<(Vqp, RemoteRegion), Error> {
+        self.connect_named(name, len, None)
+    }
+
+    /// As [`connect_name`](Self::connect_name), only if user `uid` published the name
+    /// (`WrongOwner` otherwise, as [`import_name_owned`](Self::import_name_owned)).
+    pub fn connect_name_owned(
+        &mut self,
+        name: &str,
+        len: u32,
+        uid: u32,
+    ) -> Result<(Vqp, RemoteRegion), Error> {
+        self.connect_named(name, len, Some(uid))
+    }
+
+    fn connect_named(
+        &mut self,
+        name: &str,
+        len: u32,
+        owner: Option<u32>,
+    ) -> Result<(Vqp, RemoteRegion), Error> {
         let node = self.resolve_name(name)?;
         let vqp = self.connect(node.to_ipv6_mapped().octets(), 0)?;
-        match self.import_name(&vqp, name, len) {
+        match self.control(ops::import_name(&vqp, name, len, owner)?) {
             Ok(r) => Ok((vqp, r)),
             Err(e) => {
                 // Its own failure says why; the virtual QP is not the caller's to keep.

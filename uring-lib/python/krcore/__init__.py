@@ -401,12 +401,13 @@ class Ring:
             lib.krcore_prep_resolve_name(s, name.encode())))
         return str(ipaddress.IPv4Address(aux >> 32))
 
-    def connect_name(self, name, length):
+    def connect_name(self, name, length, owner=None):
         """Imports the first `length` bytes of `name` with no CONNECT first: (vqp,
-        region), the virtual QP connected to the node that exports it (service 0)."""
+        region), the virtual QP connected to the node that exports it (service 0).
+        With `owner` (a uid), only if that user published it (WrongOwner otherwise)."""
         vqp = self.connect(self.resolve_name(name))
         try:
-            return vqp, self.import_name(vqp, name, length)
+            return vqp, self.import_name(vqp, name, length, owner)
         except KrcoreError:
             self.disconnect(vqp)
             raise

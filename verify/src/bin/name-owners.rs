@@ -9,9 +9,10 @@
 //! the owner's group, or as another user (CLASS `owner`, `group`, `other`), CONNECTs
 //! to ADDR (the holder's node) and checks what this user gets, each by name:
 //! - owner: NAME and NAME-p, READ and WRITE; NAME expecting this uid as its owner;
-//!   NAME-p by name alone (`connect_name`: no address), READ; last, sets the done word;
+//!   NAME-p by name alone (`connect_name_owned`: no address), READ; last, sets the done word;
 //! - group: NAME, READ but no WRITE (`MrAccess`, refused before the wire); NAME-p
-//!   `NotPermitted`; NAME expecting this uid as its owner `WrongOwner`; publishing NAME
+//!   `NotPermitted`; NAME expecting this uid as its owner `WrongOwner`, through a virtual
+//!   QP or by name alone (`connect_name_owned`); publishing NAME
 //!   itself `NameTaken` (a name held is not taken);
 //! - other: NAME and NAME-p `NotPermitted`, and where NAME lives too.
 //!
@@ -128,8 +129,9 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
             let r = ring.import_name_owned(&vqp, name, LEN as u32, me);
             let why = r.as_ref().err().map(|e| e.reason().unwrap_or(Reason::Verbs));
             got("NAME as its owner's", None, why)?;
-            // By name alone: no address given, the kernel finds the node.
-            let (v2, r2) = ring.connect_name(&private, LEN as u32)?;
+            // By name alone: no address given, the kernel finds the node (and the
+            // name is checked as its owner's).
+            let (v2, r2) = ring.connect_name_owned(&private, LEN as u32, me)?;
             got("NAME-p by name alone, read", None, outcome(io(ring, &v2, &local, &r2, 0, false)))?;
             if ring.resolve_name(name)? != addr {
                 return Err(format!("{name} resolved to another node than {addr}").into());
@@ -149,6 +151,11 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
                 "NAME expected as its own",
                 Some(Reason::WrongOwner),
                 outcome(ring.import_name_owned(&vqp, name, LEN as u32, me)),
+            )?;
+            got(
+                "NAME by name alone, expected as its own",
+                Some(Reason::WrongOwner),
+                outcome(ring.connect_name_owned(name, LEN as u32, me)),
             )?;
             let mine = ring.register(LEN, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
             got("publishing NAME itself", Some(Reason::NameTaken), outcome(ring.publish(&mine, name)))?;
