@@ -510,11 +510,19 @@ int krcore_key_post(struct krcore_keys *p, u32 i, struct krcore_mr *m, u64 addr,
 		goto out;
 	ret = krcore_local_wait(l, l->seq);
 	if (ret == -ETIMEDOUT) {
-		/* It may yet run over m's pages: they stay while the key is kept (lost). */
-		krcore_key_hold(k, m);
-		*lost = true;
-		pr_warn_ratelimited("krcore: an advert key's registration did not complete in %d ms; the key is retired\n",
+		pr_warn_ratelimited("krcore: an advert key's registration did not complete in %d ms; the local QP is reset\n",
 				    KRCORE_LOCAL_REG_MS);
+		/* Reset, the QP runs nothing more: the registration ran or never will, and the
+		 * key made again is closed either way (the QP is connected again before the
+		 * next). A QP that cannot be reset may still run it over m's pages: they stay
+		 * while the key is kept, retired. */
+		l->broken = true;
+		if (krcore_shim_qp_reset(l->qp) == 0) {
+			*lost = !krcore_key_remake(p, k);
+		} else {
+			krcore_key_hold(k, m);
+			*lost = true;
+		}
 		goto out;
 	}
 	if (ret) {

@@ -11,9 +11,10 @@
 //! advert goes on: soft-RoCE re-executes a completed local request that sits behind an
 //! unacknowledged one when it retransmits, and a registration run again fails on a key
 //! that is open (the QP goes to error) or opens again one the peer closed. So a held key
-//! is never still being registered, and one let go is freed at once, with one
-//! exception: a registration whose completion did not come within its bound may still
-//! run, so its key is [lost](Keys::lose), never taken again.
+//! is never still being registered, and one let go is freed at once. A registration
+//! whose completion does not come within its bound is ended by resetting that QP, and
+//! its key made again; only when neither can be done may it still run, and its key is
+//! [lost](Keys::lose), never taken again.
 //!
 //! The backend does what each step asks ([`Let`], through the `free` callback): the
 //! hardware part (registering, destroying, making again, unpinning) is
