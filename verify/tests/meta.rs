@@ -198,6 +198,7 @@ fn user(uid: u32, gid: u32) -> Creds {
     Creds {
         uid,
         gid,
+        groups: krcore_abi::engine::Groups::NONE,
         bind_low: false,
         user: uid - 1000,
     }
