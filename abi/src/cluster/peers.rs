@@ -840,10 +840,7 @@ mod tests {
     #[test]
     fn a_use_that_ends_before_it_is_told_says_nothing() {
         let mut p = Peers::with_capacity(2, 1, 4, 2);
-        let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
-            panic!()
-        };
-        p.attempt_done(peer, Attempt::Established, 0);
+        let peer = up(&mut p, 10);
         for _ in 0..100 {
             p.bind(peer);
             p.unbind(peer);

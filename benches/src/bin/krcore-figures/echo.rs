@@ -88,6 +88,7 @@ fn listener() {
     assert!(c.res >= 0, "the echo buffer: {c:?}");
     let mr = c.res as u32;
     let at = |s: usize| base + s as u64 * 64;
+    let recv = |s: usize, v: u32| Sqe::two_sided(Opcode::Recv, s as u64, v, mr, at(s), 64);
     // Whose each slot is, and the slots free.
     let mut owner: Vec<Option<u32>> = vec![None; SLOTS];
     let mut free: Vec<usize> = (0..SLOTS).rev().collect();
@@ -115,9 +116,10 @@ fn listener() {
                 for _ in 0..RECVS {
                     let s = free.pop().expect("a free echo slot");
                     owner[s] = Some(v);
-                    push(&mut ring, &Sqe::two_sided(Opcode::Recv, s as u64, v, mr, at(s), 64));
+                    push(&mut ring, &recv(s, v));
                 }
             } else if tag & GONE_TAG != 0 {
+                // A client's virtual QP let go: nothing more to do.
             } else {
                 let s = (tag & !SEND_TAG) as usize;
                 let Some(v) = owner[s] else { continue };
@@ -129,7 +131,7 @@ fn listener() {
                         push(&mut ring, &Sqe::disconnect(GONE_TAG | v as u64, v));
                     }
                 } else if tag & SEND_TAG != 0 {
-                    push(&mut ring, &Sqe::two_sided(Opcode::Recv, s as u64, v, mr, at(s), 64));
+                    push(&mut ring, &recv(s, v));
                 } else {
                     let send = Sqe::two_sided(Opcode::Send, SEND_TAG | s as u64, v, mr, at(s), c.res as u32);
                     push(&mut ring, &send);
