@@ -1,6 +1,7 @@
 #!/bin/sh
 # PID 1 of the krcore test VM (busybox). Mounts the host root read-only over 9p, sets up
-# rxe on a veth, loads the module, runs /cmd.sh inside the host root, and reports.
+# rxe on a veth, loads the module, runs /cmd.sh with the host root as its root, and
+# reports.
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
@@ -65,11 +66,20 @@ if [ "$clock" != tsc ] && [ -z "$krcore_anyclock" ]; then
   reboot -f
 fi
 
+# The command runs with the host root as its mount namespace's root, not chrooted into
+# it: the kernel refuses a chrooted process a new user namespace (the quota test makes
+# one). switch_root moves the host root over the initramfs, so PID 1 finishes from a
+# script and a busybox on the host root's tmpfs.
+cp /bin/busybox /mnt/run/krcore/busybox || fail "busybox to /run"
+cat >/mnt/run/krcore/finish.sh <<'EOF_FINISH'
+b=/run/krcore/busybox
 echo "KRCORE-RUN-START"
-in_host /bin/sh /run/krcore/cmd.sh
+/usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/run/krcore/tmp /bin/sh /run/krcore/cmd.sh
 rc=$?
 echo "KRCORE-EXIT=$rc"
 echo "KRCORE-DMESG-START"
-dmesg
+$b dmesg
 echo "KRCORE-DMESG-END"
-reboot -f
+$b reboot -f
+EOF_FINISH
+exec switch_root /mnt /run/krcore/busybox sh /run/krcore/finish.sh

@@ -67,6 +67,11 @@ impl Child {
         })
     }
 
+    /// The child's process id.
+    pub(crate) fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
     /// Waits for the child; its text, or why it failed.
     pub(crate) fn join(mut self) -> Result<String, String> {
         use std::io::Read;

@@ -137,6 +137,83 @@ pub fn unprivileged_user_exhausts_its_quota_cleanly() -> Result<(), String> {
     })
 }
 
+/// A uid range mapped into a user namespace that an unprivileged user made counts as
+/// that user: uid 1000 makes a namespace, root maps 11 uids into it (as newuidmap does
+/// from a subordinate range), and rings made as each of them share uid 1000's quota.
+/// Uid 1000 outside is refused too, and uid 1001 is not.
+pub fn a_user_namespace_counts_as_its_owner() -> Result<(), String> {
+    const MAPPED: u32 = 11;
+    let _rings = Param::set("max_rings_per_user", "6")?;
+    let (made_r, made_w) = pipe()?;
+    let (mapped_r, mapped_w) = pipe()?;
+    let (held_r, held_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let ns = Child::spawn(move || {
+        become_user(1000, 64 << 10)?;
+        // SAFETY: a plain system call on this (child) process.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWUSER) };
+        check(rc == 0, || {
+            format!("unshare(CLONE_NEWUSER): {}", std::io::Error::last_os_error())
+        })?;
+        signal(made_w)?;
+        wait(mapped_r)?;
+        // One ring as each mapped uid in turn. The saved uid stays 0, the namespace's
+        // root, so the process can come back to it for the next uid.
+        let mut rings = Vec::new();
+        let mut refused = Vec::new();
+        for k in 0..MAPPED {
+            // SAFETY: plain system calls on this process.
+            let rc = unsafe { libc::setresuid(k, k, 0) };
+            check(rc == 0, || {
+                format!("setresuid({k}): {}", std::io::Error::last_os_error())
+            })?;
+            match Device::open().and_then(|d| Builder::new(8).build(d)) {
+                Ok(r) => rings.push(r),
+                Err(e) => refused.push(e.raw_os_error()),
+            }
+            // SAFETY: as above; 0 is the saved uid.
+            let rc = unsafe { libc::setresuid(0, 0, 0) };
+            check(rc == 0, || format!("back to 0: {}", std::io::Error::last_os_error()))?;
+        }
+        signal(held_w)?;
+        wait(go_r)?;
+        let all_edquot = refused.iter().all(|&e| e == Some(libc::EDQUOT));
+        Ok(format!("{} {} {all_edquot}", rings.len(), refused.len()))
+    })?;
+    wait(made_r)?;
+    // Root maps 11 uids from 200000 on, as newuidmap would from /etc/subuid.
+    std::fs::write(
+        format!("/proc/{}/uid_map", ns.pid()),
+        format!("0 200000 {MAPPED}\n"),
+    )
+    .map_err(|e| format!("writing uid_map: {e}"))?;
+    signal(mapped_w)?;
+    wait(held_r)?;
+    let outside = Child::spawn(|| {
+        become_user(1000, 64 << 10)?;
+        let (rings, e) = rings_until_refused(false, 3);
+        Ok(format!("{} {e:?}", rings.len()))
+    })?
+    .join()?;
+    let other = Child::spawn(|| {
+        become_user(1001, 64 << 10)?;
+        let (rings, e) = rings_until_refused(false, 3);
+        Ok(format!("{} {e:?}", rings.len()))
+    })?
+    .join()?;
+    signal(go_w)?;
+    let inside = ns.join()?;
+    println!("  in uid 1000's namespace, one ring as each of {MAPPED} mapped uids (made, refused, all EDQUOT): {inside}");
+    println!("  meanwhile uid 1000 outside: {outside}; uid 1001: {other}");
+    check(inside == "6 5 true", || {
+        format!("the namespace's uids got {inside} rings, not 6 of uid 1000's quota")
+    })?;
+    check(outside == format!("0 {:?}", Some(libc::EDQUOT)), || {
+        format!("uid 1000 outside got {outside}")
+    })?;
+    check(other == "3 None", || format!("uid 1001 got {other}"))
+}
+
 /// The kernel memory of a ring is charged to the memory cgroup of the process that set
 /// it up.
 pub fn ring_memory_is_charged_to_the_cgroup() -> Result<(), String> {

@@ -195,6 +195,10 @@ const TESTS: &[Test] = &[
         run: limits::unprivileged_user_exhausts_its_quota_cleanly,
     },
     Test {
+        name: "limits::a_user_namespace_counts_as_its_owner",
+        run: limits::a_user_namespace_counts_as_its_owner,
+    },
+    Test {
         name: "limits::ring_memory_is_charged_to_the_cgroup",
         run: limits::ring_memory_is_charged_to_the_cgroup,
     },
