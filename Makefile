@@ -166,8 +166,9 @@ VANISH_ROLES = --role "a:$(SMOKE) vanish leave b" --role "b:$(SMOKE) vanish stay
 # check of its accept held open 3 s: the member's QP must not answer it meanwhile.
 IMPOSTOR = KRCORE_TEST_ARGS=test_hold_accept_ms=3000
 IMPOSTOR_ROLES = --role "a:$(IMPOSTOR) $(SMOKE) dial-impostor b" --role "b:$(SMOKE) impostor a"
-# Names have owners: uid 1001's name on b, as its group, another user and itself on c.
-NAMES_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) names a hold secret" --role "c:$(SMOKE) names a check b secret"
+# Names have owners: uid 1001's name on b, as its group, another user and itself on c;
+# then c's users fill their shares of names (2 a user on c, 4 a node at a).
+NAMES_ROLES = --role "a:$(SMOKE) meta 2 max_names_per_node=4" --role "b:$(SMOKE) names a hold secret" --role "c:$(SMOKE) names a check b secret"
 TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role "c:$(SMOKE) intruder a b"
 # a's revocations table full (16 names revoked, waiting for c, killed): a's DEREG_MR of
 # kv, which b imported, still revokes it at b first.

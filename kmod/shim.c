@@ -169,6 +169,22 @@ u32 krcore_shim_max_share(u32 share)
 	return 0;
 }
 
+/* Shares of the MetaServer's names (abi's meta::client and meta::serve): a user's of
+ * its node's publications, and, on the MetaServer, a node's of the exports table. */
+static uint max_names_per_user = 1024;
+module_param(max_names_per_user, uint, 0644);
+MODULE_PARM_DESC(max_names_per_user,
+		 "Names one user may have published from a device at once (default 1024 of 16384)");
+static uint max_names_per_node = 4096;
+module_param(max_names_per_node, uint, 0644);
+MODULE_PARM_DESC(max_names_per_node,
+		 "On the MetaServer: names one node may hold in its table at once (default 4096 of 40960; at most 65535)");
+
+u32 krcore_shim_max_names(bool per_node)
+{
+	return per_node ? min(READ_ONCE(max_names_per_node), 65535u) : READ_ONCE(max_names_per_user);
+}
+
 /* Read once per device, at its context's creation (so 0444). */
 static uint max_peers = 16;
 module_param(max_peers, uint, 0444);

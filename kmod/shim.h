@@ -129,6 +129,7 @@ u32 krcore_shim_request_timeout_ms(void);
 /* The caller's real user id, in the initial user namespace. */
 u32 krcore_shim_current_uid(void);
 u32 krcore_shim_max_peers(void);
+u32 krcore_shim_max_names(bool per_node);
 u32 krcore_shim_current_gid(void);
 u32 krcore_shim_current_groups(u32 *out, u32 max);
 bool krcore_shim_may_bind_low(void);

@@ -299,6 +299,7 @@ extern "C" {
     pub(crate) fn krcore_shim_request_timeout_ms() -> u32;
     pub(crate) fn krcore_shim_current_uid() -> u32;
     pub(crate) fn krcore_shim_max_peers() -> u32;
+    pub(crate) fn krcore_shim_max_names(per_node: bool) -> u32;
     pub(crate) fn krcore_shim_current_gid() -> u32;
     pub(crate) fn krcore_shim_current_groups(out: *mut u32, max: u32) -> u32;
     /// Whether the current task holds `CAP_NET_BIND_SERVICE`.

@@ -152,7 +152,9 @@ impl Meta {
             e,
             grant,
         );
-        self.mark(self.client.lock().publish(record, e.descriptor))
+        // SAFETY: reads a module parameter.
+        let share = unsafe { shim::krcore_shim_max_names(false) } as usize;
+        self.mark(self.client.lock().publish(record, e.descriptor, share))
     }
 
     /// IMPORT_NAME through a virtual QP connected to node `node`.
@@ -246,6 +248,15 @@ struct Link {
 // SAFETY: the connection is used only under the mutex.
 unsafe impl Send for Link {}
 
+/// What serving a member's request uses, under the serving lock.
+struct Serving {
+    /// A probe window's bytes (a publication's reads).
+    window: KBox<[u8; PROBE * EXPORT_FRAME]>,
+    /// Names each node slot holds in the region (abi's `meta::serve::Shares`); the
+    /// region is allocated once, with these all 0.
+    held: KBuf<u16>,
+}
+
 /// The MetaServer connection and, on its node, the region (in the device context).
 ///
 /// Lock order: `link` is taken with no other krcore lock held (it is held across
@@ -253,9 +264,8 @@ unsafe impl Send for Link {}
 /// workqueue, nothing held) and by [`remove`](MetaNet::remove) to let the region go.
 pub(crate) struct MetaNet {
     link: Pin<KBox<Mutex<Link>>>,
-    /// Serializes the region's writes (one request at a time), with a probe window's
-    /// bytes for them.
-    serving: Pin<KBox<Mutex<KBox<[u8; PROBE * EXPORT_FRAME]>>>>,
+    /// Serializes the region's writes (one request at a time), with what they use.
+    serving: Pin<KBox<Mutex<Serving>>>,
     /// The region this node serves (null: none).
     region: AtomicPtr<MetaRegion>,
     /// The region's rkey and base (fixed once it is allocated), and whether it is
@@ -340,7 +350,13 @@ impl MetaNet {
         Ok(MetaNet {
             link: KBox::pin_init(new_mutex!(link, "krcore_meta_link"), GFP_KERNEL)?,
             serving: KBox::pin_init(
-                new_mutex!(KBox::new([0u8; PROBE * EXPORT_FRAME], GFP_KERNEL)?, "krcore_meta_serving"),
+                new_mutex!(
+                    Serving {
+                        window: KBox::new([0u8; PROBE * EXPORT_FRAME], GFP_KERNEL)?,
+                        held: KBuf::filled(TABLES.node_slots as usize, 0, GFP_KERNEL)?,
+                    },
+                    "krcore_meta_serving"
+                ),
                 GFP_KERNEL,
             )?,
             region: AtomicPtr::new(core::ptr::null_mut()),

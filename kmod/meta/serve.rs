@@ -6,7 +6,7 @@
 use core::sync::atomic::{fence, Ordering};
 
 use crate::abi::meta::request::{Refusal, Reply, Request, REPLY_LEN};
-use crate::abi::meta::serve::serve;
+use crate::abi::meta::serve::{serve, Shares};
 use crate::abi::meta::tables::{Remote, Unreachable, Writable};
 use crate::shim;
 
@@ -68,7 +68,7 @@ impl MetaNet {
     /// Answers request `req` from the member at `from` into `reply`: false when this
     /// node serves no region (no reply goes; the member's wait ends it).
     pub(crate) fn serve(&self, from: [u8; 4], req: &[u8], reply: &mut [u8; REPLY_LEN]) -> bool {
-        let mut window = self.serving.lock();
+        let mut serving = self.serving.lock();
         let region = self.region.load(Ordering::Acquire);
         if region.is_null() || !self.ready.load(Ordering::Acquire) {
             return false;
@@ -80,7 +80,15 @@ impl MetaNet {
             len: TABLES.bytes(),
         };
         let answer = match Request::decode(req) {
-            Some(r) => serve(&mut local, &self.served(), from, &r, &mut window[..]),
+            Some(r) => {
+                let s = &mut *serving;
+                let mut shares = Shares {
+                    held: s.held.as_mut(),
+                    // SAFETY: reads a module parameter.
+                    share: unsafe { shim::krcore_shim_max_names(true) } as u16,
+                };
+                serve(&mut local, &self.served(), &mut shares, from, &r, &mut s.window[..])
+            }
             None => Reply::Refused(Refusal::Malformed),
         };
         *reply = answer.encode();

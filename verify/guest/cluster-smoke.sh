@@ -36,7 +36,9 @@
 #                                   memory must stay flat over the next 10 s (the peer's
 #                                   cycles run then); unload once it left, which must
 #                                   show here with nobody waiting (200 s)
-#   cluster-smoke.sh meta N         reload serving the MetaServer (naming this node); wait
+#   cluster-smoke.sh meta N [PARAM...]
+#                                   reload serving the MetaServer (naming this node), with
+#                                   the module parameters PARAM; wait
 #                                   until N other nodes connected to it and left (150 s)
 #   cluster-smoke.sh export META NAME
 #                                   reload with META's node as the MetaServer (this node's
@@ -53,7 +55,8 @@
 #   cluster-smoke.sh names META check ROLE NAME
 #                                   from ROLE's NAME, as a user of its group, another user
 #                                   and its owner: each gets what the mode grants (see
-#                                   verify/src/bin/name-owners.rs)
+#                                   verify/src/bin/name-owners.rs); then users fill their
+#                                   shares of names, per user and (at META) per node
 #   cluster-smoke.sh failover META ROLE NAME
 #                                   import NAME from ROLE; have META's guest (the
 #                                   MetaServer) killed: with a fresh module, NAME cannot be
@@ -807,7 +810,10 @@ steady)
   rmmod krcore || exit 1
   ;;
 meta)
-  reload meta_server="$KRCORE_ADDR" || exit 1
+  # Module parameters may follow the count.
+  n=$2; shift 2
+  reload meta_server="$KRCORE_ADDR" "$@" || exit 1
+  set -- meta "$n"
   for _ in $(seq 150); do
     # The MetaServer's own connection to itself is one of those accepted, never closed.
     if [ "$(count "accepted a peer kernel's MetaServer")" -gt "$2" ] &&
@@ -871,6 +877,32 @@ names)
     setpriv --reuid 1004 --regid 1004 --groups 27,100 "$NAME_OWNERS" check "$peer" "$name" group || exit 1
     check_as 1003 1003 other || exit 1
     check_as 1001 100 owner || exit 1
+    # Shares of names, while other users hold theirs: here a user may publish 2
+    # (max_names_per_user), and the MetaServer holds 4 of this node's (its
+    # max_names_per_node, see NAMES_ROLES). uid 1003 gets 2 and then Quota; uid 1002
+    # still gets its 2; then uid 1005 gets Quota, this node's share being held.
+    echo 2 >/sys/module/krcore/parameters/max_names_per_user || exit 1
+    held=$TMPDIR/names-held; gone=$TMPDIR/names-gone
+    rm -f "$held"; touch "$gone"
+    fill_as() { setpriv --reuid "$1" --regid "$1" --clear-groups "$NAME_OWNERS" fill "u$1" "$2" "$3"; }
+    # Waits until the fill writing to file $1 (process $2) holds its names.
+    filled() {
+      for _ in $(seq 600); do
+        grep -q "^filled" "$1" && return 0
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.1
+      done
+      cat "$1" >&2
+      return 1
+    }
+    fill_as 1003 ok,ok,quota "$held" >"$TMPDIR/fill-1003" & a=$!
+    filled "$TMPDIR/fill-1003" $a || exit 1
+    fill_as 1002 ok,ok "$held" >"$TMPDIR/fill-1002" & b=$!
+    filled "$TMPDIR/fill-1002" $b || exit 1
+    fill_as 1005 quota "$gone" || exit 1
+    touch "$held"
+    wait $a && wait $b || exit 1
+    cat "$TMPDIR/fill-1003" "$TMPDIR/fill-1002"
     unload
     ;;
   esac

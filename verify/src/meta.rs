@@ -63,7 +63,8 @@ impl FakeMeta {
     /// PUBLISH (the fabric's).
     pub fn publish(&mut self, name: &[u8; NAME_LEN], e: &Export, grant: Grant) -> Answer<()> {
         let record = ExportRecord::published(*name, self.me.id(), self.me.incarnation, e, grant);
-        let a = self.client.publish(record, e.descriptor);
+        // The kernel's default share per user (`max_names_per_user`).
+        let a = self.client.publish(record, e.descriptor, 1024);
         self.due |= a == Answer::Pending;
         a
     }

@@ -33,7 +33,7 @@ use krcore_abi::meta::lookup::{EXPORT_FRAME, PROBE, TRIES};
 use krcore_abi::meta::record::{ExportRecord, Grant, NodeRecord, NAME_LEN};
 use krcore_abi::meta::request::{Reply, Request, REQUEST_LEN};
 use krcore_abi::meta::resolve::fetch;
-use krcore_abi::meta::serve::{mapped_gid, serve};
+use krcore_abi::meta::serve::{mapped_gid, serve, Shares};
 use krcore_abi::meta::tables::mem::MemRegion;
 use krcore_abi::meta::tables::{Tables, NODE_FRAME};
 use krcore_abi::opcode::Opcode;
@@ -396,12 +396,18 @@ fn requests(inp: &mut Input) {
             mode: 0o600,
         },
     };
+    // A share of 2 names a node, so the fuzz reaches the refusal too.
+    let mut held = vec![0u16; t.node_slots as usize];
+    let mut shares = Shares {
+        held: &mut held,
+        share: 2,
+    };
     for x in 1..=4 {
-        let Reply::Registered(inc) = serve(&mut region, &t, addr(x), &Request::Register(node(x)), &mut window) else {
+        let Reply::Registered(inc) = serve(&mut region, &t, &mut shares, addr(x), &Request::Register(node(x)), &mut window) else {
             panic!("node {x} not registered");
         };
         for _ in 0..inp.byte() % 3 {
-            let _ = serve(&mut region, &t, addr(x), &Request::Publish(export(inp.byte(), x, inc)), &mut window);
+            let _ = serve(&mut region, &t, &mut shares, addr(x), &Request::Publish(export(inp.byte(), x, inc)), &mut window);
         }
     }
     for _ in 0..1 + inp.byte() % 4 {
@@ -423,9 +429,15 @@ fn requests(inp: &mut Input) {
         let n = req.encode(&mut again);
         assert_eq!(&again[..n], &bytes[..], "a request read loosely");
         let before = region.bytes.clone();
-        let reply = serve(&mut region, &t, addr(x), &req, &mut window);
+        let counted = shares.held.to_vec();
+        let reply = serve(&mut region, &t, &mut shares, addr(x), &req, &mut window);
         assert_eq!(Reply::decode(&reply.encode()), Some(reply), "a reply that does not read");
         others_unchanged(&t, &before, &region.bytes, node(x).id());
+        let mine = t.node_slot(node(x).id()) as usize;
+        for (slot, (was, is)) in counted.iter().zip(shares.held.iter()).enumerate() {
+            assert!(slot == mine || was == is, "node slot {slot}'s count moved for node {x}'s request");
+            assert!(*is <= shares.share, "node slot {slot} holds {is}, past its share");
+        }
     }
 }
 

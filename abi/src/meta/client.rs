@@ -211,8 +211,10 @@ impl<S: Store> MetaClient<S> {
         }
     }
 
-    /// PUBLISH of `record` (this node's, of the local export `descriptor`).
-    pub fn publish(&mut self, record: ExportRecord, descriptor: u64) -> Answer<()> {
+    /// PUBLISH of `record` (this node's, of the local export `descriptor`), by the
+    /// user `record.grant.uid`, who may hold `share` of this node's publications (a
+    /// name being revoked still holds its entry): past it, `Quota`.
+    pub fn publish(&mut self, record: ExportRecord, descriptor: u64, share: usize) -> Answer<()> {
         let pubs = self.pubs.as_mut();
         let mine = pubs
             .iter_mut()
@@ -235,6 +237,10 @@ impl<S: Store> MetaClient<S> {
                     Answer::Failed(Reason::NameTaken)
                 }
             };
+        }
+        let uid = record.grant.uid;
+        if pubs.iter().flatten().filter(|p| p.record.grant.uid == uid).count() >= share {
+            return Answer::Failed(Reason::Quota);
         }
         match pubs.iter_mut().find(|p| p.is_none()) {
             Some(free) => {
@@ -504,6 +510,8 @@ fn refusal_reason(why: Refusal) -> Reason {
     match why {
         Refusal::Taken => Reason::NameTaken,
         Refusal::Full => Reason::TableFull,
+        // This node's names hold its share of the MetaServer's table.
+        Refusal::Share => Reason::Quota,
         Refusal::Contended => Reason::Busy,
         Refusal::Malformed | Refusal::NotYours | Refusal::SlotHeld => Reason::Unreachable,
     }
@@ -589,12 +597,12 @@ mod tests {
         let mut m = MemRegion::new(T.bytes());
         let (mut a, mut b) = (Node::new(&mut m, 11), Node::new(&mut m, 12));
         let kv = a.record("kv");
-        assert_eq!(a.client.publish(kv, 9), Answer::Pending);
-        assert_eq!(a.client.publish(kv, 9), Answer::Pending, "one job");
+        assert_eq!(a.client.publish(kv, 9, 4), Answer::Pending);
+        assert_eq!(a.client.publish(kv, 9, 4), Answer::Pending, "one job");
         assert_eq!(a.net(&mut m), 1);
-        assert_eq!(a.client.publish(kv, 9), Answer::Done(()));
+        assert_eq!(a.client.publish(kv, 9, 4), Answer::Done(()));
         assert_eq!(
-            a.client.publish(kv, 10),
+            a.client.publish(kv, 10, 4),
             Answer::Failed(Reason::NameTaken),
             "another MR of ours"
         );
@@ -645,7 +653,7 @@ mod tests {
         let mut m = MemRegion::new(T.bytes());
         let (mut a, mut b) = (Node::new(&mut m, 11), Node::new(&mut m, 12));
         let kv = a.record("kv");
-        a.client.publish(kv, 9);
+        a.client.publish(kv, 9, 4);
         a.net(&mut m);
         assert_eq!(a.client.published_rkey(9), Some(77));
         assert_eq!(a.client.published_rkey(10), None);
@@ -671,7 +679,7 @@ mod tests {
         let mut m = MemRegion::new(T.bytes());
         let (mut a, mut b) = (Node::new(&mut m, 11), Node::new(&mut m, 12));
         let kv = a.record("kv");
-        a.client.publish(kv, 9);
+        a.client.publish(kv, 9, 4);
         a.net(&mut m);
         b.client.import(&kv.name, Some(a.me.id()));
         b.net(&mut m);
@@ -693,9 +701,9 @@ mod tests {
         // The reloaded A publishes the name again: its earlier record is claimed over.
         let kv = a.record("kv");
         assert_eq!(kv.incarnation, 2);
-        a.client.publish(kv, 1);
+        a.client.publish(kv, 1, 4);
         a.net(&mut m);
-        assert_eq!(a.client.publish(kv, 1), Answer::Done(()));
+        assert_eq!(a.client.publish(kv, 1, 4), Answer::Done(()));
         b.client.import(&kv.name, Some(a.me.id()));
         b.net(&mut m);
         assert_eq!(
@@ -712,7 +720,7 @@ mod tests {
         let mut m = MemRegion::new(T.bytes());
         let mut a = Node::new(&mut m, 11);
         let kv = a.record("kv");
-        a.client.publish(kv, 9);
+        a.client.publish(kv, 9, 4);
         a.net(&mut m);
         assert!(a.client.publishes());
         let mut m = MemRegion::new(T.bytes());
@@ -733,20 +741,58 @@ mod tests {
     }
 
     #[test]
+    fn a_user_holds_its_share_of_the_publications_and_no_more() {
+        let mut m = MemRegion::new(T.bytes());
+        let mut a = Node::new(&mut m, 12);
+        let of = |uid: u32, n: &str| {
+            let mut r = a.record(n);
+            r.grant.uid = uid;
+            r
+        };
+        let (x, y, z, w) = (of(1000, "x"), of(1000, "y"), of(1000, "z"), of(1001, "w"));
+        assert_eq!(a.client.publish(x, 1, 2), Answer::Pending);
+        assert_eq!(a.client.publish(y, 1, 2), Answer::Pending);
+        assert_eq!(a.client.publish(z, 1, 2), Answer::Failed(Reason::Quota));
+        // Another user's share is its own, though the table has room for one more.
+        assert_eq!(a.client.publish(w, 2, 2), Answer::Pending);
+        a.net(&mut m);
+        assert_eq!(a.client.publish(x, 1, 2), Answer::Done(()));
+        assert_eq!(a.client.publish(z, 1, 2), Answer::Failed(Reason::Quota));
+        // A revoked name's entry goes with its job, and the share with it.
+        a.client.unpublish(1);
+        assert_eq!(a.client.publish(z, 3, 2), Answer::Failed(Reason::Quota), "revoking");
+        a.net(&mut m);
+        assert_eq!(a.client.publish(z, 3, 2), Answer::Pending);
+    }
+
+    #[test]
+    fn a_node_past_its_share_of_the_metaserver_gets_quota() {
+        let mut m = MemRegion::new(T.bytes());
+        m.share = 1;
+        let mut a = Node::new(&mut m, 13);
+        let (x, y) = (a.record("x"), a.record("y"));
+        a.client.publish(x, 1, 4);
+        a.client.publish(y, 1, 4);
+        a.net(&mut m);
+        assert_eq!(a.client.publish(x, 1, 4), Answer::Done(()));
+        assert_eq!(a.client.publish(y, 1, 4), Answer::Failed(Reason::Quota));
+    }
+
+    #[test]
     fn an_unreachable_metaserver_and_full_tables_say_so() {
         let mut m = MemRegion::new(T.bytes());
         let mut a = Node::new(&mut m, 11);
         m.down = true;
-        a.client.publish(a.record("x"), 1);
+        a.client.publish(a.record("x"), 1, 4);
         a.net(&mut m);
         assert_eq!(
-            a.client.publish(a.record("x"), 1),
+            a.client.publish(a.record("x"), 1, 4),
             Answer::Failed(Reason::Unreachable)
         );
         let names: Vec<_> = (0..5).map(|i| alloc::format!("n{i}")).collect();
         let answers: Vec<_> = names
             .iter()
-            .map(|n| a.client.publish(a.record(n), 2))
+            .map(|n| a.client.publish(a.record(n), 2, 8))
             .collect();
         assert_eq!(answers[4], Answer::Failed(Reason::TableFull));
         a.client.import(&name("p").unwrap(), Some(1));

@@ -67,12 +67,14 @@ pub enum Refusal {
     Full = 5,
     /// Entries stayed torn for every try.
     Contended = 6,
+    /// The asking node holds its share of the exports table already.
+    Share = 7,
 }
 
 impl Refusal {
     fn from_u8(v: u8) -> Option<Refusal> {
         use Refusal::*;
-        [Malformed, NotYours, SlotHeld, Taken, Full, Contended]
+        [Malformed, NotYours, SlotHeld, Taken, Full, Contended, Share]
             .into_iter()
             .find(|r| *r as u8 == v)
     }

@@ -9,7 +9,9 @@
 //!   keeps it, and the second is refused, not let in to take it over);
 //! - publish only records naming the node it is registered as, at its current
 //!   incarnation, under a valid name (an empty one would be a tombstone);
-//! - revoke only a slot whose record is its own.
+//! - revoke only a slot whose record is its own;
+//! - hold at most its share of the exports table ([`Shares`]), so no node's users fill
+//!   the table every node publishes in.
 //!
 //! Requests are served one at a time (the caller holds the region's lock), so a claim's
 //! compare-and-swap never loses to another writer; it still steps over a frame left odd.
@@ -36,11 +38,32 @@ fn registered(r: &mut impl Writable, t: &Tables, from: [u8; 4]) -> Option<NodeRe
     read_node(r, t, node_id(from)).ok().filter(|n| n.ipv4 == from)
 }
 
+/// How many names each node holds in the exports table, against its share: the
+/// MetaServer's bound per peer node. The serving kernel keeps it beside the region (and
+/// zeroes it with a new one). [`serve`] counts a publication in and a revocation out; a
+/// node's count starts over when it registers, since a new incarnation's names are
+/// published anew (its earlier records are claimed over, or stale).
+pub struct Shares<'a> {
+    /// Names held, per node slot ([`Tables::node_slot`]); a slot past its end holds
+    /// none and may hold none.
+    pub held: &'a mut [u16],
+    /// Names one node may hold.
+    pub share: u16,
+}
+
+impl Shares<'_> {
+    fn held(&mut self, t: &Tables, node: u16) -> Option<&mut u16> {
+        self.held.get_mut(t.node_slot(node) as usize)
+    }
+}
+
 /// Answers `req` from the node at `from`, writing the region `r` as it asks when the
-/// checks pass. `window` holds a probe window (the publication's reads).
+/// checks pass, and counting each node's names in `shares`. `window` holds a probe
+/// window (the publication's reads).
 pub fn serve(
     r: &mut impl Writable,
     t: &Tables,
+    shares: &mut Shares<'_>,
     from: [u8; 4],
     req: &Request,
     window: &mut [u8],
@@ -61,7 +84,12 @@ pub fn serve(
                 }
             }
             match register(r, t, me) {
-                Ok(incarnation) => Reply::Registered(incarnation),
+                Ok(incarnation) => {
+                    if let Some(h) = shares.held(t, me.id()) {
+                        *h = 0;
+                    }
+                    Reply::Registered(incarnation)
+                }
                 Err(RegisterError::Unreachable | RegisterError::Contended)
                 | Err(RegisterError::Refused(_)) => Reply::Refused(Refusal::Contended),
             }
@@ -74,8 +102,18 @@ pub fn serve(
                 Some(n) if rec.node == n.id() && rec.incarnation == n.incarnation => {}
                 _ => return Reply::Refused(Refusal::NotYours),
             }
+            let share = shares.share;
+            match shares.held(t, rec.node) {
+                Some(h) if *h < share => {}
+                _ => return Reply::Refused(Refusal::Share),
+            }
             match claim::publish(r, t, rec, window) {
-                Ok(slot) => Reply::Published(slot),
+                Ok(slot) => {
+                    if let Some(h) = shares.held(t, rec.node) {
+                        *h += 1;
+                    }
+                    Reply::Published(slot)
+                }
                 Err(PublishError::Taken) => Reply::Refused(Refusal::Taken),
                 Err(PublishError::Full) => Reply::Refused(Refusal::Full),
                 Err(PublishError::Contended | PublishError::Unreachable) => {
@@ -87,32 +125,53 @@ pub fn serve(
             if *slot >= t.export_slots || name_from_words(name_words(name)).is_none() {
                 return Reply::Refused(Refusal::Malformed);
             }
-            if !owns(r, t, from, *slot, name) {
-                return Reply::Refused(Refusal::NotYours);
-            }
+            let held = match owner(r, t, from, *slot, name) {
+                Owner::Other => return Reply::Refused(Refusal::NotYours),
+                Owner::Nobody => false,
+                Owner::Asker => true,
+            };
             match claim::revoke(r, t, *slot, name) {
-                Ok(()) => Reply::Revoked,
+                Ok(()) => {
+                    if let Some(h) = held.then(|| shares.held(t, node_id(from))).flatten() {
+                        *h = h.saturating_sub(1);
+                    }
+                    Reply::Revoked
+                }
                 Err(_) => Reply::Refused(Refusal::Contended),
             }
         }
     }
 }
 
-/// Whether revoking `name` in `slot` touches nothing but `from`'s own: the slot holds
-/// no whole record of that name (nothing to revoke), or one of the node registered at
-/// `from`.
-fn owns(r: &mut impl Writable, t: &Tables, from: [u8; 4], slot: u32, name: &[u8; NAME_LEN]) -> bool {
+/// Whose record of `name` revoking `slot` would tombstone.
+enum Owner {
+    /// No whole record of that name is there: nothing to revoke.
+    Nobody,
+    /// The node registered at the asking address's.
+    Asker,
+    /// Another node's, or a torn frame's: refused.
+    Other,
+}
+
+/// Whose record of `name` is in `slot`, as the node at `from` asks to revoke it.
+fn owner(r: &mut impl Writable, t: &Tables, from: [u8; 4], slot: u32, name: &[u8; NAME_LEN]) -> Owner {
     let mut f = [0u8; EXPORT_FRAME];
     if r.read(t.export(slot), &mut f).is_err() {
-        return false;
+        return Owner::Other;
     }
     let rec = match frame::decode(&f, EXPORT_PAYLOAD) {
         Ok((_, body)) => ExportRecord::decode(body.try_into().expect("payload")),
         // Torn: only the one writer could be rewriting it, and it is not (requests are
         // served one at a time); a crashed rewrite's odd frame is nobody's to revoke.
-        Err(_) => return false,
+        Err(_) => return Owner::Other,
     };
-    rec.name != *name || (rec.node == node_id(from) && registered(r, t, from).is_some())
+    if rec.name != *name {
+        Owner::Nobody
+    } else if rec.node == node_id(from) && registered(r, t, from).is_some() {
+        Owner::Asker
+    } else {
+        Owner::Other
+    }
 }
 
 /// A MetaServer in local memory, served as its kernel serves it: what tests and the
@@ -122,7 +181,7 @@ pub mod mem {
     use super::super::lookup::{EXPORT_FRAME, PROBE};
     use super::super::request::{Call, Reply, Request, REQUEST_LEN};
     use super::super::tables::{mem::MemRegion, Remote, Tables, Unreachable};
-    use super::serve;
+    use super::{serve, Shares};
 
     /// The node at `from` reaching the region `region`: READs one-sided, writes asked.
     pub struct Served<'a> {
@@ -150,7 +209,14 @@ pub mod mem {
             let n = req.encode(&mut b);
             let req = Request::decode(&b[..n]).expect("a request decodes");
             let mut window = [0u8; PROBE * EXPORT_FRAME];
-            let reply = serve(self.region, &self.tables, self.from, &req, &mut window);
+            let mut held = core::mem::take(&mut self.region.held);
+            held.resize(self.tables.node_slots as usize, 0);
+            let mut shares = Shares {
+                held: &mut held,
+                share: self.region.share,
+            };
+            let reply = serve(self.region, &self.tables, &mut shares, self.from, &req, &mut window);
+            self.region.held = held;
             Reply::decode(&reply.encode()).ok_or(Unreachable)
         }
     }
@@ -198,8 +264,56 @@ mod tests {
     }
 
     fn ask(m: &mut MemRegion, from: u8, req: Request) -> Reply {
+        ask_shared(m, from, req, 64)
+    }
+
+    fn ask_shared(m: &mut MemRegion, from: u8, req: Request, share: u16) -> Reply {
         let mut w = [0u8; PROBE * EXPORT_FRAME];
-        serve(m, &T, [192, 0, 2, from], &req, &mut w)
+        let mut held = core::mem::take(&mut m.held);
+        held.resize(T.node_slots as usize, 0);
+        let mut shares = Shares {
+            held: &mut held,
+            share,
+        };
+        let reply = serve(m, &T, &mut shares, [192, 0, 2, from], &req, &mut w);
+        m.held = held;
+        reply
+    }
+
+    #[test]
+    fn a_node_holds_its_share_of_the_table_and_no_more() {
+        let mut m = MemRegion::new(T.bytes());
+        for n in [1, 2] {
+            assert_eq!(ask(&mut m, n, Request::Register(node(n, 0))), Reply::Registered(1));
+        }
+        let publish = |m: &mut MemRegion, n: u8, what: &str| {
+            ask_shared(m, n, Request::Publish(export(what, n, 1)), 3)
+        };
+        let mut slots = alloc::vec::Vec::new();
+        for what in ["a", "b", "c"] {
+            let Reply::Published(slot) = publish(&mut m, 1, what) else {
+                panic!("{what} not published");
+            };
+            slots.push(slot);
+        }
+        assert_eq!(publish(&mut m, 1, "d"), Reply::Refused(Refusal::Share));
+        // Another node's share is its own.
+        assert!(matches!(publish(&mut m, 2, "e"), Reply::Published(_)));
+        // A refused or repeated revocation frees nothing; a revocation frees one.
+        let a = name("a").unwrap();
+        assert_eq!(
+            ask_shared(&mut m, 2, Request::Revoke { name: a, slot: slots[0] }, 3),
+            Reply::Refused(Refusal::NotYours)
+        );
+        assert_eq!(publish(&mut m, 1, "d"), Reply::Refused(Refusal::Share));
+        assert_eq!(ask_shared(&mut m, 1, Request::Revoke { name: a, slot: slots[0] }, 3), Reply::Revoked);
+        assert_eq!(ask_shared(&mut m, 1, Request::Revoke { name: a, slot: slots[0] }, 3), Reply::Revoked);
+        assert!(matches!(publish(&mut m, 1, "d"), Reply::Published(_)));
+        assert_eq!(publish(&mut m, 1, "f"), Reply::Refused(Refusal::Share));
+        // A new incarnation publishes anew: its count starts over.
+        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(2));
+        let again = ask_shared(&mut m, 1, Request::Publish(export("f", 1, 2)), 3);
+        assert!(matches!(again, Reply::Published(_)), "{again:?}");
     }
 
     #[test]

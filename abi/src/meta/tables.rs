@@ -55,10 +55,15 @@ impl Tables {
         self.node_slots > 0 && self.export_slots as usize >= PROBE
     }
 
+    /// Node `id`'s slot in the node table.
+    pub fn node_slot(&self, id: u16) -> u32 {
+        // checked_rem: no panic path (the kernel build's objtool rejects one).
+        (id as u32).checked_rem(self.node_slots).unwrap_or(0)
+    }
+
     /// Offset of node `id`'s entry.
     pub fn node(&self, id: u16) -> u64 {
-        // checked_rem: no panic path (the kernel build's objtool rejects one).
-        (id as u32).checked_rem(self.node_slots).unwrap_or(0) as u64 * NODE_FRAME as u64
+        self.node_slot(id) as u64 * NODE_FRAME as u64
     }
 
     /// Offset of export slot `slot` (less than `export_slots`).
@@ -132,6 +137,11 @@ pub mod mem {
         pub verbs: u32,
         /// Fail every verb (an unreachable MetaServer).
         pub down: bool,
+        /// The serving kernel's count of names per node slot
+        /// ([`Shares`](crate::meta::serve::Shares)), sized at the first request.
+        pub held: Vec<u16>,
+        /// Names one node may hold (the serving kernel's `max_names_per_node`).
+        pub share: u16,
     }
 
     impl MemRegion {
@@ -141,6 +151,8 @@ pub mod mem {
                 bytes: alloc::vec![0; len],
                 verbs: 0,
                 down: false,
+                held: Vec::new(),
+                share: 64,
             }
         }
 

@@ -16,6 +16,12 @@
 //!   itself `NameTaken` (a name held is not taken);
 //! - other: NAME and NAME-p `NotPermitted`, and where NAME lives too.
 //!
+//! `name-owners fill PREFIX EXPECT HOLD`, as some user, publishes one 4 KiB region as
+//! PREFIX-0, PREFIX-1, ... one name for each word of EXPECT (comma-separated: `ok` or a
+//! reason's name, e.g. `ok,ok,quota`), checks each outcome, prints `filled PREFIX`, and
+//! keeps its names until the file HOLD exists (at most 120 s): the shares of names per
+//! user and per node, tried while other users hold theirs.
+//!
 //! Exits 1 at the first difference, saying what it got.
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -37,7 +43,8 @@ fn main() -> Result<()> {
     match args[..] {
         ["hold", name, secs] => hold(&mut ring, name, Duration::from_secs(secs.parse()?)),
         ["check", addr, name, class] => check(&mut ring, addr.parse()?, name, class),
-        _ => Err("usage: name-owners hold NAME SECS | check ADDR NAME owner|group|other".into()),
+        ["fill", prefix, expect, hold] => fill(&mut ring, prefix, expect, hold),
+        _ => Err("usage: name-owners hold NAME SECS | check ADDR NAME owner|group|other | fill PREFIX EXPECT HOLD".into()),
     }
 }
 
@@ -72,6 +79,25 @@ fn hold(ring: &mut Ring, name: &str, secs: Duration) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(format!("no done word from the owner in {secs:?}").into())
+}
+
+fn fill(ring: &mut Ring, prefix: &str, expect: &str, hold: &str) -> Result<()> {
+    let mr = ring.register(LEN, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
+    for (i, want) in expect.split(',').enumerate() {
+        let name = format!("{prefix}-{i}");
+        let got = outcome(retry(&[Reason::Unreachable], || ring.publish(&mr, &name)));
+        let got = got.map_or("ok", Reason::name);
+        println!("uid {}: publishing {name}: {got}", uid());
+        if got != want {
+            return Err(format!("publishing {name} as uid {} ended {got}, not {want}", uid()).into());
+        }
+    }
+    println!("filled {prefix}");
+    let t = Instant::now();
+    while !std::path::Path::new(hold).exists() && t.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 /// This process's uid.
