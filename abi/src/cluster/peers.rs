@@ -35,6 +35,12 @@ pub const NO_USER: u32 = u32::MAX;
 /// addresses would hold the whole table and fail every other user's first contact.
 pub const DIALS_PER_USER: usize = 2;
 
+/// How long a dial may wait for one of the device's workers to take it, ms: past it the
+/// attempt is failed (the set backs off) and its CONNECTs end `Unreachable`. Workers
+/// take dials oldest first, so a wait this long means every worker stayed on dials
+/// that never answer; nobody's CONNECT waits on them longer than this.
+pub const DIAL_WAIT_MS: i64 = 10_000;
+
 /// One peer node and our set to it.
 #[derive(Clone, Copy, Debug)]
 pub struct Peer {
@@ -49,6 +55,9 @@ pub struct Peer {
     /// A CONNECT asked for its set to be made and no caller has taken the job yet
     /// ([`Peers::take_job`]).
     pub asked: bool,
+    /// When it was asked for, ms: workers take the oldest first, and one asked for
+    /// [`DIAL_WAIT_MS`] is failed.
+    pub asked_ms: i64,
     /// The user (uid) whose CONNECT asked for the attempt under way ([`NO_USER`]: the
     /// kernel's own, or none).
     pub dialer: u32,
@@ -178,6 +187,7 @@ impl Peer {
             bound: 0,
             last_used_ms: now_ms,
             asked: false,
+            asked_ms: now_ms,
             dialer: NO_USER,
             retired: false,
             far_busy: false,
@@ -353,6 +363,13 @@ impl<S: Store> Peers<S> {
                 step.close = Some(p);
                 step.lost_node = Some(node);
             }
+            // Asked for and no worker took it in time: failed, so the set backs off.
+            if self.get(p).is_some_and(|e| e.asked && now_ms - e.asked_ms >= DIAL_WAIT_MS) {
+                if let Some(e) = self.entry(p) {
+                    e.asked = false;
+                }
+                self.attempt_done(p, Attempt::Failed, now_ms);
+            }
         }
         // An adoption that did not complete in time: its connections go, we dial.
         let stale = self.find(addr).filter(|&p| {
@@ -377,6 +394,7 @@ impl<S: Store> Peers<S> {
                 }
                 if let Some(p) = self.entry(peer) {
                     p.asked = true;
+                    p.asked_ms = now_ms;
                     p.dialer = user;
                 }
                 Connect::InProgress
@@ -409,15 +427,17 @@ impl<S: Store> Peers<S> {
         self.table.as_ref().iter().flatten().any(|p| p.asked)
     }
 
-    /// A set a CONNECT asked for and the device's worker did not take yet: its entry
-    /// and address, now taken (each stays asked for until taken, so CONNECTs to other
-    /// nodes meanwhile ask for theirs).
+    /// The set asked for longest ago that no worker took yet: its entry and address,
+    /// now taken (each stays asked for until taken, so CONNECTs to other nodes
+    /// meanwhile ask for theirs). Oldest first, so new dials (a user's to addresses
+    /// that never answer, say) never keep an older one from a worker.
     pub fn take_job(&mut self) -> Option<(u32, [u8; 16])> {
         let t = self.table.as_mut();
         let (i, p) = t
             .iter_mut()
             .enumerate()
-            .find_map(|(i, e)| e.as_mut().filter(|p| p.asked).map(|p| (i, p)))?;
+            .filter_map(|(i, e)| e.as_mut().filter(|p| p.asked).map(|p| (i, p)))
+            .min_by_key(|(_, p)| p.asked_ms)?;
         p.asked = false;
         Some((i as u32, p.addr))
     }
@@ -1064,6 +1084,34 @@ mod tests {
         p.set_me(3);
         let s = p.request(&addr(12), 2, 20, 0, 1, |_| false).unwrap();
         assert_eq!(s.answer, Answer::Accept, "3 > 2: the peer's attempt wins");
+    }
+
+    /// Workers take dials oldest first, and a dial no worker took in
+    /// [`DIAL_WAIT_MS`] fails (`Unreachable`, backing off), never waiting longer.
+    #[test]
+    fn dials_are_taken_oldest_first_and_never_wait_past_their_deadline() {
+        let never = |_| false;
+        let mut p = Peers::with_capacity(3, 1, 0, 2);
+        for (n, t) in [(11, 0), (12, 5), (13, 10)] {
+            let s = p.connect(&addr(n), 0, t, 1000 + n as u32, never);
+            assert_eq!(s.outcome, Connect::InProgress);
+        }
+        // Entry 0's set is made and idle, so a later dial evicts it and takes its
+        // place, first in the table: the oldest is still taken first.
+        assert_eq!(p.take_job().map(|j| j.1), Some(addr(11)));
+        let x = p.find(&addr(11)).unwrap();
+        p.attempt_done(x, Attempt::Established, 11);
+        assert_eq!(p.connect(&addr(14), 0, 12, 2000, never).outcome, Connect::InProgress);
+        assert_eq!(p.find(&addr(14)), Some(x), "entry 0, evicted");
+        assert_eq!(p.take_job().map(|j| j.1), Some(addr(12)));
+        // Waiting for a worker: in progress until the deadline, then failed.
+        let late = 10 + DIAL_WAIT_MS;
+        assert_eq!(p.connect(&addr(13), 0, late - 1, 3000, never).outcome, Connect::InProgress);
+        assert_eq!(p.connect(&addr(13), 0, late, 3000, never).outcome, Connect::Unreachable);
+        let e = p.get(p.find(&addr(13)).unwrap()).unwrap();
+        assert!(!e.asked && matches!(e.set.state(), State::Backoff { .. }));
+        assert_eq!(p.take_job().map(|j| j.1), Some(addr(14)), "13's job is gone");
+        assert_eq!(p.take_job(), None);
     }
 
     #[test]
