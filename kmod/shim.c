@@ -189,7 +189,7 @@ u32 krcore_shim_max_names(bool per_node)
 static uint max_peers = 16;
 module_param(max_peers, uint, 0444);
 MODULE_PARM_DESC(max_peers,
-		 "Peer nodes a device keeps connection sets to at once (default 16, 1-30; a set takes 2 QPs; a new node takes the least recently used idle set's place)");
+		 "Peer nodes a device keeps connection sets to at once (default 16, 1-126, fewer if the device's CQ cannot hold them: 76 on soft-RoCE; a set takes 2 QPs; a new node takes the least recently used idle set's place)");
 
 u32 krcore_shim_max_peers(void)
 {
@@ -499,6 +499,12 @@ void krcore_shim_cqnotify_free(struct krcore_cqnotify *n)
 	for (i = 0; i < KRCORE_NET_WORKERS; i++)
 		cancel_work_sync(&n->net[i].work);
 	kfree(n);
+}
+
+/* The most entries a CQ of `dev` may have (the peer sets the device keeps must fit). */
+u32 krcore_shim_max_cqe(struct ib_device *dev)
+{
+	return max(dev->attrs.max_cqe, 0);
 }
 
 struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe, struct krcore_cqnotify *n)

@@ -222,6 +222,7 @@ void krcore_shim_cqnotify_free(struct krcore_cqnotify *n);
  * freed with the item. */
 void krcore_shim_net_kick(struct krcore_cqnotify *n);
 void krcore_shim_cq_kick(struct krcore_cqnotify *n);
+u32 krcore_shim_max_cqe(struct ib_device *dev);
 struct ib_cq *krcore_shim_alloc_cq(struct ib_device *dev, int nr_cqe, struct krcore_cqnotify *n);
 void krcore_shim_free_cq(struct ib_cq *cq);
 /* Arms the CQ for one event; > 0 when completions may have been missed: poll again. */

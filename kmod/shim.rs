@@ -143,6 +143,7 @@ extern "C" {
     pub(crate) fn krcore_shim_cqnotify_free(n: *mut CqNotify);
     pub(crate) fn krcore_shim_net_kick(n: *mut CqNotify);
     pub(crate) fn krcore_shim_cq_kick(n: *mut CqNotify);
+    pub(crate) fn krcore_shim_max_cqe(dev: *mut IbDevice) -> u32;
     pub(crate) fn krcore_shim_alloc_cq(
         dev: *mut IbDevice,
         nr_cqe: c_int,

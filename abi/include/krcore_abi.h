@@ -86,6 +86,12 @@
 // addresses would hold the whole table and fail every other user's first contact.
 #define krcore_DIALS_PER_USER 2
 
+// How long a dial may wait for one of the device's workers to take it, ms: past it the
+// attempt is failed (the set backs off) and its CONNECTs end `Unreachable`. Workers
+// take dials oldest first, so a wait this long means every worker stayed on dials
+// that never answer; nobody's CONNECT waits on them longer than this.
+#define krcore_DIAL_WAIT_MS 10000
+
 // Revocations under way at once (a DEREG_MR past them waits).
 #define krcore_MAX_REVOKING 16
 
@@ -153,6 +159,9 @@
 // queue has room for them (see the module's set QPs), so they never take a ring's
 // credit. A notice waits in its link (see `message`) while there is no room.
 #define krcore_NOTICE_ROOM 16
+
+// Physical QPs a device may have: the size of every [`QpBits`].
+#define krcore_MAX_QPS 256
 
 // The default deadline of a send request: past it with no completion on its QP, the
 // QP is failed and its requests complete with `Deadline` (the module's

@@ -33,7 +33,7 @@ use core::sync::atomic::Ordering;
 use crate::abi::cluster::conn_set::{Answer, Attempt, State};
 use crate::abi::cluster::notice::Notice;
 use crate::abi::cluster::peers::{node_of, Connect, Peers, NO_USER};
-use crate::abi::engine::Connection;
+use crate::abi::engine::{Connection, QpBits};
 use crate::abi::errno::Errno;
 use crate::engine::backend::POOL_QPS;
 use crate::engine::backend::SetEnd;
@@ -42,9 +42,9 @@ use crate::shim::{self, CmConn, IbQp};
 use crate::engine::store::{KBuf, KStore};
 
 /// Peer nodes a device can keep sets to at once, at most (the `max_peers` module
-/// parameter says how many it does): the engine keeps per-QP bits in 64-bit words
-/// (abi's recovery), and the pool takes 4 of them.
-pub(crate) const PEER_SETS_MAX: usize = 30;
+/// parameter says how many it does): the engine keeps a bit per physical QP in sets of
+/// abi's `MAX_QPS`, and the pool takes 4 of them.
+pub(crate) const PEER_SETS_MAX: usize = (crate::abi::engine::MAX_QPS - POOL_QPS) / QPS_PER_SET;
 /// QPs in a set.
 pub(crate) const QPS_PER_SET: usize = 2;
 /// Physical QP slots of the sets, after the pool's.
@@ -77,8 +77,8 @@ pub(crate) struct DialJob {
 /// The device's sets.
 pub(crate) struct PeerSets {
     table: Peers<KStore>,
-    /// Slot `i` (physical QP `POOL_QPS + i`).
-    qps: [Option<PeerQp>; PEER_QPS],
+    /// Slot `i` (physical QP `POOL_QPS + i`), [`QPS_PER_SET`] for each entry.
+    qps: KBuf<Option<PeerQp>>,
 }
 
 // SAFETY: the handles are used only under the membership mutex.
@@ -90,12 +90,13 @@ impl PeerSets {
         self.table.write(now_ms, w)
     }
 
-    /// No sets yet, for node `me`.
-    pub(crate) fn new(me: u16) -> Result<PeerSets> {
-        let table = KBuf::filled(max_peers(), None, GFP_KERNEL)?;
+    /// No sets yet, for node `me`, room for `peers` (at most [`PEER_SETS_MAX`]).
+    pub(crate) fn new(me: u16, peers: usize) -> Result<PeerSets> {
+        let peers = peers.min(PEER_SETS_MAX);
+        let table = KBuf::filled(peers, None, GFP_KERNEL)?;
         Ok(PeerSets {
             table: Peers::new(table, me, POOL_QPS as u32, QPS_PER_SET as u32),
-            qps: [None; PEER_QPS],
+            qps: KBuf::filled(peers * QPS_PER_SET, None, GFP_KERNEL)?,
         })
     }
 
@@ -119,7 +120,7 @@ impl PeerSets {
     ) -> Result<Connection, Errno> {
         // Only the node's own entry is asked about: look first, with the handles.
         // Asked of the node's own entry, and of entries that might be evicted.
-        let qps = &self.qps;
+        let qps = self.qps.as_ref();
         let step = self
             .table
             .connect(addr, service, now_ms, user, |p| set_broken(shared, qps, p));
@@ -131,7 +132,7 @@ impl PeerSets {
         }
         match step.outcome {
             Connect::Bind { peer, slot } => {
-                let q = self.qps[(slot as usize) - POOL_QPS].ok_or(Errno::EHOSTUNREACH)?;
+                let q = self.qps.as_ref()[(slot as usize) - POOL_QPS].ok_or(Errno::EHOSTUNREACH)?;
                 self.table.bind(peer);
                 self.tell(shared);
                 Ok(Connection {
@@ -158,7 +159,7 @@ impl PeerSets {
     pub(crate) fn ready(&self, addr: &[u8; 16]) -> Option<u32> {
         let p = self.table.find(addr)?;
         matches!(self.table.get(p)?.set.state(), State::Ready { .. })
-            .then(|| self.qps[self.table.qps(p).start as usize - POOL_QPS].map(|q| q.qpn))
+            .then(|| self.qps.as_ref()[self.table.qps(p).start as usize - POOL_QPS].map(|q| q.qpn))
             .flatten()
     }
 
@@ -177,7 +178,7 @@ impl PeerSets {
         qp: u32,
     ) -> Result<Connection, Errno> {
         let slot = (qp as usize).checked_sub(POOL_QPS).ok_or(Errno::EHOSTUNREACH)?;
-        let q = (*self.qps.get(slot).ok_or(Errno::EHOSTUNREACH)?).ok_or(Errno::EHOSTUNREACH)?;
+        let q = (*self.qps.as_ref().get(slot).ok_or(Errno::EHOSTUNREACH)?).ok_or(Errno::EHOSTUNREACH)?;
         self.table.accept(addr, qp).ok_or(Errno::EHOSTUNREACH)?;
         self.tell(shared);
         Ok(Connection {
@@ -208,9 +209,9 @@ impl PeerSets {
         // Set before trying: a notice completing while a post finds no room sees it,
         // and tells again once this lock is let go.
         shared.tells_waiting.store(true, Ordering::SeqCst);
-        let (mut tried, mut waiting) = (0u64, false);
+        let (mut tried, mut waiting) = (QpBits::EMPTY, false);
         while let Some((peer, slot, busy)) = self.table.next_tell(tried) {
-            tried |= 1u64 << slot;
+            tried.insert(slot);
             if shared.post_notice(slot, &Notice::Use { busy }) {
                 self.table.told(peer, busy);
             } else {
@@ -277,7 +278,7 @@ impl PeerSets {
             gid: *addr,
         };
         shared.install_qp(slot as usize, q.qp, q.qpn, Some(end));
-        self.qps[slot as usize - POOL_QPS] = Some(q);
+        self.qps.as_mut()[slot as usize - POOL_QPS] = Some(q);
         // Only now may the peer's notices land: a notice completion for a QP number the
         // router does not know yet would be dropped (a lost Revoke goes unanswered).
         // SAFETY: a live connection this set holds (cm.c's mutex is innermost).
@@ -298,7 +299,7 @@ impl PeerSets {
         if index as usize >= QPS_PER_SET {
             return Err(Errno::EINVAL);
         }
-        let qps = &self.qps;
+        let qps = self.qps.as_ref();
         let step = self
             .table
             .request(addr, node, 0, index, now_ms, |p| set_broken(shared, qps, p))
@@ -337,7 +338,7 @@ impl PeerSets {
             return (None, None);
         }
         let slot = self.table.qps(p).start + index;
-        if let Some(old) = self.qps[slot as usize - POOL_QPS].take() {
+        if let Some(old) = self.qps.as_mut()[slot as usize - POOL_QPS].take() {
             // A connection of an adoption given up and begun again: replaced.
             shared.install_qp(slot as usize, core::ptr::null_mut(), old.qpn, None);
             shared.let_go(old.conn);
@@ -359,7 +360,7 @@ impl PeerSets {
     /// Closes entry `peer`'s set: nothing posts on its QPs from here.
     fn close(&mut self, shared: &Shared, peer: u32) {
         for s in self.table.qps(peer) {
-            if let Some(q) = self.qps[s as usize - POOL_QPS].take() {
+            if let Some(q) = self.qps.as_mut()[s as usize - POOL_QPS].take() {
                 // The number stays: the slot's accounting is still swept (fabric.rs).
                 shared.install_qp(s as usize, core::ptr::null_mut(), q.qpn, None);
                 shared.let_go(q.conn);
@@ -370,7 +371,7 @@ impl PeerSets {
     /// The device is going: cm.c tore every connection down already; let go of the
     /// handles (dialed and adopted alike; the drains' go with theirs).
     pub(crate) fn forget(&mut self) {
-        for q in self.qps.iter_mut().filter_map(Option::take) {
+        for q in self.qps.as_mut().iter_mut().filter_map(Option::take) {
             // SAFETY: a handle cm_connect gave, released once.
             unsafe { shim::krcore_shim_cm_put(q.conn) };
         }
@@ -382,7 +383,7 @@ impl PeerSets {
 /// vanished: retries exhausted, or requests stuck past the deadline). `qps`: the set
 /// slots' connections (a free function, for abi's decisions that ask it of any entry
 /// while the table is borrowed).
-fn set_broken(shared: &Shared, qps: &[Option<PeerQp>; PEER_QPS], peer: u32) -> bool {
+fn set_broken(shared: &Shared, qps: &[Option<PeerQp>], peer: u32) -> bool {
     let first = peer as usize * QPS_PER_SET;
     (first..first + QPS_PER_SET).any(|k| {
         let failed = shared.qps[POOL_QPS + k].lock().acct.failed();

@@ -42,17 +42,32 @@ const _: () = assert!(FAR_WRITE_WR_ID == u64::MAX - 0x4000_0001);
 const RECV_DEPTH: u32 = 1;
 /// Physical QP slots of a device: the pool's, then the peer sets' (peer.rs).
 pub(crate) const QPS: usize = POOL_QPS + crate::cluster::peer::PEER_QPS;
-const _: () = assert!(QPS <= 64, "abi's recovery keeps a bit per QP in a u64");
+const _: () = assert!(QPS <= crate::abi::engine::MAX_QPS, "abi's recovery keeps a bit per QP in a QpBits");
 /// CQ entries: room for every request the pool and the peer sets can have outstanding
 /// (a peer QP has the pool's depths: cm.c creates it so).
 /// A set's QP may flush every work request it holds (a message to another node is two)
 /// and every notice receive (cm.c's sizes).
 const SET_CQES: u32 = 2 * SEND_DEPTH + NOTICE_ROOM + NOTICE_RECVS;
-/// A pool QP flushes a message as its three work requests (fastreg.c), and a marker;
-/// the sets count as many as the device keeps (`max_peers`).
-fn cq_depth() -> i32 {
-    let sets = (crate::cluster::peer::max_peers() * crate::cluster::peer::QPS_PER_SET) as u32;
-    (POOL_QPS as u32 * (3 * SEND_DEPTH + 1 + RECV_DEPTH) + sets * SET_CQES) as i32
+/// A pool QP flushes a message as its three work requests (fastreg.c), and a marker.
+const POOL_CQES: u32 = POOL_QPS as u32 * (3 * SEND_DEPTH + 1 + RECV_DEPTH);
+/// CQ entries for the pool and `peers` sets.
+fn cq_depth(peers: usize) -> i32 {
+    let sets = (peers * crate::cluster::peer::QPS_PER_SET) as u32;
+    (POOL_CQES + sets * SET_CQES) as i32
+}
+
+/// Peer sets device `ib` keeps: the `max_peers` parameter, or as many as its CQ can
+/// hold if fewer (soft-RoCE's CQs hold 32,768 entries: 76 sets), said in the log.
+pub(crate) fn peer_sets(ib: *mut IbDevice) -> usize {
+    let want = crate::cluster::peer::max_peers();
+    // SAFETY: `ib` is a live device (ib_client add).
+    let max_cqe = unsafe { shim::krcore_shim_max_cqe(ib) };
+    let per_set = crate::cluster::peer::QPS_PER_SET as u32 * SET_CQES;
+    let fit = (max_cqe.saturating_sub(POOL_CQES) / per_set).max(1) as usize;
+    if fit < want {
+        pr_info!("max_peers={want} needs more CQ entries than the device has ({max_cqe}): it keeps {fit} peer sets\n");
+    }
+    want.min(fit)
 }
 /// GID table entries searched for the local RoCE v2 GID.
 const GID_SEARCH: u32 = 16;
@@ -102,14 +117,15 @@ unsafe impl Send for Hw {}
 impl Hw {
     /// Allocates the device's PD and CQ, whose events queue `notify`'s work. Must not be
     /// called from an atomic context.
-    pub(crate) fn new(ib: *mut IbDevice, notify: *mut CqNotify) -> Result<Hw> {
+    /// The device's verbs objects, its CQ sized for the pool and `peers` sets.
+    pub(crate) fn new(ib: *mut IbDevice, notify: *mut CqNotify, peers: usize) -> Result<Hw> {
         // SAFETY: `ib` is a live device (ib_client add).
         let pd = unsafe { shim::krcore_shim_alloc_pd(ib) };
         if let Some(e) = ptr_err(pd) {
             return Err(e.into());
         }
         // SAFETY: as above.
-        let cq = unsafe { shim::krcore_shim_alloc_cq(ib, cq_depth(), notify) };
+        let cq = unsafe { shim::krcore_shim_alloc_cq(ib, cq_depth(peers), notify) };
         if let Some(e) = ptr_err(cq) {
             // SAFETY: allocated just above, released once.
             unsafe { shim::krcore_shim_dealloc_pd(pd) };

@@ -41,6 +41,8 @@ use crate::abi::cluster::revoke::{Progress, Revocations};
 use crate::cluster::peer::{DialJob, PeerQp, PeerSets, QPS_PER_SET};
 use crate::shim::{self, CmConn, IbQp};
 use crate::engine::store::KStore;
+use crate::engine::qp_bits::AtomicQpBits;
+use crate::abi::engine::QpBits;
 
 /// One pooled QP, under its mutex.
 pub(crate) struct QpCell {
@@ -87,7 +89,7 @@ pub(crate) struct Shared {
     /// `cluster::revoke`): taken after a shard's lock, before a QP's.
     pub(crate) revocations: Pin<KBox<Mutex<Revocations>>>,
     /// Set QP slots with a live connection, a bit each (whom a revocation asks).
-    far_live: AtomicU64,
+    far_live: AtomicQpBits,
     /// A change in this node's use of a set is still to be told to its peer (its QP had
     /// no room for the notice): the next notice completion tells it (peer.rs).
     pub(crate) tells_waiting: AtomicBool,
@@ -199,7 +201,7 @@ impl Shared {
                 new_mutex!(Revocations::new(), "krcore_revocations"),
                 GFP_KERNEL,
             )?,
-            far_live: AtomicU64::new(0),
+            far_live: AtomicQpBits::new(),
             revoke_waiting: AtomicBool::new(false),
             tells_waiting: AtomicBool::new(false),
             drains: KBox::pin_init(new_mutex!(SetDrains::new(), "krcore_drains"), GFP_KERNEL)?,
@@ -210,7 +212,7 @@ impl Shared {
 
     /// Whether any set QP has a live connection (its peer's notices may come).
     pub(crate) fn sets_live(&self) -> bool {
-        self.far_live.load(Ordering::Acquire) != 0
+        !self.far_live.load().is_empty()
     }
 
     /// Whether the CQ or the recovery may have anything (a hint; see the module doc).
@@ -287,18 +289,17 @@ impl Shared {
             c.post.qp = qp;
             c.post.peer = set;
         }
-        let bit = 1u64 << i;
         if set.is_some() {
             self.qp(i as u32, |q, _| {
                 q.revive();
                 q.set_listening(true);
             });
-            self.far_live.fetch_or(bit, Ordering::AcqRel);
+            self.far_live.insert(i as u32);
         } else {
             self.qp(i as u32, |q, _| q.set_listening(false));
-            self.far_live.fetch_and(!bit, Ordering::AcqRel);
+            self.far_live.remove(i as u32);
             // Nothing of it lands any more: no answer is awaited from it.
-            self.revocations.lock().lost(bit);
+            self.revocations.lock().lost(QpBits::one(i as u32));
         }
         self.qpns[i].store(qpn, Ordering::Relaxed);
     }
@@ -322,14 +323,14 @@ impl Shared {
         self.busy_qps.section(acct, post, |q, _| q.lost(closed));
     }
 
-    /// Every QP slot fits a bit of the revocations' masks (a notice for a slot past them
-    /// could never be marked as having no room).
-    const _SLOTS_FIT: () = assert!(crate::engine::backend::QPS <= 64);
+    /// Every QP slot fits the revocations' sets (a notice for a slot past them could
+    /// never be marked as having no room).
+    const _SLOTS_FIT: () = assert!(crate::engine::backend::QPS <= crate::abi::engine::MAX_QPS);
 
-    /// Fails the set QPs `slots` (a bit each) that never answered a revocation by its
-    /// deadline: nothing of theirs lands after.
-    fn fail_silent(&self, slots: u64) {
-        for i in (0..self.qps.len() as u32).filter(|&i| i < 64 && slots & (1 << i) != 0) {
+    /// Fails the set QPs `slots` that never answered a revocation by its deadline:
+    /// nothing of theirs lands after.
+    fn fail_silent(&self, slots: QpBits) {
+        for i in slots.iter().filter(|&i| (i as usize) < self.qps.len()) {
             self.qp(i, |q, _| q.fail_with(Reason::Deadline));
         }
     }
@@ -339,12 +340,12 @@ impl Shared {
     /// other QP's.
     pub(crate) fn flush_revocations(&self) {
         let mut r = self.revocations.lock();
-        let mut full = 0u64;
+        let mut full = QpBits::EMPTY;
         while let Some(due) = r.next_due(full) {
             let live = (due.slot as usize) < self.qps.len();
             let sent = live && self.post_notice(due.slot, &due.notice);
             if !sent && live {
-                full |= 1u64.checked_shl(due.slot).unwrap_or(0);
+                full.insert(due.slot);
                 continue;
             }
             r.sent(due);
@@ -635,12 +636,12 @@ impl Fabric<KStore> for Shared {
         // Imported elsewhere perhaps: every node with a set is told before it goes. A
         // full table takes nothing away yet: the caller waits for room.
         if let Some(rkey) = rkey {
-            let live = self.far_live.load(Ordering::Acquire);
+            let live = self.far_live.load();
             let now = crate::engine::devctx::coarse_ms();
             let silent = {
                 let mut r = self.revocations.lock();
                 if r.begin(rkey, live, now) {
-                    0
+                    QpBits::EMPTY
                 } else {
                     // Room from revocations past their deadline (a closed ring's may
                     // have nobody to end them), whose silent QPs fail.

@@ -11,4 +11,5 @@ pub(crate) mod cq_events;
 pub(crate) mod devctx;
 pub(crate) mod fabric;
 pub(crate) mod keys;
+pub(crate) mod qp_bits;
 pub(crate) mod store;

@@ -22,7 +22,7 @@
 
 use core::ops::Range;
 
-use super::super::engine::Store;
+use super::super::engine::{QpBits, Store, MAX_QPS};
 use super::conn_set::{Action, Answer, Attempt, ConnSet, State};
 
 /// The user of the kernel's own CONNECTs (prewarming, a listen's accept; no uid is
@@ -589,19 +589,18 @@ impl<S: Store> Peers<S> {
     }
 
     /// The next change of this node's use of a set the peer is to be told of, on an
-    /// entry whose first slot is not in `skip` (a bit each: slots that had no room
-    /// this time): the entry, the slot to tell it on, and whether virtual QPs are
+    /// entry whose first slot is not in `skip` (slots that had no room this time): the entry, the slot to tell it on, and whether virtual QPs are
     /// bound, when that is not what the peer last heard (a use that began and ended, or
     /// ended and began again, before it was told says nothing). Only a set that is up
     /// or being adopted is told (one being made is told once up: the caller asks again
     /// then).
-    pub fn next_tell(&self, skip: u64) -> Option<(u32, u32, bool)> {
+    pub fn next_tell(&self, skip: QpBits) -> Option<(u32, u32, bool)> {
         (0..self.table.as_ref().len() as u32).find_map(|i| {
             let p = self.get(i)?;
             let slot = self.qps(i).start;
             let live = matches!(p.set.state(), State::Ready { .. } | State::Adopting { .. });
-            // A slot past the masks is never told (it could never be skipped).
-            let skipped = slot >= 64 || skip & (1 << slot) != 0;
+            // A slot past the sets is never told (it could never be skipped).
+            let skipped = slot as usize >= MAX_QPS || skip.contains(slot);
             let busy = p.tell.filter(|&b| b != p.heard)?;
             (live && !skipped && !p.retired).then_some((i, slot, busy))
         })
@@ -830,29 +829,29 @@ mod tests {
         let Dial::Connect { peer, .. } = p.dial(&addr(10), 10, 1, 0, |_| false) else {
             panic!()
         };
-        assert_eq!(p.next_tell(0), None);
+        assert_eq!(p.next_tell(QpBits::EMPTY), None);
         p.bind(peer);
-        assert_eq!(p.next_tell(0), None, "not while the set is being made");
+        assert_eq!(p.next_tell(QpBits::EMPTY), None, "not while the set is being made");
         p.attempt_done(peer, Attempt::Established, 0);
-        assert_eq!(p.next_tell(0), Some((peer, 4, true)));
-        assert_eq!(p.next_tell(1 << 4), None, "its slot had no room");
+        assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)));
+        assert_eq!(p.next_tell(QpBits::one(4)), None, "its slot had no room");
         p.told(peer, true);
-        assert_eq!(p.next_tell(0), None);
+        assert_eq!(p.next_tell(QpBits::EMPTY), None);
         p.bind(peer);
         p.unbind(peer);
-        assert_eq!(p.next_tell(0), None, "still bound");
+        assert_eq!(p.next_tell(QpBits::EMPTY), None, "still bound");
         p.unbind(peer);
-        assert_eq!(p.next_tell(0), Some((peer, 4, false)));
+        assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, false)));
         // Bound again before it was told: what the peer heard holds, nothing goes.
         p.bind(peer);
-        assert_eq!(p.next_tell(0), None);
+        assert_eq!(p.next_tell(QpBits::EMPTY), None);
         p.unbind(peer);
         p.told(peer, false);
-        assert_eq!(p.next_tell(0), None);
+        assert_eq!(p.next_tell(QpBits::EMPTY), None);
         // Told false, then bound and the tell's answer comes late: the latest use goes.
         p.bind(peer);
         p.told(peer, false);
-        assert_eq!(p.next_tell(0), Some((peer, 4, true)), "a stale answer clears nothing");
+        assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)), "a stale answer clears nothing");
     }
 
     /// A use that begins and ends before the peer is told (a CONNECT whose join failed,
@@ -865,9 +864,9 @@ mod tests {
             p.bind(peer);
             p.unbind(peer);
         }
-        assert_eq!(p.next_tell(0), None);
+        assert_eq!(p.next_tell(QpBits::EMPTY), None);
         p.bind(peer);
-        assert_eq!(p.next_tell(0), Some((peer, 4, true)));
+        assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)));
     }
 
     /// A user's CONNECTs to addresses that never answer hold at most

@@ -22,6 +22,7 @@
 //! [`Notice::Revoke`]: super::notice::Notice::Revoke
 //! [`Notice::RevokeAck`]: super::notice::Notice::RevokeAck
 
+use super::super::engine::QpBits;
 use super::notice::Notice;
 
 /// Revocations under way at once (a DEREG_MR past them waits).
@@ -34,10 +35,10 @@ pub const MAX_ACKS: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Revoking {
     rkey: u32,
-    /// Set QPs (a bit each) whose Revoke is still to be posted.
-    due: u64,
+    /// Set QPs whose Revoke is still to be posted.
+    due: QpBits,
     /// Set QPs whose answer is awaited.
-    awaiting: u64,
+    awaiting: QpBits,
     /// Begun at, ms.
     since_ms: i64,
 }
@@ -49,8 +50,8 @@ pub enum Progress {
     Done,
     /// Answers are awaited.
     Pending,
-    /// The deadline passed: fail these QPs (a bit each), then the memory may go.
-    TimedOut(u64),
+    /// The deadline passed: fail these QPs, then the memory may go.
+    TimedOut(QpBits),
 }
 
 /// A notice for the device to post, on set QP `slot`.
@@ -84,11 +85,11 @@ impl Revocations {
         }
     }
 
-    /// Begins revoking the export `rkey` at `now_ms` on the live set QPs `slots` (a
-    /// bit each); `false` when the table is full (try again). Nothing is recorded when
-    /// no QP is live.
-    pub fn begin(&mut self, rkey: u32, slots: u64, now_ms: i64) -> bool {
-        if slots == 0 || self.find(rkey).is_some() {
+    /// Begins revoking the export `rkey` at `now_ms` on the live set QPs `slots`;
+    /// `false` when the table is full (try again). Nothing is recorded when no QP is
+    /// live.
+    pub fn begin(&mut self, rkey: u32, slots: QpBits, now_ms: i64) -> bool {
+        if slots.is_empty() || self.find(rkey).is_some() {
             return true;
         }
         let Some(e) = self.revoking.iter_mut().find(|e| e.is_none()) else {
@@ -110,7 +111,7 @@ impl Revocations {
             return Progress::Done;
         };
         let r = self.revoking[i].expect("found");
-        if r.awaiting == 0 {
+        if r.awaiting.is_empty() {
             self.revoking[i] = None;
             return Progress::Done;
         }
@@ -122,10 +123,10 @@ impl Revocations {
     }
 
     /// Ends every revocation past the deadline at `now_ms` (room for new ones, whoever
-    /// began them): the QPs still silent (a bit each), which the caller fails, so that
-    /// nothing of theirs lands after, as [`Progress::TimedOut`] says.
-    pub fn expire(&mut self, now_ms: i64, deadline_ms: i64) -> u64 {
-        let mut silent = 0;
+    /// began them): the QPs still silent, which the caller fails, so that nothing of
+    /// theirs lands after, as [`Progress::TimedOut`] says.
+    pub fn expire(&mut self, now_ms: i64, deadline_ms: i64) -> QpBits {
+        let mut silent = QpBits::EMPTY;
         for e in self.revoking.iter_mut() {
             if let Some(r) = *e {
                 if now_ms - r.since_ms > deadline_ms {
@@ -143,25 +144,24 @@ impl Revocations {
             return false;
         };
         let r = self.revoking[i].as_mut().expect("found");
-        let bit = 1u64.checked_shl(slot).unwrap_or(0);
-        r.awaiting &= !bit;
-        r.due &= !bit;
-        r.awaiting == 0
+        r.awaiting.remove(slot);
+        r.due.remove(slot);
+        r.awaiting.is_empty()
     }
 
     /// Set QPs `slots` went (their set closed or failed): nothing of them lands any
     /// more, so no answer is awaited from them; whether that finished a revocation.
-    pub fn lost(&mut self, slots: u64) -> bool {
+    pub fn lost(&mut self, slots: QpBits) -> bool {
         let mut finished = false;
         for r in self.revoking.iter_mut().flatten() {
             let was = r.awaiting;
-            r.awaiting &= !slots;
-            r.due &= !slots;
-            finished |= was != 0 && r.awaiting == 0;
+            r.awaiting -= slots;
+            r.due -= slots;
+            finished |= !was.is_empty() && r.awaiting.is_empty();
         }
         self.acks
             .iter_mut()
-            .filter(|a| a.is_some_and(|(s, _)| s < 64 && slots & (1 << s) != 0))
+            .filter(|a| a.is_some_and(|(s, _)| slots.contains(s)))
             .for_each(|a| *a = None);
         finished
     }
@@ -180,10 +180,10 @@ impl Revocations {
         }
     }
 
-    /// The next notice to post on a QP not in `skip` (a bit each: QPs that had no room
-    /// this time), if any: answers first (a peer waits on them), then Revokes.
-    pub fn next_due(&self, skip: u64) -> Option<Due> {
-        let skipped = |slot: u32| slot < 64 && skip & (1 << slot) != 0;
+    /// The next notice to post on a QP not in `skip` (QPs that had no room this time),
+    /// if any: answers first (a peer waits on them), then Revokes.
+    pub fn next_due(&self, skip: QpBits) -> Option<Due> {
+        let skipped = |slot: u32| skip.contains(slot);
         if let Some((slot, rkey)) = self.acks.iter().flatten().find(|(s, _)| !skipped(*s)) {
             return Some(Due {
                 slot: *slot,
@@ -191,9 +191,8 @@ impl Revocations {
             });
         }
         self.revoking.iter().flatten().find_map(|r| {
-            let due = r.due & !skip;
-            (due != 0).then(|| Due {
-                slot: due.trailing_zeros(),
+            (r.due - skip).first().map(|slot| Due {
+                slot,
                 notice: Notice::Revoke { rkey: r.rkey },
             })
         })
@@ -210,7 +209,7 @@ impl Revocations {
             Notice::Revoke { rkey } => {
                 if let Some(i) = self.find(rkey) {
                     let r = self.revoking[i].as_mut().expect("found");
-                    r.due &= !1u64.checked_shl(due.slot).unwrap_or(0);
+                    r.due.remove(due.slot);
                 }
             }
             _ => {}
@@ -228,13 +227,18 @@ impl Revocations {
 mod tests {
     use super::*;
 
+    /// The QPs of `mask`, a bit each.
+    fn b(mask: u64) -> QpBits {
+        QpBits::from_words([mask, 0, 0, 0])
+    }
+
     #[test]
     fn a_revocation_waits_for_every_qp_then_is_done() {
         let mut r = Revocations::new();
-        assert!(r.begin(7, 0b1100, 0));
+        assert!(r.begin(7, b(0b1100), 0));
         assert_eq!(r.progress(7, 1, 5_000), Progress::Pending);
         // Revokes go out on each live QP, one at a time.
-        let d = r.next_due(0).unwrap();
+        let d = r.next_due(b(0)).unwrap();
         assert_eq!(
             d,
             Due {
@@ -243,53 +247,53 @@ mod tests {
             }
         );
         r.sent(d);
-        assert_eq!(r.next_due(0).unwrap().slot, 3);
+        assert_eq!(r.next_due(b(0)).unwrap().slot, 3);
         assert!(!r.acked(7, 2), "one QP of two answered");
         assert!(r.acked(7, 3));
         assert_eq!(r.progress(7, 2, 5_000), Progress::Done);
         assert_eq!(r.progress(7, 3, 5_000), Progress::Done, "forgotten: done");
-        assert_eq!(r.next_due(0), None);
+        assert_eq!(r.next_due(b(0)), None);
     }
 
     #[test]
     fn silence_times_out_and_names_the_qps_to_fail() {
         let mut r = Revocations::new();
-        r.begin(7, 0b11, 0);
+        r.begin(7, b(0b11), 0);
         r.acked(7, 0);
-        assert_eq!(r.progress(7, 5_001, 5_000), Progress::TimedOut(0b10));
+        assert_eq!(r.progress(7, 5_001, 5_000), Progress::TimedOut(b(0b10)));
         // A QP that went needs no answer.
-        r.begin(8, 0b11, 0);
+        r.begin(8, b(0b11), 0);
         r.acked(8, 0);
-        assert!(r.lost(0b10));
+        assert!(r.lost(b(0b10)));
         assert_eq!(r.progress(8, 1, 5_000), Progress::Done);
         // Nothing live: nothing to wait for.
-        assert!(r.begin(9, 0, 0));
+        assert!(r.begin(9, b(0), 0));
         assert_eq!(r.progress(9, 0, 5_000), Progress::Done);
     }
 
     #[test]
     fn answers_go_first_and_the_tables_are_bounded() {
         let mut r = Revocations::new();
-        r.begin(1, 1, 0);
+        r.begin(1, b(1), 0);
         assert!(r.owe_ack(4, 99));
         assert_eq!(
-            r.next_due(0),
+            r.next_due(b(0)),
             Some(Due {
                 slot: 4,
                 notice: Notice::RevokeAck { rkey: 99 }
             })
         );
-        r.sent(r.next_due(0).unwrap());
-        assert_eq!(r.next_due(0).unwrap().notice, Notice::Revoke { rkey: 1 });
+        r.sent(r.next_due(b(0)).unwrap());
+        assert_eq!(r.next_due(b(0)).unwrap().notice, Notice::Revoke { rkey: 1 });
         for k in 0..MAX_REVOKING as u32 - 1 {
-            assert!(r.begin(100 + k, 1, 0));
+            assert!(r.begin(100 + k, b(1), 0));
         }
-        assert!(!r.begin(500, 1, 0), "full: the DEREG_MR waits");
+        assert!(!r.begin(500, b(1), 0), "full: the DEREG_MR waits");
         for k in 0..MAX_ACKS as u32 {
             assert!(r.owe_ack(0, k));
         }
         assert!(!r.owe_ack(0, 1000));
-        assert!(r.lost(1), "the revocations awaiting it are over");
+        assert!(r.lost(b(1)), "the revocations awaiting it are over");
         assert!(
             r.acks.iter().all(Option::is_none),
             "its answers owed went with it"
@@ -300,15 +304,15 @@ mod tests {
     fn a_full_table_makes_room_from_revocations_past_their_deadline() {
         let mut r = Revocations::new();
         for k in 0..MAX_REVOKING as u32 {
-            assert!(r.begin(k, 0b100, k as i64));
+            assert!(r.begin(k, b(0b100), k as i64));
         }
-        assert!(!r.begin(99, 0b1, 100));
-        assert_eq!(r.expire(5_000, 5_000), 0, "none past it yet");
+        assert!(!r.begin(99, b(0b1), 100));
+        assert_eq!(r.expire(5_000, 5_000), b(0), "none past it yet");
         // The first two are past it: their silent QP is named, their places free.
-        assert_eq!(r.expire(5_002, 5_000), 0b100);
-        assert!(r.begin(99, 0b1, 5_002));
-        assert!(r.begin(98, 0b1, 5_002));
-        assert!(!r.begin(97, 0b1, 5_002));
+        assert_eq!(r.expire(5_002, 5_000), b(0b100));
+        assert!(r.begin(99, b(0b1), 5_002));
+        assert!(r.begin(98, b(0b1), 5_002));
+        assert!(!r.begin(97, b(0b1), 5_002));
         // Their own DEREG_MRs find them gone: the QPs that never answered are failed.
         assert_eq!(r.progress(0, 5_003, 5_000), Progress::Done);
     }
@@ -318,9 +322,9 @@ mod tests {
         let mut r = Revocations::new();
         // QP 3's notices wait (its set failed, still installed); QP 5's go.
         assert!(r.owe_ack(3, 40));
-        assert!(r.begin(7, 0b1000, 0));
-        assert!(r.begin(8, 0b10_1000, 0));
-        let skip = 1 << 3;
+        assert!(r.begin(7, b(0b1000), 0));
+        assert!(r.begin(8, b(0b10_1000), 0));
+        let skip = QpBits::one(3);
         let d = r.next_due(skip).unwrap();
         assert_eq!(
             d,
@@ -331,6 +335,6 @@ mod tests {
         );
         r.sent(d);
         assert_eq!(r.next_due(skip), None, "only QP 3's are left");
-        assert_eq!(r.next_due(0).unwrap().slot, 3);
+        assert_eq!(r.next_due(b(0)).unwrap().slot, 3);
     }
 }

@@ -49,6 +49,7 @@ use super::cqe::Reason;
 use super::fabric::Qps;
 use super::message::{End, Holder, Link, Messages, PostedRecv, Target, Tuple, WaitingSend, NIL};
 use super::qp::Posted;
+use super::qp_bits::QpBits;
 use super::ring_state::Completion;
 use super::wrid::{backend_index, backend_wr_id};
 use super::Store;
@@ -766,16 +767,15 @@ impl<S: Store> Messages<S> {
         }
     }
 
-    /// Set QPs in `failed` (a bit each) failed: every far link on one ends (see the
-    /// module doc).
-    pub fn fail_far(&mut self, failed: u64, qps: &(impl Qps<S> + ?Sized)) {
-        if failed == 0 {
+    /// Set QPs in `failed` failed: every far link on one ends (see the module doc).
+    pub fn fail_far(&mut self, failed: QpBits, qps: &(impl Qps<S> + ?Sized)) {
+        if failed.is_empty() {
             return;
         }
         self.each_far(|m, h| {
             let l = m.links.get_mut(h).expect("live");
             let qp = l.ends[0].qp;
-            let hit = qp < 64 && failed & (1 << qp) != 0;
+            let hit = failed.contains(qp);
             let Some(f) = &mut l.far else { return };
             if !hit || f.broken {
                 return;
@@ -1243,7 +1243,7 @@ pub(crate) mod tests {
         }
         // The QP's failure ends the link: the open keys are let go, to be closed.
         nb.qps[1].borrow_mut().fail_with(Reason::RemoteError);
-        b.fail_far(1 << 1, &nb);
+        b.fail_far(QpBits::one(1), &nb);
         assert_eq!(owed(&mut b, &nb).len(), 2);
         assert_eq!(
             nb.released.borrow()[1..],
@@ -1436,7 +1436,7 @@ pub(crate) mod tests {
         a.recv(a8, 0, recv(80, 0x8000), &na);
         // The peer closed the set (its module went): the receive ends for that reason.
         na.qps[1].borrow_mut().fail_with(Reason::PeerGone);
-        a.fail_far(1 << 1, &na);
+        a.fail_far(QpBits::one(1), &na);
         assert_eq!(
             owed(&mut a, &na),
             vec![(70, Completion::Failed(Reason::PeerGone))],

@@ -847,7 +847,7 @@ mod tests {
         c.join_far(ns.gid, client(), 1, &nc).unwrap();
         carry(&nc, &ns, &mut s);
         assert!(!s.quiet());
-        s.fail_far(1 << 1, &ns);
+        s.fail_far(crate::engine::QpBits::one(1), &ns);
         let _ = owed(&mut s, &ns);
         assert!(s.links() == 0 && s.quiet(), "nothing left, nothing to sweep");
     }

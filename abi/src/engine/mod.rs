@@ -26,6 +26,7 @@ mod message;
 mod ports;
 mod shares;
 mod qp;
+mod qp_bits;
 mod recovery;
 mod register;
 mod ring_state;
@@ -59,8 +60,9 @@ pub use ports::{
     MAX_GROUPS, PRIVILEGED,
 };
 pub use qp::{Delivery, PhysQp, Posted, NOTICE_ROOM};
+pub use qp_bits::{QpBits, MAX_QPS};
 pub use recovery::{
-    settle_links, sweep, Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS, MAX_RECOVERED_QPS,
+    settle_links, sweep, Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS,
 };
 pub use register::{Caller, Context, Registration};
 pub use ring_state::{

@@ -93,6 +93,8 @@ pub struct PhysQp<S: Store> {
     /// Kernel receives for the peer's notices are posted on it (a set's QP): their
     /// completions may come at any time.
     listening: bool,
+    /// When the recovery moved it to the error state, ms (see `recovery`).
+    pub(super) errored_ms: i64,
 }
 
 /// Notices a set's QP carries at once beyond its requests' depth: its hardware send
@@ -119,6 +121,7 @@ impl<S: Store> PhysQp<S> {
             hinted: false,
             notices: 0,
             listening: false,
+            errored_ms: 0,
         }
     }
 

@@ -19,6 +19,7 @@
 use super::cqe::Reason;
 use super::errno::Errno;
 use super::fabric::{Links, Qps};
+use super::qp_bits::{QpBits, MAX_QPS};
 use super::ring_state::Completion;
 use super::wrid::{backend_wr_id, is_backend_wr_id, WrId};
 use super::Store;
@@ -31,9 +32,6 @@ pub const FLUSH_PATIENCE_MS: i64 = 500;
 /// `request_timeout_ms` sets it). The wire's own retries end far sooner on a live
 /// fabric.
 pub const DEFAULT_DEADLINE_MS: i64 = 5_000;
-
-/// Physical QPs a [`Recovery`] can track.
-pub const MAX_RECOVERED_QPS: usize = 64;
 
 /// The hardware half of recovery: what only the backend can do to its QPs.
 pub trait Rearm {
@@ -52,7 +50,7 @@ pub trait Rearm {
 /// notices due or completions owed) and each the links' ending left owing, one shard
 /// at a time, expires the sends that waited more than `deadline_ms` for a receive,
 /// posts the notices due and routes what the shard owes. Returns the completions
-/// routed and the failed QPs, a bit each: if any, or while the [`Recovery`] is not
+/// routed and the failed QPs: if any, or while the [`Recovery`] is not
 /// [`quiet`](Recovery::quiet), its [`step`](Recovery::step) follows under the
 /// membership lock.
 pub fn sweep<S: Store>(
@@ -61,9 +59,9 @@ pub fn sweep<S: Store>(
     deadline_ms: i64,
     now_ms: i64,
     route: impl FnMut(WrId, Completion),
-) -> (usize, u64) {
-    let mut failed = 0u64;
-    for i in 0..f.count().min(MAX_RECOVERED_QPS) {
+) -> (usize, QpBits) {
+    let mut failed = QpBits::EMPTY;
+    for i in 0..f.count().min(MAX_QPS) {
         if !f.in_use(i as u32) {
             continue;
         }
@@ -73,12 +71,14 @@ pub fn sweep<S: Store>(
             }
             q.failed()
         });
-        failed |= (fl as u64) << i;
+        if fl {
+            failed.insert(i as u32);
+        }
     }
     // Message links across nodes on a failed QP end (see `far`); what that owes is
     // routed with the rest.
     let mut busy = busy;
-    if failed != 0 {
+    if !failed.is_empty() {
         for k in 0..f.shards().min(32) {
             let mut s = f.shard(k);
             s.fail_far(failed, f);
@@ -110,17 +110,16 @@ pub fn settle_links<S: Store>(
     owed
 }
 
-/// Recovery state of up to [`MAX_RECOVERED_QPS`] physical QPs, one bit each.
+/// Recovery state of up to [`MAX_QPS`] physical QPs (when each went to the error state
+/// is kept in its [`PhysQp`](super::qp::PhysQp)).
 pub struct Recovery {
     group: u32,
     /// In the error state, waiting to be re-armed.
-    errored: u64,
+    errored: QpBits,
     /// Of those, the ones whose marker completed.
-    flushed: u64,
+    flushed: QpBits,
     /// Groups whose re-arming failed: left failed.
-    broken: u64,
-    /// When each QP went to the error state, in ms.
-    errored_at: [i64; MAX_RECOVERED_QPS],
+    broken: QpBits,
     /// Groups recovered so far (re-armed, or found beyond re-arming).
     recovered: u64,
 }
@@ -131,10 +130,9 @@ impl Recovery {
         assert!(group > 0);
         Recovery {
             group,
-            errored: 0,
-            flushed: 0,
-            broken: 0,
-            errored_at: [0; MAX_RECOVERED_QPS],
+            errored: QpBits::EMPTY,
+            flushed: QpBits::EMPTY,
+            broken: QpBits::EMPTY,
             recovered: 0,
         }
     }
@@ -152,7 +150,7 @@ impl Recovery {
 
     /// Whether some QP waits to be re-armed: its flush must be polled for.
     pub fn busy(&self) -> bool {
-        self.errored != 0
+        !self.errored.is_empty()
     }
 
     /// Whether a [`step`](Self::step) would do nothing: no QP being recovered, failed or
@@ -171,7 +169,7 @@ impl Recovery {
     /// The part of [`idle`](Self::idle) under the membership lock: no QP being
     /// recovered.
     pub fn quiet(&self) -> bool {
-        self.errored == 0
+        self.errored.is_empty()
     }
 
     /// Takes a completion of the backend's own request `wr_id` on QP `qp`; `false` if it
@@ -180,14 +178,14 @@ impl Recovery {
         if !is_backend_wr_id(wr_id) {
             return false;
         }
-        if wr_id == Self::marker(qp) && (qp as usize) < MAX_RECOVERED_QPS {
-            self.flushed |= 1 << qp;
+        if wr_id == Self::marker(qp) {
+            self.flushed.insert(qp);
         }
         true
     }
 
     /// The part of a step under the membership lock, at time `now_ms`, after
-    /// [`sweep`] found the QPs in `failed` (a bit each) failed: fails every group with a
+    /// [`sweep`] found the QPs in `failed` failed: fails every group with a
     /// failed QP, then recycles and re-arms every group that settled, retiring what is
     /// owed through `route`. Returns the QPs recycled (nonzero: rings may have new
     /// CQEs). Nothing to do, and no need to call it, while [`quiet`](Self::quiet) and
@@ -196,12 +194,12 @@ impl Recovery {
         &mut self,
         qps: &(impl Qps<S> + ?Sized),
         hw: &mut B,
-        failed: u64,
+        failed: QpBits,
         now_ms: i64,
         mut route: impl FnMut(WrId, Completion),
     ) -> usize {
-        let n = qps.count().min(MAX_RECOVERED_QPS);
-        if self.errored == 0 && failed == 0 {
+        let n = qps.count().min(MAX_QPS);
+        if self.errored.is_empty() && failed.is_empty() {
             return 0;
         }
         let g = self.group as usize;
@@ -217,28 +215,27 @@ impl Recovery {
             // installed since. One being recovered already took its group with it (a
             // set's slot given a new connection is not failed again for its sibling).
             let in_recovery = self.errored | self.broken;
-            let newly = |e: usize| {
-                (failed & !in_recovery) & (1 << e) != 0 && qps.qp(e as u32, |q, _| q.failed())
-            };
+            let newly =
+                |e: usize| (failed - in_recovery).contains(e as u32) && qps.qp(e as u32, |q, _| q.failed());
             if let Some(first) = group.clone().find(|&e| newly(e)) {
                 // The group fails for its first failed QP's reason (a peer that went
                 // takes both of its set's QPs, whichever the CM told of first).
                 let why = qps.qp(first as u32, |q, _| q.fail_reason());
                 for e in group.clone() {
                     qps.qp(e as u32, |q, _| q.fail_with(why));
-                    self.to_error(hw, e, now_ms);
+                    self.to_error(qps, hw, e, now_ms);
                 }
             }
             // Only the QPs in the error state are recycled: a peer set's slot given a
             // new connection meanwhile ([`revive`](Self::revive)) is left alone, and
             // holds up none of the others.
-            let bits = group.clone().fold(0u64, |b, e| b | (self.errored & 1 << e));
-            let members = || group.clone().filter(move |e| bits & (1 << e) != 0);
-            if bits == 0 || !members().all(|e| self.settled(e, now_ms)) {
+            let bits = self.errored & QpBits::range(group.start as u32, g as u32);
+            let members = || bits.iter().map(|e| e as usize);
+            if bits.is_empty() || !members().all(|e| self.settled(qps, e, now_ms)) {
                 continue;
             }
-            self.errored &= !bits;
-            self.flushed &= !bits;
+            self.errored -= bits;
+            self.flushed -= bits;
             // Re-armed while still failed, so no ring posts on a QP being reset (posts
             // check in the QP's section); usable from its recycling on.
             let rearmed = hw.rearm(group.start as u32, g as u32).is_ok();
@@ -255,7 +252,7 @@ impl Recovery {
                     }
                 });
             }
-            recycled += bits.count_ones() as usize;
+            recycled += bits.len() as usize;
         }
         recycled
     }
@@ -266,28 +263,34 @@ impl Recovery {
     /// fails. Call as each connection is installed, under the lock [`step`](Self::step)
     /// is taken under.
     pub fn revive(&mut self, qp: u32) {
-        if (qp as usize) < MAX_RECOVERED_QPS {
-            let bit = !(1u64 << qp);
-            self.broken &= bit;
-            self.errored &= bit;
-            self.flushed &= bit;
-        }
+        self.broken.remove(qp);
+        self.errored.remove(qp);
+        self.flushed.remove(qp);
     }
 
-    fn to_error<B: Rearm>(&mut self, hw: &mut B, qp: usize, now_ms: i64) {
-        if (self.errored | self.broken) & (1 << qp) != 0 {
+    fn to_error<S: Store, B: Rearm>(
+        &mut self,
+        qps: &(impl Qps<S> + ?Sized),
+        hw: &mut B,
+        qp: usize,
+        now_ms: i64,
+    ) {
+        let qp = qp as u32;
+        if (self.errored | self.broken).contains(qp) {
             return;
         }
-        self.errored |= 1 << qp;
-        self.errored_at[qp] = now_ms;
+        self.errored.insert(qp);
+        qps.qp(qp, |q, _| q.errored_ms = now_ms);
         // Without a marker, only the patience tells when the flush is over.
-        let _ = hw.to_error(qp as u32, Self::marker(qp as u32));
+        let _ = hw.to_error(qp, Self::marker(qp));
     }
 
     /// Whether failed QP `qp` is done flushing.
-    fn settled(&self, qp: usize, now_ms: i64) -> bool {
-        self.errored & (1 << qp) != 0
-            && (self.flushed & (1 << qp) != 0 || now_ms - self.errored_at[qp] > FLUSH_PATIENCE_MS)
+    fn settled<S: Store>(&self, qps: &(impl Qps<S> + ?Sized), qp: usize, now_ms: i64) -> bool {
+        let qp = qp as u32;
+        self.errored.contains(qp)
+            && (self.flushed.contains(qp)
+                || now_ms - qps.qp(qp, |q, _| q.errored_ms) > FLUSH_PATIENCE_MS)
     }
 }
 
@@ -366,11 +369,15 @@ mod tests {
 
     impl Bed {
         fn new(deadline_ms: i64) -> Bed {
+            Bed::with_qps(4, deadline_ms)
+        }
+
+        fn with_qps(n: usize, deadline_ms: i64) -> Bed {
             Bed {
                 r: Recovery::new(2),
                 hw: Hw::default(),
                 q: Serial {
-                    qps: (0..4)
+                    qps: (0..n)
                         .map(|_| RefCell::new(PhysQp::new(vec![Posted::EMPTY; 8])))
                         .collect(),
                     links: RefCell::new(Messages::with_capacity(4, 4)),
@@ -436,6 +443,28 @@ mod tests {
         assert!(!q[2].borrow().failed() && !q[3].borrow().failed() && !b.r.busy());
     }
 
+    /// A device of [`MAX_QPS`] QPs (126 peer sets after a pool of 4): QPs past the first
+    /// 64 fail, flush and are re-armed as the first ones are, each group on its own.
+    #[test]
+    fn qps_past_the_first_word_are_recovered_alike() {
+        let mut b = Bed::with_qps(MAX_QPS, DEFAULT_DEADLINE_MS);
+        b.q[201].borrow_mut().reserve(request(9));
+        b.q[201].borrow_mut().fail();
+        b.q[254].borrow_mut().fail();
+        b.at(0);
+        let errored: Vec<u32> = b.hw.errored.iter().map(|e| e.0).collect();
+        assert_eq!(errored, [200, 201, 254, 255]);
+        assert!(!b.q[199].borrow().failed() && !b.q[202].borrow().failed());
+        assert!(b.r.on_completion(200, Recovery::marker(200)));
+        assert!(b.r.on_completion(201, Recovery::marker(201)));
+        assert_eq!(b.at(10), 2, "200 and 201 flushed; 254's wait for their patience");
+        assert_eq!(b.hw.rearmed, [(200, 2)]);
+        assert_eq!(b.owed, [(9, Completion::Failed(Reason::QpError))]);
+        assert_eq!(b.at(1 + FLUSH_PATIENCE_MS), 2);
+        assert_eq!(b.hw.rearmed, [(200, 2), (254, 2)]);
+        assert!(b.r.quiet() && !b.q[255].borrow().failed());
+    }
+
     #[test]
     fn the_pair_fails_for_its_first_qps_reason() {
         let mut b = Bed::new(DEFAULT_DEADLINE_MS);
@@ -487,7 +516,7 @@ mod tests {
         b.hw.fail_rearm = true;
         b.q[3].borrow_mut().fail();
         let (_, failed) = sweep(&b.q, 0, b.deadline_ms, 0, |_, _| {});
-        assert_eq!(failed, 1 << 3);
+        assert_eq!(failed, QpBits::one(3));
         // Installed anew (under the membership lock) between the sweep and the step.
         b.q[3].borrow_mut().revive();
         b.r.revive(3);

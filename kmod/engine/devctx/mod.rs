@@ -87,7 +87,7 @@ use crate::abi::engine::{
     Completion, Exports, ExportSlot, Fabric, Links, MAX_LISTENERS, Messages, MessageStorage,
     HeldPort, PhysQp, PortStorage, Ports, Posted, Qps, Recovery, Slot, write_listen_line,
 };
-use crate::engine::backend::{CqArm, CqPoll, Hw, QpPost, POOL_QPS, QPS, SEND_DEPTH};
+use crate::engine::backend::{CqArm, CqPoll, Hw, QpPost, POOL_QPS, SEND_DEPTH};
 use crate::engine::cq_events::CqEvents;
 use crate::engine::fabric::{MemberState, QpCell, Shared};
 use crate::meta::MetaNet;
@@ -95,6 +95,7 @@ use crate::cluster::peer::PeerSets;
 use crate::ring::ctx::RingCell;
 use crate::shim::{self, IbCq, IbDevice, IbPd};
 use crate::engine::store::KBuf;
+use crate::engine::qp_bits::AtomicQpBits;
 
 mod direct;
 mod enter;
@@ -197,7 +198,7 @@ pub(crate) struct DevCtx {
     pub(crate) deadline_ms: i64,
     /// Set QPs failed and said so in the kernel log, a bit per slot (see
     /// [`say_failed_sets`](Self::say_failed_sets)).
-    pub(crate) failed_sets: AtomicU64,
+    pub(crate) failed_sets: AtomicQpBits,
     /// The CQ's event work (cq_events.rs).
     pub(crate) events: CqEvents,
     /// The connection to the MetaServer, and the region if this node serves it.
@@ -207,8 +208,11 @@ impl DevCtx {
     /// Allocates the context of `ib`: PD, CQ, the engine's pool accounting.
     pub(crate) fn new(ib: *mut IbDevice) -> Result<Arc<DevCtx>> {
         let events = CqEvents::new()?;
-        let mut cells = KVec::with_capacity(QPS, GFP_KERNEL)?;
-        for _ in 0..QPS {
+        // The pool's QPs and the sets' the device keeps, at most QPS.
+        let peers = crate::engine::backend::peer_sets(ib);
+        let slots = POOL_QPS + peers * crate::cluster::peer::QPS_PER_SET;
+        let mut cells = KVec::with_capacity(slots, GFP_KERNEL)?;
+        for _ in 0..slots {
             let acct = PhysQp::new(KBuf::filled(SEND_DEPTH as usize, Posted::EMPTY, GFP_KERNEL)?);
             cells.push(
                 QpCell {
@@ -240,14 +244,14 @@ impl DevCtx {
             shards.push(m, GFP_KERNEL)?;
         }
         // The verbs objects last; a failure after them drops them (Hw releases them).
-        let hw = Hw::new(ib, events.raw())?;
+        let hw = Hw::new(ib, events.raw(), peers)?;
         let cq_ptr = hw.cq();
         let poll = CqPoll::new(cq_ptr)?;
         let (verbs_pd, _) = hw.pd_cq();
         let members = MemberState {
             hw,
             // This node's id is set from its address once the pool is built (peer.rs).
-            peers: PeerSets::new(0)?,
+            peers: PeerSets::new(0, peers)?,
             registering: 0,
             recovery: Recovery::new(2),
         };
@@ -278,7 +282,7 @@ impl DevCtx {
                 auth <- new_mutex!(Gate::new(), "krcore_auth"),
                 // SAFETY: reads a module parameter.
                 deadline_ms: unsafe { shim::krcore_shim_request_timeout_ms() } as i64,
-                failed_sets: AtomicU64::new(0),
+                failed_sets: AtomicQpBits::new(),
                 events,
                 meta,
             }),

@@ -11,7 +11,7 @@ use kernel::time::Ktime;
 use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::engine::{
     complete_wc, Completion, Fabric, FAR_WRITE_WR_ID, is_backend_wr_id, Links,
-    notice_recv_index, NOTICE_WR_ID, Qps, sweep, Wc, WcStatus,
+    notice_recv_index, NOTICE_WR_ID, QpBits, Qps, sweep, Wc, WcStatus,
 };
 use crate::engine::backend::{CqPoll, SetEnd, POOL_QPS, QPS};
 use crate::engine::fabric::MemberState;
@@ -151,13 +151,13 @@ impl DevCtx {
         let route = |id, c| self.deliver(id, c);
         let (mut n, failed) = sweep(&self.shared, busy, self.deadline_ms, now, route);
         // The membership lock only while a QP is failed or being recovered.
-        if failed != 0 || self.shared.members_busy.load(Ordering::Acquire) {
+        if !failed.is_empty() || self.shared.members_busy.load(Ordering::Acquire) {
             let mut m = self.shared.members();
             let MemberState { hw, recovery, .. } = &mut *m.g;
             let before = recovery.recovered();
             n += recovery.step(&self.shared, hw, failed, now, route);
             if recovery.recovered() != before {
-                crate::inspect::trace_recovery(failed.trailing_zeros(), recovery.recovered());
+                crate::inspect::trace_recovery(failed.first().unwrap_or(0), recovery.recovered());
             }
         }
         self.say_failed_sets(failed);
@@ -168,10 +168,10 @@ impl DevCtx {
     /// message link on it ends (its virtual QPs' requests fail), and the next CONNECT
     /// to that node makes a new set. Rare and visible to users, so not left to dynamic
     /// debug: a run that fails for it says so.
-    fn say_failed_sets(&self, failed: u64) {
-        let sets = failed & !((1u64 << POOL_QPS) - 1);
-        let new = sets & !self.failed_sets.swap(sets, Ordering::AcqRel);
-        for i in (POOL_QPS..QPS.min(64)).filter(|&i| new & (1 << i) != 0) {
+    fn say_failed_sets(&self, failed: QpBits) {
+        let sets = failed - QpBits::range(0, POOL_QPS as u32);
+        let new = sets - self.failed_sets.swap(sets);
+        for i in new.iter().map(|i| i as usize).filter(|&i| i < self.shared.qps.len()) {
             let (why, peer) = {
                 let c = self.shared.qps[i].lock();
                 (c.acct.fail_reason(), c.post.peer)
