@@ -145,10 +145,10 @@ static uint max_vqps_per_user = 1024;
 module_param(max_vqps_per_user, uint, 0644);
 MODULE_PARM_DESC(max_vqps_per_user,
 		 "Virtual QPs one user may hold on a device (default 1024 of its 4096 links)");
-static uint max_recvs_per_user = 2048;
+static uint max_recvs_per_user = 1024;
 module_param(max_recvs_per_user, uint, 0644);
 MODULE_PARM_DESC(max_recvs_per_user,
-		 "Receives one user may have waiting on a device (default 2048 of 8192)");
+		 "Receives one user may have waiting on a device (default 1024 of 16384; at most 1024, half of one links shard's)");
 static uint max_exports_per_user = 256;
 module_param(max_exports_per_user, uint, 0644);
 MODULE_PARM_DESC(max_exports_per_user,

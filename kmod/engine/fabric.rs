@@ -597,7 +597,8 @@ impl Fabric<KStore> for Shared {
             return Err(Reason::Quota);
         };
         // SAFETY: a plain read of a module parameter.
-        let limit = unsafe { shim::krcore_shim_max_share(s as u32) };
+        let param = unsafe { shim::krcore_shim_max_share(s as u32) };
+        let limit = s.limit(param, crate::engine::devctx::RECVS as u32);
         c[s as usize]
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| one_more(n, limit))
             .map(|_| ())

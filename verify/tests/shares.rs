@@ -118,3 +118,42 @@ fn exports_and_listens_are_shares_too() {
     rig.close(hog);
     assert_eq!(rig.kernel.counts(1).0, [0, 0, 0, 0]);
 }
+
+/// A user may fill one links shard with ports it names (within its share), but that
+/// never refuses another user's ephemeral CONNECT: a port whose shard is full is traded
+/// for one in another shard. Before, about one CONNECT in four (the rig's 4 shards)
+/// failed `TableFull`.
+#[test]
+fn a_full_links_shard_refuses_no_ephemeral_connect() {
+    use krcore_abi::engine::{port_key, shard_of};
+    use verify::rig::SHARDS;
+    let mut rig = Rig::new(&[16, 16]);
+    let big = Limits {
+        vqps: 512,
+        ..Limits::default()
+    };
+    let hog = rig.open_as(big, user(1));
+    // Half-open pairings from named ports that all land in shard 0, until it is full.
+    let in_shard_0 = (2000u16..).filter(|&p| shard_of(&[0; 16], port_key(p, 9), SHARDS as u32) == 0);
+    let mut full = None;
+    for (i, port) in in_shard_0.take(400).enumerate() {
+        let c = one(&mut rig, hog, Sqe::pair(i as u64, [0; 16], port, 9));
+        if c.res < 0 {
+            full = Some((i, c.failure()));
+            break;
+        }
+    }
+    assert_eq!(full, Some((256, Some(Reason::TableFull))), "shard 0 full at its 256 links");
+    let server = rig.open_as(big, user(2));
+    let client = rig.open_as(big, user(2));
+    assert_eq!(one(&mut rig, server, Sqe::listen(1, 7000)).res, 0);
+    let mut refused = 0;
+    for i in 0..24 {
+        rig.push(client, &[Sqe::connect(100 + i, [0; 16], 7000)]);
+        rig.drain();
+        let c = rig.reap(client, 1);
+        assert_eq!(c.len(), 1, "the listen took it: {c:?}");
+        refused += (c[0].res < 0) as u32;
+    }
+    assert_eq!(refused, 0, "ephemeral CONNECTs refused for a shard another user filled");
+}

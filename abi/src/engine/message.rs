@@ -453,6 +453,11 @@ impl<S: Store> Messages<S> {
         self.links.len()
     }
 
+    /// Whether no link more fits.
+    pub fn links_full(&self) -> bool {
+        self.links.len() >= self.links.capacity()
+    }
+
     /// Receives posted and not yet matched.
     pub fn recvs(&self) -> usize {
         self.recvs.len()

@@ -51,6 +51,19 @@ impl Share {
     }
 }
 
+impl Share {
+    /// The limit one user gets of this share when the module asks `param` and a links
+    /// shard holds `recvs_per_shard` receives: of receives, at most half a shard, since
+    /// a receive waits in its link's shard and one user must never fill a shard other
+    /// users' links are in (a device's shards hold many times that).
+    pub const fn limit(self, param: u32, recvs_per_shard: u32) -> u32 {
+        match self {
+            Share::Recvs if param > recvs_per_shard / 2 => recvs_per_shard / 2,
+            _ => param,
+        }
+    }
+}
+
 /// The rule for taking one more of a share held `n` times under `limit`: the new
 /// count, or `None` at the limit (the kernel applies it to its atomics).
 pub const fn one_more(n: u32, limit: u32) -> Option<u32> {
@@ -87,6 +100,13 @@ impl Counts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn receives_are_at_most_half_a_shard() {
+        assert_eq!(Share::Recvs.limit(5000, 2048), 1024);
+        assert_eq!(Share::Recvs.limit(100, 2048), 100);
+        assert_eq!(Share::Vqps.limit(5000, 2048), 5000);
+    }
 
     #[test]
     fn a_share_stops_at_its_limit_and_comes_back() {

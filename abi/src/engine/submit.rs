@@ -40,6 +40,11 @@ use super::Store;
 /// Requests gathered into one `post_send` call at most.
 pub const CHAIN: usize = 16;
 
+/// Ephemeral ports a CONNECT tries when its port's links shard is full, each landing in
+/// a shard as if at random: one full shard of a device's 8 is passed at the next try 7
+/// times in 8, and within these but for 1 in 8^16.
+const SHARD_TRIES: u32 = 16;
+
 /// Why submission stopped before the SQ was empty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stall {
@@ -631,6 +636,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             self.emit(Cqe::err(ud, why));
             return Step::Taken;
         }
+        let ephemeral = t.local == 0;
         let port = match (t.peer, t.local) {
             (0, _) => Ok(0),
             (_, 0) => f.ports(|p| p.ephemeral(creds.uid)),
@@ -644,13 +650,28 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 return Step::Taken;
             }
         };
+        let mut k = shard_of(&gid, port_key(t.local, t.peer), f.shards());
+        self.hold_members(f, held);
+        self.hold_shard(f, held, k);
+        // A full shard does not refuse an ephemeral port: another port lands in another
+        // shard. (A user may fill a shard with ports it names, within its share, but
+        // never another user's ephemeral CONNECTs.)
+        let mut tries = 0;
+        while t.peer != 0 && ephemeral && held.shard(k).links_full() && tries < SHARD_TRIES {
+            tries += 1;
+            let old = t.local;
+            match f.ports(|p| p.ephemeral(creds.uid)) {
+                Ok(p) => t.local = p,
+                Err(_) => break,
+            }
+            f.ports(|p| p.release(old));
+            k = shard_of(&gid, port_key(t.local, t.peer), f.shards());
+            self.hold_shard(f, held, k);
+        }
         let release = |f: &F| {
             f.ports(|p| p.release(t.local));
             f.give_share(creds.user, Share::Vqps, 1);
         };
-        let k = shard_of(&gid, port_key(t.local, t.peer), f.shards());
-        self.hold_members(f, held);
-        self.hold_shard(f, held, k);
         let open = held.shard(k).half_open(&gid, t);
         let m = held.members();
         let cqe = match m.connect(gid, port_key(t.local, t.peer), open.map(|o| o.qp), self.creds.uid) {

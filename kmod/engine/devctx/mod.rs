@@ -137,8 +137,9 @@ const PORT_SLOTS: usize = 2 * SHARDS * LINKS * 2;
 const SHARDS: usize = 8;
 /// Links (pairs of virtual QPs for messages) a shard can hold.
 const LINKS: usize = 512;
-/// Receives a shard can hold waiting for messages.
-const RECVS: usize = 1024;
+/// Receives a shard can hold waiting for messages (a user may hold half: abi's
+/// `Share::limit`).
+pub(crate) const RECVS: usize = 2048;
 /// Sends a shard can hold waiting for receives: each holds a send credit, so the pool's
 /// send queues bound them (all may be on one shard's links).
 const WAITING: usize = POOL_QPS * SEND_DEPTH as usize;
