@@ -160,9 +160,6 @@
 // credit. A notice waits in its link (see `message`) while there is no room.
 #define krcore_NOTICE_ROOM 16
 
-// Physical QPs a device may have: the size of every [`QpBits`].
-#define krcore_MAX_QPS 256
-
 // The default deadline of a send request: past it with no completion on its QP, the
 // QP is failed and its requests complete with `Deadline` (the module's
 // `request_timeout_ms` sets it). The wire's own retries end far sooner on a live

@@ -119,10 +119,10 @@ fn exports_and_listens_are_shares_too() {
     assert_eq!(rig.kernel.counts(1).0, [0, 0, 0, 0]);
 }
 
-/// A user may fill one links shard with ports it names (within its share), but that
-/// never refuses another user's ephemeral CONNECT: a port whose shard is full is traded
-/// for one in another shard. Before, about one CONNECT in four (the rig's 4 shards)
-/// failed `TableFull`.
+/// One user makes at most half of a links shard's links, whatever ports it names
+/// (`Quota` past that: before, one user filled a shard); and a shard that two users
+/// filled so never refuses a third user's ephemeral CONNECT: a port whose shard is full
+/// is traded for one in another shard (before, 6 of these 24 failed `TableFull`).
 #[test]
 fn a_full_links_shard_refuses_no_ephemeral_connect() {
     use krcore_abi::engine::{port_key, shard_of};
@@ -132,18 +132,22 @@ fn a_full_links_shard_refuses_no_ephemeral_connect() {
         vqps: 512,
         ..Limits::default()
     };
-    let hog = rig.open_as(big, user(1));
-    // Half-open pairings from named ports that all land in shard 0, until it is full.
-    let in_shard_0 = (2000u16..).filter(|&p| shard_of(&[0; 16], port_key(p, 9), SHARDS as u32) == 0);
-    let mut full = None;
-    for (i, port) in in_shard_0.take(400).enumerate() {
-        let c = one(&mut rig, hog, Sqe::pair(i as u64, [0; 16], port, 9));
-        if c.res < 0 {
-            full = Some((i, c.failure()));
-            break;
+    // Half-open pairings from named ports that all land in shard 0, until refused.
+    let mut in_shard_0 =
+        (2000u16..).filter(|&p| shard_of(&[0; 16], port_key(p, 9), SHARDS as u32) == 0);
+    let mut fill = |rig: &mut Rig, who: u32| {
+        let hog = rig.open_as(big, user(who));
+        for (i, port) in in_shard_0.by_ref().take(400).enumerate() {
+            let c = one(rig, hog, Sqe::pair(i as u64, [0; 16], port, 9));
+            if c.res < 0 {
+                return (i, c.failure());
+            }
         }
-    }
-    assert_eq!(full, Some((256, Some(Reason::TableFull))), "shard 0 full at its 256 links");
+        (400, None)
+    };
+    assert_eq!(fill(&mut rig, 1), (128, Some(Reason::Quota)), "half of shard 0's 256 links");
+    assert_eq!(fill(&mut rig, 3), (128, Some(Reason::Quota)), "the other half");
+    assert_eq!(rig.messages.0[0].links(), 256, "shard 0 full");
     let server = rig.open_as(big, user(2));
     let client = rig.open_as(big, user(2));
     assert_eq!(one(&mut rig, server, Sqe::listen(1, 7000)).res, 0);

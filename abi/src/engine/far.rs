@@ -674,7 +674,7 @@ impl<S: Store> Messages<S> {
         if l.ends[0].holder == Holder::Open {
             // An announcement no CONNECT or listen took.
             self.answered(h);
-            self.links.remove(h);
+            self.remove_link(h);
             return;
         }
         // Never joined: refused (no listen took it in time, or it had no room).
@@ -805,7 +805,7 @@ impl<S: Store> Messages<S> {
             }
             if matches!(l.ends[0].holder, Holder::Open | Holder::Left) {
                 m.answered(h);
-                m.links.remove(h);
+                m.remove_link(h);
             }
         });
     }
@@ -956,7 +956,7 @@ impl<S: Store> Messages<S> {
                     .is_some_and(|f| !f.queued && f.retract_since.is_none())
         });
         if done {
-            self.links.remove(h);
+            self.remove_link(h);
         }
     }
 

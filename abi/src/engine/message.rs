@@ -278,7 +278,13 @@ pub struct Link {
     /// The `wr_id` of end 0's CONNECT while it waits for its listen (0: none): its
     /// completion is owed when the listen takes it, or it is refused.
     pub(super) connect_wr: u64,
+    /// The user (slot) whose CONNECT made it, counted against that user's half of the
+    /// shard until it goes ([`NO_MAKER`]: a peer's, or uncounted).
+    pub(super) maker: u32,
 }
+
+/// The [`Link::maker`] of a link no local user made.
+pub const NO_MAKER: u32 = u32::MAX;
 
 impl Link {
     pub(super) const fn new(gid: [u8; 16], ports: [u16; 2], ends: [End; 2], far: Option<super::far::Far>) -> Link {
@@ -292,6 +298,7 @@ impl Link {
             refused: false,
             unanswered_since: None,
             connect_wr: 0,
+            maker: NO_MAKER,
         }
     }
 
@@ -347,6 +354,9 @@ pub struct MessageStorage<S: Store> {
     pub owed: S::Buf<(u64, Completion)>,
     /// Links across nodes with notices due to the peer kernel; as many as `links`.
     pub due: S::Buf<u32>,
+    /// Links each user made here, by user slot (`Creds::user`): the kernel sizes it to
+    /// its user table (a slot past it is not counted).
+    pub made: S::Buf<u16>,
 }
 
 /// A link waiting for its second end.
@@ -417,6 +427,8 @@ pub struct Messages<S: Store> {
     pub(super) unanswered: u32,
     /// The services rings listen on (see `listen`).
     pub(super) listeners: [Option<super::listen::Listener>; super::listen::MAX_LISTENERS],
+    /// Links each user made here (see [`MessageStorage::made`]).
+    made: S::Buf<u16>,
 }
 
 impl<S: Store> Messages<S> {
@@ -434,6 +446,7 @@ impl<S: Store> Messages<S> {
             retracting: 0,
             unanswered: 0,
             listeners: [None; super::listen::MAX_LISTENERS],
+            made: storage.made,
         };
         assert!(m.half_open.capacity() >= m.links.capacity());
         assert!(m.due.capacity() >= m.links.capacity());
@@ -456,6 +469,41 @@ impl<S: Store> Messages<S> {
     /// Whether no link more fits.
     pub fn links_full(&self) -> bool {
         self.links.len() >= self.links.capacity()
+    }
+
+    /// Whether user `user` may make another link here: it made fewer than half the
+    /// shard's, so no one user fills a shard other users' links (and peers' Hellos)
+    /// need, whatever ports it names.
+    pub fn may_make(&self, user: u32) -> bool {
+        self.made
+            .as_ref()
+            .get(user as usize)
+            .is_none_or(|&n| (n as usize) < self.links.capacity() / 2)
+    }
+
+    /// Link `h` was just made by user `user`'s CONNECT: counted as its.
+    pub fn made_by(&mut self, h: u32, user: u32) {
+        let Some(n) = self.made.as_mut().get_mut(user as usize) else {
+            return;
+        };
+        if let Some(l) = self.links.get_mut(h).filter(|l| l.maker == NO_MAKER) {
+            l.maker = user;
+            *n += 1;
+        }
+    }
+
+    /// Removes link `h`, giving its maker's count back.
+    pub(super) fn remove_link(&mut self, h: u32) -> Option<Link> {
+        let l = self.links.remove(h)?;
+        if let Some(n) = self.made.as_mut().get_mut(l.maker as usize) {
+            *n = n.saturating_sub(1);
+        }
+        Some(l)
+    }
+
+    /// Links user `user` made here and that have not gone yet.
+    pub fn made_count(&self, user: u32) -> u32 {
+        self.made.as_ref().get(user as usize).map_or(0, |&n| n as u32)
     }
 
     /// Receives posted and not yet matched.
@@ -822,7 +870,7 @@ impl<S: Store> Messages<S> {
         }
         l.ends[me].holder = Holder::Left;
         if matches!(l.ends[peer].holder, Holder::Open | Holder::Left) || l.refused {
-            self.links.remove(link);
+            self.remove_link(link);
         }
     }
 
@@ -926,6 +974,7 @@ impl Messages<super::VecStore> {
             waiting: vec![Slot::EMPTY; n],
             owed: vec![(0, Completion::Done); 2 * n + links],
             due: vec![0; links],
+            made: vec![0; 64],
         })
     }
 }

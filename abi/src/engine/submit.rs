@@ -657,7 +657,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         // shard. (A user may fill a shard with ports it names, within its share, but
         // never another user's ephemeral CONNECTs.)
         let mut tries = 0;
-        while t.peer != 0 && ephemeral && held.shard(k).links_full() && tries < SHARD_TRIES {
+        let crowded = |m: &Messages<S>| m.links_full() || !m.may_make(creds.user);
+        while t.peer != 0 && ephemeral && crowded(held.shard(k)) && tries < SHARD_TRIES {
             tries += 1;
             let old = t.local;
             match f.ports(|p| p.ephemeral(creds.uid)) {
@@ -701,7 +702,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Ok(conn) => {
                 // Across nodes the link is made with the peer's kernel (see `far`);
                 // here, with a pairing end or a listen's (see `message`).
+                // A new link (not the second end of a half-open one) is its maker's,
+                // within half the shard (see `Messages::may_make`).
+                let makes = t.peer != 0 && (conn.peer || open.is_none());
                 let joined = match (t.peer, conn.peer) {
+                    _ if makes && !held.shard(k).may_make(creds.user) => Err(Reason::Quota),
                     (0, _) => Ok((0, 0)),
                     (_, true) => held.shard(k).join_far(gid, t, conn.qp, f),
                     (_, false) => held
@@ -711,9 +716,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 };
                 match joined {
                     // Full of links that only wait to send their last notices (fast
-                    // CONNECT/DISCONNECT cycles): they go as the notices complete, so
-                    // the CONNECT waits for them rather than fail.
-                    Err(Reason::TableFull) if conn.peer && held.shard(k).draining() => {
+                    // CONNECT/DISCONNECT cycles), the shard's or this user's half of
+                    // it: they go as the notices complete, so the CONNECT waits for
+                    // them rather than fail.
+                    Err(Reason::TableFull | Reason::Quota) if conn.peer && held.shard(k).draining() => {
                         held.members().disconnect(conn.qp);
                         release(f);
                         return Step::Wait(Stall::Busy);
@@ -724,6 +730,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         Cqe::err(ud, why)
                     }
                     Ok((link, end)) => {
+                        if makes {
+                            held.shard(k).made_by(link, creds.user);
+                        }
                         let h = self.bind_vqp(conn, k, link, end, t.local, f);
                         if waits {
                             // Its CQE comes when the listen takes it, or refuses.

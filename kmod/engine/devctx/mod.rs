@@ -240,6 +240,7 @@ impl DevCtx {
                 waiting: KBuf::filled(WAITING, Slot::EMPTY, GFP_KERNEL)?,
                 owed: KBuf::filled(RECVS + WAITING + LINKS, (0, Completion::Done), GFP_KERNEL)?,
                 due: KBuf::filled(LINKS, 0u32, GFP_KERNEL)?,
+                made: KBuf::filled(crate::device::USERS, 0u16, GFP_KERNEL)?,
             });
             m.set_index(shards.len() as u32);
             shards.push(m, GFP_KERNEL)?;
