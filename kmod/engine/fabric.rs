@@ -523,22 +523,22 @@ impl Members<KStore> for MembersGuard<'_> {
         self.g.peers.accept(self.shared, &gid, qp)
     }
 
-    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<(Export, Grant)> {
+    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32, user: u32) -> Answer<(Export, Grant)> {
         // A pooled QP connects this node to itself; a set's, to its peer.
         let node = match (qp as usize) < POOL_QPS {
             true => self.shared.meta.id(),
             false => self.g.peers.node_of_qp(qp),
         };
         match node {
-            Some(node) => self.shared.meta.import(name, node),
+            Some(node) => self.shared.meta.import(name, node, user),
             // Not registered yet: asking registers (or says why not).
-            None if (qp as usize) < POOL_QPS => self.shared.meta.import(name, 0),
+            None if (qp as usize) < POOL_QPS => self.shared.meta.import(name, 0, user),
             None => Answer::Failed(Reason::NotOnPeer),
         }
     }
 
-    fn resolve_named(&mut self, name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
-        self.shared.meta.resolve(name)
+    fn resolve_named(&mut self, name: &[u8; NAME_LEN], user: u32) -> Answer<(Located, Export, Grant)> {
+        self.shared.meta.resolve(name, user)
     }
 }
 

@@ -157,22 +157,23 @@ impl Meta {
         self.mark(self.client.lock().publish(record, e.descriptor, share))
     }
 
-    /// IMPORT_NAME through a virtual QP connected to node `node`.
-    pub(crate) fn import(&self, name: &[u8; NAME_LEN], node: u16) -> Answer<(Export, Grant)> {
+    /// IMPORT_NAME through a virtual QP connected to node `node`, asked by `user` (its
+    /// slot).
+    pub(crate) fn import(&self, name: &[u8; NAME_LEN], node: u16, user: u32) -> Answer<(Export, Grant)> {
         if let Some(a) = self.gate() {
             return a;
         }
-        let a = self.client.lock().import(name, Some(node));
+        let a = self.client.lock().import(name, Some(node), user);
         self.mark(a).map(|r| (r.export(), r.grant))
     }
 
     /// RESOLVE_NAME: where `name` lives (its node's address is the cluster's /16 and
     /// the node's id), with its export and grant.
-    pub(crate) fn resolve(&self, name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
+    pub(crate) fn resolve(&self, name: &[u8; NAME_LEN], user: u32) -> Answer<(Located, Export, Grant)> {
         if let Some(a) = self.gate() {
             return a;
         }
-        let a = self.client.lock().import(name, None);
+        let a = self.client.lock().import(name, None, user);
         let prefix = self.prefix;
         self.mark(a)
             .map(|r| (Located::in_cluster(prefix, r.node), r.export(), r.grant))

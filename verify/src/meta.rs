@@ -69,17 +69,17 @@ impl FakeMeta {
         a
     }
 
-    /// IMPORT_NAME through a virtual QP connected to node `node`.
-    pub fn import(&mut self, name: &[u8; NAME_LEN], node: u16) -> Answer<(Export, Grant)> {
-        let a = self.client.import(name, Some(node));
+    /// IMPORT_NAME through a virtual QP connected to node `node`, asked by `user`.
+    pub fn import(&mut self, name: &[u8; NAME_LEN], node: u16, user: u32) -> Answer<(Export, Grant)> {
+        let a = self.client.import(name, Some(node), user);
         self.due |= a == Answer::Pending;
         a.map(|r| (r.export(), r.grant))
     }
 
     /// RESOLVE_NAME (as kmod/meta/mod.rs: the node's address is this node's /16 and
     /// the node's id).
-    pub fn resolve(&mut self, name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
-        let a = self.client.import(name, None);
+    pub fn resolve(&mut self, name: &[u8; NAME_LEN], user: u32) -> Answer<(Located, Export, Grant)> {
+        let a = self.client.import(name, None, user);
         self.due |= a == Answer::Pending;
         let [p0, p1, ..] = self.me.ipv4;
         a.map(|r| (Located::in_cluster([p0, p1], r.node), r.export(), r.grant))

@@ -200,18 +200,18 @@ impl Members<VecStore> for NodeMembers<'_, '_> {
         self.node.nic.borrow_mut().accept(gid, qp)
     }
 
-    fn resolve_named(&mut self, name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
-        self.node.meta(Answer::Failed(Reason::Unreachable), |m| m.resolve(name))
+    fn resolve_named(&mut self, name: &[u8; NAME_LEN], user: u32) -> Answer<(Located, Export, Grant)> {
+        self.node.meta(Answer::Failed(Reason::Unreachable), |m| m.resolve(name, user))
     }
 
-    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32) -> Answer<(Export, Grant)> {
+    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32, user: u32) -> Answer<(Export, Grant)> {
         // The fake's peer set is QP 0 once a CONNECT named its remote GID; every other
         // QP connects this node to itself.
         let remote = self.node.nic.borrow().remote_bound(qp);
         let none = Answer::Failed(Reason::Unreachable);
         self.node.meta(none, |m| {
             let node = remote.and_then(|g| node_of(&g)).unwrap_or(m.me.id());
-            m.import(name, node)
+            m.import(name, node, user)
         })
     }
 }

@@ -130,13 +130,15 @@ pub trait Members<S: Store> {
     /// IMPORT_NAME of `name` for a virtual QP bound to physical QP `qp`: the export, as
     /// the exporting node's kernel recorded it in the MetaServer, when `qp` connects to
     /// that node (see abi's `meta::client`). A fabric without a MetaServer has none.
-    fn import_named(&mut self, _name: &[u8; NAME_LEN], _qp: u32) -> Answer<(Export, Grant)> {
+    /// `user` is the asker's slot (see `shares`).
+    fn import_named(&mut self, _name: &[u8; NAME_LEN], _qp: u32, _user: u32) -> Answer<(Export, Grant)> {
         Answer::Failed(Reason::Unreachable)
     }
     /// RESOLVE_NAME of `name`: the IPv4 address and id of the node that exports it,
     /// with the export and its grant (see abi's `meta::client`), wherever it lives. A
     /// fabric without a MetaServer has none.
-    fn resolve_named(&mut self, _name: &[u8; NAME_LEN]) -> Answer<(Located, Export, Grant)> {
+    /// `user` as for [`import_named`](Self::import_named).
+    fn resolve_named(&mut self, _name: &[u8; NAME_LEN], _user: u32) -> Answer<(Located, Export, Grant)> {
         Answer::Failed(Reason::Unreachable)
     }
 }

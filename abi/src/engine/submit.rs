@@ -278,7 +278,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 self.hold_members(f, held);
                 let creds = self.creds;
                 let (uid, in_group) = (creds.uid, |g| creds.in_group(g));
-                match held.members().resolve_named(&name) {
+                match held.members().resolve_named(&name, self.creds.user) {
                     Answer::Pending => return self.remote(f, held),
                     Answer::Failed(why) => Cqe::err(ud, why),
                     // Where a name lives is its mode's to tell, as its bytes are.
@@ -365,7 +365,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 self.hold_members(f, held);
                 let creds = self.creds;
                 let (uid, in_group) = (creds.uid, |g| creds.in_group(g));
-                match held.members().import_named(&name, v.qp) {
+                match held.members().import_named(&name, v.qp, self.creds.user) {
                     Answer::Pending => return self.remote(f, held),
                     Answer::Failed(why) => Cqe::err(ud, why),
                     // Nothing more is said (its owner, its length) to a user the name's

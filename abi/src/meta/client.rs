@@ -84,6 +84,9 @@ enum AskState {
 pub struct Ask {
     name: [u8; NAME_LEN],
     state: AskState,
+    /// The user (slot) whose request made it: a user holds at most a quarter of the
+    /// table's lookups under way.
+    user: u32,
 }
 
 /// Work for the network, taken with [`MetaClient::take_job`].
@@ -172,8 +175,10 @@ impl<S: Store> MetaClient<S> {
     }
 
     /// IMPORT_NAME of `name` through a virtual QP connected to node `peer`; with no
-    /// peer, RESOLVE_NAME (wherever it lives).
-    pub fn import(&mut self, name: &[u8; NAME_LEN], peer: Option<u16>) -> Answer<ExportRecord> {
+    /// peer, RESOLVE_NAME (wherever it lives), asked by user `user` (its slot), who may
+    /// have a quarter of the lookups under way at once (`Quota` past it): so no user's
+    /// lookups of names nobody serves keep the others' from being asked.
+    pub fn import(&mut self, name: &[u8; NAME_LEN], peer: Option<u16>, user: u32) -> Answer<ExportRecord> {
         if let Some(r) = self.cache.get(name) {
             return match peer.is_none_or(|p| r.node == p) {
                 true => Answer::Done(r),
@@ -190,6 +195,12 @@ impl<S: Store> MetaClient<S> {
                 _ => Answer::Pending,
             };
         }
+        let under_way = |a: &Option<Ask>| {
+            a.is_some_and(|a| a.user == user && !matches!(a.state, AskState::Failed(_)))
+        };
+        if asks.iter().filter(|a| under_way(a)).count() >= asks.len().div_ceil(4) {
+            return Answer::Failed(Reason::Quota);
+        }
         // A free slot, else one holding a failure nobody came back for (its asker may
         // have closed its ring): it would hold the slot forever. Asking again costs
         // that asker a lookup, nothing more.
@@ -204,6 +215,7 @@ impl<S: Store> MetaClient<S> {
                 asks[i] = Some(Ask {
                     name: *name,
                     state: AskState::Asked,
+                    user,
                 });
                 Answer::Pending
             }
@@ -408,9 +420,11 @@ impl<S: Store> MetaClient<S> {
                     .iter_mut()
                     .find(|a| a.is_some_and(|a| a.name == name));
                 if let Some(a) = a {
+                    let user = a.map_or(0, |a| a.user);
                     *a = fail.map(|why| Ask {
                         name,
                         state: AskState::Failed(why),
+                        user,
                     });
                 }
             }
@@ -608,18 +622,18 @@ mod tests {
         );
 
         let n = &kv.name;
-        assert_eq!(b.client.import(n, Some(a.me.id())), Answer::Pending);
+        assert_eq!(b.client.import(n, Some(a.me.id()), 0), Answer::Pending);
         assert!(b.client.due());
         let verbs = m.verbs;
         b.net(&mut m);
         assert_eq!(m.verbs - verbs, 2, "two READs");
-        assert_eq!(b.client.import(n, Some(a.me.id())).map_rkey(), Some(77));
+        assert_eq!(b.client.import(n, Some(a.me.id()), 0).map_rkey(), Some(77));
         let verbs = m.verbs;
-        assert_eq!(b.client.import(n, Some(a.me.id())).map_rkey(), Some(77));
+        assert_eq!(b.client.import(n, Some(a.me.id()), 0).map_rkey(), Some(77));
         assert_eq!(m.verbs, verbs, "cached");
-        assert_eq!(b.client.import(n, Some(13)), Answer::Failed(Reason::NotOnPeer));
+        assert_eq!(b.client.import(n, Some(13), 0), Answer::Failed(Reason::NotOnPeer));
         assert_eq!(
-            b.client.import(n, None).map_rkey(),
+            b.client.import(n, None, 0).map_rkey(),
             Some(77),
             "resolved wherever it lives"
         );
@@ -633,14 +647,14 @@ mod tests {
         assert!(a.client.unpublish(9));
         a.net(&mut m);
         let c = &mut Node::new(&mut m, 14);
-        assert_eq!(c.client.import(n, Some(a.me.id())), Answer::Pending);
+        assert_eq!(c.client.import(n, Some(a.me.id()), 0), Answer::Pending);
         c.net(&mut m);
         assert_eq!(
-            c.client.import(n, Some(a.me.id())),
+            c.client.import(n, Some(a.me.id()), 0),
             Answer::Failed(Reason::NoSuchName)
         );
         assert_eq!(
-            c.client.import(n, Some(a.me.id())),
+            c.client.import(n, Some(a.me.id()), 0),
             Answer::Pending,
             "asked again"
         );
@@ -657,18 +671,18 @@ mod tests {
         a.net(&mut m);
         assert_eq!(a.client.published_rkey(9), Some(77));
         assert_eq!(a.client.published_rkey(10), None);
-        b.client.import(&kv.name, Some(a.me.id()));
+        b.client.import(&kv.name, Some(a.me.id()), 0);
         b.net(&mut m);
-        assert_eq!(b.client.import(&kv.name, Some(a.me.id())).map_rkey(), Some(77));
+        assert_eq!(b.client.import(&kv.name, Some(a.me.id()), 0).map_rkey(), Some(77));
         b.client.revoked_far(a.me.id(), 77);
         assert_eq!(
-            b.client.import(&kv.name, Some(a.me.id())),
+            b.client.import(&kv.name, Some(a.me.id()), 0),
             Answer::Pending,
             "not cached any more"
         );
         b.net(&mut m);
         assert_eq!(
-            b.client.import(&kv.name, Some(a.me.id())),
+            b.client.import(&kv.name, Some(a.me.id()), 0),
             Answer::Failed(Reason::NoSuchName),
             "the MetaServer's record is live still, but revoked"
         );
@@ -681,20 +695,20 @@ mod tests {
         let kv = a.record("kv");
         a.client.publish(kv, 9, 4);
         a.net(&mut m);
-        b.client.import(&kv.name, Some(a.me.id()));
+        b.client.import(&kv.name, Some(a.me.id()), 0);
         b.net(&mut m);
         assert!(matches!(
-            b.client.import(&kv.name, Some(a.me.id())),
+            b.client.import(&kv.name, Some(a.me.id()), 0),
             Answer::Done(_)
         ));
         // A reloads without revoking; B's set to it broke.
         let mut a = Node::new(&mut m, 11);
         assert_eq!(a.me.incarnation, 2);
         b.client.peer_lost(a.me.id());
-        assert_eq!(b.client.import(&kv.name, Some(a.me.id())), Answer::Pending);
+        assert_eq!(b.client.import(&kv.name, Some(a.me.id()), 0), Answer::Pending);
         b.net(&mut m);
         assert_eq!(
-            b.client.import(&kv.name, Some(a.me.id())),
+            b.client.import(&kv.name, Some(a.me.id()), 0),
             Answer::Failed(Reason::NoSuchName),
             "the old incarnation's export is stale"
         );
@@ -704,10 +718,10 @@ mod tests {
         a.client.publish(kv, 1, 4);
         a.net(&mut m);
         assert_eq!(a.client.publish(kv, 1, 4), Answer::Done(()));
-        b.client.import(&kv.name, Some(a.me.id()));
+        b.client.import(&kv.name, Some(a.me.id()), 0);
         b.net(&mut m);
         assert_eq!(
-            b.client.import(&kv.name, Some(a.me.id())),
+            b.client.import(&kv.name, Some(a.me.id()), 0),
             Answer::Done(kv),
             "the new incarnation's"
         );
@@ -729,10 +743,10 @@ mod tests {
         assert_eq!(a.client.republish(a.me.id(), again), 1);
         assert_eq!(a.net(&mut m), 1);
         let mut b = Node::new(&mut m, 12);
-        b.client.import(&kv.name, Some(a.me.id()));
+        b.client.import(&kv.name, Some(a.me.id()), 0);
         b.net(&mut m);
         assert_eq!(
-            b.client.import(&kv.name, Some(a.me.id())),
+            b.client.import(&kv.name, Some(a.me.id()), 0),
             Answer::Done(ExportRecord {
                 incarnation: again,
                 ..kv
@@ -779,6 +793,18 @@ mod tests {
     }
 
     #[test]
+    fn a_user_has_a_quarter_of_the_lookups_under_way() {
+        let mut m = MemRegion::new(T.bytes());
+        let mut a = Node::new(&mut m, 14);
+        // Node::new's table asks 2 at once: a quarter is 1 (rounded up).
+        let (p, q) = (name("p").unwrap(), name("q").unwrap());
+        assert_eq!(a.client.import(&p, Some(1), 7), Answer::Pending);
+        assert_eq!(a.client.import(&q, Some(1), 7), Answer::Failed(Reason::Quota));
+        assert_eq!(a.client.import(&q, Some(1), 8), Answer::Pending, "another user's own");
+        assert_eq!(a.client.import(&p, Some(1), 8), Answer::Pending, "a name asked already");
+    }
+
+    #[test]
     fn an_unreachable_metaserver_and_full_tables_say_so() {
         let mut m = MemRegion::new(T.bytes());
         let mut a = Node::new(&mut m, 11);
@@ -795,17 +821,18 @@ mod tests {
             .map(|n| a.client.publish(a.record(n), 2, 8))
             .collect();
         assert_eq!(answers[4], Answer::Failed(Reason::TableFull));
-        a.client.import(&name("p").unwrap(), Some(1));
-        a.client.import(&name("q").unwrap(), Some(1));
+        // Users 0, 1 and 2 (a quarter of 2 lookups each).
+        a.client.import(&name("p").unwrap(), Some(1), 0);
+        a.client.import(&name("q").unwrap(), Some(1), 1);
         assert_eq!(
-            a.client.import(&name("r").unwrap(), Some(1)),
+            a.client.import(&name("r").unwrap(), Some(1), 2),
             Answer::Failed(Reason::TableFull)
         );
         // Their lookups fail (the MetaServer is down) and nobody comes back for the
         // answers: new lookups take those slots.
         a.net(&mut m);
-        assert_eq!(a.client.import(&name("r").unwrap(), Some(1)), Answer::Pending);
-        assert_eq!(a.client.import(&name("s").unwrap(), Some(1)), Answer::Pending);
+        assert_eq!(a.client.import(&name("r").unwrap(), Some(1), 2), Answer::Pending);
+        assert_eq!(a.client.import(&name("s").unwrap(), Some(1), 3), Answer::Pending);
     }
 
     impl Answer<ExportRecord> {
