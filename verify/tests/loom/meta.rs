@@ -75,7 +75,7 @@ fn handoff_model(mark_first: bool) {
                 if mark_first {
                     meta.due.store(true, Ordering::Release);
                 }
-                let a = meta.client.lock().unwrap().import(&n, Some(1));
+                let a = meta.client.lock().unwrap().import(&n, Some(1), n[0] as u32);
                 if a == Answer::Pending && !mark_first {
                     meta.due.store(true, Ordering::Release);
                 }
