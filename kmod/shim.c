@@ -16,6 +16,7 @@
 #include <linux/moduleparam.h>
 #include <linux/workqueue.h>
 #include <linux/wait.h>
+#include <linux/poll.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/sched.h>
@@ -55,6 +56,17 @@ static int krcore_fop_mmap(struct file *f, struct vm_area_struct *vma)
 			      vma->vm_end - vma->vm_start);
 }
 
+/* poll(2), select(2) and epoll on a ring's file: readable while its CQ holds completions
+ * (so epoll and an event loop's AsyncFd take the ring as any fd). */
+static __poll_t krcore_fop_poll(struct file *f, poll_table *pt)
+{
+	int r = krcore_rs_poll(f->private_data, f, pt);
+
+	if (r < 0)
+		return EPOLLERR;
+	return r ? (EPOLLIN | EPOLLRDNORM) : 0;
+}
+
 /* What Rust writes for one read of an inspection file, at most. */
 #define KRCORE_SHOW_MAX (64 * 1024)
 
@@ -76,6 +88,7 @@ static const struct file_operations krcore_fops = {
 	.release = krcore_fop_release,
 	.unlocked_ioctl = krcore_fop_ioctl,
 	.mmap = krcore_fop_mmap,
+	.poll = krcore_fop_poll,
 	.show_fdinfo = krcore_fop_show_fdinfo,
 	.llseek = noop_llseek,
 };
@@ -560,6 +573,13 @@ void krcore_shim_waitq_wake(struct krcore_waitq *w)
 	/* Its full barrier pairs with the sleeper's in prepare_to_wait. */
 	if (wq_has_sleeper(&w->wq))
 		wake_up_interruptible(&w->wq);
+}
+
+/* A poll(2) or epoll of file f waits on w too: woken as the ring gains completions. */
+void krcore_shim_waitq_poll_wait(struct krcore_waitq *w, struct file *f,
+				 struct poll_table_struct *pt)
+{
+	poll_wait(f, &w->wq, pt);
 }
 
 /* Sleeps until the generation moves past seen, a signal (-ERESTARTSYS) or timeout_us. */

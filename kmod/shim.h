@@ -23,6 +23,10 @@ int krcore_rs_open(void **priv);
 void krcore_rs_release(void *priv);
 /* ioctl(2): the command is decoded and validated in Rust. */
 long krcore_rs_ioctl(void *priv, unsigned int cmd, unsigned long arg);
+/* poll(2) of the file, waiting through pt: 1 readable (completions ready), 0 not, a
+ * negative errno when it has no ring. */
+struct poll_table_struct;
+int krcore_rs_poll(void *priv, struct file *f, struct poll_table_struct *pt);
 /* mmap(2) at page offset pgoff, len bytes. */
 int krcore_rs_mmap(void *priv, struct vm_area_struct *vma, unsigned long pgoff,
 		   unsigned long len);
@@ -234,6 +238,8 @@ void krcore_shim_waitq_free(struct krcore_waitq *w);
 u32 krcore_shim_waitq_gen(struct krcore_waitq *w);
 void krcore_shim_waitq_wake(struct krcore_waitq *w);
 int krcore_shim_waitq_sleep(struct krcore_waitq *w, u32 seen, u32 timeout_us);
+void krcore_shim_waitq_poll_wait(struct krcore_waitq *w, struct file *f,
+				 struct poll_table_struct *pt);
 /* The wait_spin_us module parameter; the monotonic clock in us. */
 u32 krcore_shim_wait_spin_us(void);
 u64 krcore_shim_now_us(void);

@@ -100,6 +100,10 @@ opaque! {
     WaitQ;
     /// `struct mm_struct`, opaque: only compared and reference-counted.
     MmStruct;
+    /// `struct file`, opaque: passed back to the poll helper.
+    FileC;
+    /// `struct poll_table_struct`, opaque.
+    PollTable;
 }
 
 /// `struct krcore_port_attr`.
@@ -156,6 +160,7 @@ extern "C" {
     pub(crate) fn krcore_shim_waitq_gen(w: *mut WaitQ) -> u32;
     pub(crate) fn krcore_shim_waitq_wake(w: *mut WaitQ);
     pub(crate) fn krcore_shim_waitq_sleep(w: *mut WaitQ, seen: u32, timeout_us: u32) -> c_int;
+    pub(crate) fn krcore_shim_waitq_poll_wait(w: *mut WaitQ, f: *mut FileC, pt: *mut PollTable);
     pub(crate) fn krcore_shim_wait_spin_us() -> u32;
     pub(crate) fn krcore_shim_now_us() -> u64;
     pub(crate) fn krcore_shim_create_rc_qp(

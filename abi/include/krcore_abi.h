@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /* krcore's user/kernel ABI: rings, entries, ioctls. Generated from abi/ by
  * `KRCORE_BLESS=1 cargo test -p krcore-abi --test c_header`; do not edit. */
 

@@ -30,11 +30,11 @@ pub struct Args {
     /// Bytes per operation (8 for the atomics).
     #[arg(long)]
     size: Option<u32>,
-    /// Operations to time.
-    #[arg(long, default_value_t = 1000)]
+    /// Operations to time (at least 1).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     iters: u32,
-    /// Operations in flight (bw).
-    #[arg(long, default_value_t = 16)]
+    /// Operations in flight (bw; 1 to 1024, the deepest ring).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     depth: u32,
     /// The node whose memory to reach (address or host name); by default this node's
     /// loopback pool and memory of this process.
@@ -60,6 +60,16 @@ impl Args {
             _ if s == 0 => Err("--size must be positive".into()),
             _ => Ok(s),
         }
+    }
+
+    /// `bw`'s bytes per operation and its buffer's bytes (`depth` operations'), or
+    /// why they cannot be had.
+    fn bw_sizes(&self) -> Result<(u32, u32)> {
+        let size = self.size(65536)?;
+        let total = size
+            .checked_mul(self.depth)
+            .ok_or("--size times --depth is more memory than one region holds (4 GiB)")?;
+        Ok((size, total))
     }
 }
 
@@ -176,21 +186,21 @@ pub fn lat(a: &Args) -> Result<()> {
 }
 
 pub fn bw(a: &Args) -> Result<()> {
-    let size = a.size(65536)?;
-    let depth = a.depth.max(1);
-    let mut s = setup(a, size * depth)?;
+    let (size, total) = a.bw_sizes()?;
+    let depth = a.depth;
+    let mut s = setup(a, total)?;
     run(&mut s, a, depth, size)?; // warm
-    let rounds = a.iters.div_ceil(depth);
+    let rounds = a.iters.div_ceil(depth) as u64;
     let start = Instant::now();
     for _ in 0..rounds {
         run(&mut s, a, depth, size)?;
     }
     let secs = start.elapsed().as_secs_f64();
-    let ops = (rounds * depth) as f64;
+    let ops = (rounds * depth as u64) as f64;
     println!(
         "{}: {} operations, {depth} in flight: {:.1} MB/s, {:.0} operations/s, {} enters",
         label(a, size),
-        rounds * depth,
+        rounds * depth as u64,
         ops * size as f64 / secs / 1e6,
         ops / secs,
         s.ring.enters()
@@ -229,4 +239,51 @@ pub fn lookup(node: &str, name: &str, len: u32, again: u32) -> Result<()> {
     }
     println!();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use proptest::prelude::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn parse(args: &[&str]) -> std::result::Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("krcore").chain(args.iter().copied())).map(|c| c.a)
+    }
+
+    #[test]
+    fn no_operations_or_too_deep_a_ring_is_refused_by_name() {
+        assert!(parse(&["--iters", "0"]).is_err(), "lat --iters 0 panicked before");
+        assert!(parse(&["--depth", "0"]).is_err());
+        assert!(parse(&["--depth", "4096"]).is_err());
+        let big = parse(&["--size", "1073741824", "--depth", "8"]).unwrap();
+        assert!(big.bw_sizes().is_err(), "overflowed a u32 before");
+    }
+
+    proptest! {
+        /// Whatever the arguments, parsing and sizing answer, and never panic.
+        #[test]
+        fn no_argument_panics(args in proptest::collection::vec(
+            prop_oneof![
+                Just("--op".to_string()), Just("--size".to_string()), Just("--iters".to_string()),
+                Just("--depth".to_string()), Just("--service".to_string()), Just("cas".to_string()),
+                Just("read".to_string()), any::<u32>().prop_map(|n| n.to_string()),
+                any::<i64>().prop_map(|n| n.to_string()), "[a-z0-9-]{0,6}",
+            ],
+            0..8,
+        )) {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            if let Ok(a) = parse(&refs) {
+                let _ = a.size(8);
+                let _ = a.bw_sizes();
+                prop_assert!(a.iters >= 1 && (1..=1024).contains(&a.depth));
+            }
+        }
+    }
 }

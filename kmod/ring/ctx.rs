@@ -62,6 +62,9 @@ pub(crate) struct RingCtx {
     waitq: Arc<WaitQueue>,
     /// CQEs produced when waiters and the eventfd were last told.
     signalled: u64,
+    /// Its file was polled (poll, select or epoll): every new completion wakes the
+    /// queue, whether or not anyone sleeps in the kernel.
+    polled: bool,
     /// In-flight slots: the most completions that can be routed to the ring at once.
     inflight: usize,
     /// The ring charged to its user, whose slot its shares are counted under (see
@@ -161,6 +164,7 @@ impl RingCtx {
                 eventfd: None,
                 waitq: WaitQueue::new()?,
                 signalled: 0,
+                polled: false,
                 inflight,
                 _user: user,
             },
@@ -204,7 +208,7 @@ impl RingCtx {
             return;
         }
         self.signalled = produced;
-        if waiters {
+        if waiters || self.polled {
             self.waitq.wake();
         }
         if let Some(e) = &self.eventfd {
@@ -222,6 +226,14 @@ impl RingCtx {
             // SAFETY: live reference (invariant of EventFd).
             unsafe { shim::krcore_shim_eventfd_signal(e.0) };
         }
+    }
+
+    /// A poll of the ring's file (through `pt`): waits on its queue, woken by every new
+    /// completion from now on; whether completions are ready.
+    pub(crate) fn poll(&mut self, file: *mut shim::FileC, pt: *mut shim::PollTable) -> bool {
+        self.polled = true;
+        self.waitq.poll_wait(file, pt);
+        self.ring.cq_unread() > 0
     }
 
     /// The ring's wait queue.

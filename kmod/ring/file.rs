@@ -306,6 +306,21 @@ extern "C" fn krcore_rs_ioctl(ctx: *mut c_void, cmd: c_uint, arg: c_ulong) -> c_
     }
 }
 
+/// poll(2) of a ring's file: 1 while completions are ready, 0 while none; `ENXIO`
+/// before setup.
+#[no_mangle]
+extern "C" fn krcore_rs_poll(ctx: *mut c_void, file: *mut shim::FileC, pt: *mut shim::PollTable) -> c_int {
+    // SAFETY: `ctx` is the live context of an open file (see `krcore_rs_release`).
+    let ctx = unsafe { &*ctx.cast::<FileCtx>() };
+    let Ok(b) = ctx.bound() else {
+        return -(Errno::ENXIO.0 as c_int);
+    };
+    let mut ring = b.ring.ctx.lock();
+    // What was routed to the ring and not taken in yet counts as ready.
+    b.ring.absorb_mail(&mut ring);
+    ring.poll(file, pt) as c_int
+}
+
 /// mmap(2) of a ring at its documented offset; `ENXIO` before setup.
 #[no_mangle]
 extern "C" fn krcore_rs_mmap(

@@ -53,6 +53,15 @@ impl WaitQueue {
         unsafe { shim::krcore_shim_waitq_wake(self.0) }
     }
 
+    /// Has a poll(2) or epoll of `file` (through `pt`, as the kernel's `.poll` got them)
+    /// wait on this queue too.
+    pub(crate) fn poll_wait(&self, file: *mut shim::FileC, pt: *mut shim::PollTable) {
+        // SAFETY: live (invariant); `file` and `pt` are the `.poll` call's, passed on.
+        // The queue outlives the file's registration: the file's ring holds it, and
+        // epoll lets go of the file's entries before the file is released.
+        unsafe { shim::krcore_shim_waitq_poll_wait(self.0, file, pt) }
+    }
+
     /// Sleeps until the generation moves past `seen`, at most `timeout_us`.
     pub(crate) fn sleep(&self, seen: u32, timeout_us: u32) -> Result<(), Interrupted> {
         // SAFETY: live (invariant); no lock is held by the caller.

@@ -102,12 +102,24 @@ impl std::error::Error for Error {
     }
 }
 
-/// For callers in `io::Result` code: the error keeps its kind, and the krcore
-/// [`Error`] (operation, errno, reason) stays reachable through
+impl Error {
+    /// The [`io::ErrorKind`] of the failure: the errno's, except that a bounded wait
+    /// that ran out (`ETIME`) is [`TimedOut`](io::ErrorKind::TimedOut), as a socket's
+    /// timeout is.
+    pub fn kind(&self) -> io::ErrorKind {
+        match self.source.raw_os_error() {
+            Some(libc::ETIME) => io::ErrorKind::TimedOut,
+            _ => self.source.kind(),
+        }
+    }
+}
+
+/// For callers in `io::Result` code: the error keeps its [kind](Error::kind), and the
+/// krcore [`Error`] (operation, errno, reason) stays reachable through
 /// [`io::Error::get_ref`] and `downcast_ref::<Error>()`.
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
-        io::Error::new(e.source.kind(), e)
+        io::Error::new(e.kind(), e)
     }
 }
 
@@ -115,6 +127,14 @@ impl From<Error> for io::Error {
 mod tests {
     use super::*;
     use krcore_abi::cqe::Reason;
+
+    #[test]
+    fn a_wait_that_ran_out_is_timed_out() {
+        let e = Error::errno("wait for completions", krcore_abi::errno::Errno(libc::ETIME));
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        let io: io::Error = e.into();
+        assert_eq!(io.kind(), io::ErrorKind::TimedOut);
+    }
 
     #[test]
     fn an_io_error_keeps_the_kind_and_the_krcore_error() {

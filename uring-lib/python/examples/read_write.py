@@ -30,6 +30,8 @@ def main():
                  .faa(vqp, mr, 3000, remote, 6000, 10))
         res = ring.run(batch)
         assert res == [len(msg), len(msg), 8], res
+        # Each result keeps its CQE's aux (a RECV's immediate data; none here).
+        assert all(isinstance(r, krcore.Completion) and r.aux >= 0 for r in res), res
         assert bytes(mr.view[4096:4096 + len(msg)]) == msg
         assert bytes(mr.view[2048:2048 + len(msg)]) == msg
         assert struct.unpack_from("<Q", mr.view, 6000)[0] == 10
@@ -46,6 +48,10 @@ def main():
         remote.len -= 8
         assert isinstance(r, krcore.KrcoreError) and r.reason is Reason.REMOTE_RANGE, r
         print(f"refused by the kernel: {r} (reason {r.reason.name}, errno {r.errno})")
+        # A reason a newer module may give, which this package does not know: kept as
+        # its number, not a ValueError.
+        e = krcore.KrcoreError("an operation", 5, 250)
+        assert e.reason == 250 and "reason 250" in str(e), e
 
         try:
             ring.run(Batch().recv(vqp, mr, 0, 64), timeout=0.1)

@@ -23,8 +23,8 @@ import socket
 
 from ._krcore import ffi, lib
 
-__all__ = ["Access", "Batch", "KrcoreError", "Listener", "MemoryRegion", "Opcode", "Reason",
-           "RemoteRegion", "Ring", "Vqp", "gid_of"]
+__all__ = ["Access", "Batch", "Completion", "KrcoreError", "Listener", "MemoryRegion", "Opcode",
+           "Reason", "RemoteRegion", "Ring", "Vqp", "gid_of"]
 
 
 def _members(prefix):
@@ -45,10 +45,14 @@ class KrcoreError(OSError):
 
     def __init__(self, op, err, reason=None):
         self.op = op
-        self.reason = Reason(reason) if reason else None
+        # A reason this package does not know yet (a newer module's) stays a number.
+        try:
+            self.reason = Reason(reason) if reason else None
+        except ValueError:
+            self.reason = reason
         msg = f"{op}: {os.strerror(err)}"
         if self.reason is not None:
-            msg += f" ({self.reason.name})"
+            msg += f" ({getattr(self.reason, 'name', f'reason {reason}')})"
         super().__init__(err, msg)
 
     def __str__(self):
@@ -67,6 +71,19 @@ def gid_of(node):
     if ip.version == 4:
         ip = ipaddress.IPv6Address("::ffff:" + str(ip))
     return ip.packed
+
+
+class Completion(int):
+    """A successful operation's result: its `res` (an int: bytes moved, or a handle) and
+    its `aux` (a RECV's immediate data), as the CQE had them."""
+
+    def __new__(cls, res, aux):
+        c = super().__new__(cls, res)
+        c.aux = aux
+        return c
+
+    def __repr__(self):
+        return f"Completion(res={int(self)}, aux={self.aux:#x})"
 
 
 class Vqp:
@@ -333,10 +350,10 @@ class Ring:
             raise KrcoreError(op, -res, reason)
         return res, aux
 
-    def connect(self, node, service=0):
+    def connect(self, node, service):
         """A virtual QP to `node` (an address, host name or GID), to the listen on port
-        `service` there, from an ephemeral port of this node; service 0: no endpoint
-        (one-sided requests only)."""
+        `service` there, from an ephemeral port of this node; service 0 (named, never
+        assumed): no endpoint, one-sided requests only."""
         gid = ffi.new("uint8_t[16]", gid_of(node))
         return self._connect("connect", lambda s: lib.krcore_prep_connect(s, gid, service))
 
@@ -418,10 +435,12 @@ class Ring:
             raise KrcoreError("export name", -e, lib.KRCORE_REASON_BAD_NAME)
 
     def run(self, batch, timeout=None):
-        """Runs `batch`; each operation's result in order: its `res` (bytes moved), or
-        the KrcoreError it failed with. `timeout` (seconds) bounds each wait."""
+        """Runs `batch`; each operation's result in order: a Completion (an int, the
+        bytes moved, with the CQE's `aux`), or the KrcoreError it failed with. `timeout`
+        (seconds) bounds each wait."""
         us = 0 if timeout is None else max(1, int(timeout * 1e6))
         out = []
-        for res, _, reason in self._complete([prep for _, prep in batch.ops], us):
-            out.append(KrcoreError("batch operation", -res, reason) if res < 0 else res)
+        for res, aux, reason in self._complete([prep for _, prep in batch.ops], us):
+            out.append(KrcoreError("batch operation", -res, reason) if res < 0
+                       else Completion(res, aux))
         return out

@@ -74,6 +74,10 @@ const TESTS: &[Test] = &[
         run: waiting::a_waiting_process_sleeps,
     },
     Test {
+        name: "waiting::a_ring_fd_works_with_epoll",
+        run: waiting::a_ring_fd_works_with_epoll,
+    },
+    Test {
         name: "sqpoll::eventfd_wakes_the_application",
         run: sqpoll::eventfd_wakes_the_application,
     },

@@ -1,5 +1,6 @@
 //! A process waiting for completions sleeps: it polls for `wait_spin_us` (module
 //! parameter), then sleeps on its ring's wait queue until a routed completion wakes it.
+//! Or it waits in epoll: the ring's file is readable while completions are ready.
 
 use std::time::{Duration, Instant};
 
@@ -91,4 +92,59 @@ fn sleeping_bar() -> f64 {
     } else {
         5.0
     }
+}
+
+/// The ring's fd works with epoll, as any fd an event loop watches: not readable while
+/// a SEND waits for its peer's receive, readable once it completed (woken, not found by
+/// a later look), and not again once the CQE is read. Before, `epoll_ctl` failed
+/// `EPERM` (the file had no `.poll`).
+pub fn a_ring_fd_works_with_epoll() -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let service = 17;
+    let (mut r, v, mr, buf) = endpoint(service)?;
+    // SAFETY: plain system calls on descriptors this function owns.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    check(ep >= 0, || format!("epoll_create1: {}", std::io::Error::last_os_error()))?;
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 7,
+    };
+    // SAFETY: `ev` is a live epoll_event.
+    let rc = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, r.as_raw_fd(), &mut ev) };
+    check(rc == 0, || format!("epoll_ctl on the ring's fd: {}", std::io::Error::last_os_error()))?;
+    let ready = |timeout_ms: i32| -> Result<Vec<u32>, String> {
+        let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        // SAFETY: `out` has room for 4 events.
+        let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 4, timeout_ms) };
+        check(n >= 0, || format!("epoll_wait: {}", std::io::Error::last_os_error()))?;
+        Ok(out[..n as usize].iter().map(|e| e.events).collect())
+    };
+    let send = Sqe::two_sided(Opcode::Send, 3, v, mr, buf.addr(), 8);
+    // SAFETY: the buffer is registered and outlives the wait.
+    unsafe { r.push(&send) }.map_err(|e| e.to_string())?;
+    r.submit().map_err(|e| e.to_string())?;
+    let before = ready(0)?;
+    check(before.is_empty(), || format!("readable before the peer received: {before:?}"))?;
+    let peer = Child::spawn(move || {
+        let (mut r, v, mr, buf) = endpoint(service)?;
+        std::thread::sleep(Duration::from_millis(300));
+        let recv = Sqe::two_sided(Opcode::Recv, 3, v, mr, buf.addr(), 64);
+        // SAFETY: the buffer is registered and outlives the wait.
+        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        collect(&mut r, 1).map(|_| String::new())
+    })?;
+    let t = Instant::now();
+    let woke = ready(10_000)?;
+    let waited = t.elapsed();
+    peer.join()?;
+    println!("  epoll on the ring's fd: nothing before, {woke:?} after {waited:?}");
+    check(woke == [libc::EPOLLIN as u32], || {
+        format!("epoll_wait gave {woke:?} after {waited:?}")
+    })?;
+    let c = collect(&mut r, 1)?;
+    check(c[0].res == 8, || format!("SEND: {:?}", c[0]))?;
+    let after = ready(0)?;
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(ep) };
+    check(after.is_empty(), || format!("readable with the CQ read: {after:?}"))
 }
