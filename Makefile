@@ -79,6 +79,8 @@ unit: deps
 	@$(CARGO) test -q --workspace
 	@echo "[test] docs build without warnings"
 	@RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --no-deps --workspace --all-features
+	@# And the library as most depend on it, with its default features only.
+	@RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --no-deps -p krcore-uring
 
 loom:
 	@echo "[test] loom models"

@@ -50,7 +50,7 @@
 //!   ([`push`](Ring::push), [`submit`](Ring::submit), [`completions`](Ring::completions)).
 //! - [`Batch`]: one-sided (READ, WRITE, WRITE with immediate, CAS, FAA) and two-sided
 //!   (SEND, RECV) operations, checked for range as they are added.
-//! - [`AsyncRing`] (feature `tokio`): the same operations as futures.
+//! - `AsyncRing` (feature `tokio`): the same operations as futures.
 //! - [`PerOp`]: the original KRCore's one-ioctl-per-operation interface, for comparison.
 //!
 //! # Safety model
@@ -65,11 +65,11 @@
 //! Waits sleep in the kernel and survive signals. A RECV waits for its message without
 //! a bound; everything else ends within the module's request deadline. Bound a wait with
 //! [`Ring::submit_and_wait_timeout`] or, in async code, `tokio::time::timeout` on the
-//! future (dropping it is safe: see [`AsyncRing`]); give up on receives by
+//! future (dropping it is safe: see `AsyncRing`); give up on receives by
 //! disconnecting their virtual QP (they complete `Cancelled`).
 //!
 //! # Features
-//! - `tokio`: [`AsyncRing`].
+//! - `tokio`: `AsyncRing`, the ring's operations as futures.
 //! - `serde`: `Serialize` and `Deserialize` for [`MrDescriptor`].
 #![warn(missing_docs)]
 

@@ -88,8 +88,28 @@ fn register_at<'b>(
     ))
 }
 
-/// Registers `buf` for as long as it is lent.
+/// The rights only this process's own requests use: memory lent with no more may end
+/// its loan as Rust's borrows say (a forgotten region only pins pages), since nothing
+/// reaches it between requests.
+const LOCAL_ONLY: MrAccess = MrAccess::LOCAL_WRITE;
+
+/// Registers `buf` for as long as it is lent, with local rights alone (see
+/// [`Ring::register_slice`](crate::Ring::register_slice)).
 pub(crate) fn register_slice<'b>(
+    buf: &'b mut [u8],
+    access: MrAccess,
+) -> Result<Control<Registered<'b>, impl FnOnce(&Cqe, &RingRef) -> Registered<'b>>, Error> {
+    if !LOCAL_ONLY.contains(access) {
+        return Err(Error::refused("register lent memory with remote rights", Reason::MrAccess));
+    }
+    register_at(buf.as_mut_ptr(), buf.len(), access)
+}
+
+/// Registers `buf` with any rights.
+///
+/// # Safety
+/// As [`Ring::register_slice_remote`](crate::Ring::register_slice_remote).
+pub(crate) unsafe fn register_slice_remote<'b>(
     buf: &'b mut [u8],
     access: MrAccess,
 ) -> Result<Control<Registered<'b>, impl FnOnce(&Cqe, &RingRef) -> Registered<'b>>, Error> {
@@ -180,4 +200,22 @@ pub(crate) fn import_name(
             len,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Safe code lends memory with local rights only: `mem::forget` of a region with a
+    /// remote right would leave peers writing memory whose loan ended.
+    #[test]
+    fn lent_memory_takes_no_remote_right_in_safe_code() {
+        let mut buf = [0u8; 64];
+        for access in [MrAccess::REMOTE_READ, MrAccess::REMOTE_WRITE, MrAccess::REMOTE_ATOMIC] {
+            let e = register_slice(&mut buf, access | MrAccess::LOCAL_WRITE).err();
+            assert_eq!(e.and_then(|e| e.reason()), Some(Reason::MrAccess), "{access:?}");
+        }
+        assert!(register_slice(&mut buf, MrAccess::LOCAL_WRITE).is_ok());
+        assert!(register_slice(&mut buf, MrAccess::empty()).is_ok());
+    }
 }

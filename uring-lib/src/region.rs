@@ -99,7 +99,10 @@ impl Registered<'_> {
         })
     }
 
-    /// The bytes. No operation on the region is in flight: `&mut self` proves it.
+    /// The bytes. No operation of this process on the region is in flight: `&mut self`
+    /// proves it. A peer given its descriptor with a remote write right may still write
+    /// it at any time, which no borrow here can stop: read what a peer wrote only after
+    /// the peer said so (a message after its WRITE, a flag it set last).
     pub fn bytes(&mut self) -> &[u8] {
         // SAFETY: `ptr..ptr+len` is valid for `'b` (the lender's borrow, or the raw
         // registration's promise) and exclusively ours (no batch borrows the region).

@@ -128,7 +128,7 @@ impl std::error::Error for PushError {}
 /// module's request deadline. Bound a raw wait with
 /// [`submit_and_wait_timeout`](Ring::submit_and_wait_timeout); to give up on receives,
 /// DISCONNECT their virtual QP (they complete `Cancelled`), or wait with a timeout in
-/// the [`AsyncRing`](crate::AsyncRing), which keeps the buffers of what it gave up on.
+/// the `AsyncRing` (feature `tokio`), which keeps the buffers of what it gave up on.
 pub struct Ring {
     core: Shared,
     params: SetupParams,
@@ -363,12 +363,43 @@ impl Ring {
     /// slice of a `Vec`, a buffer inside a larger structure, a mapping (huge pages
     /// included). The pages are pinned, no copy is ever made; dropping the region
     /// deregisters it and ends the loan.
+    ///
+    /// Local rights only (`MrAccess::LOCAL_WRITE` or none): a remote right would let a
+    /// peer reach the memory between this process's requests, and safe code can end
+    /// the loan without deregistering (`std::mem::forget` of the region), after which a
+    /// peer would write freed memory. Remote rights on lent memory take
+    /// [`register_slice_remote`](Self::register_slice_remote) (unsafe) or
+    /// [`register`](Self::register) (memory the region owns). Others fail `MrAccess`.
     pub fn register_slice<'b>(
         &mut self,
         buf: &'b mut [u8],
         access: MrAccess,
     ) -> Result<Registered<'b>, Error> {
         self.control(ops::register_slice(buf, access)?)
+    }
+
+    /// [`register_slice`](Self::register_slice) with any rights, remote ones included.
+    ///
+    /// ```compile_fail,E0133
+    /// # use krcore_uring::abi::sqe::MrAccess;
+    /// # use krcore_uring::Ring;
+    /// # fn f(ring: &mut Ring, buf: &mut [u8]) {
+    /// // A remote right on lent memory is the caller's promise: no safe call.
+    /// let r = ring.register_slice_remote(buf, MrAccess::REMOTE_WRITE);
+    /// # }
+    /// ```
+    ///
+    /// # Safety
+    /// The region must be dropped (or [deregistered](Self::deregister)) before the loan
+    /// of `buf` ends, never forgotten: until then peers given its descriptor may read
+    /// or write the memory, whatever Rust's borrows say.
+    pub unsafe fn register_slice_remote<'b>(
+        &mut self,
+        buf: &'b mut [u8],
+        access: MrAccess,
+    ) -> Result<Registered<'b>, Error> {
+        // SAFETY: the caller's promise, passed on.
+        self.control(unsafe { ops::register_slice_remote(buf, access)? })
     }
 
     /// Registers `len` bytes at `ptr`, for memory no Rust borrow describes (a device

@@ -38,8 +38,14 @@ pub fn caller_memory_registers_and_deregisters_on_drop() -> Result<(), String> {
 
     // A Vec's storage, lent: the NIC READs its first half into its second.
     let mut v: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
-    let mut reg = ring
-        .register_slice(&mut v[..], ALL)
+    // Remote rights on lent memory: the region is dropped before `v` (below), never
+    // forgotten. A safe registration with them is refused.
+    let refused = ring.register_slice(&mut v[..], ALL).err().and_then(|e| e.reason());
+    check(refused == Some(krcore_uring::abi::cqe::Reason::MrAccess), || {
+        format!("register_slice with remote rights: {refused:?}")
+    })?;
+    // SAFETY: `reg` is dropped (deregistered) before `v`'s loan ends, never forgotten.
+    let mut reg = unsafe { ring.register_slice_remote(&mut v[..], ALL) }
         .map_err(|e| e.to_string())?;
     let held = pinned_kb()?;
     check(held >= base + 8, || {
