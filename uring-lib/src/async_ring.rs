@@ -104,7 +104,7 @@ impl AsyncRing {
 
     /// As [`Ring::connect_to`].
     pub async fn connect_to(&self, node: &str, service: u32) -> Result<Vqp, Error> {
-        self.connect(crate::gid_of(node)?, service).await
+        self.connect(crate::addr::gid_of_async(node).await?, service).await
     }
 
     /// As [`Ring::disconnect`]: receives still posted on it come back `Cancelled`

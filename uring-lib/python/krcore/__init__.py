@@ -60,14 +60,18 @@ class KrcoreError(OSError):
 
 
 def gid_of(node):
-    """The GID CONNECT names `node` by: an IPv4 address (or a host name resolving to
-    one) as its IPv4-mapped GID, an IPv6 address as itself, 16 bytes as they are."""
+    """The GID CONNECT names `node` by: an IPv4 address (or a host name, by its first
+    IPv4 address) as its IPv4-mapped GID, an IPv6 address as itself, 16 bytes as they
+    are."""
     if isinstance(node, (bytes, bytearray)) and len(node) == 16:
         return bytes(node)
     try:
         ip = ipaddress.ip_address(node)
     except ValueError:
-        ip = ipaddress.ip_address(socket.getaddrinfo(node, None)[0][4][0])
+        # Its first IPv4 address (the module serves RoCE v2 over IPv4), else its first.
+        infos = socket.getaddrinfo(node, None)
+        v4 = [i for i in infos if i[0] == socket.AF_INET]
+        ip = ipaddress.ip_address((v4 or infos)[0][4][0])
     if ip.version == 4:
         ip = ipaddress.IPv6Address("::ffff:" + str(ip))
     return ip.packed
