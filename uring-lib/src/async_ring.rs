@@ -320,7 +320,16 @@ impl AsyncRing {
             .tag(std::slice::from_mut(&mut sqe))
             .start;
         let c = self.next_of("listen", tag, Some(sqe)).await?;
-        Listener::started(service, &c)
+        Listener::started(service, &c, Arc::downgrade(self.shared()))
+    }
+
+    /// As [`Ring::unlisten`]: the listen ends, and the peers that joined and were not
+    /// accepted come back (to use or disconnect).
+    pub async fn unlisten(&self, mut listener: Listener) -> Result<Vec<Accepted>, Error> {
+        if !listener.ended {
+            self.control(ops::unlisten(listener.service)).await?;
+        }
+        Ok(listener.finish(&mut lock(self.shared())))
     }
 
     /// As [`Ring::accept`]. Cancel-safe: a peer that joins after the future is dropped

@@ -7,10 +7,13 @@
 //! [`AsyncRing::accept`](crate::AsyncRing::accept) take its completions one at a time.
 
 use std::net::Ipv4Addr;
+use std::sync::Weak;
 
 use krcore_abi::cqe::{Cqe, CqeFlags};
 use krcore_abi::errno::Errno;
+use krcore_abi::sqe::Sqe;
 
+use crate::core::{lock, CoreGuard, CoreLock};
 use crate::{Error, Vqp};
 
 /// A service this ring listens on. Each peer node whose virtual QP connects to this
@@ -20,8 +23,9 @@ use crate::{Error, Vqp};
 ///
 /// One ring per node listens on a service at a time (another gets `ServiceTaken`), and
 /// while it does, this node's own CONNECT to a peer that joined it fails
-/// `ServiceTaken` too. It ends with [`Ring::unlisten`](crate::Ring::unlisten) or with
-/// the ring; dropping it leaves the ring listening.
+/// `ServiceTaken` too. It ends with [`Ring::unlisten`](crate::Ring::unlisten), as a
+/// socket's listen ends with its close: when it is dropped (peers that joined and were
+/// not accepted are disconnected), or with the ring.
 #[derive(Debug)]
 pub struct Listener {
     pub(crate) service: u32,
@@ -29,6 +33,8 @@ pub struct Listener {
     pub(crate) tag: u64,
     /// Its last completion came: it listens no more.
     pub(crate) ended: bool,
+    /// The ring that listens; gone with the ring (and its listen with it).
+    pub(crate) ring: Weak<CoreLock>,
 }
 
 impl Listener {
@@ -42,8 +48,8 @@ impl Listener {
         self.ended
     }
 
-    /// The LISTEN's first completion: listening, or why not.
-    pub(crate) fn started(service: u32, c: &Cqe) -> Result<Listener, Error> {
+    /// The LISTEN's first completion on `ring`: listening, or why not.
+    pub(crate) fn started(service: u32, c: &Cqe, ring: Weak<CoreLock>) -> Result<Listener, Error> {
         if c.res < 0 {
             return Err(Error::failed("listen", c));
         }
@@ -51,7 +57,22 @@ impl Listener {
             service,
             tag: c.user_data,
             ended: c.flags & CqeFlags::MORE.bits() == 0,
+            ring,
         })
+    }
+
+    /// After its UNLISTEN completed (or the listen ended): the peers that joined and
+    /// were not accepted yet, its completions gone from `core`, and it ended.
+    pub(crate) fn finish(&mut self, core: &mut CoreGuard<'_>) -> Vec<Accepted> {
+        let mut joined = Vec::new();
+        while let Some(c) = core.take_next(self.tag) {
+            if let Ok(a) = self.take(&c) {
+                joined.push(a);
+            }
+        }
+        core.drop_tag(self.tag);
+        self.ended = true;
+        joined
     }
 
     /// A later completion of the LISTEN: a peer that joined, or a refusal (the listen
@@ -83,6 +104,25 @@ impl Listener {
     /// The error for a wait on a listen that ended.
     pub(crate) fn over() -> Error {
         Error::errno("accept: the listen has ended", Errno::ECANCELED)
+    }
+}
+
+impl Drop for Listener {
+    /// Ends the listen (UNLISTEN) and disconnects the peers that joined and were not
+    /// accepted, through its ring (whose lock the caller must not hold). Nothing to do
+    /// once it ended, or with the ring gone.
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let Some(ring) = self.ring.upgrade() else {
+            return;
+        };
+        let mut core = lock(&ring);
+        let _ = core.control("unlisten", Sqe::unlisten(0, self.service));
+        for a in self.finish(&mut core) {
+            let _ = core.control("disconnect", Sqe::disconnect(0, a.vqp.handle));
+        }
     }
 }
 

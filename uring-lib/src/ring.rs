@@ -297,7 +297,7 @@ impl Ring {
             core.reap();
         }
         let c = core.wait_next("listen", tag, 0)?;
-        Listener::started(service, &c)
+        Listener::started(service, &c, Arc::downgrade(&self.core))
     }
 
     /// The next peer that joined `listener`'s service, waiting for one without a
@@ -337,15 +337,7 @@ impl Ring {
         if !listener.ended {
             self.control(ops::unlisten(listener.service))?;
         }
-        let mut core = self.core();
-        let mut joined = Vec::new();
-        while let Some(c) = core.take_next(listener.tag) {
-            if let Ok(a) = listener.take(&c) {
-                joined.push(a);
-            }
-        }
-        core.drop_tag(listener.tag);
-        Ok(joined)
+        Ok(listener.finish(&mut self.core()))
     }
 
     /// Releases a virtual QP. Receives still posted on it make this fail (`EBUSY`).

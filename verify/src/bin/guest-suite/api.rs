@@ -217,13 +217,20 @@ pub fn listen_is_one_ring_per_service() -> Result<(), String> {
     check(again.is_ok(), || {
         format!("LISTEN after UNLISTEN: {again:?}")
     })?;
+    // Dropping a listener ends its listen, as closing a listening socket does (before,
+    // the ring went on listening, and this LISTEN failed ServiceTaken).
+    drop(more.remove(0));
+    let freed = b.listen(79).map(|_| ()).map_err(|e| e.to_string());
+    check(freed.is_ok(), || {
+        format!("LISTEN after the listener was dropped: {freed:?}")
+    })?;
     drop(a);
     let after = b.listen(77).map_err(|e| e.to_string());
     check(after.is_ok(), || {
         format!("LISTEN after the listener's ring closed: {after:?}")
     })?;
     println!(
-        "  one listener per service, 4 per ring, freed by UNLISTEN and by close; an accept with nobody ended ETIME after {} ms",
+        "  one listener per service, 4 per ring, freed by UNLISTEN, by a dropped listener and by close; an accept with nobody ended ETIME after {} ms",
         waited.as_millis()
     );
     Ok(())
