@@ -58,6 +58,8 @@ bitflags! {
 /// Why an entry was rejected or failed. Stored in [`Cqe::reason`] beside the errno, so a
 /// user can tell an out-of-range length from an unknown MR though both are `EINVAL`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+// New reasons come with new module versions: code outside abi matches with a wildcard.
+#[non_exhaustive]
 #[repr(u16)]
 pub enum Reason {
     /// Not a failure.
