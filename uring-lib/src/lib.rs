@@ -10,7 +10,7 @@
 //! A worker on one node reads memory another node published under a name:
 //!
 //! ```no_run
-//! use krcore_uring::abi::sqe::MrAccess;
+//! use krcore_uring::MrAccess;
 //! use krcore_uring::{Batch, Builder, Device, Error};
 //!
 //! fn main() -> Result<(), Error> {
@@ -56,7 +56,7 @@
 //! # Safety model
 //! The kernel trusts nothing from this process: it validates every entry against its
 //! own tables and answers a bad one with a failed completion and a
-//! [`Reason`](abi::cqe::Reason). The library's job is Rust's memory safety: memory the
+//! [`Reason`]. The library's job is Rust's memory safety: memory the
 //! NIC may write is reachable only through `&mut` of its region, a [`Batch`] borrows the
 //! regions it uses until [`Ring::run`] has every completion, a region deregisters itself
 //! when dropped, and raw entries are `unsafe` to push.
@@ -108,5 +108,8 @@ pub struct ReadmeDoctests;
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};
 pub use error::Error;
 pub use krcore_abi as abi;
+/// The types every program names, at the crate root: an MR's rights, why an operation
+/// failed, and a completion (the raw ABI stays under [`abi`]).
+pub use krcore_abi::{cqe::Cqe, cqe::Reason, sqe::MrAccess};
 pub use listen::{Accepted, Listener};
 pub use ring::{describe_failure, Builder, Completions, PushError, Ring, Submission};
