@@ -96,11 +96,10 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
+/// Its message holds the OS error already, so it names no `source`: a report that
+/// walks the chain (anyhow's, say) prints each part once. The errno stays at hand in
+/// [`raw_os_error`](Error::raw_os_error) and [`kind`](Error::kind).
+impl std::error::Error for Error {}
 
 impl Error {
     /// The [`io::ErrorKind`] of the failure: the errno's, except that a bounded wait
@@ -127,6 +126,21 @@ impl From<Error> for io::Error {
 mod tests {
     use super::*;
     use krcore_abi::cqe::Reason;
+
+    /// A report that walks the chain says the OS error once (before, the message and
+    /// the source both did).
+    #[test]
+    fn a_chain_says_each_part_once() {
+        let e = Error::errno("connect", krcore_abi::errno::Errno(libc::EHOSTUNREACH));
+        let mut report = String::new();
+        let mut cur: Option<&dyn std::error::Error> = Some(&e);
+        while let Some(c) = cur {
+            report += &format!("{c}\n");
+            cur = c.source();
+        }
+        let os = io::Error::from_raw_os_error(libc::EHOSTUNREACH).to_string();
+        assert_eq!(report.matches(&os).count(), 1, "{report}");
+    }
 
     #[test]
     fn a_wait_that_ran_out_is_timed_out() {
