@@ -22,7 +22,7 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host install unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -74,6 +74,17 @@ host: deps
 		-o $(C_EXAMPLE) uring-lib/c/examples/read_write.c
 	@$(PYTHON) uring-lib/python/krcore/_build.py $(CURDIR)/target/python
 
+# The C headers and their pkg-config file, for programs built outside this tree:
+# `pkg-config --cflags krcore`, then `#include "krcore.h"`. PREFIX (default /usr/local)
+# and DESTDIR as usual.
+PREFIX ?= /usr/local
+install:
+	@install -d $(DESTDIR)$(PREFIX)/include/krcore $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	@install -m 0644 abi/include/krcore_abi.h abi/include/krcore_reasons.h uring-lib/c/krcore.h \
+		$(DESTDIR)$(PREFIX)/include/krcore/
+	@sed 's|@PREFIX@|$(PREFIX)|' uring-lib/c/krcore.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/krcore.pc
+	@echo "[install] krcore's C headers in $(DESTDIR)$(PREFIX)/include/krcore, krcore.pc in $(DESTDIR)$(PREFIX)/lib/pkgconfig"
+
 unit: deps
 	@echo "[test] unit and property tests"
 	@$(CARGO) test -q --workspace
@@ -81,6 +92,11 @@ unit: deps
 	@RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --no-deps --workspace --all-features
 	@# And the library as most depend on it, with its default features only.
 	@RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --no-deps -p krcore-uring
+	@echo "[test] the C headers install, and a program builds through pkg-config"
+	@d=$$(mktemp -d) && $(MAKE) -s install PREFIX=$$d >/dev/null && \
+		$(CC) -O2 -Wall -Wextra -Werror -std=c11 -D_GNU_SOURCE \
+		$$(PKG_CONFIG_PATH=$$d/lib/pkgconfig pkg-config --cflags krcore) \
+		-o $$d/read_write uring-lib/c/examples/read_write.c && rm -rf $$d
 
 loom:
 	@echo "[test] loom models"

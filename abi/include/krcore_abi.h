@@ -13,73 +13,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-// Bytes of a nonce (each side's).
-#define krcore_NONCE_LEN 16
-
-// Bytes of a tag: HMAC-SHA256 cut to 128 bits (as RFC 4868's HMAC-SHA-256-128).
-#define krcore_TAG_LEN 16
-
-// How long an issued challenge can be redeemed, ms.
-#define krcore_CHALLENGE_MS 5000
-
-// Challenges outstanding for one address at most.
-#define krcore_PER_SOURCE 4
-
-// Failed proofs one address may make in a burst before its proofs are refused unread.
-#define krcore_BURST 16
-
-// Failed proofs it may make per second after a burst.
-#define krcore_PER_SECOND 8
-
-// Addresses a gate keeps a limiter for.
-#define krcore_LIMITED_SOURCES 16
-
-// How long an adoption may take from the peer's first connection to its last, and how
-// long a yielded attempt waits for the peer's set, ms: past it, a CONNECT dials anew.
-#define krcore_ADOPT_MS 3000
-
-// A hello's magic, "KRC4" (the fourth wire form: notices carry both ports of a link,
-// names their owners and modes, placed by a keyed hash; a kernel of another form is
-// refused at its first hello rather than misread later).
-#define krcore_HELLO_MAGIC 1263682356
-
-// A challenge's magic, "KRCC".
-#define krcore_CHALLENGE_MAGIC 1263682371
-
-// A yield's magic, "KRYY".
-#define krcore_YIELD_MAGIC 1263688025
-
-// Bytes of a hello: all an IB CM REQ has room for after rdma_cm's 36-byte header.
-#define krcore_HELLO_LEN 56
-
-// Bytes of a challenge.
-#define krcore_CHALLENGE_LEN (4 + krcore_NONCE_LEN)
-
-// Bytes of a yield.
-#define krcore_YIELD_LEN 4
-
-// Bytes of an accept.
-#define krcore_ACCEPT_LEN (24 + krcore_TAG_LEN)
-
-// Bytes of a transcript.
-#define krcore_TRANSCRIPT_LEN (32 + (2 * krcore_NONCE_LEN))
-
-// A hello's step byte: the first request, asking for a challenge.
-#define krcore_ASK 1
-
-// A hello's step byte: the second request, with its proof.
-#define krcore_PROVE 2
-
-// Bytes of a notice on the wire.
-#define krcore_NOTICE_LEN 32
-
-// "No link": a [`Notice::Hello`] from an end that knows no peer end yet.
-#define krcore_NO_LINK UINT64_MAX
-
-// The user of the kernel's own CONNECTs (prewarming, a listen's accept; no uid is
-// `(uid_t)-1`): not counted against anyone's dials.
-#define krcore_NO_USER UINT32_MAX
-
 // Dials to other nodes one user may have in progress at once; a CONNECT that would
 // start another fails `Quota`. A dial to an address that never answers holds its
 // entry until the CM gives up (seconds), so without this one user's CONNECTs to such
@@ -91,13 +24,6 @@
 // take dials oldest first, so a wait this long means every worker stayed on dials
 // that never answer; nobody's CONNECT waits on them longer than this.
 #define krcore_DIAL_WAIT_MS 10000
-
-// Revocations under way at once (a DEREG_MR past them waits).
-#define krcore_MAX_REVOKING 16
-
-// Answers owed at once (past them, a Revoke waits in the peer's receive queue: its
-// ack comes when room frees).
-#define krcore_MAX_ACKS 64
 
 // How many reasons there are (one past the last code).
 #define krcore_Reason_COUNT 40
@@ -111,27 +37,6 @@
 
 // Length of [`DeviceGid::name`], the kernel's `IB_DEVICE_NAME_MAX`.
 #define krcore_DEVICE_NAME_LEN 64
-
-// Backoff after the first strike.
-#define krcore_BACKOFF_BASE_MS 1000
-
-// Longest backoff.
-#define krcore_BACKOFF_MAX_MS 60000
-
-// The `wr_id` of a receive the peer's kernel advertised (never routed to a ring).
-#define krcore_FAR_RECV UINT64_MAX
-
-// Keys for receives advertised to peer kernels, device-wide (kmod/engine/fastreg.c):
-// an advert waits while none is free.
-#define krcore_ADVERT_KEYS 256
-
-// A peer's share of a shard's links for its ends waiting there (see `on_hello`): one
-// in this many.
-#define krcore_PEER_SHARE 4
-
-// Kernel receives for notices kept posted on each set QP (kmod/cluster/cm.c posts them; its
-// `KRCORE_NOTICE_RECVS` is this).
-#define krcore_NOTICE_RECVS 64
 
 // Services a node's rings may listen on at once (each shard's listener table).
 #define krcore_MAX_LISTENERS 32
@@ -152,23 +57,11 @@
 // The last ephemeral port.
 #define krcore_EPHEMERAL_LAST 60999
 
-// How many kinds of share there are.
-#define krcore_SHARES 4
-
-// Notices a set's QP carries at once beyond its requests' depth: its hardware send
-// queue has room for them (see the module's set QPs), so they never take a ring's
-// credit. A notice waits in its link (see `message`) while there is no room.
-#define krcore_NOTICE_ROOM 16
-
 // The default deadline of a send request: past it with no completion on its QP, the
 // QP is failed and its requests complete with `Deadline` (the module's
 // `request_timeout_ms` sets it). The wire's own retries end far sooner on a live
 // fabric.
 #define krcore_DEFAULT_DEADLINE_MS 5000
-
-// `RemoteMr::checked` of an import from another node whose exporter revoked it: every
-// request through it fails `BadDescriptor`.
-#define krcore_REVOKED_ACROSS UINT64_MAX
 
 // The ioctl type byte of every krcore command.
 #define krcore_IOC_MAGIC 75
@@ -243,22 +136,12 @@
 // Largest CQ a ring may ask for.
 #define krcore_MAX_CQ_ENTRIES 8192
 
-// Revocations remembered against a lookup that read the record before the exporter
-// tombstoned it (one in flight across that many later revocations is not caught).
-#define krcore_RECENTLY_REVOKED 32
-
 // The mode bits a PUBLISH may give: read and write for owner, group and others.
 #define krcore_MODE_BITS 438
 
 // The mode of a PUBLISH that names none (0): its owner's alone, as `umask 077`
 // leaves a file.
 #define krcore_MODE_DEFAULT 384
-
-// Bytes of the longest request (a publication: the head and an export's payload).
-#define krcore_REQUEST_LEN 72
-
-// Bytes of a reply.
-#define krcore_REPLY_LEN 16
 
 // One past the last opcode (`IORING_OP_LAST`'s role): sizes per-opcode tables.
 #define krcore_OPCODE_LAST 19
@@ -435,24 +318,6 @@ typedef enum krcore_Reason krcore_Reason;
 typedef uint16_t krcore_Reason;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
-
-// Who is submitting, as the kernel tells the engine.
-struct krcore_Caller;
-
-// What the kernel tells the engine about a submission.
-struct krcore_Context;
-
-// One held port.
-struct krcore_Held;
-
-// How a port is held.
-struct krcore_Hold;
-
-// A request posted on a send queue, in the order posted.
-struct krcore_Posted;
-
-// A table counted per user.
-struct krcore_Share;
 
 // A submission queue entry.
 struct krcore_Sqe {

@@ -28,6 +28,43 @@ fn generate() -> String {
     String::from_utf8(out).unwrap()
 }
 
+/// `krcore_reasons.h`: each reason's name and description as C strings, from abi's
+/// `Reason` (so C's table cannot drift from Rust's).
+fn generate_reasons() -> String {
+    use krcore_abi::cqe::Reason;
+    let mut s = String::from(
+        "/* SPDX-License-Identifier: MIT OR Apache-2.0 */\n\
+         /* Why an entry failed, as text: generated from abi's Reason by\n \
+         * `KRCORE_BLESS=1 cargo test -p krcore-abi --test c_header`; do not edit. */\n\
+         #ifndef KRCORE_REASONS_H\n#define KRCORE_REASONS_H\n\n#include <stdint.h>\n\n",
+    );
+    for (f, text) in [("name", Reason::name as fn(Reason) -> &'static str), ("describe", Reason::describe)] {
+        s += &format!(
+            "/* A reason's {f} (a CQE's `reason`); NULL for one this header does not know. */\n\
+             static inline const char *krcore_reason_{f}(uint16_t reason)\n{{\n\tswitch (reason) {{\n"
+        );
+        for r in Reason::ALL {
+            s += &format!("\tcase {}: return {:?};\n", r as u16, text(r));
+        }
+        s += "\t}\n\treturn 0;\n}\n\n";
+    }
+    s + "#endif\n"
+}
+
+#[test]
+fn reasons_header_is_current() {
+    let path = root().join("include/krcore_reasons.h");
+    let fresh = generate_reasons();
+    if std::env::var_os("KRCORE_BLESS").is_some() {
+        std::fs::write(&path, &fresh).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == fresh,
+        "abi/include/krcore_reasons.h is stale: rerun with KRCORE_BLESS=1 and commit it"
+    );
+}
+
 #[test]
 fn header_is_current() {
     let path = root().join("include/krcore_abi.h");

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "krcore_abi.h"
+#include "krcore_reasons.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,10 +72,9 @@ struct krcore_ring {
 #define krcore_load_acquire(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define krcore_store_release(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
-/* Sets up a ring of `entries` SQEs (a power of two at most krcore_MAX_SQ_ENTRIES;
- * the CQ twice that) with krcore_SetupFlags `flags` on a fresh open of the device,
- * and maps it. 0, or -errno (ENOENT: the module is not loaded). */
-static inline int krcore_queue_init(unsigned entries, struct krcore_ring *r, unsigned flags)
+/* The setup both krcore_queue_init and krcore_queue_init_on make. */
+static inline int krcore_queue_setup_(unsigned entries, struct krcore_ring *r, unsigned flags,
+				      uint32_t dev_index, uint32_t port)
 {
 	memset(r, 0, sizeof(*r));
 	r->fd = open(KRCORE_DEVICE_PATH, O_RDWR | O_CLOEXEC);
@@ -82,6 +82,8 @@ static inline int krcore_queue_init(unsigned entries, struct krcore_ring *r, uns
 		return -errno;
 	r->params.sq_entries = entries;
 	r->params.flags = flags;
+	r->params.dev_index = dev_index;
+	r->params.port = port;
 	if (ioctl(r->fd, krcore_IOC_SETUP, &r->params) < 0)
 		goto fail;
 	r->sq_map = mmap(NULL, r->params.sq_off.map_len, PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -114,6 +116,33 @@ fail:;
 	close(r->fd);
 	r->fd = -1;
 	return -e;
+}
+
+/* Sets up a ring of `entries` SQEs (a power of two at most krcore_MAX_SQ_ENTRIES;
+ * the CQ twice that) with krcore_SetupFlags `flags` on a fresh open of the device, on
+ * its first RDMA device, and maps it. 0, or -errno (ENOENT: the module is not loaded). */
+static inline int krcore_queue_init(unsigned entries, struct krcore_ring *r, unsigned flags)
+{
+	return krcore_queue_setup_(entries, r, flags & ~krcore_SetupFlags_DEVICE, 0, 0);
+}
+
+/* As krcore_queue_init, on the RDMA device `dev_index` of those the module serves
+ * (krcore_IOC_QUERY_DEVICES lists them) and its port `port` (0: the first). */
+static inline int krcore_queue_init_on(unsigned entries, struct krcore_ring *r, unsigned flags,
+				       uint32_t dev_index, uint32_t port)
+{
+	return krcore_queue_setup_(entries, r, flags | krcore_SetupFlags_DEVICE, dev_index, port);
+}
+
+/* Has the kernel signal `efd`, an eventfd(2), whenever the ring gains completions (for
+ * an event loop; the ring's fd polls too); -1 unregisters. 0, or -errno. */
+static inline int krcore_register_eventfd(struct krcore_ring *r, int efd)
+{
+	struct krcore_EventfdArgs a;
+
+	memset(&a, 0, sizeof(a));
+	a.fd = efd;
+	return ioctl(r->fd, krcore_IOC_REGISTER_EVENTFD, &a) < 0 ? -errno : 0;
 }
 
 /* Unmaps and closes: the kernel releases everything of the ring (QPs, memory). */

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <sys/eventfd.h>
+
 #include "krcore.h"
 
 #define CHECK(cond, ...)                                                                   \
@@ -39,8 +41,12 @@ int main(void)
 	struct krcore_Sqe *sqe;
 	struct krcore_Cqe c, *cqe;
 	uint8_t gid[16];
-	int e = krcore_queue_init(16, &ring, 0);
+	/* On the module's first RDMA device (index 0 of krcore_IOC_QUERY_DEVICES), port 1. */
+	int e = krcore_queue_init_on(16, &ring, 0, 0, 0);
 	CHECK(e == 0, "setup: %s%s", strerror(-e), e == -ENOENT ? " (is the module loaded?)" : "");
+	/* An eventfd an event loop would watch: signalled as completions come. */
+	int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	CHECK(efd >= 0 && krcore_register_eventfd(&ring, efd) == 0, "eventfd: %s", strerror(errno));
 	e = krcore_node_gid(&ring, gid);
 	CHECK(e == 0, "no node GID: %s", strerror(-e));
 
@@ -53,6 +59,9 @@ int main(void)
 	CHECK(c.res >= 0, "CONNECT: %s (reason %u)", strerror(-c.res), c.reason);
 	uint32_t vqp = (uint32_t)c.res;
 	printf("connected: virtual QP %u on pooled QP %llu\n", vqp, (unsigned long long)c.aux);
+	uint64_t signals = 0;
+	CHECK(read(efd, &signals, sizeof(signals)) == sizeof(signals) && signals > 0,
+	      "the eventfd was not signalled");
 
 	uint8_t *buf = aligned_alloc(4096, 8192);
 	CHECK(buf != NULL, "out of memory");
@@ -106,9 +115,11 @@ int main(void)
 	sqe = krcore_get_sqe(&ring);
 	krcore_prep_read(sqe, vqp, mr, buf, 8, rmr, base + 8192);
 	c = run_one(&ring);
-	CHECK(c.res == -ERANGE && c.reason == KRCORE_REASON_REMOTE_RANGE,
+	CHECK(c.res == -ERANGE && c.reason == KRCORE_REASON_REMOTE_RANGE &&
+		      strcmp(krcore_reason_name(c.reason), "remote_range") == 0,
 	      "out-of-range READ: res %d reason %u", c.res, c.reason);
-	printf("refused: READ past the imported range (ERANGE, REMOTE_RANGE)\n");
+	printf("refused: READ past the imported range (ERANGE, %s: %s)\n",
+	       krcore_reason_name(c.reason), krcore_reason_describe(c.reason));
 
 	/* A RECV nobody answers: a bounded wait ends with ETIME; DISCONNECT cancels it. */
 	sqe = krcore_get_sqe(&ring);
@@ -138,6 +149,7 @@ int main(void)
 	c = run_one(&ring);
 	CHECK(c.res == 0, "DEREG_MR: %s", strerror(-c.res));
 	krcore_queue_exit(&ring);
+	close(efd);
 	free(buf);
 	printf("c client: ok\n");
 	return 0;
