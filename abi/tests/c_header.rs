@@ -51,32 +51,27 @@ fn generate_reasons() -> String {
     s + "#endif\n"
 }
 
-#[test]
-fn reasons_header_is_current() {
-    let path = root().join("include/krcore_reasons.h");
-    let fresh = generate_reasons();
+/// The checked-in `include/NAME` is `fresh` (rewritten first under `KRCORE_BLESS`).
+fn check_current(name: &str, fresh: &str) {
+    let path = root().join("include").join(name);
     if std::env::var_os("KRCORE_BLESS").is_some() {
-        std::fs::write(&path, &fresh).unwrap();
+        std::fs::write(&path, fresh).unwrap();
     }
     let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         checked_in == fresh,
-        "abi/include/krcore_reasons.h is stale: rerun with KRCORE_BLESS=1 and commit it"
+        "abi/include/{name} is stale: rerun with KRCORE_BLESS=1 and commit it"
     );
 }
 
 #[test]
+fn reasons_header_is_current() {
+    check_current("krcore_reasons.h", &generate_reasons());
+}
+
+#[test]
 fn header_is_current() {
-    let path = root().join("include/krcore_abi.h");
-    let fresh = generate();
-    if std::env::var_os("KRCORE_BLESS").is_some() {
-        std::fs::write(&path, &fresh).unwrap();
-    }
-    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        checked_in == fresh,
-        "abi/include/krcore_abi.h is stale: rerun with KRCORE_BLESS=1 and commit it"
-    );
+    check_current("krcore_abi.h", &generate());
 }
 
 #[test]
