@@ -47,6 +47,43 @@ pub struct Args {
     /// needs a listen on it).
     #[arg(long, default_value_t = 0)]
     service: u32,
+    /// Run each size for this many seconds instead of --iters operations (perftest's -D).
+    #[arg(short = 'D', long, value_parser = positive_secs)]
+    duration: Option<f64>,
+    /// Every size from 8 B up to --size (by default 64 KiB) in powers of two (perftest's
+    /// -a); the atomics have one, 8 B.
+    #[arg(short = 'a', long)]
+    all_sizes: bool,
+    /// One JSON object per size on standard output instead of a line of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A duration in seconds: positive and finite.
+fn positive_secs(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() && v <= 86_400.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds (above 0, at most a day)")),
+    }
+}
+
+/// When a measurement of one size stops.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stop {
+    /// After this many operations.
+    Ops(u64),
+    /// After this long.
+    After(Duration),
+}
+
+impl Stop {
+    /// Whether `done` operations started at `start` are enough.
+    fn reached(self, done: u64, start: Instant) -> bool {
+        match self {
+            Stop::Ops(n) => done >= n,
+            Stop::After(d) => start.elapsed() >= d,
+        }
+    }
 }
 
 impl Args {
@@ -70,6 +107,29 @@ impl Args {
             .checked_mul(self.depth)
             .ok_or("--size times --depth is more memory than one region holds (4 GiB)")?;
         Ok((size, total))
+    }
+
+    /// The sizes to measure: `--size` (or `default`), or with `-a` every power of two
+    /// from 8 B up to it.
+    fn sizes(&self, default: u32) -> Result<Vec<u32>> {
+        let top = self.size(if self.all_sizes && self.size.is_none() { 65536 } else { default })?;
+        if !self.all_sizes {
+            return Ok(vec![top]);
+        }
+        let mut v: Vec<u32> = std::iter::successors(Some(8u32), |s| s.checked_mul(2))
+            .take_while(|&s| s <= top)
+            .collect();
+        if v.last() != Some(&top) {
+            v.push(top);
+        }
+        Ok(v)
+    }
+
+    fn stop(&self) -> Stop {
+        match self.duration {
+            Some(d) => Stop::After(Duration::from_secs_f64(d)),
+            None => Stop::Ops(self.iters as u64),
+        }
     }
 }
 
@@ -162,49 +222,83 @@ fn median_p99(v: &mut [Duration]) -> (Duration, Duration) {
     (at(0.5), at(0.99))
 }
 
+/// Latencies in nanoseconds, to 3 significant digits, from 1 ns to an hour.
+fn histogram() -> Result<hdrhistogram::Histogram<u64>> {
+    Ok(hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000_000, 3)?)
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1e3
+}
+
 pub fn lat(a: &Args) -> Result<()> {
-    let size = a.size(8)?;
-    let mut s = setup(a, size)?;
-    run(&mut s, a, 1, size)?; // warm
-    let mut t = Vec::with_capacity(a.iters as usize);
-    for _ in 0..a.iters {
-        let start = Instant::now();
-        run(&mut s, a, 1, size)?;
-        t.push(start.elapsed());
+    let sizes = a.sizes(8)?;
+    let mut s = setup(a, *sizes.last().expect("one size at least"))?;
+    for size in sizes {
+        run(&mut s, a, 1, size)?; // warm
+        let mut h = histogram()?;
+        let (start, stop) = (Instant::now(), a.stop());
+        while !stop.reached(h.len(), start) {
+            let t = Instant::now();
+            run(&mut s, a, 1, size)?;
+            h.record(t.elapsed().as_nanos().max(1) as u64)?;
+        }
+        let q = |p: f64| us(h.value_at_quantile(p));
+        if a.json {
+            let j = serde_json::json!({
+                "test": "lat", "op": format!("{:?}", a.op).to_lowercase(), "size": size,
+                "ops": h.len(), "min_us": us(h.min()), "median_us": q(0.5), "p90_us": q(0.9),
+                "p99_us": q(0.99), "p999_us": q(0.999), "max_us": us(h.max()),
+            });
+            println!("{j}");
+        } else {
+            println!(
+                "{}: {} operations one at a time: median {:.2} us, p99 {:.2} us, p99.9 {:.2} us, min {:.2} us, max {:.2} us",
+                label(a, size),
+                h.len(),
+                q(0.5),
+                q(0.99),
+                q(0.999),
+                us(h.min()),
+                us(h.max())
+            );
+        }
     }
-    let (med, p99) = median_p99(&mut t);
-    println!(
-        "{}: {} operations one at a time: median {:.2} us, p99 {:.2} us, min {:.2} us, max {:.2} us",
-        label(a, size),
-        a.iters,
-        med.as_secs_f64() * 1e6,
-        p99.as_secs_f64() * 1e6,
-        t[0].as_secs_f64() * 1e6,
-        t[t.len() - 1].as_secs_f64() * 1e6
-    );
     Ok(())
 }
 
 pub fn bw(a: &Args) -> Result<()> {
-    let (size, total) = a.bw_sizes()?;
+    let (_, total) = a.bw_sizes()?;
+    let sizes = a.sizes(65536)?;
     let depth = a.depth;
+    let top = *sizes.last().expect("one size at least");
+    let total = total.max(top.checked_mul(depth).ok_or("--size times --depth is too much memory")?);
     let mut s = setup(a, total)?;
-    run(&mut s, a, depth, size)?; // warm
-    let rounds = a.iters.div_ceil(depth) as u64;
-    let start = Instant::now();
-    for _ in 0..rounds {
-        run(&mut s, a, depth, size)?;
+    for size in sizes {
+        run(&mut s, a, depth, size)?; // warm
+        let (enters, start, stop) = (s.ring.enters(), Instant::now(), a.stop());
+        let mut ops = 0u64;
+        while !stop.reached(ops, start) {
+            run(&mut s, a, depth, size)?;
+            ops += depth as u64;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let (mbps, rate) = (ops as f64 * size as f64 / secs / 1e6, ops as f64 / secs);
+        let enters = s.ring.enters() - enters;
+        if a.json {
+            let j = serde_json::json!({
+                "test": "bw", "op": format!("{:?}", a.op).to_lowercase(), "size": size,
+                "depth": depth, "ops": ops, "seconds": secs, "mb_per_s": mbps,
+                "ops_per_s": rate, "enters": enters,
+            });
+            println!("{j}");
+        } else {
+            println!(
+                "{}: {ops} operations, {depth} in flight: {mbps:.1} MB/s, {rate:.0} operations/s, {enters} enters",
+                label(a, size),
+            );
+        }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let ops = (rounds * depth as u64) as f64;
-    println!(
-        "{}: {} operations, {depth} in flight: {:.1} MB/s, {:.0} operations/s, {} enters",
-        label(a, size),
-        rounds * depth as u64,
-        ops * size as f64 / secs / 1e6,
-        ops / secs,
-        s.ring.enters()
-    );
     Ok(())
 }
 
@@ -258,6 +352,17 @@ mod tests {
     }
 
     #[test]
+    fn sizes_sweep_in_powers_of_two_and_atomics_have_one() {
+        assert_eq!(parse(&["-a", "--size", "64"]).unwrap().sizes(8).unwrap(), [8, 16, 32, 64]);
+        assert_eq!(parse(&["-a", "--size", "100"]).unwrap().sizes(8).unwrap(), [8, 16, 32, 64, 100]);
+        assert_eq!(parse(&["-a"]).unwrap().sizes(8).unwrap().last(), Some(&65536));
+        assert_eq!(parse(&["-a", "--op", "faa"]).unwrap().sizes(8).unwrap(), [8]);
+        assert_eq!(parse(&[]).unwrap().sizes(8).unwrap(), [8]);
+        assert!(parse(&["-D", "0"]).is_err() && parse(&["-D", "nan"]).is_err());
+        assert_eq!(parse(&["-D", "1.5"]).unwrap().stop(), Stop::After(Duration::from_millis(1500)));
+    }
+
+    #[test]
     fn no_operations_or_too_deep_a_ring_is_refused_by_name() {
         assert!(parse(&["--iters", "0"]).is_err(), "lat --iters 0 panicked before");
         assert!(parse(&["--depth", "0"]).is_err());
@@ -273,6 +378,7 @@ mod tests {
             prop_oneof![
                 Just("--op".to_string()), Just("--size".to_string()), Just("--iters".to_string()),
                 Just("--depth".to_string()), Just("--service".to_string()), Just("cas".to_string()),
+                Just("-a".to_string()), Just("-D".to_string()), Just("--json".to_string()),
                 Just("read".to_string()), any::<u32>().prop_map(|n| n.to_string()),
                 any::<i64>().prop_map(|n| n.to_string()), "[a-z0-9-]{0,6}",
             ],
@@ -282,6 +388,8 @@ mod tests {
             if let Ok(a) = parse(&refs) {
                 let _ = a.size(8);
                 let _ = a.bw_sizes();
+                let _ = a.sizes(8).map(|v| assert!(!v.is_empty() && v.windows(2).all(|w| w[0] < w[1])));
+                let _ = a.stop();
                 prop_assert!(a.iters >= 1 && (1..=1024).contains(&a.depth));
             }
         }

@@ -142,7 +142,27 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
         bw.contains("WRITE 4096 B: 64 operations, 8 in flight:"),
         || format!("krcore bw: {bw}"),
     )?;
-    for out in [&devices, &counters, &rings, &peers, &lat, &bw] {
+    // perftest's -a, -D and a machine-readable form: a JSON object per size.
+    let sweep = sh(&[KRCORE, "lat", "-a", "--size", "64", "--iters", "20", "--json"])?;
+    let rows: Vec<serde_json::Value> = sweep
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("krcore lat --json: {e}: {sweep}"))?;
+    let sizes: Vec<u64> = rows.iter().filter_map(|r| r["size"].as_u64()).collect();
+    check(
+        sizes == [8, 16, 32, 64]
+            && rows.iter().all(|r| r["ops"] == 20 && r["median_us"].as_f64().is_some_and(|m| m > 0.0)),
+        || format!("krcore lat -a --json: {sweep}"),
+    )?;
+    let timed = sh(&[KRCORE, "bw", "-D", "0.3", "--size", "64", "--json"])?;
+    let t: serde_json::Value =
+        serde_json::from_str(timed.trim()).map_err(|e| format!("krcore bw -D: {e}: {timed}"))?;
+    check(
+        t["seconds"].as_f64().is_some_and(|s| s >= 0.3) && t["ops"].as_u64().is_some_and(|n| n > 0),
+        || format!("krcore bw -D 0.3: {timed}"),
+    )?;
+    for out in [&devices, &counters, &rings, &peers, &lat, &bw, &sweep, &timed] {
         for l in out.lines().take(12) {
             println!("  {l}");
         }
