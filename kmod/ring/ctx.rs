@@ -229,11 +229,18 @@ impl RingCtx {
     }
 
     /// A poll of the ring's file (through `pt`): waits on its queue, woken by every new
-    /// completion from now on; whether completions are ready.
-    pub(crate) fn poll(&mut self, file: *mut shim::FileC, pt: *mut shim::PollTable) -> bool {
-        self.polled = true;
+    /// completion from now on. Whether completions are ready, and whether this was its
+    /// first poll (then the device counts it among the listeners that keep the CQ
+    /// armed, as an eventfd).
+    pub(crate) fn poll(&mut self, file: *mut shim::FileC, pt: *mut shim::PollTable) -> (bool, bool) {
+        let first = !core::mem::replace(&mut self.polled, true);
         self.waitq.poll_wait(file, pt);
-        self.ring.cq_unread() > 0
+        (self.ring.cq_unread() > 0, first)
+    }
+
+    /// Whether its file was ever polled.
+    pub(crate) fn polled(&self) -> bool {
+        self.polled
     }
 
     /// The ring's wait queue.

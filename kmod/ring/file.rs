@@ -315,10 +315,18 @@ extern "C" fn krcore_rs_poll(ctx: *mut c_void, file: *mut shim::FileC, pt: *mut 
     let Ok(b) = ctx.bound() else {
         return -(Errno::ENXIO.0 as c_int);
     };
-    let mut ring = b.ring.ctx.lock();
-    // What was routed to the ring and not taken in yet counts as ready.
-    b.ring.absorb_mail(&mut ring);
-    ring.poll(file, pt) as c_int
+    let (ready, first) = {
+        let mut ring = b.ring.ctx.lock();
+        // What was routed to the ring and not taken in yet counts as ready.
+        b.ring.absorb_mail(&mut ring);
+        ring.poll(file, pt)
+    };
+    if first {
+        // From now on the CQ stays armed for it, as for an eventfd: completions are
+        // routed (and the queue woken) with nobody waiting in the kernel.
+        b.dev.listen_polled();
+    }
+    ready as c_int
 }
 
 /// mmap(2) of a ring at its documented offset; `ENXIO` before setup.

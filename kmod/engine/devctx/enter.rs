@@ -330,6 +330,14 @@ impl DevCtx {
         r
     }
 
+    /// A ring's file was polled for the first time: counted among the listeners that
+    /// keep the CQ armed (as an eventfd is, until the ring is detached); routes what is
+    /// there and arms the CQ now.
+    pub(crate) fn listen_polled(&self) {
+        self.listeners.fetch_add(1, Ordering::AcqRel);
+        self.cq_event();
+    }
+
     /// One step of `ring`'s polling thread: take SQEs, route completions. Whether
     /// anything happened; `None` when the device is gone.
     /// The polling thread is not the ring owner: a REG_MR it takes fails with
@@ -384,6 +392,9 @@ impl DevCtx {
             if ctx.has_eventfd() {
                 // A closed ring listens no more (its CQEs are dropped from here).
                 let _ = ctx.set_eventfd(-1);
+                self.listeners.fetch_sub(1, Ordering::AcqRel);
+            }
+            if ctx.polled() {
                 self.listeners.fetch_sub(1, Ordering::AcqRel);
             }
             ctx.engine().close(&self.shared);
