@@ -62,6 +62,8 @@ static __poll_t krcore_fop_poll(struct file *f, poll_table *pt)
 {
 	int r = krcore_rs_poll(f->private_data, f, pt);
 
+	if (r == -ENODEV)
+		return EPOLLHUP | EPOLLERR;
 	if (r < 0)
 		return EPOLLERR;
 	return r ? (EPOLLIN | EPOLLRDNORM) : 0;

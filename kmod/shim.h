@@ -24,7 +24,7 @@ void krcore_rs_release(void *priv);
 /* ioctl(2): the command is decoded and validated in Rust. */
 long krcore_rs_ioctl(void *priv, unsigned int cmd, unsigned long arg);
 /* poll(2) of the file, waiting through pt: 1 readable (completions ready), 0 not, a
- * negative errno when it has no ring. */
+ * negative errno when it has no ring (-ENXIO) or its device went (-ENODEV). */
 struct poll_table_struct;
 int krcore_rs_poll(void *priv, struct file *f, struct poll_table_struct *pt);
 /* mmap(2) at page offset pgoff, len bytes. */

@@ -307,7 +307,7 @@ extern "C" fn krcore_rs_ioctl(ctx: *mut c_void, cmd: c_uint, arg: c_ulong) -> c_
 }
 
 /// poll(2) of a ring's file: 1 while completions are ready, 0 while none; `ENXIO`
-/// before setup.
+/// before setup, `ENODEV` once its device went.
 #[no_mangle]
 extern "C" fn krcore_rs_poll(ctx: *mut c_void, file: *mut shim::FileC, pt: *mut shim::PollTable) -> c_int {
     // SAFETY: `ctx` is the live context of an open file (see `krcore_rs_release`).
@@ -325,6 +325,11 @@ extern "C" fn krcore_rs_poll(ctx: *mut c_void, file: *mut shim::FileC, pt: *mut 
         // From now on the CQ stays armed for it, as for an eventfd: completions are
         // routed (and the queue woken) with nobody waiting in the kernel.
         b.dev.listen_polled();
+    }
+    // The device went: a hang-up, so an event loop stops waiting on the ring (the
+    // removal wakes its queue).
+    if b.dev.dead.load(Ordering::Acquire) {
+        return -(Errno::ENODEV.0 as c_int);
     }
     ready as c_int
 }

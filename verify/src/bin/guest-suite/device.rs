@@ -71,9 +71,28 @@ pub fn query_sees_rxe0() -> Result<(), String> {
 }
 
 pub fn hotplug_under_open_file() -> Result<(), String> {
+    use std::os::fd::AsRawFd;
     let dev = Device::open().map_err(|e| e.to_string())?;
     wait_for_rxe0_gid(&dev)?;
+    // A ring an event loop watches with epoll: its device's removal is a hang-up.
+    let ring = Builder::new(8)
+        .build(Device::open().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    // SAFETY: plain system calls on descriptors this function owns.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: 1 };
+    // SAFETY: `ev` is a live epoll_event.
+    let rc = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, ring.as_raw_fd(), &mut ev) };
+    check(ep >= 0 && rc == 0, || format!("epoll: {}", std::io::Error::last_os_error()))?;
     sh(&["rdma", "link", "delete", "rxe0"])?;
+    let mut out = [libc::epoll_event { events: 0, u64: 0 }];
+    // SAFETY: `out` has room for one event.
+    let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 1, 5000) };
+    let hup = (libc::EPOLLHUP | libc::EPOLLERR) as u32;
+    let events = out[0].events;
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(ep) };
+    drop(ring);
     let gone = rxe0_rows(&dev);
     // Put the device back before judging, so later tests find it either way.
     sh(&[
@@ -81,6 +100,9 @@ pub fn hotplug_under_open_file() -> Result<(), String> {
     ])?;
     check(gone?.is_empty(), || {
         "rxe0 still listed after its removal".into()
+    })?;
+    check(n == 1 && events & hup == hup, || {
+        format!("epoll on a ring whose device went: {n} events, {events:#x} (want HUP and ERR)")
     })?;
     wait_for_rxe0_gid(&dev).map(|_| ())
 }
