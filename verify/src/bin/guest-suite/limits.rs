@@ -42,6 +42,17 @@ fn rings_until_refused(sqpoll: bool, at_most: usize) -> (Vec<Ring>, Option<i32>)
     (rings, None)
 }
 
+/// As user `uid`, in a child process, sets up plain rings until one is refused (at most
+/// `at_most`): how many, and the errno of the refusal (`"3 None"`: none).
+fn rings_as(uid: u32, at_most: usize) -> Result<String, String> {
+    Child::spawn(move || {
+        become_user(uid, 64 << 10)?;
+        let (rings, e) = rings_until_refused(false, at_most);
+        Ok(format!("{} {e:?}", rings.len()))
+    })?
+    .join()
+}
+
 /// An unprivileged user runs into its quotas (rings, polling threads, pinned memory)
 /// and gets clean errors, while another user still sets up rings; the quota is returned
 /// when the first user's process exits.
@@ -88,12 +99,7 @@ pub fn unprivileged_user_exhausts_its_quota_cleanly() -> Result<(), String> {
     })?;
     wait(ready_r)?;
     // Meanwhile another user, and root, set up rings.
-    let other = Child::spawn(|| {
-        become_user(1001, 64 << 10)?;
-        let (rings, e) = rings_until_refused(false, 3);
-        Ok(format!("{} {e:?}", rings.len()))
-    })?
-    .join()?;
+    let other = rings_as(1001, 3)?;
     let root = Device::open()
         .and_then(|d| Builder::new(8).build(d))
         .map(|_| ());
@@ -125,12 +131,7 @@ pub fn unprivileged_user_exhausts_its_quota_cleanly() -> Result<(), String> {
     check(other == "3 None", || format!("another user got {other}"))?;
     check(root.is_ok(), || format!("root got {root:?}"))?;
     // The quota came back with the process.
-    let again = Child::spawn(|| {
-        become_user(1000, 64 << 10)?;
-        let (rings, e) = rings_until_refused(false, 10);
-        Ok(format!("{} {e:?}", rings.len()))
-    })?
-    .join()?;
+    let again = rings_as(1000, 10)?;
     println!("  uid 1000 again after exit: {again}");
     check(again == format!("6 {:?}", Some(libc::EDQUOT)), || {
         format!("after exit: {again}")
@@ -189,18 +190,8 @@ pub fn a_user_namespace_counts_as_its_owner() -> Result<(), String> {
     .map_err(|e| format!("writing uid_map: {e}"))?;
     signal(mapped_w)?;
     wait(held_r)?;
-    let outside = Child::spawn(|| {
-        become_user(1000, 64 << 10)?;
-        let (rings, e) = rings_until_refused(false, 3);
-        Ok(format!("{} {e:?}", rings.len()))
-    })?
-    .join()?;
-    let other = Child::spawn(|| {
-        become_user(1001, 64 << 10)?;
-        let (rings, e) = rings_until_refused(false, 3);
-        Ok(format!("{} {e:?}", rings.len()))
-    })?
-    .join()?;
+    let outside = rings_as(1000, 3)?;
+    let other = rings_as(1001, 3)?;
     signal(go_w)?;
     let inside = ns.join()?;
     println!("  in uid 1000's namespace, one ring as each of {MAPPED} mapped uids (made, refused, all EDQUOT): {inside}");
