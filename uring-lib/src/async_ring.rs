@@ -13,8 +13,9 @@ use tokio::io::unix::AsyncFd;
 
 use std::ops::Range;
 
-use crate::core::{lock, Core, Shared};
-use crate::ops::{self, Control};
+use crate::core::Core;
+use crate::lock::{lock, Shared};
+use crate::ops::{self, Control, RingRef};
 use crate::ring::batch_result;
 use crate::{
     Accepted, Batch, Error, Listener, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Ring,
@@ -86,7 +87,7 @@ impl AsyncRing {
         ctl: Control<T, F>,
     ) -> Result<T, Error> {
         let (got, _) = self.complete(ctl.op, vec![ctl.sqe], Vec::new()).await;
-        ctl.finish(&got?[0], &Arc::downgrade(self.shared()))
+        ctl.finish(&got?[0], &RingRef::to(self.shared()))
     }
 
     /// As [`Ring::connect`]. A first contact with a node (milliseconds) is made by the

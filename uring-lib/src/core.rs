@@ -1,143 +1,104 @@
 //! The application's side of a ring, shared by the [`Ring`](crate::Ring), the regions
-//! it registered (a region deregisters itself when dropped) and, with the `tokio`
-//! feature, the [`AsyncRing`](crate::AsyncRing)'s futures.
+//! it registered and the listens it started (each ends itself when dropped) and, with
+//! the `tokio` feature, the [`AsyncRing`](crate::AsyncRing)'s futures: the mapped
+//! rings and the library's bookkeeping of them, behind the lock of
+//! [`lock`](crate::lock) (whose module says who waits where).
 //!
-//! Everything here runs under the one mutex of [`Shared`]. Entries the library makes
-//! itself carry [`LIB_TAG`] in `user_data`; whoever reaps the CQ files their completions
-//! by tag in `finished` (waking the future that waits for them), so any caller may reap
-//! for all. Raw entries' completions go to the stash, read by
-//! [`Ring::completions`](crate::Ring::completions).
+//! Entries the library makes itself carry [`LIB_TAG`] in `user_data`; whoever reaps the
+//! CQ files their completions by tag in `finished` (waking the future that waits for
+//! them), so any caller may reap for all. Raw entries' completions go to the stash,
+//! read by [`Ring::completions`](crate::Ring::completions).
 //!
-//! A batch whose future was dropped before its completions came is *parked*: its
-//! regions stay here, registered and allocated, until its last completion is reaped,
-//! and are dropped (deregistered) after the lock is let go, by [`CoreGuard`]. So the
-//! NIC never writes into memory that was freed or handed back.
+//! An entry nobody waits for any more is *parked* with what it must keep alive: a
+//! batch whose future was dropped keeps its regions, registered and allocated, until
+//! its last completion; a dropped region's DEREG_MR keeps its buffer. So the NIC
+//! never writes into memory that was freed or handed back. What a parked entry
+//! released is dropped after the lock goes ([`CoreGuard`](crate::lock::CoreGuard)).
 
-use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::ops::{Deref, DerefMut, Range};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ops::Range;
 use std::sync::Arc;
 use std::task::Waker;
 
-use krcore_abi::cqe::Cqe;
-use krcore_abi::ioctl::{IOC_ENTER, IOC_ENTER_VALUE};
+use krcore_abi::cqe::{Cqe, CqeFlags};
 use krcore_abi::layout::{EnterArgs, EnterFlags};
 use krcore_abi::ring::{CqConsumer, RawRing, SqProducer};
 use krcore_abi::sqe::Sqe;
 
+use crate::grave::{Buffer, Grave};
 use crate::mmap::Mmap;
-use crate::{Device, Error, MemoryRegion};
+use crate::MemoryRegion;
 
 /// The bit marking `user_data` of the library's own entries; raw entries keep it clear.
+#[doc(hidden)]
 pub const LIB_TAG: u64 = 1 << 63;
 
-/// The core as the ring and its regions hold it.
-pub(crate) type Shared = Arc<CoreLock>;
-
-/// The core behind the ring's lock. Every push, submit and reap takes it, so it is
-/// cheaper than std's mutex where that counts: taken with one atomic exchange and given
-/// back with a plain release store (std's gives back with a second exchange, to find
-/// sleepers). Only a region dropped on another thread, or a future of another task,
-/// ever finds it taken; they wait yielding, for as long as one call of the ring.
-pub(crate) struct CoreLock {
-    locked: AtomicBool,
-    core: UnsafeCell<Core>,
+/// What an entry nobody waits for keeps alive until its last completion.
+#[derive(Default)]
+pub(crate) struct Keep {
+    /// A batch's regions.
+    pub(crate) regions: Vec<MemoryRegion>,
+    /// A deregistered region's buffer: freed when its DEREG_MR succeeded, buried (kept
+    /// until the file closes) when it failed.
+    pub(crate) buffer: Option<Buffer>,
 }
 
-// SAFETY: the core is reached only through a `CoreGuard`, one at a time (the lock);
-// `Core` itself may move between threads.
-unsafe impl Sync for CoreLock {}
-// SAFETY: as above.
-unsafe impl Send for CoreLock {}
-
-impl CoreLock {
-    /// The core, unlocked.
-    pub(crate) fn new(core: Core) -> CoreLock {
-        CoreLock {
-            locked: AtomicBool::new(false),
-            core: UnsafeCell::new(core),
-        }
-    }
-}
-
-/// Locks the core.
-pub(crate) fn lock(shared: &CoreLock) -> CoreGuard<'_> {
-    while shared.locked.swap(true, Ordering::Acquire) {
-        while shared.locked.load(Ordering::Relaxed) {
-            std::thread::yield_now();
-        }
-    }
-    CoreGuard(shared)
-}
-
-/// The core, locked. Regions released while it was held (a parked batch's, once its
-/// completions came) are dropped after the lock goes: dropping one deregisters it,
-/// which takes the lock again. A panic under the lock gives it back on unwinding (the
-/// core's state is indices and tables every step leaves consistent).
-pub(crate) struct CoreGuard<'a>(&'a CoreLock);
-
-impl Deref for CoreGuard<'_> {
-    type Target = Core;
-    fn deref(&self) -> &Core {
-        // SAFETY: the lock is held by this guard alone.
-        unsafe { &*self.0.core.get() }
-    }
-}
-
-impl DerefMut for CoreGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Core {
-        // SAFETY: as above, and `&mut self` makes the reference unique.
-        unsafe { &mut *self.0.core.get() }
-    }
-}
-
-impl Drop for CoreGuard<'_> {
-    fn drop(&mut self) {
-        let released = std::mem::take(&mut self.released);
-        self.0.locked.store(false, Ordering::Release);
-        drop(released);
-    }
-}
-
-/// A batch abandoned by its future: its regions, and how many completions it still owes.
+/// Parked entries: how many completions they still owe, and what they keep.
 struct Parked {
     owed: usize,
-    regions: Vec<MemoryRegion>,
+    keep: Keep,
 }
 
 /// The mapped rings and the library's bookkeeping of them.
 pub(crate) struct Core {
-    // The views go before the maps they point into, the maps before the file.
+    // The views go before the maps they point into.
     sq: SqProducer<RawRing<Sqe>>,
     cq: CqConsumer<RawRing<Cqe>>,
-    sqpoll: bool,
-    /// The module serves `IOC_ENTER_VALUE` (cleared if it answers `ENOTTY`: one built
-    /// before it existed).
-    enter_by_value: bool,
-    pub(crate) enters: u64,
+    pub(crate) sqpoll: bool,
+    /// A thread waits in the kernel: it alone reaps until it comes back.
+    pub(crate) in_kernel: bool,
     /// The last tag handed out.
     next_tag: u64,
-    /// Completions of raw entries met while reaping for the library's own.
-    stash: VecDeque<Cqe>,
+    /// Library entries that found the SQ full, pushed before anything else next time.
+    backlog: VecDeque<Sqe>,
+    /// Completions of raw entries, until [`Ring::completions`](crate::Ring::completions).
+    pub(crate) stash: VecDeque<Cqe>,
     /// Completions of the library's entries until their waiter takes them (few at a
     /// time: a scan costs less than hashing).
     finished: Vec<Cqe>,
     /// Who waits for which tags: woken when a reap files one of them.
     wakers: Vec<(Range<u64>, Waker)>,
-    /// Abandoned batches, by their first tag, with the range they span.
+    /// Abandoned entries, by the tags they span.
     parked: Vec<(Range<u64>, Parked)>,
-    /// Regions of parked batches that owe nothing more: dropped once unlocked.
+    /// Listens whose [`Listener`](crate::Listener) was dropped before their last
+    /// completion: each peer that still joins is disconnected.
+    orphan_listens: Vec<u64>,
+    /// Regions of parked entries that owe nothing more: dropped once unlocked.
     released: Vec<MemoryRegion>,
     _sq_map: Mmap,
     _cq_map: Mmap,
-    pub(crate) dev: Arc<Device>,
+    /// Where a buffer goes that must outlive the file.
+    grave: Arc<Grave>,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // The ring is going: what parked entries keep may still be reached until its
+        // file closes, which comes right after (the device is dropped after the core).
+        for (_, p) in self.parked.drain(..) {
+            if let Some(b) = p.keep.buffer {
+                self.grave.bury(b);
+            }
+            // Regions bury their buffers as they drop, their ring being gone.
+            drop(p.keep.regions);
+        }
+    }
 }
 
 impl Core {
     /// The core over views `sq` and `cq` of `sq_map` and `cq_map`.
     pub(crate) fn new(
-        dev: Arc<Device>,
+        grave: Arc<Grave>,
         sqpoll: bool,
         (sq, sq_map): (RawRing<Sqe>, Mmap),
         (cq, cq_map): (RawRing<Cqe>, Mmap),
@@ -146,17 +107,18 @@ impl Core {
             sq: SqProducer::new(sq),
             cq: CqConsumer::new(cq),
             sqpoll,
-            enter_by_value: true,
-            enters: 0,
+            in_kernel: false,
             next_tag: 0,
+            backlog: VecDeque::new(),
             stash: VecDeque::new(),
             finished: Vec::new(),
             wakers: Vec::new(),
             parked: Vec::new(),
+            orphan_listens: Vec::new(),
             released: Vec::new(),
             _sq_map: sq_map,
             _cq_map: cq_map,
-            dev,
+            grave,
         }
     }
 
@@ -170,11 +132,24 @@ impl Core {
         first..first + sqes.len() as u64
     }
 
+    /// Queues `sqe` after the backlog; whether it fit.
     pub(crate) fn push(&mut self, sqe: Sqe) -> bool {
-        self.sq.push(sqe).is_ok()
+        self.flush_backlog();
+        self.backlog.is_empty() && self.sq.push(sqe).is_ok()
+    }
+
+    /// Moves what the backlog holds into the SQ, as far as it fits.
+    fn flush_backlog(&mut self) {
+        while let Some(s) = self.backlog.front() {
+            if self.sq.push(*s).is_err() {
+                return;
+            }
+            self.backlog.pop_front();
+        }
     }
 
     pub(crate) fn sq_space(&mut self) -> u32 {
+        self.flush_backlog();
         self.sq.space()
     }
 
@@ -188,114 +163,44 @@ impl Core {
         self.sq.publish();
     }
 
-    /// See [`Ring::submit`](crate::Ring::submit).
-    pub(crate) fn submit(&mut self) -> Result<u32, Error> {
-        if self.sqpoll {
-            self.sq.publish();
-            let n = self.sq.unread();
-            if self.sq.needs_wakeup() {
-                self.enter(0, EnterFlags::SQ_WAKEUP, 0)?;
-            }
-            return Ok(n);
-        }
-        self.enter(0, EnterFlags::empty(), 0)
-    }
-
-    /// See [`Ring::submit_and_wait`](crate::Ring::submit_and_wait); with `timeout_us`
-    /// (non-zero) the wait ends there: `ETIME` if fewer than `want` are ready then.
-    pub(crate) fn submit_and_wait(&mut self, want: u32, timeout_us: u32) -> Result<u32, Error> {
-        self.sq.publish();
-        let wake = if self.sqpoll && self.sq.needs_wakeup() {
-            EnterFlags::SQ_WAKEUP
-        } else {
-            EnterFlags::empty()
-        };
-        let bound = match timeout_us {
-            0 => None,
-            t => Some(std::time::Instant::now() + std::time::Duration::from_micros(t as u64)),
-        };
-        let mut flags = EnterFlags::GETEVENTS | wake;
-        let mut taken = None;
-        // The kernel returns early when a signal or task work (io_uring's, for one) is
-        // pending, as io_uring_enter does: enter again until `want` are visible.
-        loop {
-            let ready = self.cq.ready() as usize + self.stash.len();
-            if taken.is_some() && ready >= want as usize {
-                return Ok(taken.unwrap_or(0));
-            }
-            let left = match bound {
-                None => 0,
-                Some(b) => match b.checked_duration_since(std::time::Instant::now()) {
-                    Some(d) if !d.is_zero() => (d.as_micros() as u32).max(1),
-                    _ => return Err(Error::errno("wait", krcore_abi::errno::Errno::ETIME)),
-                },
-            };
-            let min = want - (self.stash.len().min(want as usize) as u32);
-            let timed = if left > 0 {
-                EnterFlags::TIMEOUT
-            } else {
-                EnterFlags::empty()
-            };
-            match self.enter(min, flags | timed, left) {
-                Ok(n) => {
-                    taken.get_or_insert(n);
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ETIME) => {
-                    taken.get_or_insert(0);
-                }
-                Err(e) => return Err(e),
-            }
-            flags = EnterFlags::GETEVENTS;
-        }
-    }
-
-    pub(crate) fn enter(
+    /// The arguments of an enter that submits what is queued (published now).
+    pub(crate) fn enter_args(
         &mut self,
         min_complete: u32,
         flags: EnterFlags,
         timeout_us: u32,
-    ) -> Result<u32, Error> {
-        self.enter_with(min_complete, flags, timeout_us, true)
-    }
-
-    pub(crate) fn enter_with(
-        &mut self,
-        min_complete: u32,
-        flags: EnterFlags,
-        timeout_us: u32,
-        by_value: bool,
-    ) -> Result<u32, Error> {
-        self.enters += 1;
+    ) -> EnterArgs {
+        self.flush_backlog();
         self.sq.publish();
-        let args = EnterArgs {
+        EnterArgs {
             to_submit: self.sq.unread(),
             min_complete,
             flags: flags.bits(),
             timeout_us,
             ..EnterArgs::default()
-        };
-        // By value when the arguments pack (always, for an unbounded wait on a ring
-        // this library sets up): nothing for the kernel to copy in.
-        if let Some(v) = args.pack().filter(|_| by_value && self.enter_by_value) {
-            // SAFETY: IOC_ENTER_VALUE's argument is a value, not an address.
-            match unsafe { self.dev.ioctl_raw(IOC_ENTER_VALUE, v as usize) } {
-                Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => self.enter_by_value = false,
-                r => return Ok(r.map_err(|e| e.context("enter"))? as u32),
-            }
         }
-        // SAFETY: `args` is an EnterArgs the kernel only reads.
-        let n = unsafe {
-            self.dev
-                .ioctl_raw(IOC_ENTER, &args as *const EnterArgs as usize)
-        }
-        .map_err(|e| e.context("enter"))?;
-        Ok(n as u32)
+    }
+
+    /// Whether the SQ polling thread sleeps and must be woken (SQPOLL rings).
+    pub(crate) fn sq_needs_wakeup(&self) -> bool {
+        self.sq.needs_wakeup()
+    }
+
+    /// How many SQEs are published and not yet taken (what an SQPOLL submit counts).
+    pub(crate) fn sq_unread(&mut self) -> u32 {
+        self.flush_backlog();
+        self.sq.publish();
+        self.sq.unread()
     }
 
     /// Takes every ready completion: the library's are filed by tag (or count against
-    /// the parked batch they belong to), raw ones go to the stash.
+    /// the parked entry they belong to), raw ones go to the stash. Nothing while
+    /// another thread waits in the kernel: that thread reaps when it comes back (see
+    /// [`lock`](crate::lock)).
     pub(crate) fn reap(&mut self) {
+        if self.in_kernel {
+            return;
+        }
         while let Some(c) = self.cq.pop() {
             self.file(c);
         }
@@ -310,10 +215,28 @@ impl Core {
         }
         if let Some(i) = self.parked.iter().position(|(r, _)| r.contains(&tag)) {
             let p = &mut self.parked[i].1;
+            if c.res < 0 {
+                // A failed DEREG_MR: the kernel keeps the pages registered until the
+                // file closes, so the buffer lives until then.
+                if let Some(b) = p.keep.buffer.take() {
+                    self.grave.bury(b);
+                }
+            }
             p.owed -= 1;
             if p.owed == 0 {
                 let (_, p) = self.parked.swap_remove(i);
-                self.released.extend(p.regions);
+                self.released.extend(p.keep.regions);
+                // Deregistered: nothing reaches the buffer any more.
+                drop(p.keep.buffer);
+            }
+            return;
+        }
+        if let Some(i) = self.orphan_listens.iter().position(|&t| t == tag) {
+            if c.res >= 0 && c.flags & CqeFlags::ACCEPT.bits() != 0 {
+                self.detach(Sqe::disconnect(0, c.res as u32), Keep::default());
+            }
+            if c.flags & CqeFlags::MORE.bits() == 0 {
+                self.orphan_listens.swap_remove(i);
             }
             return;
         }
@@ -321,6 +244,30 @@ impl Core {
         if let Some(i) = self.wakers.iter().position(|(r, _)| r.contains(&tag)) {
             self.wakers.swap_remove(i).1.wake();
         }
+    }
+
+    /// Queues `sqe` for the next submission with nobody to wait for it, keeping `keep`
+    /// until it completed (the backlog takes it if the SQ is full).
+    pub(crate) fn detach(&mut self, mut sqe: Sqe, keep: Keep) {
+        let tags = self.tag(std::slice::from_mut(&mut sqe));
+        if !self.push(sqe) {
+            self.backlog.push_back(sqe);
+        }
+        self.parked.push((tags, Parked { owed: 1, keep }));
+    }
+
+    /// Nobody accepts on the listen of `tag` any more: its filed completions are
+    /// dropped (their peers disconnected) and so are those to come.
+    pub(crate) fn orphan_listen(&mut self, tag: u64) {
+        self.orphan_listens.push(tag);
+        while let Some(c) = self.take_next(tag) {
+            self.file(c);
+        }
+    }
+
+    /// Regions released under the lock, to drop once it is let go.
+    pub(crate) fn take_released(&mut self) -> Vec<MemoryRegion> {
+        std::mem::take(&mut self.released)
     }
 
     /// The completions of `tags` if every one has come, taken out of `finished`.
@@ -341,7 +288,6 @@ impl Core {
     }
 
     /// Whether every completion of `tags` has come.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn has_finished(&self, tags: &Range<u64>) -> bool {
         let n = self
             .finished
@@ -366,8 +312,8 @@ impl Core {
         self.wakers.retain(|(r, _)| r.start != first);
     }
 
-    /// The batch of `tags` is abandoned: its completions are dropped as they come, and
-    /// `regions` kept until the last has (released at once if none is owed).
+    /// The entries of `tags` are abandoned: their completions are dropped as they come,
+    /// and `regions` kept until the last has (released at once if none is owed).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn park(&mut self, tags: Range<u64>, regions: Vec<MemoryRegion>) {
         let before = self.finished.len();
@@ -376,42 +322,11 @@ impl Core {
         if owed == 0 {
             self.released.extend(regions);
         } else {
-            self.parked.push((tags, Parked { owed, regions }));
-        }
-    }
-
-    /// Pushes `sqes` (tagged), submits, and waits until each has completed; returns
-    /// their completions in order.
-    pub(crate) fn wait_tagged(
-        &mut self,
-        op: &'static str,
-        sqes: &[Sqe],
-    ) -> Result<Vec<Cqe>, Error> {
-        let tags = match (sqes.first(), sqes.last()) {
-            (Some(f), Some(l)) => f.user_data..l.user_data + 1,
-            _ => return Ok(Vec::new()),
-        };
-        let mut pushed = 0;
-        loop {
-            while pushed < sqes.len() && self.push(sqes[pushed]) {
-                pushed += 1;
-            }
-            match self.submit_and_wait(1, 0) {
-                Ok(_) => {}
-                // Nothing of the batch is in the SQ, or the device is gone and its QPs
-                // with it: nothing can still use the memory the batch borrows.
-                Err(e) if pushed == 0 || e.raw_os_error() == Some(libc::ENODEV) => {
-                    return Err(e.context(op))
-                }
-                // Entries are queued or in flight: the batch's borrows last until each
-                // completed (returning now would let the caller free memory the NIC
-                // still writes), so the wait goes on.
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
-            }
-            self.reap();
-            if let Some(got) = self.take_finished(&tags) {
-                return Ok(got);
-            }
+            let keep = Keep {
+                regions,
+                buffer: None,
+            };
+            self.parked.push((tags, Parked { owed, keep }));
         }
     }
 
@@ -432,61 +347,6 @@ impl Core {
     pub(crate) fn drop_tag(&mut self, tag: u64) {
         self.finished.retain(|c| c.user_data != tag);
     }
-
-    /// Submits, then waits until a completion of `tag` is filed and takes it: at most
-    /// `timeout_us` (0: no bound; then `ETIME`).
-    pub(crate) fn wait_next(
-        &mut self,
-        op: &'static str,
-        tag: u64,
-        timeout_us: u32,
-    ) -> Result<Cqe, Error> {
-        let bound = std::time::Instant::now() + std::time::Duration::from_micros(timeout_us as u64);
-        loop {
-            self.reap();
-            if let Some(c) = self.take_next(tag) {
-                return Ok(c);
-            }
-            let left = match timeout_us {
-                0 => 0,
-                _ => match bound.checked_duration_since(std::time::Instant::now()) {
-                    Some(d) if !d.is_zero() => (d.as_micros() as u32).max(1),
-                    _ => return Err(Error::errno(op, krcore_abi::errno::Errno::ETIME)),
-                },
-            };
-            self.submit_and_wait(1, left).map_err(|e| e.context(op))?;
-        }
-    }
-
-    /// Runs one control entry tagged by the library and waits for its completion,
-    /// which fails the call if it failed.
-    pub(crate) fn control(&mut self, op: &'static str, mut sqe: Sqe) -> Result<Cqe, Error> {
-        self.tag(std::slice::from_mut(&mut sqe));
-        let c = self.wait_tagged(op, &[sqe])?.pop().expect("one completion");
-        if c.res < 0 {
-            return Err(Error::failed(op, &c));
-        }
-        Ok(c)
-    }
-
-    /// The next raw completion (the library's are filed on the way).
-    pub(crate) fn next_raw(&mut self) -> Option<Cqe> {
-        if let Some(c) = self.stash.pop_front() {
-            return Some(c);
-        }
-        loop {
-            let c = self.cq.pop()?;
-            if c.user_data & LIB_TAG == 0 {
-                return Some(c);
-            }
-            self.file(c);
-        }
-    }
-
-    /// Gives the CQ slots read so far back to the kernel.
-    pub(crate) fn release_cq(&mut self) {
-        self.cq.release();
-    }
 }
 
 #[cfg(test)]
@@ -495,6 +355,7 @@ mod tests {
     use std::task::Wake;
 
     use super::*;
+    use crate::lock::lock;
     use crate::bench_support::{detached_ring, handles, KernelSide};
 
     fn complete(kernel: &mut KernelSide, user_data: &[u64]) {
@@ -502,6 +363,16 @@ mod tests {
             kernel.cq.push(Cqe::ok(u, 0, 0)).expect("room");
         }
         kernel.cq.publish();
+    }
+
+    /// The next published SQE, taken as the kernel would.
+    fn take_sqe(kernel: &mut KernelSide) -> Option<Sqe> {
+        if kernel.sq.ready().expect("a sane SQ") == 0 {
+            return None;
+        }
+        let s = kernel.sq.peek(0);
+        kernel.sq.consume(1);
+        s
     }
 
     #[test]
@@ -517,17 +388,96 @@ mod tests {
             core.take_finished(&tags).is_none(),
             "one of two is not enough"
         );
-        assert_eq!(core.next_raw().map(|c| c.user_data), Some(5));
         complete(&mut kernel, &[LIB_TAG | 1, 6]);
-        // Raw iteration files the library's completions it meets, never returns them.
-        assert_eq!(core.next_raw().map(|c| c.user_data), Some(6));
-        assert_eq!(core.next_raw(), None);
+        core.reap();
+        let raw: Vec<u64> = core.stash.iter().map(|c| c.user_data).collect();
+        assert_eq!(raw, [5, 6], "raw ones stashed in order, the library's never");
         let got = core.take_finished(&tags).expect("both filed");
         assert_eq!(
             got.iter().map(|c| c.user_data).collect::<Vec<_>>(),
             [LIB_TAG | 1, LIB_TAG | 2]
         );
         assert!(core.finished.is_empty());
+    }
+
+    /// While a thread waits in the kernel, nobody else reaps: the kernel's wait ends on
+    /// completions its waiter has not read, so a reap elsewhere could leave it asleep.
+    #[test]
+    fn nobody_reaps_under_a_thread_in_the_kernel() {
+        let (ring, mut kernel) = detached_ring(8);
+        let mut core = lock(ring.shared());
+        core.in_kernel = true;
+        complete(&mut kernel, &[5]);
+        core.reap();
+        assert!(core.stash.is_empty());
+        core.in_kernel = false;
+        core.reap();
+        assert_eq!(core.stash.len(), 1);
+    }
+
+    /// A region dropped on another thread while this one waits in the kernel waits its
+    /// turn (lock let go), and ends when the waiter comes back and reaps its DEREG_MR.
+    /// Dropped inside a loop over completions, a region deregisters without waiting.
+    /// (Before, the ring's lock was held across the wait and by the iterator: the first
+    /// spun until the wait ended, the second never ended.)
+    #[test]
+    fn regions_drop_while_the_ring_waits_or_iterates() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let (mut ring, mut kernel) = detached_ring(8);
+        let mut lent = vec![0u8; 64];
+        let borrowed = crate::Registered {
+            ptr: lent.as_mut_ptr(),
+            len: lent.len(),
+            handle: 9,
+            descriptor: 0,
+            ring: crate::ops::RingRef::to(ring.shared()),
+            live: true,
+            _lent: std::marker::PhantomData,
+        };
+        let shared = ring.shared().clone();
+        // This thread "waits in the kernel" (the detached ring's enters fail at once).
+        lock(&shared).in_kernel = true;
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel();
+            s.spawn(move || {
+                drop(borrowed);
+                tx.send(()).unwrap();
+            });
+            // The drop pushed its DEREG_MR and waits for its turn, the lock let go.
+            let dereg = loop {
+                if let Some(s) = take_sqe(&mut kernel) {
+                    break s;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "not before its completion");
+            complete(&mut kernel, &[dereg.user_data]);
+            // Back from the kernel: reap, and wake whoever waits for a turn.
+            let mut core = lock(&shared);
+            core.in_kernel = false;
+            core.reap();
+            core.end_turn();
+            drop(core);
+            rx.recv_timeout(Duration::from_secs(5)).expect("the drop ended with its completion");
+        });
+        complete(&mut kernel, &[5, 6]);
+        let (_, mut owned, _) = handles(64);
+        owned.region.ring = crate::ops::RingRef::to(ring.shared());
+        owned.region.live = true;
+        let mut owned = Some(owned);
+        let mut seen = Vec::new();
+        for c in ring.completions() {
+            drop(owned.take());
+            seen.push(c.user_data);
+        }
+        assert_eq!(seen, [5, 6]);
+        let dereg = take_sqe(&mut kernel).expect("the DEREG_MR, queued without a wait");
+        assert_eq!(dereg.user_data & LIB_TAG, LIB_TAG);
+        assert_eq!(lock(&shared).parked.len(), 1, "its buffer kept until it completes");
+        complete(&mut kernel, &[dereg.user_data]);
+        lock(&shared).reap();
+        assert!(lock(&shared).parked.is_empty());
     }
 
     /// A batch whose entries are queued is waited for to its last completion, even

@@ -83,12 +83,15 @@ pub mod bench_support;
 mod core;
 mod device;
 mod error;
+mod grave;
 mod listen;
+mod lock;
 mod mmap;
 mod ops;
 mod per_op;
 mod region;
 mod ring;
+mod wait;
 
 pub use batch::Batch;
 pub use per_op::PerOp;

@@ -13,7 +13,8 @@ use krcore_abi::cqe::{Cqe, CqeFlags};
 use krcore_abi::errno::Errno;
 use krcore_abi::sqe::Sqe;
 
-use crate::core::{lock, CoreGuard, CoreLock};
+use crate::core::Keep;
+use crate::lock::{lock, CoreGuard, CoreLock};
 use crate::{Error, Vqp};
 
 /// A service this ring listens on. Each peer node whose virtual QP connects to this
@@ -109,8 +110,8 @@ impl Listener {
 
 impl Drop for Listener {
     /// Ends the listen (UNLISTEN) and disconnects the peers that joined and were not
-    /// accepted, through its ring (whose lock the caller must not hold). Nothing to do
-    /// once it ended, or with the ring gone.
+    /// accepted, without waiting (a drop on an async executor blocks nothing). Nothing
+    /// to do once it ended, or with the ring gone.
     fn drop(&mut self) {
         if self.ended {
             return;
@@ -119,10 +120,9 @@ impl Drop for Listener {
             return;
         };
         let mut core = lock(&ring);
-        let _ = core.control("unlisten", Sqe::unlisten(0, self.service));
-        for a in self.finish(&mut core) {
-            let _ = core.control("disconnect", Sqe::disconnect(0, a.vqp.handle));
-        }
+        core.detach(Sqe::unlisten(0, self.service), Keep::default());
+        core.orphan_listen(self.tag);
+        let _ = core.submit();
     }
 }
 

@@ -3,16 +3,33 @@
 //! ones and differ only in how they wait.
 
 use std::marker::PhantomData;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 use krcore_abi::cqe::{Cqe, Reason};
 use krcore_abi::sqe::{MrAccess, Sqe};
 
-use crate::core::CoreLock;
+use crate::grave::Grave;
+use crate::lock::CoreLock;
 use crate::{Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Vqp};
 
 /// The ring as a completion's maker sees it (regions hold it to deregister).
-pub(crate) type RingRef = Weak<CoreLock>;
+#[derive(Clone, Debug)]
+pub(crate) struct RingRef {
+    /// The ring; gone once it is dropped.
+    pub(crate) core: Weak<CoreLock>,
+    /// Its device's grave: where a region's buffer waits for the file to close.
+    pub(crate) grave: Arc<Grave>,
+}
+
+impl RingRef {
+    /// Refers to `ring`.
+    pub(crate) fn to(ring: &Arc<CoreLock>) -> RingRef {
+        RingRef {
+            core: Arc::downgrade(ring),
+            grave: ring.bell.dev.grave.clone(),
+        }
+    }
+}
 
 /// One control entry, and `make`: what its successful completion makes (a plain
 /// closure, so running a control operation allocates nothing for it).

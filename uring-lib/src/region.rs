@@ -1,13 +1,14 @@
 //! Handles a ring hands out: virtual QPs, registered local memory, imported remote
 //! memory, and the descriptor an exporter hands to its peers.
 
-use std::cell::UnsafeCell;
 use std::marker::PhantomData;
-use std::sync::Weak;
 
 use krcore_abi::sqe::Sqe;
 
-use crate::core::{lock, CoreLock};
+use crate::core::Keep;
+use crate::grave::Buffer;
+use crate::lock::lock;
+use crate::ops::RingRef;
 use crate::Error;
 
 /// A virtual QP: this ring's connection through a pooled kernel QP.
@@ -45,8 +46,10 @@ impl Vqp {
 /// so it holds the borrow: the lender cannot touch the memory until it is dropped.
 /// Its bytes are reachable through `&mut self` only, and a [`Batch`](crate::Batch)
 /// borrows it until [`Ring::run`](crate::Ring::run) has every completion, so the NIC
-/// never writes under a live Rust reference. Dropping it deregisters it (waiting for
-/// sends that use it; for exports, for the nodes that imported it to let go);
+/// never writes under a live Rust reference. Dropping it deregisters it, waiting for
+/// the DEREG_MR (which waits for sends that use it; for exports, for the nodes that
+/// imported it to let go), since the loan ends with the drop; on any thread, while
+/// other threads wait on the ring, without blocking them.
 /// [`Ring::deregister`](crate::Ring::deregister) does the same and reports failure.
 #[derive(Debug)]
 pub struct Registered<'b> {
@@ -55,8 +58,8 @@ pub struct Registered<'b> {
     pub(crate) handle: u32,
     pub(crate) descriptor: u64,
     /// The ring that registered it; gone once the ring is dropped (closing the file
-    /// released every registration).
-    pub(crate) ring: Weak<CoreLock>,
+    /// releases every registration).
+    pub(crate) ring: RingRef,
     pub(crate) live: bool,
     pub(crate) _lent: PhantomData<&'b mut [u8]>,
 }
@@ -100,9 +103,17 @@ impl Registered<'_> {
     }
 
     /// The bytes. No operation of this process on the region is in flight: `&mut self`
-    /// proves it. A peer given its descriptor with a remote write right may still write
-    /// it at any time, which no borrow here can stop: read what a peer wrote only after
-    /// the peer said so (a message after its WRITE, a flag it set last).
+    /// proves that much, and for a region with local rights alone (all that safe code
+    /// can lend) that is everything.
+    ///
+    /// A region registered with a remote write right ([`Ring::register`](crate::Ring::register)
+    /// owns its memory; lent memory takes the unsafe
+    /// [`Ring::register_slice_remote`](crate::Ring::register_slice_remote)) is another
+    /// matter: a peer given its descriptor may write it at any time, which no borrow
+    /// here can stop. Its bytes then change under the returned slice as a shared
+    /// mapping's do: read what a peer wrote only after the peer said so (a message
+    /// after its WRITE, a flag it set last), and copy what must not change before
+    /// checking it.
     pub fn bytes(&mut self) -> &[u8] {
         // SAFETY: `ptr..ptr+len` is valid for `'b` (the lender's borrow, or the raw
         // registration's promise) and exclusively ours (no batch borrows the region).
@@ -115,14 +126,15 @@ impl Registered<'_> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
-    /// Deregisters it through its ring (whose lock the caller must not hold). `Ok`
-    /// also when there is nothing to do: the ring is gone, and with it every
-    /// registration of its file.
+    /// Deregisters it through its ring and waits for that (the caller must not hold the
+    /// ring's lock). `Ok` also when there is nothing to do: the ring is gone, and with
+    /// it every registration of its file (waited for, if its close is under way).
     pub(crate) fn release(&mut self) -> Result<(), Error> {
         if !std::mem::take(&mut self.live) {
             return Ok(());
         }
-        let Some(ring) = self.ring.upgrade() else {
+        let Some(ring) = self.ring.core.upgrade() else {
+            self.ring.grave.wait_closed();
             return Ok(());
         };
         let r = lock(&ring).control("deregister memory", Sqe::dereg_mr(0, self.handle));
@@ -130,6 +142,28 @@ impl Registered<'_> {
             self.live = true;
         }
         r.map(|_| ())
+    }
+
+    /// Deregisters it through its ring without waiting: `buf` (its memory) is freed
+    /// once the DEREG_MR completed, or after the file closed if it failed or the ring
+    /// goes first.
+    fn release_later(&mut self, buf: Buffer) {
+        if !std::mem::take(&mut self.live) {
+            return drop(buf);
+        }
+        match self.ring.core.upgrade() {
+            Some(ring) => {
+                let keep = Keep {
+                    regions: Vec::new(),
+                    buffer: Some(buf),
+                };
+                let mut core = lock(&ring);
+                core.detach(Sqe::dereg_mr(0, self.handle), keep);
+                // Sent now if the kernel takes it; else with the ring's next submission.
+                let _ = core.submit();
+            }
+            None => self.ring.grave.bury(buf),
+        }
     }
 }
 
@@ -156,17 +190,21 @@ impl<'b> AsMut<Registered<'b>> for Registered<'b> {
 /// Local memory the library allocated (zeroed, 8-byte aligned) and registered: a
 /// [`Registered`] region that owns its buffer, which it derefs to.
 ///
-/// Dropped, it deregisters and frees the buffer; if the kernel refuses (see
-/// [`Registered`]), the buffer is leaked rather than freed under the NIC.
+/// Dropped, it deregisters without waiting (never blocking the thread or an async
+/// executor): the buffer is freed when the DEREG_MR completes, with whichever call
+/// of the ring reaps it, or when the ring's file closes, if the kernel refused (see
+/// [`Registered`]) or the ring went first. Never under the NIC.
 #[derive(Debug)]
 pub struct MemoryRegion {
     pub(crate) region: Registered<'static>,
-    pub(crate) buf: Box<[UnsafeCell<u64>]>,
+    pub(crate) buf: Buffer,
 }
 
 impl MemoryRegion {
-    pub(crate) fn alloc(len: usize) -> Box<[UnsafeCell<u64>]> {
-        (0..len.div_ceil(8)).map(|_| UnsafeCell::new(0)).collect()
+    pub(crate) fn alloc(len: usize) -> Buffer {
+        (0..len.div_ceil(8))
+            .map(|_| std::cell::UnsafeCell::new(0))
+            .collect()
     }
 }
 
@@ -185,11 +223,8 @@ impl std::ops::DerefMut for MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        if self.region.release().is_err() {
-            // The kernel still has the pages pinned and mapped for the NIC: freeing them
-            // would let the NIC write into reused heap. Leak instead.
-            std::mem::forget(std::mem::take(&mut self.buf));
-        }
+        let buf = std::mem::take(&mut self.buf);
+        self.region.release_later(buf);
     }
 }
 

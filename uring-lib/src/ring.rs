@@ -1,6 +1,7 @@
 //! A krcore ring: the SQ and CQ mapped from `/dev/krcore`, the application's side of
 //! abi's ring protocol, and the enter ioctl.
 
+use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +13,10 @@ use krcore_abi::layout::{EventfdArgs, SetupFlags, SetupParams, SqFlags, OFF_CQ_R
 use krcore_abi::ring::RawRing;
 use krcore_abi::sqe::{MrAccess, Sqe};
 
-use crate::core::{lock, Core, CoreGuard, CoreLock, Shared};
+use crate::core::Core;
+use crate::lock::{lock, CoreGuard, CoreLock, Shared};
 use crate::mmap::Mmap;
-use crate::ops::{self, Control};
+use crate::ops::{self, Control, RingRef};
 use crate::{
     Accepted, Batch, Device, Error, Listener, MemoryRegion, MrDescriptor, Registered, RemoteRegion,
     Vqp,
@@ -92,16 +94,12 @@ impl Ring {
             )
         };
         let sqpoll = SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL);
-        let dev = Arc::new(dev);
+        let core = Core::new(dev.grave.clone(), sqpoll, (sq, sq_map), (cq, cq_map));
         Ring {
-            core: Arc::new(CoreLock::new(Core::new(
-                dev.clone(),
-                sqpoll,
-                (sq, sq_map),
-                (cq, cq_map),
-            ))),
+            core: Arc::new(CoreLock::new(core, dev)),
             params: p,
-            dev,
+            pending: Vec::new(),
+            ready: VecDeque::new(),
         }
     }
 }
@@ -132,25 +130,32 @@ impl std::error::Error for PushError {}
 pub struct Ring {
     core: Shared,
     params: SetupParams,
-    dev: Arc<Device>,
+    /// Raw entries pushed through a [`Submission`] that found the SQ taken by the time
+    /// it dropped: pushed first at the next submission.
+    pending: Vec<Sqe>,
+    /// Raw completions taken from the ring, not yet read from [`Completions`].
+    ready: VecDeque<Cqe>,
 }
 
 /// The ring's descriptor is its device file's (for `poll`, `fcntl`, an `AsyncFd`).
 impl AsRawFd for Ring {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.dev.as_raw_fd()
+        self.core.bell.dev.as_raw_fd()
     }
 }
 
 impl std::os::fd::AsFd for Ring {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.dev.as_fd()
+        self.core.bell.dev.as_fd()
     }
 }
 
 impl Ring {
-    fn core(&self) -> CoreGuard<'_> {
-        lock(&self.core)
+    /// The core, locked, with the raw entries still pending pushed first.
+    fn core(&mut self) -> CoreGuard<'_> {
+        let mut core = lock(&self.core);
+        flush(&mut self.pending, &mut core);
+        core
     }
 
     /// The shared core (the async ring's).
@@ -166,7 +171,7 @@ impl Ring {
     ) -> Result<T, Error> {
         let c = self.core().control(ctl.op, ctl.sqe);
         match c {
-            Ok(c) => ctl.finish(&c, &Arc::downgrade(&self.core)),
+            Ok(c) => ctl.finish(&c, &RingRef::to(&self.core)),
             Err(e) => Err(e),
         }
     }
@@ -178,7 +183,7 @@ impl Ring {
 
     /// The device file.
     pub fn device(&self) -> &Device {
-        &self.dev
+        &self.core.bell.dev
     }
 
     /// Queues an entry for the next submit. Its `user_data` must leave
@@ -192,20 +197,27 @@ impl Ring {
         unsafe { self.submission().push(sqe) }
     }
 
-    /// The SQ, locked once for several pushes (io-uring's `SubmissionQueue`): a batch
-    /// pushed through it costs one lock of the ring, not one per entry.
+    /// The SQ for several pushes (io-uring's `SubmissionQueue`): entries gather in
+    /// the ring and go into the SQ together when it drops, so a batch costs one lock
+    /// of the ring, not one per entry, and the lock is never held while the caller's
+    /// code runs.
     pub fn submission(&mut self) -> Submission<'_> {
-        Submission { core: self.core() }
+        let space = self.sq_space();
+        Submission {
+            ring: self,
+            space,
+        }
     }
 
     /// Free SQ slots.
     pub fn sq_space(&mut self) -> u32 {
-        self.core().sq_space()
+        let space = self.core().sq_space();
+        space.saturating_sub(self.pending.len() as u32)
     }
 
     /// The kernel's SQ flags (need-wakeup, CQ overflow, tail overrun).
     pub fn sq_flags(&self) -> SqFlags {
-        self.core().sq_flags()
+        lock(&self.core).sq_flags()
     }
 
     /// Publishes queued entries and has the kernel take them; returns how many it took
@@ -221,7 +233,8 @@ impl Ring {
     /// As [`submit`](Self::submit), then waits until `want` completions are ready.
     /// Signals do not end the wait (it is entered again).
     pub fn submit_and_wait(&mut self, want: u32) -> Result<u32, Error> {
-        self.core().submit_and_wait(want, 0)
+        let already = self.ready.len();
+        self.core().submit_and_wait(want, already, 0)
     }
 
     /// As [`submit_and_wait`](Self::submit_and_wait), waiting at most `timeout` (to the
@@ -229,7 +242,8 @@ impl Ring {
     /// (what was submitted stays submitted).
     pub fn submit_and_wait_timeout(&mut self, want: u32, timeout: Duration) -> Result<u32, Error> {
         let us = timeout.as_micros().clamp(1, u32::MAX as u128) as u32;
-        self.core().submit_and_wait(want, us)
+        let already = self.ready.len();
+        self.core().submit_and_wait(want, already, us)
     }
 
     /// Has the kernel signal `fd`, an eventfd(2), whenever the ring gains completions
@@ -241,7 +255,7 @@ impl Ring {
         };
         // SAFETY: `args` is an EventfdArgs the kernel only reads.
         unsafe {
-            self.dev
+            self.device()
                 .ioctl_raw(IOC_REGISTER_EVENTFD, &args as *const EventfdArgs as usize)
         }
         .map_err(|e| e.context("register eventfd"))?;
@@ -288,16 +302,15 @@ impl Ring {
     /// this ring has as many listens as it may (4) or the node (32). Peers that
     /// connected before anyone listened are accepted too.
     pub fn listen(&mut self, service: u32) -> Result<Listener, Error> {
+        let weak = Arc::downgrade(&self.core);
         let mut core = self.core();
         let mut sqe = Sqe::listen(0, service);
         let tag = core.tag(std::slice::from_mut(&mut sqe)).start;
         while !core.push(sqe) {
-            core.submit_and_wait(1, 0)
-                .map_err(|e| e.context("listen"))?;
-            core.reap();
+            core.turn("listen", 1, None)?;
         }
         let c = core.wait_next("listen", tag, 0)?;
-        Listener::started(service, &c, Arc::downgrade(&self.core))
+        Listener::started(service, &c, weak)
     }
 
     /// The next peer that joined `listener`'s service, waiting for one without a
@@ -418,7 +431,7 @@ impl Ring {
         if !r.live {
             return Ok(());
         }
-        if !std::ptr::eq(r.ring.as_ptr(), Arc::as_ptr(&self.core)) {
+        if !std::ptr::eq(r.ring.core.as_ptr(), Arc::as_ptr(&self.core)) {
             return Err(Error::errno(
                 "deregister memory: another ring's region",
                 Errno::EINVAL,
@@ -538,22 +551,45 @@ impl Ring {
 
     /// Enter ioctls this ring has made: its syscalls on the data path.
     pub fn enters(&self) -> u64 {
-        self.core().enters
+        self.core
+            .bell
+            .enters
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// [`submit_and_wait`](Self::submit_and_wait) with the arguments copied in from
     /// memory (`IOC_ENTER`) instead of passed by value: what that copy costs.
     #[cfg(any(test, feature = "bench-support"))]
     pub fn submit_and_wait_copying_args(&mut self, want: u32) -> Result<u32, Error> {
-        self.core()
-            .enter_with(want, krcore_abi::layout::EnterFlags::GETEVENTS, 0, false)
+        let mut core = self.core();
+        let args = core.enter_args(want, krcore_abi::layout::EnterFlags::GETEVENTS, 0);
+        core.bell().enter(&args, false)
     }
 
-    /// The completions of raw entries ready now; the slots go back to the kernel when
-    /// the iterator drops.
+    /// The completions of raw entries ready now, oldest first. Their CQ slots are
+    /// already back with the kernel, and the ring is not locked while the iterator
+    /// lives (a region may be dropped inside the loop); what it does not read is the
+    /// next call's.
     pub fn completions(&mut self) -> Completions<'_> {
-        Completions { core: self.core() }
+        {
+            let mut core = lock(&self.core);
+            flush(&mut self.pending, &mut core);
+            core.reap();
+            self.ready.extend(core.stash.drain(..));
+        }
+        Completions {
+            ready: &mut self.ready,
+        }
     }
+}
+
+/// Pushes `pending` raw entries into the SQ, as far as they fit, in order.
+fn flush(pending: &mut Vec<Sqe>, core: &mut Core) {
+    if pending.is_empty() {
+        return;
+    }
+    let fit = pending.iter().take_while(|s| core.push(**s)).count();
+    pending.drain(..fit);
 }
 
 /// A batch operation's completion as the caller sees it.
@@ -565,46 +601,51 @@ pub(crate) fn batch_result(c: &Cqe) -> Result<Cqe, Error> {
     }
 }
 
-/// The SQ held for pushing, from [`Ring::submission`]; the ring is let go when it drops
-/// (then [`Ring::submit`] publishes what was pushed).
+/// The SQ for pushing, from [`Ring::submission`]: what is pushed goes into the SQ when
+/// it drops (then [`Ring::submit`] has the kernel take it).
 pub struct Submission<'a> {
-    core: CoreGuard<'a>,
+    ring: &'a mut Ring,
+    /// Free SQ slots when it was made, less those pushed since.
+    space: u32,
 }
 
 impl Submission<'_> {
-    /// Queues an entry, as [`Ring::push`].
+    /// Queues an entry, as [`Ring::push`]; `PushError` when the SQ had no room left.
     ///
     /// # Safety
     /// As for [`Ring::push`].
     pub unsafe fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
-        if self.core.push(*sqe) {
-            Ok(())
-        } else {
-            Err(PushError)
+        if self.space == 0 {
+            return Err(PushError);
         }
+        self.space -= 1;
+        self.ring.pending.push(*sqe);
+        Ok(())
     }
 
     /// Free SQ slots.
     pub fn space(&mut self) -> u32 {
-        self.core.sq_space()
+        self.space
+    }
+}
+
+impl Drop for Submission<'_> {
+    fn drop(&mut self) {
+        // Slots another thread took meanwhile (a region's deregistration) leave the
+        // rest pending, pushed first at the next submission.
+        drop(self.ring.core());
     }
 }
 
 /// Ready completions of raw entries, oldest first.
 pub struct Completions<'a> {
-    core: CoreGuard<'a>,
+    ready: &'a mut VecDeque<Cqe>,
 }
 
 impl Iterator for Completions<'_> {
     type Item = Cqe;
     fn next(&mut self) -> Option<Cqe> {
-        self.core.next_raw()
-    }
-}
-
-impl Drop for Completions<'_> {
-    fn drop(&mut self) {
-        self.core.release_cq();
+        self.ready.pop_front()
     }
 }
 

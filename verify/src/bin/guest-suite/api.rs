@@ -235,3 +235,59 @@ pub fn listen_is_one_ring_per_service() -> Result<(), String> {
     );
     Ok(())
 }
+
+/// A region dropped on another thread while the ring's thread waits in the kernel (a
+/// RECV no message has come for) deregisters at once: the ring's lock is not held
+/// across the wait. Before, the dropping thread spun on the lock until the wait ended,
+/// and here that wait ends only after the drops: the test saw 5 s of spinning.
+pub fn a_region_drops_while_the_ring_waits() -> Result<(), String> {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    let e = |e: krcore_uring::Error| e.to_string();
+    let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
+    let mut peer = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
+    let vqp = ring.pair(LOCAL_GID, 51, 52).map_err(e)?;
+    let to = peer.pair(LOCAL_GID, 52, 51).map_err(e)?;
+    let mut inbox = ring.register(64, MrAccess::LOCAL_WRITE).map_err(e)?;
+    let mut note = peer.register(64, MrAccess::empty()).map_err(e)?;
+    note.bytes_mut()[..8].copy_from_slice(b"arrived!");
+    let mut lent = vec![0u8; 4096];
+    let borrowed = ring.register_slice(&mut lent, MrAccess::LOCAL_WRITE).map_err(e)?;
+    let owned = ring.register(4096, MrAccess::LOCAL_WRITE).map_err(e)?;
+    let (done, took) = mpsc::channel();
+    let (got, sent) = std::thread::scope(|s| {
+        let sender = s.spawn(move || {
+            // The ring's thread is in the kernel by now, waiting for the message.
+            std::thread::sleep(Duration::from_millis(300));
+            let t = Instant::now();
+            let (tx, rx) = mpsc::channel();
+            s.spawn(move || {
+                drop(borrowed);
+                drop(owned);
+                let _ = tx.send(());
+            });
+            let ended = rx.recv_timeout(Duration::from_secs(5)).is_ok();
+            let _ = done.send((ended, t.elapsed()));
+            // The message the ring waits for, sent whether the drops ended or not.
+            let mut b = Batch::new();
+            b.send(&to, &note, 0, 8, None).map_err(e)?;
+            let sent = peer.run(b).map_err(e)?;
+            check(sent[0].is_ok(), || format!("SEND: {sent:?}"))
+        });
+        let mut b = Batch::new();
+        let got = match b.recv(&vqp, &inbox, 0, 64) {
+            Ok(_) => ring.run(b).map_err(e),
+            Err(x) => Err(e(x)),
+        };
+        (got, sender.join())
+    });
+    sent.map_err(|_| "the sending thread panicked")??;
+    let got = got?;
+    let (ended, after) = took.recv().map_err(|e| e.to_string())?;
+    println!("  two regions dropped on another thread in {after:?} while the ring waited");
+    check(ended && after < Duration::from_secs(2), || {
+        format!("dropping the regions took {after:?} (ended: {ended}) while the ring waited")
+    })?;
+    check(got[0].as_ref().is_ok_and(|c| c.res == 8), || format!("RECV: {got:?}"))?;
+    check(&inbox.bytes()[..8] == b"arrived!", || "RECV bytes differ".into())
+}

@@ -86,6 +86,10 @@ const TESTS: &[Test] = &[
         run: api::safe_batches_and_reasons,
     },
     Test {
+        name: "api::a_region_drops_while_the_ring_waits",
+        run: api::a_region_drops_while_the_ring_waits,
+    },
+    Test {
         name: "api::wait_survives_signals",
         run: api::wait_survives_signals,
     },
