@@ -151,7 +151,7 @@ fn setup(a: &Args, len: u32) -> Result<Setup> {
         .ok_or("no RoCE v2 IPv4 GID on any device")?;
     let mut ring = Builder::new(a.depth.clamp(16, 1024)).build(dev)?;
     let vqp = match &a.node {
-        Some(n) => ring.connect_to(n, a.service)?,
+        Some(n) => ring.connect(n, a.service)?,
         None => ring.connect(own, a.service)?,
     };
     let local = ring.register(len as usize, MrAccess::LOCAL_WRITE)?;
@@ -304,7 +304,7 @@ pub fn bw(a: &Args) -> Result<()> {
 
 pub fn lookup(node: &str, name: &str, len: u32, again: u32) -> Result<()> {
     let mut ring = Builder::new(16).build(Device::open()?)?;
-    let vqp = ring.connect_to(node, 0)?;
+    let vqp = ring.connect(node, 0)?;
     let start = Instant::now();
     let r = ring.import_name(&vqp, name, len)?;
     let first = start.elapsed();

@@ -67,7 +67,7 @@ fn push(c: &mut Criterion) {
         |n| {
             for s in &sqes[..n as usize] {
                 // SAFETY: nothing executes these entries.
-                unsafe { ring.push(s) }.unwrap();
+                unsafe { ring.submission().push(s) }.unwrap();
             }
             publish(&mut ring);
         },

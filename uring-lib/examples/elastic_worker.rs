@@ -34,7 +34,7 @@ fn main() -> Result<()> {
     stage("ring set up");
     let vqp = retry(60, &[Reason::Unreachable], || {
         // No endpoint: the worker's requests are one-sided.
-        ring.connect_to(&node, 0)
+        ring.connect(&node, 0)
     })?;
     stage("connected");
     let remote = retry(60, &[Reason::NoSuchName, Reason::Unreachable], || {

@@ -316,7 +316,7 @@ fn vanish(gid: [u8; 16]) -> Result<()> {
         SLOT as u32,
     );
     // SAFETY: `mr` stays registered, and is not touched, until the receive ends.
-    unsafe { ring.push(&recv) }.map_err(|_| "the SQ is full")?;
+    unsafe { ring.submission().push(&recv) }.map_err(|_| "the SQ is full")?;
     ring.submit()?;
     println!("a receive is posted");
     let t = Instant::now();

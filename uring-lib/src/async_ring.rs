@@ -15,11 +15,11 @@ use std::ops::Range;
 
 use crate::core::Core;
 use crate::lock::{lock, Shared};
-use crate::ops::{self, Control, RingRef};
-use crate::ring::batch_result;
+use crate::ops::{self, Control};
+use crate::ring::{batch_result, BatchResult};
 use crate::{
-    Accepted, Batch, Error, Listener, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Ring,
-    Vqp,
+    Accepted, Batch, Error, Listener, MemoryRegion, MrDescriptor, Node, Registered, RemoteRegion,
+    Ring, Vqp,
 };
 
 /// A [`Ring`] driven from async code. Its methods take `&self`: any number of futures
@@ -44,9 +44,6 @@ pub struct AsyncRing {
     ring: Ring,
     eventfd: AsyncFd<OwnedFd>,
 }
-
-/// A batch's completions, each `Ok` or its failure, in batch order.
-pub type BatchResult = Result<Vec<Result<Cqe, Error>>, Error>;
 
 impl AsyncRing {
     /// Drives `ring` from the current tokio runtime (which needs its I/O driver): makes
@@ -87,25 +84,22 @@ impl AsyncRing {
         ctl: Control<T, F>,
     ) -> Result<T, Error> {
         let (got, _) = self.complete(ctl.op, vec![ctl.sqe], Vec::new()).await;
-        ctl.finish(&got?[0], &RingRef::to(self.shared()))
+        ctl.finish(&got?[0], &Arc::downgrade(self.shared()))
     }
 
-    /// As [`Ring::connect`]. A first contact with a node (milliseconds) is made by the
-    /// module's own worker while the entry waits in the SQ: the future holds no thread
-    /// meanwhile and submits it again within a wait slice of the worker's end; warm
-    /// connects take microseconds.
-    pub async fn connect(&self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
+    /// As [`Ring::connect`]; a host name is resolved through tokio. A first contact
+    /// with a node (milliseconds) is made by the module's own worker while the entry
+    /// waits in the SQ: the future holds no thread meanwhile and submits it again
+    /// within a wait slice of the worker's end; warm connects take microseconds.
+    pub async fn connect(&self, node: impl Into<Node>, service: u32) -> Result<Vqp, Error> {
+        let gid = node.into().gid_async().await?;
         self.control(ops::connect(Sqe::connect(0, gid, service))).await
     }
 
-    /// As [`Ring::pair`].
-    pub async fn pair(&self, gid: [u8; 16], port: u16, peer_port: u16) -> Result<Vqp, Error> {
+    /// As [`Ring::pair`]; a host name is resolved through tokio.
+    pub async fn pair(&self, node: impl Into<Node>, port: u16, peer_port: u16) -> Result<Vqp, Error> {
+        let gid = node.into().gid_async().await?;
         self.control(ops::connect(Sqe::pair(0, gid, port, peer_port))).await
-    }
-
-    /// As [`Ring::connect_to`].
-    pub async fn connect_to(&self, node: &str, service: u32) -> Result<Vqp, Error> {
-        self.connect(crate::addr::gid_of_async(node).await?, service).await
     }
 
     /// As [`Ring::disconnect`]: receives still posted on it come back `Cancelled`
@@ -171,7 +165,7 @@ impl AsyncRing {
         owner: Option<u32>,
     ) -> Result<(Vqp, RemoteRegion), Error> {
         let node = self.resolve_name(name).await?;
-        let vqp = self.connect(node.to_ipv6_mapped().octets(), 0).await?;
+        let vqp = self.connect(node, 0).await?;
         match self.control(ops::import_name(&vqp, name, len, owner)?).await {
             Ok(r) => Ok((vqp, r)),
             Err(e) => {

@@ -67,10 +67,7 @@ pub fn handles(len: usize) -> (Vqp, MemoryRegion, RemoteRegion) {
                 len: buf.len() * 8,
                 handle: 2,
                 descriptor: 0x200,
-                ring: crate::ops::RingRef {
-                    core: std::sync::Weak::new(),
-                    grave: std::sync::Arc::new(crate::grave::Grave::new()),
-                },
+                ring: std::sync::Weak::new(),
                 live: false,
                 _lent: std::marker::PhantomData,
             },

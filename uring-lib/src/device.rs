@@ -1,15 +1,12 @@
 //! The `/dev/krcore` file and the device query.
 
 use std::fs::{File, OpenOptions};
-use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::Arc;
 
 use krcore_abi::device::{DeviceGid, QueryDevices, ABI_VERSION, GID_NONE};
 use krcore_abi::errno::Errno;
 use krcore_abi::ioctl::IOC_QUERY_DEVICES;
 
-use crate::grave::Grave;
 use crate::Error;
 
 /// Where the module's misc device appears.
@@ -18,18 +15,7 @@ pub const DEVICE_PATH: &str = "/dev/krcore";
 /// An open `/dev/krcore`.
 #[derive(Debug)]
 pub struct Device {
-    /// Closed in `drop`, under the grave's lock, before what it keeps is freed.
-    file: ManuallyDrop<File>,
-    /// Buffers the NIC may reach until the file closes.
-    pub(crate) grave: Arc<Grave>,
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        // SAFETY: the file is dropped here once, and never used after.
-        self.grave
-            .close(|| unsafe { ManuallyDrop::drop(&mut self.file) });
-    }
+    file: File,
 }
 
 /// One (device, port, GID) row of the device query.
@@ -96,20 +82,13 @@ impl Device {
             .write(true)
             .open(DEVICE_PATH)
             .map_err(|_| Error::last_os("open /dev/krcore"))?;
-        Ok(Device::over(file))
-    }
-
-    fn over(file: File) -> Device {
-        Device {
-            file: ManuallyDrop::new(file),
-            grave: Arc::new(Grave::new()),
-        }
+        Ok(Device { file })
     }
 
     /// A device over an already open file (the benchmarks' stand-in for the device).
     #[cfg(any(test, feature = "bench-support"))]
     pub(crate) fn from_file(file: File) -> Device {
-        Device::over(file)
+        Device { file }
     }
 
     /// Issues a raw ioctl, returning its non-negative result.

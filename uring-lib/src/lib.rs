@@ -19,7 +19,7 @@
 //!     // A virtual QP to the memory node (its address or host name), for one-sided
 //!     // requests (service 0: no endpoint): microseconds once this node's kernel has a
 //!     // connection set to that node.
-//!     let vqp = ring.connect_to("10.0.0.1", 0)?;
+//!     let vqp = ring.connect("10.0.0.1", 0)?;
 //!     // The kernel finds the name in the MetaServer (one-sided READs, then cached);
 //!     // no rkey ever passes through this process.
 //!     let table = ring.import_name(&vqp, "kv-table", 4096)?;
@@ -39,19 +39,19 @@
 //! ```
 //!
 //! # What to read next
-//! - [`Ring`]: connecting ([`connect`](Ring::connect), [`connect_to`](Ring::connect_to)),
+//! - [`Ring`]: connecting ([`connect`](Ring::connect), to anything address-like: a [`Node`]),
 //!   or listening for peers from any node ([`listen`](Ring::listen),
 //!   [`accept`](Ring::accept)),
 //!   memory ([`register`](Ring::register) allocates, [`register_slice`](Ring::register_slice)
-//!   borrows, [`register_raw`](Ring::register_raw) trusts you), exporting and importing
+//!   borrows, [`register_slice_remote`](Ring::register_slice_remote) trusts you), exporting and importing
 //!   ([`MemoryRegion::export`](Registered::export) and [`import`](Ring::import) between
 //!   processes that share a channel, or [`publish`](Ring::publish) and
 //!   [`import_name`](Ring::import_name) through the MetaServer), and raw entries
-//!   ([`push`](Ring::push), [`submit`](Ring::submit), [`completions`](Ring::completions)).
+//!   ([`submission`](Ring::submission), [`submit`](Ring::submit),
+//!   [`completions`](Ring::completions)).
 //! - [`Batch`]: one-sided (READ, WRITE, WRITE with immediate, CAS, FAA) and two-sided
 //!   (SEND, RECV) operations, checked for range as they are added.
 //! - `AsyncRing` (feature `tokio`): the same operations as futures.
-//! - [`PerOp`]: the original KRCore's one-ioctl-per-operation interface, for comparison.
 //!
 //! # Safety model
 //! The kernel trusts nothing from this process: it validates every entry against its
@@ -83,7 +83,6 @@ pub mod bench_support;
 mod core;
 mod device;
 mod error;
-mod grave;
 mod listen;
 mod lock;
 mod mmap;
@@ -94,12 +93,15 @@ mod ring;
 mod wait;
 
 pub use batch::Batch;
+/// The original KRCore's one-ioctl-per-operation interface, kept for the benchmarks'
+/// comparison and the ABI's tests: not part of the API.
+#[doc(hidden)]
 pub use per_op::PerOp;
 pub use region::{MemoryRegion, MrDescriptor, Registered, RemoteRegion, Vqp};
 
-pub use addr::gid_of;
+pub use addr::Node;
 #[cfg(feature = "tokio")]
-pub use async_ring::{AsyncRing, BatchResult};
+pub use async_ring::AsyncRing;
 pub use core::LIB_TAG;
 
 /// The README's Rust program, compiled as a doc test so the README cannot drift from
@@ -110,9 +112,15 @@ pub struct ReadmeDoctests;
 
 pub use device::{Device, DeviceList, GidRow, DEVICE_PATH};
 pub use error::Error;
-pub use krcore_abi as abi;
+/// The kernel's ABI as user space meets it: entries and their opcodes, completions and
+/// reasons, the ring layout, the ioctls, the device query and the counters (for raw
+/// entries, and for bindings in other languages). The module's engine, which the
+/// `krcore-abi` crate also holds, is not part of it.
+pub mod abi {
+    pub use krcore_abi::{compat, cqe, device, errno, ioctl, layout, opcode, sqe, stats};
+}
 /// The types every program names, at the crate root: an MR's rights, why an operation
 /// failed, and a completion (the raw ABI stays under [`abi`]).
 pub use krcore_abi::{cqe::Cqe, cqe::Reason, sqe::MrAccess};
 pub use listen::{Accepted, Listener};
-pub use ring::{describe_failure, Builder, Completions, PushError, Ring, Submission};
+pub use ring::{describe_failure, BatchResult, Builder, Completions, PushError, Ring, Submission};

@@ -2,17 +2,19 @@
 //!
 //! # The waiting contract
 //! The [`Core`] sits behind a std mutex that is held only for bookkeeping: pushing,
-//! reaping, filing, and enters that do not wait (a submission ends within the module's
-//! request deadline). No one holds it while waiting for completions, and no user code
-//! runs under it (regions released under it are dropped after it goes).
+//! publishing, reaping, filing. No one holds it across an enter (a submission may
+//! register memory in place), and no user code runs under it: regions released under
+//! it are dropped, and wakers woken, after it goes.
 //!
 //! One thread at a time waits in the kernel (`Core::in_kernel`). Only that thread
 //! reaps meanwhile: the kernel's wait ends when the CQ holds entries its waiter has
 //! not read, so a completion reaped by someone else would leave it asleep. Any other
 //! caller that must wait submits what it pushed and waits on [`CoreLock::turn`],
-//! which the waiter signals after it came back and reaped; a completion it wants wakes
-//! the waiter like any other. The async ring never waits in the kernel: it reaps when
-//! no one is there, and is woken by whoever files its completions.
+//! which the waiter signals after it came back and reaped. A completion it wants wakes
+//! the waiter like any other: a waiter for one completion comes back at once, and one
+//! for more comes back within a wait slice, so nobody waits on another's long wait.
+//! The async ring never waits in the kernel: it reaps when no one is there, and is
+//! woken by whoever files its completions.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,7 +64,8 @@ pub(crate) fn lock(shared: &CoreLock) -> CoreGuard<'_> {
 }
 
 /// The core, locked. Regions released while it was held (a parked batch's, once its
-/// completions came) are dropped after it goes: dropping one takes the lock again.
+/// completions came) are dropped after it goes (dropping one takes the lock again),
+/// and the futures whose completions were filed are woken then.
 pub(crate) struct CoreGuard<'a> {
     lock: &'a CoreLock,
     /// `None` only inside [`unlocked`](Self::unlocked) and [`wait_turn`](Self::wait_turn).
@@ -84,9 +87,9 @@ impl DerefMut for CoreGuard<'_> {
 
 impl Drop for CoreGuard<'_> {
     fn drop(&mut self) {
-        let released = self.guard.as_mut().map(|g| g.take_released());
+        let deferred = self.guard.as_mut().map(|g| g.take_deferred());
         drop(self.guard.take());
-        drop(released);
+        drop(deferred);
     }
 }
 
@@ -98,9 +101,9 @@ impl<'a> CoreGuard<'a> {
 
     /// Runs `f` with the lock let go, and takes it again.
     pub(crate) fn unlocked<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        let released = self.take_released();
+        let deferred = self.take_deferred();
         drop(self.guard.take());
-        drop(released);
+        drop(deferred);
         let r = f();
         self.guard = Some(self.lock.core.lock().unwrap_or_else(PoisonError::into_inner));
         r

@@ -3,33 +3,16 @@
 //! ones and differ only in how they wait.
 
 use std::marker::PhantomData;
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 use krcore_abi::cqe::{Cqe, Reason};
 use krcore_abi::sqe::{MrAccess, Sqe};
 
-use crate::grave::Grave;
 use crate::lock::CoreLock;
 use crate::{Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Vqp};
 
 /// The ring as a completion's maker sees it (regions hold it to deregister).
-#[derive(Clone, Debug)]
-pub(crate) struct RingRef {
-    /// The ring; gone once it is dropped.
-    pub(crate) core: Weak<CoreLock>,
-    /// Its device's grave: where a region's buffer waits for the file to close.
-    pub(crate) grave: Arc<Grave>,
-}
-
-impl RingRef {
-    /// Refers to `ring`.
-    pub(crate) fn to(ring: &Arc<CoreLock>) -> RingRef {
-        RingRef {
-            core: Arc::downgrade(ring),
-            grave: ring.bell.dev.grave.clone(),
-        }
-    }
-}
+pub(crate) type RingRef = Weak<CoreLock>;
 
 /// One control entry, and `make`: what its successful completion makes (a plain
 /// closure, so running a control operation allocates nothing for it).
@@ -133,28 +116,15 @@ pub(crate) unsafe fn register_slice_remote<'b>(
     register_at(buf.as_mut_ptr(), buf.len(), access)
 }
 
-/// Registers `len` bytes at `ptr`.
-///
-/// # Safety
-/// As [`Ring::register_raw`](crate::Ring::register_raw).
-pub(crate) unsafe fn register_raw(
-    ptr: *mut u8,
-    len: usize,
-    access: MrAccess,
-) -> Result<Control<Registered<'static>, impl FnOnce(&Cqe, &RingRef) -> Registered<'static>>, Error>
-{
-    register_at(ptr, len, access)
-}
-
 /// Allocates `len` bytes (rounded up to 8), zeroed, and registers them.
 pub(crate) fn register(
     len: usize,
     access: MrAccess,
 ) -> Result<Control<MemoryRegion, impl FnOnce(&Cqe, &RingRef) -> MemoryRegion>, Error> {
     let buf = MemoryRegion::alloc(len);
-    // SAFETY: the buffer lives in the MemoryRegion the completion makes, which
-    // deregisters before freeing it (or leaks it); on failure nothing was registered.
-    let reg = unsafe { register_raw(buf.as_ptr() as *mut u8, buf.len() * 8, access)? };
+    // The buffer lives in the MemoryRegion the completion makes, which frees it only
+    // after its DEREG_MR completed (else leaks it); on failure nothing was registered.
+    let reg = register_at(buf.as_ptr() as *mut u8, buf.len() * 8, access)?;
     Ok(Control::new(reg.op, reg.sqe, move |c, ring| MemoryRegion {
         region: (reg.make)(c, ring),
         buf,

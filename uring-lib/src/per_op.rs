@@ -21,6 +21,7 @@ pub struct PerOp {
 
 impl Builder {
     /// Sets up `dev` for the one-ioctl-per-op interface instead of mapped rings.
+    #[doc(hidden)]
     pub fn build_per_op(self, dev: Device) -> Result<PerOp, Error> {
         let mut p = self.params();
         // SAFETY: `p` is a SetupParams the kernel reads and writes back.

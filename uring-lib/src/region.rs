@@ -6,7 +6,6 @@ use std::marker::PhantomData;
 use krcore_abi::sqe::Sqe;
 
 use crate::core::Keep;
-use crate::grave::Buffer;
 use crate::lock::lock;
 use crate::ops::RingRef;
 use crate::Error;
@@ -32,7 +31,7 @@ impl Vqp {
         self.qpn
     }
 
-    /// The handle raw entries ([`Ring::push`](crate::Ring::push)) name it by.
+    /// The handle raw entries ([`Ring::submission`](crate::Ring::submission)) name it by.
     pub fn handle(&self) -> u32 {
         self.handle
     }
@@ -40,7 +39,8 @@ impl Vqp {
 
 /// Memory registered with krcore that the caller lent for `'b`: a slice, a `Vec`'s
 /// storage, a mapping (huge pages included), or, through the unsafe
-/// [`Ring::register_raw`](crate::Ring::register_raw), any range the caller vouches for.
+/// [`Ring::register_slice_remote`](crate::Ring::register_slice_remote), any range the
+/// caller vouches for.
 ///
 /// While it lives the kernel has the pages pinned and the NIC may read or write them,
 /// so it holds the borrow: the lender cannot touch the memory until it is dropped.
@@ -127,14 +127,14 @@ impl Registered<'_> {
     }
 
     /// Deregisters it through its ring and waits for that (the caller must not hold the
-    /// ring's lock). `Ok` also when there is nothing to do: the ring is gone, and with
-    /// it every registration of its file (waited for, if its close is under way).
+    /// ring's lock). `Ok` also when there is nothing to do: the ring is gone, and its
+    /// file's registrations with it (the kernel lets each go once nothing in flight
+    /// uses it: with local rights alone and every batch waited for, nothing does).
     pub(crate) fn release(&mut self) -> Result<(), Error> {
         if !std::mem::take(&mut self.live) {
             return Ok(());
         }
-        let Some(ring) = self.ring.core.upgrade() else {
-            self.ring.grave.wait_closed();
+        let Some(ring) = self.ring.upgrade() else {
             return Ok(());
         };
         let r = lock(&ring).control("deregister memory", Sqe::dereg_mr(0, self.handle));
@@ -145,13 +145,12 @@ impl Registered<'_> {
     }
 
     /// Deregisters it through its ring without waiting: `buf` (its memory) is freed
-    /// once the DEREG_MR completed, or after the file closed if it failed or the ring
-    /// goes first.
+    /// once the DEREG_MR completed, and leaked if it failed or the ring went first.
     fn release_later(&mut self, buf: Buffer) {
         if !std::mem::take(&mut self.live) {
             return drop(buf);
         }
-        match self.ring.core.upgrade() {
+        match self.ring.upgrade() {
             Some(ring) => {
                 let keep = Keep {
                     regions: Vec::new(),
@@ -162,14 +161,14 @@ impl Registered<'_> {
                 // Sent now if the kernel takes it; else with the ring's next submission.
                 let _ = core.submit();
             }
-            None => self.ring.grave.bury(buf),
+            None => leak(buf),
         }
     }
 }
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
-        // Only a raw entry still using it (a broken `Ring::push` contract) makes this
+        // Only a raw entry still using it (a broken raw entry's contract) makes this
         // fail; then the kernel keeps the pages pinned until the ring is closed.
         let _ = self.release();
     }
@@ -187,13 +186,26 @@ impl<'b> AsMut<Registered<'b>> for Registered<'b> {
     }
 }
 
+/// A region's buffer as the library allocates it (8-byte aligned).
+pub(crate) type Buffer = Box<[std::cell::UnsafeCell<u64>]>;
+
+/// Gives up `buf` for good: memory whose deregistration was not seen to complete. The
+/// kernel may still have it registered, with a READ landing or an importer's WRITE on
+/// its way: its release on the file's close waits for those on its own time, and a
+/// duplicate of the descriptor keeps the file open. Freeing it could hand the NIC
+/// reused heap; a leak is bounded by what was registered.
+pub(crate) fn leak(buf: Buffer) {
+    std::mem::forget(buf);
+}
+
 /// Local memory the library allocated (zeroed, 8-byte aligned) and registered: a
 /// [`Registered`] region that owns its buffer, which it derefs to.
 ///
 /// Dropped, it deregisters without waiting (never blocking the thread or an async
-/// executor): the buffer is freed when the DEREG_MR completes, with whichever call
-/// of the ring reaps it, or when the ring's file closes, if the kernel refused (see
-/// [`Registered`]) or the ring went first. Never under the NIC.
+/// executor): the buffer is freed when the DEREG_MR completes, with whichever call of
+/// the ring reaps it. If the kernel refused (see [`Registered`]) or the ring was
+/// dropped first, the buffer is leaked, never freed under the NIC: drop regions before
+/// their ring.
 #[derive(Debug)]
 pub struct MemoryRegion {
     pub(crate) region: Registered<'static>,

@@ -16,10 +16,10 @@ use krcore_abi::sqe::{MrAccess, Sqe};
 use crate::core::Core;
 use crate::lock::{lock, CoreGuard, CoreLock, Shared};
 use crate::mmap::Mmap;
-use crate::ops::{self, Control, RingRef};
+use crate::ops::{self, Control};
 use crate::{
-    Accepted, Batch, Device, Error, Listener, MemoryRegion, MrDescriptor, Registered, RemoteRegion,
-    Vqp,
+    Accepted, Batch, Device, Error, Listener, MemoryRegion, MrDescriptor, Node, Registered,
+    RemoteRegion, Vqp,
 };
 
 /// Sizes and options of a ring.
@@ -94,7 +94,7 @@ impl Ring {
             )
         };
         let sqpoll = SetupFlags::from_bits_truncate(p.flags).contains(SetupFlags::SQPOLL);
-        let core = Core::new(dev.grave.clone(), sqpoll, (sq, sq_map), (cq, cq_map));
+        let core = Core::new(sqpoll, (sq, sq_map), (cq, cq_map));
         Ring {
             core: Arc::new(CoreLock::new(core, dev)),
             params: p,
@@ -130,8 +130,7 @@ impl std::error::Error for PushError {}
 pub struct Ring {
     core: Shared,
     params: SetupParams,
-    /// Raw entries pushed through a [`Submission`] that found the SQ taken by the time
-    /// it dropped: pushed first at the next submission.
+    /// Raw entries pushed through a live [`Submission`], queued when it drops.
     pending: Vec<Sqe>,
     /// Raw completions taken from the ring, not yet read from [`Completions`].
     ready: VecDeque<Cqe>,
@@ -151,11 +150,9 @@ impl std::os::fd::AsFd for Ring {
 }
 
 impl Ring {
-    /// The core, locked, with the raw entries still pending pushed first.
+    /// The core, locked.
     fn core(&mut self) -> CoreGuard<'_> {
-        let mut core = lock(&self.core);
-        flush(&mut self.pending, &mut core);
-        core
+        lock(&self.core)
     }
 
     /// The shared core (the async ring's).
@@ -171,7 +168,7 @@ impl Ring {
     ) -> Result<T, Error> {
         let c = self.core().control(ctl.op, ctl.sqe);
         match c {
-            Ok(c) => ctl.finish(&c, &RingRef::to(&self.core)),
+            Ok(c) => ctl.finish(&c, &Arc::downgrade(&self.core)),
             Err(e) => Err(e),
         }
     }
@@ -184,17 +181,6 @@ impl Ring {
     /// The device file.
     pub fn device(&self) -> &Device {
         &self.core.bell.dev
-    }
-
-    /// Queues an entry for the next submit. Its `user_data` must leave
-    /// [`LIB_TAG`](crate::LIB_TAG) clear (the library's own entries carry it).
-    ///
-    /// # Safety
-    /// Memory the entry names (through its MR) must stay registered and valid until the
-    /// entry's completion is read.
-    pub unsafe fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.submission().push(sqe) }
     }
 
     /// The SQ for several pushes (io-uring's `SubmissionQueue`): entries gather in
@@ -211,8 +197,7 @@ impl Ring {
 
     /// Free SQ slots.
     pub fn sq_space(&mut self) -> u32 {
-        let space = self.core().sq_space();
-        space.saturating_sub(self.pending.len() as u32)
+        self.core().sq_space()
     }
 
     /// The kernel's SQ flags (need-wakeup, CQ overflow, tail overrun).
@@ -262,11 +247,13 @@ impl Ring {
         Ok(())
     }
 
-    /// Connects to the peer at `gid` (its service), binding a virtual QP to a pooled
-    /// kernel QP. The device's own GID reaches the loopback pool; another node's address
-    /// (its IPv4-mapped GID, both modules loaded with `cm_port`) reaches a QP of this
-    /// node's connection set to that node, made by the first such CONNECT (milliseconds;
-    /// later ones bind in microseconds). `Unreachable` when the node does not answer.
+    /// Connects to `node`'s `service`, binding a virtual QP to a pooled kernel QP.
+    /// `node` is anything address-like ([`Node`](crate::Node)): an IP or socket
+    /// address, a GID, or a host name (resolved here, blocking). This node's own
+    /// address reaches the loopback pool; another node's (both modules loaded with
+    /// `cm_port`) reaches a QP of this node's connection set to that node, made by the
+    /// module's workers at the first such CONNECT (milliseconds; later ones bind in
+    /// microseconds). `Unreachable` when the node does not answer.
     ///
     /// Two-sided messages go as on a TCP connection: the CONNECT takes an ephemeral
     /// port of this node ([`Vqp::port`]) and its other end is the one the ring that
@@ -275,25 +262,21 @@ impl Ring {
     /// number of virtual QPs, of any processes, may connect to one service at once.
     /// With nobody listening within the request deadline, it fails `Refused`. Service 0
     /// is no endpoint: a virtual QP for one-sided requests and imports alone, at once.
-    pub fn connect(&mut self, gid: [u8; 16], service: u32) -> Result<Vqp, Error> {
+    pub fn connect(&mut self, node: impl Into<Node>, service: u32) -> Result<Vqp, Error> {
+        let gid = node.into().gid()?;
         self.control(ops::connect(Sqe::connect(0, gid, service)))
     }
 
-    /// Connects to `gid` for two-sided messages that pair: this node's port `port` (held
+    /// Connects to `node` (as [`connect`](Self::connect) names it) for two-sided
+    /// messages that pair: this node's port `port` (held
     /// for this user: another user's CONNECT or LISTEN cannot take it) with the peer's
     /// port `peer_port`, whose end is the peer's `pair(.., peer_port, port)`. Neither
     /// side listens; `ServiceTaken` when the port is another user's or a listen's, or
     /// the four-tuple is in use; `NotPermitted` below 1024 without
     /// `CAP_NET_BIND_SERVICE`.
-    pub fn pair(&mut self, gid: [u8; 16], port: u16, peer_port: u16) -> Result<Vqp, Error> {
+    pub fn pair(&mut self, node: impl Into<Node>, port: u16, peer_port: u16) -> Result<Vqp, Error> {
+        let gid = node.into().gid()?;
         self.control(ops::connect(Sqe::pair(0, gid, port, peer_port)))
-    }
-
-    /// Connects to `node`'s `service`, as [`connect`](Self::connect): `node` is an IPv4
-    /// or IPv6 address, or a host name resolved to one (the node's RoCE address).
-    pub fn connect_to(&mut self, node: &str, service: u32) -> Result<Vqp, Error> {
-        let gid = crate::addr::gid_of(node)?;
-        self.connect(gid, service)
     }
 
     /// Listens on `service`: every peer node whose virtual QP connects to this node for
@@ -383,7 +366,10 @@ impl Ring {
         self.control(ops::register_slice(buf, access)?)
     }
 
-    /// [`register_slice`](Self::register_slice) with any rights, remote ones included.
+    /// [`register_slice`](Self::register_slice) with any rights, remote ones included;
+    /// also the way to register memory no Rust borrow describes (a device mapping,
+    /// memory shared with another process, an arena), through
+    /// [`std::slice::from_raw_parts_mut`].
     ///
     /// ```compile_fail,E0133
     /// # use krcore_uring::abi::sqe::MrAccess;
@@ -407,22 +393,6 @@ impl Ring {
         self.control(unsafe { ops::register_slice_remote(buf, access)? })
     }
 
-    /// Registers `len` bytes at `ptr`, for memory no Rust borrow describes (a device
-    /// mapping, memory shared with another process, an arena).
-    ///
-    /// # Safety
-    /// `ptr..ptr+len` must stay mapped, and be read or written by nothing but the
-    /// region's [`bytes`](Registered::bytes) and the NIC, until the region is dropped.
-    pub unsafe fn register_raw(
-        &mut self,
-        ptr: *mut u8,
-        len: usize,
-        access: MrAccess,
-    ) -> Result<Registered<'static>, Error> {
-        // SAFETY: the caller's promise, passed on.
-        self.control(unsafe { ops::register_raw(ptr, len, access)? })
-    }
-
     /// Deregisters a region (waiting for sends that use it, and for nodes that
     /// imported it to let go) and ends it: a [`MemoryRegion`]'s buffer is freed, a
     /// [`Registered`] loan ends. Dropping a region does the same, with no error to see.
@@ -431,7 +401,7 @@ impl Ring {
         if !r.live {
             return Ok(());
         }
-        if !std::ptr::eq(r.ring.core.as_ptr(), Arc::as_ptr(&self.core)) {
+        if !std::ptr::eq(r.ring.as_ptr(), Arc::as_ptr(&self.core)) {
             return Err(Error::errno(
                 "deregister memory: another ring's region",
                 Errno::EINVAL,
@@ -508,7 +478,7 @@ impl Ring {
         owner: Option<u32>,
     ) -> Result<(Vqp, RemoteRegion), Error> {
         let node = self.resolve_name(name)?;
-        let vqp = self.connect(node.to_ipv6_mapped().octets(), 0)?;
+        let vqp = self.connect(node, 0)?;
         match self.control(ops::import_name(&vqp, name, len, owner)?) {
             Ok(r) => Ok((vqp, r)),
             Err(e) => {
@@ -543,6 +513,55 @@ impl Ring {
         Ok(got.into_iter().map(|c| batch_result(&c)).collect())
     }
 
+    /// Runs a batch over `regions`, which it owns until it is done, waiting at most
+    /// `timeout`: the async ring's `run` (feature `tokio`), blocking. `build` adds the
+    /// operations, borrowing the regions as [`Batch`] does. With every completion in
+    /// time: the completions, and the regions back. Else `ETIME` (or the submission's
+    /// failure), and the regions stay *parked* in the ring, registered and allocated,
+    /// until the batch's last completion, then are freed: an operation still in flight
+    /// may write them, so none comes back. A RECV still posted takes the next message;
+    /// DISCONNECT its virtual QP to cancel it.
+    pub fn run_timeout<F>(
+        &mut self,
+        regions: Vec<MemoryRegion>,
+        timeout: Duration,
+        build: F,
+    ) -> (BatchResult, Vec<MemoryRegion>)
+    where
+        F: for<'r> FnOnce(&mut Batch<'r>, &'r [MemoryRegion]) -> Result<(), Error>,
+    {
+        let mut sqes = {
+            let mut b = Batch::new();
+            if let Err(e) = build(&mut b, &regions) {
+                return (Err(e), regions);
+            }
+            b.sqes
+        };
+        let bound = std::time::Instant::now() + timeout;
+        let mut core = self.core();
+        let tags = core.tag(&mut sqes);
+        let mut pushed = 0;
+        loop {
+            while pushed < sqes.len() && core.push(sqes[pushed]) {
+                pushed += 1;
+            }
+            let turn = core.turn("batch", 1, Some(bound));
+            if pushed == sqes.len() {
+                if let Some(got) = core.take_finished(&tags) {
+                    return (Ok(got.iter().map(batch_result).collect()), regions);
+                }
+            }
+            if let Err(e) = turn {
+                if pushed == 0 {
+                    return (Err(e), regions);
+                }
+                // What was pushed may still run: its regions wait in the ring.
+                core.park(tags.start..tags.start + pushed as u64, regions);
+                return (Err(e), Vec::new());
+            }
+        }
+    }
+
     /// Makes pushed entries visible to the kernel side.
     #[cfg(any(test, feature = "bench-support"))]
     pub(crate) fn publish_sq(&mut self) {
@@ -561,9 +580,8 @@ impl Ring {
     /// memory (`IOC_ENTER`) instead of passed by value: what that copy costs.
     #[cfg(any(test, feature = "bench-support"))]
     pub fn submit_and_wait_copying_args(&mut self, want: u32) -> Result<u32, Error> {
-        let mut core = self.core();
-        let args = core.enter_args(want, krcore_abi::layout::EnterFlags::GETEVENTS, 0);
-        core.bell().enter(&args, false)
+        let already = self.ready.len();
+        self.core().submit_and_wait_by(want, already, 0, false)
     }
 
     /// The completions of raw entries ready now, oldest first. Their CQ slots are
@@ -573,7 +591,6 @@ impl Ring {
     pub fn completions(&mut self) -> Completions<'_> {
         {
             let mut core = lock(&self.core);
-            flush(&mut self.pending, &mut core);
             core.reap();
             self.ready.extend(core.stash.drain(..));
         }
@@ -583,14 +600,10 @@ impl Ring {
     }
 }
 
-/// Pushes `pending` raw entries into the SQ, as far as they fit, in order.
-fn flush(pending: &mut Vec<Sqe>, core: &mut Core) {
-    if pending.is_empty() {
-        return;
-    }
-    let fit = pending.iter().take_while(|s| core.push(**s)).count();
-    pending.drain(..fit);
-}
+
+
+/// A batch's completions, each `Ok` or its failure, in batch order.
+pub type BatchResult = Result<Vec<Result<Cqe, Error>>, Error>;
 
 /// A batch operation's completion as the caller sees it.
 pub(crate) fn batch_result(c: &Cqe) -> Result<Cqe, Error> {
@@ -610,10 +623,13 @@ pub struct Submission<'a> {
 }
 
 impl Submission<'_> {
-    /// Queues an entry, as [`Ring::push`]; `PushError` when the SQ had no room left.
+    /// Queues an entry for the next submission; `PushError` when the SQ had no room
+    /// left. Its `user_data` must leave [`LIB_TAG`](crate::LIB_TAG) clear (the
+    /// library's own entries carry it).
     ///
     /// # Safety
-    /// As for [`Ring::push`].
+    /// Memory the entry names (through its MR) must stay registered and valid until the
+    /// entry's completion is read.
     pub unsafe fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
         if self.space == 0 {
             return Err(PushError);
@@ -632,8 +648,11 @@ impl Submission<'_> {
 impl Drop for Submission<'_> {
     fn drop(&mut self) {
         // Slots another thread took meanwhile (a region's deregistration) leave the
-        // rest pending, pushed first at the next submission.
-        drop(self.ring.core());
+        // rest in the ring's backlog, which every enter empties into the SQ first.
+        let mut core = lock(&self.ring.core);
+        for s in self.ring.pending.drain(..) {
+            core.queue(s);
+        }
     }
 }
 

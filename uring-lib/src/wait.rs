@@ -36,39 +36,61 @@ impl CoreGuard<'_> {
     /// the polling thread takes them (woken if it sleeps): the count is what was
     /// published.
     pub(crate) fn submit(&mut self) -> Result<u32, Error> {
+        let bell = self.bell();
         if self.sqpoll {
             let n = self.sq_unread();
             if self.sq_needs_wakeup() {
                 let args = self.enter_args(0, EnterFlags::SQ_WAKEUP, 0);
-                self.bell().enter(&args, true)?;
+                self.unlocked(|| bell.enter(&args, true))?;
             }
             return Ok(n);
         }
         let args = self.enter_args(0, EnterFlags::empty(), 0);
-        self.bell().enter(&args, true)
+        self.unlocked(|| bell.enter(&args, true))
     }
 
     /// One turn of waiting, then a reap: submits what is queued and, if no other thread
     /// waits in the kernel, waits there (lock let go) until `min` more completions are
-    /// ready or `bound` passes; else waits for that thread to come back, or a slice.
-    /// Returns how many SQEs this turn's enter took (`None` if it made none). `ETIME`
-    /// only when `bound` has passed before the turn.
+    /// ready or `bound` passes (a wait for more than one, a slice at most); else waits
+    /// for that thread to come back, or a slice. Returns how many SQEs this turn's
+    /// enter took (`None` if it was interrupted first). `ETIME` only when `bound` has
+    /// passed before the turn.
     pub(crate) fn turn(
         &mut self,
         op: &'static str,
         min: u32,
         bound: Option<Instant>,
     ) -> Result<Option<u32>, Error> {
-        let left = left_us(op, bound)?;
+        self.turn_by(op, min, bound, true)
+    }
+
+    /// [`turn`](Self::turn), its enter's arguments passed by value when `by_value`
+    /// allows.
+    fn turn_by(
+        &mut self,
+        op: &'static str,
+        min: u32,
+        bound: Option<Instant>,
+        by_value: bool,
+    ) -> Result<Option<u32>, Error> {
+        let mut left = left_us(op, bound)?;
         if self.in_kernel {
-            self.submit()?;
+            let n = self.submit()?;
             let slice = match left {
                 0 => TURN,
                 l => TURN.min(Duration::from_micros(l as u64)),
             };
             self.wait_turn(slice);
             self.reap();
-            return Ok(None);
+            return Ok(Some(n));
+        }
+        if min > 1 {
+            // Followers' completions count toward `min` but cannot end the wait alone:
+            // come back within a slice to let them have theirs.
+            left = match left {
+                0 => WAIT_SLICE_US,
+                l => l.min(WAIT_SLICE_US),
+            };
         }
         let wake = match self.sqpoll && self.sq_needs_wakeup() {
             true => EnterFlags::SQ_WAKEUP,
@@ -81,17 +103,17 @@ impl CoreGuard<'_> {
         let args = self.enter_args(min, EnterFlags::GETEVENTS | wake | timed, left);
         self.in_kernel = true;
         let bell = self.bell();
-        let r = self.unlocked(|| bell.enter(&args, true));
+        let r = self.unlocked(|| bell.enter(&args, by_value));
         self.in_kernel = false;
         self.reap();
         self.end_turn();
         match r {
             Ok(n) => Ok(Some(n)),
             // The kernel returns early when a signal or task work (io_uring's, for one)
-            // is pending, as io_uring_enter does; and at the bound.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::ETIME)) => {
-                Ok(Some(0))
-            }
+            // is pending, as io_uring_enter does: nothing was taken, enter again.
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(None),
+            // At the slice or the bound, with nothing taken.
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(Some(0)),
             Err(e) => Err(e),
         }
     }
@@ -105,6 +127,18 @@ impl CoreGuard<'_> {
         already: usize,
         timeout_us: u32,
     ) -> Result<u32, Error> {
+        self.submit_and_wait_by(want, already, timeout_us, true)
+    }
+
+    /// [`submit_and_wait`](Self::submit_and_wait), its enters' arguments passed by
+    /// value when `by_value` allows (the benchmarks compare the two).
+    pub(crate) fn submit_and_wait_by(
+        &mut self,
+        want: u32,
+        already: usize,
+        timeout_us: u32,
+        by_value: bool,
+    ) -> Result<u32, Error> {
         let bound = bound_of(timeout_us);
         let mut taken = None;
         loop {
@@ -114,7 +148,7 @@ impl CoreGuard<'_> {
                 return Ok(n);
             }
             let more = want.saturating_sub(ready as u32);
-            match self.turn("wait", more, bound) {
+            match self.turn_by("wait", more, bound, by_value) {
                 Ok(n) => {
                     taken = taken.or(n);
                 }

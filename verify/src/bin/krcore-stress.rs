@@ -154,7 +154,7 @@ impl Actor {
         for _ in 0..n {
             let s = self.sqe();
             // SAFETY: entries name only the leaked arena, valid for the process's life.
-            if unsafe { self.rings[i].push(&s) }.is_err() {
+            if unsafe { self.rings[i].submission().push(&s) }.is_err() {
                 break;
             }
         }

@@ -57,7 +57,7 @@ fn gid(a: [u8; 4]) -> [u8; 16] {
 /// its completion, if it came (`None`: timed out, the entry still in flight).
 fn bounded(r: &mut Ring, sqe: Sqe, what: &str) -> Result<(u128, Option<Cqe>)> {
     // SAFETY: a NOP or a CONNECT names no memory.
-    unsafe { r.push(&sqe) }.map_err(|_| "the SQ is full")?;
+    unsafe { r.submission().push(&sqe) }.map_err(|_| "the SQ is full")?;
     let t = Instant::now();
     let got = r.submit_and_wait_timeout(1, BOUND);
     let ms = t.elapsed().as_millis();
@@ -88,7 +88,7 @@ fn interrupted(to: [u8; 4]) -> Result<(Ring, bool)> {
     }
     let mut r = ring()?;
     // SAFETY: a CONNECT names no memory.
-    unsafe { r.push(&Sqe::connect(1, gid(to), SERVICE)) }.map_err(|_| "the SQ is full")?;
+    unsafe { r.submission().push(&Sqe::connect(1, gid(to), SERVICE)) }.map_err(|_| "the SQ is full")?;
     r.submit()?;
     // SAFETY: plain thread id of this thread.
     let me = unsafe { libc::pthread_self() };
@@ -208,7 +208,7 @@ fn main() -> Result<()> {
         let mut r = ring()?;
         for (i, a) in NOBODY[..2].iter().enumerate() {
             // SAFETY: a CONNECT names no memory.
-            unsafe { r.push(&Sqe::connect(i as u64, gid(*a), SERVICE)) }.map_err(|_| "the SQ is full")?;
+            unsafe { r.submission().push(&Sqe::connect(i as u64, gid(*a), SERVICE)) }.map_err(|_| "the SQ is full")?;
         }
         r.submit()?;
         drop(r);
@@ -222,7 +222,7 @@ fn main() -> Result<()> {
     let (kept, interruptible) = as_user(1002, || {
         let mut r = ring()?;
         // SAFETY: a CONNECT names no memory.
-        unsafe { r.push(&Sqe::connect(0, gid(NOBODY[2]), SERVICE)) }.map_err(|_| "the SQ is full")?;
+        unsafe { r.submission().push(&Sqe::connect(0, gid(NOBODY[2]), SERVICE)) }.map_err(|_| "the SQ is full")?;
         r.submit()?;
         drop(r);
         let (r, ok) = interrupted(NOBODY[3])?;

@@ -69,7 +69,7 @@ const GONE_TAG: u64 = 1 << 61;
 fn push(ring: &mut Ring, sqe: &Sqe) {
     // SAFETY: every entry names a registered buffer that outlives it (the listener's is
     // leaked; a client waits for its own), or none.
-    while unsafe { ring.push(sqe) }.is_err() {
+    while unsafe { ring.submission().push(sqe) }.is_err() {
         ring.submit().expect("enter");
     }
 }

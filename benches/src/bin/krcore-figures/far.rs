@@ -127,7 +127,7 @@ fn receiver(peer: Ipv4Addr, table: HashMap<Vec<u8>, [u8; RPC_LEN as usize]>) {
     for k in 0..services.len() {
         for j in 0..RECEIVES {
             // SAFETY: the buffer is registered and leaked: it outlives every entry.
-            unsafe { ring.push(&recv(k, j)) }.expect("SQ room for the first receives");
+            unsafe { ring.submission().push(&recv(k, j)) }.expect("SQ room for the first receives");
         }
     }
     let rpc = services.len() - 1;
@@ -163,10 +163,10 @@ fn receiver(peer: Ipv4Addr, table: HashMap<Vec<u8>, [u8; RPC_LEN as usize]>) {
                 };
                 let send = Sqe::two_sided(Opcode::Send, SEND_TAG | j, vqps[k], mr, at, RPC_LEN);
                 // SAFETY: as for the receives.
-                unsafe { ring.push(&send) }.expect("SQ room for a reply");
+                unsafe { ring.submission().push(&send) }.expect("SQ room for a reply");
             }
             // SAFETY: as for the first receives.
-            unsafe { ring.push(&recv(k, j)) }.expect("SQ room for a receive");
+            unsafe { ring.submission().push(&recv(k, j)) }.expect("SQ room for a receive");
         }
     }
 }

@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use krcore_uring::abi::compat::OneOp;
 use krcore_uring::abi::cqe::Cqe;
 use krcore_uring::abi::ioctl::IOC_DIRECT;
-use krcore_uring::abi::meta::record::{name as export_name, name_words};
+use krcore_abi::meta::record::{name as export_name, name_words};
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::{Builder, Device, PerOp, Ring};
@@ -218,7 +218,7 @@ impl KrRing {
 /// Runs one entry through `r` and returns its completion.
 pub fn run(r: &mut Ring, sqe: Sqe) -> Cqe {
     // SAFETY: the memory entries name is registered and outlives the wait.
-    unsafe { r.push(&sqe) }.expect("sq");
+    unsafe { r.submission().push(&sqe) }.expect("sq");
     r.submit_and_wait(1).expect("enter");
     r.completions().next().expect("a CQE after waiting for one")
 }
@@ -228,7 +228,7 @@ impl Path for KrRing {
         let (sqes, n) = self.names.sqes(op, i);
         for s in &sqes[..n] {
             // SAFETY: the buffer is registered and outlives every operation.
-            unsafe { self.ring.push(s) }.expect("SQ full: the figures keep it shallow");
+            unsafe { self.ring.submission().push(s) }.expect("SQ full: the figures keep it shallow");
         }
     }
 

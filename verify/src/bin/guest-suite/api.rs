@@ -27,7 +27,7 @@ pub fn safe_batches_and_reasons() -> Result<(), String> {
     let remote = ring.import(&vqp, &d).map_err(|e| e.to_string())?;
     // A raw entry in flight meanwhile: its completion must not be lost.
     // SAFETY: a NOP names no memory.
-    unsafe { ring.push(&Sqe::nop(77)) }.map_err(|e| e.to_string())?;
+    unsafe { ring.submission().push(&Sqe::nop(77)) }.map_err(|e| e.to_string())?;
     let mut b = Batch::new();
     for k in 0..20u64 {
         // 20 reads of 64 B: more than the SQ holds, so the batch is fed in parts.
@@ -154,7 +154,7 @@ pub fn wait_survives_signals() -> Result<(), String> {
             a,
         );
         // SAFETY: the buffer is registered and outlives the wait.
-        unsafe { r.push(&read) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&read) }.map_err(|e| e.to_string())?;
         if let Err(e) = r.submit_and_wait(1) {
             result = Err(format!("READ {i}: {e}"));
             break;
@@ -290,4 +290,61 @@ pub fn a_region_drops_while_the_ring_waits() -> Result<(), String> {
     })?;
     check(got[0].as_ref().is_ok_and(|c| c.res == 8), || format!("RECV: {got:?}"))?;
     check(&inbox.bytes()[..8] == b"arrived!", || "RECV bytes differ".into())
+}
+
+/// A batch run with a timeout gives up `ETIME` at its bound, keeps its region parked
+/// while the RECV is still posted (the next message lands there, not in freed memory),
+/// and the ring goes on.
+pub fn a_run_times_out_and_parks_its_regions() -> Result<(), String> {
+    use std::time::{Duration, Instant};
+    let e = |e: krcore_uring::Error| e.to_string();
+    let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
+    let mut peer = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
+    let vqp = ring.pair(LOCAL_GID, 61, 62).map_err(e)?;
+    let to = peer.pair(LOCAL_GID, 62, 61).map_err(e)?;
+    let inbox = ring.register(64, MrAccess::LOCAL_WRITE).map_err(e)?;
+    let t = Instant::now();
+    let (got, back) = ring.run_timeout(vec![inbox], Duration::from_millis(300), |b, r| {
+        b.recv(&vqp, &r[0], 0, 64).map(|_| ())
+    });
+    let waited = t.elapsed();
+    println!("  a RECV run with a 300 ms bound gave up after {waited:?}");
+    check(
+        got.as_ref().is_err_and(|x| x.raw_os_error() == Some(libc::ETIME)),
+        || format!("run_timeout: {got:?}"),
+    )?;
+    check(back.is_empty(), || "a region came back while its RECV is posted".into())?;
+    check(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        || format!("gave up after {waited:?}"),
+    )?;
+    let mut note = peer.register(64, MrAccess::empty()).map_err(e)?;
+    for (i, word) in [b"first!!!", b"second!!"].iter().enumerate() {
+        note.bytes_mut()[..8].copy_from_slice(*word);
+        let mut b = Batch::new();
+        b.send(&to, &note, 0, 8, None).map_err(e)?;
+        if i == 1 {
+            // The second message has a RECV of its own, run to the end.
+            let fresh = ring.register(64, MrAccess::LOCAL_WRITE).map_err(e)?;
+            let (got, mut back) = std::thread::scope(|s| {
+                let sender = s.spawn(|| peer.run(b));
+                let got = ring.run_timeout(vec![fresh], Duration::from_secs(10), |b, r| {
+                    b.recv(&vqp, &r[0], 0, 64).map(|_| ())
+                });
+                let _ = sender.join();
+                got
+            });
+            check(got.as_ref().is_ok_and(|c| c[0].as_ref().is_ok_and(|c| c.res == 8)), || {
+                format!("second RECV: {got:?}")
+            })?;
+            let bytes = &back[0].bytes()[..8];
+            return check(bytes == b"second!!", || {
+                format!("the second message landed as {bytes:?}: the first went to the parked RECV")
+            });
+        }
+        // The first message goes to the parked RECV.
+        let sent = peer.run(b).map_err(e)?;
+        check(sent[0].is_ok(), || format!("SEND: {sent:?}"))?;
+    }
+    Ok(())
 }

@@ -22,7 +22,7 @@ pub trait Submit {
 impl Submit for Ring {
     fn submit_one(&mut self, sqe: &Sqe) -> Result<Option<Cqe>, String> {
         // SAFETY: the memory the tests' entries name is registered and outlives the wait.
-        unsafe { self.push(sqe) }.map_err(|e| e.to_string())?;
+        unsafe { self.submission().push(sqe) }.map_err(|e| e.to_string())?;
         self.submit_and_wait(1).map_err(|e| e.to_string())?;
         Ok(self.completions().next())
     }
@@ -164,7 +164,7 @@ pub fn every_opcode_moves_the_right_bytes() -> Result<(), String> {
     ];
     for e in &entries {
         // SAFETY: every buffer named is registered and outlives the wait below.
-        unsafe { r.push(e) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(e) }.map_err(|e| e.to_string())?;
     }
     let c = collect(&mut r, 4)?;
     let imm = |c: &Cqe| c.flags & CqeFlags::IMM.bits() != 0;

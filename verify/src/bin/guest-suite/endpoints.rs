@@ -49,7 +49,7 @@ pub fn a_held_service_is_its_users_alone() -> Result<(), String> {
             let at = mr.addr() + i as u64 * 256;
             let recv = Sqe::two_sided(Opcode::Recv, i as u64, a.vqp.handle(), mr.handle(), at, 256);
             // SAFETY: the region outlives the receives: the process exits with both.
-            unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+            unsafe { r.submission().push(&recv) }.map_err(|e| e.to_string())?;
         }
         // One of the two sends: the first completion is its receive's.
         r.submit_and_wait_timeout(1, Duration::from_secs(30))
@@ -81,7 +81,7 @@ pub fn a_held_service_is_its_users_alone() -> Result<(), String> {
         let mr = r.register(256, MrAccess::LOCAL_WRITE).map_err(|e| e.to_string())?;
         let recv = Sqe::two_sided(Opcode::Recv, 7, v.handle(), mr.handle(), mr.addr(), 256);
         // SAFETY: the region outlives the receive: the process exits with both.
-        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&recv) }.map_err(|e| e.to_string())?;
         match r.submit_and_wait_timeout(1, Duration::from_secs(4)) {
             Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok("nothing".into()),
             other => Err(format!(
@@ -138,7 +138,7 @@ fn fill(r: &mut Ring, bufs: &mut Vec<krcore_uring::MemoryRegion>) -> Result<Stri
     let why = loop {
         let recv = Sqe::two_sided(Opcode::Recv, 100 + n, v.handle(), mr.handle(), mr.addr(), 64);
         // SAFETY: the region outlives the receives: the process exits with both.
-        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&recv) }.map_err(|e| e.to_string())?;
         r.submit().map_err(|e| e.to_string())?;
         if let Some(c) = r.completions().next() {
             break c.failure();

@@ -40,7 +40,7 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
     let mut bad = Sqe::nop(0xbad);
     bad.opcode = 200;
     // SAFETY: names no memory.
-    unsafe { ring.push(&bad) }.map_err(|e| e.to_string())?;
+    unsafe { ring.submission().push(&bad) }.map_err(|e| e.to_string())?;
     ring.submit_and_wait(1).map_err(|e| e.to_string())?;
     let got: Vec<_> = ring.completions().collect();
     check(

@@ -179,7 +179,7 @@ pub fn enter_by_value_checks_its_value() -> Result<(), String> {
         expect(r.device(), what, IOC_ENTER_VALUE, v, want)?;
     }
     // SAFETY: a NOP names no memory.
-    unsafe { r.push(&Sqe::nop(7)) }.map_err(|e| format!("{e:?}"))?;
+    unsafe { r.submission().push(&Sqe::nop(7)) }.map_err(|e| format!("{e:?}"))?;
     r.submit_and_wait(1).map_err(|e| e.to_string())?;
     let got: Vec<_> = r.completions().map(|c| (c.user_data, c.res)).collect();
     check(got == [(7, 0)], || {

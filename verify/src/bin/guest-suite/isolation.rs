@@ -189,7 +189,7 @@ pub fn only_the_owner_pins_memory() -> Result<(), String> {
     let reg = |ud| Sqe::reg_mr(ud, buf.addr(), 4096, MrAccess::LOCAL_WRITE);
     // Awake: the poller takes the entry.
     // SAFETY: the buffer outlives the ring's use of it (it is never registered).
-    unsafe { r.push(&reg(1)) }.map_err(|e| e.to_string())?;
+    unsafe { r.submission().push(&reg(1)) }.map_err(|e| e.to_string())?;
     r.submit().map_err(|e| e.to_string())?;
     let awake = reap_one(&mut r)?;
     // Asleep: wait for NEED_WAKEUP, then wake it.
@@ -201,7 +201,7 @@ pub fn only_the_owner_pins_memory() -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: as above.
-    unsafe { r.push(&reg(2)) }.map_err(|e| e.to_string())?;
+    unsafe { r.submission().push(&reg(2)) }.map_err(|e| e.to_string())?;
     r.submit().map_err(|e| e.to_string())?;
     let asleep = reap_one(&mut r)?;
     println!(
@@ -300,7 +300,7 @@ pub fn hostile_tail_parks_the_poller() -> Result<(), String> {
     // SAFETY: as above.
     unsafe { std::ptr::write_volatile(tail, honest) };
     // SAFETY: a NOP names no memory.
-    unsafe { r.push(&Sqe::nop(9)) }.map_err(|e| e.to_string())?;
+    unsafe { r.submission().push(&Sqe::nop(9)) }.map_err(|e| e.to_string())?;
     r.submit().map_err(|e| e.to_string())?;
     let args = EnterArgs {
         flags: EnterFlags::SQ_WAKEUP.bits(),
@@ -494,7 +494,7 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
         )?;
         let recv = Sqe::two_sided(Opcode::Recv, 3, v as u32, mr as u32, buf.addr(), 64);
         // SAFETY: the buffer is leaked: it outlives the receive.
-        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&recv) }.map_err(|e| e.to_string())?;
         r.submit().map_err(|e| e.to_string())?;
         Ok(String::new())
     })?
@@ -514,7 +514,7 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
         Sqe::two_sided(Opcode::Send, 11, from as u32, mr as u32, buf.addr(), 8),
     ] {
         // SAFETY: the buffer is registered and outlives the wait.
-        unsafe { r.push(&e) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&e) }.map_err(|e| e.to_string())?;
     }
     let c = collect(&mut r, 2)?;
     println!(
@@ -558,7 +558,7 @@ fn exchange(service: u32, pair: u8, role: u8, k: usize, start: Instant) -> Resul
         let at = a + (i * SLOT) as u64;
         let e = Sqe::two_sided(Opcode::Recv, 100 + i as u64, v, mr, at, SLOT as u32);
         // SAFETY: the buffer is registered and outlives the wait below.
-        unsafe { r.push(&e) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&e) }.map_err(|e| e.to_string())?;
     }
     // Every process's receives are in before anyone sends (so a shared receive queue
     // would hold all four processes' receives, interleaved).
@@ -570,7 +570,7 @@ fn exchange(service: u32, pair: u8, role: u8, k: usize, start: Instant) -> Resul
         let at = a + (out + i * SLOT) as u64;
         let e = Sqe::two_sided(Opcode::Send, 1000 + i as u64, v, mr, at, LEN);
         // SAFETY: as above.
-        unsafe { r.push(&e) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&e) }.map_err(|e| e.to_string())?;
     }
     let c = collect(&mut r, 2 * k)?;
     for (i, c) in c.iter().enumerate() {

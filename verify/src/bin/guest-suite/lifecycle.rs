@@ -51,7 +51,7 @@ fn use_device(sqpoll: bool) -> Result<(), String> {
     };
     let mut ring = b.build(dev).map_err(|e| e.to_string())?;
     // SAFETY: a NOP names no memory.
-    unsafe { ring.push(&Sqe::nop(1)) }.map_err(|e| e.to_string())?;
+    unsafe { ring.submission().push(&Sqe::nop(1)) }.map_err(|e| e.to_string())?;
     // With a polling thread the CQE may come after submit returns: wait for it.
     ring.submit_and_wait(1).map_err(|e| e.to_string())?;
     check(ring.completions().count() == 1, || {
@@ -171,7 +171,7 @@ pub fn first_remote_connect_builds_the_pool() -> Result<(), String> {
         let mut ring = Builder::new(8).build(dev).map_err(|e| e.to_string())?;
         fails_as(
             "a first CONNECT, to another node, with no pool",
-            ring.connect_to("192.0.2.99", 0),
+            ring.connect("192.0.2.99", 0),
             |e| e.reason() == Some(Reason::Unreachable),
             "it did not fail Unreachable",
         )?;

@@ -90,6 +90,10 @@ const TESTS: &[Test] = &[
         run: api::a_region_drops_while_the_ring_waits,
     },
     Test {
+        name: "api::a_run_times_out_and_parks_its_regions",
+        run: api::a_run_times_out_and_parks_its_regions,
+    },
+    Test {
         name: "api::wait_survives_signals",
         run: api::wait_survives_signals,
     },

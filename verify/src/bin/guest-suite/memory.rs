@@ -80,12 +80,13 @@ pub fn caller_memory_registers_and_deregisters_on_drop() -> Result<(), String> {
     )?;
     println!("  slice: READ 4 KiB into it, VmPin {base} -> {held} -> {after} kB, export revoked");
 
-    // A mapping the caller made (huge pages when the kernel has some), registered raw.
+    // A mapping the caller made (huge pages when the kernel has some), registered from its raw parts.
     let len = 2 << 20;
     let (map, huge) = map_anonymous(len)?;
     // SAFETY: the mapping stays mapped until after the region is dropped, and nothing
     // but the region and the NIC touches it meanwhile.
-    let mut raw = unsafe { ring.register_raw(map, len, ALL) }.map_err(|e| e.to_string())?;
+    let mut raw = unsafe { ring.register_slice_remote(std::slice::from_raw_parts_mut(map, len), ALL) }
+        .map_err(|e| e.to_string())?;
     let mut src = ring.register(64, ALL).map_err(|e| e.to_string())?;
     src.bytes_mut().copy_from_slice(&[0x5a; 64]);
     let d = raw.export().ok_or("no descriptor")?;
@@ -144,7 +145,7 @@ pub fn waits_are_bounded_and_receives_cancel() -> Result<(), String> {
     // A RECV nobody sends to: an unbounded wait would never end.
     let recv = Sqe::two_sided(Opcode::Recv, 1, a.handle(), mr.handle(), mr.addr(), 64);
     // SAFETY: the region outlives the receive: it is cancelled and reaped below.
-    unsafe { ring.push(&recv) }.map_err(|e| e.to_string())?;
+    unsafe { ring.submission().push(&recv) }.map_err(|e| e.to_string())?;
     let t = Instant::now();
     let e = ring
         .submit_and_wait_timeout(1, Duration::from_millis(100))
@@ -164,7 +165,7 @@ pub fn waits_are_bounded_and_receives_cancel() -> Result<(), String> {
     )?;
     // Giving up on it: DISCONNECT, after which the receive comes back Cancelled.
     // SAFETY: names no memory.
-    unsafe { ring.push(&Sqe::disconnect(2, a.handle())) }.map_err(|e| e.to_string())?;
+    unsafe { ring.submission().push(&Sqe::disconnect(2, a.handle())) }.map_err(|e| e.to_string())?;
     let mut got = Vec::new();
     while got.len() < 2 {
         ring.submit_and_wait_timeout(1, Duration::from_secs(10))

@@ -140,7 +140,7 @@ pub fn break_pair(r: &mut Ring, service: u32, local: u32, buf: &Buf) -> Result<C
         Sqe::dereg_mr(13, x as u32),
     ] {
         // SAFETY: the local buffer is registered and outlives the wait.
-        unsafe { r.push(&e) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&e) }.map_err(|e| e.to_string())?;
     }
     let c = collect(r, 2)?;
     check(c[1].failure().is_none(), || format!("DEREG_MR: {:?}", c[1]))?;

@@ -19,7 +19,7 @@ fn ring(sq: u32) -> Result<Ring, String> {
 
 fn push(r: &mut Ring, sqe: Sqe) -> Result<(), String> {
     // SAFETY: the entries pushed here name no memory of ours that could go away.
-    unsafe { r.push(&sqe) }.map_err(|e| e.to_string())
+    unsafe { r.submission().push(&sqe) }.map_err(|e| e.to_string())
 }
 
 pub fn nop_batches_complete_in_order() -> Result<(), String> {

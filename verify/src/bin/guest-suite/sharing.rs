@@ -44,7 +44,7 @@ pub fn worker(id: u64, hang: bool, service: Option<u32>) -> Result<(), String> {
             let off = (i % 128) * 8;
             let sqe = Sqe::one_sided(Opcode::Read, tag(i), v, mr, a + 1024 + off, 8, rmr, a + off);
             // SAFETY: the buffer is registered and outlives the wait.
-            unsafe { r.push(&sqe) }.map_err(|e| e.to_string())?;
+            unsafe { r.submission().push(&sqe) }.map_err(|e| e.to_string())?;
         }
         if hang {
             r.submit().map_err(|e| e.to_string())?;

@@ -33,7 +33,7 @@ pub fn no_syscalls_in_steady_state() -> Result<(), String> {
     for _ in 0..100 {
         for _ in 0..10 {
             // SAFETY: NOPs name no memory.
-            unsafe { r.push(&Sqe::nop(next)) }.map_err(|e| e.to_string())?;
+            unsafe { r.submission().push(&Sqe::nop(next)) }.map_err(|e| e.to_string())?;
             next += 1;
         }
         r.submit().map_err(|e| e.to_string())?;
@@ -63,7 +63,7 @@ pub fn no_syscalls_in_steady_state() -> Result<(), String> {
         t.elapsed()
     );
     // SAFETY: a NOP names no memory.
-    unsafe { r.push(&Sqe::nop(next)) }.map_err(|e| e.to_string())?;
+    unsafe { r.submission().push(&Sqe::nop(next)) }.map_err(|e| e.to_string())?;
     r.submit().map_err(|e| e.to_string())?;
     let got = reap_spinning(&mut r, 1)?;
     println!(
@@ -88,7 +88,7 @@ pub fn eventfd_wakes_the_application() -> Result<(), String> {
     r.register_eventfd(Some(efd)).map_err(|e| e.to_string())?;
     let before = r.enters();
     // SAFETY: a NOP names no memory.
-    unsafe { r.push(&Sqe::nop(5)) }.map_err(|e| e.to_string())?;
+    unsafe { r.submission().push(&Sqe::nop(5)) }.map_err(|e| e.to_string())?;
     r.submit().map_err(|e| e.to_string())?;
     // Block on the eventfd: the kernel signals it once the poller produced the CQE.
     let mut count = 0u64;

@@ -35,14 +35,14 @@ fn wait_for_a_slow_peer(service: u32) -> Result<(Duration, Duration), String> {
         std::thread::sleep(DELAY);
         let recv = Sqe::two_sided(Opcode::Recv, 3, v, mr, buf.addr(), 64);
         // SAFETY: the buffer is registered and outlives the wait.
-        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&recv) }.map_err(|e| e.to_string())?;
         let c = collect(&mut r, 1)?;
         check(c[0].res == 8, || format!("RECV: {:?}", c[0]))?;
         Ok(String::new())
     })?;
     let send = Sqe::two_sided(Opcode::Send, 3, v, mr, buf.addr(), 8);
     // SAFETY: the buffer is registered and outlives the wait.
-    unsafe { r.push(&send) }.map_err(|e| e.to_string())?;
+    unsafe { r.submission().push(&send) }.map_err(|e| e.to_string())?;
     let (t, cpu) = (Instant::now(), thread_cpu());
     let c = collect(&mut r, 1)?;
     let (wall, cpu) = (t.elapsed(), thread_cpu() - cpu);
@@ -121,7 +121,7 @@ pub fn a_ring_fd_works_with_epoll() -> Result<(), String> {
     };
     let send = Sqe::two_sided(Opcode::Send, 3, v, mr, buf.addr(), 8);
     // SAFETY: the buffer is registered and outlives the wait.
-    unsafe { r.push(&send) }.map_err(|e| e.to_string())?;
+    unsafe { r.submission().push(&send) }.map_err(|e| e.to_string())?;
     r.submit().map_err(|e| e.to_string())?;
     let before = ready(0)?;
     check(before.is_empty(), || format!("readable before the peer received: {before:?}"))?;
@@ -133,7 +133,7 @@ pub fn a_ring_fd_works_with_epoll() -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(300));
         let recv = Sqe::two_sided(Opcode::Recv, 3, v, mr, buf.addr(), 64);
         // SAFETY: the buffer is registered and outlives the ring.
-        unsafe { r.push(&recv) }.map_err(|e| e.to_string())?;
+        unsafe { r.submission().push(&recv) }.map_err(|e| e.to_string())?;
         r.submit().map_err(|e| e.to_string())?;
         std::thread::sleep(Duration::from_secs(3));
         Ok(String::new())
