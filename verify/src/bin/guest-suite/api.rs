@@ -2,7 +2,7 @@
 
 use krcore_uring::abi::cqe::Reason;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
-use krcore_uring::{Batch, Builder, Device};
+use krcore_uring::{Batch, Builder, Device, Vqp};
 
 use crate::datapath::LOCAL_GID;
 use crate::harness::{check, fails_as, sh};
@@ -236,6 +236,16 @@ pub fn listen_is_one_ring_per_service() -> Result<(), String> {
     Ok(())
 }
 
+/// Two rings of this node whose virtual QPs pair ports `a` and `b`: each one's SENDs
+/// reach the other's RECVs.
+fn paired(a: u16, b: u16) -> Result<(krcore_uring::Ring, Vqp, krcore_uring::Ring, Vqp), krcore_uring::Error> {
+    let mut ring = Builder::new(8).build(Device::open()?)?;
+    let mut peer = Builder::new(8).build(Device::open()?)?;
+    let vqp = ring.pair(LOCAL_GID, a, b)?;
+    let to = peer.pair(LOCAL_GID, b, a)?;
+    Ok((ring, vqp, peer, to))
+}
+
 /// A region dropped on another thread while the ring's thread waits in the kernel (a
 /// RECV no message has come for) deregisters at once: the ring's lock is not held
 /// across the wait. Before, the dropping thread spun on the lock until the wait ended,
@@ -244,10 +254,7 @@ pub fn a_region_drops_while_the_ring_waits() -> Result<(), String> {
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
     let e = |e: krcore_uring::Error| e.to_string();
-    let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
-    let mut peer = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
-    let vqp = ring.pair(LOCAL_GID, 51, 52).map_err(e)?;
-    let to = peer.pair(LOCAL_GID, 52, 51).map_err(e)?;
+    let (mut ring, vqp, mut peer, to) = paired(51, 52).map_err(e)?;
     let mut inbox = ring.register(64, MrAccess::LOCAL_WRITE).map_err(e)?;
     let mut note = peer.register(64, MrAccess::empty()).map_err(e)?;
     note.bytes_mut()[..8].copy_from_slice(b"arrived!");
@@ -298,10 +305,7 @@ pub fn a_region_drops_while_the_ring_waits() -> Result<(), String> {
 pub fn a_run_times_out_and_parks_its_regions() -> Result<(), String> {
     use std::time::{Duration, Instant};
     let e = |e: krcore_uring::Error| e.to_string();
-    let mut ring = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
-    let mut peer = Builder::new(8).build(Device::open().map_err(e)?).map_err(e)?;
-    let vqp = ring.pair(LOCAL_GID, 61, 62).map_err(e)?;
-    let to = peer.pair(LOCAL_GID, 62, 61).map_err(e)?;
+    let (mut ring, vqp, mut peer, to) = paired(61, 62).map_err(e)?;
     let inbox = ring.register(64, MrAccess::LOCAL_WRITE).map_err(e)?;
     let t = Instant::now();
     let (got, back) = ring.run_timeout(vec![inbox], Duration::from_millis(300), |b, r| {
