@@ -144,7 +144,8 @@ vm-test: kmod host
 # MetaServer apart); a receive waiting on b ends PeerGone at once when a's module
 # unloads (the CM's close, not a deadline); then a server on a that LISTENs and answers peers on b and c it
 # never connected to (each peer's message on its own accepted virtual QP), and the
-# same server in Python on 2 guests. Then the cluster's trust: a third guest that is
+# same server in Python on 2 guests, and the `krcore` tool measuring a `krcore serve`
+# (memory by name, SENDs echoed) on 2 guests. Then the cluster's trust: a third guest that is
 # not a member (no key) captures a member's proof from the segment and knocks on the
 # MetaServer node's listener with crafted requests and the replay, all refused and
 # counted; a DEREG_MR with the revocations' table full (16 waiting for a killed node)
@@ -188,6 +189,8 @@ IMPOSTOR_ROLES = --role "a:$(IMPOSTOR) $(SMOKE) dial-impostor b" --role "b:$(SMO
 # then c's users fill their shares of names (2 a user on c, 4 a node at a).
 NAMES_ROLES = --role "a:$(SMOKE) meta 2 max_names_per_node=4" --role "b:$(SMOKE) names a hold secret" --role "c:$(SMOKE) names a check b secret"
 TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role "c:$(SMOKE) intruder a b"
+# The `krcore` tool's two sides: a serves memory by name and an echo, b measures them.
+TOOL_ROLES = --role "a:$(SMOKE) tool serve a" --role "b:$(SMOKE) tool measure a a"
 # a's revocations table full (16 names revoked, waiting for c, killed): a's DEREG_MR of
 # kv, which b imported, still revokes it at b first.
 CROWD_ROLES = --role "a:$(SMOKE) crowd b c" --role "b:$(SMOKE) await-revoke a" --role "c:$(SMOKE) bystander a"
@@ -232,6 +235,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener self 64" --role "b:true"
 	@$(VM) --timeout 300 --nodes 3 $(SERVICES_ROLES)
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"
+	@$(VM) --timeout 300 --nodes 2 $(TOOL_ROLES)
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) verbs_cm serve 10" --role "b:$(SMOKE) verbs_cm connect a 10"
 
 # The same suite on the debug kernel, then the surface stress program for

@@ -386,6 +386,19 @@ impl<M: RingMem> Producer<M> {
         n - self.tail.wrapping_sub(self.cached_head)
     }
 
+    /// [`space`](Self::space) with the consumer's head read now, not only when the
+    /// cached one says full: the room there is, for a caller that counts on it ahead
+    /// of its pushes.
+    pub fn space_now(&mut self) -> u32 {
+        let n = self.mem.entries();
+        let head = self.mem.head().load(Ordering::Acquire);
+        if self.tail.wrapping_sub(head) > n {
+            return 0;
+        }
+        self.cached_head = head;
+        n - self.tail.wrapping_sub(head)
+    }
+
     /// Writes an entry, visible to the consumer at the next [`publish`](Self::publish);
     /// gives it back when the ring is full.
     pub fn push(&mut self, e: M::Entry) -> Result<(), M::Entry> {

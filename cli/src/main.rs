@@ -9,12 +9,17 @@
 //! krcore lookup NODE NAME                a MetaServer lookup, timed (first, then cached)
 //! krcore lat [--op read] [--size 8]      latency of one operation at a time, as ib_read_lat
 //! krcore bw [--op write] [--size 65536]  bandwidth with operations in flight, as ib_write_bw
+//!                                        (--op send: SENDs a `krcore serve` echoes)
+//! krcore serve [--name N] [--service S]  the far side: memory published as N, messages
+//!                                        to service S echoed
 //! ```
 //! `lat` and `bw` use this node's loopback pool and their own memory unless told a
-//! `--node` and the `--name` of memory it published.
+//! `--node` and the `--name` of memory it published (`krcore serve --name`); `--op send`
+//! needs a `krcore serve --service` there, named with `--service`.
 
 mod inspect;
 mod perf;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -57,6 +62,20 @@ enum Command {
     Lat(perf::Args),
     /// Bandwidth with operations in flight.
     Bw(perf::Args),
+    /// The far side of `lat` and `bw`: memory published under a name, and a service
+    /// that echoes messages.
+    Serve(serve::Args),
+}
+
+/// Parses `args` as one subcommand's arguments alone (the tests' parser).
+#[cfg(test)]
+fn parse_only<A: clap::Args>(args: &[&str]) -> Result<A, clap::Error> {
+    #[derive(Parser)]
+    struct Only<A: clap::Args> {
+        #[command(flatten)]
+        a: A,
+    }
+    Only::<A>::try_parse_from(std::iter::once("krcore").chain(args.iter().copied())).map(|o| o.a)
 }
 
 fn main() -> std::process::ExitCode {
@@ -74,6 +93,7 @@ fn main() -> std::process::ExitCode {
         } => perf::lookup(&node, &name, len, again),
         Command::Lat(a) => perf::lat(&a),
         Command::Bw(a) => perf::bw(&a),
+        Command::Serve(a) => serve::serve(&a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

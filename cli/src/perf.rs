@@ -1,5 +1,5 @@
-//! Latency and bandwidth over krcore, in the manner of perftest's ib_read_lat and
-//! ib_write_bw, and a timed MetaServer lookup.
+//! Latency and bandwidth over krcore, in the manner of perftest's ib_read_lat,
+//! ib_write_bw and ib_send_lat, and a timed MetaServer lookup.
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,9 @@ pub enum Op {
     Cas,
     /// 8-byte fetch-and-add.
     Faa,
+    /// SEND to a `krcore serve --service` (named with --service), which echoes it back
+    /// to a RECV: `lat` times the round trip, `bw` counts the bytes sent.
+    Send,
 }
 
 /// What `lat` and `bw` measure, and against what.
@@ -137,8 +140,10 @@ impl Args {
 struct Setup {
     ring: Ring,
     vqp: Vqp,
+    /// `len` bytes sent or written from, read into; for SEND, `len` more receive.
     local: MemoryRegion,
-    remote: RemoteRegion,
+    /// The memory one-sided operations reach (none for SEND).
+    remote: Option<RemoteRegion>,
     /// This process's own target memory, on the loopback pool (kept registered).
     _target: Option<MemoryRegion>,
 }
@@ -154,6 +159,13 @@ fn setup(a: &Args, len: u32) -> Result<Setup> {
         Some(n) => ring.connect(n, a.service)?,
         None => ring.connect(own, a.service)?,
     };
+    if let Op::Send = a.op {
+        if a.service == 0 {
+            return Err("SEND needs a listen to echo it: --service of a `krcore serve`".into());
+        }
+        let local = ring.register(2 * len as usize, MrAccess::LOCAL_WRITE)?;
+        return Ok(Setup { ring, vqp, local, remote: None, _target: None });
+    }
     let local = ring.register(len as usize, MrAccess::LOCAL_WRITE)?;
     let (remote, target) = match &a.name {
         Some(name) => (ring.import_name(&vqp, name, len)?, None),
@@ -171,24 +183,27 @@ fn setup(a: &Args, len: u32) -> Result<Setup> {
         ring,
         vqp,
         local,
-        remote,
+        remote: Some(remote),
         _target: target,
     })
 }
 
-/// Adds operation `a.op` of `size` bytes at offset `off` of both sides.
+/// Adds operation `a.op` of `size` bytes at offset `off` of both sides (a SEND's echo
+/// lands `half` bytes further on).
 fn add<'a>(
     b: &mut Batch<'a>,
-    (v, l, r): (&Vqp, &'a MemoryRegion, &RemoteRegion),
+    (v, l, r): (&Vqp, &'a MemoryRegion, Option<&RemoteRegion>),
     a: &Args,
-    off: u64,
+    (off, half): (u64, u64),
     size: u32,
 ) -> Result<()> {
+    let remote = || r.ok_or("no remote memory");
     match a.op {
-        Op::Read => b.read(v, l, off, r, off, size)?,
-        Op::Write => b.write(v, l, off, r, off, size)?,
-        Op::Cas => b.cas(v, l, off, r, off, 0, 0)?,
-        Op::Faa => b.faa(v, l, off, r, off, 1)?,
+        Op::Read => b.read(v, l, off, remote()?, off, size)?,
+        Op::Write => b.write(v, l, off, remote()?, off, size)?,
+        Op::Cas => b.cas(v, l, off, remote()?, off, 0, 0)?,
+        Op::Faa => b.faa(v, l, off, remote()?, off, 1)?,
+        Op::Send => b.recv(v, l, half + off, size)?.send(v, l, off, size, None)?,
     };
     Ok(())
 }
@@ -196,12 +211,13 @@ fn add<'a>(
 /// Runs `n` operations at once, each on its own bytes.
 fn run(s: &mut Setup, a: &Args, n: u32, size: u32) -> Result<()> {
     let mut b = Batch::new();
+    let half = s.local.len() as u64 / 2;
     for k in 0..n as u64 {
         add(
             &mut b,
-            (&s.vqp, &s.local, &s.remote),
+            (&s.vqp, &s.local, s.remote.as_ref()),
             a,
-            k * size as u64,
+            (k * size as u64, half),
             size,
         )?;
     }
@@ -212,7 +228,11 @@ fn run(s: &mut Setup, a: &Args, n: u32, size: u32) -> Result<()> {
 }
 
 fn label(a: &Args, size: u32) -> String {
-    format!("{:?} {size} B", a.op).to_uppercase()
+    let echo = match a.op {
+        Op::Send => " (echoed)",
+        _ => "",
+    };
+    format!("{} {size} B{echo}", format!("{:?}", a.op).to_uppercase())
 }
 
 /// The median and the 99th percentile of `v` (sorted here).
@@ -338,17 +358,10 @@ pub fn lookup(node: &str, name: &str, len: u32, again: u32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
     use proptest::prelude::*;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        a: Args,
-    }
-
     fn parse(args: &[&str]) -> std::result::Result<Args, clap::Error> {
-        Cli::try_parse_from(std::iter::once("krcore").chain(args.iter().copied())).map(|c| c.a)
+        crate::parse_only(args)
     }
 
     #[test]
@@ -379,7 +392,7 @@ mod tests {
                 Just("--op".to_string()), Just("--size".to_string()), Just("--iters".to_string()),
                 Just("--depth".to_string()), Just("--service".to_string()), Just("cas".to_string()),
                 Just("-a".to_string()), Just("-D".to_string()), Just("--json".to_string()),
-                Just("read".to_string()), any::<u32>().prop_map(|n| n.to_string()),
+                Just("read".to_string()), Just("send".to_string()), any::<u32>().prop_map(|n| n.to_string()),
                 any::<i64>().prop_map(|n| n.to_string()), "[a-z0-9-]{0,6}",
             ],
             0..8,

@@ -168,11 +168,11 @@ impl Core {
         }
     }
 
-    /// Free SQ slots (none while the backlog waits).
+    /// Free SQ slots, as the kernel's head says now (none while the backlog waits).
     pub(crate) fn sq_space(&mut self) -> u32 {
         self.flush_backlog();
         match self.backlog.is_empty() {
-            true => self.sq.space(),
+            true => self.sq.space_now(),
             false => 0,
         }
     }
@@ -466,6 +466,23 @@ mod tests {
         let args = core.enter_args(0, EnterFlags::empty(), 0);
         assert_eq!(args.to_submit, 1, "the eighth raw entry, from the backlog");
         assert_eq!(take_sqe(&mut kernel).map(|s| s.user_data), Some(7));
+    }
+
+    /// A submission counts the room the kernel's head leaves now. (Before, a count
+    /// cached while the SQ was filling said the ring was still full after the kernel
+    /// had taken everything: `krcore serve` failed its first 16 pushes.)
+    #[test]
+    fn a_submission_sees_the_room_the_kernel_made() {
+        let (mut ring, mut kernel) = detached_ring(8);
+        let mut sq = ring.submission();
+        for i in 0..4 {
+            // SAFETY: NOPs name no memory.
+            unsafe { sq.push(&Sqe::nop(i)) }.expect("room for 4");
+        }
+        drop(sq);
+        lock(ring.shared()).enter_args(0, EnterFlags::empty(), 0);
+        while take_sqe(&mut kernel).is_some() {}
+        assert_eq!(ring.submission().space(), 8, "the kernel took all 4");
     }
 
     /// A batch run with a timeout that gives up (here because the detached ring's

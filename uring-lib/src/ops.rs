@@ -121,6 +121,10 @@ pub(crate) fn register(
     len: usize,
     access: MrAccess,
 ) -> Result<Control<MemoryRegion, impl FnOnce(&Cqe, &RingRef) -> MemoryRegion>, Error> {
+    // A region holds at most 4 GiB: refused before anything is allocated.
+    if len.div_ceil(8) * 8 > u32::MAX as usize {
+        return Err(Error::errno("register memory", krcore_abi::errno::Errno::ERANGE));
+    }
     let buf = MemoryRegion::alloc(len);
     // The buffer lives in the MemoryRegion the completion makes, which frees it only
     // after its DEREG_MR completed (else leaks it); on failure nothing was registered.

@@ -63,6 +63,15 @@
 #                                   found (Unreachable, in bounded time); have it booted
 #                                   again: with a fresh module, NAME is found (ROLE
 #                                   published it again by itself), used, and done
+#   cluster-smoke.sh tool serve META
+#                                   reload with META's node as the MetaServer; `krcore
+#                                   serve` publishes perf-target and echoes service 7100
+#                                   for two peers; unload
+#   cluster-smoke.sh tool measure META ROLE
+#                                   reload with META's node as the MetaServer; the `krcore`
+#                                   tool against ROLE's `krcore serve`: READ latency and
+#                                   WRITE bandwidth on its published memory, SEND
+#                                   latency and bandwidth through its echo; unload
 #   cluster-smoke.sh import META ROLE NAME
 #                                   reload with META's node as the MetaServer; CONNECT to
 #                                   ROLE's node, import NAME, READ/WRITE/CAS/FAA it with
@@ -835,6 +844,29 @@ export)
   # Importers still connected leave before this module does.
   sleep 3
   unload
+  ;;
+tool)
+  case "$2" in
+  serve)
+    meta=$(addr_of "$3") || exit 1
+    reload meta_server="$meta" || exit 1
+    timeout 150 "$KRCORE_TOOL" serve --name perf-target --size 65536 --service 7100 --peers 2 || fail_with_state
+    sleep 3
+    unload
+    ;;
+  measure)
+    with_meta "$3" "$4"
+    # Retried while the server's module or its name is not up yet.
+    read_lat() { "$KRCORE_TOOL" lat --node "$peer" --name perf-target --size 64 --iters 100; }
+    for _ in $(seq 30); do read_lat && break; sleep 2; done
+    read_lat || fail_with_state
+    "$KRCORE_TOOL" bw --op write --node "$peer" --name perf-target --size 4096 --depth 8 --iters 256 || fail_with_state
+    "$KRCORE_TOOL" lat --op send --node "$peer" --service 7100 --size 64 --iters 100 || fail_with_state
+    "$KRCORE_TOOL" bw --op send --node "$peer" --service 7100 --size 4096 --depth 8 --iters 256 --json || fail_with_state
+    unload
+    ;;
+  *) echo "tool serve|measure" >&2; exit 2 ;;
+  esac
   ;;
 import)
   with_meta "$2" "$3"

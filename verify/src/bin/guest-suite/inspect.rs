@@ -162,10 +162,65 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
         t["seconds"].as_f64().is_some_and(|s| s >= 0.3) && t["ops"].as_u64().is_some_and(|n| n > 0),
         || format!("krcore bw -D 0.3: {timed}"),
     )?;
-    for out in [&devices, &counters, &rings, &peers, &lat, &bw, &sweep, &timed] {
+    let served = the_far_side()?;
+    for out in [&devices, &counters, &rings, &peers, &lat, &bw, &sweep, &timed, &served] {
         for l in out.lines().take(12) {
             println!("  {l}");
         }
     }
     ring.disconnect(vqp).map_err(|e| e.to_string())
+}
+
+/// `krcore serve` as the far side, reached through this node's own address as another
+/// node would reach it: SENDs it echoes (latency, then bandwidth); it ends after its two
+/// peers. Returns what everyone said. (Its `--name` needs a MetaServer, which this
+/// single guest has not.)
+fn the_far_side() -> Result<String, String> {
+    use std::process::{Command, Stdio};
+    let node = "192.0.2.1";
+    let mut server = Command::new(KRCORE)
+        .args(["serve", "--size", "4096", "--service", "7100", "--peers", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("krcore serve: {e}"))?;
+    let mut said = String::new();
+    let clients = (|| {
+        // Listening once a CONNECT succeeds: retried until then.
+        let send_lat = [KRCORE, "lat", "--op", "send", "--node", node, "--service", "7100", "--size", "64", "--iters", "50"];
+        let mut lat = Err(String::new());
+        for _ in 0..50 {
+            lat = sh(&send_lat);
+            if lat.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let lat = lat?;
+        check(lat.contains("SEND 64 B (echoed): 50 operations"), || format!("krcore lat --op send: {lat}"))?;
+        let bw = sh(&[
+            KRCORE, "bw", "--op", "send", "--node", node, "--service", "7100", "--size", "1024", "--depth", "4",
+            "--iters", "64", "--json",
+        ])?;
+        let j: serde_json::Value = serde_json::from_str(bw.trim()).map_err(|e| format!("krcore bw --op send: {e}: {bw}"))?;
+        check(j["ops"] == 64 && j["op"] == "send", || format!("krcore bw --op send: {bw}"))?;
+        Ok::<_, String>(format!("{lat}{bw}"))
+    })();
+    if clients.is_err() {
+        // It would wait for its peers forever.
+        let _ = server.kill();
+    }
+    let out = server.wait_with_output().map_err(|e| format!("krcore serve: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    said.push_str(&clients?);
+    said.push_str(&text);
+    // Each peer's messages: the warm-up's and the timed ones.
+    let echoed: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.split_once(" messages echoed")?.0.rsplit(' ').next()?.parse().ok())
+        .collect();
+    check(out.status.success() && echoed == [51, 68], || {
+        format!("krcore serve ({}): {text}{}", out.status, String::from_utf8_lossy(&out.stderr))
+    })?;
+    Ok(said)
 }
