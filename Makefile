@@ -22,7 +22,7 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host install unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host python install unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -62,8 +62,8 @@ kmod-debug: kernel-debug
 	@$(MAKE) -s -C $(KDIR_DEBUG) M=$(KMOD_DEBUG_SRC)/kmod LLVM=1 modules
 
 # Host-side binaries the guest runs (over the read-only 9p root): the Rust ones, the C
-# example over uring-lib/c/krcore.h, and the Python package's extension (cffi, built
-# in place).
+# example over uring-lib/c/krcore.h, and the Python package (an sdist, a wheel built
+# from it away from this tree, installed into a virtual environment: `make python`).
 C_EXAMPLE = $(CURDIR)/target/release/c-read-write
 # Debian's Python, the one its python3-cffi serves (and the guest runs).
 PYTHON = /usr/bin/python3
@@ -72,7 +72,21 @@ host: deps
 	@mkdir -p $(dir $(C_EXAMPLE))
 	@$(CC) -O2 -Wall -Wextra -Werror -std=c11 -D_GNU_SOURCE -I abi/include -I uring-lib/c \
 		-o $(C_EXAMPLE) uring-lib/c/examples/read_write.c
-	@$(PYTHON) uring-lib/python/krcore/_build.py $(CURDIR)/target/python
+	@$(MAKE) -s python
+
+# The Python package as users get it: its sdist (the C headers inside), a wheel built
+# from that sdist in a directory outside this tree, and the wheel installed into a
+# virtual environment (Debian's pip installs nowhere else: PEP 668) that sees Debian's
+# cffi. Run with $(PYVENV)/bin/python3.
+PYDIST = $(CURDIR)/target/python-dist
+PYVENV = $(CURDIR)/target/pyvenv
+python: deps
+	@rm -rf $(PYDIST) && mkdir -p $(PYDIST)/unpacked
+	@cd uring-lib/python && $(PYTHON) setup.py -q sdist -d $(PYDIST) >/dev/null 2>&1
+	@tar -xzf $(PYDIST)/krcore-*.tar.gz -C $(PYDIST)/unpacked
+	@$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation -w $(PYDIST) $(PYDIST)/unpacked/krcore-*/
+	@test -x $(PYVENV)/bin/python3 || $(PYTHON) -m venv --system-site-packages $(PYVENV)
+	@$(PYVENV)/bin/pip install -q --no-index --no-deps --force-reinstall $(PYDIST)/krcore-*.whl
 
 # The C headers and their pkg-config file, for programs built outside this tree:
 # `pkg-config --cflags krcore`, then `#include "krcore.h"`. PREFIX (default /usr/local)

@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(
   linux-source-6.12 clang lld llvm libclang-dev bc flex bison libelf-dev libssl-dev
   cpio xz-utils kmod busybox-static qemu-system-x86 iproute2 python3 python3-cffi
-  python3-dev python3-setuptools gcc
+  python3-dev python3-setuptools python3-venv python3-pip python3-wheel gcc
   rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev pkg-config
 )
 missing=()

@@ -680,7 +680,7 @@ listener)
   case "$2" in
   serve) "$LISTENER" serve "${4:-77}" "$3" || fail_with_state ;;
   serve-py)
-    PYTHONPATH=$ROOT/target/python /usr/bin/python3 "$ROOT/uring-lib/python/examples/listener.py" 77 "$3" || fail_with_state
+    "$ROOT/target/pyvenv/bin/python3" "$ROOT/uring-lib/python/examples/listener.py" 77 "$3" || fail_with_state
     ;;
   client)
     peer=$(addr_of "$3") || exit 1

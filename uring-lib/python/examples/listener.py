@@ -5,7 +5,7 @@ from any node, RECV one message from each on its own virtual QP (it must name th
 address the accept reported), answer "echo: " and the message, UNLISTEN, DISCONNECT.
 The clients are uring-lib/examples/listener.rs's (`listener client ADDR SERVICE ME`).
 
-    PYTHONPATH=target/python python3 uring-lib/python/examples/listener.py SERVICE N
+    target/pyvenv/bin/python3 uring-lib/python/examples/listener.py SERVICE N   # after `make python`
 """
 import sys
 import time

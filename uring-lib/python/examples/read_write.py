@@ -4,7 +4,7 @@ pool, register memory, import its export, then WRITE, READ and FAA in one batch 
 the bytes checked; a refused READ with its reason; a RECV nobody answers, bounded by a
 timeout, then cancelled by DISCONNECT.
 
-    PYTHONPATH=target/python python3 uring-lib/python/examples/read_write.py
+    target/pyvenv/bin/python3 uring-lib/python/examples/read_write.py   # after `make python`
 """
 import struct
 import sys

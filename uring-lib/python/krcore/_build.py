@@ -1,11 +1,13 @@
 """Builds krcore's Python extension with cffi, over the C headers: the generated ABI
-header (abi/include/krcore_abi.h) and the inline helpers (uring-lib/c/krcore.h).
+header (abi/include/krcore_abi.h, krcore_reasons.h) and the inline helpers
+(uring-lib/c/krcore.h). They are read from `krcore/include/`, where setup.py copies
+them from the repository when it runs inside one (an sdist carries them there), else
+from the repository itself.
 
 The declarations cffi needs come from the C preprocessor, not from parsing the header
 by hand: the ABI header run through `cc -E` (with empty stand-ins for the standard
 headers, whose types cffi knows) gives its structs and enums as the compiler sees them,
-and `cc -dM -E` its constants, which the C compiler then evaluates. Used by setup.py
-(`pip install uring-lib/python`) and by `python3 _build.py OUTDIR` (the test build).
+and `cc -dM -E` its constants, which the C compiler then evaluates. Used by setup.py.
 """
 import os
 import subprocess
@@ -15,9 +17,13 @@ import tempfile
 import cffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+VENDORED = os.path.join(HERE, "include")
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
-ABI_INCLUDE = os.path.join(ROOT, "abi", "include")
-C_INCLUDE = os.path.join(ROOT, "uring-lib", "c")
+if os.path.exists(os.path.join(VENDORED, "krcore_abi.h")):
+    ABI_INCLUDE = C_INCLUDE = VENDORED
+else:
+    ABI_INCLUDE = os.path.join(ROOT, "abi", "include")
+    C_INCLUDE = os.path.join(ROOT, "uring-lib", "c")
 CC = os.environ.get("CC", "cc")
 STD_HEADERS = ["stdarg.h", "stdbool.h", "stddef.h", "stdint.h", "stdlib.h"]
 
@@ -104,15 +110,3 @@ ffi.set_source(
     include_dirs=[ABI_INCLUDE, C_INCLUDE],
     extra_compile_args=["-std=gnu11", "-Wno-unused-function"],
 )
-
-if __name__ == "__main__":
-    # python3 _build.py OUTDIR: the package, with its extension, under OUTDIR/krcore.
-    out = os.path.abspath(sys.argv[1])
-    pkg = os.path.join(out, "krcore")
-    os.makedirs(pkg, exist_ok=True)
-    for f in os.listdir(HERE):
-        if f.endswith(".py") and f != "_build.py":
-            with open(os.path.join(HERE, f)) as src, open(os.path.join(pkg, f), "w") as dst:
-                dst.write(src.read())
-    ffi.compile(tmpdir=os.path.join(out, "build"), target=os.path.join(pkg, "_krcore.*"),
-                verbose=False)
