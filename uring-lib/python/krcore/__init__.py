@@ -426,7 +426,7 @@ class Ring:
         """Imports the first `length` bytes of `name` with no CONNECT first: (vqp,
         region), the virtual QP connected to the node that exports it (service 0).
         With `owner` (a uid), only if that user published it (WrongOwner otherwise)."""
-        vqp = self.connect(self.resolve_name(name))
+        vqp = self.connect(self.resolve_name(name), 0)
         try:
             return vqp, self.import_name(vqp, name, length, owner)
         except KrcoreError:
