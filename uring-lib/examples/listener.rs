@@ -136,7 +136,7 @@ fn client(addr: Ipv4Addr, service: u32, me: Ipv4Addr) -> Result<()> {
     let mut tries = 0;
     let (vqp, mine) = loop {
         let vqp = retry(60, &[Reason::Unreachable], || {
-            ring.connect(&addr.to_string(), service)
+            ring.connect(addr, service)
         })?;
         let mine = hello(me, vqp.port());
         match say(&mut ring, &vqp, &mut mr, &mine, 0) {

@@ -147,7 +147,7 @@ mod tests {
         assert_eq!(gid_of("localhost").unwrap()[15], 1, "a name resolves");
         assert_eq!(Node::from("localhost"), Node::Host("localhost".into()), "when used");
         let e = gid_of("no-such-host.invalid").unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EHOSTUNREACH));
+        assert_eq!(e.raw_os_error(), Some(krcore_abi::errno::Errno::EHOSTUNREACH.0));
     }
 
     /// A name with an IPv6 address first (as resolvers often order them) still

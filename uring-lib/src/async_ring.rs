@@ -1,7 +1,7 @@
 //! A ring for async code (feature `tokio`); see [`AsyncRing`].
 
 use std::future::poll_fn;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -49,13 +49,9 @@ impl AsyncRing {
     /// Drives `ring` from the current tokio runtime (which needs its I/O driver): makes
     /// an eventfd and registers it with the ring.
     pub fn new(mut ring: Ring) -> Result<AsyncRing, Error> {
-        // SAFETY: plain call; a non-negative result is a new descriptor we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::last_os("eventfd"));
-        }
-        // SAFETY: `fd` was just created and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let flags = rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC;
+        let fd = rustix::event::eventfd(0, flags)
+            .map_err(|e| Error::io("eventfd", std::io::Error::from_raw_os_error(e.raw_os_error())))?;
         ring.register_eventfd(Some(fd.as_raw_fd()))?;
         // SAFETY: the OwnedFd is a valid descriptor, owned by the AsyncFd from here and
         // neither replaced nor closed while registered.
@@ -289,12 +285,8 @@ impl AsyncRing {
             }
             match self.eventfd.poll_read_ready(cx) {
                 Poll::Ready(Ok(mut ready)) => {
-                    let mut count = 0u64;
-                    // SAFETY: reads 8 bytes into `count`; the descriptor is ours and
-                    // non-blocking (an empty counter answers EAGAIN).
-                    unsafe {
-                        libc::read(self.eventfd.as_raw_fd(), (&mut count as *mut u64).cast(), 8)
-                    };
+                    // The counter, emptied (non-blocking: an empty one answers EAGAIN).
+                    let _ = rustix::io::read(self.eventfd.get_ref(), &mut [0u8; 8]);
                     ready.clear_ready();
                     Poll::Ready(())
                 }

@@ -97,11 +97,8 @@ impl Device {
     /// `arg` must be valid for whatever `cmd` reads and writes.
     pub unsafe fn ioctl_raw(&self, cmd: u32, arg: usize) -> Result<i32, Error> {
         // SAFETY: the caller vouches for `arg`; the fd is open for our lifetime.
-        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), cmd as _, arg) };
-        if r < 0 {
-            return Err(Error::last_os("ioctl"));
-        }
-        Ok(r)
+        unsafe { rustix::ioctl::ioctl(&self.file, Raw { cmd, arg }) }
+            .map_err(|e| Error::errno("ioctl", Errno(e.raw_os_error())))
     }
 
     /// Lists the RDMA devices, ports and GIDs the module sees. Checks the ABI version.
@@ -132,6 +129,34 @@ impl Device {
             // More rows than room (devices may come and go between calls): grow, retry.
             rows.resize(q.n_total as usize, DeviceGid::ZERO);
         }
+    }
+}
+
+/// One of the module's ioctls, its argument as `ioctl_raw`'s caller vouches for it.
+struct Raw {
+    cmd: u32,
+    arg: usize,
+}
+
+// SAFETY: `ioctl_raw`'s caller vouches that `arg` is valid for whatever `cmd` reads
+// and writes (so it may mutate); the output is the call's return value alone.
+unsafe impl rustix::ioctl::Ioctl for Raw {
+    type Output = i32;
+    const IS_MUTATING: bool = true;
+
+    fn opcode(&self) -> rustix::ioctl::Opcode {
+        self.cmd as rustix::ioctl::Opcode
+    }
+
+    fn as_ptr(&mut self) -> *mut std::ffi::c_void {
+        self.arg as *mut std::ffi::c_void
+    }
+
+    unsafe fn output_from_ptr(
+        out: rustix::ioctl::IoctlOutput,
+        _: *mut std::ffi::c_void,
+    ) -> rustix::io::Result<i32> {
+        Ok(out)
     }
 }
 

@@ -89,7 +89,7 @@ impl fmt::Display for Error {
         if let Some(r) = self.reason {
             write!(f, " ({})", r.describe())?;
         }
-        if self.source.raw_os_error() == Some(libc::ENOENT) && self.op == "open /dev/krcore" {
+        if self.source.raw_os_error() == Some(krcore_abi::errno::Errno::ENOENT.0) && self.op == "open /dev/krcore" {
             write!(f, " (is the krcore module loaded?)")?;
         }
         Ok(())
@@ -107,7 +107,7 @@ impl Error {
     /// timeout is.
     pub fn kind(&self) -> io::ErrorKind {
         match self.source.raw_os_error() {
-            Some(libc::ETIME) => io::ErrorKind::TimedOut,
+            Some(e) if e == krcore_abi::errno::Errno::ETIME.0 => io::ErrorKind::TimedOut,
             _ => self.source.kind(),
         }
     }
@@ -131,20 +131,20 @@ mod tests {
     /// the source both did).
     #[test]
     fn a_chain_says_each_part_once() {
-        let e = Error::errno("connect", krcore_abi::errno::Errno(libc::EHOSTUNREACH));
+        let e = Error::errno("connect", krcore_abi::errno::Errno::EHOSTUNREACH);
         let mut report = String::new();
         let mut cur: Option<&dyn std::error::Error> = Some(&e);
         while let Some(c) = cur {
             report += &format!("{c}\n");
             cur = c.source();
         }
-        let os = io::Error::from_raw_os_error(libc::EHOSTUNREACH).to_string();
+        let os = io::Error::from_raw_os_error(krcore_abi::errno::Errno::EHOSTUNREACH.0).to_string();
         assert_eq!(report.matches(&os).count(), 1, "{report}");
     }
 
     #[test]
     fn a_wait_that_ran_out_is_timed_out() {
-        let e = Error::errno("wait for completions", krcore_abi::errno::Errno(libc::ETIME));
+        let e = Error::errno("wait for completions", krcore_abi::errno::Errno::ETIME);
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         let io: io::Error = e.into();
         assert_eq!(io.kind(), io::ErrorKind::TimedOut);
@@ -162,6 +162,6 @@ mod tests {
             .and_then(|i| i.downcast_ref::<Error>())
             .expect("wrapped");
         assert_eq!(inner.reason(), Some(Reason::BadName));
-        assert_eq!(inner.raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(inner.raw_os_error(), Some(krcore_abi::errno::Errno::EINVAL.0));
     }
 }

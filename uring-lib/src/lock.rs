@@ -148,7 +148,7 @@ impl Doorbell {
         {
             // SAFETY: IOC_ENTER_VALUE's argument is a value, not an address.
             match unsafe { self.dev.ioctl_raw(IOC_ENTER_VALUE, v as usize) } {
-                Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => {
+                Err(e) if e.raw_os_error() == Some(krcore_abi::errno::Errno::ENOTTY.0) => {
                     self.by_value.store(false, Ordering::Relaxed)
                 }
                 r => return Ok(r.map_err(|e| e.context("enter"))? as u32),

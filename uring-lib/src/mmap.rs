@@ -1,33 +1,28 @@
 //! An owned shared mapping of part of `/dev/krcore`.
 
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
+
+use krcore_abi::errno::Errno;
+use rustix::mm::{self, MapFlags, ProtFlags};
 
 use crate::Error;
 
 /// A mapping, unmapped on drop.
 #[derive(Debug)]
 pub(crate) struct Mmap {
-    addr: *mut libc::c_void,
+    addr: *mut std::ffi::c_void,
     len: usize,
 }
 
+const RW: ProtFlags = ProtFlags::READ.union(ProtFlags::WRITE);
+
 impl Mmap {
     /// Maps `len` bytes of `fd` at `offset`, shared, read-write, prefaulted.
-    pub(crate) fn new(fd: RawFd, len: usize, offset: u64) -> Result<Mmap, Error> {
+    pub(crate) fn new(fd: BorrowedFd<'_>, len: usize, offset: u64) -> Result<Mmap, Error> {
+        let flags = MapFlags::SHARED | MapFlags::POPULATE;
         // SAFETY: a fresh mapping chosen by the kernel; nothing aliases it yet.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
-                offset as libc::off_t,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(Error::last_os("mmap ring"));
-        }
+        let addr = unsafe { mm::mmap(std::ptr::null_mut(), len, RW, flags, fd, offset) }
+            .map_err(|e| Error::errno("mmap ring", Errno(e.raw_os_error())))?;
         Ok(Mmap { addr, len })
     }
 
@@ -35,24 +30,14 @@ impl Mmap {
     /// behind it (the benchmarks' stand-in).
     #[cfg(any(test, feature = "bench-support"))]
     pub(crate) fn anonymous(len: usize) -> Result<Mmap, Error> {
+        let flags = MapFlags::SHARED | MapFlags::POPULATE;
         // SAFETY: a fresh anonymous mapping; nothing aliases it yet.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(Error::last_os("mmap anonymous ring"));
-        }
+        let addr = unsafe { mm::mmap_anonymous(std::ptr::null_mut(), len, RW, flags) }
+            .map_err(|e| Error::errno("mmap anonymous ring", Errno(e.raw_os_error())))?;
         Ok(Mmap { addr, len })
     }
 
-    /// Start of the mapping.
+/// Start of the mapping.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.addr.cast()
     }
@@ -62,7 +47,7 @@ impl Drop for Mmap {
     fn drop(&mut self) {
         // SAFETY: mapped in `new`, unmapped once; the ring views using it are dropped
         // before it (field order in Ring).
-        unsafe { libc::munmap(self.addr, self.len) };
+        let _ = unsafe { mm::munmap(self.addr, self.len) };
     }
 }
 

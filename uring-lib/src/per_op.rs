@@ -99,7 +99,7 @@ impl PerOp {
             // SAFETY: `op` is a OneOp the kernel reads and writes back.
             match unsafe { self.dev.ioctl_raw(IOC_ONE, &mut op as *mut OneOp as usize) } {
                 // Interrupted before anything was pushed: nothing happened, try again.
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(krcore_abi::errno::Errno::EINTR.0) => continue,
                 Err(e) => return Err(e.context("one-op ioctl")),
                 Ok(_) => return Ok((op.popped == 1).then_some(op.cqe)),
             }

@@ -2,7 +2,7 @@
 //! abi's ring protocol, and the enter ioctl.
 
 use std::collections::VecDeque;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,7 +75,7 @@ impl Builder {
         // SAFETY: `p` is a SetupParams the kernel reads and writes back.
         unsafe { dev.ioctl_raw(IOC_SETUP, &mut p as *mut SetupParams as usize) }
             .map_err(|e| e.context("ring setup"))?;
-        let fd = dev.as_raw_fd();
+        let fd = dev.as_fd();
         let sq_map = Mmap::new(fd, p.sq_off.map_len as usize, OFF_SQ_RING)?;
         let cq_map = Mmap::new(fd, p.cq_off.map_len as usize, OFF_CQ_RING)?;
         Ok(Ring::over(dev, p, sq_map, cq_map))

@@ -111,9 +111,9 @@ impl CoreGuard<'_> {
             Ok(n) => Ok(Some(n)),
             // The kernel returns early when a signal or task work (io_uring's, for one)
             // is pending, as io_uring_enter does: nothing was taken, enter again.
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(None),
+            Err(e) if e.raw_os_error() == Some(krcore_abi::errno::Errno::EINTR.0) => Ok(None),
             // At the slice or the bound, with nothing taken.
-            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(Some(0)),
+            Err(e) if e.raw_os_error() == Some(krcore_abi::errno::Errno::ETIME.0) => Ok(Some(0)),
             Err(e) => Err(e),
         }
     }
@@ -152,7 +152,7 @@ impl CoreGuard<'_> {
                 Ok(n) => {
                     taken = taken.or(n);
                 }
-                Err(e) if e.raw_os_error() == Some(libc::ETIME) && taken.is_none() => {
+                Err(e) if e.raw_os_error() == Some(krcore_abi::errno::Errno::ETIME.0) && taken.is_none() => {
                     taken = Some(0);
                 }
                 Err(e) => return Err(e),
@@ -180,7 +180,7 @@ impl CoreGuard<'_> {
                 Ok(_) => {}
                 // Nothing of the batch is in the SQ, or the device is gone and its QPs
                 // with it: nothing can still use the memory the batch borrows.
-                Err(e) if pushed == 0 || e.raw_os_error() == Some(libc::ENODEV) => {
+                Err(e) if pushed == 0 || e.raw_os_error() == Some(krcore_abi::errno::Errno::ENODEV.0) => {
                     return Err(e.context(op))
                 }
                 // Entries are queued or in flight: the batch's borrows last until each

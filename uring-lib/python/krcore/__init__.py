@@ -3,7 +3,7 @@ operations, over the same C helpers (uring-lib/c/krcore.h) C programs use.
 
     import krcore
     with krcore.Ring(64) as ring:
-        vqp = ring.connect(ring.node_gid())                # this node's loopback pool
+        vqp = ring.connect(ring.node_gid(), 0)             # this node's loopback pool
         mr = ring.register(4096, krcore.Access.LOCAL_WRITE | krcore.Access.REMOTE_READ)
         remote = ring.import_mr(vqp, mr.export())
         mr.view[:5] = b"hello"
@@ -15,6 +15,7 @@ Names are the Rust library's: `Reason.REMOTE_RANGE` is `Reason::RemoteRange`. A 
 operation raises (or, in a batch, returns) `KrcoreError`, an `OSError` with the errno
 and the `reason`.
 """
+import asyncio
 import enum
 import errno as _errno
 import ipaddress
@@ -23,8 +24,8 @@ import socket
 
 from ._krcore import ffi, lib
 
-__all__ = ["Access", "Batch", "Completion", "KrcoreError", "Listener", "MemoryRegion", "Opcode",
-           "Reason", "RemoteRegion", "Ring", "Vqp", "gid_of"]
+__all__ = ["Access", "AsyncRing", "Batch", "Completion", "KrcoreError", "Listener",
+           "MemoryRegion", "Opcode", "Reason", "RemoteRegion", "Ring", "Vqp", "gid_of"]
 
 
 def _members(prefix):
@@ -68,10 +69,33 @@ def gid_of(node):
     try:
         ip = ipaddress.ip_address(node)
     except ValueError:
-        # Its first IPv4 address (the module serves RoCE v2 over IPv4), else its first.
-        infos = socket.getaddrinfo(node, None)
-        v4 = [i for i in infos if i[0] == socket.AF_INET]
-        ip = ipaddress.ip_address((v4 or infos)[0][4][0])
+        return _gid_of_infos(socket.getaddrinfo(node, None))
+    return _gid_of_ip(ip)
+
+
+async def _gid_of_async(node):
+    """As `gid_of`, a host name resolved by the event loop (blocking nothing)."""
+    if (isinstance(node, (bytes, bytearray)) and len(node) == 16) or _is_ip(node):
+        return gid_of(node)
+    return _gid_of_infos(await asyncio.get_running_loop().getaddrinfo(node, None))
+
+
+def _is_ip(node):
+    try:
+        ipaddress.ip_address(node)
+        return True
+    except ValueError:
+        return False
+
+
+def _gid_of_infos(infos):
+    """The GID of a name's first IPv4 address (the module serves RoCE v2 over IPv4),
+    else of its first."""
+    v4 = [i for i in infos if i[0] == socket.AF_INET]
+    return _gid_of_ip(ipaddress.ip_address((v4 or infos)[0][4][0]))
+
+
+def _gid_of_ip(ip):
     if ip.version == 4:
         ip = ipaddress.IPv6Address("::ffff:" + str(ip))
     return ip.packed
@@ -243,24 +267,58 @@ class Ring:
             raise KrcoreError("query devices", -e)
         return bytes(gid)
 
-    def _complete(self, preps, timeout_us=0):
-        """Runs the entries `preps` fill in; their completions (res, aux, reason), in
-        order. A wait bounded by `timeout_us` that passes raises TimeoutError (ETIME)."""
-        return [c[:3] for c in self._complete_all(preps, timeout_us)]
+    # Every operation is written once, as a generator (below, `_g_*`): it yields what
+    # it waits for, ("run", preps) for entries to run (it is sent their completions),
+    # ("push", (preps, first)) for entries pushed tagged from `first` whose
+    # completions go elsewhere, or ("next", tag) for a listen's next completion, and
+    # returns its result. The blocking ring drives it with `_drive`; `AsyncRing` with
+    # its own, awaiting.
+
+    def _drive(self, gen, timeout_us=0):
+        """Runs operation `gen`, waiting in the kernel."""
+        try:
+            want = next(gen)
+            while True:
+                kind, arg = want
+                if kind == "run":
+                    got = self._complete_all(arg, timeout_us)
+                elif kind == "next":
+                    got = self._next_of(arg, timeout_us)
+                else:
+                    while self._push(*arg, 0) == 0:
+                        self._enter(timeout_us)
+                        self._reap()
+                    got = None
+                want = gen.send(got)
+        except StopIteration as done:
+            return done.value
+
+    def _push(self, preps, first, pushed=0):
+        """Pushes `preps[pushed:]` as far as the SQ has room, tagged from `first`;
+        returns how many are pushed now."""
+        while pushed < len(preps):
+            sqe = lib.krcore_get_sqe(self._r)
+            if sqe == ffi.NULL:
+                break
+            preps[pushed](sqe)
+            sqe.user_data = first + pushed
+            pushed += 1
+        return pushed
+
+    def _tags(self, n):
+        """`n` fresh tags; the first."""
+        first = self._tag + 1
+        self._tag += n
+        return first
 
     def _complete_all(self, preps, timeout_us=0):
-        """As `_complete`, each completion whole: (res, aux, reason, flags, port)."""
-        first = self._tag + 1
-        self._tag += len(preps)
+        """Runs the entries `preps` fill in; their completions (res, aux, reason, flags,
+        port), in order. A wait bounded by `timeout_us` that passes raises TimeoutError
+        (ETIME)."""
+        first = self._tags(len(preps))
         got, pushed = {}, 0
         while len(got) < len(preps):
-            while pushed < len(preps):
-                sqe = lib.krcore_get_sqe(self._r)
-                if sqe == ffi.NULL:
-                    break
-                preps[pushed](sqe)
-                sqe.user_data = first + pushed
-                pushed += 1
+            pushed = self._push(preps, first, pushed)
             self._enter(timeout_us)
             for tag, c in self._reap():
                 # Completions of waits given up on (a timeout) are dropped here.
@@ -299,35 +357,28 @@ class Ring:
             self._reap()
         return queue.pop(0)
 
-    def listen(self, service):
-        """Listens on `service`: each peer node whose virtual QP connects to this node
-        for it becomes a virtual QP of this ring, taken with `accept`. SERVICE_TAKEN
-        when another ring of this node listens on it."""
-        self._tag += 1
-        tag = self._tag
+    def _g_listen(self, service):
+        tag = self._tags(1)
         self._listens[tag] = []
-        sqe = lib.krcore_get_sqe(self._r)
-        while sqe == ffi.NULL:
-            self._enter(0)
-            self._reap()
-            sqe = lib.krcore_get_sqe(self._r)
-        lib.krcore_prep_listen(sqe, service)
-        sqe.user_data = tag
-        res, _, reason, flags, _ = self._next_of(tag, 0)
+        # The entry's completions all come to its listen queue: pushed, then waited
+        # for there.
+        yield ("push", ([lambda s: lib.krcore_prep_listen(s, service)], tag))
+        res, _, reason, flags, _ = yield ("next", tag)
         if res < 0:
             del self._listens[tag]
             raise KrcoreError("listen", -res, reason)
         return Listener(service, tag)
 
-    def accept(self, listener, timeout=None):
-        """The next peer that joined `listener`'s service: (Vqp, its IPv4 address as a
-        string); the Vqp's `port` is the peer's. `timeout` (seconds) bounds the wait
-        (TimeoutError). A peer this ring had no room for raises KrcoreError
-        (TABLE_FULL); the listen goes on."""
+    def listen(self, service):
+        """Listens on `service`: each peer node whose virtual QP connects to this node
+        for it becomes a virtual QP of this ring, taken with `accept`. SERVICE_TAKEN
+        when another ring of this node listens on it."""
+        return self._drive(self._g_listen(service))
+
+    def _g_accept(self, listener):
         if listener.ended:
             raise KrcoreError("accept: the listen has ended", _errno.ECANCELED)
-        us = 0 if timeout is None else max(1, int(timeout * 1e6))
-        res, aux, reason, flags, port = self._next_of(listener.tag, us)
+        res, aux, reason, flags, port = yield ("next", listener.tag)
         if not flags & lib.krcore_CqeFlags_MORE:
             listener.ended = True
             del self._listens[listener.tag]
@@ -335,11 +386,18 @@ class Ring:
             raise KrcoreError("accept", -res, reason)
         return Vqp(res, aux & 0xffffffff, port), str(ipaddress.IPv4Address(aux >> 32))
 
-    def unlisten(self, listener):
-        """Ends a listen; the peers that joined and were not accepted yet, as `accept`
-        gives them (theirs are this ring's virtual QPs)."""
+    def accept(self, listener, timeout=None):
+        """The next peer that joined `listener`'s service: (Vqp, its IPv4 address as a
+        string); the Vqp's `port` is the peer's. `timeout` (seconds) bounds the wait
+        (TimeoutError). A peer this ring had no room for raises KrcoreError
+        (TABLE_FULL); the listen goes on."""
+        us = 0 if timeout is None else max(1, int(timeout * 1e6))
+        return self._drive(self._g_accept(listener), us)
+
+    def _g_unlisten(self, listener):
         if not listener.ended:
-            self._control("unlisten", lambda s: lib.krcore_prep_unlisten(s, listener.service))
+            yield from self._g_control("unlisten",
+                                       lambda s: lib.krcore_prep_unlisten(s, listener.service))
         left = []
         for res, aux, _, flags, port in self._listens.pop(listener.tag, []):
             if res >= 0 and flags & lib.krcore_CqeFlags_ACCEPT:
@@ -348,103 +406,319 @@ class Ring:
         listener.ended = True
         return left
 
-    def _control(self, op, prep):
-        res, aux, reason = self._complete([prep])[0]
-        if res < 0:
-            raise KrcoreError(op, -res, reason)
-        return res, aux
+    def unlisten(self, listener):
+        """Ends a listen; the peers that joined and were not accepted yet, as `accept`
+        gives them (theirs are this ring's virtual QPs)."""
+        return self._drive(self._g_unlisten(listener))
+
+    def _g_control(self, op, prep):
+        """One control entry: its completion, raising if it failed."""
+        (c,) = yield ("run", [prep])
+        if c[0] < 0:
+            raise KrcoreError(op, -c[0], c[2])
+        return c
+
+    def _g_connect(self, op, prep):
+        res, aux, _, _, port = yield from self._g_control(op, prep)
+        return Vqp(res, aux & 0xffffffff, port)
+
+    @staticmethod
+    def _connect_prep(gid, service):
+        gid = ffi.new("uint8_t[16]", gid)
+        return lambda s: lib.krcore_prep_connect(s, gid, service)
+
+    @staticmethod
+    def _pair_prep(gid, port, peer_port):
+        gid = ffi.new("uint8_t[16]", gid)
+        return lambda s: lib.krcore_prep_pair(s, gid, port, peer_port)
 
     def connect(self, node, service):
         """A virtual QP to `node` (an address, host name or GID), to the listen on port
         `service` there, from an ephemeral port of this node; service 0 (named, never
         assumed): no endpoint, one-sided requests only."""
-        gid = ffi.new("uint8_t[16]", gid_of(node))
-        return self._connect("connect", lambda s: lib.krcore_prep_connect(s, gid, service))
+        return self._drive(self._g_connect("connect", self._connect_prep(gid_of(node), service)))
 
     def pair(self, node, port, peer_port):
         """A virtual QP on this node's `port` paired with `peer_port` at `node`, whose end
         names them back (`pair(.., peer_port, port)`): neither side listens."""
-        gid = ffi.new("uint8_t[16]", gid_of(node))
-        return self._connect("pair", lambda s: lib.krcore_prep_pair(s, gid, port, peer_port))
+        prep = self._pair_prep(gid_of(node), port, peer_port)
+        return self._drive(self._g_connect("pair", prep))
 
-    def _connect(self, op, prep):
-        res, aux, reason, _, port = self._complete_all([prep])[0]
-        if res < 0:
-            raise KrcoreError(op, -res, reason)
-        return Vqp(res, aux & 0xffffffff, port)
+    def _g_disconnect(self, vqp):
+        yield from self._g_control("disconnect", lambda s: lib.krcore_prep_disconnect(s, vqp.handle))
 
     def disconnect(self, vqp):
         """Releases a virtual QP; its receives still posted come back CANCELLED."""
-        self._control("disconnect", lambda s: lib.krcore_prep_disconnect(s, vqp.handle))
+        return self._drive(self._g_disconnect(vqp))
 
-    def register(self, size, access):
-        """Allocates `size` bytes (zeroed) and registers them with `access` (Access)."""
+    def _g_register(self, size, access):
         buf = ffi.new("uint8_t[]", size)
-        res, aux = self._control("register memory",
-                                 lambda s: lib.krcore_prep_reg_mr(s, buf, size, int(access)))
+        res, aux, _, _, _ = yield from self._g_control(
+            "register memory", lambda s: lib.krcore_prep_reg_mr(s, buf, size, int(access)))
         mr = MemoryRegion(buf, size, res, aux)
         self._regions[res] = mr
         return mr
 
+    def register(self, size, access):
+        """Allocates `size` bytes (zeroed) and registers them with `access` (Access)."""
+        return self._drive(self._g_register(size, access))
+
+    def _g_deregister(self, mr):
+        yield from self._g_control("deregister memory",
+                                   lambda s: lib.krcore_prep_dereg_mr(s, mr.handle))
+        self._regions.pop(mr.handle, None)
+
     def deregister(self, mr):
         """Deregisters `mr` (revoking its export); its memory is freed with it."""
-        self._control("deregister memory", lambda s: lib.krcore_prep_dereg_mr(s, mr.handle))
-        self._regions.pop(mr.handle, None)
+        return self._drive(self._g_deregister(mr))
+
+    def _g_import_mr(self, vqp, export):
+        addr, length, descriptor = export
+        res, _, _, _, _ = yield from self._g_control("import memory", lambda s: lib.krcore_prep_import_mr(
+            s, vqp.handle, addr, length, descriptor))
+        return RemoteRegion(res, addr, length)
 
     def import_mr(self, vqp, export):
         """Imports a peer's export, (addr, len, descriptor), for `vqp` only."""
-        addr, length, descriptor = export
-        res, _ = self._control("import memory", lambda s: lib.krcore_prep_import_mr(
-            s, vqp.handle, addr, length, descriptor))
-        return RemoteRegion(res, addr, length)
+        return self._drive(self._g_import_mr(vqp, export))
+
+    def _g_publish(self, mr, name, mode):
+        yield from self._g_control("publish memory", lambda s: self._named(
+            lib.krcore_prep_publish(s, mr.handle, name.encode(), mode)))
 
     def publish(self, mr, name, mode=0o600):
         """Publishes `mr` under `name` in the MetaServer, granting `mode` as a file's
         mode does (rw bits for this user, its group and others)."""
-        self._control("publish memory", lambda s: self._named(
-            lib.krcore_prep_publish(s, mr.handle, name.encode(), mode)))
+        return self._drive(self._g_publish(mr, name, mode))
 
-    def import_name(self, vqp, name, length, owner=None):
-        """Imports the first `length` bytes of the export published as `name`, with the
-        rights its mode grants this user; with `owner`, only if that uid published it
-        (`WRONG_OWNER` otherwise)."""
+    def _g_import_name(self, vqp, name, length, owner):
         def prep(s):
             e = self._named(lib.krcore_prep_import_name(s, vqp.handle, name.encode(), length))
             if owner is not None:
                 lib.krcore_sqe_owned_by(s, owner)
             return e
-        res, aux = self._control("import memory by name", prep)
+        res, aux, _, _, _ = yield from self._g_control("import memory by name", prep)
         return RemoteRegion(res, aux, length)
+
+    def import_name(self, vqp, name, length, owner=None):
+        """Imports the first `length` bytes of the export published as `name`, with the
+        rights its mode grants this user; with `owner`, only if that uid published it
+        (`WRONG_OWNER` otherwise)."""
+        return self._drive(self._g_import_name(vqp, name, length, owner))
+
+    def _g_resolve_name(self, name):
+        _, aux, _, _, _ = yield from self._g_control("resolve a name", lambda s: self._named(
+            lib.krcore_prep_resolve_name(s, name.encode())))
+        return str(ipaddress.IPv4Address(aux >> 32))
 
     def resolve_name(self, name):
         """The IPv4 address (a string) of the node that exports `name`."""
-        _, aux = self._control("resolve a name", lambda s: self._named(
-            lib.krcore_prep_resolve_name(s, name.encode())))
-        return str(ipaddress.IPv4Address(aux >> 32))
+        return self._drive(self._g_resolve_name(name))
+
+    def _g_connect_name(self, name, length, owner):
+        node = yield from self._g_resolve_name(name)
+        vqp = yield from self._g_connect("connect", self._connect_prep(gid_of(node), 0))
+        try:
+            region = yield from self._g_import_name(vqp, name, length, owner)
+        except KrcoreError:
+            yield from self._g_disconnect(vqp)
+            raise
+        return vqp, region
 
     def connect_name(self, name, length, owner=None):
         """Imports the first `length` bytes of `name` with no CONNECT first: (vqp,
         region), the virtual QP connected to the node that exports it (service 0).
         With `owner` (a uid), only if that user published it (WrongOwner otherwise)."""
-        vqp = self.connect(self.resolve_name(name), 0)
-        try:
-            return vqp, self.import_name(vqp, name, length, owner)
-        except KrcoreError:
-            self.disconnect(vqp)
-            raise
+        return self._drive(self._g_connect_name(name, length, owner))
 
     @staticmethod
     def _named(e):
         if e < 0:
             raise KrcoreError("export name", -e, lib.KRCORE_REASON_BAD_NAME)
 
+    @staticmethod
+    def _g_run(batch):
+        got = yield ("run", [prep for _, prep in batch.ops])
+        return [KrcoreError("batch operation", -res, reason) if res < 0 else Completion(res, aux)
+                for res, aux, reason, _, _ in got]
+
     def run(self, batch, timeout=None):
         """Runs `batch`; each operation's result in order: a Completion (an int, the
         bytes moved, with the CQE's `aux`), or the KrcoreError it failed with. `timeout`
         (seconds) bounds each wait."""
         us = 0 if timeout is None else max(1, int(timeout * 1e6))
-        out = []
-        for res, aux, reason in self._complete([prep for _, prep in batch.ops], us):
-            out.append(KrcoreError("batch operation", -res, reason) if res < 0
-                       else Completion(res, aux))
-        return out
+        return self._drive(self._g_run(batch), us)
+
+
+class AsyncRing:
+    """A `Ring` driven from asyncio, as the Rust library's `AsyncRing` is from tokio.
+
+    The event loop watches the ring's descriptor, which is readable while completions
+    are ready, so a waiting coroutine holds no thread. Any number of its coroutines may
+    be in flight at once, each getting its own completions. Every 10 ms a waiting
+    coroutine submits again without waiting, as a blocking wait steps, so entries the
+    module holds for its workers (a first contact with a node) go in. Host names are
+    resolved by the event loop.
+
+    Cancelling a coroutine (`asyncio.wait_for`, a task's `cancel`) abandons its
+    entries: they still run, and their completions are dropped as they come. Their
+    memory stays registered with the ring (and alive) until deregistered: deregister
+    a region only once nothing abandoned can still use it. To give up on receives,
+    disconnect their virtual QP.
+    """
+
+    SLICE = 0.010
+
+    def __init__(self, ring):
+        self.ring = ring
+        # Completions some coroutine waits for, by tag; tags nobody waits for any more.
+        self._done = {}
+        self._abandoned = set()
+        self._waiters = []
+        self._watching = False
+
+    def _reap(self):
+        for tag, c in self.ring._reap():
+            if tag in self._abandoned:
+                self._abandoned.discard(tag)
+            else:
+                self._done[tag] = c
+        self._wake_all()
+
+    def _wake_all(self):
+        """Wakes every waiting coroutine (the descriptor became readable, or one of them
+        reaped for all)."""
+        waiters, self._waiters = self._waiters, []
+        for f in waiters:
+            if not f.done():
+                f.set_result(None)
+        if self._watching:
+            asyncio.get_running_loop().remove_reader(self.ring.fileno())
+            self._watching = False
+
+    async def _turn(self):
+        """Until the descriptor is readable, another coroutine reaped, or a slice passed."""
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+        self._waiters.append(woken)
+        if not self._watching:
+            loop.add_reader(self.ring.fileno(), self._wake_all)
+            self._watching = True
+        try:
+            await asyncio.wait_for(woken, self.SLICE)
+        except asyncio.TimeoutError:
+            pass
+
+    def _submit(self):
+        e = lib.krcore_submit(self.ring._r)
+        if e < 0 and e != -_errno.EINTR:
+            raise KrcoreError("submit", -e)
+
+    async def _complete_all(self, preps):
+        r = self.ring
+        first = r._tags(len(preps))
+        tags = range(first, first + len(preps))
+        pushed = 0
+        try:
+            while True:
+                pushed = r._push(preps, first, pushed)
+                self._submit()
+                self._reap()
+                if pushed == len(preps) and all(t in self._done for t in tags):
+                    return [self._done.pop(t) for t in tags]
+                await self._turn()
+        except BaseException:
+            # Given up (cancelled, or the submission failed): what was pushed still
+            # completes, and is dropped as it comes.
+            for t in tags[:pushed]:
+                if self._done.pop(t, None) is None:
+                    self._abandoned.add(t)
+            raise
+
+    async def _next_of(self, tag):
+        queue = self.ring._listens[tag]
+        while True:
+            self._submit()
+            self._reap()
+            if queue:
+                return queue.pop(0)
+            await self._turn()
+
+    async def _drive(self, gen):
+        """Runs operation `gen` (see `Ring._drive`), awaiting."""
+        try:
+            want = next(gen)
+            while True:
+                kind, arg = want
+                if kind == "run":
+                    got = await self._complete_all(arg)
+                elif kind == "next":
+                    got = await self._next_of(arg)
+                else:
+                    while self.ring._push(*arg) == 0:
+                        self._submit()
+                        self._reap()
+                        await self._turn()
+                    got = None
+                want = gen.send(got)
+        except StopIteration as done:
+            return done.value
+
+    async def connect(self, node, service):
+        """As `Ring.connect`."""
+        gid = await _gid_of_async(node)
+        return await self._drive(self.ring._g_connect("connect", Ring._connect_prep(gid, service)))
+
+    async def pair(self, node, port, peer_port):
+        """As `Ring.pair`."""
+        gid = await _gid_of_async(node)
+        return await self._drive(self.ring._g_connect("pair", Ring._pair_prep(gid, port, peer_port)))
+
+    async def disconnect(self, vqp):
+        """As `Ring.disconnect`."""
+        return await self._drive(self.ring._g_disconnect(vqp))
+
+    async def register(self, size, access):
+        """As `Ring.register`."""
+        return await self._drive(self.ring._g_register(size, access))
+
+    async def deregister(self, mr):
+        """As `Ring.deregister`."""
+        return await self._drive(self.ring._g_deregister(mr))
+
+    async def import_mr(self, vqp, export):
+        """As `Ring.import_mr`."""
+        return await self._drive(self.ring._g_import_mr(vqp, export))
+
+    async def publish(self, mr, name, mode=0o600):
+        """As `Ring.publish`."""
+        return await self._drive(self.ring._g_publish(mr, name, mode))
+
+    async def import_name(self, vqp, name, length, owner=None):
+        """As `Ring.import_name`."""
+        return await self._drive(self.ring._g_import_name(vqp, name, length, owner))
+
+    async def resolve_name(self, name):
+        """As `Ring.resolve_name`."""
+        return await self._drive(self.ring._g_resolve_name(name))
+
+    async def connect_name(self, name, length, owner=None):
+        """As `Ring.connect_name`."""
+        return await self._drive(self.ring._g_connect_name(name, length, owner))
+
+    async def run(self, batch):
+        """As `Ring.run`; bound it with `asyncio.wait_for`."""
+        return await self._drive(Ring._g_run(batch))
+
+    async def listen(self, service):
+        """As `Ring.listen`."""
+        return await self._drive(self.ring._g_listen(service))
+
+    async def accept(self, listener):
+        """As `Ring.accept`; bound it with `asyncio.wait_for` (a peer that joins after
+        is the next accept's)."""
+        return await self._drive(self.ring._g_accept(listener))
+
+    async def unlisten(self, listener):
+        """As `Ring.unlisten`."""
+        return await self._drive(self.ring._g_unlisten(listener))

@@ -25,3 +25,13 @@ pub fn python_package_runs_the_example() -> Result<(), String> {
         || format!("output: {out}"),
     )
 }
+
+/// The package's asyncio face (`krcore.AsyncRing`): messages awaited on two rings,
+/// READs gathered, a RECV given up on.
+pub fn python_asyncio_runs_the_example() -> Result<(), String> {
+    let out = sh(&["target/pyvenv/bin/python3", "uring-lib/python/examples/async_messages.py"])?;
+    for l in out.lines() {
+        println!("  {l}");
+    }
+    check(out.contains("python async:") && out.contains(": ok"), || format!("output: {out}"))
+}

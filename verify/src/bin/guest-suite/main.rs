@@ -135,6 +135,10 @@ const TESTS: &[Test] = &[
         run: clients::python_package_runs_the_example,
     },
     Test {
+        name: "clients::python_asyncio_runs_the_example",
+        run: clients::python_asyncio_runs_the_example,
+    },
+    Test {
         name: "sharing::processes_share_pooled_qps",
         run: sharing::processes_share_pooled_qps,
     },
