@@ -12,6 +12,20 @@ use crate::{Error, Registered, RemoteRegion, Vqp};
 /// Data operations to run together with [`Ring::run`](crate::Ring::run). It borrows the
 /// local regions it uses, so they stay alive and untouched until their completions.
 /// Completions come back in the order the operations were added.
+///
+/// A region a batch uses cannot be dropped (deregistered, its memory freed) before
+/// the batch has run:
+///
+/// ```compile_fail,E0505
+/// # use krcore_uring::{Batch, MemoryRegion, RemoteRegion, Ring, Vqp};
+/// # fn f(ring: &mut Ring, vqp: &Vqp, mr: MemoryRegion, remote: &RemoteRegion)
+/// #     -> Result<(), krcore_uring::Error> {
+/// let mut b = Batch::new();
+/// b.read(vqp, &mr, 0, remote, 0, 8)?;
+/// drop(mr); // the READ would land in freed memory
+/// ring.run(b)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Default)]
 pub struct Batch<'a> {
     pub(crate) sqes: Vec<Sqe>,

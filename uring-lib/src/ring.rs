@@ -358,6 +358,18 @@ impl Ring {
     /// peer would write freed memory. Remote rights on lent memory take
     /// [`register_slice_remote`](Self::register_slice_remote) (unsafe) or
     /// [`register`](Self::register) (memory the region owns). Others fail `MrAccess`.
+    ///
+    /// The lender cannot touch the memory while the region lives:
+    ///
+    /// ```compile_fail,E0502
+    /// # use krcore_uring::{MrAccess, Ring};
+    /// # fn f(ring: &mut Ring) -> Result<(), krcore_uring::Error> {
+    /// let mut mine = vec![0u8; 64];
+    /// let region = ring.register_slice(&mut mine, MrAccess::LOCAL_WRITE)?;
+    /// println!("{}", mine[0]); // the NIC may be writing it
+    /// drop(region);
+    /// # Ok(()) }
+    /// ```
     pub fn register_slice<'b>(
         &mut self,
         buf: &'b mut [u8],

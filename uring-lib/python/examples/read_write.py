@@ -21,7 +21,10 @@ def main():
         print(f"connected: {vqp}")
         mr = ring.register(8192, Access.LOCAL_WRITE | Access.REMOTE_READ |
                            Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
-        remote = ring.import_mr(vqp, mr.export())
+        # The descriptor as Rust's MrDescriptor has it: descriptor, addr, len.
+        d = mr.export()
+        assert d._fields == ("descriptor", "addr", "len") and d.len == 8192, d
+        remote = ring.import_mr(vqp, d)
         msg = b"hello from python"
         mr.view[:len(msg)] = msg
         batch = (Batch()

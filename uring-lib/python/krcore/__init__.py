@@ -16,6 +16,7 @@ operation raises (or, in a batch, returns) `KrcoreError`, an `OSError` with the 
 and the `reason`.
 """
 import asyncio
+import collections
 import enum
 import errno as _errno
 import ipaddress
@@ -25,7 +26,8 @@ import socket
 from ._krcore import ffi, lib
 
 __all__ = ["Access", "AsyncRing", "Batch", "Completion", "KrcoreError", "Listener",
-           "MemoryRegion", "Opcode", "Reason", "RemoteRegion", "Ring", "Vqp", "gid_of"]
+           "MemoryRegion", "MrDescriptor", "Opcode", "Reason", "RemoteRegion", "Ring", "Vqp",
+           "gid_of"]
 
 
 def _members(prefix):
@@ -137,10 +139,17 @@ class MemoryRegion:
         self.view = memoryview(ffi.buffer(buf, size))
 
     def export(self):
-        """(addr, len, descriptor): what a peer needs to import it (remote rights only)."""
+        """What a peer needs to import it (remote rights only): an MrDescriptor."""
         if not self.descriptor:
             raise KrcoreError("export", _errno.EINVAL)
-        return (self.addr, self.size, self.descriptor)
+        return MrDescriptor(self.descriptor, self.addr, self.size)
+
+
+MrDescriptor = collections.namedtuple("MrDescriptor", ["descriptor", "addr", "len"])
+MrDescriptor.__doc__ = """An exported region as its owner hands it to a peer, in the order
+and with the names of Rust's `MrDescriptor` (`d._asdict()` is its JSON): the
+kernel-issued descriptor, the start address, the length. A peer may import a sub-range
+by narrowing `addr` and `len` (`d._replace(len=64)`)."""
 
 
 class RemoteRegion:
@@ -473,13 +482,13 @@ class Ring:
         return self._drive(self._g_deregister(mr))
 
     def _g_import_mr(self, vqp, export):
-        addr, length, descriptor = export
+        descriptor, addr, length = MrDescriptor(*export)
         res, _, _, _, _ = yield from self._g_control("import memory", lambda s: lib.krcore_prep_import_mr(
             s, vqp.handle, addr, length, descriptor))
         return RemoteRegion(res, addr, length)
 
     def import_mr(self, vqp, export):
-        """Imports a peer's export, (addr, len, descriptor), for `vqp` only."""
+        """Imports a peer's export (an MrDescriptor) for `vqp` only."""
         return self._drive(self._g_import_mr(vqp, export))
 
     def _g_publish(self, mr, name, mode):
