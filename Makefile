@@ -22,7 +22,7 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host python install unit loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host python install unit bench-python loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -311,6 +311,15 @@ demo: kmod host
 # the kernel-direct baseline and io_uring), written under benches/results/ by
 # bench-report: native.md, vm-figures.md/.jsonl and SVG plots, dated.
 BENCH_LOG = $(CURDIR)/target/figures.log
+# A Python operation's cost through the cffi package and through a PyO3 module over
+# the Rust library (benches/pyo3-face, outside the workspace), side by side in the
+# guest: 8 B READs one at a time, medians and p99s (benches/py/faces.py).
+PYO3_DIR = $(CURDIR)/target/pyo3-face
+bench-python: kmod host
+	@cd benches/pyo3-face && PYO3_PYTHON=$(PYTHON) CARGO_TARGET_DIR=$(PYO3_DIR) $(CARGO) build -q --release
+	@cp $(PYO3_DIR)/release/libkrcore_pyo3.so $(PYO3_DIR)/krcore_pyo3.so
+	@$(VM) --timeout 600 -- env PYTHONPATH=$(PYO3_DIR) $(PYVENV)/bin/python3 $(CURDIR)/benches/py/faces.py 4000
+
 bench: kmod host
 	@echo "[bench] native: abi engine and io_uring (criterion)"
 	@$(CARGO) bench -q -p krcore-benches --bench engine --bench ioctl -- --warm-up-time 1 --measurement-time 3 > $(CURDIR)/target/criterion-abi.log 2>&1 \
