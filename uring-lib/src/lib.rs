@@ -59,14 +59,22 @@
 //! [`Reason`]. The library's job is Rust's memory safety: memory the
 //! NIC may write is reachable only through `&mut` of its region, a [`Batch`] borrows the
 //! regions it uses until [`Ring::run`] has every completion, a region deregisters itself
-//! when dropped, and raw entries are `unsafe` to push.
+//! when dropped (a buffer whose deregistration is not confirmed is leaked, never
+//! freed under the NIC), and raw entries are `unsafe` to push. Memory lent with remote
+//! rights takes `unsafe` ([`Ring::register_slice_remote`]): safe code could end the
+//! loan with `mem::forget` while a peer still writes.
 //!
 //! # Waiting
 //! Waits sleep in the kernel and survive signals. A RECV waits for its message without
 //! a bound; everything else ends within the module's request deadline. Bound a wait with
-//! [`Ring::submit_and_wait_timeout`] or, in async code, `tokio::time::timeout` on the
-//! future (dropping it is safe: see `AsyncRing`); give up on receives by
-//! disconnecting their virtual QP (they complete `Cancelled`).
+//! [`Ring::submit_and_wait_timeout`], a batch with [`Ring::run_timeout`] (which keeps
+//! the regions of what it gave up on until their completions) or, in async code,
+//! `tokio::time::timeout` on the future (dropping it is safe: see `AsyncRing`); give
+//! up on receives by disconnecting their virtual QP (they complete `Cancelled`).
+//!
+//! The ring's lock is never held across a wait: a region dropped on any thread (or
+//! inside a loop over [`Ring::completions`]) deregisters while another thread waits,
+//! without spinning; an owned region's or a listener's drop waits for nothing.
 //!
 //! # Features
 //! - `tokio`: `AsyncRing`, the ring's operations as futures.
