@@ -207,11 +207,10 @@ impl AsyncRing {
         F: for<'r> FnOnce(&mut Batch<'r>, &'r [MemoryRegion]) -> Result<(), Error>,
     {
         let sqes = {
-            let mut b = Batch::new();
-            if let Err(e) = build(&mut b, &regions) {
-                return (Err(e), regions);
+            match Batch::entries_over(&regions, build) {
+                Ok(sqes) => sqes,
+                Err(e) => return (Err(e), regions),
             }
-            b.sqes
         };
         let (got, regions) = self.complete("batch", sqes, regions).await;
         (got.map(|cs| cs.iter().map(batch_result).collect()), regions)

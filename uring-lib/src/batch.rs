@@ -39,6 +39,19 @@ fn range(what: &'static str, off: u64, len: u32, size: u64) -> Result<(), Error>
     }
 }
 
+impl Batch<'_> {
+    /// The entries `build` adds over `regions` (what the batch runs that own their
+    /// regions, blocking or async, push).
+    pub(crate) fn entries_over<F>(regions: &[crate::MemoryRegion], build: F) -> Result<Vec<Sqe>, Error>
+    where
+        F: for<'r> FnOnce(&mut Batch<'r>, &'r [crate::MemoryRegion]) -> Result<(), Error>,
+    {
+        let mut b = Batch::new();
+        build(&mut b, regions)?;
+        Ok(b.sqes)
+    }
+}
+
 impl<'a> Batch<'a> {
     /// An empty batch.
     pub fn new() -> Batch<'a> {

@@ -543,11 +543,10 @@ impl Ring {
         F: for<'r> FnOnce(&mut Batch<'r>, &'r [MemoryRegion]) -> Result<(), Error>,
     {
         let mut sqes = {
-            let mut b = Batch::new();
-            if let Err(e) = build(&mut b, &regions) {
-                return (Err(e), regions);
+            match Batch::entries_over(&regions, build) {
+                Ok(sqes) => sqes,
+                Err(e) => return (Err(e), regions),
             }
-            b.sqes
         };
         let bound = std::time::Instant::now() + timeout;
         let mut core = self.core();
