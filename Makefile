@@ -62,10 +62,9 @@ kmod-debug: kernel-debug
 	@$(MAKE) -s -C $(KDIR_DEBUG) M=$(KMOD_DEBUG_SRC)/kmod LLVM=1 modules
 
 # Host-side binaries the guest runs (over the read-only 9p root): the Rust ones, the C
-# example over uring-lib/c/krcore.h, and the Python package (an sdist, a wheel built
-# from it away from this tree, installed into a virtual environment: `make python`).
+# example over uring-lib/c/krcore.h, and the Python package (`make python`).
 C_EXAMPLE = $(CURDIR)/target/release/c-read-write
-# Debian's Python, the one its python3-cffi serves (and the guest runs).
+# Debian's Python (the guest runs the host's root, so the same one).
 PYTHON = /usr/bin/python3
 host: deps
 	@$(CARGO) build -q --release --workspace --bins --examples
@@ -74,18 +73,23 @@ host: deps
 		-o $(C_EXAMPLE) uring-lib/c/examples/read_write.c
 	@$(MAKE) -s python
 
-# The Python package as users get it: its sdist (the C headers inside), a wheel built
-# from that sdist in a directory outside this tree, and the wheel installed into a
-# virtual environment (Debian's pip installs nowhere else: PEP 668) that sees Debian's
-# cffi. Run with $(PYVENV)/bin/python3.
+# The Python package as users get it: a PyO3 module over krcore-uring, built by
+# maturin. Its sdist (the Rust crates it needs inside), a wheel built from that sdist
+# unpacked outside this tree, and the wheel installed into a virtual environment
+# (Debian's pip installs nowhere else: PEP 668), which also holds maturin. Run with
+# $(PYVENV)/bin/python3.
 PYDIST = $(CURDIR)/target/python-dist
 PYVENV = $(CURDIR)/target/pyvenv
+MATURIN = maturin==1.16.0
 python: deps
+	@test -x $(PYVENV)/bin/python3 || $(PYTHON) -m venv $(PYVENV)
+	@$(PYVENV)/bin/pip freeze 2>/dev/null | grep -qx '$(MATURIN)' || $(PYVENV)/bin/pip install -q '$(MATURIN)'
 	@rm -rf $(PYDIST) && mkdir -p $(PYDIST)/unpacked
-	@cd uring-lib/python && $(PYTHON) setup.py -q sdist -d $(PYDIST) >/dev/null 2>&1
+	@cd uring-lib/python && $(PYVENV)/bin/maturin sdist -o $(PYDIST) >/dev/null 2>&1
 	@tar -xzf $(PYDIST)/krcore-*.tar.gz -C $(PYDIST)/unpacked
-	@$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation -w $(PYDIST) $(PYDIST)/unpacked/krcore-*/
-	@test -x $(PYVENV)/bin/python3 || $(PYTHON) -m venv --system-site-packages $(PYVENV)
+	@cd $(PYDIST)/unpacked/krcore-*/ && CARGO_TARGET_DIR=$(CURDIR)/target/pyo3 \
+		$(PYVENV)/bin/maturin build --release -i $(PYVENV)/bin/python3 -o $(PYDIST) \
+		> $(PYDIST)/build.log 2>&1 || { cat $(PYDIST)/build.log; exit 1; }
 	@$(PYVENV)/bin/pip install -q --no-index --no-deps --force-reinstall $(PYDIST)/krcore-*.whl
 
 # The C headers and their pkg-config file, for programs built outside this tree:
@@ -311,14 +315,12 @@ demo: kmod host
 # the kernel-direct baseline and io_uring), written under benches/results/ by
 # bench-report: native.md, vm-figures.md/.jsonl and SVG plots, dated.
 BENCH_LOG = $(CURDIR)/target/figures.log
-# A Python operation's cost through the cffi package and through a PyO3 module over
-# the Rust library (benches/pyo3-face, outside the workspace), side by side in the
-# guest: 8 B READs one at a time, medians and p99s (benches/py/faces.py).
-PYO3_DIR = $(CURDIR)/target/pyo3-face
+# What the Python package adds to an operation: 8 B READs one at a time through it and
+# through the Rust library (the krcore tool), alternating in one guest run; medians,
+# p99s and their ratios (benches/py/python_cost.py).
 bench-python: kmod host
-	@cd benches/pyo3-face && PYO3_PYTHON=$(PYTHON) CARGO_TARGET_DIR=$(PYO3_DIR) $(CARGO) build -q --release
-	@cp $(PYO3_DIR)/release/libkrcore_pyo3.so $(PYO3_DIR)/krcore_pyo3.so
-	@$(VM) --timeout 600 -- env PYTHONPATH=$(PYO3_DIR) $(PYVENV)/bin/python3 $(CURDIR)/benches/py/faces.py 4000
+	@$(VM) --timeout 600 -- sh -c 'cd $(CURDIR) && $(PYVENV)/bin/python3 benches/py/python_cost.py 4000'
+
 
 bench: kmod host
 	@echo "[bench] native: abi engine and io_uring (criterion)"

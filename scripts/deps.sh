@@ -5,12 +5,12 @@ set -euo pipefail
 
 # Debian packages: the kernel source and its LLVM toolchain, QEMU, busybox for the
 # initramfs, rdma-core for user-space verbs (rdma-sys) and the rxe provider, iproute2's
-# `rdma` tool for the guest, python3 with cffi and its headers (and gcc) for the Python
-# package, built over the C header.
+# `rdma` tool for the guest, python3 with venv and pip for the Python package (maturin
+# comes from PyPI into its venv), gcc for the C example.
 packages=(
   linux-source-6.12 clang lld llvm libclang-dev bc flex bison libelf-dev libssl-dev
-  cpio xz-utils kmod busybox-static qemu-system-x86 iproute2 python3 python3-cffi
-  python3-dev python3-setuptools python3-venv python3-pip python3-wheel gcc
+  cpio xz-utils kmod busybox-static qemu-system-x86 iproute2 python3
+  python3-venv python3-pip gcc
   rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev pkg-config
 )
 missing=()

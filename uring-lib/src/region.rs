@@ -212,6 +212,12 @@ pub struct MemoryRegion {
     pub(crate) buf: Buffer,
 }
 
+// SAFETY: a shared `&MemoryRegion` reaches only its `Registered` (itself Sync: the
+// address, length and handle); the buffer's bytes are reached through `&mut` alone.
+// So it may be shared between threads (a batch on one thread reading the region an
+// `Arc` holds on another) as a `Registered` may.
+unsafe impl Sync for MemoryRegion {}
+
 impl MemoryRegion {
     pub(crate) fn alloc(len: usize) -> Buffer {
         (0..len.div_ceil(8))

@@ -861,6 +861,35 @@ tool)
     for _ in $(seq 30); do read_lat && break; sleep 2; done
     read_lat || fail_with_state
     "$KRCORE_TOOL" bw --op write --node "$peer" --name perf-target --size 4096 --depth 8 --iters 256 || fail_with_state
+    # The Python package by name: blocking and async connect_name, its owner checked.
+    "$ROOT/target/pyvenv/bin/python3" - <<'PY' || fail_with_state
+import asyncio
+import krcore
+from krcore import Access, Batch, Reason
+
+with krcore.Ring(16) as ring:
+    vqp, remote = ring.connect_name("perf-target", 64, owner=0)
+    mr = ring.register(64, Access.LOCAL_WRITE)
+    assert ring.run(Batch().read(vqp, mr, 0, remote, 0, 64)) == [64]
+    try:
+        ring.connect_name("perf-target", 64, owner=4321)
+        raise AssertionError("another owner's name was imported")
+    except krcore.KrcoreError as e:
+        assert e.reason == Reason.WRONG_OWNER, e
+    ring.disconnect(vqp)
+
+
+async def by_name():
+    a = krcore.AsyncRing(8)
+    vqp, remote = await a.connect_name("perf-target", 64)
+    mr = await a.register(64, Access.LOCAL_WRITE)
+    assert await a.run(Batch().read(vqp, mr, 0, remote, 8, 56)) == [56]
+    await a.disconnect(vqp)
+
+asyncio.run(by_name())
+print("python: perf-target read by name, blocking and async; another owner refused")
+PY
+    # The server exits after its two echo peers, its name with it: these come last.
     "$KRCORE_TOOL" lat --op send --node "$peer" --service 7100 --size 64 --iters 100 || fail_with_state
     "$KRCORE_TOOL" bw --op send --node "$peer" --service 7100 --size 4096 --depth 8 --iters 256 --json || fail_with_state
     unload
