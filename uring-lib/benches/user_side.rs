@@ -33,7 +33,8 @@ fn sized(c: &mut Criterion, name: &str, mut untimed: impl FnMut(u32), mut timed:
 }
 
 fn build_batch(c: &mut Criterion) {
-    let (vqp, mr, rmr) = handles(4096);
+    let (ring, _kernel) = detached_ring(8);
+    let (vqp, mr, rmr) = handles(&ring, 4096);
     sized(
         c,
         "uring_lib/build_batch",
@@ -50,7 +51,7 @@ fn build_batch(c: &mut Criterion) {
 
 fn push(c: &mut Criterion) {
     let (mut ring, mut kernel) = detached_ring(256);
-    let (vqp, mr, rmr) = handles(4096);
+    let (vqp, mr, rmr) = handles(&ring, 4096);
     let mut batch = Batch::new();
     for i in 0..128u64 {
         batch.read(&vqp, &mr, i * 8, &rmr, i * 8, 8).unwrap();

@@ -79,6 +79,7 @@ impl AsyncRing {
         &self,
         ctl: Control<T, F>,
     ) -> Result<T, Error> {
+        ctl.check(self.shared())?;
         let (got, _) = self.complete(ctl.op, vec![ctl.sqe], Vec::new()).await;
         ctl.finish(&got?[0], &Arc::downgrade(self.shared()))
     }
@@ -207,7 +208,7 @@ impl AsyncRing {
         F: for<'r> FnOnce(&mut Batch<'r>, &'r [MemoryRegion]) -> Result<(), Error>,
     {
         let sqes = {
-            match Batch::entries_over(&regions, build) {
+            match Batch::entries_over(self.shared(), &regions, build) {
                 Ok(sqes) => sqes,
                 Err(e) => return (Err(e), regions),
             }
@@ -312,6 +313,7 @@ impl AsyncRing {
     /// As [`Ring::unlisten`]: the listen ends, and the peers that joined and were not
     /// accepted come back (to use or disconnect).
     pub async fn unlisten(&self, mut listener: Listener) -> Result<Vec<Accepted>, Error> {
+        listener.check(self.shared())?;
         if !listener.ended {
             self.control(ops::unlisten(listener.service)).await?;
         }
@@ -321,6 +323,7 @@ impl AsyncRing {
     /// As [`Ring::accept`]. Cancel-safe: a peer that joins after the future is dropped
     /// is the next accept's.
     pub async fn accept(&self, listener: &mut Listener) -> Result<Accepted, Error> {
+        listener.check(self.shared())?;
         if listener.ended {
             return Err(Listener::over());
         }

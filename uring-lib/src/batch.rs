@@ -7,6 +7,7 @@ use krcore_abi::errno::Errno;
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::Sqe;
 
+use crate::lock::CoreLock;
 use crate::{Error, Registered, RemoteRegion, Vqp};
 
 /// Data operations to run together with [`Ring::run`](crate::Ring::run). It borrows the
@@ -29,6 +30,10 @@ use crate::{Error, Registered, RemoteRegion, Vqp};
 #[derive(Debug, Default)]
 pub struct Batch<'a> {
     pub(crate) sqes: Vec<Sqe>,
+    /// The ring whose handles the batch names (the first operation's).
+    ring: Option<u64>,
+    /// Some operation named a handle of another ring than the first's.
+    mixed: bool,
     _regions: PhantomData<&'a Registered<'a>>,
 }
 
@@ -41,14 +46,37 @@ fn range(what: &'static str, off: u64, len: u32, size: u64) -> Result<(), Error>
 
 impl Batch<'_> {
     /// The entries `build` adds over `regions` (what the batch runs that own their
-    /// regions, blocking or async, push).
-    pub(crate) fn entries_over<F>(regions: &[crate::MemoryRegion], build: F) -> Result<Vec<Sqe>, Error>
+    /// regions, blocking or async, push), to run on `ring`.
+    pub(crate) fn entries_over<F>(
+        ring: &CoreLock,
+        regions: &[crate::MemoryRegion],
+        build: F,
+    ) -> Result<Vec<Sqe>, Error>
     where
         F: for<'r> FnOnce(&mut Batch<'r>, &'r [crate::MemoryRegion]) -> Result<(), Error>,
     {
         let mut b = Batch::new();
         build(&mut b, regions)?;
+        b.check(ring)?;
         Ok(b.sqes)
+    }
+
+    /// Notes that an operation names a handle of ring `id`.
+    fn note(&mut self, id: u64) {
+        match self.ring {
+            None => self.ring = Some(id),
+            Some(r) => self.mixed |= r != id,
+        }
+    }
+
+    /// Whether it may run on `ring`: every handle it names is that ring's (each ring
+    /// numbers its handles from the same start, so another's would be taken for one
+    /// of its own).
+    pub(crate) fn check(&self, ring: &CoreLock) -> Result<(), Error> {
+        match self.mixed || self.ring.is_some_and(|r| r != ring.id) {
+            true => Err(crate::ops::foreign()),
+            false => Ok(()),
+        }
     }
 }
 
@@ -80,6 +108,9 @@ impl<'a> Batch<'a> {
     ) -> Result<&mut Self, Error> {
         range("local range", local_off, len, local.len() as u64)?;
         range("remote range", remote_off, len, remote.len as u64)?;
+        for id in [vqp.ring, local.ring_id, remote.ring] {
+            self.note(id);
+        }
         let ud = self.sqes.len() as u64;
         self.sqes.push(Sqe::one_sided(
             op,
@@ -199,6 +230,8 @@ impl<'a> Batch<'a> {
         imm: Option<u32>,
     ) -> Result<&mut Self, Error> {
         range("local range", local_off, len, local.len() as u64)?;
+        self.note(vqp.ring);
+        self.note(local.ring_id);
         let ud = self.sqes.len() as u64;
         let op = if imm.is_some() {
             Opcode::SendImm
@@ -223,6 +256,7 @@ impl<'a> Batch<'a> {
     /// come back `Cancelled` first; across nodes once the peer's kernel confirmed it
     /// writes none of them).
     pub fn disconnect(&mut self, vqp: Vqp) -> &mut Self {
+        self.note(vqp.ring);
         let ud = self.sqes.len() as u64;
         self.sqes.push(Sqe::disconnect(ud, vqp.handle));
         self
@@ -238,6 +272,8 @@ impl<'a> Batch<'a> {
         len: u32,
     ) -> Result<&mut Self, Error> {
         range("local range", local_off, len, local.len() as u64)?;
+        self.note(vqp.ring);
+        self.note(local.ring_id);
         let ud = self.sqes.len() as u64;
         self.sqes.push(Sqe::two_sided(
             Opcode::Recv,

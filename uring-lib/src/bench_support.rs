@@ -52,14 +52,16 @@ pub fn detached_ring(sq_entries: u32) -> (Ring, KernelSide) {
 }
 
 /// A virtual QP, a registered region of `len` bytes and an imported remote region, as
-/// CONNECT, REG_MR and IMPORT_MR would have returned them.
-pub fn handles(len: usize) -> (Vqp, MemoryRegion, RemoteRegion) {
+/// CONNECT, REG_MR and IMPORT_MR on `ring` would have returned them.
+pub fn handles(ring: &Ring, len: usize) -> (Vqp, MemoryRegion, RemoteRegion) {
     let buf: Box<[UnsafeCell<u64>]> = MemoryRegion::alloc(len);
+    let id = ring.shared().id;
     (
         Vqp {
             handle: 1,
             qpn: 17,
             port: 0,
+            ring: id,
         },
         MemoryRegion {
             region: Registered {
@@ -68,6 +70,7 @@ pub fn handles(len: usize) -> (Vqp, MemoryRegion, RemoteRegion) {
                 handle: 2,
                 descriptor: 0x200,
                 ring: std::sync::Weak::new(),
+                ring_id: id,
                 live: false,
                 _lent: std::marker::PhantomData,
             },
@@ -78,6 +81,7 @@ pub fn handles(len: usize) -> (Vqp, MemoryRegion, RemoteRegion) {
             vqp: 1,
             addr: 0x7000_0000,
             len: len as u32,
+            ring: id,
         },
     )
 }

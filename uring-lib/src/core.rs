@@ -485,6 +485,41 @@ mod tests {
         assert_eq!(ring.submission().space(), 8, "the kernel took all 4");
     }
 
+    /// A handle of one ring is refused by another, before anything is pushed: each
+    /// ring numbers its handles from the same start, so the kernel would take it for
+    /// one of its own (a PUBLISH of another region, a READ on another connection).
+    /// Before, each of these went to the kernel.
+    #[test]
+    fn another_rings_handles_are_refused() {
+        use krcore_abi::errno::Errno;
+        let (a, _ka) = detached_ring(8);
+        let (mut b, mut kb) = detached_ring(8);
+        let (vqp, mr, remote) = handles(&a, 64);
+        let foreign = |e: crate::Error| {
+            assert_eq!(e.raw_os_error(), Some(Errno::EINVAL.0), "{e}");
+            assert!(e.to_string().contains("another ring"), "{e}");
+        };
+        foreign(b.publish(&mr, "name").unwrap_err());
+        foreign(b.import(&vqp, &mr.export().unwrap()).unwrap_err());
+        let mut batch = crate::Batch::new();
+        batch.read(&vqp, &mr, 0, &remote, 0, 8).unwrap();
+        foreign(b.run(batch).unwrap_err());
+        let (got, back) = b.run_timeout(vec![mr], std::time::Duration::from_secs(1), |batch, r| {
+            batch.read(&vqp, &r[0], 0, &remote, 0, 8).map(|_| ())
+        });
+        foreign(got.unwrap_err());
+        assert_eq!(back.len(), 1, "a refused run hands its regions back");
+        // One batch naming two rings' handles runs on neither.
+        let (own, _, _) = handles(&b, 64);
+        let mut batch = crate::Batch::new();
+        batch.read(&vqp, &back[0], 0, &remote, 0, 8).unwrap();
+        batch.disconnect(own);
+        foreign(b.run(batch).unwrap_err());
+        foreign(b.disconnect(vqp).unwrap_err());
+        b.publish_sq();
+        assert!(take_sqe(&mut kb).is_none(), "nothing reached ring b's SQ");
+    }
+
     /// A batch run with a timeout that gives up (here because the detached ring's
     /// enter fails at once; the guest suite waits out a real bound) parks its regions
     /// until the batch's completion comes.
@@ -492,7 +527,7 @@ mod tests {
     fn a_run_that_gives_up_parks_its_regions() {
         use std::time::Duration;
         let (mut ring, mut kernel) = detached_ring(8);
-        let (vqp, mr, remote) = handles(64);
+        let (vqp, mr, remote) = handles(&ring, 64);
         let (got, back) = ring.run_timeout(vec![mr], Duration::from_secs(5), |b, r| {
             b.read(&vqp, &r[0], 0, &remote, 0, 8).map(|_| ())
         });
@@ -522,6 +557,7 @@ mod tests {
             handle: 9,
             descriptor: 0,
             ring: std::sync::Arc::downgrade(ring.shared()),
+            ring_id: ring.shared().id,
             live: true,
             _lent: std::marker::PhantomData,
         };
@@ -552,7 +588,7 @@ mod tests {
             rx.recv_timeout(Duration::from_secs(5)).expect("the drop ended with its completion");
         });
         complete(&mut kernel, &[5, 6]);
-        let (_, mut owned, _) = handles(64);
+        let (_, mut owned, _) = handles(&ring, 64);
         owned.region.ring = std::sync::Arc::downgrade(ring.shared());
         owned.region.live = true;
         let mut owned = Some(owned);
@@ -595,7 +631,7 @@ mod tests {
         // One completion came before the future was dropped.
         complete(&mut kernel, &[LIB_TAG | 1]);
         core.reap();
-        let (_, mr, _) = handles(64);
+        let (_, mr, _) = handles(&ring, 64);
         core.park(tags, vec![mr]);
         assert!(core.finished.is_empty(), "what came is dropped");
         assert_eq!(core.parked[0].1.owed, 2);
@@ -613,7 +649,7 @@ mod tests {
         );
         // A batch that owes nothing is released at once.
         let mut core = lock(ring.shared());
-        let (_, mr, _) = handles(64);
+        let (_, mr, _) = handles(&ring, 64);
         core.park(LIB_TAG | 9..LIB_TAG | 9, vec![mr]);
         assert_eq!(core.released.len(), 1);
     }

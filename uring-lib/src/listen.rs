@@ -36,6 +36,8 @@ pub struct Listener {
     pub(crate) ended: bool,
     /// The ring that listens; gone with the ring (and its listen with it).
     pub(crate) ring: Weak<CoreLock>,
+    /// That ring's identity.
+    pub(crate) ring_id: u64,
 }
 
 impl Listener {
@@ -58,6 +60,7 @@ impl Listener {
             service,
             tag: c.user_data,
             ended: c.flags & CqeFlags::MORE.bits() == 0,
+            ring_id: crate::ops::ring_id(&ring),
             ring,
         })
     }
@@ -96,10 +99,19 @@ impl Listener {
                 handle: c.res as u32,
                 qpn: c.aux as u32,
                 port: c.port,
+                ring: self.ring_id,
             },
             peer: Ipv4Addr::from((c.aux >> 32) as u32),
             peer_port: c.port,
         })
+    }
+
+    /// Whether it is `ring`'s listen (accepts and the unlisten go to that ring only).
+    pub(crate) fn check(&self, ring: &CoreLock) -> Result<(), Error> {
+        match self.ring_id == ring.id {
+            true => Ok(()),
+            false => Err(crate::ops::foreign()),
+        }
     }
 
     /// The error for a wait on a listen that ended.

@@ -30,8 +30,14 @@ use crate::{Device, Error};
 /// The core as the ring, its regions and listeners hold it.
 pub(crate) type Shared = Arc<CoreLock>;
 
+/// Ring identities: each ring's own, so a handle of one ring is never taken for a
+/// handle of another (each ring numbers its handles from the same start).
+static NEXT_RING: AtomicU64 = AtomicU64::new(1);
+
 /// The core behind the ring's lock, and what is used without it.
 pub(crate) struct CoreLock {
+    /// This ring's identity, which its handles carry.
+    pub(crate) id: u64,
     core: Mutex<Core>,
     /// Signalled when the thread that waited in the kernel comes back, having reaped.
     turn: Condvar,
@@ -43,6 +49,7 @@ impl CoreLock {
     /// The core, unlocked, entering through `dev`.
     pub(crate) fn new(core: Core, dev: Device) -> CoreLock {
         CoreLock {
+            id: NEXT_RING.fetch_add(1, Ordering::Relaxed),
             core: Mutex::new(core),
             turn: Condvar::new(),
             bell: Doorbell {

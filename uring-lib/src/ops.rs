@@ -14,6 +14,18 @@ use crate::{Error, MemoryRegion, MrDescriptor, Registered, RemoteRegion, Vqp};
 /// The ring as a completion's maker sees it (regions hold it to deregister).
 pub(crate) type RingRef = Weak<CoreLock>;
 
+/// The identity of the ring `ring` stands for (0 once it is gone, which no ring has).
+pub(crate) fn ring_id(ring: &RingRef) -> u64 {
+    ring.upgrade().map_or(0, |r| r.id)
+}
+
+/// The refusal of a handle that belongs to another ring than the one asked: each ring
+/// numbers its handles from the same start, so the kernel would take it for one of the
+/// asked ring's own.
+pub(crate) fn foreign() -> Error {
+    Error::errno("a handle of another ring", krcore_abi::errno::Errno::EINVAL)
+}
+
 /// One control entry, and `make`: what its successful completion makes (a plain
 /// closure, so running a control operation allocates nothing for it).
 pub(crate) struct Control<T, F: FnOnce(&Cqe, &RingRef) -> T> {
@@ -21,11 +33,32 @@ pub(crate) struct Control<T, F: FnOnce(&Cqe, &RingRef) -> T> {
     pub(crate) op: &'static str,
     pub(crate) sqe: Sqe,
     pub(crate) make: F,
+    /// The ring whose handle the entry names, if it names one.
+    uses: Option<u64>,
 }
 
 impl<T, F: FnOnce(&Cqe, &RingRef) -> T> Control<T, F> {
     fn new(op: &'static str, sqe: Sqe, make: F) -> Control<T, F> {
-        Control { op, sqe, make }
+        Control {
+            op,
+            sqe,
+            make,
+            uses: None,
+        }
+    }
+
+    /// The entry names a handle of ring `id`.
+    fn using(mut self, id: u64) -> Control<T, F> {
+        self.uses = Some(id);
+        self
+    }
+
+    /// Whether it may run on `ring`: every handle it names is that ring's.
+    pub(crate) fn check(&self, ring: &CoreLock) -> Result<(), Error> {
+        match self.uses {
+            Some(id) if id != ring.id => Err(foreign()),
+            _ => Ok(()),
+        }
     }
 
     /// Its result, from its completion.
@@ -48,15 +81,16 @@ fn name_words(name: &str) -> Result<[u64; 3], Error> {
 /// A CONNECT entry ([`Sqe::connect`], [`Sqe::connect_from`] or [`Sqe::pair`]) and the
 /// virtual QP its completion gives.
 pub(crate) fn connect(sqe: Sqe) -> Control<Vqp, impl FnOnce(&Cqe, &RingRef) -> Vqp> {
-    Control::new("connect", sqe, |c, _| Vqp {
+    Control::new("connect", sqe, |c, ring| Vqp {
         handle: c.res as u32,
         qpn: c.aux as u32,
         port: c.port,
+        ring: ring_id(ring),
     })
 }
 
 pub(crate) fn disconnect(vqp: Vqp) -> Control<(), impl FnOnce(&Cqe, &RingRef)> {
-    Control::new("disconnect", Sqe::disconnect(0, vqp.handle), |_, _| ())
+    Control::new("disconnect", Sqe::disconnect(0, vqp.handle), |_, _| ()).using(vqp.ring)
 }
 
 pub(crate) fn unlisten(service: u32) -> Control<(), impl FnOnce(&Cqe, &RingRef)> {
@@ -82,6 +116,7 @@ fn register_at<'b>(
             handle: c.res as u32,
             descriptor: c.aux,
             ring: ring.clone(),
+            ring_id: ring_id(ring),
             live: true,
             _lent: PhantomData,
         },
@@ -139,7 +174,7 @@ pub(crate) fn import(
     vqp: &Vqp,
     d: &MrDescriptor,
 ) -> Control<RemoteRegion, impl FnOnce(&Cqe, &RingRef) -> RemoteRegion> {
-    let (vqp, d) = (vqp.handle, *d);
+    let (ring, vqp, d) = (vqp.ring, vqp.handle, *d);
     Control::new(
         "import memory",
         Sqe::import_mr(0, vqp, d.addr, d.len, d.descriptor),
@@ -148,8 +183,10 @@ pub(crate) fn import(
             vqp,
             addr: d.addr,
             len: d.len,
+            ring,
         },
     )
+    .using(ring)
 }
 
 pub(crate) fn publish(
@@ -161,7 +198,8 @@ pub(crate) fn publish(
         "publish memory",
         Sqe::publish(0, mr.handle, name_words(name)?, mode),
         |_, _| (),
-    ))
+    )
+    .using(mr.ring_id))
 }
 
 pub(crate) fn resolve_name(
@@ -180,7 +218,7 @@ pub(crate) fn import_name(
     len: u32,
     owner: Option<u32>,
 ) -> Result<Control<RemoteRegion, impl FnOnce(&Cqe, &RingRef) -> RemoteRegion>, Error> {
-    let vqp = vqp.handle;
+    let (ring, vqp) = (vqp.ring, vqp.handle);
     Ok(Control::new(
         "import memory by name",
         Sqe::import_name(0, vqp, name_words(name)?, len, owner),
@@ -189,8 +227,10 @@ pub(crate) fn import_name(
             vqp,
             addr: c.aux,
             len,
+            ring,
         },
-    ))
+    )
+    .using(ring))
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ pub struct Vqp {
     pub(crate) handle: u32,
     pub(crate) qpn: u32,
     pub(crate) port: u16,
+    /// The ring it belongs to (its identity).
+    pub(crate) ring: u64,
 }
 
 impl Vqp {
@@ -60,6 +62,8 @@ pub struct Registered<'b> {
     /// The ring that registered it; gone once the ring is dropped (closing the file
     /// releases every registration).
     pub(crate) ring: RingRef,
+    /// That ring's identity (handles of other rings are refused).
+    pub(crate) ring_id: u64,
     pub(crate) live: bool,
     pub(crate) _lent: PhantomData<&'b mut [u8]>,
 }
@@ -269,6 +273,8 @@ pub struct RemoteRegion {
     pub(crate) vqp: u32,
     pub(crate) addr: u64,
     pub(crate) len: u32,
+    /// The ring it was imported on (its virtual QP's).
+    pub(crate) ring: u64,
 }
 
 impl RemoteRegion {

@@ -156,7 +156,7 @@ impl Ring {
     }
 
     /// The shared core (the async ring's).
-    #[cfg(any(test, feature = "tokio"))]
+    #[cfg(any(test, feature = "tokio", feature = "bench-support"))]
     pub(crate) fn shared(&self) -> &Shared {
         &self.core
     }
@@ -166,6 +166,7 @@ impl Ring {
         &mut self,
         ctl: Control<T, F>,
     ) -> Result<T, Error> {
+        ctl.check(&self.core)?;
         let c = self.core().control(ctl.op, ctl.sqe);
         match c {
             Ok(c) => ctl.finish(&c, &Arc::downgrade(&self.core)),
@@ -320,6 +321,7 @@ impl Ring {
         listener: &mut Listener,
         timeout_us: u32,
     ) -> Result<Accepted, Error> {
+        listener.check(&self.core)?;
         if listener.ended {
             return Err(Listener::over());
         }
@@ -330,6 +332,7 @@ impl Ring {
     /// Ends a listen. Peers that joined and were not accepted yet are handed back
     /// (their virtual QPs are this ring's: use or disconnect them).
     pub fn unlisten(&mut self, mut listener: Listener) -> Result<Vec<Accepted>, Error> {
+        listener.check(&self.core)?;
         if !listener.ended {
             self.control(ops::unlisten(listener.service))?;
         }
@@ -518,6 +521,7 @@ impl Ring {
     /// the regions it borrowed. Returns each operation's completion, in batch order;
     /// a failed one carries its errno and [`Reason`](krcore_abi::cqe::Reason).
     pub fn run(&mut self, batch: Batch<'_>) -> Result<Vec<Result<Cqe, Error>>, Error> {
+        batch.check(&self.core)?;
         let mut sqes = batch.sqes;
         let mut core = self.core();
         core.tag(&mut sqes);
@@ -543,7 +547,7 @@ impl Ring {
         F: for<'r> FnOnce(&mut Batch<'r>, &'r [MemoryRegion]) -> Result<(), Error>,
     {
         let mut sqes = {
-            match Batch::entries_over(&regions, build) {
+            match Batch::entries_over(&self.core, &regions, build) {
                 Ok(sqes) => sqes,
                 Err(e) => return (Err(e), regions),
             }

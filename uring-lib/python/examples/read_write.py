@@ -74,8 +74,15 @@ def main():
         try:
             spare.view
             raise AssertionError("a given-up region's memory was reachable")
-        except krcore.KrcoreError as e:
+        except BufferError as e:
             print(f"its region went with it: {e}")
+        # Timeouts are seconds, finite and not negative.
+        for bad in (float("inf"), float("nan"), -1.0):
+            try:
+                ring.run(Batch().recv(vqp, mr, 0, 64), timeout=bad)
+                raise AssertionError(f"timeout {bad} taken")
+            except ValueError:
+                pass
         # A view pins a region: what would take the region away is refused meanwhile.
         with mr.view as v:
             try:

@@ -20,9 +20,16 @@ Blocking calls release the GIL while they wait. `AsyncRing` runs the library's f
 on one worker thread of the module's own and hands their results to the event loop:
 a coroutine that waits holds no thread, and cancelling it is safe (see `AsyncRing`).
 """
-from ._krcore import (AsyncRing, Batch, Listener, MemoryRegion, RemoteRegion, Ring, Vqp)
+import os as _os
+
+from ._krcore import (AsyncRing, Batch, Listener, MemoryRegion, RemoteRegion, Ring, Vqp,
+                      _forked)
 from ._types import (Access, Completion, KrcoreError, KrcoreTimeout, MrDescriptor, Opcode,
                      Reason)
+
+# A forked child shares the parent's rings (file and mappings): it must neither use
+# them nor end them when its copies of the objects go.
+_os.register_at_fork(after_in_child=_forked)
 
 __all__ = ["Access", "AsyncRing", "Batch", "Completion", "KrcoreError", "KrcoreTimeout",
            "Listener", "MemoryRegion", "MrDescriptor", "Opcode", "Reason", "RemoteRegion",

@@ -14,9 +14,9 @@ use pyo3_async_runtimes::tokio::future_into_py;
 
 use crate::batch::{results, Handed, PyBatch};
 use crate::errors::Failure;
-use crate::handles::{accepted, listening, locked, node_of, PyListener, PyRemote, PyVqp};
+use crate::handles::{accepted, listening, locked, node_of, PyListener, PyRemote, PyVqp, RingToken};
 use crate::region::PyRegion;
-use crate::ring::{descriptor, node_gid, open, PyRing};
+use crate::ring::{descriptor, forked, node_gid, open, PyRing};
 
 /// A `Ring` driven from asyncio, as the Rust library's `AsyncRing` is from tokio: any
 /// number of its coroutines may be in flight at once, from any task. Made from a
@@ -27,20 +27,34 @@ use crate::ring::{descriptor, node_gid, open, PyRing};
 /// point. A batch's regions go with it: they stay registered and allocated in the ring
 /// until its entries complete, then are freed, and their objects refuse further use.
 /// The operations themselves are not undone (a RECV still posted takes the next
-/// message: DISCONNECT its virtual QP to cancel it). An operation takes its regions
-/// away while it runs, so no memoryview of them may exist then.
+/// message: DISCONNECT its virtual QP to cancel it). The worker drops the operation a
+/// moment after the coroutine sees CancelledError: until then its regions answer
+/// EBUSY, and one whose entries all completed meanwhile comes back whole. An operation
+/// takes its regions away while it runs, so no memoryview of them may exist then.
 #[pyclass(name = "AsyncRing", module = "krcore", frozen)]
 pub struct PyAsyncRing {
     /// Gone once closed; futures in flight hold their own reference.
     inner: Mutex<Option<Arc<AsyncRing>>>,
     gid: Option<[u8; 16]>,
+    /// Its identity: the `Ring`'s it was made from.
+    token: RingToken,
 }
 
 impl PyAsyncRing {
     fn ring(&self) -> Result<Arc<AsyncRing>, Failure> {
+        forked()?;
         locked(&self.inner)
             .clone()
             .ok_or_else(|| Failure::refused("async ring: closed", Reason::RingClosed))
+    }
+}
+
+impl Drop for PyAsyncRing {
+    /// In a forked child the ring is the parent's: left alone, never closed from here.
+    fn drop(&mut self) {
+        if crate::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+            std::mem::forget(locked(&self.inner).take());
+        }
     }
 }
 
@@ -48,14 +62,14 @@ impl PyAsyncRing {
 impl PyAsyncRing {
     #[new]
     fn new(py: Python<'_>, ring: &Bound<'_, PyAny>) -> PyResult<PyAsyncRing> {
-        let ring = match ring.cast::<PyRing>() {
-            Ok(r) => r.get().take(),
+        let (ring, token) = match ring.cast::<PyRing>() {
+            Ok(r) => (r.get().take(), r.get().token.clone()),
             Err(_) => {
                 let entries: u32 = ring.extract()?;
-                py.detach(|| open(entries, false))
+                (py.detach(|| open(entries, false)), RingToken::default())
             }
-        }
-        .map_err(|f| f.into_pyerr(py))?;
+        };
+        let ring = ring.map_err(|f| f.into_pyerr(py))?;
         let gid = node_gid(ring.device()).ok();
         // The eventfd registers with the worker's reactor.
         let _rt = pyo3_async_runtimes::tokio::get_runtime().enter();
@@ -63,12 +77,13 @@ impl PyAsyncRing {
         Ok(PyAsyncRing {
             inner: Mutex::new(Some(Arc::new(ring))),
             gid,
+            token,
         })
     }
 
     /// Lets the ring go: it closes once the coroutines in flight on it are done.
-    fn close(&self) {
-        locked(&self.inner).take();
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| drop(locked(&self.inner).take()));
     }
 
     /// This node's GID, as `Ring.node_gid`.
@@ -80,9 +95,9 @@ impl PyAsyncRing {
 
     /// As `Ring.connect`; a host name is resolved by the worker, blocking nothing.
     fn connect<'py>(&self, py: Python<'py>, node: &Bound<'py, PyAny>, service: u32) -> PyResult<Bound<'py, PyAny>> {
-        let (ring, node) = (self.ring()?, node_of(node)?);
+        let (ring, node, token) = (self.ring()?, node_of(node)?, self.token.clone());
         future_into_py(py, async move {
-            Ok(PyVqp::new(ring.connect(node, service).await.map_err(Failure::from)?))
+            Ok(PyVqp::new(ring.connect(node, service).await.map_err(Failure::from)?, &token))
         })
     }
 
@@ -94,16 +109,19 @@ impl PyAsyncRing {
         port: u16,
         peer_port: u16,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (ring, node) = (self.ring()?, node_of(node)?);
+        let (ring, node, token) = (self.ring()?, node_of(node)?, self.token.clone());
         future_into_py(py, async move {
-            Ok(PyVqp::new(ring.pair(node, port, peer_port).await.map_err(Failure::from)?))
+            Ok(PyVqp::new(ring.pair(node, port, peer_port).await.map_err(Failure::from)?, &token))
         })
     }
 
-    /// As `Ring.disconnect`.
-    fn disconnect<'py>(&self, py: Python<'py>, vqp: &PyVqp) -> PyResult<Bound<'py, PyAny>> {
-        let (ring, v) = (self.ring()?, vqp.take()?);
-        future_into_py(py, async move { Ok(ring.disconnect(v).await.map_err(Failure::from)?) })
+    /// As `Ring.disconnect`. The virtual QP is taken when the coroutine first runs.
+    fn disconnect<'py>(&self, py: Python<'py>, vqp: Py<PyVqp>) -> PyResult<Bound<'py, PyAny>> {
+        let (ring, token) = (self.ring()?, self.token.clone());
+        future_into_py(py, async move {
+            let v = vqp.get().take(&token)?;
+            Ok(ring.disconnect(v).await.map_err(Failure::from)?)
+        })
     }
 
     /// As `Ring.register`.
@@ -119,9 +137,10 @@ impl PyAsyncRing {
     /// submission, and its memory is freed when that completes. Refused while a
     /// memoryview of it exists.
     fn deregister<'py>(&self, py: Python<'py>, mr: Py<PyRegion>) -> PyResult<Bound<'py, PyAny>> {
-        let (handed, region) = Handed::one(&mr, py)?;
+        self.ring()?;
+        let mut handed = Handed::one(&mr, py)?;
         // Dropping the library's region is its async deregistration.
-        drop(region);
+        drop(handed.start());
         handed.released();
         future_into_py(py, async move { Ok(()) })
     }
@@ -138,10 +157,11 @@ impl PyAsyncRing {
     #[pyo3(signature = (mr, name, mode=0o600))]
     fn publish<'py>(&self, py: Python<'py>, mr: Py<PyRegion>, name: String, mode: u16) -> PyResult<Bound<'py, PyAny>> {
         let ring = self.ring()?;
-        let (handed, region) = Handed::one(&mr, py)?;
+        let mut handed = Handed::one(&mr, py)?;
         future_into_py(py, async move {
-            let r = ring.publish_mode(&region, &name, mode).await;
-            handed.settle(vec![region]);
+            let (region, _) = handed.start();
+            let r = ring.publish_mode(&region[0], &name, mode).await;
+            handed.settle(region);
             Ok(r.map_err(Failure::from)?)
         })
     }
@@ -183,14 +203,14 @@ impl PyAsyncRing {
         length: u32,
         owner: Option<u32>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let ring = self.ring()?;
+        let (ring, token) = (self.ring()?, self.token.clone());
         future_into_py(py, async move {
             let (v, m) = match owner {
                 Some(uid) => ring.connect_name_owned(&name, length, uid).await,
                 None => ring.connect_name(&name, length).await,
             }
             .map_err(Failure::from)?;
-            Ok((PyVqp::new(v), PyRemote::new(m)))
+            Ok((PyVqp::new(v, &token), PyRemote::new(m)))
         })
     }
 
@@ -198,8 +218,9 @@ impl PyAsyncRing {
     /// cancellation).
     fn run<'py>(&self, py: Python<'py>, batch: &PyBatch) -> PyResult<Bound<'py, PyAny>> {
         let ring = self.ring()?;
-        let (handed, regions, build) = Handed::take(py, batch)?;
+        let mut handed = Handed::take(py, batch)?;
         future_into_py(py, async move {
+            let (regions, build) = handed.start();
             let (got, back) = ring.run(regions, build).await;
             handed.settle(back);
             Python::attach(|py| results(py, got).map(Bound::unbind))
@@ -215,26 +236,40 @@ impl PyAsyncRing {
     }
 
     /// As `Ring.accept`; bound it with `asyncio.wait_for` (a peer that joins after is
-    /// the next accept's). Accepts on one listener wait their turn.
+    /// the next accept's). Accepts on one listener wait their turn; an `unlisten` ends
+    /// them (ECANCELED).
     fn accept<'py>(&self, py: Python<'py>, listener: &PyListener) -> PyResult<Bound<'py, PyAny>> {
-        let (ring, home) = (self.ring()?, listener.inner.clone());
+        let (ring, home, token) = (self.ring()?, listener.inner.clone(), self.token.clone());
+        let mut stop = listener.stop.subscribe();
         future_into_py(py, async move {
-            let mut l = home.lock().await;
-            let a = ring.accept(listening(&mut l)?).await.map_err(Failure::from)?;
-            Ok(accepted(a))
+            let ended = || Failure::Refused {
+                op: "accept: the listen was ended",
+                errno: krcore_uring::abi::errno::Errno::ECANCELED,
+                reason: None,
+            };
+            // Both waits are cancel-safe: a peer that joins after is the next accept's.
+            let accept = async {
+                let mut l = home.lock().await;
+                ring.accept(listening(&mut l)?).await.map_err(Failure::from)
+            };
+            tokio::select! {
+                a = accept => Ok(accepted(a?, &token)),
+                _ = stop.wait_for(|s| *s) => Err(ended().into()),
+            }
         })
     }
 
-    /// As `Ring.unlisten`.
+    /// As `Ring.unlisten`: accepts waiting on the listen end first.
     fn unlisten<'py>(&self, py: Python<'py>, listener: &PyListener) -> PyResult<Bound<'py, PyAny>> {
-        let (ring, home) = (self.ring()?, listener.inner.clone());
+        let (ring, home, token) = (self.ring()?, listener.inner.clone(), self.token.clone());
+        listener.stop.send_replace(true);
         future_into_py(py, async move {
             let l = home.lock().await.take();
             let left = match l {
                 Some(l) => ring.unlisten(l).await.map_err(Failure::from)?,
                 None => Vec::new(),
             };
-            Ok(left.into_iter().map(accepted).collect::<Vec<_>>())
+            Ok(left.into_iter().map(|a| accepted(a, &token)).collect::<Vec<_>>())
         })
     }
 }

@@ -270,10 +270,15 @@ impl InPlace {
     }
 }
 
-/// A batch whose regions are handed to its run: taken from their objects, and settled
-/// back (or as given up) when the run ends, or when it is dropped unfinished.
+/// A batch whose regions are handed to its run: taken from their objects at once (so
+/// no view or other run can reach them meanwhile), given to the library when the run
+/// starts, and settled when it ends: back here, or as given up when the library kept
+/// them (a run given up on, or dropped unfinished). Dropped before the run started (a
+/// closed ring, an awaitable never run), it puts them back.
 pub struct Handed {
     homes: Vec<Py<PyRegion>>,
+    /// The regions and how to build over them, until the run starts.
+    waiting: Option<(Vec<MemoryRegion>, Build)>,
     settled: bool,
 }
 
@@ -282,7 +287,7 @@ pub type Build = Box<dyn for<'r> FnOnce(&mut Batch<'r>, &'r [MemoryRegion]) -> R
 
 impl Handed {
     /// Takes `batch`'s regions from their objects (every one, or none).
-    pub fn take(py: Python<'_>, batch: &PyBatch) -> PyResult<(Handed, Vec<MemoryRegion>, Build)> {
+    pub fn take(py: Python<'_>, batch: &PyBatch) -> PyResult<Handed> {
         let (homes, plan) = batch.plan(py)?;
         let mut regions = Vec::with_capacity(homes.len());
         for h in &homes {
@@ -297,13 +302,19 @@ impl Handed {
             }
         }
         let build: Build = Box::new(move |b, r| plan.iter().try_for_each(|p| p.add(b, &r[p.region])));
-        Ok((Handed { homes, settled: false }, regions, build))
+        Ok(Handed { homes, waiting: Some((regions, build)), settled: false })
     }
 
-    /// Takes one region (an operation that uses it across awaits).
-    pub fn one(region: &Py<PyRegion>, py: Python<'_>) -> PyResult<(Handed, MemoryRegion)> {
+    /// Takes one region (an operation that uses it across awaits, or ends it).
+    pub fn one(region: &Py<PyRegion>, py: Python<'_>) -> PyResult<Handed> {
         let r = region.get().take().map_err(|f| f.into_pyerr(py))?;
-        Ok((Handed { homes: vec![region.clone_ref(py)], settled: false }, r))
+        let build: Build = Box::new(|_, _| Ok(()));
+        Ok(Handed { homes: vec![region.clone_ref(py)], waiting: Some((vec![r], build)), settled: false })
+    }
+
+    /// The run starts: the regions and the build, for the library.
+    pub fn start(&mut self) -> (Vec<MemoryRegion>, Build) {
+        self.waiting.take().expect("a handed batch starts once")
     }
 
     /// The run's end: the regions it gave back go home; none back means it kept them.
@@ -330,9 +341,14 @@ impl Handed {
 }
 
 impl Drop for Handed {
-    /// A run dropped before its end (a cancelled coroutine): its regions went with it.
+    /// Never started: the regions go back. Started and unfinished (a cancelled
+    /// coroutine's run, dropped on the worker): the library kept them.
     fn drop(&mut self) {
-        if !self.settled {
+        if let Some((regions, _)) = self.waiting.take() {
+            for (h, r) in self.homes.iter().zip(regions) {
+                h.get().settle(Held::Here(r));
+            }
+        } else if !self.settled {
             for h in &self.homes {
                 h.get().settle(Held::GivenUp);
             }

@@ -14,6 +14,10 @@ use pyo3::types::{PyByteArray, PyBytes};
 
 use crate::errors::Failure;
 
+/// A ring's identity as the objects it made hold it: shared by a `Ring` and the
+/// `AsyncRing` made from it, as the library's ring is.
+pub type RingToken = Arc<()>;
+
 /// Locks `m`, whose holders never leave its value half made (a panic elsewhere does
 /// not poison it for Python).
 pub fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -25,6 +29,9 @@ pub fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct PyVqp {
     /// Gone once disconnected.
     inner: Mutex<Option<Arc<Vqp>>>,
+    /// The ring that made it: a DISCONNECT through another is refused before the
+    /// virtual QP is taken (the library's own refusal would consume it).
+    ring: RingToken,
     /// The handle raw entries name it by.
     #[pyo3(get)]
     handle: u32,
@@ -38,9 +45,10 @@ pub struct PyVqp {
 }
 
 impl PyVqp {
-    /// Wraps the library's virtual QP.
-    pub fn new(v: Vqp) -> PyVqp {
+    /// Wraps the library's virtual QP, made by the ring `ring` stands for.
+    pub fn new(v: Vqp, ring: &RingToken) -> PyVqp {
         PyVqp {
+            ring: ring.clone(),
             handle: v.handle(),
             qpn: v.qpn(),
             port: v.port(),
@@ -55,9 +63,17 @@ impl PyVqp {
             .ok_or_else(|| Failure::refused("virtual QP: disconnected", Reason::BadVqp))
     }
 
-    /// The virtual QP itself, to disconnect: `EBUSY` while an operation in flight
-    /// holds it (it stays), `BadVqp` when already disconnected.
-    pub fn take(&self) -> Result<Vqp, Failure> {
+    /// The virtual QP itself, for ring `ring` to disconnect: `EINVAL` for another
+    /// ring's, `EBUSY` while an operation in flight holds it (it stays either way),
+    /// `BadVqp` when already disconnected.
+    pub fn take(&self, ring: &RingToken) -> Result<Vqp, Failure> {
+        if !Arc::ptr_eq(&self.ring, ring) {
+            return Err(Failure::Refused {
+                op: "disconnect: a handle of another ring",
+                errno: Errno::EINVAL,
+                reason: None,
+            });
+        }
         let mut slot = locked(&self.inner);
         let arc = slot
             .take()
@@ -125,6 +141,9 @@ pub struct PyListener {
     /// Held by an accept while it waits (an async one across awaits); gone once
     /// unlistened.
     pub inner: Arc<tokio::sync::Mutex<Option<Listener>>>,
+    /// Set by an async unlisten: async accepts waiting on the listen give up, so the
+    /// unlisten is never stuck behind them.
+    pub stop: tokio::sync::watch::Sender<bool>,
     /// The service.
     #[pyo3(get)]
     service: u32,
@@ -136,6 +155,18 @@ impl PyListener {
         PyListener {
             service: l.service(),
             inner: Arc::new(tokio::sync::Mutex::new(Some(l))),
+            stop: tokio::sync::watch::Sender::new(false),
+        }
+    }
+}
+
+impl Drop for PyListener {
+    /// In a forked child the listen is the parent's: never ended from here.
+    fn drop(&mut self) {
+        if crate::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(mut l) = self.inner.try_lock() {
+                std::mem::forget(l.take());
+            }
         }
     }
 }
@@ -168,8 +199,8 @@ pub fn listening(l: &mut Option<Listener>) -> Result<&mut Listener, Failure> {
 
 /// An accepted peer as Python gets it: its virtual QP (whose `port` is the peer
 /// end's) and the peer's IPv4 address.
-pub fn accepted(a: Accepted) -> (PyVqp, String) {
-    (PyVqp::new(a.vqp), a.peer.to_string())
+pub fn accepted(a: Accepted, ring: &RingToken) -> (PyVqp, String) {
+    (PyVqp::new(a.vqp, ring), a.peer.to_string())
 }
 
 /// A node as CONNECT takes it: 16 bytes are a GID; a string (or anything whose `str`

@@ -15,9 +15,22 @@ mod handles;
 mod region;
 mod ring;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::{MrAccess, Reason};
 use pyo3::prelude::*;
+
+/// Set in a child forked from the process that loaded the module: its rings, regions
+/// and listens are the parent's (the same file and mappings), so the child neither
+/// uses them nor ends them when its objects go.
+pub static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Called in a child after `fork` (`os.register_at_fork`, in `krcore/__init__.py`).
+#[pyfunction]
+fn _forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
 
 /// `NAME` for an opcode's `Debug` name (`ImportName` is `IMPORT_NAME`).
 fn screaming(camel: &str) -> String {
@@ -33,6 +46,12 @@ fn screaming(camel: &str) -> String {
 
 #[pymodule]
 fn _krcore(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The async ring's futures run on one worker thread (they only submit, reap and
+    // wake: one is plenty, and the module's own threads do the network work).
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.worker_threads(1).thread_name("krcore-async").enable_all();
+    pyo3_async_runtimes::tokio::init(rt);
+    m.add_function(wrap_pyfunction!(_forked, m)?)?;
     let reasons: Vec<(String, u16)> = Reason::ALL
         .iter()
         .map(|r| (r.name().to_uppercase(), *r as u16))

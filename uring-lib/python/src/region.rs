@@ -8,6 +8,10 @@
 //! timeout, which parks it when the wait runs out; deregistration, which frees it) are
 //! refused while a view exists, as a `bytearray` refuses to resize under one.
 //!
+//! Python's views alias the buffer, so this crate never calls the library's `bytes`
+//! or `bytes_mut` (a Rust reference to bytes a view may write): it hands out the
+//! address alone.
+//!
 //! Lock order: a ring's lock, then regions' locks in address order. Nothing holds a
 //! region's lock across a wait for the GIL: the blocking run reads them with the GIL
 //! released, and whoever takes a region (with the GIL) only tries.
@@ -18,6 +22,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use krcore_uring::abi::errno::Errno;
 use krcore_uring::{MemoryRegion, MrDescriptor, Reason};
+use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::{ffi, PyTypeInfo};
 
@@ -131,6 +136,16 @@ impl PyRegion {
     }
 }
 
+impl Drop for PyRegion {
+    /// In a forked child the region is the parent's: never deregistered from here.
+    fn drop(&mut self) {
+        if crate::FORKED.load(Ordering::Relaxed) {
+            let held = std::mem::replace(self.held.get_mut().unwrap_or_else(|e| e.into_inner()), Held::Released);
+            std::mem::forget(held);
+        }
+    }
+}
+
 #[pymethods]
 impl PyRegion {
     /// A writable memoryview of the region's bytes. It keeps the object (and its
@@ -160,7 +175,10 @@ impl PyRegion {
     ) -> PyResult<()> {
         let this = slf.get();
         let held = this.read();
-        held.here()?;
+        if let Err(f) = held.here() {
+            let e = f.into_pyerr(slf.py());
+            return Err(PyBufferError::new_err(e.value(slf.py()).to_string()));
+        }
         // SAFETY: `view` is the caller's Py_buffer to fill; the range is the region's
         // buffer, allocated and ours while the region is here, and it stays here
         // while the view counted below lives (takes refuse); the view holds `slf`.

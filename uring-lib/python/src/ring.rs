@@ -7,23 +7,32 @@ use std::time::Duration;
 
 use krcore_uring::abi::errno::Errno;
 use krcore_uring::{Builder, Device, MrAccess, MrDescriptor, Reason, Ring};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::batch::{results, Handed, InPlace, PyBatch};
 use crate::errors::Failure;
-use crate::handles::{accepted, listening, locked, node_of, PyListener, PyRemote, PyVqp};
+use crate::handles::{accepted, listening, locked, node_of, PyListener, PyRemote, PyVqp, RingToken};
 use crate::region::PyRegion;
 
 /// A krcore ring: `/dev/krcore` set up with `entries` submission entries (a kernel
 /// thread polls them with `sqpoll`), mapped. Closing it (or leaving its `with`)
 /// releases everything the kernel holds for it; regions still alive then are kept,
 /// never freed under the NIC, until the process ends.
+///
+/// A ring serves one call at a time: a call from another thread waits until the
+/// current one ends (a RECV with no timeout ends when its message comes). Threads that
+/// wait independently take a ring each, or share an `AsyncRing`. A wait does not end
+/// on a signal: Ctrl-C is seen once it ends, so bound waits that may not end with a
+/// `timeout`. Handles belong to the ring that made them; another ring refuses them.
 #[pyclass(name = "Ring", module = "krcore", frozen)]
 pub struct PyRing {
     /// Gone once closed, or handed to an `AsyncRing`.
     inner: Mutex<Option<Ring>>,
     fd: i32,
+    /// Its identity, which its objects hold.
+    pub token: RingToken,
 }
 
 /// Opens the device and sets a ring up.
@@ -41,9 +50,14 @@ pub fn open(entries: u32, sqpoll: bool) -> Result<Ring, Failure> {
     Ok(b.build(dev)?)
 }
 
-/// A timeout in seconds as the library bounds a wait (at least a microsecond).
-pub fn bound(seconds: f64) -> Duration {
-    Duration::from_secs_f64(seconds.max(1e-6))
+/// A timeout in seconds as the library bounds a wait (at least a microsecond):
+/// `ValueError` for one that is negative, not a number, or past what a Duration holds.
+pub fn bound(seconds: f64) -> PyResult<Duration> {
+    if seconds.is_nan() || seconds < 0.0 {
+        return Err(PyValueError::new_err(format!("timeout {seconds}: seconds, 0 or more")));
+    }
+    Duration::try_from_secs_f64(seconds.max(1e-6))
+        .map_err(|_| PyValueError::new_err(format!("timeout {seconds}: too long a wait")))
 }
 
 /// An exported region's descriptor from Python: an MrDescriptor or any 3-tuple in its
@@ -60,6 +74,7 @@ impl PyRing {
         py: Python<'_>,
         f: impl FnOnce(&mut Ring) -> Result<T, Failure> + Send,
     ) -> PyResult<T> {
+        forked()?;
         py.detach(|| match locked(&self.inner).as_mut() {
             Some(r) => f(r),
             None => Err(Failure::refused("ring: closed", Reason::RingClosed)),
@@ -79,6 +94,15 @@ impl PyRing {
     }
 }
 
+impl Drop for PyRing {
+    /// In a forked child the ring is the parent's: left alone, never closed from here.
+    fn drop(&mut self) {
+        if crate::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+            std::mem::forget(locked(&self.inner).take());
+        }
+    }
+}
+
 #[pymethods]
 impl PyRing {
     #[new]
@@ -89,12 +113,13 @@ impl PyRing {
         Ok(PyRing {
             inner: Mutex::new(Some(ring)),
             fd,
+            token: RingToken::default(),
         })
     }
 
     /// Closes the ring (waiting for a call another thread makes on it).
     fn close(&self, py: Python<'_>) {
-        drop(py.detach(|| locked(&self.inner).take()));
+        py.detach(|| drop(locked(&self.inner).take()));
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -123,20 +148,19 @@ impl PyRing {
     /// never assumed): no endpoint, one-sided requests only.
     fn connect(&self, py: Python<'_>, node: &Bound<'_, PyAny>, service: u32) -> PyResult<PyVqp> {
         let node = node_of(node)?;
-        self.with(py, |r| Ok(PyVqp::new(r.connect(node, service)?)))
+        self.with(py, |r| Ok(PyVqp::new(r.connect(node, service)?, &self.token)))
     }
 
     /// A virtual QP on this node's `port` paired with `peer_port` at `node`, whose end
     /// names them back (`pair(.., peer_port, port)`): neither side listens.
     fn pair(&self, py: Python<'_>, node: &Bound<'_, PyAny>, port: u16, peer_port: u16) -> PyResult<PyVqp> {
         let node = node_of(node)?;
-        self.with(py, |r| Ok(PyVqp::new(r.pair(node, port, peer_port)?)))
+        self.with(py, |r| Ok(PyVqp::new(r.pair(node, port, peer_port)?, &self.token)))
     }
 
     /// Releases a virtual QP; its receives still posted come back CANCELLED.
     fn disconnect(&self, py: Python<'_>, vqp: &PyVqp) -> PyResult<()> {
-        let v = vqp.take().map_err(|f| f.into_pyerr(py))?;
-        self.with(py, |r| Ok(r.disconnect(v)?))
+        self.with(py, |r| Ok(r.disconnect(vqp.take(&self.token)?)?))
     }
 
     /// Allocates `size` bytes (zeroed) and registers them with `access` (Access).
@@ -148,10 +172,13 @@ impl PyRing {
     /// Deregisters `mr` (revoking its export) and frees its memory; refused while a
     /// memoryview of it exists.
     fn deregister(&self, py: Python<'_>, mr: Py<PyRegion>) -> PyResult<()> {
-        let (handed, region) = Handed::one(&mr, py)?;
+        let mut handed = Handed::one(&mr, py)?;
         // On failure the library keeps the memory (leaked, never freed under the NIC)
         // and `handed`, dropped, marks the region given up.
-        self.with(py, |r| Ok(r.deregister(region)?))?;
+        self.with(py, |r| {
+            let (regions, _) = handed.start();
+            Ok(regions.into_iter().try_for_each(|m| r.deregister(m))?)
+        })?;
         handed.released();
         Ok(())
     }
@@ -214,7 +241,7 @@ impl PyRing {
                 Some(uid) => r.connect_name_owned(name, length, uid)?,
                 None => r.connect_name(name, length)?,
             };
-            Ok((PyVqp::new(v), PyRemote::new(m)))
+            Ok((PyVqp::new(v, &self.token), PyRemote::new(m)))
         })
     }
 
@@ -232,14 +259,15 @@ impl PyRing {
     #[pyo3(signature = (listener, timeout=None))]
     fn accept(&self, py: Python<'_>, listener: &PyListener, timeout: Option<f64>) -> PyResult<(PyVqp, String)> {
         let home = listener.inner.clone();
+        let within = timeout.map(bound).transpose()?;
         self.with(py, |r| {
             let mut l = home.blocking_lock();
             let l = listening(&mut l)?;
-            let a = match timeout {
-                Some(t) => r.accept_timeout(l, bound(t))?,
+            let a = match within {
+                Some(t) => r.accept_timeout(l, t)?,
                 None => r.accept(l)?,
             };
-            Ok(accepted(a))
+            Ok(accepted(a, &self.token))
         })
     }
 
@@ -250,7 +278,7 @@ impl PyRing {
         self.with(py, |r| {
             let l = home.blocking_lock().take();
             match l {
-                Some(l) => Ok(r.unlisten(l)?.into_iter().map(accepted).collect()),
+                Some(l) => Ok(r.unlisten(l)?.into_iter().map(|a| accepted(a, &self.token)).collect()),
                 None => Ok(Vec::new()),
             }
         })
@@ -274,10 +302,27 @@ impl PyRing {
             let got = self.with(py, |r| b.run(|batch| Ok(r.run(batch)?)))?;
             return results(py, Ok(got));
         };
-        let (handed, regions, build) = Handed::take(py, batch)?;
-        let (got, back) = self.with(py, |r| Ok(r.run_timeout(regions, bound(t), build)))?;
+        let within = bound(t)?;
+        let mut handed = Handed::take(py, batch)?;
+        let (got, back) = self.with(py, |r| {
+            let (regions, build) = handed.start();
+            Ok(r.run_timeout(regions, within, build))
+        })?;
         handed.settle(back);
         results(py, got)
+    }
+}
+
+/// Whether this process may use its rings: not in a child forked from the process
+/// that made them (its rings are the parent's file and mappings).
+pub fn forked() -> Result<(), Failure> {
+    match crate::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+        true => Err(Failure::Refused {
+            op: "a ring of the process this one was forked from",
+            errno: Errno(9), // EBADF
+            reason: None,
+        }),
+        false => Ok(()),
     }
 }
 

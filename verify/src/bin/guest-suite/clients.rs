@@ -39,3 +39,17 @@ pub fn python_asyncio_runs_the_example() -> Result<(), String> {
     }
     check(out.contains("python async:") && out.contains(": ok"), || format!("output: {out}"))
 }
+
+/// The package's edges (uring-lib/python/tests/edges.py): another ring's handles
+/// refused (before, a PUBLISH or a READ went to the kernel under the other ring's
+/// handle numbers), a forked child refusing its parent's ring and leaving it working,
+/// a coroutine never made giving its region back (before, it was freed), an unlisten
+/// ending an accept that waits (before, it waited behind it), bad timeouts refused
+/// (before, a panic).
+pub fn python_edges() -> Result<(), String> {
+    let out = sh(&["target/pyvenv/bin/python3", "uring-lib/python/tests/edges.py"])?;
+    for l in out.lines() {
+        println!("  {l}");
+    }
+    check(out.contains("python edges: ok"), || format!("output: {out}"))
+}

@@ -139,6 +139,10 @@ const TESTS: &[Test] = &[
         run: clients::python_asyncio_runs_the_example,
     },
     Test {
+        name: "clients::python_edges",
+        run: clients::python_edges,
+    },
+    Test {
         name: "sharing::processes_share_pooled_qps",
         run: sharing::processes_share_pooled_qps,
     },
