@@ -54,7 +54,7 @@ pub fn detached_ring(sq_entries: u32) -> (Ring, KernelSide) {
 /// A virtual QP, a registered region of `len` bytes and an imported remote region, as
 /// CONNECT, REG_MR and IMPORT_MR on `ring` would have returned them.
 pub fn handles(ring: &Ring, len: usize) -> (Vqp, MemoryRegion, RemoteRegion) {
-    let buf: Box<[UnsafeCell<u64>]> = MemoryRegion::alloc(len);
+    let buf: Box<[UnsafeCell<u64>]> = MemoryRegion::alloc(len).expect("memory");
     let id = ring.shared().id;
     (
         Vqp {

@@ -77,6 +77,12 @@ pub(crate) struct Core {
     backlog: VecDeque<Sqe>,
     /// Completions of raw entries, until [`Ring::completions`](crate::Ring::completions).
     pub(crate) stash: VecDeque<Cqe>,
+    /// Raw completions were stashed by a call other than the raw reader's own since it
+    /// last looked: a reader asleep in epoll on the ring's fd would not know (the CQ
+    /// it polls is empty again), so a NOP is sent to wake it ([`nudge`](Self::nudge)).
+    raw_unseen: bool,
+    /// That NOP is on its way.
+    nudged: bool,
     /// Completions of the library's entries until their waiter takes them (few at a
     /// time: a scan costs less than hashing).
     finished: Vec<Cqe>,
@@ -124,6 +130,8 @@ impl Core {
             next_tag: 0,
             backlog: VecDeque::new(),
             stash: VecDeque::new(),
+            raw_unseen: false,
+            nudged: false,
             finished: Vec::new(),
             wakers: Vec::new(),
             parked: Vec::new(),
@@ -235,6 +243,7 @@ impl Core {
         let tag = c.user_data;
         if tag & LIB_TAG == 0 {
             self.stash.push_back(c);
+            self.raw_unseen = true;
             return;
         }
         if let Some(i) = self.parked.iter().position(|(r, _)| r.contains(&tag)) {
@@ -268,6 +277,24 @@ impl Core {
             let (_, w) = self.wakers.swap_remove(i);
             self.to_wake.push(w);
         }
+    }
+
+    /// The raw reader looked (it reads the stash, or is about to).
+    pub(crate) fn raw_looked(&mut self) {
+        self.raw_unseen = false;
+        self.nudged = false;
+    }
+
+    /// Whether a NOP must go to wake a raw reader that may sleep on the ring's fd:
+    /// raw completions were stashed behind its back and none went since. Queues it
+    /// (parked, owing nothing to anyone); the caller submits.
+    pub(crate) fn nudge(&mut self) -> bool {
+        if !self.raw_unseen || self.nudged {
+            return false;
+        }
+        self.nudged = true;
+        self.detach(Sqe::nop(0), Keep::default());
+        true
     }
 
     /// Queues `sqe` for the next submission with nobody to wait for it, keeping `keep`
@@ -483,6 +510,35 @@ mod tests {
         lock(ring.shared()).enter_args(0, EnterFlags::empty(), 0);
         while take_sqe(&mut kernel).is_some() {}
         assert_eq!(ring.submission().space(), 8, "the kernel took all 4");
+    }
+
+    /// Raw completions another call stashed send one NOP, so a raw reader asleep on
+    /// the ring's fd (which polls the CQ, empty again) wakes; the reader's own looks
+    /// send none. Before, nothing went: the reader slept until some other completion.
+    #[test]
+    fn a_raw_reader_is_woken_for_what_others_stashed() {
+        let (mut ring, mut kernel) = detached_ring(8);
+        let shared = ring.shared().clone();
+        complete(&mut kernel, &[5]);
+        // Another call (a region's drop, say) reaps the raw completion into the stash.
+        {
+            let mut core = lock(&shared);
+            core.reap();
+        }
+        let nop = take_sqe(&mut kernel).expect("a NOP went out");
+        assert_eq!(nop.opcode, krcore_abi::opcode::Opcode::Nop as u8);
+        assert_ne!(nop.user_data & LIB_TAG, 0, "the library's own, parked");
+        // Another reap with the raw one still unread sends no second NOP.
+        complete(&mut kernel, &[6]);
+        lock(&shared).reap();
+        assert!(take_sqe(&mut kernel).is_none(), "one NOP per unread stash");
+        // The reader reads: both raw completions, and the NOP's completion is the
+        // library's (parked, dropped).
+        complete(&mut kernel, &[nop.user_data]);
+        let got: Vec<u64> = ring.completions().map(|c| c.user_data).collect();
+        assert_eq!(got, [5, 6]);
+        assert!(take_sqe(&mut kernel).is_none(), "the reader's own look sends none");
+        assert!(lock(&shared).parked.is_empty(), "the NOP's completion settled it");
     }
 
     /// A handle of one ring is refused by another, before anything is pushed: each

@@ -94,6 +94,10 @@ impl DerefMut for CoreGuard<'_> {
 
 impl Drop for CoreGuard<'_> {
     fn drop(&mut self) {
+        if self.guard.as_mut().is_some_and(|g| g.nudge()) {
+            // A failed submission leaves the NOP queued for the next one.
+            let _ = self.submit();
+        }
         let deferred = self.guard.as_mut().map(|g| g.take_deferred());
         drop(self.guard.take());
         drop(deferred);

@@ -160,7 +160,7 @@ pub(crate) fn register(
     if len.div_ceil(8) * 8 > u32::MAX as usize {
         return Err(Error::errno("register memory", krcore_abi::errno::Errno::ERANGE));
     }
-    let buf = MemoryRegion::alloc(len);
+    let buf = MemoryRegion::alloc(len)?;
     // The buffer lives in the MemoryRegion the completion makes, which frees it only
     // after its DEREG_MR completed (else leaks it); on failure nothing was registered.
     let reg = register_at(buf.as_ptr() as *mut u8, buf.len() * 8, access)?;

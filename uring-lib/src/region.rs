@@ -223,10 +223,15 @@ pub struct MemoryRegion {
 unsafe impl Sync for MemoryRegion {}
 
 impl MemoryRegion {
-    pub(crate) fn alloc(len: usize) -> Buffer {
-        (0..len.div_ceil(8))
-            .map(|_| std::cell::UnsafeCell::new(0))
-            .collect()
+    /// A zeroed buffer of `len` bytes (rounded up to 8): `ENOMEM` when the allocator
+    /// has none, rather than the abort of an infallible allocation.
+    pub(crate) fn alloc(len: usize) -> Result<Buffer, Error> {
+        let words = len.div_ceil(8);
+        let mut v = Vec::new();
+        v.try_reserve_exact(words)
+            .map_err(|_| Error::errno("register memory: allocate", krcore_abi::errno::Errno::ENOMEM))?;
+        v.resize_with(words, || std::cell::UnsafeCell::new(0));
+        Ok(v.into_boxed_slice())
     }
 }
 
@@ -312,5 +317,19 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<MrDescriptor>(&s).unwrap(), d);
         assert!(serde_json::from_str::<MrDescriptor>(r#"{"descriptor":1,"addr":2}"#).is_err());
+    }
+}
+
+#[cfg(test)]
+mod alloc_tests {
+    use super::MemoryRegion;
+
+    /// An allocation the allocator cannot make is `ENOMEM` (before, the process
+    /// aborted).
+    #[test]
+    fn an_impossible_buffer_is_enomem() {
+        let e = MemoryRegion::alloc(1 << 62).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(krcore_abi::errno::Errno::ENOMEM.0));
+        assert_eq!(MemoryRegion::alloc(13).unwrap().len(), 2, "rounded up to 8 bytes");
     }
 }

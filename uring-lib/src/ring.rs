@@ -136,7 +136,11 @@ pub struct Ring {
     ready: VecDeque<Cqe>,
 }
 
-/// The ring's descriptor is its device file's (for `poll`, `fcntl`, an `AsyncFd`).
+/// The ring's descriptor is its device file's (for `poll`, `fcntl`, an `AsyncFd`). It is
+/// readable while the CQ holds completions. Raw completions that another call of the
+/// library took from the CQ first (a region dropped on another thread, say) wait in
+/// the ring for [`Ring::completions`]; that call then sends a NOP, whose completion
+/// makes the descriptor readable again, so a reader asleep on it wakes.
 impl AsRawFd for Ring {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.core.bell.dev.as_raw_fd()
@@ -608,6 +612,7 @@ impl Ring {
             let mut core = lock(&self.core);
             core.reap();
             self.ready.extend(core.stash.drain(..));
+            core.raw_looked();
         }
         Completions {
             ready: &mut self.ready,

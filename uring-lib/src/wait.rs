@@ -145,6 +145,8 @@ impl CoreGuard<'_> {
             self.reap();
             let ready = self.stash.len() + already;
             if let Some(n) = taken.filter(|_| ready >= want as usize) {
+                // The raw reader itself waited: it reads what is stashed next.
+                self.raw_looked();
                 return Ok(n);
             }
             let more = want.saturating_sub(ready as u32);
