@@ -87,7 +87,7 @@ fn across_goals(f: &Figures) -> Vec<Goal> {
             bar: 1.0,
         },
         Goal {
-            what: "MetaServer lookup ≥ 3× faster than a request/reply lookup (two READs)",
+            what: "MetaServer lookup ≥ 3× faster than a request/reply lookup (one READ)",
             measured: format!(
                 "request/reply {} / uncached lookup {} ({names} names present; the uncached lookup is {:.2}× an 8 B READ; cached {})",
                 time(rpc),

@@ -455,8 +455,9 @@ impl Ring {
 
     /// Imports the first `len` bytes of the export published as `name` for `vqp`,
     /// which must be connected to the exporting node (else `NotOnPeer`). The kernel
-    /// resolves the name in the MetaServer (two one-sided READs, then cached) and
-    /// checks that its node has not restarted since; no rkey passes through here. The
+    /// resolves the name in the MetaServer (one one-sided READ, then cached), whose
+    /// records are always of their node's current incarnation (a node's registration
+    /// revokes its earlier ones); no rkey passes through here. The
     /// region has the export's rights that the name's mode grants this user (none:
     /// `NotPermitted`).
     pub fn import_name(&mut self, vqp: &Vqp, name: &str, len: u32) -> Result<RemoteRegion, Error> {

@@ -236,6 +236,32 @@ pub fn revoke(
     Err(PublishError::Contended)
 }
 
+/// Revokes every record node `node` holds (tombstones): what the MetaServer's kernel
+/// does first when the node registers, before its node record moves to the new
+/// incarnation. So a whole record in the table is always of its node's current
+/// incarnation, and a lookup needs no READ of the node's record to know it is live:
+/// one that reads after the registration finds the tombstones. A slot left torn by a
+/// crashed writer is nobody's whole record, and is claimed over later. The number
+/// revoked.
+pub fn revoke_node(r: &mut impl Writable, t: &Tables, node: u16) -> Result<u32, Unreachable> {
+    let mut f = [0u8; EXPORT_FRAME];
+    let mut revoked = 0;
+    for slot in 0..t.export_slots {
+        let off = t.export(slot);
+        // This kernel is the table's only writer, so a lost CAS means a crashed
+        // writer's odd head: nobody's whole record.
+        r.read(off, &mut f)?;
+        let Ok((version, body)) = frame::decode(&f, EXPORT_PAYLOAD) else {
+            continue;
+        };
+        let rec = ExportRecord::decode(body.try_into().expect("payload"));
+        if rec.node == node && !is_tombstone(&rec) && rewrite(r, off, version, &tombstone())? {
+            revoked += 1;
+        }
+    }
+    Ok(revoked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,6 +420,29 @@ mod tests {
             publish(&mut m, &T, &rec("x"), &mut buf),
             Err(PublishError::Unreachable)
         );
+    }
+
+    /// A node's records go when it registers again, and only its own; the probe
+    /// chains past them stay whole (tombstones), and the name is free again.
+    #[test]
+    fn a_nodes_records_all_go_and_only_its_own() {
+        let mut m = crate::meta::tables::mem::MemRegion::new(T.bytes());
+        let mut buf = vec![0u8; PROBE * EXPORT_FRAME];
+        for n in ["a", "b", "c"] {
+            publish(&mut m, &T, &rec(n), &mut buf).unwrap();
+        }
+        let theirs = ExportRecord { node: 2, ..rec("d") };
+        publish(&mut m, &T, &theirs, &mut buf).unwrap();
+        assert_eq!(revoke_node(&mut m, &T, 1), Ok(3));
+        for n in ["a", "b", "c"] {
+            assert_eq!(found(&mut m, n), None, "{n} still found");
+        }
+        assert_eq!(found(&mut m, "d"), Some(2), "another node's record stays");
+        assert_eq!(revoke_node(&mut m, &T, 1), Ok(0), "tombstones are nobody's");
+        publish(&mut m, &T, &rec("a"), &mut buf).unwrap();
+        assert_eq!(found(&mut m, "a"), Some(1));
+        m.down = true;
+        assert!(revoke_node(&mut m, &T, 1).is_err());
     }
 
     /// Names someone aimed at one home under a key they knew land apart under the

@@ -17,9 +17,8 @@
 use super::super::cqe::Reason;
 use super::super::engine::Store;
 use super::cache::MetaCache;
-use super::lookup::LookupError;
+use super::lookup::{lookup, LookupError};
 use super::record::{ExportRecord, NAME_LEN};
-use super::resolve::{fetch, ResolveError};
 use super::request::{Call, Refusal, Reply, Request};
 use super::tables::{Remote, Tables};
 
@@ -114,19 +113,11 @@ pub enum Job {
 /// What a job found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// A lookup's live record, and its node's incarnation.
+    /// A lookup's live record (of its node's current incarnation: see
+    /// [`claim::revoke_node`](super::claim::revoke_node)).
     Found {
         /// The record.
         record: ExportRecord,
-        /// Its node's current incarnation.
-        incarnation: u64,
-    },
-    /// A lookup found the name's node restarted since it exported.
-    Stale {
-        /// The node.
-        node: u16,
-        /// Its current incarnation.
-        incarnation: u64,
     },
     /// Published in slot `slot`.
     Published {
@@ -389,27 +380,17 @@ impl<S: Store> MetaClient<S> {
         match job {
             Job::Lookup { name } => {
                 let fail = match outcome {
-                    Outcome::Found {
-                        record,
-                        incarnation,
-                    } if self.revoked.contains(&(record.node, record.rkey)) => {
-                        self.cache.saw_node(record.node, incarnation);
+                    Outcome::Found { record } if self.revoked.contains(&(record.node, record.rkey)) => {
+                        self.cache.saw_node(record.node, record.incarnation);
                         Some(Reason::NoSuchName)
                     }
-                    Outcome::Found {
-                        record,
-                        incarnation,
-                    } => {
-                        self.cache.saw_node(record.node, incarnation);
+                    Outcome::Found { record } => {
+                        self.cache.saw_node(record.node, record.incarnation);
                         match self.cache.put(record) {
                             true => None,
                             // A newer incarnation was seen meanwhile.
                             false => Some(Reason::NoSuchName),
                         }
-                    }
-                    Outcome::Stale { node, incarnation } => {
-                        self.cache.saw_node(node, incarnation);
-                        Some(Reason::NoSuchName)
                     }
                     Outcome::Failed(why) => Some(why),
                     _ => Some(Reason::Verbs),
@@ -478,30 +459,13 @@ impl<S: Store> MetaClient<S> {
 /// window.
 pub fn run(job: &Job, r: &mut (impl Remote + Call), t: &Tables, buf: &mut [u8]) -> Outcome {
     match job {
-        Job::Lookup { name } => match fetch(name, t, buf, r) {
-            Ok((record, node)) => Outcome::Found {
-                record,
-                incarnation: node.incarnation,
-            },
-            Err(ResolveError::Stale) => match super::lookup::lookup(name, t, buf, r) {
-                // Read once more for the node's incarnation to tell the cache.
-                Ok((rec, _)) => match super::node::read_node(r, t, rec.node) {
-                    Ok(n) => Outcome::Stale {
-                        node: rec.node,
-                        incarnation: n.incarnation,
-                    },
-                    Err(_) => Outcome::Failed(Reason::NoSuchName),
-                },
-                Err(_) => Outcome::Failed(Reason::NoSuchName),
-            },
+        // One READ of the name's window: a whole record there is live.
+        Job::Lookup { name } => match lookup(name, t, buf, r) {
+            Ok((record, _)) => Outcome::Found { record },
             Err(e) => Outcome::Failed(match e {
-                ResolveError::Lookup(LookupError::NotFound)
-                | ResolveError::NoNode
-                | ResolveError::Stale => Reason::NoSuchName,
-                ResolveError::Lookup(LookupError::Torn(_)) | ResolveError::NodeTorn(_) => {
-                    Reason::Busy
-                }
-                ResolveError::Lookup(LookupError::Read) | ResolveError::Read => Reason::Unreachable,
+                LookupError::NotFound => Reason::NoSuchName,
+                LookupError::Torn(_) => Reason::Busy,
+                LookupError::Read => Reason::Unreachable,
             }),
         },
         Job::Publish { record } => match r.call(&Request::Publish(*record)) {
@@ -626,7 +590,7 @@ mod tests {
         assert!(b.client.due());
         let verbs = m.verbs;
         b.net(&mut m);
-        assert_eq!(m.verbs - verbs, 2, "two READs");
+        assert_eq!(m.verbs - verbs, 1, "one READ");
         assert_eq!(b.client.import(n, Some(a.me.id()), 0).map_rkey(), Some(77));
         let verbs = m.verbs;
         assert_eq!(b.client.import(n, Some(a.me.id()), 0).map_rkey(), Some(77));

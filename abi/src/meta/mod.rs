@@ -17,18 +17,19 @@
 //! - [`claim`]: how an export is published (a slot claimed by compare-and-swap) and
 //!   revoked (a tombstone) next to readers that never lock.
 //! - [`lookup`]: an export by name in one READ of its probe window, read again while an
-//!   entry in it is being rewritten, given up after a bound.
-//! - [`resolve`]: a name to a live record: the window, then the exporting node's record
-//!   (two READs), checking the node's incarnation.
+//!   entry in it is being rewritten, given up after a bound. A whole record found is
+//!   live: the MetaServer revokes a node's records when it registers again
+//!   ([`claim::revoke_node`]), before its incarnation moves, so no READ of the node's
+//!   record is needed.
 //! - [`cache`]: a node's cache of lookups, dropping records of an earlier incarnation
 //!   of their node and revoked ones.
 //! - [`client`]: what rings asked of the MetaServer, as jobs run outside the engine's
 //!   locks, and their answers.
 //!
-//! A lookup's result is stale when the incarnation it carries is not the node's current
-//! one (the node restarted: its QPs and MRs are gone); callers cache results keyed by
-//! it and drop them when a READ of the node's record shows a new incarnation, or when
-//! their connection set to the node breaks.
+//! A cached result is stale once its node's incarnation moved (the node restarted: its
+//! QPs and MRs are gone); callers cache results keyed by it and drop them when a lookup
+//! shows a newer incarnation of the node, or when their connection set to the node
+//! breaks.
 
 pub mod cache;
 pub mod claim;
@@ -38,7 +39,6 @@ pub mod lookup;
 pub mod node;
 pub mod record;
 pub mod request;
-pub mod resolve;
 pub mod serve;
 pub mod siphash;
 pub mod tables;

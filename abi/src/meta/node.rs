@@ -9,12 +9,24 @@
 //! more than the slot's previous record's, whole or torn (a node that reloads is never
 //! mistaken for its earlier self by a cache that saw that), or 1.
 
+use super::claim::revoke_node;
 use super::frame::{self, Torn};
 use super::lookup::TRIES;
 use super::record::{NodeRecord, NODE_PAYLOAD};
-use super::resolve::ResolveError;
 use super::request::{Call, Refusal, Reply, Request};
 use super::tables::{Remote, Tables, Unreachable, Writable, NODE_FRAME};
+
+/// Why a node's record did not read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeError {
+    /// The node has no record (never registered, or another node with the same slot
+    /// registered since).
+    NoNode,
+    /// The record stayed torn for every READ.
+    NodeTorn(Torn),
+    /// A READ failed.
+    Read,
+}
 
 /// Why a registration failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,31 +46,35 @@ impl From<Unreachable> for RegisterError {
 }
 
 /// Reads node `id`'s record: whole, and the node's (its address's low 16 bits are `id`).
-pub fn read_node(r: &mut impl Remote, t: &Tables, id: u16) -> Result<NodeRecord, ResolveError> {
+pub fn read_node(r: &mut impl Remote, t: &Tables, id: u16) -> Result<NodeRecord, NodeError> {
     let mut node = [0u8; NODE_FRAME];
     let mut last = Torn::Rewriting;
     for _ in 0..TRIES {
         r.read(t.node(id), &mut node)
-            .map_err(|_| ResolveError::Read)?;
+            .map_err(|_| NodeError::Read)?;
         match frame::decode(&node, NODE_PAYLOAD) {
             Ok((_, body)) => {
                 let n = NodeRecord::decode(body.try_into().expect("payload"));
                 if n.id() != id {
-                    return Err(ResolveError::NoNode);
+                    return Err(NodeError::NoNode);
                 }
                 return Ok(n);
             }
-            Err(Torn::Empty) => return Err(ResolveError::NoNode),
+            Err(Torn::Empty) => return Err(NodeError::NoNode),
             Err(t) => last = t,
         }
     }
-    Err(ResolveError::NodeTorn(last))
+    Err(NodeError::NodeTorn(last))
 }
 
 /// Registers `me`: the incarnation it now has, chosen here past both the slot's last
 /// record and `me.incarnation` (what this node had before, 0 when it just loaded), so a
-/// node registering again after the MetaServer lost its tables still moves on.
+/// node registering again after the MetaServer lost its tables still moves on. The
+/// node's earlier records are revoked first (their rkeys died with the incarnation),
+/// before its record moves: so a whole export record is always of its node's current
+/// incarnation, and a lookup reads its window alone ([`revoke_node`]).
 pub fn register(r: &mut impl Writable, t: &Tables, me: &NodeRecord) -> Result<u64, RegisterError> {
+    revoke_node(r, t, me.id())?;
     let off = t.node(me.id());
     let mut f = [0u8; NODE_FRAME];
     for _ in 0..TRIES {
@@ -111,7 +127,7 @@ pub fn reconcile(
     if me.incarnation != 0 {
         match read_node(r, t, me.id()) {
             Ok(n) if n == *me => return Ok(Reconciled::Kept),
-            Err(ResolveError::Read) => return Err(RegisterError::Unreachable),
+            Err(NodeError::Read) => return Err(RegisterError::Unreachable),
             _ => {}
         }
     }
@@ -175,7 +191,7 @@ mod tests {
         // record is gone, not mistaken for 19's.
         let b = me(19);
         assert_eq!(register(&mut m, &T, &b), Ok(3));
-        assert_eq!(read_node(&mut m, &T, a.id()), Err(ResolveError::NoNode));
+        assert_eq!(read_node(&mut m, &T, a.id()), Err(NodeError::NoNode));
     }
 
     #[test]
@@ -187,7 +203,7 @@ mod tests {
         m.bytes[at..at + 8].copy_from_slice(&3u64.to_le_bytes());
         assert_eq!(
             read_node(&mut m, &T, a.id()),
-            Err(ResolveError::NodeTorn(Torn::Rewriting))
+            Err(NodeError::NodeTorn(Torn::Rewriting))
         );
         assert_eq!(register(&mut m, &T, &a), Ok(2), "past the torn record's");
         assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.incarnation), Ok(2));

@@ -42,7 +42,7 @@ fn registered(r: &mut impl Writable, t: &Tables, from: [u8; 4]) -> Option<NodeRe
 /// MetaServer's bound per peer node. The serving kernel keeps it beside the region (and
 /// zeroes it with a new one). [`serve`] counts a publication in and a revocation out; a
 /// node's count starts over when it registers, since a new incarnation's names are
-/// published anew (its earlier records are claimed over, or stale).
+/// published anew (its earlier records are revoked then).
 pub struct Shares<'a> {
     /// Names held, per node slot ([`Tables::node_slot`]); a slot past its end holds
     /// none and may hold none.

@@ -4,7 +4,7 @@
 //! - data plane (the paper's Figures 10 and 11): 8 B READ and SEND, one at a time and
 //!   12 in flight, over krcore's enter ioctl, its one-ioctl-per-op path, rdma_cm verbs,
 //!   then the polling thread alone;
-//! - the MetaServer (Figure 9a): lookups by name, uncached (two one-sided READs) and
+//! - the MetaServer (Figure 9a): lookups by name, uncached (one one-sided READ) and
 //!   cached, beside a lookup by request and reply to a process on the far node;
 //! - control plane (Figure 8a): connects to the far node from 1, 2, 4 and 8 processes,
 //!   krcore on a warm connection set, rdma_cm verbs with the device already open and as
