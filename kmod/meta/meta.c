@@ -221,12 +221,18 @@ void krcore_shim_meta_region_free(struct krcore_meta_region *r)
 	kfree(r);
 }
 
-/* Waits for one completion on `m`'s CQ (`wc`): spinning briefly (a lookup is a few
- * microseconds on hardware), then sleeping in short steps. */
+/* How long a wait polls before it sleeps: a lookup is one READ round trip, a few
+ * microseconds on hardware and hundreds under emulation, and a sleep's timer slack
+ * would add to each; a worker thread polls (yielding between polls) rather than a
+ * caller, so no user's call waits on it. */
+#define KRCORE_META_POLL_US 1000
+
+/* Waits for one completion on `m`'s CQ (`wc`): polling for KRCORE_META_POLL_US, then
+ * sleeping in short steps, up to KRCORE_META_WAIT_MS in all. */
 static int krcore_meta_wait(struct krcore_meta_conn *m, struct ib_wc *wc)
 {
 	unsigned long until = jiffies + msecs_to_jiffies(KRCORE_META_WAIT_MS);
-	int spins = 0;
+	u64 poll_until = ktime_get_ns() + KRCORE_META_POLL_US * NSEC_PER_USEC;
 	int n;
 
 	for (;;) {
@@ -237,10 +243,12 @@ static int krcore_meta_wait(struct krcore_meta_conn *m, struct ib_wc *wc)
 			return n;
 		if (time_after(jiffies, until))
 			return -ETIMEDOUT;
-		if (++spins < 64)
+		if (ktime_get_ns() < poll_until) {
+			cond_resched();
 			cpu_relax();
-		else
+		} else {
 			usleep_range(10, 50);
+		}
 	}
 }
 

@@ -728,7 +728,9 @@ figures)
   peer=$(addr_of "$3") || exit 1
   case "$2" in
   far)
-    reload meta_server="$KRCORE_ADDR" || exit 1
+    # One user publishes all the names: its shares (1,024 names a user, 4,096 a node
+    # by default) raised to hold them.
+    reload meta_server="$KRCORE_ADDR" max_names_per_user=$(($4 + 8)) max_names_per_node=$(($4 + 8)) || exit 1
     "$FIGURES" far "$peer" "$4" || exit 1
     ;;
   across)
