@@ -2,15 +2,16 @@
 //!
 //! Rings ask from inside a submission, where nothing may wait for the network: a PUBLISH
 //! or an IMPORT_NAME whose answer is not known yet gets [`Answer::Pending`], and its SQE
-//! stays in the SQ (the engine stops with `Stall::Remote`). The submission's caller then
-//! takes [`jobs`](MetaClient::take_job) with no engine lock held, runs each with
-//! one-sided verbs ([`run`]), and hands the outcome back
-//! ([`finish`](MetaClient::finish)); the SQE, submitted again, finds its answer: a
-//! lookup's in the cache, a publication's in the table of this node's published names,
-//! a failure kept for the asker until it comes back for it.
+//! stays in the SQ (the engine stops with `Stall::Remote`). The module's own network
+//! workers (never a caller's thread) then take [`jobs`](MetaClient::take_job) with no
+//! engine lock held, run each with one-sided verbs or a request to the MetaServer's
+//! kernel ([`run`]: a lookup is one READ), and hand the outcome back
+//! ([`finish`](MetaClient::finish)), waking the rings; the SQE, submitted again, finds
+//! its answer: a lookup's in the cache, a publication's in the table of this node's
+//! published names, a failure kept for the asker until it comes back for it.
 //!
 //! A deregistered MR's names are revoked ([`unpublish`](MetaClient::unpublish)): the
-//! tombstones are jobs too, run by the same caller before its call returns.
+//! tombstones are jobs too, run by the same workers.
 //!
 //! Bounded: the tables are caller storage; a full one answers `TableFull`.
 
