@@ -315,6 +315,7 @@ demo: kmod host
 # the kernel-direct baseline and io_uring), written under benches/results/ by
 # bench-report: native.md, vm-figures.md/.jsonl and SVG plots, dated.
 BENCH_LOG = $(CURDIR)/target/figures.log
+ICOUNT_LOG = $(CURDIR)/target/figures-icount.log
 # What the Python package adds to an operation: 8 B READs one at a time through it and
 # through the Rust library (the krcore tool), alternating in one guest run; medians,
 # p99s and their ratios (benches/py/python_cost.py).
@@ -336,6 +337,12 @@ bench: kmod host
 	 rc=0; $(VM) --module-param bench_direct=1 --timeout 1200 $${baseline:+--env KRCORE_BASELINE_KO=$$baseline} -- $(CURDIR)/target/release/krcore-figures > $(BENCH_LOG) || rc=$$?; \
 	 grep -E '^\[figures\]|^\[vm\]' $(BENCH_LOG) || true; \
 	 [ $$rc = 0 ] || { tail -40 $(BENCH_LOG); echo "[bench] in-VM figures failed (exit $$rc; log: $(BENCH_LOG))"; exit 1; }
+	@echo "[bench] instructions per operation: the crossing figures in a guest whose clock counts instructions (QEMU -icount; exact, the same every run)"
+	@$(VM) --icount --module-param bench_direct=1 --timeout 600 -- $(CURDIR)/target/release/krcore-figures instructions > $(ICOUNT_LOG) 2>&1 \
+	  || { tail -30 $(ICOUNT_LOG); echo "[bench] counted figures failed (log: $(ICOUNT_LOG))"; exit 1; }
+	@{ echo "# Instructions per operation (make bench, QEMU -icount shift=0)"; echo; \
+	   grep -E '^\[icount\]|^\{"group":"enter-stage"' $(ICOUNT_LOG) | sed 's/^/    /'; } > benches/results/instructions.md
+	@grep '^\[icount\]' $(ICOUNT_LOG)
 	@$(MAKE) -s bench-cluster-run
 	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) $(BENCH_CLUSTER_LOG) $(BENCH_CLUSTER3_LOG) benches/results --readme README.md
 

@@ -64,6 +64,11 @@ struct VmArgs {
     /// Print the guest's kernel log even when the run passes.
     #[arg(long)]
     dmesg: bool,
+    /// Count instructions: the guest's clock advances one nanosecond per instruction
+    /// (QEMU's -icount, single-threaded TCG), so its timings read as instruction counts
+    /// that no host noise moves.
+    #[arg(long, conflicts_with = "nodes")]
+    icount: bool,
     /// Guests on one Ethernet segment, one per --role.
     #[arg(long, requires = "role", value_parser = clap::value_parser!(u64).range(2..))]
     nodes: Option<u64>,
@@ -125,6 +130,7 @@ impl VmArgs {
             cpus: self.cpus,
             show_dmesg: self.dmesg,
             lose_one_in: self.lose_one_in,
+            icount: self.icount,
         };
         Ok((cfg, self.role))
     }

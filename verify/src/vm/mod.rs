@@ -47,6 +47,8 @@ pub struct Config {
     /// With several guests: one in N RoCE data frames each sends is lost, at random
     /// (hub.rs).
     pub lose_one_in: Option<u32>,
+    /// The guest's clock counts instructions: one nanosecond each (TCG only).
+    pub icount: bool,
 }
 
 /// How a run ended.
@@ -206,10 +208,10 @@ fn qemu_command(cfg: &Config, initrd: &Path, net: Option<&Net>) -> Command {
     // the TSC unstable and runs on jiffies (4 ms ticks) for the whole boot. So it is told
     // the rate the runner measured on the host (tsc_early_khz: no calibration; with no
     // reference timer the refinement keeps it), and trusted (tsc=reliable: no watchdog).
-    let mut append = format!(
-        "console=ttyS0 panic=-1 quiet tsc=reliable tsc_early_khz={}",
-        host_tsc_khz()
-    );
+    // Counting instructions, the TSC is QEMU's instruction count (-icount shift=0: one
+    // tick each), so the guest is told it runs at 1 GHz: a nanosecond is an instruction.
+    let tsc_khz = if cfg.icount { 1_000_000 } else { host_tsc_khz() };
+    let mut append = format!("console=ttyS0 panic=-1 quiet tsc=reliable tsc_early_khz={tsc_khz}");
     let mut qemu = Command::new("qemu-system-x86_64");
     qemu.args([
         "-nodefaults",
@@ -267,7 +269,11 @@ fn qemu_command(cfg: &Config, initrd: &Path, net: Option<&Net>) -> Command {
         ]);
     }
     qemu.args(["-append", &append]);
-    if kvm_usable() {
+    if cfg.icount {
+        // Deterministic counting needs one TCG thread; an idle guest's clock jumps to
+        // its next timer rather than sleeping.
+        qemu.args(["-accel", "tcg,thread=single", "-cpu", "max", "-icount", "shift=0,sleep=off"]);
+    } else if kvm_usable() {
         qemu.args(["-enable-kvm", "-cpu", "host"]);
     } else {
         qemu.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);

@@ -123,3 +123,26 @@ pub fn figures(out: &mut Vec<Record>) {
         out.push(Record::times("nop", "io_uring", batch, s, batch));
     }
 }
+
+/// The crossing figures as instruction counts: in a guest whose clock advances one
+/// nanosecond per instruction, each record's "ns" is instructions. Relabelled, and each
+/// NOP batch printed with krcore's enter against io_uring's NOP (`[icount]` lines).
+pub fn instructions(out: &mut [Record]) {
+    for r in out.iter_mut() {
+        r.unit = "insn".into();
+    }
+    let median = |series: &str, x: u32| {
+        out.iter()
+            .find(|r| r.group == "nop" && r.series == series && r.x == x)
+            .map(|r| r.median)
+    };
+    for batch in BATCHES {
+        if let (Some(k), Some(u)) = (median("krcore-enter", batch), median("io_uring", batch)) {
+            println!(
+                "[icount] NOP at batch {batch}: krcore's ring {k:.0} instructions an op, \
+                 io_uring {u:.0}: {:.2}x",
+                k / u
+            );
+        }
+    }
+}

@@ -87,6 +87,9 @@ enum Command {
     Node,
     /// One function of the serverless hand-off: CALL (JSON), launched at LAUNCH_NS.
     Function { call: String, launch_ns: u64 },
+    /// The ring crossing figures in a guest whose clock counts instructions (the VM
+    /// runner's --icount): each printed per operation, krcore's beside io_uring's.
+    Instructions,
     /// One process of the full mesh: SYSTEM, this node ME, connecting to NODES.
     Meshproc {
         #[arg(value_enum)]
@@ -116,6 +119,11 @@ fn main() {
             print_block(&out);
         }
         Some(Command::Node) => node::serve(None),
+        Some(Command::Instructions) => {
+            run_sections(&[("ring crossing, counted", &crossing::figures)], &mut out);
+            crossing::instructions(&mut out);
+            print_block(&out);
+        }
         Some(Command::Function { call, launch_ns }) => {
             let call =
                 serde_json::from_str(&call).unwrap_or_else(|e| fail("function", e.to_string()));
