@@ -52,9 +52,7 @@ impl PyAsyncRing {
 impl Drop for PyAsyncRing {
     /// In a forked child the ring is the parent's: left alone, never closed from here.
     fn drop(&mut self) {
-        if crate::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
-            std::mem::forget(locked(&self.inner).take());
-        }
+        crate::leave_to_parent(&self.inner);
     }
 }
 

@@ -163,7 +163,7 @@ impl PyListener {
 impl Drop for PyListener {
     /// In a forked child the listen is the parent's: never ended from here.
     fn drop(&mut self) {
-        if crate::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+        if crate::in_forked_child() {
             if let Ok(mut l) = self.inner.try_lock() {
                 std::mem::forget(l.take());
             }

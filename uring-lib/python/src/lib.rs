@@ -26,6 +26,19 @@ use pyo3::prelude::*;
 /// uses them nor ends them when its objects go.
 pub static FORKED: AtomicBool = AtomicBool::new(false);
 
+/// Whether this process is a child forked from the one that made its rings.
+pub fn in_forked_child() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+/// In a forked child, what `slot` holds is the parent's: forgotten, never ended from
+/// here.
+pub fn leave_to_parent<T>(slot: &std::sync::Mutex<Option<T>>) {
+    if in_forked_child() {
+        std::mem::forget(handles::locked(slot).take());
+    }
+}
+
 /// Called in a child after `fork` (`os.register_at_fork`, in `krcore/__init__.py`).
 #[pyfunction]
 fn _forked() {

@@ -139,7 +139,7 @@ impl PyRegion {
 impl Drop for PyRegion {
     /// In a forked child the region is the parent's: never deregistered from here.
     fn drop(&mut self) {
-        if crate::FORKED.load(Ordering::Relaxed) {
+        if crate::in_forked_child() {
             let held = std::mem::replace(self.held.get_mut().unwrap_or_else(|e| e.into_inner()), Held::Released);
             std::mem::forget(held);
         }

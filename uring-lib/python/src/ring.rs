@@ -97,9 +97,7 @@ impl PyRing {
 impl Drop for PyRing {
     /// In a forked child the ring is the parent's: left alone, never closed from here.
     fn drop(&mut self) {
-        if crate::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
-            std::mem::forget(locked(&self.inner).take());
-        }
+        crate::leave_to_parent(&self.inner);
     }
 }
 
@@ -316,7 +314,7 @@ impl PyRing {
 /// Whether this process may use its rings: not in a child forked from the process
 /// that made them (its rings are the parent's file and mappings).
 pub fn forked() -> Result<(), Failure> {
-    match crate::FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+    match crate::in_forked_child() {
         true => Err(Failure::Refused {
             op: "a ring of the process this one was forked from",
             errno: Errno(9), // EBADF
