@@ -427,6 +427,42 @@ extern "C" fn krcore_rs_cm_redeem(pin: *const DevCtx, from: u32, nonce: *const u
     }
 }
 
+/// Whether a FRESH proof from `from` is read at all, with a pin: 0, or `-EBUSY` when
+/// `from` failed too often lately.
+#[no_mangle]
+extern "C" fn krcore_rs_cm_open(pin: *const DevCtx, from: u32) -> c_int {
+    // SAFETY: a live pin (the caller holds it).
+    match unsafe { &*pin }.cm_open(from) {
+        Ok(()) => 0,
+        Err(_) => Errno::EBUSY.to_neg(),
+    }
+}
+
+/// A FRESH proof from `from`, its tag good (cm.c checked it), with a pin: 0 when it is
+/// admitted, `-ESTALE` when it is answered with a challenge instead (out of time, older
+/// than the gate, or replayed). `nonce_i` and `nonce_r` point at NONCE_LEN bytes each.
+#[no_mangle]
+extern "C" fn krcore_rs_cm_fresh(
+    pin: *const DevCtx,
+    from: u32,
+    nonce_i: *const u8,
+    nonce_r: *const u8,
+) -> c_int {
+    // SAFETY: a live pin (the caller holds it); both nonces point at NONCE_LEN bytes.
+    let (ctx, nonce_i, nonce_r) = unsafe {
+        (
+            &*pin,
+            &*nonce_i.cast::<[u8; NONCE_LEN]>(),
+            &*nonce_r.cast::<[u8; NONCE_LEN]>(),
+        )
+    };
+    if ctx.cm_fresh(from, nonce_i, nonce_r) {
+        0
+    } else {
+        Errno::ESTALE.to_neg()
+    }
+}
+
 /// The proof that redeemed its challenge had a wrong tag (cm.c, with the pin).
 #[no_mangle]
 extern "C" fn krcore_rs_cm_bad_tag(pin: *const DevCtx, from: u32) {

@@ -398,14 +398,26 @@ s64 krcore_shim_coarse_ms(void)
 	return ktime_get_coarse_ns() / NSEC_PER_MSEC;
 }
 
+s64 krcore_shim_wall_ms(void)
+{
+	return ktime_get_real_ns() / NSEC_PER_MSEC;
+}
+
 u64 krcore_shim_random_u64(void)
 {
 	return get_random_u64();
 }
 
+void krcore_shim_usleep(u32 us)
+{
+	usleep_range(us, 2 * us);
+}
+
 void krcore_shim_msleep(unsigned int ms)
 {
-	msleep(ms);
+	/* msleep(0) still sleeps a jiffy (4 ms at HZ=250): a delay of 0 is none. */
+	if (ms)
+		msleep(ms);
 }
 
 long krcore_shim_ptr_err(const void *p)
@@ -466,10 +478,12 @@ void krcore_shim_net_kick(struct krcore_cqnotify *n)
 {
 	int i;
 
-	/* A dial may wait seconds: the long-running queue, not the CQ's; every item, each
-	 * taking the next job, so long jobs run side by side. */
+	/* A dial may wait seconds: not the CQ's queue; every item, each taking the next
+	 * job, so long jobs run side by side. Unbound: on whichever CPU is idle now, not
+	 * behind the submitter that kicked it on its own (a first contact's dial starts at
+	 * once, and its waiter runs beside it). */
 	for (i = 0; i < KRCORE_NET_WORKERS; i++)
-		queue_work(system_long_wq, &n->net[i].work);
+		queue_work(system_unbound_wq, &n->net[i].work);
 }
 
 /* Queues the CQ's event work as an event would (a set just came up: see cq_events.rs). */

@@ -139,10 +139,14 @@ u32 krcore_shim_current_groups(u32 *out, u32 max);
 bool krcore_shim_may_bind_low(void);
 /* Monotonic time in ms at tick resolution (ktime_get_coarse): cheap enough per call. */
 s64 krcore_shim_coarse_ms(void);
+/* The wall clock, ms since the epoch (ktime_get_real): what FRESH proofs carry. */
+s64 krcore_shim_wall_ms(void);
 /* 64 bits from the kernel's CSPRNG (get_random_u64). */
 u64 krcore_shim_random_u64(void);
-/* Sleeps about ms milliseconds (msleep). */
+/* Sleeps about ms milliseconds (msleep); 0 returns at once. */
 void krcore_shim_msleep(unsigned int ms);
+/* Sleeps us to 2 * us microseconds (usleep_range: a high-resolution timer, no tick). */
+void krcore_shim_usleep(u32 us);
 
 /* Ring memory: zeroed, page-aligned, charged to the caller's memory cgroup, mappable
  * to user space page by page, or NULL. */
@@ -369,15 +373,17 @@ int krcore_shim_cm_peer_gid(u8 *gid);
 #define KRCORE_CM_TRANSCRIPT_LEN 64
 #define KRCORE_CM_ASK 1
 #define KRCORE_CM_PROVE 2
+#define KRCORE_CM_FRESH 3
 /* A connection request's fields: who asks, for what, and (PROVE) its proof. */
 struct krcore_cm_hello {
 	u8 kind; /* KRCORE_CM_PEER or KRCORE_CM_META */
 	u8 index; /* which connection of a set (PEER) */
-	u8 step; /* KRCORE_CM_ASK or KRCORE_CM_PROVE */
+	u8 step; /* KRCORE_CM_ASK, KRCORE_CM_PROVE or KRCORE_CM_FRESH */
 	u8 resv;
 	u8 nonce_i[KRCORE_CM_NONCE_LEN];
-	u8 nonce_r[KRCORE_CM_NONCE_LEN]; /* PROVE: the challenge */
-	u8 tag[KRCORE_CM_TAG_LEN]; /* PROVE: the dialer's tag */
+	/* PROVE: the challenge; FRESH: the dialer's time (krcore_rs_cm_fresh_nonce) */
+	u8 nonce_r[KRCORE_CM_NONCE_LEN];
+	u8 tag[KRCORE_CM_TAG_LEN]; /* PROVE, FRESH: the dialer's tag */
 };
 static_assert(sizeof(struct krcore_cm_hello) == 52);
 /* What a tag binds: the kind and index asked for, both ends (IPv4 address and port,
@@ -388,7 +394,8 @@ struct krcore_cm_bind {
 	u8 index;
 	__be16 initiator_port;
 	__be16 responder_port;
-	u16 resv;
+	u8 step; /* the hello's: KRCORE_CM_PROVE or KRCORE_CM_FRESH */
+	u8 resv;
 	__be32 initiator;
 	__be32 responder;
 	u32 initiator_qpn;
@@ -411,6 +418,9 @@ int krcore_rs_cm_accept_read(const void *data, u32 len, struct krcore_meta_offer
 void krcore_rs_cm_accept_write(const struct krcore_meta_offer *offer, const u8 *tag, u8 *out);
 /* The bytes the dialer's (`initiator`) or the accept's tag is a MAC over. */
 void krcore_rs_cm_transcript(bool initiator, const struct krcore_cm_bind *b, u8 *out);
+/* What a FRESH hello carries in place of the listener's nonce: the time `at_ms` (the
+ * wall clock, krcore_shim_wall_ms). */
+void krcore_rs_cm_fresh_nonce(s64 at_ms, u8 *out);
 /* Reads the cluster_key parameter and keys the MAC: 0, -ENOKEY when there is none
  * (this node joins no cluster), -EINVAL when it is malformed or under 128 bits. */
 int krcore_cm_auth_init(void);
@@ -432,6 +442,11 @@ void krcore_cm_name_key(u8 *out);
 int krcore_rs_cm_challenge(void *pin, u32 from, const u8 *nonce);
 int krcore_rs_cm_redeem(void *pin, u32 from, const u8 *nonce);
 void krcore_rs_cm_bad_tag(void *pin, u32 from);
+/* A FRESH proof from `from`: first whether its tag is checked at all (0, or -EBUSY:
+ * rate-limited), then, its tag good, whether it is admitted (0) or answered with a
+ * challenge (-ESTALE: out of time, older than the gate, or replayed). */
+int krcore_rs_cm_open(void *pin, u32 from);
+int krcore_rs_cm_fresh(void *pin, u32 from, const u8 *nonce_i, const u8 *nonce_r);
 
 /* The cm_port parameter. */
 u16 krcore_shim_cm_port(void);

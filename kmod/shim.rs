@@ -297,6 +297,8 @@ extern "C" {
     pub(crate) fn krcore_shim_mm_drop(mm: *mut MmStruct);
     pub(crate) fn krcore_shim_random_u64() -> u64;
     pub(crate) fn krcore_shim_coarse_ms() -> i64;
+    pub(crate) fn krcore_shim_usleep(us: u32);
+    pub(crate) fn krcore_shim_wall_ms() -> i64;
     pub(crate) fn krcore_shim_max_rings_per_user() -> u32;
     /// The module parameter bounding one user's share `share` (abi's `Share` index).
     pub(crate) fn krcore_shim_max_share(share: u32) -> u32;

@@ -13,6 +13,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// How far a FRESH proof's time may be from the listener's clock, ms, either way.
+#define krcore_FRESH_MS krcore_CHALLENGE_MS
+
+// Fresh proofs a listener remembers: when more come within [`FRESH_MS`], the oldest
+// is forgotten and every proof as old as it is refused from then on (its dialer
+// answers a challenge instead).
+#define krcore_SEEN 32
+
+// A hello's step byte: a dial's first request, with a proof made over the dialer's
+// time in place of a challenge ([`auth`](super::auth) says when it is admitted).
+#define krcore_FRESH 3
+
 // Dials to other nodes one user may have in progress at once; a CONNECT that would
 // start another fails `Quota`. A dial to an address that never answers holds its
 // entry until the CM gives up (seconds), so without this one user's CONNECTs to such

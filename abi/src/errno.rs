@@ -78,6 +78,9 @@ impl Errno {
     pub const ECONNRESET: Errno = Errno(104);
     /// Connection refused.
     pub const ECONNREFUSED: Errno = Errno(111);
+    /// Stale: a peer kernel's FRESH proof out of time or replayed (answered with a
+    /// challenge instead).
+    pub const ESTALE: Errno = Errno(116);
 
     /// The value as the kernel returns it: negative.
     pub const fn to_neg(self) -> i32 {

@@ -27,6 +27,11 @@ pub struct Counters {
     pub auth_refused: u64,
     /// Peer kernels' requests refused unread while failed attempts were rate-limited.
     pub auth_limited: u64,
+    /// Peer kernels' dials admitted at their first request (a FRESH proof in time).
+    pub auth_fresh: u64,
+    /// Peer kernels' FRESH proofs, their tags good, answered by a challenge instead:
+    /// out of time (the nodes' clocks apart), older than the device here, or replayed.
+    pub auth_stale: u64,
     /// Peer kernels' notices dropped: shorter than a notice, or malformed.
     pub bad_notices: u64,
     /// Requests failed or refused, by [`Reason`] code (`failed[0]` stays 0). `deadline`
@@ -42,7 +47,7 @@ impl Default for Counters {
 }
 
 /// Names of the scalar counters, in the order they are written.
-const SCALARS: [&str; 10] = [
+const SCALARS: [&str; 12] = [
     "rings",
     "taken",
     "completed",
@@ -52,6 +57,8 @@ const SCALARS: [&str; 10] = [
     "recoveries",
     "auth_refused",
     "auth_limited",
+    "auth_fresh",
+    "auth_stale",
     "bad_notices",
 ];
 
@@ -67,11 +74,13 @@ impl Counters {
         recoveries: 0,
         auth_refused: 0,
         auth_limited: 0,
+        auth_fresh: 0,
+        auth_stale: 0,
         bad_notices: 0,
         failed: [0; Reason::COUNT],
     };
 
-    fn scalars(&mut self) -> [&mut u64; 10] {
+    fn scalars(&mut self) -> [&mut u64; 12] {
         [
             &mut self.rings,
             &mut self.taken,
@@ -82,6 +91,8 @@ impl Counters {
             &mut self.recoveries,
             &mut self.auth_refused,
             &mut self.auth_limited,
+            &mut self.auth_fresh,
+            &mut self.auth_stale,
             &mut self.bad_notices,
         ]
     }
@@ -205,6 +216,8 @@ mod tests {
             recoveries: 2,
             auth_refused: 6,
             auth_limited: 1,
+            auth_fresh: 9,
+            auth_stale: 2,
             bad_notices: 3,
             ..Counters::ZERO
         };
@@ -228,7 +241,7 @@ mod tests {
         );
         assert!(!text.contains("failed.none"));
         let mut back = Counters::ZERO;
-        assert_eq!(back.read("krcore-", text), 10 + Reason::COUNT - 1);
+        assert_eq!(back.read("krcore-", text), 12 + Reason::COUNT - 1);
         assert_eq!(back, sample());
         // Read twice: the counts add up (two devices' files).
         back.read("krcore-", text);

@@ -55,7 +55,15 @@ fn across_goals(f: &Figures) -> Vec<Goal> {
     let warm = f.median("across-connect", "krcore-warm", 1);
     let cm_open = f.median("across-connect", "verbs-cm-with-device-open", 1);
     let cm = f.median("across-connect", "verbs-cm-no-device-open", 1);
-    let first = f.median("across-first-contact", "krcore", 1);
+    // Every first contact, each its own figure (x: which), and their summary (x 0).
+    let first = f.get("across-first-contact", "krcore", 0);
+    let (first_median, first_worst) = first.map_or((f64::NAN, f64::NAN), |r| (r.median, r.p99));
+    let each_first: Vec<String> = f
+        .xs("across-first-contact")
+        .into_iter()
+        .filter(|&x| x > 0)
+        .map(|x| time(f.median("across-first-contact", "krcore", x)))
+        .collect();
     let names = f.xs("across-lookup").first().copied().unwrap_or(0);
     let uncached = f.median("across-lookup", "metaserver-uncached", names);
     let cached = f.median("across-lookup", "metaserver-cached", names);
@@ -75,15 +83,16 @@ fn across_goals(f: &Figures) -> Vec<Goal> {
             bar: 1000.0,
         },
         Goal {
-            what: "across nodes: first contact no slower than 1.5× one rdma_cm connect",
+            what: "across nodes: every first contact no slower than one rdma_cm connect",
             measured: format!(
-                "1.5 × rdma_cm with the device open {} / krcore first contact {} (against a fresh process's rdma_cm connect, {}: {:.2}×)",
+                "rdma_cm with the device open {} / the slowest of {} krcore first contacts {} (median {}; each: {})",
                 time(cm),
-                time(first),
-                time(cm_open),
-                1.5 * cm_open / first
+                first.map_or(0, |r| r.samples),
+                time(first_worst),
+                time(first_median),
+                each_first.join(", ")
             ),
-            ratio: 1.5 * cm / first,
+            ratio: cm / first_worst,
             bar: 1.0,
         },
         Goal {
@@ -525,7 +534,9 @@ mod tests {
             fig("across-connect", "krcore-warm", 1, 3e3, 1e5),
             fig("across-connect", "verbs-cm-no-device-open", 1, 20e6, 50.0),
             fig("across-connect", "verbs-cm-with-device-open", 1, 190e6, 5.0),
-            fig("across-first-contact", "krcore", 1, 40e6, 0.0),
+            fig("across-first-contact", "krcore", 0, 15e6, 0.0),
+            fig("across-first-contact", "krcore", 1, 14e6, 0.0),
+            fig("across-first-contact", "krcore", 2, 40e6, 0.0),
             fig("across-lookup", "metaserver-uncached", 10000, 1.5e6, 600.0),
             fig("across-lookup", "metaserver-cached", 10000, 6e3, 1e5),
             fig("across-lookup", "request-reply", 10000, 3e6, 300.0),
@@ -538,7 +549,12 @@ mod tests {
         );
         let ratio = |what: &str| g.iter().find(|g| g.what.contains(what)).unwrap().ratio;
         assert!((ratio("warm set") - 190e6 / 3e3).abs() < 1e-6);
-        assert!((ratio("first contact") - 1.5 * 20e6 / 40e6).abs() < 1e-9);
+        assert!(
+            (ratio("first contact") - 20e6 / 30e6).abs() < 1e-9,
+            "the slowest (the summary's p99) against rdma_cm"
+        );
+        let first = g.iter().find(|g| g.what.contains("first contact")).unwrap();
+        assert!(first.measured.contains("each: 14.00 ms, 40.00 ms"), "{}", first.measured);
         assert!((ratio("MetaServer") - 2.0).abs() < 1e-9);
         assert!(!g
             .iter()

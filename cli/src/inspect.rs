@@ -92,6 +92,8 @@ fn show_counters(c: &Counters, all: bool, indent: &str) {
         ("recoveries", c.recoveries),
         ("peer proofs refused", c.auth_refused),
         ("peer requests limited", c.auth_limited),
+        ("peer dials at once", c.auth_fresh),
+        ("peer proofs stale", c.auth_stale),
         ("peer notices dropped", c.bad_notices),
         ("failed, all reasons", c.failed_total()),
     ];

@@ -544,7 +544,7 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		/* Bound now (rdma_resolve_addr): this attempt's port, which the tag names. */
 		c->bind.initiator_port =
 			((struct sockaddr_in *)&id->route.addr.src_addr)->sin_port;
-		if (c->hello.step == KRCORE_CM_PROVE) {
+		if (c->hello.step != KRCORE_CM_ASK) {
 			c->bind.initiator_qpn = c->qp->qp_num;
 			ret = krcore_cm_tag(true, &c->bind, c->hello.tag);
 			if (ret)
@@ -607,8 +607,8 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		switch (krcore_rs_cm_refusal_read(ev->param.conn.private_data,
 						  ev->param.conn.private_data_len, nonce)) {
 		case 1:
-			/* A challenge answers only an ASK. */
-			if (c->hello.step != KRCORE_CM_ASK)
+			/* A challenge answers an ASK, or a FRESH proof not admitted. */
+			if (c->hello.step == KRCORE_CM_PROVE)
 				return -ECONNREFUSED;
 			memcpy(c->bind.nonce_r, nonce, sizeof(nonce));
 			return -EINPROGRESS;
@@ -748,7 +748,7 @@ static int krcore_cm_attempt(struct ib_device *dev, struct ib_pd *pd, struct ib_
 		ret = c->status;
 	if (ret == -EINPROGRESS)
 		memcpy(bind->nonce_r, c->bind.nonce_r, sizeof(bind->nonce_r));
-	if (!ret && hello->step != KRCORE_CM_PROVE)
+	if (!ret && hello->step == KRCORE_CM_ASK)
 		/* Accepted with no proof asked: not a krcore listener of this version. */
 		ret = -EPROTO;
 	if (!ret) {
@@ -784,9 +784,9 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 	struct krcore_cm_hello hello = {
 		.kind = kind,
 		.index = index,
-		.step = KRCORE_CM_ASK,
+		.step = KRCORE_CM_FRESH,
 	};
-	struct krcore_cm_bind bind = { .kind = kind, .index = index };
+	struct krcore_cm_bind bind = { .kind = kind, .index = index, .step = KRCORE_CM_FRESH };
 	int ret;
 
 	if (!cm_port)
@@ -802,10 +802,17 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 	bind.responder_port = dst.sin_port;
 	get_random_bytes(hello.nonce_i, sizeof(hello.nonce_i));
 	memcpy(bind.nonce_i, hello.nonce_i, sizeof(bind.nonce_i));
+	/* The proof at once, over our time (abi's cluster::auth): one request when the
+	 * listener admits it. */
+	krcore_rs_cm_fresh_nonce(krcore_shim_wall_ms(), hello.nonce_r);
+	memcpy(bind.nonce_r, hello.nonce_r, sizeof(bind.nonce_r));
 	ret = krcore_cm_attempt(dev, pd, cq, &src, &dst, deadline, &hello, &bind, out, qp, qpn);
 	if (ret != -EINPROGRESS)
-		return ret ? ret : -EPROTO;
+		return ret;
+	/* Not admitted (our clocks apart, the listener newer than our time): its refusal
+	 * carried a challenge, which a PROVE answers. */
 	hello.step = KRCORE_CM_PROVE;
+	bind.step = KRCORE_CM_PROVE;
 	memcpy(hello.nonce_r, bind.nonce_r, sizeof(hello.nonce_r));
 	return krcore_cm_attempt(dev, pd, cq, &src, &dst, deadline, &hello, &bind, out, qp, qpn);
 }
@@ -962,19 +969,14 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	pin = krcore_rs_cm_resources(id->device, &pd, &cq, &offer);
 	if (!pin)
 		return -ENODEV;
-	if (hello.step == KRCORE_CM_ASK) {
-		/* Refused with a challenge, kept by the gate. */
-		get_random_bytes(nonce_r, sizeof(nonce_r));
-		krcore_rs_cm_challenge(pin, from->sin_addr.s_addr, nonce_r);
-		krcore_rs_cm_challenge_write(nonce_r, challenge);
-		rdma_reject(id, challenge, sizeof(challenge), IB_CM_REJ_CONSUMER_DEFINED);
-		ret = -ECONNREFUSED;
-		goto unpin;
-	}
-	/* A proof: its challenge spent (whatever its tag), then admitted or refused. */
+	if (hello.step == KRCORE_CM_ASK)
+		goto challenge;
+	/* A proof: its challenge spent (whatever its tag), or its time checked once its
+	 * tag is good; then admitted or refused. */
 	bind = (struct krcore_cm_bind){
 		.kind = hello.kind,
 		.index = hello.index,
+		.step = hello.step,
 		.initiator_port = from->sin_port,
 		.responder_port = to->sin_port,
 		.initiator = from->sin_addr.s_addr,
@@ -983,11 +985,18 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	};
 	memcpy(bind.nonce_i, hello.nonce_i, sizeof(bind.nonce_i));
 	memcpy(bind.nonce_r, hello.nonce_r, sizeof(bind.nonce_r));
-	ret = krcore_rs_cm_redeem(pin, from->sin_addr.s_addr, hello.nonce_r);
+	if (hello.step == KRCORE_CM_FRESH)
+		ret = krcore_rs_cm_open(pin, from->sin_addr.s_addr);
+	else
+		ret = krcore_rs_cm_redeem(pin, from->sin_addr.s_addr, hello.nonce_r);
 	if (!ret && !krcore_cm_tag_ok(true, &bind, hello.tag)) {
 		krcore_rs_cm_bad_tag(pin, from->sin_addr.s_addr);
 		ret = -EPERM;
 	}
+	/* A member's proof, but out of time or seen before: a challenge instead. */
+	if (!ret && hello.step == KRCORE_CM_FRESH &&
+	    krcore_rs_cm_fresh(pin, from->sin_addr.s_addr, hello.nonce_i, hello.nonce_r))
+		goto challenge;
 	if (ret) {
 		pr_info_ratelimited("krcore: %s: refused a connection request from %pI4 that proved no cluster key\n",
 				    dev_name(&id->device->dev), &from->sin_addr.s_addr);
@@ -1084,6 +1093,14 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	}
 	krcore_rs_cm_unpin(pin);
 	return 0;
+challenge:
+	/* Refused with a challenge, kept by the gate. */
+	get_random_bytes(nonce_r, sizeof(nonce_r));
+	krcore_rs_cm_challenge(pin, from->sin_addr.s_addr, nonce_r);
+	krcore_rs_cm_challenge_write(nonce_r, challenge);
+	rdma_reject(id, challenge, sizeof(challenge), IB_CM_REJ_CONSUMER_DEFINED);
+	krcore_rs_cm_unpin(pin);
+	return -ECONNREFUSED;
 free:
 	/* Its QP is destroyed (or never was). A reap a request being served queued holds
 	 * a reference (krcore_cm_drop_peer): it finds the connection off the list. */

@@ -8,8 +8,8 @@ use core::ffi::c_int;
 
 use crate::abi::cluster::auth::{NONCE_LEN, TAG_LEN};
 use crate::abi::cluster::hello::{
-    Accept, Endpoint, Hello, Kind, Offer, Proof, Refusal, Role, Transcript, ACCEPT_LEN, ASK,
-    CHALLENGE_LEN, HELLO_LEN, PROVE, TRANSCRIPT_LEN, YIELD_LEN,
+    fresh_nonce, Accept, Endpoint, Hello, Kind, Offer, Proof, Refusal, Role, Step, Transcript,
+    ACCEPT_LEN, ASK, CHALLENGE_LEN, FRESH, HELLO_LEN, PROVE, TRANSCRIPT_LEN, YIELD_LEN,
 };
 use crate::abi::errno::Errno;
 use crate::shim::MetaOffer;
@@ -19,7 +19,7 @@ use crate::shim::MetaOffer;
 pub(crate) struct CmHello {
     kind: u8,
     index: u8,
-    /// `KRCORE_CM_ASK` (1) or `KRCORE_CM_PROVE` (2).
+    /// `KRCORE_CM_ASK` (1), `KRCORE_CM_PROVE` (2) or `KRCORE_CM_FRESH` (3).
     step: u8,
     resv: u8,
     nonce_i: [u8; NONCE_LEN],
@@ -35,7 +35,9 @@ pub(crate) struct CmBind {
     index: u8,
     initiator_port: u16,
     responder_port: u16,
-    resv: u16,
+    /// The hello's step (`KRCORE_CM_PROVE` or `KRCORE_CM_FRESH`).
+    step: u8,
+    resv: u8,
     initiator: u32,
     responder: u32,
     initiator_qpn: u32,
@@ -49,8 +51,8 @@ const _: () = assert!(core::mem::size_of::<CmHello>() == 52);
 const _: () = assert!(core::mem::size_of::<CmBind>() == 56);
 const _: () = assert!(HELLO_LEN == 56 && CHALLENGE_LEN == 20 && YIELD_LEN == 4);
 const _: () = assert!(ACCEPT_LEN == 40 && TRANSCRIPT_LEN == 64);
-// shim.h's KRCORE_CM_ASK and KRCORE_CM_PROVE.
-const _: () = assert!(ASK == 1 && PROVE == 2);
+// shim.h's KRCORE_CM_ASK, KRCORE_CM_PROVE and KRCORE_CM_FRESH.
+const _: () = assert!(ASK == 1 && PROVE == 2 && FRESH == 3);
 
 /// A kind cm.c names (`KRCORE_CM_PEER` or `KRCORE_CM_META`; its own, never a peer's).
 fn kind_of(k: u8) -> Kind {
@@ -81,7 +83,7 @@ extern "C" fn krcore_rs_cm_hello_read(data: *const u8, len: u32, out: *mut CmHel
     let Some(h) = Hello::read(unsafe { bytes(data, len) }) else {
         return Errno::EPROTO.to_neg();
     };
-    let p = h.proof.unwrap_or(Proof {
+    let p = h.step.proof().copied().unwrap_or(Proof {
         nonce_r: [0; NONCE_LEN],
         tag: [0; TAG_LEN],
     });
@@ -90,7 +92,7 @@ extern "C" fn krcore_rs_cm_hello_read(data: *const u8, len: u32, out: *mut CmHel
         out.write(CmHello {
             kind: h.kind as u8,
             index: h.index,
-            step: if h.proof.is_some() { PROVE } else { ASK },
+            step: h.step.byte(),
             resv: 0,
             nonce_i: h.nonce_i,
             nonce_r: p.nonce_r,
@@ -105,14 +107,20 @@ extern "C" fn krcore_rs_cm_hello_read(data: *const u8, len: u32, out: *mut CmHel
 extern "C" fn krcore_rs_cm_hello_write(h: *const CmHello, out: *mut u8) {
     // SAFETY: the caller passes a struct of its own making.
     let h = unsafe { &*h };
+    let proof = Proof {
+        nonce_r: h.nonce_r,
+        tag: h.tag,
+    };
+    let step = match h.step {
+        PROVE => Step::Prove(proof),
+        FRESH => Step::Fresh(proof),
+        _ => Step::Ask,
+    };
     let hello = Hello {
         kind: kind_of(h.kind),
         index: h.index,
         nonce_i: h.nonce_i,
-        proof: (h.step == PROVE).then_some(Proof {
-            nonce_r: h.nonce_r,
-            tag: h.tag,
-        }),
+        step,
     };
     // SAFETY: `out` has room for HELLO_LEN bytes.
     unsafe { out.cast::<[u8; HELLO_LEN]>().write(hello.write()) };
@@ -205,6 +213,7 @@ extern "C" fn krcore_rs_cm_transcript(initiator: bool, b: *const CmBind, out: *m
     let b = unsafe { &*b };
     let t = Transcript {
         kind: kind_of(b.kind),
+        step: b.step,
         index: b.index,
         // Network order as held: the bytes in memory are the wire's.
         initiator: Endpoint {
@@ -227,4 +236,12 @@ extern "C" fn krcore_rs_cm_transcript(initiator: bool, b: *const CmBind, out: *m
     };
     // SAFETY: `out` has room for TRANSCRIPT_LEN bytes.
     unsafe { out.cast::<[u8; TRANSCRIPT_LEN]>().write(t.bytes(role)) };
+}
+
+/// Writes what a FRESH hello made at `at_ms` (the wall clock) carries in place of the
+/// listener's nonce, `NONCE_LEN` bytes, at `out`.
+#[no_mangle]
+extern "C" fn krcore_rs_cm_fresh_nonce(at_ms: i64, out: *mut u8) {
+    // SAFETY: `out` has room for NONCE_LEN bytes.
+    unsafe { out.cast::<[u8; NONCE_LEN]>().write(fresh_nonce(at_ms.max(0) as u64)) };
 }

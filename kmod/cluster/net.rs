@@ -15,8 +15,13 @@ use crate::engine::fabric::MemberState;
 use crate::cluster::peer::{PeerQp, QPS_PER_SET};
 use crate::shim::{self, IbCq, IbPd};
 
-use crate::engine::devctx::{coarse_ms, now_us, DevCtx};
+use crate::abi::cluster::hello::fresh_time;
+use crate::engine::devctx::{coarse_ms, now_us, wall_ms, DevCtx};
 use crate::abi::engine::Fabric;
+
+/// How long the dial of a set waits after its first connection is up before it makes
+/// the rest, us: the waiters it woke run first.
+const REST_AFTER_US: u32 = 1_000;
 
 impl DevCtx {
     /// Builds the QP pool if the device can have one now (the prewarm work item), then
@@ -76,10 +81,16 @@ impl DevCtx {
         }
         // Answers from other nodes (a revocation's) come through the CQ.
         if self.route() > 0 || did {
-            let n = self.rings.lock().rings.len();
-            for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
-                r.ctx.lock().wake();
-            }
+            self.wake_rings();
+        }
+    }
+
+    /// Wakes every ring, so entries that waited for network work are taken again (a
+    /// waiter steps, an eventfd is told).
+    fn wake_rings(&self) {
+        let n = self.rings.lock().rings.len();
+        for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
+            r.ctx.lock().wake();
         }
     }
 
@@ -111,11 +122,12 @@ impl DevCtx {
         // SAFETY: plain calls; no lock held (tests use the delay to make two nodes'
         // dials overlap).
         unsafe { shim::krcore_shim_msleep(shim::krcore_shim_cm_dial_delay_ms()) };
-        let mut made: [Option<PeerQp>; QPS_PER_SET] = [None; QPS_PER_SET];
+        // The connections after the first: the first is installed as soon as it is up.
+        let mut rest: [Option<PeerQp>; QPS_PER_SET - 1] = [None; QPS_PER_SET - 1];
         let mut how = Attempt::Failed;
         if let Some((ib, pd, cq, gid)) = verbs {
             how = Attempt::Established;
-            for (index, q) in made.iter_mut().enumerate() {
+            for index in 0..QPS_PER_SET {
                 let (mut conn, mut qp, mut qpn) = (core::ptr::null_mut(), core::ptr::null_mut(), 0);
                 // SAFETY: the device, PD and CQ live while the pin is held (the removal
                 // waits for it), and cm.c tears this connection down (or refuses it)
@@ -138,7 +150,31 @@ impl DevCtx {
                     how = Attempt::Failed;
                     break;
                 }
-                *q = Some(PeerQp { conn, qp, qpn });
+                let q = PeerQp { conn, qp, qpn };
+                match index.checked_sub(1).and_then(|k| rest.get_mut(k)) {
+                    Some(slot) => *slot = Some(q),
+                    None => {
+                        // The first: bound to at once, the rest made behind it. A
+                        // removal that began meanwhile tore it down: let go, never
+                        // installed.
+                        let live = !self.dead.load(Ordering::SeqCst);
+                        if !live || !self.shared.members().first_up(&job, q) {
+                            if !live {
+                                self.shared.let_go(q.conn);
+                            }
+                            how = Attempt::Failed;
+                            break;
+                        }
+                        // Its peer's notices need the CQ armed (see `cq_event`); the
+                        // CONNECTs waiting for it are taken again.
+                        self.events.kick();
+                        self.wake_rings();
+                        // The rest is made behind them: the CPU goes to the woken
+                        // waiters first (they bind and return), not to the next dial.
+                        // SAFETY: plain call; no lock held.
+                        unsafe { shim::krcore_shim_usleep(REST_AFTER_US) };
+                    }
+                }
             }
         }
         // A removal that began meanwhile tore the connections down: they are let go,
@@ -148,7 +184,7 @@ impl DevCtx {
         }
         // SAFETY: plain call (the clock the peer table's other times come from).
         let now = unsafe { shim::krcore_shim_coarse_ms() };
-        let set = self.shared.members().dialed(job, &made, how, now);
+        let set = self.shared.members().dialed(job, &rest, how, now);
         if pinned {
             if set {
                 // Its peer's notices need the CQ armed (see `cq_event`).
@@ -207,6 +243,20 @@ impl DevCtx {
     /// whether its tag may be checked.
     pub(crate) fn cm_redeem(&self, from: u32, nonce: &[u8; NONCE_LEN]) -> Result<(), Refusal> {
         self.auth.lock().redeem(from, nonce, coarse_ms())
+    }
+
+    /// Whether a FRESH proof from `from` is read at all (its tag checked next).
+    pub(crate) fn cm_open(&self, from: u32) -> Result<(), Refusal> {
+        self.auth.lock().open(from, coarse_ms())
+    }
+
+    /// A FRESH proof from `from`, its tag good: whether it is admitted now (abi's
+    /// `Gate::fresh`), by the time `nonce_r` holds.
+    pub(crate) fn cm_fresh(&self, from: u32, nonce_i: &[u8; NONCE_LEN], nonce_r: &[u8; NONCE_LEN]) -> bool {
+        let Some(at) = fresh_time(nonce_r) else {
+            return false;
+        };
+        self.auth.lock().fresh(from, nonce_i, at, wall_ms())
     }
 
     /// That proof's tag was wrong.

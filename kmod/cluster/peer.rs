@@ -9,7 +9,9 @@
 //! no set yet, the membership answers `EINPROGRESS`: the engine stops at the CONNECT
 //! (`Stall::Remote`), and one of the device's workers makes the set with no lock held
 //! (devctx's `dial`, one rdma_cm connection per QP, milliseconds), while the CONNECT and
-//! others to the node wait for it; every later CONNECT binds in microseconds. A set whose connections broke (the
+//! others to the node wait for its first connection: that one is installed as soon as it
+//! is up ([`PeerSets::first_up`]) and they bind to it, while the worker makes the rest
+//! behind them; every later CONNECT binds in microseconds. A set whose connections broke (the
 //! peer disconnected or went) is closed at the next CONNECT, which builds a new one; a
 //! failed attempt backs off (abi's conn_set), and CONNECTs meanwhile fail with
 //! `Unreachable`.
@@ -32,7 +34,7 @@ use core::sync::atomic::Ordering;
 
 use crate::abi::cluster::conn_set::{Answer, Attempt, State};
 use crate::abi::cluster::notice::Notice;
-use crate::abi::cluster::peers::{node_of, Connect, Peers, NO_USER};
+use crate::abi::cluster::peers::{node_of, Connect, Ended, Peers, NO_USER};
 use crate::abi::engine::{Connection, QpBits};
 use crate::abi::errno::Errno;
 use crate::engine::backend::POOL_QPS;
@@ -72,6 +74,8 @@ pub(crate) struct DialJob {
     peer: u32,
     /// The peer's address (an IPv4-mapped GID).
     pub(crate) addr: [u8; 16],
+    /// The attempt's epoch (abi's `ConnSet::epoch`): its reports name it.
+    epoch: u32,
 }
 
 /// The device's sets.
@@ -231,43 +235,66 @@ impl PeerSets {
     pub(crate) fn take_job(&mut self) -> Option<DialJob> {
         self.table
             .take_job()
-            .map(|(peer, addr)| DialJob { peer, addr })
+            .map(|(peer, addr, epoch)| DialJob { peer, addr, epoch })
     }
 
-    /// The caller dialed `job` at `now_ms`, ending `how`: `made` holds the QPs it
-    /// connected (all of them when established). When the attempt became the set they
-    /// are installed into their slots (whose accounting starts anew: an earlier set's
-    /// there failed); otherwise (it failed, or the peer's set was adopted meanwhile)
-    /// they are closed. The slots installed, for the recovery to forget.
+    /// The first connection of `job`'s set is up: installed in the entry's first slot,
+    /// where CONNECTs waiting for the set bind at once while the caller makes the rest
+    /// (abi's `Peers::first_up`), unless the attempt was given up meanwhile (then it is
+    /// closed). The slot installed, for the recovery to forget.
+    pub(crate) fn first_up(&mut self, shared: &Shared, job: &DialJob, q: PeerQp) -> Option<u32> {
+        if !self.table.first_up(job.peer, job.epoch) {
+            shared.let_go(q.conn);
+            return None;
+        }
+        let slot = self.table.qps(job.peer).start;
+        self.install(shared, slot, q, &job.addr);
+        log_set(&job.addr, "first connection up, dialed here: in use");
+        forget_cached(shared, &job.addr);
+        // Bound while it was being made (a listen's accept): told now it is up.
+        self.tell(shared);
+        Some(slot)
+    }
+
+    /// The caller dialed `job` at `now_ms`, ending `how`: `rest` holds the QPs it
+    /// connected after the first ([`first_up`](Self::first_up) installed that one),
+    /// all of them when established. When the attempt became the set they are
+    /// installed into their slots (whose accounting starts anew: an earlier set's there
+    /// failed); otherwise (it failed, or the peer's set was adopted meanwhile) they are
+    /// closed, and so is the partial set's first when the attempt's end takes it
+    /// (abi's `Ended::Lost`). The slots installed, for the recovery to forget.
     pub(crate) fn dialed(
         &mut self,
         shared: &Shared,
         job: DialJob,
-        made: &[Option<PeerQp>; QPS_PER_SET],
+        rest: &[Option<PeerQp>; QPS_PER_SET - 1],
         how: Attempt,
         now_ms: i64,
     ) -> Option<core::ops::Range<u32>> {
         let how = match how {
-            Attempt::Established if !made.iter().all(Option::is_some) => Attempt::Failed,
+            Attempt::Established if !rest.iter().all(Option::is_some) => Attempt::Failed,
             h => h,
         };
-        let set = self.table.attempt_done(job.peer, how, now_ms);
+        let ended = self.table.attempt_done(job.peer, job.epoch, how, now_ms);
         let slots = self.table.qps(job.peer);
-        for (slot, q) in slots.clone().zip(made.iter()) {
+        for (slot, q) in slots.clone().skip(1).zip(rest.iter()) {
             let Some(q) = *q else { continue };
-            if set {
+            if ended == Ended::Set {
                 self.install(shared, slot, q, &job.addr);
             } else {
                 shared.let_go(q.conn);
             }
         }
-        if set {
-            log_set(&job.addr, "up, dialed here");
-            forget_cached(shared, &job.addr);
-            // Bound while it was being made (a listen's accept): told now it is up.
-            self.tell(shared);
+        match ended {
+            Ended::Set => log_set(&job.addr, "up, dialed here"),
+            Ended::Dropped => {}
+            Ended::Lost => {
+                log_set(&job.addr, "lost: the rest of it could not be made");
+                self.close(shared, job.peer);
+                forget_cached(shared, &job.addr);
+            }
         }
-        set.then_some(slots)
+        (ended == Ended::Set).then_some(slots)
     }
 
     /// Installs a connected QP of a set to `addr` in `slot`, its accounting started

@@ -391,16 +391,27 @@ impl MembersGuard<'_> {
 }
 
 impl MembersGuard<'_> {
+    /// The first connection of a caller's dial is up: see [`PeerSets::first_up`].
+    /// Whether it was installed (CONNECTs to the node bind to it from now on).
+    pub(crate) fn first_up(&mut self, job: &DialJob, q: PeerQp) -> bool {
+        let MemberState { peers, recovery, .. } = &mut *self.g;
+        let installed = peers.first_up(self.shared, job, q);
+        if let Some(slot) = installed {
+            recovery.revive(slot);
+        }
+        installed.is_some()
+    }
+
     /// A caller dialed `job` at `now_ms` (devctx's `dial`): see [`PeerSets::dialed`].
     pub(crate) fn dialed(
         &mut self,
         job: DialJob,
-        made: &[Option<PeerQp>; QPS_PER_SET],
+        rest: &[Option<PeerQp>; QPS_PER_SET - 1],
         how: Attempt,
         now_ms: i64,
     ) -> bool {
         let MemberState { peers, recovery, .. } = &mut *self.g;
-        let up = peers.dialed(self.shared, job, made, how, now_ms);
+        let up = peers.dialed(self.shared, job, rest, how, now_ms);
         for slot in up.clone().into_iter().flatten() {
             recovery.revive(slot);
         }

@@ -105,10 +105,15 @@
 #                                   processes of this node's own, at once
 #   cluster-smoke.sh guard ROLE     a member serving the MetaServer, knocked on by ROLE (a
 #                                   host that is not a member): once ROLE is done, this
-#                                   node's counters must show the proofs it refused
+#                                   node's counters must show the proofs it refused, a
+#                                   dial admitted at once (the member's to the
+#                                   MetaServer) and one whose clock was ahead answered
+#                                   with a challenge (its CONNECT)
 #   cluster-smoke.sh member META ROLE
-#                                   a member: once ROLE listens to the segment, CONNECT to
-#                                   META's node (a proof crosses the segment); unload
+#                                   a member: once ROLE listens to the segment, set this
+#                                   node's clock a minute ahead and CONNECT to META's node
+#                                   (a proof crosses the segment, then another answering
+#                                   the challenge its time earned); unload
 #   cluster-smoke.sh intruder META ROLE
 #                                   no member (no key): capture ROLE's proof from the
 #                                   segment, then knock on META's listener with crafted
@@ -453,6 +458,11 @@ guard)
   dmesg | grep "proved no cluster key" | tail -2 | sed "s/.*krcore: /$KRCORE_NODE: /"
   # The PROVE with no key's tag, the same challenge again, the MetaServer's, the replay.
   [ "$refused" -ge 4 ] || { echo "$KRCORE_NODE: fewer than 4 proofs refused" >&2; exit 1; }
+  at_once=$("$KRCORE_TOOL" counters | awk '/peer dials at once/ { s += $NF } END { print s + 0 }')
+  stale=$("$KRCORE_TOOL" counters | awk '/peer proofs stale/ { s += $NF } END { print s + 0 }')
+  echo "$KRCORE_NODE: dials admitted at once: $at_once; proofs out of time: $stale"
+  [ "$at_once" -ge 1 ] || { echo "$KRCORE_NODE: no dial was admitted at its first request" >&2; exit 1; }
+  [ "$stale" -ge 1 ] || { echo "$KRCORE_NODE: the dial from a clock ahead was not challenged" >&2; exit 1; }
   unload
   ;;
 member)
@@ -460,6 +470,9 @@ member)
   intruder=$(addr_of "$3") || exit 1
   reload meta_server="$meta" || exit 1
   barrier "$intruder" 7502 300 || exit 1
+  # A minute ahead: out of the listener's time window, so the dial's first proof is
+  # answered with a challenge and the second, answering it, connects.
+  date -s "@$(( $(date +%s) + 60 ))" >/dev/null || exit 1
   connect_until "$2" 10 || exit 1
   barrier "$intruder" 7503 300 || exit 1
   unload

@@ -25,8 +25,11 @@
 
 use std::collections::HashMap;
 
-use krcore_abi::cluster::auth::{Gate, CHALLENGE_MS, NONCE_LEN};
-use krcore_abi::cluster::hello::{Accept, Hello, Kind, Offer, Proof, Refusal, ACCEPT_LEN, HELLO_LEN};
+use krcore_abi::cluster::auth::{Gate, CHALLENGE_MS, FRESH_MS, NONCE_LEN};
+use krcore_abi::cluster::hello::{
+    fresh_nonce, fresh_time, Accept, Hello, Kind, Offer, Proof, Refusal, Step, ACCEPT_LEN,
+    HELLO_LEN,
+};
 use krcore_abi::cluster::notice::{link_id, Notice, NOTICE_LEN, NO_LINK};
 use krcore_abi::cqe::{Cqe, CqeFlags};
 use krcore_abi::meta::frame;
@@ -511,7 +514,12 @@ fn gate(inp: &mut Input) {
     let mut g: Gate<8> = Gate::new();
     // Every challenge issued: (address, nonce, when), and whether it was spent.
     let mut issued: Vec<([u8; NONCE_LEN], u32, i64, bool)> = Vec::new();
+    // Every FRESH proof admitted: (address, nonce, time), what a replay repeats.
+    let mut admitted: Vec<(u32, [u8; NONCE_LEN], i64)> = Vec::new();
     let mut now = 0i64;
+    // The wall clock, ms: the gate starts at it.
+    let wall = 1_800_000_000_000i64;
+    g.start_fresh(wall);
     for _ in 0..128 {
         if inp.done() {
             break;
@@ -526,20 +534,44 @@ fn gate(inp: &mut Input) {
                     .get(pick % (issued.len() + 1))
                     .map_or([0xee; NONCE_LEN], |c| c.0);
                 let kind = if inp.byte() % 2 == 0 { Kind::Peer } else { Kind::Meta };
-                let written = Hello {
-                    kind,
-                    index: 0,
-                    nonce_i: [inp.byte(); NONCE_LEN],
-                    proof: (inp.byte() % 3 != 0).then_some(Proof {
+                // A FRESH one's time: around the gate's clock, before it or long after.
+                let at = wall + now + (inp.byte() as i64 - 128) * 100;
+                let step = match inp.byte() % 4 {
+                    0 => Step::Ask,
+                    1 => Step::Fresh(Proof {
+                        nonce_r: fresh_nonce(at as u64),
+                        tag: [0; 16],
+                    }),
+                    _ => Step::Prove(Proof {
                         nonce_r,
                         tag: [0; 16],
                     }),
+                };
+                let written = Hello {
+                    kind,
+                    index: 0,
+                    nonce_i: [inp.byte() % 4; NONCE_LEN],
+                    step,
                 }
                 .write();
                 let bytes = scribbled(inp, &written);
                 reads_strictly(&bytes);
                 let Some(h) = Hello::read(&bytes) else { continue };
-                let Some(p) = h.proof else {
+                if let Step::Fresh(p) = h.step {
+                    // Its tag taken as good: admitted once per nonce, in time, after
+                    // the gate started.
+                    let at = fresh_time(&p.nonce_r).expect("read strictly");
+                    if g.open(from, now).is_ok() && g.fresh(from, &h.nonce_i, at, wall + now) {
+                        assert!(
+                            !admitted.contains(&(from, h.nonce_i, at)),
+                            "a FRESH proof from {from:#x} admitted twice"
+                        );
+                        assert!(at > wall && (at - (wall + now)).abs() <= FRESH_MS, "out of time");
+                        admitted.push((from, h.nonce_i, at));
+                    }
+                    continue;
+                }
+                let Some(p) = h.step.proof().copied() else {
                     // Nonces are random 128-bit values: never the same twice.
                     let mut n = [0u8; NONCE_LEN];
                     n[..8].copy_from_slice(&(issued.len() as u64 + 1).to_le_bytes());

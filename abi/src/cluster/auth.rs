@@ -14,7 +14,16 @@
 //!    dialer checks before it uses the connection.
 //!
 //! A request sniffed on the segment and replayed gets nothing: its challenge is spent,
-//! and its tag names the dialer's address, port and QP. The wire forms and the
+//! and its tag names the dialer's address, port and QP.
+//!
+//! A dial first tries to skip the challenge's round trip: its first request is a FRESH
+//! hello, the proof made at once over the dialer's nonce and its wall-clock time in
+//! place of the listener's nonce. The listener admits it only when the time is within
+//! [`FRESH_MS`] of its own, later than anything it has forgotten, and the dialer's
+//! nonce is not among the fresh proofs it admitted ([`Seen`]): so a replay is refused
+//! however the clocks move. When it is not admitted (clocks apart, a listener loaded
+//! since, a replay) the refusal carries a challenge, and the dial goes on as above: a
+//! first contact costs one request when the nodes' clocks agree, two when not. The wire forms and the
 //! transcript are [`hello`](super::hello)'s; the MAC (HMAC-SHA256 through the kernel's
 //! crypto API, cut to [`TAG_LEN`]) is the module's (kmod/cluster/cm_auth.c); what is admitted, and how often an address may fail, is decided
 //! here: a [`Gate`] per device. A hello never fails: it always gets a challenge, which
@@ -35,6 +44,12 @@ pub const PER_SOURCE: usize = 4;
 pub const BURST: u32 = 16;
 /// Failed proofs it may make per second after a burst.
 pub const PER_SECOND: u32 = 8;
+/// How far a FRESH proof's time may be from the listener's clock, ms, either way.
+pub const FRESH_MS: i64 = CHALLENGE_MS;
+/// Fresh proofs a listener remembers: when more come within [`FRESH_MS`], the oldest
+/// is forgotten and every proof as old as it is refused from then on (its dialer
+/// answers a challenge instead).
+pub const SEEN: usize = 32;
 
 /// Compares two byte strings in time that does not depend on where they differ.
 pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
@@ -127,6 +142,83 @@ impl<const N: usize> Challenges<N> {
     /// Challenges outstanding now.
     pub fn outstanding(&self, now_ms: i64) -> usize {
         self.slots.iter().filter(|s| s.live && !s.expired(now_ms)).count()
+    }
+}
+
+/// The FRESH proofs a listener admitted while a replay of them could still be in time
+/// (`N` at most), and the time at or before which it admits none: when it started, or
+/// the latest proof it forgot.
+pub struct Seen<const N: usize> {
+    slots: [Option<(u32, [u8; NONCE_LEN], i64)>; N],
+    floor_ms: i64,
+}
+
+impl<const N: usize> Default for Seen<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Seen<N> {
+    /// Admits none until [`start`](Self::start).
+    pub const fn new() -> Self {
+        Seen {
+            slots: [None; N],
+            floor_ms: i64::MAX,
+        }
+    }
+
+    /// Admits proofs made after `now_ms` (wall clock) only: none made before the
+    /// listener was, which an earlier one may have admitted already.
+    pub fn start(&mut self, now_ms: i64) {
+        self.floor_ms = now_ms;
+    }
+
+    /// A FRESH proof from `from` with nonce `nonce_i`, made at `at_ms`, its tag good,
+    /// arrives at `now_ms` (wall clock): whether it is admitted (in time, after the
+    /// floor, never admitted before), and if so remembered.
+    pub fn admit(&mut self, from: u32, nonce_i: &[u8; NONCE_LEN], at_ms: i64, now_ms: i64) -> bool {
+        let earliest = now_ms.saturating_sub(FRESH_MS);
+        if at_ms <= self.floor_ms || at_ms < earliest || at_ms > now_ms.saturating_add(FRESH_MS) {
+            return false;
+        }
+        // What is out of time goes: a replay of it is refused by its time, and by the
+        // floor should the clock go back.
+        for s in self.slots.iter_mut() {
+            if let Some((_, _, t)) = *s {
+                if t < earliest {
+                    self.floor_ms = self.floor_ms.max(t);
+                    *s = None;
+                }
+            }
+        }
+        let mine = |s: &(u32, [u8; NONCE_LEN], i64)| s.0 == from && same_bytes(&s.1, nonce_i);
+        if self.slots.iter().flatten().any(mine) {
+            return false;
+        }
+        let at = match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                // Full of proofs still in time: the oldest is forgotten, and the floor
+                // rises to it, so a replay of it is refused by its time.
+                let oldest = self
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| s.map(|(_, _, t)| (i, t)))
+                    .min_by_key(|&(_, t)| t);
+                let Some((i, t)) = oldest else {
+                    return false;
+                };
+                self.floor_ms = self.floor_ms.max(t);
+                if at_ms <= self.floor_ms {
+                    return false;
+                }
+                i
+            }
+        };
+        self.slots[at] = Some((from, *nonce_i, at_ms));
+        true
     }
 }
 
@@ -244,10 +336,16 @@ pub const LIMITED_SOURCES: usize = 16;
 pub struct Gate<const N: usize> {
     challenges: Challenges<N>,
     limiters: Limiters<LIMITED_SOURCES>,
+    seen: Seen<SEEN>,
     /// Proofs refused: an unknown, spent or expired challenge, or a wrong tag.
     pub refused: u64,
     /// Proofs refused unread: their address failed too often lately.
     pub limited: u64,
+    /// FRESH proofs admitted (a dial in one request).
+    pub fresh: u64,
+    /// FRESH proofs with a good tag answered by a challenge instead: out of time (the
+    /// clocks apart), older than the gate, or replayed.
+    pub stale: u64,
 }
 
 impl<const N: usize> Default for Gate<N> {
@@ -262,9 +360,40 @@ impl<const N: usize> Gate<N> {
         Gate {
             challenges: Challenges::new(),
             limiters: Limiters::new(),
+            seen: Seen::new(),
             refused: 0,
             limited: 0,
+            fresh: 0,
+            stale: 0,
         }
+    }
+
+    /// Admits FRESH proofs made after `wall_ms` (the wall clock now) from here on.
+    pub fn start_fresh(&mut self, wall_ms: i64) {
+        self.seen.start(wall_ms);
+    }
+
+    /// Whether `from`'s proofs are read at all (it has not failed too often lately):
+    /// asked before a FRESH proof's tag is checked.
+    pub fn open(&mut self, from: u32, now_ms: i64) -> Result<(), Refusal> {
+        if self.limiters.open(from, now_ms) {
+            return Ok(());
+        }
+        self.limited += 1;
+        Err(Refusal::Limited)
+    }
+
+    /// A FRESH proof from `from`, its tag good, with nonce `nonce_i` and made at
+    /// `at_ms`, arrives at `wall_ms`: whether it is admitted (see [`Seen::admit`]);
+    /// when not, the caller answers it with a challenge.
+    pub fn fresh(&mut self, from: u32, nonce_i: &[u8; NONCE_LEN], at_ms: i64, wall_ms: i64) -> bool {
+        let ok = self.seen.admit(from, nonce_i, at_ms, wall_ms);
+        if ok {
+            self.fresh += 1;
+        } else {
+            self.stale += 1;
+        }
+        ok
     }
 
     /// A hello from `from`: `nonce` is issued to it as its challenge.
@@ -275,10 +404,7 @@ impl<const N: usize> Gate<N> {
     /// A proof from `from` answering challenge `nonce`: spends it. The caller checks
     /// the tag next (and reports a wrong one with [`bad_tag`](Self::bad_tag)).
     pub fn redeem(&mut self, from: u32, nonce: &[u8; NONCE_LEN], now_ms: i64) -> Result<(), Refusal> {
-        if !self.limiters.open(from, now_ms) {
-            self.limited += 1;
-            return Err(Refusal::Limited);
-        }
+        self.open(from, now_ms)?;
         if !self.challenges.redeem(from, nonce, now_ms) {
             self.bad_tag(from, now_ms);
             return Err(Refusal::Refused);
@@ -408,5 +534,38 @@ mod tests {
         assert!(same_bytes(b"abcd", b"abcd"));
         assert!(!same_bytes(b"abcd", b"abce"));
         assert!(!same_bytes(b"abc", b"abcd"));
+    }
+
+    /// A FRESH proof is admitted once, in time, and never when older than the gate or
+    /// than a proof it forgot; a flood of good proofs forgets the oldest, never admits
+    /// a replay.
+    #[test]
+    fn fresh_proofs_are_admitted_once_and_in_time() {
+        let mut g = Gate::<4>::new();
+        assert!(!g.fresh(A, &nonce(1), 1_000, 1_000), "not started: none admitted");
+        g.start_fresh(1_000);
+        assert!(!g.fresh(A, &nonce(1), 1_000, 1_001), "made before the gate was");
+        assert!(g.fresh(A, &nonce(1), 1_001, 1_002));
+        assert!(!g.fresh(A, &nonce(1), 1_001, 1_003), "replayed");
+        assert!(g.fresh(B, &nonce(1), 1_001, 1_003), "another dialer's nonce");
+        assert!(!g.fresh(A, &nonce(2), 1_002 + FRESH_MS + 1, 1_002), "ahead of our clock");
+        assert!(!g.fresh(A, &nonce(2), 1_002, 1_003 + FRESH_MS), "late");
+        assert!(g.fresh(A, &nonce(2), 1_002 + FRESH_MS, 1_002), "ahead, within the window");
+        assert_eq!((g.fresh, g.stale), (3, 5));
+        // Out of time, it is forgotten; the clock going back cannot bring it back.
+        let later = 1_001 + 3 * FRESH_MS;
+        assert!(g.fresh(A, &nonce(3), later, later));
+        assert!(!g.fresh(A, &nonce(1), 1_001, 1_001), "the clock went back: refused by its time");
+        // A flood of good proofs: the oldest are forgotten, and refused if replayed.
+        let mut s = Seen::<SEEN>::new();
+        s.start(0);
+        for i in 0..(SEEN as i64 + 4) {
+            assert!(s.admit(A, &[i as u8; NONCE_LEN], 10 + i, 100));
+        }
+        for i in 0..4 {
+            assert!(!s.admit(A, &[i as u8; NONCE_LEN], 10 + i, 100), "forgotten, refused");
+        }
+        assert!(!s.admit(A, &[40; NONCE_LEN], 10 + 3, 100), "as old as one forgotten");
+        assert!(s.admit(A, &[41; NONCE_LEN], 200, 200));
     }
 }

@@ -5,22 +5,22 @@
 //! Everything here arrives from whoever can reach the listener's port, before any proof:
 //! a reader takes a byte slice of any length and returns `None` for anything that is not
 //! exactly what a writer here makes (wrong magic, kind or step, a reserved byte set, an
-//! ASK that carries proof bytes). rdma_cm may pad private data up to the request's room,
+//! ASK that carries proof bytes, a FRESH time that is no time). rdma_cm may pad private data up to the request's room,
 //! so bytes after a message's length are ignored. Integers are big-endian.
 //!
 //! | message   | bytes | sent                                                     |
 //! |-----------|-------|----------------------------------------------------------|
-//! | hello     | 56    | in the request: ASK with the dialer's nonce, then PROVE  |
+//! | hello     | 56    | in the request: FRESH, or ASK with the dialer's nonce, then PROVE |
 //! | challenge | 20    | in the refusal of an ASK: the listener's nonce           |
 //! | yield     | 4     | in the refusal of a PEER request the listener's own dial wins |
 //! | accept    | 40    | in the accept: the listener's tag, a MetaServer's region |
 
 use super::auth::{NONCE_LEN, TAG_LEN};
 
-/// A hello's magic, "KRC4" (the fourth wire form: notices carry both ports of a link,
-/// names their owners and modes, placed by a keyed hash; a kernel of another form is
-/// refused at its first hello rather than misread later).
-pub const HELLO_MAGIC: u32 = 0x4b52_4334;
+/// A hello's magic, "KRC5" (the fifth wire form: a dial's first request may carry its
+/// proof at once, FRESH, and a tag covers the step; a kernel of another form is refused
+/// at its first hello rather than misread later).
+pub const HELLO_MAGIC: u32 = 0x4b52_4335;
 /// A challenge's magic, "KRCC".
 pub const CHALLENGE_MAGIC: u32 = 0x4b52_4343;
 /// A yield's magic, "KRYY".
@@ -56,19 +56,69 @@ impl Kind {
     }
 }
 
-/// A PROVE's answer to its challenge.
+/// A proof: the dialer's tag over the [`Transcript`] and what stands in it for the
+/// listener's nonce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Proof {
-    /// The listener's nonce, from its challenge.
+    /// The listener's nonce, from its challenge (PROVE), or the dialer's time
+    /// ([`fresh_nonce`], FRESH).
     pub nonce_r: [u8; NONCE_LEN],
     /// The dialer's tag over the [`Transcript`].
     pub tag: [u8; TAG_LEN],
 }
 
-/// A hello's step byte: the first request, asking for a challenge.
+/// A hello's step byte: a request asking for a challenge.
 pub const ASK: u8 = 1;
-/// A hello's step byte: the second request, with its proof.
+/// A hello's step byte: a request with its proof, answering a challenge.
 pub const PROVE: u8 = 2;
+/// A hello's step byte: a dial's first request, with a proof made over the dialer's
+/// time in place of a challenge ([`auth`](super::auth) says when it is admitted).
+pub const FRESH: u8 = 3;
+
+/// What a hello asks: its step and proof.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A challenge.
+    Ask,
+    /// A connection, answering a challenge.
+    Prove(Proof),
+    /// A connection, with a proof over the dialer's time (its `nonce_r` a
+    /// [`fresh_nonce`]).
+    Fresh(Proof),
+}
+
+impl Step {
+    /// Its step byte.
+    pub const fn byte(&self) -> u8 {
+        match self {
+            Step::Ask => ASK,
+            Step::Prove(_) => PROVE,
+            Step::Fresh(_) => FRESH,
+        }
+    }
+
+    /// Its proof, if it carries one.
+    pub const fn proof(&self) -> Option<&Proof> {
+        match self {
+            Step::Ask => None,
+            Step::Prove(p) | Step::Fresh(p) => Some(p),
+        }
+    }
+}
+
+/// What a FRESH proof holds in place of the listener's nonce: the dialer's wall-clock
+/// time, ms since the epoch, then zeros.
+pub fn fresh_nonce(at_ms: u64) -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    n[..8].copy_from_slice(&at_ms.to_be_bytes());
+    n
+}
+
+/// The time a [`fresh_nonce`] holds: `None` for bytes that are not one.
+pub fn fresh_time(n: &[u8; NONCE_LEN]) -> Option<i64> {
+    let t = u64::from_be_bytes(n[..8].try_into().ok()?);
+    (n[8..].iter().all(|&b| b == 0) && t <= i64::MAX as u64).then_some(t as i64)
+}
 
 /// A connection request's private data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,8 +129,8 @@ pub struct Hello {
     pub index: u8,
     /// The dialer's nonce.
     pub nonce_i: [u8; NONCE_LEN],
-    /// None in the first request (ASK), the proof in the second (PROVE).
-    pub proof: Option<Proof>,
+    /// What it asks.
+    pub step: Step,
 }
 
 impl Hello {
@@ -90,9 +140,9 @@ impl Hello {
         b[0..4].copy_from_slice(&HELLO_MAGIC.to_be_bytes());
         b[4] = self.kind as u8;
         b[5] = self.index;
-        b[6] = if self.proof.is_some() { PROVE } else { ASK };
+        b[6] = self.step.byte();
         b[8..24].copy_from_slice(&self.nonce_i);
-        if let Some(p) = &self.proof {
+        if let Some(p) = self.step.proof() {
             b[24..40].copy_from_slice(&p.nonce_r);
             b[40..56].copy_from_slice(&p.tag);
         }
@@ -100,7 +150,8 @@ impl Hello {
     }
 
     /// Reads a request's private data: `None` unless it is a hello as [`write`]
-    /// makes one (a MetaServer request names index 0; an ASK carries no proof bytes).
+    /// makes one (a MetaServer request names index 0; an ASK carries no proof bytes; a
+    /// FRESH one's time is a [`fresh_nonce`]).
     ///
     /// [`write`]: Self::write
     pub fn read(data: &[u8]) -> Option<Hello> {
@@ -112,19 +163,21 @@ impl Hello {
         if kind == Kind::Meta && b[5] != 0 {
             return None;
         }
-        let proof = match b[6] {
-            ASK if b[24..].iter().all(|&x| x == 0) => None,
-            PROVE => Some(Proof {
-                nonce_r: b[24..40].try_into().ok()?,
-                tag: b[40..56].try_into().ok()?,
-            }),
+        let proof = Proof {
+            nonce_r: b[24..40].try_into().ok()?,
+            tag: b[40..56].try_into().ok()?,
+        };
+        let step = match b[6] {
+            ASK if b[24..].iter().all(|&x| x == 0) => Step::Ask,
+            PROVE => Step::Prove(proof),
+            FRESH if fresh_time(&proof.nonce_r).is_some() => Step::Fresh(proof),
             _ => return None,
         };
         Some(Hello {
             kind,
             index: b[5],
             nonce_i: b[8..24].try_into().ok()?,
-            proof,
+            step,
         })
     }
 }
@@ -252,6 +305,9 @@ pub enum Role {
 pub struct Transcript {
     /// What the connection is for.
     pub kind: Kind,
+    /// The step byte of the dialer's hello ([`PROVE`] or [`FRESH`]): a proof of one
+    /// step is none of the other.
+    pub step: u8,
     /// Which QP of a set.
     pub index: u8,
     /// The dialer.
@@ -279,6 +335,7 @@ impl Transcript {
         });
         b[8] = self.kind as u8;
         b[9] = self.index;
+        b[10] = self.step;
         b[12..16].copy_from_slice(&self.initiator.addr);
         b[16..18].copy_from_slice(&self.initiator.port.to_be_bytes());
         b[18..20].copy_from_slice(&self.responder.port.to_be_bytes());
@@ -304,7 +361,7 @@ mod tests {
             kind: Kind::Peer,
             index: 1,
             nonce_i: [7; NONCE_LEN],
-            proof: Some(Proof {
+            step: Step::Prove(Proof {
                 nonce_r: [8; NONCE_LEN],
                 tag: [9; TAG_LEN],
             }),
@@ -314,10 +371,18 @@ mod tests {
     #[test]
     fn hellos_read_back_as_written() {
         let ask = Hello {
-            proof: None,
+            step: Step::Ask,
             ..prove()
         };
-        for h in [prove(), ask] {
+        let fresh = Hello {
+            step: Step::Fresh(Proof {
+                nonce_r: fresh_nonce(1_790_000_000_000),
+                tag: [9; TAG_LEN],
+            }),
+            ..prove()
+        };
+        assert_eq!(fresh_time(&fresh_nonce(1_790_000_000_000)), Some(1_790_000_000_000));
+        for h in [prove(), ask, fresh] {
             assert_eq!(Hello::read(&h.write()), Some(h));
             // rdma_cm's padding after the hello is ignored.
             let mut padded = [0xaa; HELLO_LEN + 8];
@@ -338,7 +403,10 @@ mod tests {
         assert_eq!(bad(3, b'2'), None, "the old magic, KRC2");
         assert_eq!(bad(4, 0), None, "kind 0");
         assert_eq!(bad(4, 3), None, "kind 3");
-        assert_eq!(bad(6, 3), None, "step 3");
+        assert_eq!(bad(6, 4), None, "step 4");
+        assert_eq!(bad(3, b'4'), None, "the last magic, KRC4");
+        assert_eq!(bad(6, FRESH), None, "a FRESH whose time is no time (low bytes set)");
+        assert_eq!(bad(24, 0x80).map(|h| h.step.byte()), Some(PROVE));
         assert_eq!(bad(7, 1), None, "reserved byte");
         let meta = Hello {
             kind: Kind::Meta,
@@ -350,7 +418,7 @@ mod tests {
         m[5] = 1;
         assert_eq!(Hello::read(&m), None, "a MetaServer request names index 0");
         let mut ask = Hello {
-            proof: None,
+            step: Step::Ask,
             ..prove()
         }
         .write();
@@ -397,6 +465,7 @@ mod tests {
     fn a_transcript_names_every_field_and_the_role() {
         let t = Transcript {
             kind: Kind::Peer,
+            step: PROVE,
             index: 1,
             initiator: Endpoint {
                 addr: [192, 0, 2, 11],
@@ -428,6 +497,7 @@ mod tests {
                 ..t
             },
             Transcript { index: 0, ..t },
+            Transcript { step: FRESH, ..t },
             Transcript {
                 initiator: Endpoint {
                     addr: [192, 0, 2, 13],

@@ -10,9 +10,11 @@
 //! A CONNECT naming a peer asks [`Peers::dial`]: an entry whose set is up is used (a bind,
 //! microseconds), one being connected is waited for, and a peer not in the table takes a
 //! free entry, or the least recently used entry no virtual QP is bound to (its old set is
-//! torn down first): the caller then connects the entry's QPs (rdma_cm, milliseconds) and
-//! reports the outcome ([`Peers::attempt_done`]). A table whose every entry is in use
-//! answers `Full`, which CONNECT reports by name: nothing waits for room.
+//! torn down first): the caller then connects the entry's QPs (rdma_cm, milliseconds),
+//! reports the first once it is up ([`Peers::first_up`]: CONNECTs waiting bind to it
+//! while the rest is made) and then the outcome ([`Peers::attempt_done`]). A table
+//! whose every entry is in use answers `Full`, which CONNECT reports by name: nothing
+//! waits for room.
 //!
 //! A peer's request for a set ([`Peers::request`]) is answered by the rule of
 //! [`conn_set`](super::conn_set); an accepted set is adopted into the peer's entry,
@@ -141,6 +143,19 @@ pub struct ConnectStep {
     pub lost_node: Option<u16>,
 }
 
+/// How a worker's report of its attempt ([`Peers::attempt_done`]) leaves the entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The attempt became the set: install the connections it made.
+    Set,
+    /// It did not (it failed, yielded, or was given up): close the connections it made.
+    Dropped,
+    /// It did not, and the partial set it began goes with it: close the connections it
+    /// made and the entry's installed QPs (what was bound to them fails), and what was
+    /// cached of the node's exports.
+    Lost,
+}
+
 /// [`Peers::request`]'s answer, and what the caller must do first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestStep {
@@ -170,6 +185,30 @@ pub struct Peers<S: Store> {
 }
 
 impl Peer {
+    /// Its set is gone: neither node's virtual QPs use it, and those bound here keep
+    /// the entry, retired, until they are released.
+    fn gone(&mut self) {
+        self.far_busy = false;
+        self.tell = None;
+        self.heard = false;
+        if self.bound > 0 {
+            self.retired = true;
+        }
+    }
+
+    /// Whether its set is made or being made by our own attempt (never evicted then).
+    fn dialing(&self) -> bool {
+        matches!(self.set.state(), State::Connecting { .. } | State::Partial { .. })
+    }
+
+    /// Whether its set, or what of it is up, carries virtual QPs (told of, bound).
+    fn live(&self) -> bool {
+        matches!(
+            self.set.state(),
+            State::Ready { .. } | State::Partial { .. } | State::Adopting { .. }
+        )
+    }
+
     /// A new set begins for the entry (dialed or adopted): nothing of the peer's is
     /// bound to it yet, and the peer is to be told of this node's use, if any, once it
     /// is up.
@@ -365,23 +404,38 @@ impl<S: Store> Peers<S> {
             }
             // Asked for and no worker took it in time: failed, so the set backs off.
             if self.get(p).is_some_and(|e| e.asked && now_ms - e.asked_ms >= DIAL_WAIT_MS) {
-                if let Some(e) = self.entry(p) {
+                let epoch = self.entry(p).map(|e| {
                     e.asked = false;
+                    e.set.epoch()
+                });
+                if let Some(epoch) = epoch {
+                    self.attempt_done(p, epoch, Attempt::Failed, now_ms);
                 }
-                self.attempt_done(p, Attempt::Failed, now_ms);
             }
         }
-        // An adoption that did not complete in time: its connections go, we dial.
+        // An adoption that did not complete in time: it is lost (what was bound to its
+        // first connections fails), its connections go, and we dial.
         let stale = self.find(addr).filter(|&p| {
             self.get(p).is_some_and(
                 |e| matches!(e.set.state(), State::Adopting { until_ms, .. } if now_ms >= until_ms),
             )
         });
-        step.close = step.close.or(stale);
+        if let Some(p) = stale.filter(|&p| self.lost(p, None)) {
+            step.close = Some(p);
+            step.lost_node = Some(node);
+        }
         step.outcome = match self.dial(addr, node, 0, now_ms, &broken) {
             Dial::Use { peer, qps } => {
-                // checked_rem: no panic path (the kernel build's objtool rejects one).
+                // The service's own QP of the set when it is up, else the first that is
+                // (a set still being made). checked_rem: no panic path (the kernel
+                // build's objtool rejects one).
                 let k = service.checked_rem(self.qps_per_set).unwrap_or(0);
+                let up = self.get(peer).map_or(0, |e| e.set.up(self.qps_per_set));
+                let k = if up & 1u32.checked_shl(k).unwrap_or(0) != 0 {
+                    k
+                } else {
+                    up.trailing_zeros()
+                };
                 Connect::Bind {
                     peer,
                     slot: qps.start + k,
@@ -418,7 +472,7 @@ impl<S: Store> Peers<S> {
             .as_ref()
             .iter()
             .flatten()
-            .filter(|p| p.dialer == user && matches!(p.set.state(), State::Connecting { .. }))
+            .filter(|p| p.dialer == user && p.dialing())
             .count()
     }
 
@@ -427,11 +481,12 @@ impl<S: Store> Peers<S> {
         self.table.as_ref().iter().flatten().any(|p| p.asked)
     }
 
-    /// The set asked for longest ago that no worker took yet: its entry and address,
-    /// now taken (each stays asked for until taken, so CONNECTs to other nodes
-    /// meanwhile ask for theirs). Oldest first, so new dials (a user's to addresses
-    /// that never answer, say) never keep an older one from a worker.
-    pub fn take_job(&mut self) -> Option<(u32, [u8; 16])> {
+    /// The set asked for longest ago that no worker took yet: its entry, address and
+    /// attempt's epoch (which the worker's reports name), now taken (each stays asked
+    /// for until taken, so CONNECTs to other nodes meanwhile ask for theirs). Oldest
+    /// first, so new dials (a user's to addresses that never answer, say) never keep an
+    /// older one from a worker.
+    pub fn take_job(&mut self) -> Option<(u32, [u8; 16], u32)> {
         let t = self.table.as_mut();
         let (i, p) = t
             .iter_mut()
@@ -439,7 +494,7 @@ impl<S: Store> Peers<S> {
             .filter_map(|(i, e)| e.as_mut().filter(|p| p.asked).map(|p| (i, p)))
             .min_by_key(|(_, p)| p.asked_ms)?;
         p.asked = false;
-        Some((i as u32, p.addr))
+        Some((i as u32, p.addr, p.set.epoch()))
     }
 
     /// A free entry, or the least recently used one nothing is bound to, on either node
@@ -458,7 +513,7 @@ impl<S: Store> Peers<S> {
                 let used_there = p.far_busy
                     && matches!(p.set.state(), State::Ready { .. })
                     && !broken(*i as u32);
-                p.bound == 0 && !used_there && !matches!(p.set.state(), State::Connecting { .. })
+                p.bound == 0 && !used_there && !p.dialing()
             })
             .min_by_key(|(_, p)| p.last_used_ms)?;
         let node = t[i].take().and_then(|p| node_of(&p.addr));
@@ -543,12 +598,29 @@ impl<S: Store> Peers<S> {
             .is_some_and(|p| p.set.adopted(index, count))
     }
 
-    /// Our attempt on entry `peer` ended at `now_ms`: whether it became the set (when
-    /// not, the caller closes what it connected: the peer's set was adopted meanwhile,
-    /// or the attempt failed).
-    pub fn attempt_done(&mut self, peer: u32, how: Attempt, now_ms: i64) -> bool {
-        self.entry(peer)
-            .is_some_and(|p| p.set.attempt_done(how, now_ms))
+    /// The first connection of our attempt `epoch` on entry `peer` is up: whether it is
+    /// to be installed in the entry's first slot and used at once (the attempt is still
+    /// under way); when not, the caller closes it.
+    pub fn first_up(&mut self, peer: u32, epoch: u32) -> bool {
+        self.entry(peer).is_some_and(|p| p.set.first_up(epoch))
+    }
+
+    /// Our attempt `epoch` on entry `peer` ended at `now_ms`: whether it became the set
+    /// and what the caller closes when not (the peer's set was adopted meanwhile, the
+    /// attempt failed, or its set was lost and another begun).
+    pub fn attempt_done(&mut self, peer: u32, epoch: u32, how: Attempt, now_ms: i64) -> Ended {
+        let Some(p) = self.entry(peer) else {
+            return Ended::Dropped;
+        };
+        let partial = matches!(p.set.state(), State::Partial { .. }) && p.set.epoch() == epoch;
+        if p.set.attempt_done(epoch, how, now_ms) {
+            return Ended::Set;
+        }
+        if !partial {
+            return Ended::Dropped;
+        }
+        p.gone();
+        Ended::Lost
     }
 
     /// Entry `peer`'s set broke, or its peer's node record shows `incarnation`: whether
@@ -559,13 +631,7 @@ impl<S: Store> Peers<S> {
         };
         let gone = p.set.lost(incarnation);
         if gone {
-            // Neither node's virtual QPs use what is gone.
-            p.far_busy = false;
-            p.tell = None;
-            p.heard = false;
-        }
-        if gone && p.bound > 0 {
-            p.retired = true;
+            p.gone();
         }
         gone
     }
@@ -598,7 +664,8 @@ impl<S: Store> Peers<S> {
         (0..self.table.as_ref().len() as u32).find_map(|i| {
             let p = self.get(i)?;
             let slot = self.qps(i).start;
-            let live = matches!(p.set.state(), State::Ready { .. } | State::Adopting { .. });
+            // Told on the first slot, which is up whenever anything of the set is.
+            let live = p.live() && p.set.up(self.qps_per_set) & 1 != 0;
             // A slot past the sets is never told (it could never be skipped).
             let skipped = slot as usize >= MAX_QPS || skip.contains(slot);
             let busy = p.tell.filter(|&b| b != p.heard)?;
@@ -619,14 +686,15 @@ impl<S: Store> Peers<S> {
 
     /// A listen takes a peer's end whose Hello came on physical QP slot `qp` from the
     /// node at `addr` (see the engine's `listen`): binds to that slot's entry and
-    /// returns it, when the slot belongs to `addr`'s set and the set is up (or being
-    /// adopted, its QP there); not to a retired set's, which keeps an earlier
+    /// returns it, when the slot belongs to `addr`'s set and is up (the set's, or what
+    /// of it is made or adopted so far); not to a retired set's, which keeps an earlier
     /// incarnation of the peer.
     pub fn accept(&mut self, addr: &[u8; 16], qp: u32) -> Option<u32> {
         let p = self.of_qp(qp)?;
         let e = self.get(p)?;
-        let live = matches!(e.set.state(), State::Ready { .. } | State::Adopting { .. });
-        if e.addr != *addr || e.retired || !live {
+        let k = qp - self.qps(p).start;
+        let up = e.set.up(self.qps_per_set) & 1u32.checked_shl(k).unwrap_or(0) != 0;
+        if e.addr != *addr || e.retired || !e.live() || !up {
             return None;
         }
         self.bind(p);
@@ -665,6 +733,12 @@ impl Peers<super::super::engine::VecStore> {
 mod tests {
     use super::*;
 
+    /// The entry's current attempt ended `how` at `now`: whether it became the set.
+    fn done(p: &mut Peers<crate::engine::VecStore>, peer: u32, how: Attempt, now: i64) -> bool {
+        let epoch = p.get(peer).map_or(0, |e| e.set.epoch());
+        p.attempt_done(peer, epoch, how, now) == Ended::Set
+    }
+
     fn addr(n: u8) -> [u8; 16] {
         let mut a = [0u8; 16];
         a[10..12].fill(0xff);
@@ -684,7 +758,7 @@ mod tests {
             Dial::Wait,
             "one attempt at a time"
         );
-        p.attempt_done(peer, Attempt::Established, 2);
+        done(&mut p, peer, Attempt::Established, 2);
         assert_eq!(p.dial(&addr(12), 2, 7, 3, |_| false), Dial::Use { peer, qps: 4..6 });
         assert_eq!(
             (p.of_qp(4), p.of_qp(5), p.of_qp(3)),
@@ -705,7 +779,7 @@ mod tests {
         let Dial::Connect { peer, .. } = p.dial(&addr(12), 12, 7, 100, |_| false) else {
             panic!()
         };
-        p.attempt_done(peer, Attempt::Established, 150);
+        done(&mut p, peer, Attempt::Established, 150);
         p.bind(peer);
         p.far_use(5, true);
         let _ = p.dial(&addr(13), 13, 1, 200, |_| false);
@@ -725,7 +799,7 @@ mod tests {
             let Dial::Connect { peer, .. } = p.dial(&addr(n), n as u16, 1, t, |_| false) else {
                 panic!()
             };
-            p.attempt_done(peer, Attempt::Established, t);
+            done(&mut p, peer, Attempt::Established, t);
         }
         p.bind(1);
         // Entry 0 (peer .10) is idle and least recent: it goes, its set torn down.
@@ -766,7 +840,7 @@ mod tests {
         let Dial::Connect { peer, .. } = p.dial(&addr(n), n as u16, 1, 0, |_| false) else {
             panic!("a first contact connects")
         };
-        p.attempt_done(peer, Attempt::Established, 0);
+        done(p, peer, Attempt::Established, 0);
         peer
     }
 
@@ -812,7 +886,7 @@ mod tests {
         ));
         // The new entry's attempt fails; a word on its slot is taken, then its set is
         // made again: the word went with the old attempt.
-        assert!(!p.attempt_done(peer, Attempt::Failed, 6));
+        assert!(!done(&mut p, peer, Attempt::Failed, 6));
         p.far_use(4, true);
         assert!(matches!(
             p.dial(&addr(20), 20, 1, 1_000_000, |_| false),
@@ -832,7 +906,7 @@ mod tests {
         assert_eq!(p.next_tell(QpBits::EMPTY), None);
         p.bind(peer);
         assert_eq!(p.next_tell(QpBits::EMPTY), None, "not while the set is being made");
-        p.attempt_done(peer, Attempt::Established, 0);
+        done(&mut p, peer, Attempt::Established, 0);
         assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)));
         assert_eq!(p.next_tell(QpBits::one(4)), None, "its slot had no room");
         p.told(peer, true);
@@ -895,7 +969,7 @@ mod tests {
         assert_eq!(p.connect(&addr(42), 0, 1, NO_USER, |_| false).outcome, Connect::InProgress);
         // A dial that ends frees its user's turn.
         let first = p.find(&addr(30)).unwrap();
-        p.attempt_done(first, Attempt::Failed, 2);
+        done(&mut p, first, Attempt::Failed, 2);
         assert_eq!(p.connect(&addr(40), 0, 3, mallory, |_| false).outcome, Connect::InProgress);
     }
 
@@ -908,7 +982,7 @@ mod tests {
         assert_eq!((step.close, step.lost_node), (None, None));
         let peer = p.find(&addr(10)).unwrap();
         p.take_job();
-        p.attempt_done(peer, Attempt::Established, 0);
+        done(&mut p, peer, Attempt::Established, 0);
         let step = p.connect(&addr(11), 0, 1, NO_USER, |_| false);
         assert_eq!(step.outcome, Connect::InProgress);
         assert_eq!(
@@ -924,7 +998,7 @@ mod tests {
         let Dial::Connect { peer, .. } = p.dial(&addr(12), 2, 7, 0, |_| false) else {
             panic!()
         };
-        p.attempt_done(peer, Attempt::Established, 0);
+        done(&mut p, peer, Attempt::Established, 0);
         assert!(!p.lost(peer, Some(7)), "same incarnation");
         assert!(p.lost(peer, Some(8)), "the peer restarted");
         // Nothing was bound: the same slots again.
@@ -936,7 +1010,7 @@ mod tests {
                 evicts: None
             }
         );
-        p.attempt_done(peer, Attempt::Established, 1);
+        done(&mut p, peer, Attempt::Established, 1);
         p.bind(peer);
         assert!(p.lost(peer, None), "broke with a virtual QP bound");
         // The bound virtual QP keeps the old slots; the next set takes the other block.
@@ -948,7 +1022,7 @@ mod tests {
                 evicts: None
             }
         );
-        p.attempt_done(1, Attempt::Established, 2);
+        done(&mut p, 1, Attempt::Established, 2);
         p.bind(1);
         assert_eq!(
             p.of_qp(4),
@@ -999,9 +1073,9 @@ mod tests {
             assert_eq!((s1.answer, s1.peer), (Answer::Accept, sb.peer));
             assert!(!b.adopted(sb.peer, 0, 2));
             assert!(b.adopted(sb.peer, 1, 2), "complete");
-            assert!(a.attempt_done(sa.peer, Attempt::Established, 3));
+            assert!(done(&mut a, sa.peer, Attempt::Established, 3));
             assert!(
-                !b.attempt_done(sb.peer, Attempt::Yielded, 3),
+                !done(&mut b, sb.peer, Attempt::Yielded, 3),
                 "2 closes what it connected"
             );
             assert!(matches!(a.dial(&addr(12), 2, 20, 4, |_| false), Dial::Use { .. }));
@@ -1038,7 +1112,7 @@ mod tests {
         let Dial::Connect { peer, .. } = a.dial(&addr(12), 2, 20, 0, |_| false) else {
             panic!()
         };
-        a.attempt_done(peer, Attempt::Established, 1);
+        done(&mut a, peer, Attempt::Established, 1);
         let late = a.request(&addr(12), 2, 20, 0, 2, never).unwrap();
         assert_eq!((late.answer, late.close), (Answer::Refuse, None));
         // Unless it is broken: then the peer's new one is adopted.
@@ -1056,12 +1130,10 @@ mod tests {
         let never = |_| false;
         assert_eq!(b.accept(&addr(11), 4), None, "no set yet");
         let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
-        assert_eq!(
-            b.accept(&addr(11), 4),
-            Some(s.peer),
-            "adopting: its QP is there"
-        );
+        assert_eq!(b.accept(&addr(11), 4), None, "adopting, its QP not here yet");
         b.adopted(s.peer, 0, 2);
+        assert_eq!(b.accept(&addr(11), 4), Some(s.peer), "adopting: its QP is there");
+        assert_eq!(b.accept(&addr(11), 5), None, "the second is not yet");
         b.adopted(s.peer, 1, 2);
         let q = b.qps(s.peer);
         assert_eq!(b.accept(&addr(11), q.start + 1), Some(s.peer));
@@ -1099,7 +1171,7 @@ mod tests {
         // place, first in the table: the oldest is still taken first.
         assert_eq!(p.take_job().map(|j| j.1), Some(addr(11)));
         let x = p.find(&addr(11)).unwrap();
-        p.attempt_done(x, Attempt::Established, 11);
+        done(&mut p, x, Attempt::Established, 11);
         assert_eq!(p.connect(&addr(14), 0, 12, 2000, never).outcome, Connect::InProgress);
         assert_eq!(p.find(&addr(14)), Some(x), "entry 0, evicted");
         assert_eq!(p.take_job().map(|j| j.1), Some(addr(12)));
@@ -1124,7 +1196,7 @@ mod tests {
         assert!(p.job_waiting(), "a worker has a dial to make");
         assert_eq!(
             p.take_job(),
-            Some((0, addr(12))),
+            Some((0, addr(12), 1)),
             "the set is asked for once"
         );
         assert!(!p.job_waiting(), "taken: a waiter kicks no worker");
@@ -1133,7 +1205,7 @@ mod tests {
             p.connect(&addr(12), 0, 1, NO_USER, never).outcome,
             Connect::InProgress
         );
-        p.attempt_done(0, Attempt::Failed, 2);
+        done(&mut p, 0, Attempt::Failed, 2);
         assert_eq!(
             p.connect(&addr(12), 0, 3, NO_USER, never).outcome,
             Connect::Unreachable,
@@ -1146,7 +1218,7 @@ mod tests {
             "tried again after the backoff"
         );
         p.take_job();
-        p.attempt_done(0, Attempt::Established, 201);
+        done(&mut p, 0, Attempt::Established, 201);
         assert_eq!(
             p.connect(&addr(12), 3, 202, NO_USER, never).outcome,
             Connect::Bind { peer: 0, slot: 5 },
@@ -1167,5 +1239,98 @@ mod tests {
             Connect::InProgress
         );
         assert_eq!(node_of(&addr(12)), Some(u16::from_be_bytes([2, 12])));
+    }
+
+    /// A first contact binds once the set's first connection is up, to that one; the
+    /// service's own QP is used once the rest is made behind it.
+    #[test]
+    fn a_first_contact_binds_at_the_first_connection() {
+        let mut p = Peers::with_capacity(2, 1, 4, 2);
+        let never = |_| false;
+        assert_eq!(p.connect(&addr(12), 3, 0, 7, never).outcome, Connect::InProgress);
+        let (peer, _, epoch) = p.take_job().unwrap();
+        assert_eq!(p.connect(&addr(12), 3, 1, 7, never).outcome, Connect::InProgress);
+        assert!(p.first_up(peer, epoch));
+        assert_eq!(
+            p.connect(&addr(12), 3, 2, 7, never).outcome,
+            Connect::Bind { peer, slot: 4 },
+            "service 3's QP is not up yet: the first"
+        );
+        p.bind(peer);
+        assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)), "told on the first");
+        assert_eq!(p.accept(&addr(12), 5), None, "nothing on the second yet");
+        assert_eq!(p.dialing(7), 1, "still the user's dial");
+        assert_eq!(p.attempt_done(peer, epoch, Attempt::Established, 3), Ended::Set);
+        assert_eq!(
+            p.connect(&addr(12), 3, 4, 7, never).outcome,
+            Connect::Bind { peer, slot: 5 }
+        );
+        assert_eq!(p.dialing(7), 0);
+    }
+
+    /// The rest of a partial set failing takes it: what was bound keeps the entry,
+    /// retired (its virtual QPs fail), and the next CONNECT makes a set elsewhere; a
+    /// partial set nothing was bound to backs off in place.
+    #[test]
+    fn a_partial_set_whose_rest_fails_is_lost() {
+        let mut p = Peers::with_capacity(2, 1, 4, 2);
+        let never = |_| false;
+        p.connect(&addr(12), 0, 0, NO_USER, never);
+        let (peer, _, epoch) = p.take_job().unwrap();
+        assert!(p.first_up(peer, epoch));
+        p.bind(peer);
+        assert_eq!(p.attempt_done(peer, epoch, Attempt::Failed, 1), Ended::Lost);
+        assert!(p.get(peer).unwrap().retired);
+        assert_eq!(p.next_tell(QpBits::EMPTY), None, "nothing told on a lost set");
+        assert_eq!(p.connect(&addr(12), 0, 2, NO_USER, never).outcome, Connect::InProgress);
+        assert_ne!(p.find(&addr(12)), Some(peer), "not on the retired block");
+        // Nothing bound: the entry stays, backing off.
+        let mut p = Peers::with_capacity(2, 1, 4, 2);
+        p.connect(&addr(12), 0, 0, NO_USER, never);
+        let (peer, _, epoch) = p.take_job().unwrap();
+        assert!(p.first_up(peer, epoch));
+        assert_eq!(p.attempt_done(peer, epoch, Attempt::Failed, 1), Ended::Lost);
+        assert_eq!(p.find(&addr(12)), Some(peer));
+        assert_eq!(p.connect(&addr(12), 0, 2, NO_USER, never).outcome, Connect::Unreachable);
+    }
+
+    /// A worker whose partial set was lost while it made the rest (found broken at a
+    /// CONNECT, which began another attempt) installs nothing of it: its reports name
+    /// the old attempt.
+    #[test]
+    fn a_worker_of_a_lost_attempt_installs_nothing() {
+        let mut p = Peers::with_capacity(2, 1, 4, 2);
+        p.connect(&addr(12), 0, 0, NO_USER, |_| false);
+        let (peer, _, old) = p.take_job().unwrap();
+        assert!(p.first_up(peer, old));
+        let step = p.connect(&addr(12), 0, 1, NO_USER, |_| true);
+        assert_eq!((step.close, step.outcome), (Some(peer), Connect::InProgress));
+        let (again, _, new) = p.take_job().unwrap();
+        assert_eq!(again, peer, "nothing bound: the same entry");
+        assert!(!p.first_up(peer, old));
+        assert_eq!(p.attempt_done(peer, old, Attempt::Established, 2), Ended::Dropped);
+        assert_eq!(p.connect(&addr(12), 0, 3, NO_USER, |_| false).outcome, Connect::InProgress);
+        assert!(p.first_up(peer, new));
+        assert_eq!(p.attempt_done(peer, new, Attempt::Established, 4), Ended::Set);
+    }
+
+    /// An adoption half done is used; given up late, what was bound to it fails
+    /// (retired), never reaching the set dialed after it.
+    #[test]
+    fn a_half_adopted_set_is_used_and_lost_whole() {
+        let mut b = Peers::with_capacity(2, 2, 4, 2);
+        let never = |_| false;
+        let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
+        assert_eq!(b.connect(&addr(11), 1, 1, NO_USER, never).outcome, Connect::InProgress);
+        b.adopted(s.peer, 0, 2);
+        assert_eq!(
+            b.connect(&addr(11), 1, 2, NO_USER, never).outcome,
+            Connect::Bind { peer: s.peer, slot: 4 }
+        );
+        b.bind(s.peer);
+        let late = b.connect(&addr(11), 1, crate::cluster::conn_set::ADOPT_MS, NO_USER, never);
+        assert_eq!((late.close, late.outcome), (Some(s.peer), Connect::InProgress));
+        assert!(b.get(s.peer).unwrap().retired);
+        assert_ne!(b.find(&addr(11)), Some(s.peer));
     }
 }

@@ -110,6 +110,12 @@ pub(crate) fn coarse_ms() -> i64 {
     unsafe { shim::krcore_shim_coarse_ms() }
 }
 
+/// The wall clock, ms since the epoch (FRESH proofs' time).
+pub(crate) fn wall_ms() -> i64 {
+    // SAFETY: plain call.
+    unsafe { shim::krcore_shim_wall_ms() }
+}
+
 /// The requests' deadline (`request_timeout_ms`), ms.
 pub(crate) fn deadline_ms() -> i64 {
     // SAFETY: reads a module parameter.
@@ -291,6 +297,9 @@ impl DevCtx {
             GFP_KERNEL,
         )?;
         ctx.events.bind(&*ctx);
+        // FRESH proofs made before this device's gate was are not admitted: an earlier
+        // one may have admitted them already.
+        ctx.auth.lock().start_fresh(wall_ms());
         Ok(ctx)
     }
 
@@ -306,6 +315,7 @@ impl DevCtx {
         c.recoveries = self.shared.members().g.recovery.recovered();
         let auth = self.auth.lock();
         (c.auth_refused, c.auth_limited) = (auth.refused, auth.limited);
+        (c.auth_fresh, c.auth_stale) = (auth.fresh, auth.stale);
         c.bad_notices = self.bad_notices.load(Ordering::Relaxed);
         c
     }

@@ -3,7 +3,7 @@
 //!
 //! - `cm-intruder capture FILE SECS`: listens to the segment (eth0, promiscuous) until a
 //!   member's proof goes by (a connection request whose private data is a krcore hello
-//!   at its PROVE step, or the hello of the module before proofs), and writes that
+//!   with a proof, FRESH or PROVE, or the hello of the module before proofs), and writes that
 //!   hello's 56 bytes to FILE.
 //! - `cm-intruder knock ADDR PORT [FILE]`: asks ADDR's listener for connections with
 //!   crafted private data: the hello of the module before proofs (key 0 in the clear),
@@ -20,7 +20,7 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use krcore_abi::cluster::hello::{Accept, Hello, Kind, Offer, Proof, Refusal, HELLO_LEN};
+use krcore_abi::cluster::hello::{Accept, Hello, Kind, Offer, Proof, Refusal, Step, HELLO_LEN};
 use verify::cm_verbs::{Client, Knock, Listener};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -44,13 +44,14 @@ enum Cli {
     Impostor { port: u16, secs: u64, read_secs: u64 },
 }
 
-/// A hello as a member writes one: kind, the dialer's nonce, and the proof if any.
+/// A hello as a member writes one: kind, the dialer's nonce, and the proof answering
+/// a challenge if any (else an ASK).
 fn hello(kind: Kind, proof: Option<Proof>) -> [u8; HELLO_LEN] {
     Hello {
         kind,
         index: 0,
         nonce_i: [0x5a; 16],
-        proof,
+        step: proof.map_or(Step::Ask, Step::Prove),
     }
     .write()
 }
@@ -113,7 +114,7 @@ fn setsockopt<T>(fd: i32, level: i32, name: i32, value: &T) -> std::io::Result<(
     Ok(())
 }
 
-/// The first member's PROVE hello in the frames seen on eth0 within `secs`.
+/// The first member's hello with a proof in the frames seen on eth0 within `secs`.
 fn capture(file: &str, secs: u64) -> Result<()> {
     // SAFETY: plain socket call; the fd is closed at exit.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, (libc::ETH_P_ALL as u16).to_be() as i32) };
@@ -144,7 +145,7 @@ fn capture(file: &str, secs: u64) -> Result<()> {
         frames += 1;
         let f = &frame[..n as usize];
         // A proof, or the hello of the module before proofs (its key in the clear).
-        let proof = |w: &&[u8]| Hello::read(w).is_some_and(|h| h.proof.is_some());
+        let proof = |w: &&[u8]| Hello::read(w).is_some_and(|h| h.step.proof().is_some());
         let old = |w: &&[u8]| w[..4] == *b"KRC1" && (w[4] == 1 || w[4] == 2);
         let found = f.windows(HELLO_LEN).find(|w| proof(w) || old(w));
         if let Some(h) = found {

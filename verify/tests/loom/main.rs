@@ -12,6 +12,7 @@
 mod device;
 mod engine;
 mod meta;
+mod peers;
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 
