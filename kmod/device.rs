@@ -438,13 +438,16 @@ extern "C" fn krcore_rs_cm_open(pin: *const DevCtx, from: u32) -> c_int {
     }
 }
 
-/// A FRESH proof from `from`, its tag good (cm.c checked it), with a pin: 0 when it is
-/// admitted, `-ESTALE` when it is answered with a challenge instead (out of time, older
-/// than the gate, or replayed). `nonce_i` and `nonce_r` point at NONCE_LEN bytes each.
+/// A FRESH proof from `from` to `to` (IPv4, network order), its tag good (cm.c checked
+/// it), with a pin: 0 when it is admitted, `-ESTALE` when it is answered with a
+/// challenge instead (out of time, older than the gate, or replayed), `-EPERM` when
+/// `to` is not this device's address. `nonce_i` and `nonce_r` point at NONCE_LEN bytes
+/// each.
 #[no_mangle]
 extern "C" fn krcore_rs_cm_fresh(
     pin: *const DevCtx,
     from: u32,
+    to: u32,
     nonce_i: *const u8,
     nonce_r: *const u8,
 ) -> c_int {
@@ -456,10 +459,9 @@ extern "C" fn krcore_rs_cm_fresh(
             &*nonce_r.cast::<[u8; NONCE_LEN]>(),
         )
     };
-    if ctx.cm_fresh(from, nonce_i, nonce_r) {
-        0
-    } else {
-        Errno::ESTALE.to_neg()
+    match ctx.cm_fresh(from, to, nonce_i, nonce_r) {
+        Ok(()) => 0,
+        Err(e) => e.to_neg(),
     }
 }
 

@@ -442,11 +442,12 @@ void krcore_cm_name_key(u8 *out);
 int krcore_rs_cm_challenge(void *pin, u32 from, const u8 *nonce);
 int krcore_rs_cm_redeem(void *pin, u32 from, const u8 *nonce);
 void krcore_rs_cm_bad_tag(void *pin, u32 from);
-/* A FRESH proof from `from`: first whether its tag is checked at all (0, or -EBUSY:
- * rate-limited), then, its tag good, whether it is admitted (0) or answered with a
- * challenge (-ESTALE: out of time, older than the gate, or replayed). */
+/* A FRESH proof from `from` to `to`: first whether its tag is checked at all (0, or
+ * -EBUSY: rate-limited), then, its tag good, whether it is admitted (0), answered with
+ * a challenge (-ESTALE: out of time, older than the gate, or replayed) or refused
+ * (-EPERM: `to` is not this device's address). */
 int krcore_rs_cm_open(void *pin, u32 from);
-int krcore_rs_cm_fresh(void *pin, u32 from, const u8 *nonce_i, const u8 *nonce_r);
+int krcore_rs_cm_fresh(void *pin, u32 from, u32 to, const u8 *nonce_i, const u8 *nonce_r);
 
 /* The cm_port parameter. */
 u16 krcore_shim_cm_port(void);

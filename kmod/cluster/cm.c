@@ -993,10 +993,13 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		krcore_rs_cm_bad_tag(pin, from->sin_addr.s_addr);
 		ret = -EPERM;
 	}
-	/* A member's proof, but out of time or seen before: a challenge instead. */
-	if (!ret && hello.step == KRCORE_CM_FRESH &&
-	    krcore_rs_cm_fresh(pin, from->sin_addr.s_addr, hello.nonce_i, hello.nonce_r))
-		goto challenge;
+	if (!ret && hello.step == KRCORE_CM_FRESH) {
+		ret = krcore_rs_cm_fresh(pin, from->sin_addr.s_addr, to->sin_addr.s_addr,
+					 hello.nonce_i, hello.nonce_r);
+		/* A member's proof, but out of time or seen before: a challenge instead. */
+		if (ret == -ESTALE)
+			goto challenge;
+	}
 	if (ret) {
 		pr_info_ratelimited("krcore: %s: refused a connection request from %pI4 that proved no cluster key\n",
 				    dev_name(&id->device->dev), &from->sin_addr.s_addr);

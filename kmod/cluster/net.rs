@@ -250,13 +250,28 @@ impl DevCtx {
         self.auth.lock().open(from, coarse_ms())
     }
 
-    /// A FRESH proof from `from`, its tag good: whether it is admitted now (abi's
-    /// `Gate::fresh`), by the time `nonce_r` holds.
-    pub(crate) fn cm_fresh(&self, from: u32, nonce_i: &[u8; NONCE_LEN], nonce_r: &[u8; NONCE_LEN]) -> bool {
-        let Some(at) = fresh_time(nonce_r) else {
-            return false;
-        };
-        self.auth.lock().fresh(from, nonce_i, at, wall_ms())
+    /// A FRESH proof from `from` to `to` (IPv4 addresses, network order), its tag
+    /// good: admitted now (abi's `Gate::fresh`, by the time `nonce_r` holds), or
+    /// `ESTALE` when it is to be answered with a challenge. `EPERM` when `to` is not
+    /// this device's address: a proof sniffed on its way to another node, replayed
+    /// here (its tag names that node), never reaches the gate.
+    pub(crate) fn cm_fresh(
+        &self,
+        from: u32,
+        to: u32,
+        nonce_i: &[u8; NONCE_LEN],
+        nonce_r: &[u8; NONCE_LEN],
+    ) -> Result<(), Errno> {
+        let own = self.shared.members().g.hw.pool_gid().ok_or(Errno::EPERM)?;
+        if own[12..] != to.to_ne_bytes() {
+            return Err(Errno::EPERM);
+        }
+        let at = fresh_time(nonce_r).ok_or(Errno::EPERM)?;
+        if self.auth.lock().fresh(from, nonce_i, at, wall_ms()) {
+            Ok(())
+        } else {
+            Err(Errno::ESTALE)
+        }
     }
 
     /// That proof's tag was wrong.

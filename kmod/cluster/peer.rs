@@ -74,8 +74,8 @@ pub(crate) struct DialJob {
     peer: u32,
     /// The peer's address (an IPv4-mapped GID).
     pub(crate) addr: [u8; 16],
-    /// The attempt's epoch (abi's `ConnSet::epoch`): its reports name it.
-    epoch: u32,
+    /// The attempt's number (abi's `Peer::attempt`): its reports name it.
+    attempt: u32,
 }
 
 /// The device's sets.
@@ -128,12 +128,7 @@ impl PeerSets {
         let step = self
             .table
             .connect(addr, service, now_ms, user, |p| set_broken(shared, qps, p));
-        if let Some(p) = step.close {
-            self.close(shared, p);
-        }
-        if let Some(node) = step.lost_node {
-            shared.meta.peer_lost(node);
-        }
+        self.drop_sets(shared, step.close, step.lost_node, step.evicted);
         match step.outcome {
             Connect::Bind { peer, slot } => {
                 let q = self.qps.as_ref()[(slot as usize) - POOL_QPS].ok_or(Errno::EHOSTUNREACH)?;
@@ -235,7 +230,7 @@ impl PeerSets {
     pub(crate) fn take_job(&mut self) -> Option<DialJob> {
         self.table
             .take_job()
-            .map(|(peer, addr, epoch)| DialJob { peer, addr, epoch })
+            .map(|(peer, addr, attempt)| DialJob { peer, addr, attempt })
     }
 
     /// The first connection of `job`'s set is up: installed in the entry's first slot,
@@ -243,7 +238,7 @@ impl PeerSets {
     /// (abi's `Peers::first_up`), unless the attempt was given up meanwhile (then it is
     /// closed). The slot installed, for the recovery to forget.
     pub(crate) fn first_up(&mut self, shared: &Shared, job: &DialJob, q: PeerQp) -> Option<u32> {
-        if !self.table.first_up(job.peer, job.epoch) {
+        if !self.table.first_up(job.peer, job.attempt) {
             shared.let_go(q.conn);
             return None;
         }
@@ -275,7 +270,7 @@ impl PeerSets {
             Attempt::Established if !rest.iter().all(Option::is_some) => Attempt::Failed,
             h => h,
         };
-        let ended = self.table.attempt_done(job.peer, job.epoch, how, now_ms);
+        let ended = self.table.attempt_done(job.peer, job.attempt, how, now_ms);
         let slots = self.table.qps(job.peer);
         for (slot, q) in slots.clone().skip(1).zip(rest.iter()) {
             let Some(q) = *q else { continue };
@@ -331,12 +326,7 @@ impl PeerSets {
             .table
             .request(addr, node, 0, index, now_ms, |p| set_broken(shared, qps, p))
             .ok_or(Errno::ENOSPC)?;
-        if let Some(p) = step.close {
-            self.close(shared, p);
-        }
-        if let Some(node) = step.lost_node {
-            shared.meta.peer_lost(node);
-        }
+        self.drop_sets(shared, step.close, step.lost_node, step.evicted);
         match step.answer {
             Answer::Accept => Ok(()),
             Answer::Refuse => {
@@ -382,6 +372,25 @@ impl PeerSets {
         forget_cached(shared, addr);
         self.tell(shared);
         (Some(slot), Some(self.table.qps(p)))
+    }
+
+    /// What a step of abi's table lets go: the node's own set (`close`, its node's
+    /// records `lost`) and another node's entry taken for it (`evicted`), each closed
+    /// and its node's cached records dropped.
+    fn drop_sets(
+        &mut self,
+        shared: &Shared,
+        close: Option<u32>,
+        lost: Option<u16>,
+        evicted: Option<(u32, u16)>,
+    ) {
+        let (gone, node) = (evicted.map(|e| e.0), evicted.map(|e| e.1));
+        for p in [close, gone].into_iter().flatten() {
+            self.close(shared, p);
+        }
+        for n in [lost, node].into_iter().flatten() {
+            shared.meta.peer_lost(n);
+        }
     }
 
     /// Closes entry `peer`'s set: nothing posts on its QPs from here.

@@ -110,10 +110,11 @@
 #                                   MetaServer) and one whose clock was ahead answered
 #                                   with a challenge (its CONNECT)
 #   cluster-smoke.sh member META ROLE
-#                                   a member: once ROLE listens to the segment, set this
-#                                   node's clock a minute ahead and CONNECT to META's node
-#                                   (a proof crosses the segment, then another answering
-#                                   the challenge its time earned); unload
+#                                   a member: once ROLE listens to the segment, CONNECT to
+#                                   META's node (a proof crosses the segment, admitted at
+#                                   once), then set this node's clock a minute ahead,
+#                                   reload and CONNECT again (a proof, then another
+#                                   answering the challenge its time earned); unload
 #   cluster-smoke.sh intruder META ROLE
 #                                   no member (no key): capture ROLE's proof from the
 #                                   segment, then knock on META's listener with crafted
@@ -470,9 +471,14 @@ member)
   intruder=$(addr_of "$3") || exit 1
   reload meta_server="$meta" || exit 1
   barrier "$intruder" 7502 300 || exit 1
-  # A minute ahead: out of the listener's time window, so the dial's first proof is
-  # answered with a challenge and the second, answering it, connects.
+  # Past the 5 s after META's start in which its gate admits no FRESH proof (one an
+  # earlier gate admitted could be that far ahead): this dial is admitted at once.
+  sleep 6
+  connect_until "$2" 10 || exit 1
+  # A minute ahead: out of the listener's time window, so the new set's first proof
+  # is answered with a challenge and the second, answering it, connects.
   date -s "@$(( $(date +%s) + 60 ))" >/dev/null || exit 1
+  reload meta_server="$meta" || exit 1
   connect_until "$2" 10 || exit 1
   barrier "$intruder" 7503 300 || exit 1
   unload

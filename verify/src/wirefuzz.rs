@@ -566,7 +566,7 @@ fn gate(inp: &mut Input) {
                             !admitted.contains(&(from, h.nonce_i, at)),
                             "a FRESH proof from {from:#x} admitted twice"
                         );
-                        assert!(at > wall && (at - (wall + now)).abs() <= FRESH_MS, "out of time");
+                        assert!(at > wall + FRESH_MS && (at - (wall + now)).abs() <= FRESH_MS, "out of time");
                         admitted.push((from, h.nonce_i, at));
                     }
                     continue;

@@ -168,10 +168,13 @@ impl<const N: usize> Seen<N> {
         }
     }
 
-    /// Admits proofs made after `now_ms` (wall clock) only: none made before the
-    /// listener was, which an earlier one may have admitted already.
+    /// Starts at `now_ms` (wall clock): admits only proofs made after `now_ms` plus
+    /// [`FRESH_MS`], since a listener before this one (the module loaded earlier, the
+    /// device added before) may have admitted any up to that far ahead of its clock.
+    /// This holds while the wall clock does not step back across the restart by more
+    /// than it has run since; a clock that might should not be trusted with FRESH.
     pub fn start(&mut self, now_ms: i64) {
-        self.floor_ms = now_ms;
+        self.floor_ms = now_ms.saturating_add(FRESH_MS);
     }
 
     /// A FRESH proof from `from` with nonce `nonce_i`, made at `at_ms`, its tag good,
@@ -368,7 +371,8 @@ impl<const N: usize> Gate<N> {
         }
     }
 
-    /// Admits FRESH proofs made after `wall_ms` (the wall clock now) from here on.
+    /// Admits FRESH proofs from here on, `wall_ms` being the wall clock now (see
+    /// [`Seen::start`]).
     pub fn start_fresh(&mut self, wall_ms: i64) {
         self.seen.start(wall_ms);
     }
@@ -544,28 +548,31 @@ mod tests {
         let mut g = Gate::<4>::new();
         assert!(!g.fresh(A, &nonce(1), 1_000, 1_000), "not started: none admitted");
         g.start_fresh(1_000);
-        assert!(!g.fresh(A, &nonce(1), 1_000, 1_001), "made before the gate was");
-        assert!(g.fresh(A, &nonce(1), 1_001, 1_002));
-        assert!(!g.fresh(A, &nonce(1), 1_001, 1_003), "replayed");
-        assert!(g.fresh(B, &nonce(1), 1_001, 1_003), "another dialer's nonce");
-        assert!(!g.fresh(A, &nonce(2), 1_002 + FRESH_MS + 1, 1_002), "ahead of our clock");
-        assert!(!g.fresh(A, &nonce(2), 1_002, 1_003 + FRESH_MS), "late");
-        assert!(g.fresh(A, &nonce(2), 1_002 + FRESH_MS, 1_002), "ahead, within the window");
+        // An earlier gate may have admitted proofs up to FRESH_MS ahead of its clock.
+        let t = 1_000 + FRESH_MS;
+        assert!(!g.fresh(A, &nonce(1), t, t), "no later than an earlier gate's could be");
+        assert!(g.fresh(A, &nonce(1), t + 1, t + 2));
+        assert!(!g.fresh(A, &nonce(1), t + 1, t + 3), "replayed");
+        assert!(g.fresh(B, &nonce(1), t + 1, t + 3), "another dialer's nonce");
+        assert!(!g.fresh(A, &nonce(2), t + 2 + FRESH_MS + 1, t + 2), "ahead of our clock");
+        assert!(!g.fresh(A, &nonce(2), t + 2, t + 3 + FRESH_MS), "late");
+        assert!(g.fresh(A, &nonce(2), t + 2 + FRESH_MS, t + 2), "ahead, within the window");
         assert_eq!((g.fresh, g.stale), (3, 5));
         // Out of time, it is forgotten; the clock going back cannot bring it back.
-        let later = 1_001 + 3 * FRESH_MS;
+        let later = t + 1 + 3 * FRESH_MS;
         assert!(g.fresh(A, &nonce(3), later, later));
-        assert!(!g.fresh(A, &nonce(1), 1_001, 1_001), "the clock went back: refused by its time");
+        assert!(!g.fresh(A, &nonce(1), t + 1, t + 1), "the clock went back: refused by its time");
         // A flood of good proofs: the oldest are forgotten, and refused if replayed.
         let mut s = Seen::<SEEN>::new();
         s.start(0);
+        let t = FRESH_MS + 10;
         for i in 0..(SEEN as i64 + 4) {
-            assert!(s.admit(A, &[i as u8; NONCE_LEN], 10 + i, 100));
+            assert!(s.admit(A, &[i as u8; NONCE_LEN], t + i, t + 100));
         }
         for i in 0..4 {
-            assert!(!s.admit(A, &[i as u8; NONCE_LEN], 10 + i, 100), "forgotten, refused");
+            assert!(!s.admit(A, &[i as u8; NONCE_LEN], t + i, t + 100), "forgotten, refused");
         }
-        assert!(!s.admit(A, &[40; NONCE_LEN], 10 + 3, 100), "as old as one forgotten");
-        assert!(s.admit(A, &[41; NONCE_LEN], 200, 200));
+        assert!(!s.admit(A, &[40; NONCE_LEN], t + 3, t + 100), "as old as one forgotten");
+        assert!(s.admit(A, &[41; NONCE_LEN], t + 200, t + 200));
     }
 }

@@ -18,9 +18,9 @@
 //! A set is usable before it is whole: once the first connection of our attempt is up
 //! ([`State::Partial`]), or the first of the peer's is adopted, CONNECTs bind to what
 //! is up ([`ConnSet::up`]) while the rest is made behind them, so a first contact costs
-//! one connection, not a set's. Each attempt has an epoch ([`ConnSet::epoch`]): the
-//! worker that makes it names it when it reports, so a report from an attempt that was
-//! given up meanwhile (the set lost, another attempt begun) changes nothing.
+//! one connection, not a set's. Which attempt a worker's report is for is the peer
+//! table's to check (it numbers attempts across all its entries): here, a report finds
+//! the set where the attempt left it, or changes nothing.
 
 /// Shortest wait before retrying a failed set, ms.
 pub const CONNECT_BACKOFF_MIN_MS: i64 = 100;
@@ -130,8 +130,6 @@ pub struct ConnSet {
     adopted: bool,
     /// Consecutive failures (for the backoff).
     failures: u32,
-    /// Our attempts begun so far (see [`epoch`](Self::epoch)).
-    epoch: u32,
 }
 
 impl ConnSet {
@@ -143,7 +141,6 @@ impl ConnSet {
             state: State::Idle,
             adopted: false,
             failures: 0,
-            epoch: 0,
         }
     }
 
@@ -155,13 +152,6 @@ impl ConnSet {
     /// Where it is.
     pub fn state(&self) -> State {
         self.state
-    }
-
-    /// The latest attempt's number: [`want`](Self::want) begins a new one each time it
-    /// answers `Connect`, and [`first_up`](Self::first_up) and
-    /// [`attempt_done`](Self::attempt_done) act only for the attempt they name.
-    pub fn epoch(&self) -> u32 {
-        self.epoch
     }
 
     /// The connections of a set of `count` that are up, a bit each: all of a ready
@@ -214,16 +204,15 @@ impl ConnSet {
     /// A new attempt of ours, to the peer's incarnation `incarnation`.
     fn begin(&mut self, incarnation: u64) -> Action {
         self.state = State::Connecting { incarnation };
-        self.epoch = self.epoch.wrapping_add(1);
         Action::Connect
     }
 
-    /// The first connection of our attempt `epoch` is up: whether the attempt is still
-    /// under way, so that it is now used ([`State::Partial`]); when not, the connection
-    /// is the caller's to close.
-    pub fn first_up(&mut self, epoch: u32) -> bool {
+    /// The first connection of our attempt is up: whether the attempt is still under
+    /// way, so that it is now used ([`State::Partial`]); when not, the connection is the
+    /// caller's to close.
+    pub fn first_up(&mut self) -> bool {
         match self.state {
-            State::Connecting { incarnation } if epoch == self.epoch => {
+            State::Connecting { incarnation } => {
                 self.state = State::Partial { incarnation };
                 true
             }
@@ -284,19 +273,16 @@ impl ConnSet {
         matches!(self.state, State::Adopting { .. })
     }
 
-    /// Our attempt `epoch` ended, at `now_ms`: whether it became the set. An attempt
-    /// we gave up (for the peer's, see [`adopt`](Self::adopt), or because its set was
-    /// lost) changes nothing: its connections are the caller's to close. A partial
-    /// set's attempt that fails takes the set with it (the caller closes its first
+    /// Our attempt ended, at `now_ms`: whether it became the set. An attempt we gave up
+    /// (for the peer's, see [`adopt`](Self::adopt), or because its set was lost)
+    /// changes nothing: its connections are the caller's to close. A partial set's
+    /// attempt that fails takes the set with it (the caller closes its first
     /// connection, and what was bound to it fails).
-    pub fn attempt_done(&mut self, epoch: u32, how: Attempt, now_ms: i64) -> bool {
+    pub fn attempt_done(&mut self, how: Attempt, now_ms: i64) -> bool {
         let (State::Connecting { incarnation } | State::Partial { incarnation }) = self.state
         else {
             return false;
         };
-        if epoch != self.epoch {
-            return false;
-        }
         match how {
             Attempt::Established => {
                 self.state = State::Ready { incarnation };
@@ -381,8 +367,8 @@ mod tests {
             assert_eq!(answers, [Some(Answer::Refuse), Some(Answer::Accept)]);
             // 1's attempt is established (2 accepted); 2's was refused, but 2 has
             // already taken 1's as its set: that ending changes nothing.
-            assert!(a.attempt_done(a.epoch(), Attempt::Established, 5));
-            assert!(!b.attempt_done(b.epoch(), Attempt::Yielded, 5), "not the set");
+            assert!(a.attempt_done(Attempt::Established, 5));
+            assert!(!b.attempt_done(Attempt::Yielded, 5), "not the set");
             assert_eq!(a.state(), State::Ready { incarnation: 20 });
             assert_eq!(b.state(), State::Ready { incarnation: 10 });
             assert_eq!(a.want(20, 6), Action::Use);
@@ -400,7 +386,7 @@ mod tests {
     fn a_yielded_attempt_waits_for_the_peers_set_then_dials_again() {
         let mut b = ConnSet::new(2, 1);
         assert_eq!(b.want(10, 0), Action::Connect);
-        assert!(!b.attempt_done(b.epoch(), Attempt::Yielded, 5));
+        assert!(!b.attempt_done(Attempt::Yielded, 5));
         assert_eq!(b.want(10, 5 + ADOPT_MS - 1), Action::Wait);
         // Its set arrives: used.
         assert_eq!(ask(&mut b, 10, 6), Answer::Accept);
@@ -408,7 +394,7 @@ mod tests {
         // Never arrives: dialed again once the wait is over.
         let mut c = ConnSet::new(2, 1);
         c.want(10, 0);
-        c.attempt_done(c.epoch(), Attempt::Yielded, 0);
+        c.attempt_done(Attempt::Yielded, 0);
         assert_eq!(c.want(10, ADOPT_MS), Action::Connect);
         // An adoption left half done is given up the same way.
         let mut d = ConnSet::new(1, 2);
@@ -427,10 +413,10 @@ mod tests {
         let mut s = ConnSet::new(1, 2);
         assert_eq!(s.want(7, 0), Action::Connect);
         assert_eq!(s.want(7, 1), Action::Wait, "one attempt at a time");
-        s.attempt_done(s.epoch(), Attempt::Failed, 10);
+        s.attempt_done(Attempt::Failed, 10);
         assert_eq!(s.want(7, 10 + CONNECT_BACKOFF_MIN_MS - 1), Action::Wait);
         assert_eq!(s.want(7, 10 + CONNECT_BACKOFF_MIN_MS), Action::Connect);
-        s.attempt_done(s.epoch(), Attempt::Failed, 200);
+        s.attempt_done(Attempt::Failed, 200);
         assert_eq!(
             s.state(),
             State::Backoff {
@@ -439,7 +425,7 @@ mod tests {
         );
         let now = 200 + 2 * CONNECT_BACKOFF_MIN_MS;
         assert_eq!(s.want(7, now), Action::Connect);
-        s.attempt_done(s.epoch(), Attempt::Established, now);
+        s.attempt_done(Attempt::Established, now);
         assert_eq!(s.want(7, now), Action::Use);
         assert!(!s.lost(Some(7)), "same incarnation: the set stands");
         assert!(s.lost(Some(8)), "the peer restarted");
@@ -448,7 +434,7 @@ mod tests {
             Action::Connect,
             "the next CONNECT builds a new set"
         );
-        s.attempt_done(s.epoch(), Attempt::Established, now);
+        s.attempt_done(Attempt::Established, now);
         assert_eq!(
             s.want(9, now),
             Action::Connect,
@@ -463,41 +449,20 @@ mod tests {
         let mut s = ConnSet::new(1, 2);
         assert_eq!(s.up(2), 0);
         assert_eq!(s.want(7, 0), Action::Connect);
-        let e = s.epoch();
-        assert!(s.first_up(e));
+        assert!(s.first_up());
         assert_eq!(s.state(), State::Partial { incarnation: 7 });
         assert_eq!((s.want(7, 1), s.up(2)), (Action::Use, 0b01));
         assert_eq!(s.want(8, 1), Action::Wait, "another incarnation: one attempt at a time");
         assert_eq!(s.answer(), Answer::Refuse, "our attempt stands against the higher id's");
-        assert!(s.attempt_done(e, Attempt::Established, 2));
+        assert!(!s.first_up(), "only a connecting attempt's");
+        assert!(s.attempt_done(Attempt::Established, 2));
         assert_eq!((s.want(7, 3), s.up(2)), (Action::Use, 0b11));
         // The rest failed: the partial set goes, and the next attempt waits its turn.
         assert!(s.lost(None));
         assert_eq!(s.want(7, 10), Action::Connect);
-        let e = s.epoch();
-        assert!(s.first_up(e));
-        assert!(!s.attempt_done(e, Attempt::Failed, 11));
+        assert!(s.first_up());
+        assert!(!s.attempt_done(Attempt::Failed, 11));
         assert_eq!(s.up(2), 0);
         assert_eq!(s.want(7, 11 + CONNECT_BACKOFF_MIN_MS - 1), Action::Wait);
-    }
-
-    /// A worker's report names its attempt: one given up meanwhile (its set lost and
-    /// another attempt begun) neither uses nor completes the new one.
-    #[test]
-    fn a_stale_attempts_report_changes_nothing() {
-        let mut s = ConnSet::new(1, 2);
-        s.want(7, 0);
-        let old = s.epoch();
-        assert!(s.first_up(old));
-        assert!(s.lost(None), "the partial set broke");
-        assert_eq!(s.want(7, 1), Action::Connect);
-        let new = s.epoch();
-        assert_ne!(old, new);
-        assert!(!s.first_up(old));
-        assert!(!s.attempt_done(old, Attempt::Established, 2));
-        assert_eq!(s.state(), State::Connecting { incarnation: 7 });
-        assert!(s.first_up(new));
-        assert!(!s.attempt_done(old, Attempt::Failed, 3), "nor fails it");
-        assert!(s.attempt_done(new, Attempt::Established, 3));
     }
 }

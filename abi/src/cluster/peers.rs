@@ -63,6 +63,11 @@ pub struct Peer {
     /// The user (uid) whose CONNECT asked for the attempt under way ([`NO_USER`]: the
     /// kernel's own, or none).
     pub dialer: u32,
+    /// The number of our latest attempt, unique over the table's life (across its
+    /// entries, so an entry reused for another node never takes a number a worker
+    /// still holds): a worker's reports name it, and one that does not match (its
+    /// attempt was given up meanwhile) changes nothing.
+    pub attempt: u32,
     /// Its set was lost while virtual QPs were bound to it: they keep failing on its
     /// slots until released, and the peer's next set takes another entry (so no old
     /// virtual QP, with what it imported from the peer's earlier incarnation, ever
@@ -135,12 +140,15 @@ pub enum Connect {
 pub struct ConnectStep {
     /// What the CONNECT does.
     pub outcome: Connect,
-    /// An entry whose QPs the caller closes before anything else: a set found broken,
-    /// or the idle set evicted for this one.
+    /// An entry whose QPs the caller closes before anything else: the node's set, found
+    /// broken or its adoption given up.
     pub close: Option<u32>,
     /// A node whose set broke: what this node cached of its exports goes (it may have
     /// restarted).
     pub lost_node: Option<u16>,
+    /// Another node's idle entry taken for this one: its QPs are closed too, and what
+    /// was cached of that node's exports goes.
+    pub evicted: Option<(u32, u16)>,
 }
 
 /// How a worker's report of its attempt ([`Peers::attempt_done`]) leaves the entry.
@@ -163,11 +171,13 @@ pub struct RequestStep {
     pub answer: Answer,
     /// The entry that adopts it (when accepted).
     pub peer: u32,
-    /// An entry whose QPs the caller closes first: the set we had with the peer, or
-    /// the idle set evicted for this one.
+    /// An entry whose QPs the caller closes first: the set we had with the peer.
     pub close: Option<u32>,
     /// A node whose set went: what this node cached of its exports goes.
     pub lost_node: Option<u16>,
+    /// Another node's idle entry taken for this one: its QPs are closed too, and what
+    /// was cached of that node's exports goes.
+    pub evicted: Option<(u32, u16)>,
 }
 
 /// The node id of an IPv4-mapped address (its low 16 bits), or `None` for any other GID.
@@ -179,6 +189,8 @@ pub fn node_of(addr: &[u8; 16]) -> Option<u16> {
 /// A node's peers, over a table the caller provides (its length is the capacity).
 pub struct Peers<S: Store> {
     table: S::Buf<Option<Peer>>,
+    /// Attempts begun so far (the last one's number).
+    attempts: u32,
     me: u16,
     first_qp: u32,
     qps_per_set: u32,
@@ -228,6 +240,7 @@ impl Peer {
             asked: false,
             asked_ms: now_ms,
             dialer: NO_USER,
+            attempt: 0,
             retired: false,
             far_busy: false,
             tell: None,
@@ -243,6 +256,7 @@ impl<S: Store> Peers<S> {
         assert!(qps_per_set > 0);
         let mut p: Self = Peers {
             table,
+            attempts: 0,
             me,
             first_qp,
             qps_per_set,
@@ -347,6 +361,7 @@ impl<S: Store> Peers<S> {
         };
         let me = self.me;
         let qps = self.qps(i);
+        let next = self.attempts.wrapping_add(1);
         let e = &mut self.table.as_mut()[i as usize];
         let p = e.get_or_insert(Peer::new(addr, me, node, now_ms));
         p.last_used_ms = now_ms;
@@ -355,6 +370,8 @@ impl<S: Store> Peers<S> {
             Action::Wait => Dial::Wait,
             Action::Connect => {
                 p.new_set();
+                p.attempt = next;
+                self.attempts = next;
                 Dial::Connect {
                     peer: i,
                     qps,
@@ -380,6 +397,7 @@ impl<S: Store> Peers<S> {
             outcome: Connect::NotANode,
             close: None,
             lost_node: None,
+            evicted: None,
         };
         let Some(node) = node_of(addr) else {
             return step;
@@ -404,12 +422,12 @@ impl<S: Store> Peers<S> {
             }
             // Asked for and no worker took it in time: failed, so the set backs off.
             if self.get(p).is_some_and(|e| e.asked && now_ms - e.asked_ms >= DIAL_WAIT_MS) {
-                let epoch = self.entry(p).map(|e| {
+                let attempt = self.entry(p).map(|e| {
                     e.asked = false;
-                    e.set.epoch()
+                    e.attempt
                 });
-                if let Some(epoch) = epoch {
-                    self.attempt_done(p, epoch, Attempt::Failed, now_ms);
+                if let Some(attempt) = attempt {
+                    self.attempt_done(p, attempt, Attempt::Failed, now_ms);
                 }
             }
         }
@@ -442,10 +460,7 @@ impl<S: Store> Peers<S> {
                 }
             }
             Dial::Connect { peer, evicts, .. } => {
-                if let Some(gone) = evicts {
-                    step.close = Some(peer);
-                    step.lost_node = Some(gone);
-                }
+                step.evicted = evicts.map(|gone| (peer, gone));
                 if let Some(p) = self.entry(peer) {
                     p.asked = true;
                     p.asked_ms = now_ms;
@@ -482,7 +497,7 @@ impl<S: Store> Peers<S> {
     }
 
     /// The set asked for longest ago that no worker took yet: its entry, address and
-    /// attempt's epoch (which the worker's reports name), now taken (each stays asked
+    /// attempt's number (which the worker's reports name), now taken (each stays asked
     /// for until taken, so CONNECTs to other nodes meanwhile ask for theirs). Oldest
     /// first, so new dials (a user's to addresses that never answer, say) never keep an
     /// older one from a worker.
@@ -494,7 +509,7 @@ impl<S: Store> Peers<S> {
             .filter_map(|(i, e)| e.as_mut().filter(|p| p.asked).map(|p| (i, p)))
             .min_by_key(|(_, p)| p.asked_ms)?;
         p.asked = false;
-        Some((i as u32, p.addr, p.set.epoch()))
+        Some((i as u32, p.addr, p.attempt))
     }
 
     /// A free entry, or the least recently used one nothing is bound to, on either node
@@ -541,6 +556,7 @@ impl<S: Store> Peers<S> {
             peer: 0,
             close: None,
             lost_node: None,
+            evicted: None,
         };
         if index > 0 {
             step.peer = self.find(addr)?;
@@ -573,10 +589,7 @@ impl<S: Store> Peers<S> {
             Some(p) => p,
             None => {
                 let (p, evicts) = self.claim(&broken)?;
-                if let Some(gone) = evicts {
-                    step.close = Some(p);
-                    step.lost_node = Some(gone);
-                }
+                step.evicted = evicts.map(|gone| (p, gone));
                 p
             }
         };
@@ -598,22 +611,23 @@ impl<S: Store> Peers<S> {
             .is_some_and(|p| p.set.adopted(index, count))
     }
 
-    /// The first connection of our attempt `epoch` on entry `peer` is up: whether it is
-    /// to be installed in the entry's first slot and used at once (the attempt is still
-    /// under way); when not, the caller closes it.
-    pub fn first_up(&mut self, peer: u32, epoch: u32) -> bool {
-        self.entry(peer).is_some_and(|p| p.set.first_up(epoch))
+    /// The first connection of our attempt `attempt` on entry `peer` is up: whether it
+    /// is to be installed in the entry's first slot and used at once (the attempt is
+    /// still under way); when not, the caller closes it.
+    pub fn first_up(&mut self, peer: u32, attempt: u32) -> bool {
+        self.entry(peer)
+            .is_some_and(|p| p.attempt == attempt && p.set.first_up())
     }
 
-    /// Our attempt `epoch` on entry `peer` ended at `now_ms`: whether it became the set
+    /// Our attempt `attempt` on entry `peer` ended at `now_ms`: whether it became the set
     /// and what the caller closes when not (the peer's set was adopted meanwhile, the
     /// attempt failed, or its set was lost and another begun).
-    pub fn attempt_done(&mut self, peer: u32, epoch: u32, how: Attempt, now_ms: i64) -> Ended {
-        let Some(p) = self.entry(peer) else {
+    pub fn attempt_done(&mut self, peer: u32, attempt: u32, how: Attempt, now_ms: i64) -> Ended {
+        let Some(p) = self.entry(peer).filter(|p| p.attempt == attempt) else {
             return Ended::Dropped;
         };
-        let partial = matches!(p.set.state(), State::Partial { .. }) && p.set.epoch() == epoch;
-        if p.set.attempt_done(epoch, how, now_ms) {
+        let partial = matches!(p.set.state(), State::Partial { .. });
+        if p.set.attempt_done(how, now_ms) {
             return Ended::Set;
         }
         if !partial {
@@ -735,8 +749,8 @@ mod tests {
 
     /// The entry's current attempt ended `how` at `now`: whether it became the set.
     fn done(p: &mut Peers<crate::engine::VecStore>, peer: u32, how: Attempt, now: i64) -> bool {
-        let epoch = p.get(peer).map_or(0, |e| e.set.epoch());
-        p.attempt_done(peer, epoch, how, now) == Ended::Set
+        let attempt = p.get(peer).map_or(0, |e| e.attempt);
+        p.attempt_done(peer, attempt, how, now) == Ended::Set
     }
 
     fn addr(n: u8) -> [u8; 16] {
@@ -986,10 +1000,50 @@ mod tests {
         let step = p.connect(&addr(11), 0, 1, NO_USER, |_| false);
         assert_eq!(step.outcome, Connect::InProgress);
         assert_eq!(
-            (step.close, step.lost_node),
-            (Some(peer), node_of(&addr(10))),
+            (step.close, step.evicted),
+            (None, Some((peer, node_of(&addr(10)).unwrap()))),
             "the idle set to .10 goes, and its records"
         );
+    }
+
+    /// A set found broken with virtual QPs bound retires, and the new set's entry is
+    /// taken from another node: both are closed, both nodes' records go (one step
+    /// names both, neither hiding the other).
+    #[test]
+    fn a_lost_set_and_an_eviction_in_one_step_both_close() {
+        let mut p = Peers::with_capacity(2, 1, 0, 1);
+        let a = up(&mut p, 12);
+        p.bind(a);
+        let b = up(&mut p, 13);
+        let step = p.connect(&addr(12), 0, 5, NO_USER, |q| q == a);
+        assert_eq!(step.outcome, Connect::InProgress);
+        assert_eq!((step.close, step.lost_node), (Some(a), node_of(&addr(12))));
+        assert_eq!(step.evicted, Some((b, node_of(&addr(13)).unwrap())));
+        assert!(p.get(a).unwrap().retired);
+    }
+
+    /// An entry reused for another node never matches a report of the attempt it held
+    /// before: attempts are numbered across the table, so the old worker's connections
+    /// are never installed in the new node's slots.
+    #[test]
+    fn a_reused_entry_takes_no_report_of_its_earlier_attempt() {
+        let mut p = Peers::with_capacity(1, 0xffff, 4, 2);
+        p.connect(&addr(12), 0, 0, NO_USER, |_| false);
+        let (peer, _, old) = p.take_job().unwrap();
+        // The peer dials too and wins (the lower id): its set is adopted, whole.
+        let s = p.request(&addr(12), 12, 1, 0, 1, |_| false).unwrap();
+        assert_eq!((s.answer, s.peer), (Answer::Accept, peer));
+        p.adopted(peer, 0, 2);
+        assert!(p.adopted(peer, 1, 2));
+        // Idle, so another node's CONNECT takes the entry for a new attempt.
+        let step = p.connect(&addr(13), 0, 2, NO_USER, |_| false);
+        assert_eq!(step.evicted, Some((peer, node_of(&addr(12)).unwrap())));
+        let (again, _, new) = p.take_job().unwrap();
+        assert_eq!(again, peer);
+        assert_ne!(old, new);
+        assert!(!p.first_up(peer, old), "the old worker's first connection is not .13's");
+        assert_eq!(p.attempt_done(peer, old, Attempt::Established, 3), Ended::Dropped);
+        assert!(p.first_up(peer, new));
     }
 
     #[test]
@@ -1248,9 +1302,9 @@ mod tests {
         let mut p = Peers::with_capacity(2, 1, 4, 2);
         let never = |_| false;
         assert_eq!(p.connect(&addr(12), 3, 0, 7, never).outcome, Connect::InProgress);
-        let (peer, _, epoch) = p.take_job().unwrap();
+        let (peer, _, attempt) = p.take_job().unwrap();
         assert_eq!(p.connect(&addr(12), 3, 1, 7, never).outcome, Connect::InProgress);
-        assert!(p.first_up(peer, epoch));
+        assert!(p.first_up(peer, attempt));
         assert_eq!(
             p.connect(&addr(12), 3, 2, 7, never).outcome,
             Connect::Bind { peer, slot: 4 },
@@ -1260,7 +1314,7 @@ mod tests {
         assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)), "told on the first");
         assert_eq!(p.accept(&addr(12), 5), None, "nothing on the second yet");
         assert_eq!(p.dialing(7), 1, "still the user's dial");
-        assert_eq!(p.attempt_done(peer, epoch, Attempt::Established, 3), Ended::Set);
+        assert_eq!(p.attempt_done(peer, attempt, Attempt::Established, 3), Ended::Set);
         assert_eq!(
             p.connect(&addr(12), 3, 4, 7, never).outcome,
             Connect::Bind { peer, slot: 5 }
@@ -1276,10 +1330,10 @@ mod tests {
         let mut p = Peers::with_capacity(2, 1, 4, 2);
         let never = |_| false;
         p.connect(&addr(12), 0, 0, NO_USER, never);
-        let (peer, _, epoch) = p.take_job().unwrap();
-        assert!(p.first_up(peer, epoch));
+        let (peer, _, attempt) = p.take_job().unwrap();
+        assert!(p.first_up(peer, attempt));
         p.bind(peer);
-        assert_eq!(p.attempt_done(peer, epoch, Attempt::Failed, 1), Ended::Lost);
+        assert_eq!(p.attempt_done(peer, attempt, Attempt::Failed, 1), Ended::Lost);
         assert!(p.get(peer).unwrap().retired);
         assert_eq!(p.next_tell(QpBits::EMPTY), None, "nothing told on a lost set");
         assert_eq!(p.connect(&addr(12), 0, 2, NO_USER, never).outcome, Connect::InProgress);
@@ -1287,9 +1341,9 @@ mod tests {
         // Nothing bound: the entry stays, backing off.
         let mut p = Peers::with_capacity(2, 1, 4, 2);
         p.connect(&addr(12), 0, 0, NO_USER, never);
-        let (peer, _, epoch) = p.take_job().unwrap();
-        assert!(p.first_up(peer, epoch));
-        assert_eq!(p.attempt_done(peer, epoch, Attempt::Failed, 1), Ended::Lost);
+        let (peer, _, attempt) = p.take_job().unwrap();
+        assert!(p.first_up(peer, attempt));
+        assert_eq!(p.attempt_done(peer, attempt, Attempt::Failed, 1), Ended::Lost);
         assert_eq!(p.find(&addr(12)), Some(peer));
         assert_eq!(p.connect(&addr(12), 0, 2, NO_USER, never).outcome, Connect::Unreachable);
     }

@@ -3,7 +3,7 @@
 //! and lets the lock go while it makes the second, so CONNECTs bind meanwhile, and the
 //! set may be found broken and another attempt begun before the worker reports. No
 //! CONNECT may bind to a slot with nothing installed, and no set may be made of two
-//! attempts' connections (a worker's reports name its attempt's epoch).
+//! attempts' connections (a worker's reports name its attempt's number).
 
 use loom::sync::{Arc, Mutex};
 use loom::thread;
@@ -19,7 +19,7 @@ const PEER: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 12]
 /// The set's first physical QP slot.
 const FIRST: u32 = 4;
 
-/// The table and what is installed in its two slots: the epoch of the attempt whose
+/// The table and what is installed in its two slots: the number of the attempt whose
 /// connection it is.
 struct Node {
     table: Peers<VecStore>,
@@ -33,19 +33,19 @@ impl Node {
 }
 
 /// kmod's `dial` for the job waiting, if any: `stale` reports as a worker that forgot
-/// its epoch would (the table's current one, read at each report).
+/// its attempt's number would (the entry's current one, read at each report).
 fn work(node: &Mutex<Node>, stale: bool) {
     let Some((peer, _, mine)) = node.lock().unwrap().table.take_job() else {
         return;
     };
-    let epoch = |n: &Node| match n.table.get(peer) {
-        Some(p) if stale => p.set.epoch(),
+    let attempt = |n: &Node| match n.table.get(peer) {
+        Some(p) if stale => p.attempt,
         _ => mine,
     };
     // The first connection is made with no lock held, then installed and used.
     {
         let mut n = node.lock().unwrap();
-        let e = epoch(&n);
+        let e = attempt(&n);
         if !n.table.first_up(peer, e) {
             return;
         }
@@ -54,7 +54,7 @@ fn work(node: &Mutex<Node>, stale: bool) {
     thread::yield_now();
     // The second, likewise; then the report.
     let mut n = node.lock().unwrap();
-    let e = epoch(&n);
+    let e = attempt(&n);
     match n.table.attempt_done(peer, e, Attempt::Established, 0) {
         Ended::Set => {
             assert_eq!(n.installed[0], Some(e), "a set made of two attempts' connections");
@@ -73,10 +73,10 @@ fn connect(node: &Mutex<Node>, service: u32, broken: bool) {
         n.close();
     }
     if let Connect::Bind { peer, slot } = step.outcome {
-        let epoch = n.table.get(peer).unwrap().set.epoch();
+        let attempt = n.table.get(peer).unwrap().attempt;
         assert_eq!(
             n.installed[(slot - FIRST) as usize],
-            Some(epoch),
+            Some(attempt),
             "a CONNECT bound to a slot with nothing of its set installed"
         );
         n.table.bind(peer);
@@ -107,7 +107,7 @@ fn partial_model(stale: bool) {
         let n = node.lock().unwrap();
         if let Some(p) = n.table.get(0) {
             if let State::Ready { .. } = p.set.state() {
-                let e = p.set.epoch();
+                let e = p.attempt;
                 assert_eq!(n.installed, [Some(e); 2], "a ready set with a slot not its own");
             }
         }
