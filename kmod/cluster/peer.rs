@@ -416,17 +416,20 @@ impl PeerSets {
 
 /// Whether a connection of entry `peer`'s set broke: the CM said so (the peer
 /// disconnected, its device went), or the recovery failed one of its QPs (a peer that
-/// vanished: retries exhausted, or requests stuck past the deadline). `qps`: the set
-/// slots' connections (a free function, for abi's decisions that ask it of any entry
-/// while the table is borrowed).
+/// vanished: retries exhausted, or requests stuck past the deadline). Only the
+/// connections installed count: a slot a partly made set has not filled yet still
+/// holds its earlier set's failed accounting (kept for the sweep), which says nothing
+/// of this set. `qps`: the set slots' connections (a free function, for abi's
+/// decisions that ask it of any entry while the table is borrowed).
 fn set_broken(shared: &Shared, qps: &[Option<PeerQp>], peer: u32) -> bool {
     let first = peer as usize * QPS_PER_SET;
     (first..first + QPS_PER_SET).any(|k| {
-        let failed = shared.qps[POOL_QPS + k].lock().acct.failed();
-        failed
-            || qps.get(k).copied().flatten()
-                // SAFETY: a live handle (released only by `close` and `forget`).
-                .is_some_and(|q| unsafe { shim::krcore_shim_cm_broken(q.conn) })
+        let Some(q) = qps.get(k).copied().flatten() else {
+            return false;
+        };
+        shared.qps[POOL_QPS + k].lock().acct.failed()
+            // SAFETY: a live handle (released only by `close` and `forget`).
+            || unsafe { shim::krcore_shim_cm_broken(q.conn) }
     })
 }
 
