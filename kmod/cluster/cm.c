@@ -544,12 +544,11 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		/* Bound now (rdma_resolve_addr): this attempt's port, which the tag names. */
 		c->bind.initiator_port =
 			((struct sockaddr_in *)&id->route.addr.src_addr)->sin_port;
-		if (c->hello.step != KRCORE_CM_ASK) {
-			c->bind.initiator_qpn = c->qp->qp_num;
-			ret = krcore_cm_tag(true, &c->bind, c->hello.tag);
-			if (ret)
-				return ret;
-		}
+		/* Every request of a dial carries its proof (FRESH, then PROVE). */
+		c->bind.initiator_qpn = c->qp->qp_num;
+		ret = krcore_cm_tag(true, &c->bind, c->hello.tag);
+		if (ret)
+			return ret;
 		krcore_cm_param(&p, c->kind);
 		p.qp_num = c->qp->qp_num;
 		/* Copied into the request by rdma_cm. */
@@ -683,10 +682,10 @@ int krcore_shim_cm_peer_gid(u8 *gid)
 }
 
 /*
- * One connection request of a dial, `hello` with what `bind` holds, waiting until
- * `deadline` (jiffies): 0 with the connection, listed, its QP's notice receives posted
- * (a set's), and the dialer's reference; -EINPROGRESS when the listener answered with
- * a challenge (now in bind->nonce_r); another negative errno.
+ * One connection request of a dial, `hello` (FRESH or PROVE: a proof over what `bind`
+ * holds), waiting until `deadline` (jiffies): 0 with the connection, listed, its QP's
+ * notice receives posted (a set's), and the dialer's reference; -EINPROGRESS when the
+ * listener answered with a challenge (now in bind->nonce_r); another negative errno.
  */
 static int krcore_cm_attempt(struct ib_device *dev, struct ib_pd *pd, struct ib_cq *cq,
 			     struct sockaddr_in *src, struct sockaddr_in *dst,
@@ -748,9 +747,6 @@ static int krcore_cm_attempt(struct ib_device *dev, struct ib_pd *pd, struct ib_
 		ret = c->status;
 	if (ret == -EINPROGRESS)
 		memcpy(bind->nonce_r, c->bind.nonce_r, sizeof(bind->nonce_r));
-	if (!ret && hello->step == KRCORE_CM_ASK)
-		/* Accepted with no proof asked: not a krcore listener of this version. */
-		ret = -EPROTO;
 	if (!ret) {
 		*qp = c->qp;
 		*qpn = c->qp->qp_num;
