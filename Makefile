@@ -182,6 +182,10 @@ LISTENER_ROLES = --role "a:$(SMOKE) listener serve 1" --role "b:$(SMOKE) listene
 # One LISTEN on a serves 64 client processes on each of b and c at once, each checking
 # its own echo.
 CLIENTS_ROLES = --role "a:$(SMOKE) listener serve 128" --role "b:$(SMOKE) listener client a 64" --role "c:$(SMOKE) listener client a 64"
+# The Python server, and one client whose connection outlives its CONNECT's deadline
+# (1 s here: it holds 3 s before its hello). A paired CONNECT was refused at twice the
+# deadline, telling the server it left, and the echo found no receiver.
+HOLD_ROLES = --role "a:$(SMOKE) listener serve-py 1" --role "b:KRCORE_TEST_ARGS=request_timeout_ms=1000 $(SMOKE) listener client a 1 77 3000"
 # A server on b and one on c, each holding its own service; a's clients reach both.
 SERVICES_ROLES = --role "a:$(SMOKE) listener client b 8 77 && $(SMOKE) listener client c 8 78" --role "b:$(SMOKE) listener serve 8 77" --role "c:$(SMOKE) listener serve 8 78"
 # The same with a starting 10 s late: b's first MetaServer connection is refused and
@@ -252,7 +256,7 @@ vm-test-cluster: kmod host
 	@$(VM) --timeout 300 --nodes 3 $(NAMES_ROLES)
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener self 64" --role "b:true"
 	@$(VM) --timeout 300 --nodes 3 $(SERVICES_ROLES)
-	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener serve-py 1" --role "b:$(SMOKE) listener client a"
+	@$(VM) --timeout 300 --nodes 2 $(HOLD_ROLES)
 	@$(VM) --timeout 300 --nodes 2 $(TOOL_ROLES)
 	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) verbs_cm serve 10" --role "b:$(SMOKE) verbs_cm connect a 10"
 

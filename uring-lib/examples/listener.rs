@@ -8,10 +8,11 @@
 //! "echo: " and the message to each, then UNLISTENs and DISCONNECTs. It never CONNECTs
 //! to anyone.
 //!
-//! `listener client ADDR SERVICE ME [PROCS]`: CONNECTs to the node at ADDR for SERVICE
-//! (from an ephemeral port), SENDs "hello from ME:PORT" (ME: this node's address, PORT:
-//! the CONNECT's port) and waits for its own echo; with PROCS, as many processes do so
-//! at once, and each must get its own.
+//! `listener client ADDR SERVICE ME [PROCS [HOLD_MS]]`: CONNECTs to the node at ADDR for
+//! SERVICE (from an ephemeral port), SENDs "hello from ME:PORT" (ME: this node's address,
+//! PORT: the CONNECT's port) and waits for its own echo; with PROCS, as many processes
+//! do so at once, and each must get its own. With HOLD_MS, each waits that long between
+//! its CONNECT and its hello: a connection outlives the deadline its CONNECT had.
 #[path = "support/retry.rs"]
 mod support;
 #[path = "support/talk.rs"]
@@ -129,7 +130,7 @@ async fn serve(service: u32, n: usize) -> Result<()> {
     Ok(())
 }
 
-fn client(addr: Ipv4Addr, service: u32, me: Ipv4Addr) -> Result<()> {
+fn client(addr: Ipv4Addr, service: u32, me: Ipv4Addr, hold: Duration) -> Result<()> {
     let mut ring = Builder::new(16).build(Device::open()?)?;
     let mut mr = ring.register(SLOT as usize, MrAccess::LOCAL_WRITE)?;
     // A server that did not listen within the deadline refuses: connect again.
@@ -139,6 +140,7 @@ fn client(addr: Ipv4Addr, service: u32, me: Ipv4Addr) -> Result<()> {
             ring.connect(addr, service)
         })?;
         let mine = hello(me, vqp.port());
+        std::thread::sleep(hold);
         match say(&mut ring, &vqp, &mut mr, &mine, 0) {
             Err(e) if e.reason() == Some(Reason::Refused) && tries < 6 => {
                 tries += 1;
@@ -157,13 +159,20 @@ fn client(addr: Ipv4Addr, service: u32, me: Ipv4Addr) -> Result<()> {
 
 /// `procs` client processes at once (this program again, as `client`), each checking
 /// its own echo.
-fn clients(addr: Ipv4Addr, service: u32, me: Ipv4Addr, procs: usize) -> Result<()> {
+fn clients(
+    addr: Ipv4Addr,
+    service: u32,
+    me: Ipv4Addr,
+    procs: usize,
+    hold: Duration,
+) -> Result<()> {
     let exe = std::env::current_exe()?;
     let t = Instant::now();
     let kids: Vec<_> = (0..procs)
         .map(|_| {
             Command::new(&exe)
                 .args(["client", &addr.to_string(), &service.to_string(), &me.to_string()])
+                .args(["1", &hold.as_millis().to_string()])
                 .spawn()
         })
         .collect::<std::io::Result<_>>()?;
@@ -191,12 +200,16 @@ fn main() -> Result<()> {
             .enable_all()
             .build()?
             .block_on(serve(service.parse()?, n.parse()?)),
-        ["client", addr, service, me] => client(addr.parse()?, service.parse()?, me.parse()?),
-        ["client", addr, service, me, procs] => {
-            clients(addr.parse()?, service.parse()?, me.parse()?, procs.parse()?)
+        ["client", addr, service, me, ref rest @ ..] if rest.len() <= 2 => {
+            let (addr, service, me) = (addr.parse()?, service.parse()?, me.parse()?);
+            let procs: usize = rest.first().map_or(Ok(1), |p| p.parse())?;
+            let hold = Duration::from_millis(rest.get(1).map_or(Ok(0), |h| h.parse())?);
+            match procs {
+                1 => client(addr, service, me, hold),
+                _ => clients(addr, service, me, procs, hold),
+            }
         }
-        _ => Err(
-            "usage: listener serve SERVICE N | listener client ADDR SERVICE ME [PROCS]".into(),
-        ),
+        _ => Err("usage: listener serve SERVICE N | listener client ADDR SERVICE ME [PROCS [HOLD_MS]]"
+            .into()),
     }
 }

@@ -95,11 +95,12 @@
 #   cluster-smoke.sh listener serve-py N
 #                                   the same server in Python (uring-lib/python/examples/
 #                                   listener.py, the krcore package's listen and accept)
-#   cluster-smoke.sh listener client ROLE [PROCS [SERVICE]]
+#   cluster-smoke.sh listener client ROLE [PROCS [SERVICE [HOLD_MS]]]
 #                                   reload; CONNECT to ROLE's node for SERVICE (77), say
 #                                   hello with this node's address and the CONNECT's
 #                                   port, check the echo: PROCS processes at once (1),
-#                                   each checking its own; unload
+#                                   each checking its own, HOLD_MS after its CONNECT
+#                                   (0); unload
 #   cluster-smoke.sh listener self N
 #                                   reload; the server of `serve N` and N client
 #                                   processes of this node's own, at once
@@ -250,10 +251,11 @@ with_meta() {
   reload meta_server="$meta" || exit 1
 }
 # Fails the role after printing what the module holds (sets, links, listens: the
-# peers file) and rxe's counters, so a failed run's log shows the state it failed in.
+# peers file), its counters and rxe's, so a failed run's log shows the state it failed in.
 fail_with_state() {
   echo "$KRCORE_NODE: failed; the module's peers file (pool lines left out):" >&2
   "$KRCORE_TOOL" peers | grep -v "pool qp" >&2
+  "$KRCORE_TOOL" counters >&2
   # rxe's own counters (retransmissions, retries exhausted, RNR), those not zero.
   echo "$KRCORE_NODE: rxe0's counters not zero:" \
     $(grep -v '^0$' /sys/class/infiniband/rxe0/ports/1/hw_counters/* 2>/dev/null | sed 's|.*/||') >&2
@@ -697,13 +699,15 @@ vanish)
 listener)
   reload || exit 1
   case "$2" in
-  serve) "$LISTENER" serve "${4:-77}" "$3" || fail_with_state ;;
+  # Bounded: a receive waits for its message as long as it takes, so a lost one would
+  # otherwise hold the run to the runner's timeout, with no state shown.
+  serve) timeout 240 "$LISTENER" serve "${4:-77}" "$3" || fail_with_state ;;
   serve-py)
     "$ROOT/target/pyvenv/bin/python3" "$ROOT/uring-lib/python/examples/listener.py" 77 "$3" || fail_with_state
     ;;
   client)
     peer=$(addr_of "$3") || exit 1
-    "$LISTENER" client "$peer" "${5:-77}" "$KRCORE_ADDR" ${4:+"$4"} || fail_with_state
+    timeout 240 "$LISTENER" client "$peer" "${5:-77}" "$KRCORE_ADDR" "${4:-1}" "${6:-0}" || fail_with_state
     ;;
   self)
     "$LISTENER" serve 77 "$3" &
@@ -1033,7 +1037,7 @@ reborn)
   ping_role "$2"
   ;;
 *)
-  echo "usage: cluster-smoke.sh names META hold NAME | names META check ROLE NAME | serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | churn | stay META | mutual ROLE | cycles ROLE N [PROCS] | steady | messages ROLE recv|send N [META] | listener serve N [SERVICE] | listener client ROLE [PROCS [SERVICE]] | listener self N | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
+  echo "usage: cluster-smoke.sh names META hold NAME | names META check ROLE NAME | serve N | ping ROLE | cycle ROLE | reborn ROLE | listen N | dial ROLE | connect ROLE.. | meta N | export META NAME | import META ROLE NAME | hammer META ROLE NAME | failover META ROLE NAME | churn | stay META | mutual ROLE | cycles ROLE N [PROCS] | steady | messages ROLE recv|send N [META] | listener serve N [SERVICE] | listener client ROLE [PROCS [SERVICE [HOLD_MS]]] | listener self N | verbs_cm serve N | verbs_cm connect ROLE N | demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | figures far|across ROLE NAMES | figures cluster ROLE.. | figures node META" >&2
   exit 2
   ;;
 esac

@@ -481,8 +481,10 @@ impl<S: Store> Messages<S> {
     }
 
     /// Pairs our end of far link `h` with the peer's end `from`; a CONNECT waiting
-    /// for it completes.
+    /// for it completes, and no longer waits for an answer (`expire_unanswered` would
+    /// otherwise end the live link).
     fn pair(&mut self, h: u32, from: u64) {
+        self.answered(h);
         let Some(l) = self.links.get_mut(h) else {
             return;
         };

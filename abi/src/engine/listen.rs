@@ -601,6 +601,34 @@ mod tests {
         ));
     }
 
+    /// A CONNECT a listen took is answered: its link lives past the deadline a CONNECT
+    /// waits for an answer (it was refused then, telling the server its end left, so a
+    /// client slower than the deadline lost its echo).
+    #[test]
+    fn a_taken_connect_outlives_the_answer_deadline() {
+        let ((nc, mut c), (ns, mut s)) = (node(11), node(12));
+        s.add_listener(SERVICE, listen()).unwrap();
+        let (cl, _) = c.join_far(ns.gid, client(), 1, &nc).unwrap();
+        c.settle(0, 100, &nc, |_, _| {});
+        carry(&nc, &ns, &mut s);
+        s.settle(0, 100, &ns, |_, _| {});
+        let o = s.next_offer(SERVICE).expect("offered");
+        s.answer_offer(o.link, Some(o.qp), &ns);
+        carry(&ns, &nc, &mut c);
+        assert_eq!(s.recv(o.link, 0, recv(90, 0x9000), &ns), RecvStep::Queued);
+        carry(&ns, &nc, &mut c);
+        // Long past both deadlines: nothing is refused, nothing leaves.
+        let mut failed = vec![];
+        c.settle(10_000, 100, &nc, |w, x| failed.push((w.encode(), x)));
+        s.settle(10_000, 100, &ns, |w, x| failed.push((w.encode(), x)));
+        assert_eq!(failed, vec![]);
+        assert_eq!(carry(&nc, &ns, &mut s), 0, "no notice: the client did not leave");
+        assert!(matches!(
+            c.send(cl, 0, send(1, 8, None)),
+            SendStep::DeliverFar { r, .. } if r.addr == 0x9000
+        ));
+    }
+
     #[test]
     fn one_nudge_until_the_ring_looks() {
         let ((na, mut a), (ns, mut s)) = (node(11), node(12));
