@@ -12,6 +12,7 @@
 #include <linux/random.h>
 #include <linux/sched/mm.h>
 #include <linux/fs.h>
+#include <linux/io_uring/cmd.h>
 #include <linux/kthread.h>
 #include <linux/moduleparam.h>
 #include <linux/workqueue.h>
@@ -69,6 +70,64 @@ static __poll_t krcore_fop_poll(struct file *f, poll_table *pt)
 	return r ? (EPOLLIN | EPOLLRDNORM) : 0;
 }
 
+/* A krcore entry in an IORING_OP_URING_CMD (abi's engine/uring.rs: URING_CMD_ENTRY). */
+#define KRCORE_URING_CMD_ENTRY 0x4b525545
+#define KRCORE_ENTRY_LEN 64
+
+/* A command's result while it waits for its task (io_uring_cmd's free pdu). */
+struct krcore_uring_pdu {
+	s32 res;
+	u64 extra;
+};
+
+static void krcore_uring_task_done(struct io_uring_cmd *cmd, unsigned int issue_flags)
+{
+	struct krcore_uring_pdu *p = io_uring_cmd_to_pdu(cmd, struct krcore_uring_pdu);
+
+	io_uring_cmd_done(cmd, p->res, p->extra, issue_flags);
+}
+
+void krcore_shim_uring_complete(void *c, s32 res, u64 extra)
+{
+	struct io_uring_cmd *cmd = c;
+	struct krcore_uring_pdu *p = io_uring_cmd_to_pdu(cmd, struct krcore_uring_pdu);
+
+	p->res = res;
+	p->extra = extra;
+	/* io_uring_cmd_done wants the ring's lock, or its task: the task's work runs it. */
+	io_uring_cmd_complete_in_task(cmd, krcore_uring_task_done);
+}
+
+/*
+ * krcore entries through io_uring's own ring: the 64-byte entry in a 128-byte SQE's
+ * command area, its completion in a 32-byte CQE (res, and aux or the reason). Never
+ * marked cancelable: what may wait without bound (RECV) is refused, so io_uring's
+ * teardown waits for each command at most a request deadline.
+ */
+static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
+{
+	u8 entry[KRCORE_ENTRY_LEN];
+	s32 res = 0;
+	u64 extra = 0;
+	int r;
+
+	if (issue_flags & IO_URING_F_CANCEL)
+		return 0;
+	if (cmd->cmd_op != KRCORE_URING_CMD_ENTRY)
+		return -EOPNOTSUPP;
+	if (!(issue_flags & IO_URING_F_SQE128) || !(issue_flags & IO_URING_F_CQE32))
+		return -EINVAL;
+	/* Read once: the SQE is the user's memory until io_uring copied it. */
+	memcpy(entry, io_uring_sqe_cmd(cmd->sqe), KRCORE_ENTRY_LEN);
+	r = krcore_rs_uring_cmd(cmd->file->private_data, cmd, entry,
+				issue_flags & IO_URING_F_NONBLOCK, &res, &extra);
+	if (r < 0)
+		return r;
+	if (r == 1)
+		io_uring_cmd_done(cmd, res, extra, issue_flags);
+	return -EIOCBQUEUED;
+}
+
 /* What Rust writes for one read of an inspection file, at most. */
 #define KRCORE_SHOW_MAX (64 * 1024)
 
@@ -91,6 +150,7 @@ static const struct file_operations krcore_fops = {
 	.unlocked_ioctl = krcore_fop_ioctl,
 	.mmap = krcore_fop_mmap,
 	.poll = krcore_fop_poll,
+	.uring_cmd = krcore_fop_uring_cmd,
 	.show_fdinfo = krcore_fop_show_fdinfo,
 	.llseek = noop_llseek,
 };

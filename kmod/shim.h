@@ -27,6 +27,12 @@ long krcore_rs_ioctl(void *priv, unsigned int cmd, unsigned long arg);
  * negative errno when it has no ring (-ENXIO) or its device went (-ENODEV). */
 struct poll_table_struct;
 int krcore_rs_poll(void *priv, struct file *f, struct poll_table_struct *pt);
+/* An IORING_OP_URING_CMD's krcore entry (64 bytes, read once): 1 with its result in
+ * `res` and `extra` (complete it now), 0 when it completes later (through
+ * krcore_shim_uring_complete), or a negative errno (-EAGAIN: not taken, under
+ * `nonblock`). See abi's engine/uring.rs. */
+int krcore_rs_uring_cmd(void *priv, void *cmd, const u8 *entry, bool nonblock, s32 *res,
+			u64 *extra);
 /* mmap(2) at page offset pgoff, len bytes. */
 int krcore_rs_mmap(void *priv, struct vm_area_struct *vma, unsigned long pgoff,
 		   unsigned long len);
@@ -324,6 +330,9 @@ bool krcore_shim_test_unchecked_wire(u64 *addr, u32 *rkey);
 struct eventfd_ctx;
 struct eventfd_ctx *krcore_shim_eventfd_get(int fd);
 void krcore_shim_eventfd_signal(struct eventfd_ctx *ctx);
+/* Completes io_uring command `cmd` with `res` and, in its 32-byte CQE, `extra`, from
+ * its task's context (any context may call this). */
+void krcore_shim_uring_complete(void *cmd, s32 res, u64 extra);
 void krcore_shim_eventfd_put(struct eventfd_ctx *ctx);
 
 /* Yield the CPU if needed (cond_resched is a macro on some configs). */

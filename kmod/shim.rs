@@ -288,6 +288,7 @@ extern "C" {
     pub(crate) fn krcore_shim_bench_direct_enabled() -> bool;
     pub(crate) fn krcore_shim_eventfd_get(fd: c_int) -> *mut EventfdCtx;
     pub(crate) fn krcore_shim_eventfd_signal(ctx: *mut EventfdCtx);
+    pub(crate) fn krcore_shim_uring_complete(cmd: *mut c_void, res: i32, extra: u64);
     pub(crate) fn krcore_shim_eventfd_put(ctx: *mut EventfdCtx);
     pub(crate) fn krcore_shim_poller_start(ctx: *mut c_void) -> *mut PollerC;
     pub(crate) fn krcore_shim_poller_wake(p: *mut PollerC);

@@ -38,7 +38,7 @@
 #define krcore_DIAL_WAIT_MS 10000
 
 // How many reasons there are (one past the last code).
-#define krcore_Reason_COUNT 40
+#define krcore_Reason_COUNT 41
 
 // The ABI version this crate describes; the kernel reports its own in
 // [`QueryDevices::abi_version`] and user space refuses a mismatch.
@@ -74,6 +74,10 @@
 // `request_timeout_ms` sets it). The wire's own retries end far sooner on a live
 // fabric.
 #define krcore_DEFAULT_DEADLINE_MS 5000
+
+// The `cmd_op` of a krcore entry in an `IORING_OP_URING_CMD` ("KRUE"; any other is
+// refused with `EOPNOTSUPP`).
+#define krcore_URING_CMD_ENTRY 1263686981
 
 // The ioctl type byte of every krcore command.
 #define krcore_IOC_MAGIC 75
@@ -322,6 +326,10 @@ enum krcore_Reason
   KRCORE_REASON_QUOTA = 38,
   // IMPORT_NAME named an owner, and another user published the name.
   KRCORE_REASON_WRONG_OWNER = 39,
+  // An entry io_uring cannot carry (see the engine's `uring`): a LISTEN (6.12's
+  // commands have no multishot), a REG_MR (registered only on krcore's own ring), a
+  // RECV (it may wait forever, and io_uring cannot cancel a command).
+  KRCORE_REASON_NOT_THROUGH_URING = 40,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

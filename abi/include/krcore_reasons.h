@@ -50,6 +50,7 @@ static inline const char *krcore_reason_name(uint16_t reason)
 	case 37: return "refused";
 	case 38: return "quota";
 	case 39: return "wrong_owner";
+	case 40: return "not_through_uring";
 	}
 	return 0;
 }
@@ -98,6 +99,7 @@ static inline const char *krcore_reason_describe(uint16_t reason)
 	case 37: return "the peer refused: nobody listened on its port within the deadline, or its listener had no room";
 	case 38: return "this user's share of the device's table is used up (max_*_per_user), or its dials to new nodes in progress are as many as it may have";
 	case 39: return "the name was published by another user than the one named";
+	case 40: return "io_uring cannot carry this entry (LISTEN, REG_MR, RECV): use krcore's own ring";
 	}
 	return 0;
 }

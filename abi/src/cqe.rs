@@ -163,6 +163,10 @@ pub enum Reason {
     Quota = 38,
     /// IMPORT_NAME named an owner, and another user published the name.
     WrongOwner = 39,
+    /// An entry io_uring cannot carry (see the engine's `uring`): a LISTEN (6.12's
+    /// commands have no multishot), a REG_MR (registered only on krcore's own ring), a
+    /// RECV (it may wait forever, and io_uring cannot cancel a command).
+    NotThroughUring = 40,
 }
 
 impl Reason {
@@ -210,11 +214,12 @@ impl Reason {
             Refused,
             Quota,
             WrongOwner,
+            NotThroughUring,
         ]
     };
 
     /// How many reasons there are (one past the last code).
-    pub const COUNT: usize = 40;
+    pub const COUNT: usize = 41;
 
     /// Decodes a [`Cqe::reason`] value.
     pub fn from_u16(v: u16) -> Option<Reason> {
@@ -264,6 +269,7 @@ impl Reason {
             Reason::Refused => "refused",
             Reason::Quota => "quota",
             Reason::WrongOwner => "wrong_owner",
+            Reason::NotThroughUring => "not_through_uring",
         }
     }
 
@@ -300,6 +306,7 @@ impl Reason {
             Reason::Refused => Errno::ECONNREFUSED,
             Reason::Quota => Errno::EDQUOT,
             Reason::WrongOwner => Errno::EPERM,
+            Reason::NotThroughUring => Errno::EOPNOTSUPP,
         }
     }
 
@@ -359,6 +366,9 @@ impl Reason {
                  mode may grant this user none of its rights"
             }
             Reason::WrongOwner => "the name was published by another user than the one named",
+            Reason::NotThroughUring => {
+                "io_uring cannot carry this entry (LISTEN, REG_MR, RECV): use krcore's own ring"
+            }
             Reason::Quota => {
                 "this user's share of the device's table is used up (max_*_per_user), or \
                  its dials to new nodes in progress are as many as it may have"

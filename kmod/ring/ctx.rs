@@ -12,7 +12,8 @@ use kernel::sync::{Arc, Mutex};
 
 use crate::abi::cqe::Cqe;
 use crate::abi::engine::{
-    Completion, Creds, Delivered, Groups, Inbox, Ring, RingStorage, Slot, WrId, MAX_GROUPS,
+    uring_result, Completion, Creds, Delivered, Diverted, Groups, Inbox, Ring, RingStorage,
+    Slot, WrId, MAX_GROUPS,
 };
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
 use crate::abi::ring::{CqConsumer, RawRing, SqProducer};
@@ -127,6 +128,8 @@ impl RingCtx {
             inflight: KBuf::filled(inflight, Slot::EMPTY, gfp)?,
             // Room rule: larger than the in-flight table (see engine/ring_state.rs).
             overflow: KBuf::filled(inflight + p.sq_entries as usize, Cqe::default(), gfp)?,
+            // What io_uring carried (engine/uring.rs): as many as the overflow list.
+            diverted: KBuf::filled(inflight + p.sq_entries as usize, Diverted::default(), gfp)?,
         };
         // SAFETY: the views point into `sq` and `cq`, which the RingCtx holds references
         // to and drops after every view (field order).
@@ -253,6 +256,25 @@ impl RingCtx {
         &mut self.ring
     }
 
+    /// Hands every CQE owed to an io_uring command back to io_uring (abi's
+    /// engine/uring.rs), completed in its task's context; but `keep`'s, which is
+    /// returned for its caller to complete itself.
+    pub(crate) fn hand_back(&mut self, keep: u64) -> Option<Cqe> {
+        let mut kept = None;
+        while let Some(d) = self.ring.take_diverted() {
+            if d.sink == keep && kept.is_none() {
+                kept = Some(d.cqe);
+                continue;
+            }
+            let (res, extra) = uring_result(&d.cqe);
+            // SAFETY: `sink` is a command io_uring issued to this ring's file and has not
+            // seen completed (the engine diverts one CQE per taken entry, once); io_uring
+            // holds the file, so the command and the module outlive the call.
+            unsafe { shim::krcore_shim_uring_complete(d.sink as *mut core::ffi::c_void, res, extra) };
+        }
+        kept
+    }
+
     /// One-op ioctl, application side: pushes `sqe` into the SQ and publishes it.
     /// `false` when the SQ is full.
     pub(crate) fn app_push(&mut self, sqe: Sqe) -> bool {
@@ -333,7 +355,10 @@ impl RingCell {
     /// `ctx`). Returns how many.
     pub(crate) fn absorb(&self, ctx: &mut RingCtx) -> usize {
         self.mail.swap(false, Ordering::AcqRel);
-        self.inbox.lock().drain_into(ctx.engine())
+        let n = self.inbox.lock().drain_into(ctx.engine());
+        // What io_uring carried goes back to it, not to the CQ.
+        ctx.hand_back(0);
+        n
     }
 
     /// [`absorb`](Self::absorb) if anything was delivered since the last one (an

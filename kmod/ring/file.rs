@@ -16,7 +16,8 @@ use crate::abi::errno::Errno;
 use crate::abi::ioctl::{self, Command};
 use crate::abi::layout::{EnterArgs, EnterFlags, EventfdArgs, SetupFlags, SetupParams};
 use crate::abi::limits::Resource;
-use crate::engine::devctx::DevCtx;
+use crate::abi::sqe::Sqe;
+use crate::engine::devctx::{Carried, DevCtx};
 use crate::ring::ctx::RingCell;
 use crate::device::{Registry, UserCharge};
 use crate::ring::ctx::RingAreas;
@@ -292,6 +293,41 @@ extern "C" fn krcore_rs_release(ctx: *mut c_void) {
         drop(poller);
         dev.detach(&ring);
         drop(_poller_charge);
+    }
+}
+
+/// An `IORING_OP_URING_CMD` carrying a krcore entry (shim.c's `krcore_fop_uring_cmd`,
+/// abi's engine/uring.rs): 1 with the result in `res` and `extra`, 0 when the command
+/// completes later, or a negative errno (`ENXIO` before setup).
+#[no_mangle]
+extern "C" fn krcore_rs_uring_cmd(
+    ctx: *mut c_void,
+    cmd: *mut c_void,
+    entry: *const u8,
+    nonblock: bool,
+    res: *mut i32,
+    extra: *mut u64,
+) -> c_int {
+    // SAFETY: `ctx` is the live context of an open file (see `krcore_rs_release`).
+    let ctx = unsafe { &*ctx.cast::<FileCtx>() };
+    // SAFETY: `entry` is the shim's 64-byte copy of the command area, and an `Sqe` is
+    // plain integers (any bits are a value; validation judges them).
+    let sqe = unsafe { core::ptr::read_unaligned(entry.cast::<Sqe>()) };
+    let carried = ctx.bound().and_then(|b| {
+        b.dev
+            .uring_one(&b.ring, &sqe, cmd as u64, nonblock, b.owner.caller())
+    });
+    match carried {
+        Ok(Carried::Now(r, e)) => {
+            // SAFETY: the shim's locals, valid for writes.
+            unsafe {
+                *res = r;
+                *extra = e;
+            }
+            1
+        }
+        Ok(Carried::Later) => 0,
+        Err(e) => e.to_errno(),
     }
 }
 

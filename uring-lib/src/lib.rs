@@ -91,6 +91,7 @@ pub mod bench_support;
 mod core;
 mod device;
 mod error;
+pub mod in_io_uring;
 mod listen;
 mod lock;
 mod mmap;

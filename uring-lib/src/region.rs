@@ -283,6 +283,12 @@ pub struct RemoteRegion {
 }
 
 impl RemoteRegion {
+    /// The ring's handle of the import (an entry's `rmr`: raw entries, as
+    /// [`in_io_uring`](crate::in_io_uring) carries, name it).
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
     /// Remote start address.
     pub fn addr(&self) -> u64 {
         self.addr

@@ -70,7 +70,9 @@
 #   cluster-smoke.sh tool measure META ROLE
 #                                   reload with META's node as the MetaServer; the `krcore`
 #                                   tool against ROLE's `krcore serve`: READ latency and
-#                                   WRITE bandwidth on its published memory, SEND
+#                                   WRITE bandwidth on its published memory, the
+#                                   Python package on it, krcore entries inside io_uring
+#                                   (uring-lib/examples/in_io_uring.rs) on it, SEND
 #                                   latency and bandwidth through its echo; unload
 #   cluster-smoke.sh import META ROLE NAME
 #                                   reload with META's node as the MetaServer; CONNECT to
@@ -206,6 +208,7 @@ DEMO=$(dirname "$0")/../../target/release/krcore-demo
 FIGURES=$(dirname "$0")/../../target/release/krcore-figures
 MESSAGES=$(dirname "$0")/../../target/release/examples/messages
 LISTENER=$(dirname "$0")/../../target/release/examples/listener
+IN_IO_URING=$(dirname "$0")/../../target/release/examples/in_io_uring
 ROOT=$(dirname "$0")/../..
 CONNECT_PEER=$(dirname "$0")/../../target/release/examples/connect_peer
 REMOTE_MEMORY=$(dirname "$0")/../../target/release/examples/remote_memory
@@ -914,6 +917,8 @@ async def by_name():
 asyncio.run(by_name())
 print("python: perf-target read by name, blocking and async; another owner refused")
 PY
+    # krcore entries inside io_uring's own ring: a file read linked to a WRITE there.
+    "$IN_IO_URING" perf-target || fail_with_state
     # The server exits after its two echo peers, its name with it: these come last.
     "$KRCORE_TOOL" lat --op send --node "$peer" --service 7100 --size 64 --iters 100 || fail_with_state
     "$KRCORE_TOOL" bw --op send --node "$peer" --service 7100 --size 4096 --depth 8 --iters 256 --json || fail_with_state

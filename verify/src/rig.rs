@@ -4,8 +4,9 @@
 use krcore_abi::cluster::notice::Notice;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, settle_links, Completion, Context, Creds, ExportSlot, Exports, Links, Messages, PhysQp,
-    Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
+    complete_wc, settle_links, Completion, Context, Creds, Diverted, ExportSlot, Exports, Links,
+    Messages, PhysQp,
+    One, Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
@@ -159,6 +160,7 @@ impl Rig {
             rmrs: vec![Slot::EMPTY; l.mrs],
             inflight: vec![Slot::EMPTY; l.inflight],
             overflow: vec![Cqe::default(); l.inflight + l.sq as usize],
+            diverted: vec![Diverted::default(); l.inflight + l.sq as usize],
         };
         let ring = Ring::new(id as u16, 1, sq_mem.clone(), cq_mem.clone(), storage);
         self.rings.push(Some(TestRing {
@@ -236,6 +238,30 @@ impl Rig {
             ring.finish_registration(reg, result, &node);
             ring.publish();
         }
+    }
+
+    /// The kernel takes `sqe` for ring `r`, carried by io_uring command `sink` (see the
+    /// engine's `uring`), from its owner.
+    pub fn submit_one(&mut self, r: usize, sqe: &Sqe, sink: u64) -> One {
+        let cx = Context {
+            now_ms: self.now_ms,
+            ..Context::OWNER
+        };
+        self.with_node(|node, rings| {
+            let ring = &mut rings[r].as_mut().expect("ring closed").ring;
+            ring.submit_one(node, sqe, sink, cx)
+        })
+    }
+
+    /// Ring `r`'s device is gone: everything released at once (the engine's `abandon`).
+    pub fn abandon(&mut self, r: usize) {
+        self.with_node(|node, rings| rings[r].as_mut().expect("ring closed").ring.abandon(node))
+    }
+
+    /// The CQEs ring `r` owes io_uring commands, oldest first.
+    pub fn diverted(&mut self, r: usize) -> Vec<Diverted> {
+        let ring = &mut self.ring(r).ring;
+        std::iter::from_fn(|| ring.take_diverted()).collect()
     }
 
     /// Polls every work completion the NIC has and routes it, then what the node's

@@ -33,6 +33,7 @@ mod ring_state;
 mod route;
 mod submit;
 mod table;
+mod uring;
 mod validate;
 mod wrid;
 
@@ -72,6 +73,7 @@ pub use ring_state::{
 pub use route::{BusyHint, Delivered, Inbox};
 pub use submit::{Stall, Submitted, CHAIN};
 pub use table::{Fifo, Slot, Table, MAX_TABLE};
+pub use uring::{command, not_carried, uring_result, Diverted, One, URING_CMD_ENTRY};
 pub use validate::{validate, Op, MAX_LEN};
 pub use wrid::{backend_index, backend_wr_id, is_backend_wr_id, WrId};
 

@@ -111,6 +111,9 @@ pub struct Inflight {
     /// A CONNECT waiting for the listen it asked for (see `connect`): `vqp` is its
     /// virtual QP, bound meanwhile; `mr` names none.
     pub connect: bool,
+    /// Where its CQE goes: 0, the ring's CQ; else the io_uring command that carried it
+    /// (see [`Ring::submit_one`]). Set by the kernel, never read from an entry.
+    pub sink: u64,
 }
 
 /// A ring's tables.
@@ -137,6 +140,9 @@ pub struct RingStorage<S: Store> {
     pub inflight: S::Buf<Slot<Inflight>>,
     /// Overflow list; must be larger than `inflight`.
     pub overflow: S::Buf<Cqe>,
+    /// CQEs of entries io_uring carried, until the caller hands them back to it (see
+    /// [`Ring::submit_one`]); as large as `overflow`.
+    pub diverted: S::Buf<super::uring::Diverted>,
 }
 
 /// How a completion ended, as the engine sees it.
@@ -185,6 +191,10 @@ pub struct Ring<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> {
     /// The ring's tables.
     pub tables: Tables<S>,
     overflow: Fifo<Cqe, S>,
+    /// CQEs owed to io_uring commands (see [`uring`](super::uring)).
+    pub(crate) diverted: Fifo<super::uring::Diverted, S>,
+    /// The io_uring command of the entry being taken (0: none, its CQE goes to the CQ).
+    pub(crate) sink: u64,
     /// Whether CQ_OVERFLOW is set in the SQ flags, so publishing writes it on change only.
     overflow_flag: bool,
     pub(crate) closed: bool,
@@ -212,6 +222,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// A ring with id `id` (generation `gen`) over fresh SQ and CQ memory.
     pub fn new(id: u16, gen: u16, sq: Q, cq: C, storage: RingStorage<S>) -> Self {
         let overflow = Fifo::new(storage.overflow);
+        let diverted = Fifo::new(storage.diverted);
         let inflight = Table::new(storage.inflight);
         assert!(
             overflow.capacity() > inflight.capacity(),
@@ -229,6 +240,8 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 inflight,
             },
             overflow,
+            diverted,
+            sink: 0,
             overflow_flag: false,
             closed: false,
             stats: RingStats {
@@ -306,6 +319,21 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Queues a CQE: to the CQ when it has room and nothing overflowed before it (order
     /// is kept), to the overflow list otherwise.
     pub(crate) fn emit(&mut self, cqe: Cqe) {
+        self.emit_to(self.sink, cqe)
+    }
+
+    /// Queues the CQE of an entry whose sink is `sink`: an io_uring command's goes to
+    /// the diverted list (room checked when it was taken), whatever the ring's state.
+    pub(crate) fn emit_to(&mut self, sink: u64, cqe: Cqe) {
+        if sink != 0 {
+            self.stats.completed += 1;
+            if let Some(r) = cqe.failure() {
+                self.stats.failed[r as usize] += 1;
+            }
+            let r = self.diverted.push(super::uring::Diverted { sink, cqe });
+            debug_assert!(r.is_ok(), "uring room rule broken");
+            return;
+        }
         self.stats.completed += 1;
         if let Some(r) = cqe.failure() {
             self.stats.failed[r as usize] += 1;
@@ -384,7 +412,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Completion::Failed(r) => Cqe::err(inf.user_data, r),
             Completion::Offered { .. } => return false,
         };
-        self.emit(cqe);
+        self.emit_to(inf.sink, cqe);
         true
     }
 
@@ -410,7 +438,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             }
             _ => return false,
         };
-        self.emit(cqe);
+        self.emit_to(inf.sink, cqe);
         true
     }
 
@@ -418,7 +446,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     pub(crate) fn fail_unposted(&mut self, wr_id: u64, reason: Reason, errno: Errno) {
         if let Some(inf) = self.tables.inflight.remove(WrId::decode(wr_id).slot) {
             self.release_counts(&inf);
-            self.emit(Cqe::err_errno(inf.user_data, reason, errno));
+            self.emit_to(inf.sink, Cqe::err_errno(inf.user_data, reason, errno));
         }
     }
 
@@ -544,6 +572,16 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.drop_listens(f);
         let (owner, user) = ((self.id, self.gen), self.creds.user);
         let mut recvs = 0;
+        // io_uring waits for every command it carried: those fail here, by name.
+        for i in 0..self.tables.inflight.capacity() {
+            let Some(h) = self.tables.inflight.handle_at(i) else { continue };
+            let Some(inf) = self.tables.inflight.get(h).copied().filter(|i| i.sink != 0) else {
+                continue;
+            };
+            self.tables.inflight.remove(h);
+            recvs += inf.recv as u32;
+            self.emit_to(inf.sink, Cqe::err(inf.user_data, Reason::RingClosed));
+        }
         self.tables.inflight.drain_where(|_, i| {
             recvs += i.recv as u32;
             true

@@ -215,7 +215,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         Ok(Submitted { taken, stall })
     }
 
-    fn step<'f, F: Fabric<S>>(
+    pub(super) fn step<'f, F: Fabric<S>>(
         &mut self,
         sqe: &Sqe,
         f: &'f F,
@@ -425,6 +425,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                             len: local.len,
                             recv: false,
                             connect: false,
+                            sink: self.sink,
                         };
                         return self.send(v, inf, kind, local, flags, f, held, cx);
                     }
@@ -440,6 +441,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     len: local.len,
                     recv: true,
                     connect: false,
+                    sink: self.sink,
                 };
                 if self.tables.inflight.len() == self.tables.inflight.capacity() {
                     return Step::Wait(Stall::InflightFull);
@@ -573,6 +575,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             len: 0,
             recv: false,
             connect: true,
+            sink: self.sink,
         };
         let slot = self.tables.inflight.insert(inf).expect("room checked");
         if let Some(v) = self.tables.vqps.get_mut(vqp) {
@@ -900,7 +903,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// places in the QP's order; requests that did not go out fail (with the backend's
     /// errno, or `QpError` when the QP failed meanwhile), and the receives they took are
     /// put back.
-    fn flush_chain<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) {
+    pub(super) fn flush_chain<'f, F: Fabric<S>>(&mut self, f: &'f F, held: &mut Held<'f, S, F>) {
         let chain = &mut self.chain;
         let n = chain.n;
         if n == 0 {

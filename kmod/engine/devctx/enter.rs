@@ -23,7 +23,7 @@ use crate::shim::{self};
 use super::{DevCtx, now_us};
 
 /// What a step of [`DevCtx::until`] asks for next.
-enum Next<T> {
+pub(super) enum Next<T> {
     /// Finished with a value.
     Done(T),
     /// Poll again (after a scheduling point).
@@ -33,7 +33,7 @@ enum Next<T> {
 }
 
 /// How a wait (`DevCtx::until`) ended.
-enum Ended<T> {
+pub(super) enum Ended<T> {
     /// Its step finished with a value.
     Done(T),
     /// A signal is pending.
@@ -164,7 +164,7 @@ impl DevCtx {
     /// process costs no CPU: a routed completion wakes it, and so does a slice passing
     /// (deadlines and recovery advance in its steps). A wait with a `deadline` (us, the
     /// `now_us` clock) ends there.
-    fn until<T>(
+    pub(super) fn until<T>(
         &self,
         ring: &RingCell,
         deadline: Option<u64>,

@@ -100,6 +100,9 @@ use crate::engine::qp_bits::AtomicQpBits;
 mod direct;
 mod enter;
 mod route;
+mod uring;
+
+pub(crate) use uring::Carried;
 
 /// Peer kernels' challenges a device keeps outstanding at most.
 const AUTH_CHALLENGES: usize = 64;
@@ -385,6 +388,8 @@ impl DevCtx {
             if let Some(r) = self.ring_at(slot) {
                 let mut ctx = r.ctx.lock();
                 ctx.engine().abandon(&self.shared);
+                // io_uring waits for the commands it carried: each fails now.
+                ctx.hand_back(0);
                 // A sleeper finds the device gone at once.
                 ctx.waitq().wake();
             }

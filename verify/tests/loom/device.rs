@@ -17,7 +17,7 @@ use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
     complete_wc, settle_links, BusyHint, Completion, Connection, Context, ExportSlot, Exports,
     Fabric, Inbox, Links, Members, Messages, MrKeys, PhysQp, Post, PostError, Posted, Qps, Ring,
-    RingStorage, SendWr, Slot, Stall, VecStore, WrId, HeldPort, PortStorage, Ports,
+    RingStorage, SendWr, Slot, Diverted, Stall, VecStore, WrId, HeldPort, PortStorage, Ports,
 };
 use krcore_abi::errno::Errno;
 use krcore_abi::opcode::Opcode;
@@ -344,6 +344,7 @@ impl Device {
                 rmrs: vec![Slot::EMPTY; 2],
                 inflight: vec![Slot::EMPTY; 4],
                 overflow: vec![Cqe::default(); 8],
+                diverted: vec![Diverted::default(); 8],
             };
             cells.push(RingCell {
                 ctx: Mutex::new(Ring::new(r as u16, 1, sq.clone(), cq.clone(), storage)),

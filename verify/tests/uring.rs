@@ -1,0 +1,92 @@
+//! Entries io_uring carries (the engine's `uring`), on a fake NIC: each taken entry's CQE
+//! is diverted to its command, never to the ring's CQ, at once or when its request
+//! completes; what io_uring cannot carry fails by name; a ring that goes still answers
+//! every command it took.
+
+use krcore_abi::cqe::Reason;
+use krcore_abi::engine::{Diverted, One};
+use krcore_abi::opcode::Opcode;
+use krcore_abi::sqe::{MrAccess, Sqe};
+use verify::rig::{Limits, Rig};
+
+const MR: u64 = 0x10_0000;
+const LEN: u32 = 4096;
+/// A command, as the kernel names it (its pointer).
+const CMD: u64 = 0xffff_8880_0000_1000;
+
+/// A rig with one ring, a virtual QP on its own node, and an MR exported to it and
+/// imported: (rig, vqp, mr, rmr).
+fn scene() -> (Rig, u32, u32, u32) {
+    let mut rig = Rig::new(&[8, 8]);
+    let r = rig.open(Limits::default());
+    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
+    let mr = rig.run(r, &[Sqe::reg_mr(1, MR, LEN, access)])[0];
+    let v = rig.run(r, &[Sqe::connect(2, [0; 16], 0)])[0].res as u32;
+    let rmr = rig.run(r, &[Sqe::import_mr(3, v, MR, LEN, mr.aux)])[0];
+    assert!(rmr.res >= 0, "{rmr:?}");
+    (rig, v, mr.res as u32, rmr.res as u32)
+}
+
+#[test]
+fn a_nop_is_answered_to_its_command_not_the_cq() {
+    let (mut rig, ..) = scene();
+    assert_eq!(rig.submit_one(0, &Sqe::nop(9), CMD), One::Taken);
+    let d = rig.diverted(0);
+    assert_eq!(d.len(), 1);
+    assert_eq!((d[0].sink, d[0].cqe.user_data, d[0].cqe.res), (CMD, 9, 0));
+    assert!(rig.reap(0, usize::MAX).is_empty(), "nothing in the ring's CQ");
+}
+
+#[test]
+fn a_read_is_answered_when_it_completes() {
+    let (mut rig, v, mr, rmr) = scene();
+    let read = Sqe::one_sided(Opcode::Read, 10, v, mr, MR, 8, rmr, MR + 64);
+    assert_eq!(rig.submit_one(0, &read, CMD), One::Taken);
+    assert!(rig.diverted(0).is_empty(), "in flight");
+    rig.drain();
+    let d = rig.diverted(0);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!((d[0].sink, d[0].cqe.user_data, d[0].cqe.res), (CMD, 10, 8));
+    assert!(rig.reap(0, usize::MAX).is_empty(), "nothing in the ring's CQ");
+    // The ring's own entries still complete to its CQ, beside the command's.
+    let c = rig.run(0, &[Sqe::nop(11)]);
+    assert_eq!(c.len(), 1);
+}
+
+#[test]
+fn what_io_uring_cannot_carry_fails_by_name() {
+    let (mut rig, v, mr, _) = scene();
+    let recv = Sqe::two_sided(Opcode::Recv, 20, v, mr, MR, 64);
+    let entries = [recv, Sqe::listen(21, 77), Sqe::reg_mr(22, MR, LEN, MrAccess::LOCAL_WRITE)];
+    for e in entries {
+        assert_eq!(rig.submit_one(0, &e, CMD), One::Taken);
+    }
+    let d: Vec<_> = rig.diverted(0).iter().map(|d| (d.cqe.user_data, d.cqe.failure())).collect();
+    let not = Some(Reason::NotThroughUring);
+    assert_eq!(d, vec![(20, not), (21, not), (22, not)]);
+}
+
+#[test]
+fn a_bad_entry_fails_to_its_command() {
+    let (mut rig, v, mr, rmr) = scene();
+    let past = Sqe::one_sided(Opcode::Read, 30, v, mr, MR, 8, rmr, MR + LEN as u64);
+    assert_eq!(rig.submit_one(0, &past, CMD), One::Taken);
+    let d = rig.diverted(0);
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].cqe.failure(), Some(Reason::RemoteRange));
+}
+
+#[test]
+fn a_ring_closed_with_commands_in_flight_answers_each() {
+    let (mut rig, v, mr, rmr) = scene();
+    for i in 0..3 {
+        let read = Sqe::one_sided(Opcode::Read, 40 + i, v, mr, MR, 8, rmr, MR);
+        assert_eq!(rig.submit_one(0, &read, CMD + i), One::Taken);
+    }
+    rig.abandon(0);
+    let mut d: Vec<Diverted> = rig.diverted(0);
+    d.sort_by_key(|d| d.sink);
+    let got: Vec<_> = d.iter().map(|d| (d.sink, d.cqe.failure())).collect();
+    let closed = Some(Reason::RingClosed);
+    assert_eq!(got, vec![(CMD, closed), (CMD + 1, closed), (CMD + 2, closed)]);
+}
