@@ -236,9 +236,17 @@ impl RingCtx {
     /// first poll (then the device counts it among the listeners that keep the CQ
     /// armed, as an eventfd).
     pub(crate) fn poll(&mut self, file: *mut shim::FileC, pt: *mut shim::PollTable) -> (bool, bool) {
-        let first = !core::mem::replace(&mut self.polled, true);
+        let first = self.keep_armed();
         self.waitq.poll_wait(file, pt);
         (self.ring.cq_unread() > 0, first)
+    }
+
+    /// From now on, completions are routed with nobody waiting in the kernel: its file
+    /// was polled, or io_uring carries its entries (whose completions nobody else
+    /// routes). Whether this is the first time (then the device counts it among the
+    /// listeners that keep the CQ armed, until the file is closed).
+    pub(crate) fn keep_armed(&mut self) -> bool {
+        !core::mem::replace(&mut self.polled, true)
     }
 
     /// Whether its file was ever polled.

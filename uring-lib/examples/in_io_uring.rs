@@ -6,6 +6,7 @@
 //! - a link chain: io_uring's READ of the file into registered memory, then a krcore
 //!   WRITE of that memory to NAME, which runs only once the read completed;
 //! - a krcore READ of NAME back into other memory, which must hold the file's bytes;
+//! - the same READ from an io_uring with SQPOLL, naming the ring's file registered;
 //! - 32 NOPs in one submission;
 //! - a RECV, refused `NotThroughUring`, and a READ on a virtual QP this ring does not
 //!   have, refused `BadVqp`, each with its reason in the CQE.
@@ -83,6 +84,17 @@ fn main() -> Result<()> {
     if mr.bytes()[1024..1024 + LEN as usize] != want[..] {
         return Err("what was read back is not the file's bytes".into());
     }
+    // The same READ from an io_uring whose own kernel thread takes its SQ (SQPOLL),
+    // naming the ring's file by its registered index: no system call per entry.
+    let mut polled: IoUring<squeue::Entry128, cqueue::Entry32> =
+        IoUring::builder().setup_sqpoll(2000).build(8)?;
+    polled.submitter().register_files(&[ring.as_raw_fd()])?;
+    let fixed = opcode::UringCmd80::new(types::Fixed(0), CMD_OP)
+        .cmd(command(&read))
+        .build()
+        .user_data(6);
+    let got = run(&mut polled, &[fixed])?;
+    outcome("read (SQPOLL, registered file)", got[0].1, got[0].2)?;
     let nops: Vec<_> = (0..32).map(|i| krcore(Sqe::nop(0), 100 + i)).collect();
     let got = run(&mut u, &nops)?;
     if got.len() != 32 || got.iter().any(|c| c.1 != 0) {
@@ -100,8 +112,9 @@ fn main() -> Result<()> {
     }
     ring.disconnect(vqp)?;
     println!(
-        "in_io_uring: {name}: a file read linked to a WRITE, read back equal; 32 NOPs; \
-         RECV refused NotThroughUring, a stray virtual QP BadVqp"
+        "in_io_uring: {name}: a file read linked to a WRITE, read back equal (also with \
+         SQPOLL and a registered file); 32 NOPs; RECV refused NotThroughUring, a stray \
+         virtual QP BadVqp"
     );
     Ok(())
 }

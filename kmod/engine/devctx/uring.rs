@@ -3,6 +3,11 @@
 //! taken under the ring's lock as the ring's own entries are, its CQE handed back to
 //! io_uring (at once, or from its task when the request completes; ring/ctx.rs's
 //! `hand_back`).
+//!
+//! The common case is one lock of the ring and nothing else: no clock read, no routing
+//! (the ring keeps the CQ armed from its first carried entry, so CQ events route what
+//! completes later). Only an entry the ring makes wait, from a caller that may block
+//! (io_uring's worker), goes through enter's bounded wait.
 
 use core::sync::atomic::Ordering;
 
@@ -11,7 +16,7 @@ use kernel::prelude::*;
 use crate::abi::engine::{uring_result, Caller, Context, One, Stall};
 use crate::abi::errno::Errno;
 use crate::abi::sqe::Sqe;
-use crate::ring::ctx::RingCell;
+use crate::ring::ctx::{RingCell, RingCtx};
 use crate::shim;
 
 use super::enter::{Ended, Next};
@@ -39,41 +44,83 @@ impl DevCtx {
         nonblock: bool,
         caller: Caller,
     ) -> Result<Carried> {
-        let deadline = now_us() + deadline_ms() as u64 * 1000;
-        let done = self.until(ring, Some(deadline), |ctx| {
-            if self.dead.load(Ordering::Acquire) {
-                return Err(ENODEV);
-            }
-            let cx = Context {
-                caller,
-                // SAFETY: plain call.
-                now_ms: unsafe { shim::krcore_shim_coarse_ms() },
-            };
-            let one = ctx.engine().submit_one(&self.shared, sqe, cmd, cx);
-            let mine = ctx.hand_back(cmd);
-            match one {
-                One::Taken => Ok(Next::Done(mine)),
-                One::Wait(s) => {
-                    if s == Stall::Remote {
-                        // The workers do the network work; the entry is taken after.
-                        self.kick_net();
-                    }
-                    if nonblock {
-                        Err(EAGAIN)
-                    } else {
-                        Ok(Next::Again)
-                    }
+        let first = {
+            let mut ctx = ring.ctx.lock();
+            ring.absorb_mail(&mut ctx);
+            self.carry(&mut ctx, sqe, cmd, caller)?
+        };
+        let carried = match first {
+            Some((c, armed)) => {
+                if armed {
+                    self.listen_polled();
                 }
+                return Ok(c);
             }
-        })?;
-        match done {
-            Ended::Done(Some(c)) => {
-                let (res, extra) = uring_result(&c);
-                Ok(Carried::Now(res, extra))
+            None if nonblock => return Err(EAGAIN),
+            None => {
+                let deadline = now_us() + deadline_ms() as u64 * 1000;
+                self.until(ring, Some(deadline), |ctx| {
+                    Ok(match self.carry(ctx, sqe, cmd, caller)? {
+                        Some(done) => Next::Done(done),
+                        None => Next::Again,
+                    })
+                })?
             }
-            Ended::Done(None) => Ok(Carried::Later),
+        };
+        match carried {
+            Ended::Done((c, armed)) => {
+                if armed {
+                    self.listen_polled();
+                }
+                Ok(c)
+            }
             Ended::Interrupted => Err(Errno::EINTR.into()),
             Ended::TimedOut => Err(EAGAIN),
+        }
+    }
+
+    /// One try under the ring's lock: the entry's fate (and whether the ring keeps the
+    /// CQ armed from now on: its first carried entry), or `None` when the ring makes it
+    /// wait.
+    fn carry(
+        &self,
+        ctx: &mut RingCtx,
+        sqe: &Sqe,
+        cmd: u64,
+        caller: Caller,
+    ) -> Result<Option<(Carried, bool)>> {
+        if self.dead.load(Ordering::Acquire) {
+            return Err(ENODEV);
+        }
+        let cx = Context {
+            caller,
+            // SAFETY: plain call.
+            now_ms: unsafe { shim::krcore_shim_coarse_ms() },
+        };
+        let one = ctx.engine().submit_one(&self.shared, sqe, cmd, cx);
+        // Nothing of a carried entry goes to the ring's own CQ: nobody to wake.
+        let mine = ctx.hand_back(cmd);
+        match one {
+            One::Taken => {
+                // Its completion comes with nobody waiting in krcore: routed by CQ
+                // events from now on.
+                let armed = ctx.keep_armed();
+                let c = match mine {
+                    Some(c) => {
+                        let (res, extra) = uring_result(&c);
+                        Carried::Now(res, extra)
+                    }
+                    None => Carried::Later,
+                };
+                Ok(Some((c, armed)))
+            }
+            One::Wait(s) => {
+                if s == Stall::Remote {
+                    // The workers do the network work; the entry is taken after.
+                    self.kick_net();
+                }
+                Ok(None)
+            }
         }
     }
 }

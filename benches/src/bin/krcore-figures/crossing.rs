@@ -1,12 +1,17 @@
 //! Ring crossing: NOPs per operation at batch 1, 8, 32 and 128 through krcore's ring
-//! (one enter ioctl per batch), krcore's one-ioctl-per-op path, and io_uring's own NOP
-//! through the io-uring crate, in the same guest.
+//! (one enter ioctl per batch), krcore's one-ioctl-per-op path, io_uring's own NOP
+//! through the io-uring crate, and krcore's NOP carried by io_uring (its URING_CMD,
+//! beside io_uring's NOP in an io_uring of the same entry sizes), in the same guest.
 
+use std::os::fd::AsRawFd;
 use std::time::Instant;
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use krcore_benches::record::Record;
 use krcore_uring::abi::ioctl::{ioc, IOC_ENTER_VALUE, IOC_MAGIC};
 use krcore_uring::abi::sqe::Sqe;
+use krcore_uring::in_io_uring::{command, CMD_OP};
 use krcore_uring::{Builder, Device, Ring};
 
 /// Batch sizes measured.
@@ -121,7 +126,48 @@ pub fn figures(out: &mut Vec<Record>) {
             assert_eq!(u.completion().count(), batch as usize);
         });
         out.push(Record::times("nop", "io_uring", batch, s, batch));
+
+        // krcore's NOP carried by io_uring (IORING_OP_URING_CMD on a ring's file), and
+        // io_uring's own NOP in an io_uring of the same entry sizes (SQE128, CQE32).
+        let r = Builder::new(8)
+            .build(Device::open().expect("open /dev/krcore"))
+            .expect("ring");
+        let nop = opcode::UringCmd80::new(types::Fd(r.as_raw_fd()), CMD_OP)
+            .cmd(command(&Sqe::nop(0)))
+            .build();
+        let s = big_batches(batch, iters, |i| nop.clone().user_data(i));
+        out.push(Record::times("nop", "krcore-in-io_uring", batch, s, batch));
+        let s = big_batches(batch, iters, |i| opcode::Nop::new().build().user_data(i).into());
+        out.push(Record::times("nop", "io_uring-sqe128", batch, s, batch));
     }
+}
+
+/// `iters` rounds of `batch` entries made by `entry` through an io_uring with 128-byte
+/// SQEs and 32-byte CQEs, each round one submit-and-wait; every completion must succeed.
+fn big_batches(
+    batch: u32,
+    iters: usize,
+    entry: impl Fn(u64) -> squeue::Entry128,
+) -> Vec<std::time::Duration> {
+    let mut u: IoUring<squeue::Entry128, cqueue::Entry32> = IoUring::builder()
+        .build(256)
+        .expect("io_uring with SQE128 and CQE32 in the guest");
+    time_batches(iters, || {
+        {
+            let mut sq = u.submission();
+            for i in 0..batch {
+                // SAFETY: the entries name no memory.
+                unsafe { sq.push(&entry(i as u64)).unwrap() };
+            }
+        }
+        u.submit_and_wait(batch as usize).unwrap();
+        let mut n = 0;
+        for c in u.completion() {
+            assert!(c.result() >= 0, "{c:?}");
+            n += 1;
+        }
+        assert_eq!(n, batch as usize);
+    })
 }
 
 /// The crossing figures as instruction counts: in a guest whose clock advances one

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use krcore_benches::record::Record;
 
-use crate::paths::{KrDirect, KrPerOp, KrRing, Op, Path, Target, Verbs};
+use crate::paths::{KrDirect, KrInIoUring, KrPerOp, KrRing, Op, Path, Target, Verbs};
 
 /// Operations in flight for the throughput figures (the paper's setting).
 pub const IN_FLIGHT: u32 = 12;
@@ -61,6 +61,8 @@ pub struct Measured {
     pub path: Box<dyn Path>,
     /// Serves READ latency only (the kernel-direct baseline).
     pub read_latency_only: bool,
+    /// Serves READs only (io_uring carries no RECV).
+    pub reads_only: bool,
 }
 
 impl Measured {
@@ -70,6 +72,7 @@ impl Measured {
             series,
             path,
             read_latency_only: false,
+            reads_only: false,
         }
     }
 }
@@ -80,7 +83,7 @@ pub fn measure(paths: &mut [Measured], op: Op, prefix: &str, out: &mut Vec<Recor
     let mut lat: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
     for i in 0..LATENCY_SAMPLES as u64 {
         for (k, m) in paths.iter_mut().enumerate() {
-            if op == Op::Read || !m.read_latency_only {
+            if op == Op::Read || !(m.read_latency_only || m.reads_only) {
                 lat[k].push(one(&mut *m.path, op, i));
             }
         }
@@ -88,7 +91,7 @@ pub fn measure(paths: &mut [Measured], op: Op, prefix: &str, out: &mut Vec<Recor
     let mut tput: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
     for _ in 0..THROUGHPUT_REPS {
         for (k, m) in paths.iter_mut().enumerate() {
-            if !m.read_latency_only {
+            if !m.read_latency_only && (op == Op::Read || !m.reads_only) {
                 tput[k].push(window(&mut *m.path, op));
             }
         }
@@ -127,6 +130,7 @@ pub fn figures(out: &mut Vec<Record>) {
             series: "kernel-direct",
             path: Box::new(d),
             read_latency_only: true,
+            reads_only: true,
         }),
         None => eprintln!("[figures] IOC_DIRECT not served (load krcore with bench_direct=1): no kernel-direct figure"),
     }
@@ -139,6 +143,12 @@ pub fn figures(out: &mut Vec<Record>) {
         Box::new(KrPerOp::new(Target::Local)),
     ));
     paths.push(Measured::new("verbs-direct", Box::new(Verbs::new())));
+    paths.push(Measured {
+        series: "krcore-in-io_uring",
+        path: Box::new(KrInIoUring::new(Target::Local)),
+        read_latency_only: false,
+        reads_only: true,
+    });
     for op in [Op::Read, Op::SendRecv] {
         measure(&mut paths, op, "", out);
     }

@@ -12,6 +12,7 @@ mod datapath;
 mod device;
 mod endpoints;
 mod harness;
+mod in_io_uring;
 mod inspect;
 mod ioctl;
 mod isolation;
@@ -64,6 +65,10 @@ const TESTS: &[Test] = &[
     Test {
         name: "per_op::reads_and_rejects_like_the_ring",
         run: per_op::reads_and_rejects_like_the_ring,
+    },
+    Test {
+        name: "in_io_uring::carried_entries_complete_into_io_uring",
+        run: in_io_uring::carried_entries_complete_into_io_uring,
     },
     Test {
         name: "sqpoll::no_syscalls_in_steady_state",

@@ -1,0 +1,107 @@
+//! krcore entries carried by io_uring's own ring (abi's engine/uring.rs): each completes
+//! into io_uring's CQ, never the ring's; a wrong setup or command is refused; what is in
+//! flight when the ring's file is closed still completes.
+
+use std::os::fd::AsRawFd;
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use krcore_uring::abi::cqe::Reason;
+use krcore_uring::abi::opcode::Opcode;
+use krcore_uring::abi::sqe::{MrAccess, Sqe};
+use krcore_uring::in_io_uring::{command, outcome, CMD_OP};
+use krcore_uring::Builder;
+
+use crate::datapath::{ok, open, Buf, LOCAL_GID};
+use crate::harness::check;
+
+type Uring = IoUring<squeue::Entry128, cqueue::Entry32>;
+
+/// Submits `entries`, waits for as many completions: (user_data, res, extra), by
+/// user_data.
+fn run(u: &mut Uring, entries: &[squeue::Entry128]) -> Result<Vec<(u64, i32, u64)>, String> {
+    for e in entries {
+        // SAFETY: every buffer the entries name is registered and outlives the wait.
+        unsafe { u.submission().push(e) }.map_err(|e| e.to_string())?;
+    }
+    u.submit_and_wait(entries.len()).map_err(|e| e.to_string())?;
+    let mut out: Vec<_> = u
+        .completion()
+        .map(|c| (c.user_data(), c.result(), c.big_cqe()[0]))
+        .collect();
+    out.sort_by_key(|c| c.0);
+    check(out.len() == entries.len(), || format!("{} entries, {out:?}", entries.len()))?;
+    Ok(out)
+}
+
+pub fn carried_entries_complete_into_io_uring() -> Result<(), String> {
+    let mut ring = open(Builder::new(16))?;
+    let (v, _) = ok(&mut ring, Sqe::connect(1, LOCAL_GID, 0))?;
+    let v = v as u32;
+    let mut buf = Buf::new(1024);
+    for (i, b) in buf.bytes_mut()[..512].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(29).wrapping_add(3);
+    }
+    let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
+    let (mr, descriptor) = ok(&mut ring, Sqe::reg_mr(2, buf.addr(), 8192, access))?;
+    let (rmr, _) = ok(&mut ring, Sqe::import_mr(3, v, buf.addr(), 8192, descriptor))?;
+    let (mr, rmr, a) = (mr as u32, rmr as u32, buf.addr());
+    let read = |k: u64| Sqe::one_sided(Opcode::Read, 0, v, mr, a + 4096 + 8 * k, 8, rmr, a + 8 * k);
+
+    let mut u: Uring = IoUring::builder().build(128).map_err(|e| e.to_string())?;
+    let fd = types::Fd(ring.as_raw_fd());
+    let carried = |sqe: Sqe, ud: u64| {
+        opcode::UringCmd80::new(fd, CMD_OP)
+            .cmd(command(&sqe))
+            .build()
+            .user_data(ud)
+    };
+    let got = run(&mut u, &[carried(Sqe::nop(0), 1)])?;
+    check(got[0].1 == 0, || format!("NOP: {got:?}"))?;
+    // 64 READs outstanding at once, each its own command.
+    let reads: Vec<_> = (0..64).map(|k| carried(read(k), 100 + k)).collect();
+    let got = run(&mut u, &reads)?;
+    check(got.iter().all(|c| c.1 == 8), || format!("READs: {got:?}"))?;
+    check(buf.bytes()[4096..4608] == buf.bytes()[..512], || {
+        "the READs did not copy the bytes".into()
+    })?;
+    check(ring.completions().count() == 0, || "a carried entry's CQE reached the ring's CQ".into())?;
+    // Refused by name: a virtual QP the ring does not have, a RECV.
+    let stray = Sqe::one_sided(Opcode::Read, 0, 999, mr, a, 8, rmr, a);
+    let recv = Sqe::two_sided(Opcode::Recv, 0, v, mr, a, 8);
+    let got = run(&mut u, &[carried(stray, 2), carried(recv, 3)])?;
+    let why: Vec<_> = got
+        .iter()
+        .map(|c| outcome("entry", c.1, c.2).err().and_then(|e| e.reason()))
+        .collect();
+    check(why == [Some(Reason::BadVqp), Some(Reason::NotThroughUring)], || {
+        format!("stray virtual QP and RECV: {got:?}")
+    })?;
+    // Another command number, and an io_uring of 64-byte entries: refused whole.
+    let other = opcode::UringCmd80::new(fd, CMD_OP + 1)
+        .cmd(command(&Sqe::nop(0)))
+        .build()
+        .user_data(4);
+    let got = run(&mut u, &[other])?;
+    check(got[0].1 == -libc::EOPNOTSUPP, || format!("another cmd_op: {got:?}"))?;
+    let mut small = IoUring::new(8).map_err(|e| e.to_string())?;
+    let e = opcode::UringCmd16::new(fd, CMD_OP).build().user_data(5);
+    // SAFETY: the entry names no memory.
+    unsafe { small.submission().push(&e) }.map_err(|e| e.to_string())?;
+    small.submit_and_wait(1).map_err(|e| e.to_string())?;
+    let res = small.completion().next().map(|c| c.result());
+    check(res == Some(-libc::EINVAL), || format!("64-byte SQEs: {res:?}"))?;
+    // READs in flight when the ring's file closes: io_uring holds the file, and each
+    // still completes.
+    let reads: Vec<_> = (0..16).map(|k| carried(read(k), 200 + k)).collect();
+    for e in &reads {
+        // SAFETY: the buffer outlives the wait below.
+        unsafe { u.submission().push(e) }.map_err(|e| e.to_string())?;
+    }
+    u.submit().map_err(|e| e.to_string())?;
+    drop(ring);
+    u.submit_and_wait(16).map_err(|e| e.to_string())?;
+    let done: Vec<_> = u.completion().map(|c| c.result()).collect();
+    check(done.len() == 16 && done.iter().all(|&r| r == 8), || {
+        format!("READs across the ring's close: {done:?}")
+    })
+}
