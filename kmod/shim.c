@@ -102,7 +102,8 @@ void krcore_shim_uring_complete(void *c, s32 res, u64 extra)
  * krcore entries through io_uring's own ring: the 64-byte entry in a 128-byte SQE's
  * command area, its completion in a 32-byte CQE (res, and aux or the reason). Never
  * marked cancelable: what may wait without bound (RECV) is refused, so io_uring's
- * teardown waits for each command at most a request deadline.
+ * teardown waits for each command at most a request deadline and the device's tick
+ * (meta_check_ms; with 0, a SEND waiting for a receive ends only when one comes).
  */
 static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 {

@@ -270,8 +270,14 @@ impl RingCtx {
     pub(crate) fn hand_back(&mut self, keep: u64) -> Option<Cqe> {
         let mut kept = None;
         while let Some(d) = self.ring.take_diverted() {
-            if d.sink == keep && kept.is_none() {
-                kept = Some(d.cqe);
+            if d.sink == keep && keep != 0 {
+                // One CQE per command (abi's engine/uring.rs): a second would complete
+                // a request io_uring may have freed. Never expected; dropped, said.
+                if kept.is_some() {
+                    kernel::pr_warn!("io_uring command given a second CQE: dropped\n");
+                } else {
+                    kept = Some(d.cqe);
+                }
                 continue;
             }
             let (res, extra) = uring_result(&d.cqe);

@@ -90,3 +90,17 @@ fn a_ring_closed_with_commands_in_flight_answers_each() {
     let closed = Some(Reason::RingClosed);
     assert_eq!(got, vec![(CMD, closed), (CMD + 1, closed), (CMD + 2, closed)]);
 }
+
+#[test]
+fn a_carried_unlisten_answers_its_command_once_and_the_listen_in_the_cq() {
+    let (mut rig, ..) = scene();
+    let l = rig.run(0, &[Sqe::listen(50, 77)]);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(rig.submit_one(0, &Sqe::unlisten(51, 77), CMD), One::Taken);
+    let d = rig.diverted(0);
+    assert_eq!(d.len(), 1, "one CQE for the command: {d:?}");
+    assert_eq!((d[0].cqe.user_data, d[0].cqe.res), (51, 0));
+    let c = rig.reap(0, usize::MAX);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!((c[0].user_data, c[0].failure()), (50, Some(Reason::Cancelled)));
+}

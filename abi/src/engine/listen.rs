@@ -369,7 +369,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             return Cqe::err(ud, Reason::NotListening);
         };
         let l = self.end_listen(i, f, held);
-        self.emit(Cqe::err(l.user_data, Reason::Cancelled));
+        // The listen's last CQE is the ring's own (its LISTEN came through the SQ),
+        // whoever carries the UNLISTEN.
+        self.emit_to(0, Cqe::err(l.user_data, Reason::Cancelled));
         Cqe::ok(ud, 0, 0)
     }
 

@@ -15,7 +15,9 @@
 //! never an entry's), and the CQE goes to the diverted list, which the caller drains
 //! after each call that may complete something ([`Ring::take_diverted`]) and hands to
 //! io_uring. Every entry taken owes one diverted CQE, whatever becomes of the ring:
-//! io_uring waits for each command it issued.
+//! io_uring waits for each command it issued. What a carried entry ends of the ring's
+//! own entries (a DISCONNECT's receives, an UNLISTEN's listen) completes to the ring's
+//! CQ, as each of those was taken from it.
 //!
 //! Not carried ([`Reason::NotThroughUring`]): LISTEN (a command completes once; 6.12
 //! has no multishot for commands), REG_MR (registered outside the ring's lock by the
@@ -129,7 +131,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         self.flush_chain(f, &mut held);
         self.sink = 0;
         drop(held);
-        // Nothing went to the ring's own CQ: no publish.
+        // What the entry ended for the ring's own entries (a DISCONNECT's cancelled
+        // RECVs, an UNLISTEN's listen) is in its CQ.
+        self.publish();
         match step {
             Step::Taken | Step::TakenThen(_) => {
                 self.stats.taken += 1;

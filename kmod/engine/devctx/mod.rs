@@ -418,6 +418,11 @@ extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
     if dev.shared.revoke_waiting.swap(false, Ordering::AcqRel) {
         dev.touch_closed_rings();
         dev.route();
+    } else if dev.listeners.load(Ordering::Acquire) > 0 {
+        // Rings whose completions nobody waits for in krcore (an eventfd, a poll, io_uring
+        // commands): what waits on a deadline there (a SEND for a receive, a CONNECT for
+        // a listen) expires here, as a sleeping enter's slices expire it.
+        dev.route();
     }
 }
 

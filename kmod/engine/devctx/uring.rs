@@ -6,8 +6,9 @@
 //!
 //! The common case is one lock of the ring and nothing else: no clock read, no routing
 //! (the ring keeps the CQ armed from its first carried entry, so CQ events route what
-//! completes later). Only an entry the ring makes wait, from a caller that may block
-//! (io_uring's worker), goes through enter's bounded wait.
+//! completes later, and the device's tick sweeps what waits on a deadline: a SEND for a
+//! receive, a CONNECT for a listen). Only an entry the ring makes wait, from a caller
+//! that may block (io_uring's worker), goes through enter's bounded wait.
 
 use core::sync::atomic::Ordering;
 
@@ -98,8 +99,9 @@ impl DevCtx {
             now_ms: unsafe { shim::krcore_shim_coarse_ms() },
         };
         let one = ctx.engine().submit_one(&self.shared, sqe, cmd, cx);
-        // Nothing of a carried entry goes to the ring's own CQ: nobody to wake.
         let mine = ctx.hand_back(cmd);
+        // What the entry ended of the ring's own (a DISCONNECT's receives) wakes them.
+        ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
         match one {
             One::Taken => {
                 // Its completion comes with nobody waiting in krcore: routed by CQ

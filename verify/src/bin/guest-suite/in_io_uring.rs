@@ -90,6 +90,21 @@ pub fn carried_entries_complete_into_io_uring() -> Result<(), String> {
     small.submit_and_wait(1).map_err(|e| e.to_string())?;
     let res = small.completion().next().map(|c| c.result());
     check(res == Some(-libc::EINVAL), || format!("64-byte SQEs: {res:?}"))?;
+    // A SEND with no receive posted, and nobody in krcore waiting: the device's tick
+    // expires it at the deadline (before, it never completed, and io_uring's teardown
+    // waited for it forever).
+    let port = 4321;
+    let (a_end, _) = ok(&mut ring, Sqe::pair(6, LOCAL_GID, port, port))?;
+    ok(&mut ring, Sqe::pair(7, LOCAL_GID, port, port))?;
+    let send = Sqe::two_sided(Opcode::Send, 0, a_end as u32, mr, a, 8);
+    // SAFETY: the buffer outlives the wait below.
+    unsafe { u.submission().push(&carried(send, 8)) }.map_err(|e| e.to_string())?;
+    let ts = types::Timespec::new().sec(30);
+    let args = types::SubmitArgs::new().timespec(&ts);
+    let _ = u.submitter().submit_with_args(1, &args);
+    let got: Vec<_> = u.completion().map(|c| (c.result(), c.big_cqe()[0])).collect();
+    let why = got.first().and_then(|c| outcome("send", c.0, c.1).err()).and_then(|e| e.reason());
+    check(why == Some(Reason::NoReceiver), || format!("a SEND nobody receives: {got:?}"))?;
     // READs in flight when the ring's file closes: io_uring holds the file, and each
     // still completes.
     let reads: Vec<_> = (0..16).map(|k| carried(read(k), 200 + k)).collect();
