@@ -216,8 +216,9 @@ TOOL_ROLES = --role "a:$(SMOKE) tool serve a" --role "b:$(SMOKE) tool measure a 
 # a's revocations table full (16 names revoked, waiting for c, killed): a's DEREG_MR of
 # kv, which b imported, still revokes it at b first.
 CROWD_ROLES = --role "a:$(SMOKE) crowd b c" --role "b:$(SMOKE) await-revoke a" --role "c:$(SMOKE) bystander a"
-# a's rxe0 deleted 1.5 s into a dial to b, which answers ARP but never the CM.
-YANK_ROLES = --role "a:$(SMOKE) yank dial b" --role "b:$(SMOKE) yank mute a"
+# a: its own MetaServer link closed by the tick while the removal's teardown is held (no
+# warning); then a's rxe0 deleted 1.5 s into a dial to b, which answers ARP but never the CM.
+YANK_ROLES = --role "a:$(SMOKE) held-removal && $(SMOKE) yank dial b" --role "b:$(SMOKE) yank mute a"
 # Rights held by the NIC: b's kernel checks nothing (test_unchecked_wire), and WRITEs
 # a's read-only export, then a's memory that was never exported: a's NIC refuses both.
 FENCE_ROLES = --role "a:$(SMOKE) fenced b" --role "b:$(SMOKE) breach a"

@@ -61,6 +61,11 @@ module_param(test_hold_accept_ms, uint, 0444);
 MODULE_PARM_DESC(test_hold_accept_ms,
 		 "Test: hold a dial's check of the listener's accept this long, ms (an impostor's window; default 0)");
 
+static uint test_hold_teardown_ms;
+module_param(test_hold_teardown_ms, uint, 0444);
+MODULE_PARM_DESC(test_hold_teardown_ms,
+		 "Test: at a device's removal, hold its connections broken but whole this long before their teardown, ms (default 0)");
+
 bool krcore_shim_test_notice_echo(void)
 {
 	return test_notice_echo;
@@ -818,12 +823,18 @@ bool krcore_shim_cm_broken(struct krcore_cm_conn *c)
 	return READ_ONCE(c->broken);
 }
 
+/* Returns once `c`'s QP is destroyed, whoever tears it down: the caller frees the CQ it
+ * was made on next (meta.c's own). A removal or a reap that took it off the list first
+ * may still be destroying it (the MetaServer's link, closed by the device's tick while
+ * the removal's teardown ran, freed its CQ under the live QP: ib_free_cq warned). */
 void krcore_shim_cm_close(struct krcore_cm_conn *c)
 {
 	if (krcore_cm_unlist(c)) {
 		rdma_disconnect(c->id);
 		krcore_cm_teardown(c);
 		krcore_cm_put(c);
+	} else {
+		wait_for_completion(&c->torn);
 	}
 	krcore_cm_put(c);
 }
@@ -1175,6 +1186,12 @@ static void krcore_cm_drop(struct ib_device *dev)
 		}
 	}
 	mutex_unlock(&krcore_cm_lock);
+	if (test_hold_teardown_ms && !list_empty(&gone)) {
+		/* Each seen broken by its users now, and still whole, a while. */
+		list_for_each_entry(c, &gone, node)
+			WRITE_ONCE(c->broken, true);
+		msleep(test_hold_teardown_ms);
+	}
 	list_for_each_entry_safe(c, n, &gone, node) {
 		list_del(&c->node);
 		/* Not a dial still connecting: rdma_cm may be replacing its CM id. */

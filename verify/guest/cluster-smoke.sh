@@ -165,6 +165,11 @@
 #                                   at 100 ms (NOPs, a CONNECT to LIVE) return within the
 #                                   bound, and the CONNECT completes (net-bound)
 #   cluster-smoke.sh live ROLE      a member up while ROLE's bounded run needs one
+#   cluster-smoke.sh held-removal   serve the MetaServer, registered over this node's own
+#                                   link; unload with each connection's teardown held 1 s
+#                                   past its breaking (test_hold_teardown_ms) while the
+#                                   tick's probe (every 100 ms) finds the link broken and
+#                                   closes it: no warning (its CQ freed under a live QP)
 #   cluster-smoke.sh yank dial|mute ROLE
 #                                   mute: delete rxe0, so this host answers ARP but never
 #                                   the CM. dial: CONNECT to ROLE's node (a dial that gets
@@ -625,6 +630,20 @@ live)
   barrier "$peer" 7507 || exit 1
   barrier "$peer" 7508 300 || exit 1
   unload
+  ;;
+held-removal)
+  reload meta_server="$KRCORE_ADDR" meta_check_ms=100 test_hold_teardown_ms=1000 || exit 1
+  for _ in $(seq 300); do
+    dmesg | sed -n '/krcore: loaded/,$p' | grep -q "registered with the MetaServer" && break
+    sleep 0.1
+  done
+  dmesg | sed -n '/krcore: loaded/,$p' | grep -q "registered with the MetaServer" || {
+    echo "$KRCORE_NODE: never registered with its own MetaServer" >&2
+    fail_with_state
+  }
+  unload
+  if dmesg | sed -n '/krcore: loaded/,$p' | grep -E "WARNING:|BUG:" >&2; then exit 1; fi
+  echo "$KRCORE_NODE: unloaded with its MetaServer link's teardown held; kernel log clean"
   ;;
 yank)
   peer=$(addr_of "$3") || exit 1
