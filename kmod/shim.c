@@ -70,8 +70,6 @@ static __poll_t krcore_fop_poll(struct file *f, poll_table *pt)
 	return r ? (EPOLLIN | EPOLLRDNORM) : 0;
 }
 
-/* A krcore entry in an IORING_OP_URING_CMD (abi's engine/uring.rs: URING_CMD_ENTRY). */
-#define KRCORE_URING_CMD_ENTRY 0x4b525545
 #define KRCORE_ENTRY_LEN 64
 
 /* A command's result while it waits for its task (io_uring_cmd's free pdu). */
@@ -114,7 +112,7 @@ static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_fla
 
 	if (issue_flags & IO_URING_F_CANCEL)
 		return 0;
-	if (cmd->cmd_op != KRCORE_URING_CMD_ENTRY)
+	if (cmd->cmd_op != krcore_rs_uring_cmd_entry)
 		return -EOPNOTSUPP;
 	if (!(issue_flags & IO_URING_F_SQE128) || !(issue_flags & IO_URING_F_CQE32))
 		return -EINVAL;

@@ -33,6 +33,8 @@ int krcore_rs_poll(void *priv, struct file *f, struct poll_table_struct *pt);
  * `nonblock`). See abi's engine/uring.rs. */
 int krcore_rs_uring_cmd(void *priv, void *cmd, const u8 *entry, bool nonblock, s32 *res,
 			u64 *extra);
+/* The `cmd_op` of a krcore entry in an IORING_OP_URING_CMD (abi's URING_CMD_ENTRY). */
+extern const u32 krcore_rs_uring_cmd_entry;
 /* mmap(2) at page offset pgoff, len bytes. */
 int krcore_rs_mmap(void *priv, struct vm_area_struct *vma, unsigned long pgoff,
 		   unsigned long len);

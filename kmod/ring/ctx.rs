@@ -12,7 +12,7 @@ use kernel::sync::{Arc, Mutex};
 
 use crate::abi::cqe::Cqe;
 use crate::abi::engine::{
-    uring_result, Completion, Creds, Delivered, Diverted, Groups, Inbox, Ring, RingStorage,
+    Completion, Creds, Delivered, Diverted, Groups, Inbox, Ring, RingStorage,
     Slot, WrId, MAX_GROUPS,
 };
 use crate::abi::layout::{SetupParams, OFF_CQ_RING, OFF_SQ_RING};
@@ -268,25 +268,16 @@ impl RingCtx {
     /// engine/uring.rs), completed in its task's context; but `keep`'s, which is
     /// returned for its caller to complete itself.
     pub(crate) fn hand_back(&mut self, keep: u64) -> Option<Cqe> {
-        let mut kept = None;
-        while let Some(d) = self.ring.take_diverted() {
-            if d.sink == keep && keep != 0 {
-                // One CQE per command (abi's engine/uring.rs): a second would complete
-                // a request io_uring may have freed. Never expected; dropped, said.
-                if kept.is_some() {
-                    kernel::pr_warn!("io_uring command given a second CQE: dropped\n");
-                } else {
-                    kept = Some(d.cqe);
-                }
-                continue;
-            }
-            let (res, extra) = uring_result(&d.cqe);
+        let h = self.ring.hand_back(keep, |sink, res, extra| {
             // SAFETY: `sink` is a command io_uring issued to this ring's file and has not
             // seen completed (the engine diverts one CQE per taken entry, once); io_uring
             // holds the file, so the command and the module outlive the call.
-            unsafe { shim::krcore_shim_uring_complete(d.sink as *mut core::ffi::c_void, res, extra) };
+            unsafe { shim::krcore_shim_uring_complete(sink as *mut core::ffi::c_void, res, extra) };
+        });
+        if h.dropped != 0 {
+            kernel::pr_warn!("io_uring command given a second CQE: dropped\n");
         }
-        kept
+        h.kept
     }
 
     /// One-op ioctl, application side: pushes `sqe` into the SQ and publishes it.

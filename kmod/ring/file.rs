@@ -296,6 +296,10 @@ extern "C" fn krcore_rs_release(ctx: *mut c_void) {
     }
 }
 
+/// The `cmd_op` shim.c's `krcore_fop_uring_cmd` takes: abi's, so C cannot drift from it.
+#[no_mangle]
+static krcore_rs_uring_cmd_entry: u32 = crate::abi::engine::URING_CMD_ENTRY;
+
 /// An `IORING_OP_URING_CMD` carrying a krcore entry (shim.c's `krcore_fop_uring_cmd`,
 /// abi's engine/uring.rs): 1 with the result in `res` and `extra`, 0 when the command
 /// completes later, or a negative errno (`ENXIO` before setup).

@@ -4,7 +4,7 @@
 use krcore_abi::cluster::notice::Notice;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, settle_links, Completion, Context, Creds, Diverted, ExportSlot, Exports, Links,
+    complete_wc, settle_links, Completion, Context, Creds, Diverted, ExportSlot, Handed, Exports, Links,
     Messages, PhysQp,
     One, Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
 };
@@ -262,6 +262,14 @@ impl Rig {
     pub fn diverted(&mut self, r: usize) -> Vec<Diverted> {
         let ring = &mut self.ring(r).ring;
         std::iter::from_fn(|| ring.take_diverted()).collect()
+    }
+
+    /// Ring `r`'s diverted CQEs handed back (the engine's `hand_back`), but command
+    /// `keep`'s: what was kept, and each other command's (sink, res, extra) in order.
+    pub fn hand_back(&mut self, r: usize, keep: u64) -> (Handed, Vec<(u64, i32, u64)>) {
+        let mut out = Vec::new();
+        let h = self.ring(r).ring.hand_back(keep, |s, res, extra| out.push((s, res, extra)));
+        (h, out)
     }
 
     /// Polls every work completion the NIC has and routes it, then what the node's

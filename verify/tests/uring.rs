@@ -38,6 +38,32 @@ fn a_nop_is_answered_to_its_command_not_the_cq() {
 }
 
 #[test]
+fn hand_back_keeps_its_callers_one_cqe_and_passes_the_rest_on() {
+    let (mut rig, ..) = scene();
+    let other = CMD + 0x100;
+    for (ud, sink) in [(20, other), (21, CMD), (22, CMD), (23, other)] {
+        assert_eq!(rig.submit_one(0, &Sqe::nop(ud), sink), One::Taken);
+    }
+    let bad = Sqe { vqp: 77, ..Sqe::one_sided(Opcode::Read, 24, 77, 0, MR, 8, 0, MR) };
+    assert_eq!(rig.submit_one(0, &bad, other), One::Taken);
+    let (h, passed) = rig.hand_back(0, CMD);
+    // The kept command's first CQE; a second for it would complete a freed request.
+    assert_eq!(h.kept.map(|c| c.user_data), Some(21));
+    assert_eq!(h.dropped, 1);
+    let sinks: Vec<u64> = passed.iter().map(|p| p.0).collect();
+    assert_eq!(sinks, [other, other, other]);
+    // As uring_result makes them: a failure's extra word is its reason.
+    assert_eq!(passed[0].1, 0);
+    assert!(passed[2].1 < 0, "{passed:?}");
+    assert_eq!(passed[2].2, Reason::BadVqp as u64);
+    assert!(rig.diverted(0).is_empty(), "all handed back");
+    // With nothing to keep (the ring's close), every CQE is passed on.
+    assert_eq!(rig.submit_one(0, &Sqe::nop(25), CMD), One::Taken);
+    let (h, passed) = rig.hand_back(0, 0);
+    assert_eq!((h.kept, h.dropped, passed.len()), (None, 0, 1));
+}
+
+#[test]
 fn a_read_is_answered_when_it_completes() {
     let (mut rig, v, mr, rmr) = scene();
     let read = Sqe::one_sided(Opcode::Read, 10, v, mr, MR, 8, rmr, MR + 64);

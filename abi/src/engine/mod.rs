@@ -73,7 +73,7 @@ pub use ring_state::{
 pub use route::{BusyHint, Delivered, Inbox};
 pub use submit::{Stall, Submitted, CHAIN};
 pub use table::{Fifo, Slot, Table, MAX_TABLE};
-pub use uring::{command, not_carried, uring_result, Diverted, One, URING_CMD_ENTRY};
+pub use uring::{command, not_carried, uring_result, Diverted, Handed, One, URING_CMD_ENTRY};
 pub use validate::{validate, Op, MAX_LEN};
 pub use wrid::{backend_index, backend_wr_id, is_backend_wr_id, WrId};
 

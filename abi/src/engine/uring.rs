@@ -147,6 +147,36 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     pub fn take_diverted(&mut self) -> Option<Diverted> {
         self.diverted.pop()
     }
+
+    /// Drains the diverted list: each CQE goes to `complete(sink, res, extra)` (as
+    /// [`uring_result`] makes them), but command `keep`'s (nonzero), which is returned
+    /// for its caller to complete itself. One CQE per command: a second for `keep`
+    /// would complete a request io_uring may have freed, so it is dropped and counted
+    /// ([`Handed::dropped`]; never expected).
+    pub fn hand_back(&mut self, keep: u64, mut complete: impl FnMut(u64, i32, u64)) -> Handed {
+        let mut h = Handed::default();
+        while let Some(d) = self.diverted.pop() {
+            if keep != 0 && d.sink == keep {
+                match h.kept {
+                    Some(_) => h.dropped += 1,
+                    None => h.kept = Some(d.cqe),
+                }
+                continue;
+            }
+            let (res, extra) = uring_result(&d.cqe);
+            complete(d.sink, res, extra);
+        }
+        h
+    }
+}
+
+/// What [`Ring::hand_back`] kept for its caller.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Handed {
+    /// The kept command's CQE, if it has one yet.
+    pub kept: Option<Cqe>,
+    /// Further CQEs for the kept command, dropped.
+    pub dropped: u32,
 }
 
 #[cfg(test)]
