@@ -22,7 +22,7 @@ CARGO ?= cargo
 VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host python install unit bench-python loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo bench bench-cluster bench-cluster-run clean
+.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host python install unit bench-python loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo demo-alone bench bench-cluster bench-cluster-run clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -314,6 +314,23 @@ demo: kmod host
 	@grep -E '^\[(a|b|c)\] (memory node|[a-z]+ worker|[a-z]+: [a-z]+ phase)' $(DEMO_LOG) || true
 	@mkdir -p benches/results
 	@$(CURDIR)/target/release/bench-report demo $(DEMO_LOG) benches/results
+
+# The same workers one at a time (issue 29's bootstrap): a holds the table; b launches
+# DEMO_ALONE_RUNS rounds of one krcore worker, then one verbs worker, nothing else
+# running. Each stage's CPU time and page faults beside its time: benches/results/
+# demo-alone.md. DEMO_ALONE_ASLR=0 turns address randomization off in b, so each fresh
+# process runs its code where the one before did and QEMU reuses its translations:
+# what is left is closer to a real machine's, which translates nothing.
+DEMO_ALONE_RUNS ?= 5
+DEMO_ALONE_ASLR ?= 2
+DEMO_ALONE_LOG = $(CURDIR)/target/demo-alone.log
+demo-alone: kmod host
+	@echo "[demo] $(DEMO_ALONE_RUNS) lone workers per system on 2 guests"
+	@$(VM) --timeout 900 --nodes 2 --role "a:$(SMOKE) demo memory $(DEMO_KEYS) $$(( 2 * $(DEMO_ALONE_RUNS) ))" \
+	  --role "b:echo $(DEMO_ALONE_ASLR) > /proc/sys/kernel/randomize_va_space; for i in $$(seq -s ' ' $(DEMO_ALONE_RUNS)); do $(SMOKE) demo compute a $(DEMO_KEYS) 1 1000 1500 0 || exit 1; done" > $(DEMO_ALONE_LOG) 2>&1 \
+	  || { grep -vE 'demo-record' $(DEMO_ALONE_LOG) | grep -E '^\[(a|b|vm)\] ' | tail -30; echo "[demo] failed (log: $(DEMO_ALONE_LOG))"; exit 1; }
+	@mkdir -p benches/results
+	@$(CURDIR)/target/release/bench-report demo --name demo-alone $(DEMO_ALONE_LOG) benches/results
 
 # Native criterion benches (abi engine, uring-lib's user side, io_uring on the host),
 # then the in-VM figures (one run: krcore beside verbs, the one-ioctl-per-op path,

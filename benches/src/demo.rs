@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use verify::demo::{Record, SYSTEMS};
+use verify::guest::Cost;
 
 use crate::plot;
 
@@ -19,11 +20,24 @@ fn median_max(v: &mut [f64]) -> (f64, f64) {
     (v[v.len() / 2], v[v.len() - 1])
 }
 
+/// The medians of `costs` (not empty), each measure apart.
+fn median_cost(costs: &[Cost]) -> Cost {
+    let mut cpu: Vec<f64> = costs.iter().map(|c| c.cpu_us).collect();
+    let mut faults: Vec<f64> = costs.iter().map(|c| c.faults as f64).collect();
+    Cost {
+        cpu_us: median_max(&mut cpu).0,
+        faults: median_max(&mut faults).0 as u64,
+    }
+}
+
 /// One system's summary.
 struct System {
     workers: usize,
     first_get: (f64, f64),
-    stages: Vec<(String, f64)>,
+    /// Medians of the CPU time and page faults to the first GET.
+    first_get_cost: Cost,
+    /// Each stage's median time, and median cost where every worker measured it.
+    stages: Vec<(String, f64, Option<Cost>)>,
     gets: u64,
     /// GETs/s per bin from the phase start, summed over the nodes.
     timeline: Vec<f64>,
@@ -37,10 +51,12 @@ fn system(records: &[Record], name: &str) -> Result<System, String> {
             Record::Worker {
                 system,
                 stages,
+                costs,
                 first_get_us,
+                first_get_cost,
                 gets,
                 ..
-            } if system == name => Some((stages, *first_get_us, *gets)),
+            } if system == name => Some((stages, *first_get_us, *gets, costs, *first_get_cost)),
             _ => None,
         })
         .collect();
@@ -57,7 +73,9 @@ fn system(records: &[Record], name: &str) -> Result<System, String> {
                 .iter()
                 .filter_map(|w| w.0.get(i).map(|s| s.1))
                 .collect();
-            (n.clone(), median_max(&mut v).0)
+            let costs: Option<Vec<Cost>> =
+                workers.iter().map(|w| w.3.get(i).copied().flatten()).collect();
+            (n.clone(), median_max(&mut v).0, costs.map(|c| median_cost(&c)))
         })
         .collect();
     let mut timeline: Vec<f64> = Vec::new();
@@ -82,6 +100,7 @@ fn system(records: &[Record], name: &str) -> Result<System, String> {
     Ok(System {
         workers: workers.len(),
         first_get: median_max(&mut first),
+        first_get_cost: median_cost(&workers.iter().map(|w| w.4).collect::<Vec<_>>()),
         stages,
         gets: workers.iter().map(|w| w.2).sum(),
         timeline,
@@ -90,8 +109,8 @@ fn system(records: &[Record], name: &str) -> Result<System, String> {
 }
 
 /// Markdown for the run in `log` (titled `title`), and the timeline plot written into
-/// `dir`.
-pub fn report(log: &str, title: &str, dir: &Path) -> Result<String, String> {
+/// `dir` as `NAME-timeline.svg`.
+pub fn report(log: &str, title: &str, dir: &Path, name: &str) -> Result<String, String> {
     let records = log
         .lines()
         .filter_map(Record::parse)
@@ -124,14 +143,19 @@ pub fn report(log: &str, title: &str, dir: &Path) -> Result<String, String> {
     md += "## A worker's bootstrap (medians over the workers of both compute nodes, µs)\n\n";
     for (name, s) in &systems {
         md += &format!(
-            "**{name}** ({} workers, {} GETs checked): time to the first GET from the process's start (its exec apart) {:.1} ms median, {:.1} ms worst\n\n| stage | µs |\n|---|---:|\n",
+            "**{name}** ({} workers, {} GETs checked): time to the first GET from the process's start (its exec apart) {:.1} ms median, {:.1} ms worst; of it on the CPU {:.1} ms, with {} page faults (medians)\n\n| stage | µs | CPU µs | page faults |\n|---|---:|---:|---:|\n",
             s.workers,
             s.gets,
             s.first_get.0 / 1e3,
-            s.first_get.1 / 1e3
+            s.first_get.1 / 1e3,
+            s.first_get_cost.cpu_us / 1e3,
+            s.first_get_cost.faults,
         );
-        for (stage, us) in &s.stages {
-            md += &format!("| {stage} | {us:.0} |\n");
+        for (stage, us, cost) in &s.stages {
+            match cost {
+                Some(c) => md += &format!("| {stage} | {us:.0} | {:.0} | {} |\n", c.cpu_us, c.faults),
+                None => md += &format!("| {stage} | {us:.0} | | |\n"),
+            }
         }
         md += "\n";
     }
@@ -170,13 +194,13 @@ pub fn report(log: &str, title: &str, dir: &Path) -> Result<String, String> {
         ));
     }
     plot::timeline(
-        &dir.join("demo-timeline.svg"),
+        &dir.join(format!("{name}-timeline.svg")),
         "Elastic KV store: cluster GET throughput as workers join",
         "seconds from the phase start",
         "GETs/s",
         &series,
     )?;
-    md += "\n![GET throughput over time](demo-timeline.svg)\n";
+    md += &format!("\n![GET throughput over time]({name}-timeline.svg)\n");
     Ok(md)
 }
 
@@ -193,7 +217,18 @@ mod tests {
                 ("open".into(), first_get_us / 2.0),
                 ("first GET".into(), first_get_us / 2.0),
             ],
+            costs: vec![
+                Some(Cost {
+                    cpu_us: first_get_us / 4.0,
+                    faults: 100,
+                }),
+                None,
+            ],
             first_get_us,
+            first_get_cost: Cost {
+                cpu_us: first_get_us / 3.0,
+                faults: 300,
+            },
             gets: 10,
         }
     }
@@ -227,12 +262,16 @@ mod tests {
             .collect();
         let dir = std::env::temp_dir().join(format!("krcore-demo-report-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let md = report(&log, "# t", &dir).unwrap();
+        let md = report(&log, "# t", &dir, "demo").unwrap();
         // Medians: 5 ms against 160 ms: 32x, met.
         assert!(md.contains("**32.0x**"), "{md}");
         assert!(md.contains("— met"), "{md}");
         // Peak of the summed bins but the last (a partial bin): (2 + 5) / 0.1 s.
         assert!(md.contains("| krcore | 70 |"), "{md}");
+        // Costs: measured stages with their medians, the others blank.
+        assert!(md.contains("| open | 2500 | 1250 | 100 |"), "{md}");
+        assert!(md.contains("| first GET | 2500 | | |"), "{md}");
+        assert!(md.contains("on the CPU 1.7 ms, with 300 page faults"), "{md}");
         assert!(dir.join("demo-timeline.svg").exists());
         std::fs::remove_dir_all(&dir).unwrap();
         let slow: String = [
@@ -244,7 +283,7 @@ mod tests {
         .collect();
         let dir = std::env::temp_dir().join(format!("krcore-demo-slow-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let err = report(&slow, "# t", &dir).unwrap_err();
+        let err = report(&slow, "# t", &dir, "demo").unwrap_err();
         assert!(
             err.contains("nothing to plot"),
             "no timeline, no plot: {err}"

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::guest::Cost;
+
 /// Starts every record line.
 pub const PREFIX: &str = "demo-record ";
 
@@ -43,9 +45,15 @@ pub enum Record {
         joined_ms: f64,
         /// Its bootstrap, stage by stage, in order: (name, microseconds).
         stages: Vec<(String, f64)>,
+        /// Each stage's CPU time and page faults, where the worker measured them.
+        #[serde(default)]
+        costs: Vec<Option<Cost>>,
         /// From its process's main to its first GET's value in hand (its exec is the
         /// first stage, apart).
         first_get_us: f64,
+        /// The CPU time and page faults of the same stretch.
+        #[serde(default)]
+        first_get_cost: Cost,
         /// GETs it made, every value checked.
         gets: u64,
     },
@@ -90,7 +98,15 @@ mod tests {
             node: "b".into(),
             joined_ms: 500.0,
             stages: vec![("CONNECT".into(), 12.5)],
+            costs: vec![Some(Cost {
+                cpu_us: 9.0,
+                faults: 3,
+            })],
             first_get_us: 800.0,
+            first_get_cost: Cost {
+                cpu_us: 700.0,
+                faults: 40,
+            },
             gets: 42,
         };
         let line = format!("[b] {}", r.line());

@@ -80,39 +80,88 @@ pub fn mono_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// What a stretch of a process's life cost it besides wall time: CPU time (user and
+/// system, every thread) and page faults (minor and major). A fresh process's first
+/// touches of its code and data are faults, each a trap (and, under emulation, a
+/// translation of the code it reaches).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Cost {
+    /// CPU time, microseconds.
+    pub cpu_us: f64,
+    /// Page faults.
+    pub faults: u64,
+}
+
+impl Cost {
+    /// The calling process's cost from its start.
+    pub fn now() -> Cost {
+        // SAFETY: an all-zero rusage is valid; getrusage fills it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid rusage to fill.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+        Cost {
+            cpu_us: us(ru.ru_utime) + us(ru.ru_stime),
+            faults: (ru.ru_minflt + ru.ru_majflt) as u64,
+        }
+    }
+
+    /// What was spent from `earlier` to `self`.
+    pub fn since(self, earlier: Cost) -> Cost {
+        Cost {
+            cpu_us: self.cpu_us - earlier.cpu_us,
+            faults: self.faults.saturating_sub(earlier.faults),
+        }
+    }
+}
+
 /// A short-lived process's bootstrap, stage by stage: (name, microseconds), the first
-/// being its exec (from the launcher's spawn to now).
+/// being its exec (from the launcher's spawn to now); beside each, its [`Cost`] where
+/// it was measured here.
 pub struct Stages {
     /// The stages so far, in order.
     pub list: Vec<(String, f64)>,
+    /// Each stage's cost, in the same order (`None`: timed elsewhere); the exec's is
+    /// the process's before its main (the loader's and the runtime's).
+    pub costs: Vec<Option<Cost>>,
     last: Instant,
+    last_cost: Cost,
 }
 
 impl Stages {
     /// Starts with the exec: from `spawn_ns` ([`mono_ns`] in the launcher) to now.
     pub fn new(spawn_ns: u64) -> Stages {
+        let cost = Cost::now();
         Stages {
             list: vec![(
                 "exec".into(),
                 mono_ns().saturating_sub(spawn_ns) as f64 / 1e3,
             )],
+            costs: vec![Some(cost)],
             last: Instant::now(),
+            last_cost: cost,
         }
     }
 
-    /// Runs `f` as stage `name`, timed from the end of the previous stage.
+    /// Runs `f` as stage `name`, timed (and its cost counted) from the end of the
+    /// previous stage.
     pub fn time<T, E>(&mut self, name: &str, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
         let v = f()?;
         self.list
             .push((name.into(), self.last.elapsed().as_secs_f64() * 1e6));
+        let cost = Cost::now();
+        self.costs.push(Some(cost.since(self.last_cost)));
         self.last = Instant::now();
+        self.last_cost = cost;
         Ok(v)
     }
 
     /// Adds a stage timed elsewhere; the next counts from now.
     pub fn push(&mut self, name: &str, d: Duration) {
         self.list.push((name.into(), d.as_secs_f64() * 1e6));
+        self.costs.push(None);
         self.last = Instant::now();
+        self.last_cost = Cost::now();
     }
 
     /// Adds a verbs client's rdma_cm stages, each under its own name.

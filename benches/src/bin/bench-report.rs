@@ -48,8 +48,15 @@ enum Cli {
     },
     /// Criterion's medians into native.md.
     Native { criterion: String, dir: String },
-    /// The demo's guest log into demo.md and its timeline.
-    Demo { log: String, dir: String },
+    /// The demo's guest log into NAME.md and its timeline NAME-timeline.svg.
+    Demo {
+        log: String,
+        dir: String,
+        /// The report's name: `demo`, or `demo-alone` for `make demo-alone`'s workers
+        /// run one at a time.
+        #[arg(long, default_value = "demo")]
+        name: String,
+    },
 }
 
 fn main() {
@@ -71,17 +78,20 @@ Host: {}; no kernel involved: the abi engine over a fake NIC, uring-lib over ano
             std::fs::write(PathBuf::from(&dir).join("native.md"), md).unwrap();
             println!("[bench] wrote {dir}/native.md");
         }
-        Cli::Demo { log, dir } => {
+        Cli::Demo { log, dir, name } => {
             let text =
                 std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("reading {log}: {e}"));
-            let title = format!("# Elastic key-value store (make demo), {}\n\nHost: {}. Three guests under QEMU TCG (no KVM), rdma_rxe, RoCE v2 between them: a holds the table and the MetaServer, b and c launch the workers. Compare ratios within this run.", date(), machine());
-            let md = krcore_benches::demo::report(&text, &title, std::path::Path::new(&dir))
+            let title = match name.as_str() {
+                "demo" => format!("# Elastic key-value store (make demo), {}\n\nHost: {}. Three guests under QEMU TCG (no KVM), rdma_rxe, RoCE v2 between them: a holds the table and the MetaServer, b and c launch the workers. Compare ratios within this run.", date(), machine()),
+                _ => format!("# A lone worker's bootstrap (make demo-alone), {}\n\nHost: {}. Two guests under QEMU TCG (no KVM), rdma_rxe, RoCE v2 between them: a holds the table and the MetaServer, b launches one worker per system at a time, nothing else running, each a fresh process. CPU time is the process's (user and system); under TCG it includes translating the code a process runs for the first time. Compare ratios within this run.", date(), machine()),
+            };
+            let md = krcore_benches::demo::report(&text, &title, std::path::Path::new(&dir), &name)
                 .unwrap_or_else(|e| {
                     eprintln!("bench-report: {e}");
                     std::process::exit(1);
                 });
-            std::fs::write(PathBuf::from(&dir).join("demo.md"), &md).unwrap();
-            println!("{md}\n[demo] wrote {dir}/demo.md and {dir}/demo-timeline.svg");
+            std::fs::write(PathBuf::from(&dir).join(format!("{name}.md")), &md).unwrap();
+            println!("{md}\n[demo] wrote {dir}/{name}.md and {dir}/{name}-timeline.svg");
         }
     }
 }

@@ -164,7 +164,9 @@ fn phase(system: &str, p: &Plan, node: &str, phase_ns: u64) -> Res<()> {
                 node: node.into(),
                 joined_ms,
                 stages: r.stages,
+                costs: r.costs,
                 first_get_us: r.first_get_us,
+                first_get_cost: r.first_get_cost,
                 gets: r.gets,
             }
             .line()

@@ -8,7 +8,7 @@ use krcore_uring::abi::sqe::MrAccess;
 use krcore_uring::{Batch, Builder, Device, MemoryRegion, RemoteRegion, Ring, Vqp};
 use serde::{Deserialize, Serialize};
 use verify::cm_verbs::Client;
-use verify::guest::{mono_ns, Stages};
+use verify::guest::{mono_ns, Cost, Stages};
 use verify::kv::{self, Reader};
 
 use crate::{Res, BIN_MS, NAME, PORT, SERVICE};
@@ -38,8 +38,12 @@ pub struct Report {
     /// Bootstrap stages in order, (name, microseconds); the first is the exec (from the
     /// launcher's spawn to this process's main), the same for both systems.
     pub stages: Vec<(String, f64)>,
+    /// Each stage's CPU time and page faults, where measured (`Stages::costs`).
+    pub costs: Vec<Option<Cost>>,
     /// From spawn to the first GET's value in hand.
     pub first_get_us: f64,
+    /// The CPU time and faults of the same stretch (from main on, as `first_get_us`).
+    pub first_get_cost: Cost,
     /// GETs made.
     pub gets: u64,
     /// GETs completed per [`BIN_MS`] from the phase's start.
@@ -114,6 +118,7 @@ fn serve(job: &Job, st: &mut Stages, r: &mut impl Reader) -> Res<Report> {
     st.time("first GET", || one_get(r, &g, &mut zipf))?;
     // From this process's main: the exec before it is the test bed's, alike for both.
     let first_get_us = mono_ns().saturating_sub(job.spawn_ns) as f64 / 1e3 - st.list[0].1;
+    let first_get_cost = Cost::now().since(st.costs[0].unwrap_or_default());
     let bin_ns = BIN_MS * 1_000_000;
     let mut bins = vec![0u64; (job.end_ns.saturating_sub(job.phase_ns) / bin_ns + 1) as usize];
     let count = |bins: &mut Vec<u64>| {
@@ -129,7 +134,9 @@ fn serve(job: &Job, st: &mut Stages, r: &mut impl Reader) -> Res<Report> {
     }
     Ok(Report {
         stages: std::mem::take(&mut st.list),
+        costs: std::mem::take(&mut st.costs),
         first_get_us,
+        first_get_cost,
         gets,
         bins,
     })
