@@ -327,7 +327,7 @@ DEMO_ALONE_LOG = $(CURDIR)/target/demo-alone.log
 demo-alone: kmod host
 	@echo "[demo] $(DEMO_ALONE_RUNS) lone workers per system on 2 guests"
 	@$(VM) --timeout 900 --nodes 2 --role "a:$(SMOKE) demo memory $(DEMO_KEYS) $$(( 2 * $(DEMO_ALONE_RUNS) ))" \
-	  --role "b:echo $(DEMO_ALONE_ASLR) > /proc/sys/kernel/randomize_va_space; for i in $$(seq -s ' ' $(DEMO_ALONE_RUNS)); do $(SMOKE) demo compute a $(DEMO_KEYS) 1 1000 1500 0 || exit 1; done" > $(DEMO_ALONE_LOG) 2>&1 \
+	  --role "b:echo $(DEMO_ALONE_ASLR) > /proc/sys/kernel/randomize_va_space; $(SMOKE) demo rounds a $(DEMO_KEYS) $(DEMO_ALONE_RUNS)" > $(DEMO_ALONE_LOG) 2>&1 \
 	  || { grep -vE 'demo-record' $(DEMO_ALONE_LOG) | grep -E '^\[(a|b|vm)\] ' | tail -30; echo "[demo] failed (log: $(DEMO_ALONE_LOG))"; exit 1; }
 	@mkdir -p benches/results
 	@$(CURDIR)/target/release/bench-report demo --name demo-alone $(DEMO_ALONE_LOG) benches/results

@@ -207,6 +207,9 @@
 #                                   a compute node: reload with ROLE's node as the
 #                                   MetaServer; launch krcore, then verbs workers against
 #                                   ROLE's table (target/release/krcore-demo); unload
+#   cluster-smoke.sh demo rounds ROLE KEYS N
+#                                   as compute, the module loaded once, N times with one
+#                                   worker per system, alone (make demo-alone); unload
 set -u
 VERBS_CM=$(dirname "$0")/../../target/release/verbs-cm
 DEMO=$(dirname "$0")/../../target/release/krcore-demo
@@ -810,7 +813,15 @@ demo)
     shift 3
     "$DEMO" compute "$meta" "$@" || exit 1
     ;;
-  *) echo "usage: cluster-smoke.sh demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS" >&2; exit 2 ;;
+  rounds)
+    # One module load, then N launches of one worker per system, one at a time.
+    meta=$(addr_of "$3") || exit 1
+    reload meta_server="$meta" || exit 1
+    for _ in $(seq "$5"); do
+      "$DEMO" compute "$meta" "$4" 1 1000 1500 0 || exit 1
+    done
+    ;;
+  *) echo "usage: cluster-smoke.sh demo memory KEYS CLIENTS | demo compute ROLE KEYS WORKERS JOIN_MS RUN_MS OFFSET_MS | demo rounds ROLE KEYS N" >&2; exit 2 ;;
   esac
   unload
   ;;
