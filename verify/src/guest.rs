@@ -35,13 +35,23 @@ impl Drop for Param {
     }
 }
 
-/// CPU time (user and system) the calling thread has used.
-pub fn thread_cpu() -> Duration {
+/// getrusage(2) for `who` (`RUSAGE_THREAD` or `RUSAGE_SELF`).
+fn rusage(who: libc::c_int) -> libc::rusage {
     // SAFETY: an all-zero rusage is valid; getrusage fills it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is a valid rusage to fill.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    unsafe { libc::getrusage(who, &mut ru) };
+    ru
+}
+
+/// A timeval as a Duration.
+fn tv(t: libc::timeval) -> Duration {
+    Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000)
+}
+
+/// CPU time (user and system) the calling thread has used.
+pub fn thread_cpu() -> Duration {
+    let ru = rusage(libc::RUSAGE_THREAD);
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
@@ -95,13 +105,9 @@ pub struct Cost {
 impl Cost {
     /// The calling process's cost from its start.
     pub fn now() -> Cost {
-        // SAFETY: an all-zero rusage is valid; getrusage fills it.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `ru` is a valid rusage to fill.
-        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-        let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+        let ru = rusage(libc::RUSAGE_SELF);
         Cost {
-            cpu_us: us(ru.ru_utime) + us(ru.ru_stime),
+            cpu_us: (tv(ru.ru_utime) + tv(ru.ru_stime)).as_secs_f64() * 1e6,
             faults: (ru.ru_minflt + ru.ru_majflt) as u64,
         }
     }
