@@ -324,22 +324,15 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
 
     /// Queues the CQE of an entry whose sink is `sink`: an io_uring command's goes to
     /// the diverted list (room checked when it was taken), whatever the ring's state.
+    /// Inlined: every completion passes here, and the ring's own CQ is the common case.
+    #[inline]
     pub(crate) fn emit_to(&mut self, sink: u64, cqe: Cqe) {
-        if sink != 0 {
-            self.stats.completed += 1;
-            if let Some(r) = cqe.failure() {
-                self.stats.failed[r as usize] += 1;
-            }
-            let r = self.diverted.push(super::uring::Diverted { sink, cqe });
-            debug_assert!(r.is_ok(), "uring room rule broken");
-            return;
-        }
         self.stats.completed += 1;
-        if let Some(r) = cqe.failure() {
-            self.stats.failed[r as usize] += 1;
-            if let Some(t) = self.trace {
-                (t.failure)(self.id, &cqe);
-            }
+        if cqe.res < 0 {
+            self.count_failure(&cqe);
+        }
+        if sink != 0 {
+            return self.divert(sink, cqe);
         }
         if self.closed {
             return;
@@ -355,6 +348,25 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             let r = self.overflow.push(cqe);
             debug_assert!(r.is_ok(), "room rule broken");
         }
+    }
+
+    /// Counts (and traces) a failed completion.
+    #[cold]
+    fn count_failure(&mut self, cqe: &Cqe) {
+        if let Some(r) = cqe.failure() {
+            self.stats.failed[r as usize] += 1;
+            if let Some(t) = self.trace {
+                (t.failure)(self.id, cqe);
+            }
+        }
+    }
+
+    /// Queues the CQE of an entry io_uring carried, for its command.
+    #[cold]
+    #[inline(never)]
+    fn divert(&mut self, sink: u64, cqe: Cqe) {
+        let r = self.diverted.push(super::uring::Diverted { sink, cqe });
+        debug_assert!(r.is_ok(), "uring room rule broken");
     }
 
     /// Moves overflowed CQEs into the CQ as far as it has room.
