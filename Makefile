@@ -43,7 +43,7 @@ kmod: kernel
 	@echo "[kmod] building against $(KDIR)"
 	@$(MAKE) -s -C $(KDIR) M=$(CURDIR)/kmod LLVM=1 modules
 
-# The module for another kernel tree (README, "On a real host"): HOST_KDIR names a
+# The module for another kernel tree (docs/using.md, "On a real host"): HOST_KDIR names a
 # Linux 6.12 build tree with CONFIG_RUST, built by this rustc and LLVM.
 module-for-host:
 	@test -n "$(HOST_KDIR)" || { echo "usage: make module-for-host HOST_KDIR=/lib/modules/VERSION/build"; exit 2; }
@@ -139,7 +139,7 @@ vm-test: kmod host
 	@$(VM) --timeout 900 -- $(GUEST_SUITE)
 
 # Several guests on one Ethernet segment (the runner's hub of Unix datagram sockets;
-# issue 11's test bed): RC traffic over rxe between 2, then 3 guests, each with the
+# the multi-guest test bed): RC traffic over rxe between 2, then 3 guests, each with the
 # module loaded and its own address; in the 3-guest run one guest is killed mid-run
 # and booted again, and reaches its peer after. Then kernel-to-kernel connections: b's
 # module connects to a's over rdma_cm, then b removes its device and a unloads, each
@@ -169,7 +169,7 @@ vm-test: kmod host
 # counted; a DEREG_MR with the revocations' table full (16 waiting for a killed node)
 # still revokes its export at the importer first; and a device removed during a dial
 # to a host that never answers. Last, the
-# user-space verbs baseline across nodes (issue 12): 10
+# user-space verbs baseline across nodes: 10
 # fresh processes each connect through rdma_cm, every stage timed, and READ a word.
 SMOKE = $(CURDIR)/verify/guest/cluster-smoke.sh
 CM_ROLES = --role "a:$(SMOKE) listen 1" --role "b:$(SMOKE) dial a"
@@ -296,7 +296,7 @@ stress: kmod-debug host
 
 test: unit loom fuzz vm-test vm-test-cluster vm-test-debug
 
-# The elastic key-value store (issue 12) on 3 guests: a holds the table (DEMO_KEYS keys)
+# The elastic key-value store on 3 guests: a holds the table (DEMO_KEYS keys)
 # and the MetaServer; b and c each launch DEMO_WORKERS short-lived workers per system,
 # one every 1 s (c half a second after b), krcore first, then verbs over rdma_cm. Every
 # GET's value is checked. bench-report sums the nodes: benches/results/demo.md and
@@ -315,7 +315,7 @@ demo: kmod host
 	@mkdir -p benches/results
 	@$(CURDIR)/target/release/bench-report demo $(DEMO_LOG) benches/results
 
-# The same workers one at a time (issue 29's bootstrap): a holds the table; b launches
+# The same workers one at a time: a holds the table; b launches
 # DEMO_ALONE_RUNS rounds of one krcore worker, then one verbs worker, nothing else
 # running. Each stage's CPU time and page faults beside its time: benches/results/
 # demo-alone.md. DEMO_ALONE_ASLR=0 turns address randomization off in b, so each fresh
@@ -366,9 +366,9 @@ bench: kmod host
 	   grep -E '^\[icount\]|^\{"group":"enter-stage"' $(ICOUNT_LOG) | sed 's/^/    /'; } > benches/results/instructions.md
 	@grep '^\[icount\]' $(ICOUNT_LOG)
 	@$(MAKE) -s bench-cluster-run
-	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) $(BENCH_CLUSTER_LOG) $(BENCH_CLUSTER3_LOG) benches/results --readme README.md
+	@$(CURDIR)/target/release/bench-report vm $(BENCH_LOG) $(BENCH_CLUSTER_LOG) $(BENCH_CLUSTER3_LOG) benches/results
 
-# The figures across nodes (issue 12). On 2 guests: b measures against a, which serves
+# The figures across nodes. On 2 guests: b measures against a, which serves
 # them and the MetaServer with BENCH_NAMES names published: data plane, MetaServer
 # lookups beside a request/reply lookup, connects from 1-8 processes, first contact
 # (benches/src/bin/krcore-figures/across.rs). Then on 3 guests: the serverless hand-off

@@ -22,7 +22,7 @@ if ! git -C "$here" cat-file -e "$base^{commit}" 2>/dev/null; then
   echo "[baseline] commit ${base:0:12} is not in this clone (shallow?): no before figures" >&2
   exit 0
 fi
-echo "[baseline] building the module at ${base:0:12} (before issue 10) against $kdir" >&2
+echo "[baseline] building the module at ${base:0:12} (before per-ring locks) against $kdir" >&2
 rm -rf "$out"
 mkdir -p "$out"
 git -C "$here" archive "$base" kmod abi | tar -x -C "$out"

@@ -1,7 +1,6 @@
 //! `bench-report vm LOG.. DIR`: turns the guest logs of `krcore-figures` (one node, and
 //! across nodes) into DIR/vm-figures.jsonl, DIR/vm-figures.md (tables and the goals,
-//! titled with the date and the machine) and SVG plots; with `--readme FILE` it also
-//! puts that report into FILE's bench block.
+//! titled with the date and the machine) and SVG plots.
 //! `bench-report native CRITERION-DIR DIR`: criterion's medians into DIR/native.md.
 //! Both are part of `make bench`.
 //! `bench-report demo LOG DIR`: `make demo`'s guest log into DIR/demo.md and
@@ -42,9 +41,6 @@ enum Cli {
         /// The guest logs, then the results directory.
         #[arg(required = true, num_args = 2..)]
         paths: Vec<String>,
-        /// Also rewrite this README's bench block with the report.
-        #[arg(long)]
-        readme: Option<String>,
     },
     /// Criterion's medians into native.md.
     Native { criterion: String, dir: String },
@@ -61,10 +57,10 @@ enum Cli {
 
 fn main() {
     match <Cli as clap::Parser>::parse() {
-        Cli::Vm { paths, readme } => {
+        Cli::Vm { paths } => {
             let (dir, logs) = paths.split_last().expect("two or more");
             let logs: Vec<&str> = logs.iter().map(String::as_str).collect();
-            vm(&logs, PathBuf::from(dir), readme.as_deref())
+            vm(&logs, PathBuf::from(dir))
         }
         Cli::Native { criterion, dir } => {
             let title = format!("# Native figures (criterion), {}
@@ -96,7 +92,7 @@ Host: {}; no kernel involved: the abi engine over a fake NIC, uring-lib over ano
     }
 }
 
-fn vm(logs: &[&str], dir: PathBuf, readme_path: Option<&str>) {
+fn vm(logs: &[&str], dir: PathBuf) {
     let logs: Vec<String> = logs
         .iter()
         .map(|l| std::fs::read_to_string(l).unwrap_or_else(|e| panic!("reading {l}: {e}")))
@@ -123,19 +119,6 @@ fn vm(logs: &[&str], dir: PathBuf, readme_path: Option<&str>) {
     );
     let md = report::markdown(&figs, &title, &plots);
     std::fs::write(dir.join("vm-figures.md"), &md).unwrap();
-    // The README shows the latest run: its marked block is rewritten from this one.
-    if let Some(path) = readme_path {
-        let readme = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let Some(new) = report::readme_with(&readme, &md, &dir.to_string_lossy()) else {
-            eprintln!(
-                "bench-report: {path} has no bench block ({})",
-                report::README_BEGIN
-            );
-            std::process::exit(1);
-        };
-        std::fs::write(path, new).unwrap();
-        println!("[bench] {path} shows this run");
-    }
     for g in report::goals(&figs) {
         println!(
             "[bench] {}: {:.2}× (bar {:.2}×) {}",

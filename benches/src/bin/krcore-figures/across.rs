@@ -218,8 +218,8 @@ fn connects(far: Ipv4Addr, out: &mut Vec<Record>) {
     for procs in PROCS {
         for (series, mode, n, rounds) in [
             ("krcore-warm", "krcore", 1000, 1),
-            ("verbs-cm-no-device-open", "cm", 10, 1),
-            ("verbs-cm-with-device-open", "cm-fresh", 1, 5),
+            ("verbs-cm-device-already-open", "cm", 10, 1),
+            ("verbs-cm-fresh-process", "cm-fresh", 1, 5),
         ] {
             let mode = format!("{mode}@{far}");
             let r = (0..rounds).map(|_| round(&mode, procs, n)).collect();

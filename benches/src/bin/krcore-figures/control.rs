@@ -262,8 +262,8 @@ pub fn figures(out: &mut Vec<Record>) {
     for procs in PROCS {
         for (series, mode, n) in [
             ("krcore-warm", "krcore", 1000),
-            ("verbs-with-device-open", "verbs", 20),
-            ("verbs-no-device-open", "verbs-no-open", 20),
+            ("verbs-opening-device", "verbs", 20),
+            ("verbs-device-already-open", "verbs-no-open", 20),
         ] {
             out.push(record(
                 "connect",
@@ -337,7 +337,7 @@ fn reload_as_loaded() {
 /// as the current module's `krcore-warm`. Skipped, saying so, without the baseline.
 pub fn before_figures(out: &mut Vec<Record>) {
     let Ok(ko) = std::env::var("KRCORE_BASELINE_KO") else {
-        eprintln!("[figures] no KRCORE_BASELINE_KO: the before-issue-10 figures are skipped");
+        eprintln!("[figures] no KRCORE_BASELINE_KO: the figures of the module before per-ring locks are skipped");
         return;
     };
     sh(&["rmmod", "krcore"]).unwrap_or_else(|e| panic!("{e}"));
