@@ -202,7 +202,7 @@ void krcore_shim_dbg_recovery(u32 qp, u64 total)
 /*
  * Who may open /dev/krcore. The default lets every local user in, as rdma-core's udev
  * rules do for /dev/infiniband/uverbs*: krcore is built to be shared by mutually
- * hostile users (README, "Security model"). A site that wants only a group in loads
+ * hostile users (docs/security.md). A site that wants only a group in loads
  * the module with dev_mode=0660 and gives the node that group with a udev rule.
  */
 static ushort dev_mode = 0666;

@@ -18,7 +18,7 @@ pub const EXPORT_FRAME: usize = frame::size(EXPORT_PAYLOAD);
 
 /// Slots a name may live in, from its home slot on: read together (704 bytes), so a
 /// lookup stays one round trip; an export whose window is full is refused, so the table
-/// is sized at several times the exports it holds (see the README's cluster section).
+/// is sized at several times the exports it holds (see docs/cluster.md, "Not built").
 pub const PROBE: usize = 8;
 
 /// READs a lookup makes at most before giving up on entries being rewritten.

@@ -12,7 +12,8 @@
 //! kernel writes it ([`Writable`]), for a node that asked ([`request`](super::request)),
 //! after checking that what it writes is that node's own. Node `id`'s entry is slot `id % node_slots`: node ids are the low 16
 //! bits of a node's IPv4 address, and a record names its whole address, so two nodes
-//! sharing a slot are told apart (the later registration wins the slot; see the README).
+//! sharing a slot are told apart (a later node whose id shares a held slot is refused,
+//! `SlotHeld`; see docs/cluster.md).
 
 use super::frame;
 use super::lookup::{EXPORT_FRAME, PROBE};
