@@ -67,6 +67,7 @@ C_EXAMPLE = $(CURDIR)/target/release/c-read-write
 # Debian's Python (the guest runs the host's root, so the same one).
 PYTHON = /usr/bin/python3
 host: deps
+	@echo "[host] building the workspace's programs and examples (release; minutes on a fresh clone)"
 	@$(CARGO) build -q --release --workspace --bins --examples
 	@mkdir -p $(dir $(C_EXAMPLE))
 	@$(CC) -O2 -Wall -Wextra -Werror -std=c11 -D_GNU_SOURCE -I abi/include -I uring-lib/c \
