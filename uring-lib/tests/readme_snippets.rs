@@ -36,49 +36,44 @@ fn scratch(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-fn run(cmd: &mut Command, what: &Path) {
-    let out = cmd.output().expect("the checker runs");
-    assert!(
-        out.status.success(),
-        "{}: {}{}",
-        what.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// Writes each ```lang block to a scratch file and runs `check` on it, which must succeed.
+fn check_each(lang: &str, ext: &str, check: impl Fn(&Path) -> Command) {
+    let found = blocks(lang);
+    assert!(!found.is_empty(), "the README has a {lang} program");
+    for (i, b) in found.iter().enumerate() {
+        let src = scratch(&format!("block{i}.{ext}"));
+        std::fs::write(&src, b).unwrap();
+        let out = check(&src).output().expect("the checker runs");
+        assert!(
+            out.status.success(),
+            "{}: {}{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]
 fn readme_c_compiles() {
-    let c = blocks("c");
-    assert!(!c.is_empty(), "the README has a C program");
-    for (i, b) in c.iter().enumerate() {
-        let src = scratch(&format!("block{i}.c"));
-        std::fs::write(&src, b).unwrap();
-        run(
-            Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-                .args(["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror"])
-                .args(["-fsyntax-only", "-I"])
-                .arg(root().join("abi/include"))
-                .arg("-I")
-                .arg(root().join("uring-lib/c"))
-                .arg(&src),
-            &src,
-        );
-    }
+    check_each("c", "c", |src| {
+        let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+        cc.args(["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror"])
+            .args(["-fsyntax-only", "-I"])
+            .arg(root().join("abi/include"))
+            .arg("-I")
+            .arg(root().join("uring-lib/c"))
+            .arg(src);
+        cc
+    });
 }
 
 #[test]
 fn readme_python_parses() {
-    let py = blocks("python");
-    assert!(!py.is_empty(), "the README has a Python program");
-    for (i, b) in py.iter().enumerate() {
-        let src = scratch(&format!("block{i}.py"));
-        std::fs::write(&src, b).unwrap();
-        run(
-            Command::new("python3")
-                .args(["-c", "import ast, sys; ast.parse(open(sys.argv[1]).read())"])
-                .arg(&src),
-            &src,
-        );
-    }
+    check_each("python", "py", |src| {
+        let mut py = Command::new("python3");
+        py.args(["-c", "import ast, sys; ast.parse(open(sys.argv[1]).read())"])
+            .arg(src);
+        py
+    });
 }
