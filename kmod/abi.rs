@@ -42,7 +42,7 @@ pub(crate) mod stats;
 pub(crate) mod waiter;
 
 use kernel::error::Error;
-use kernel::types::{AsBytes, FromBytes};
+use crate::kcompat::{AsBytes, FromBytes};
 
 // SAFETY: `#[repr(C)]` structs of integers and integer arrays with no padding: abi's
 // size/offset asserts pin the layout, and its user build derives zerocopy's FromBytes

@@ -15,6 +15,7 @@ mod cluster;
 mod device;
 mod engine;
 mod inspect;
+mod kcompat;
 mod meta;
 mod ring;
 mod shim;
@@ -22,7 +23,6 @@ mod shim;
 module! {
     type: KrCore,
     name: "krcore",
-    author: "krcore developers",
     description: "krcore: kernel-space RDMA control plane with mmapped rings",
     license: "GPL",
 }

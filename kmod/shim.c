@@ -28,6 +28,7 @@
 #include <rdma/ib_verbs.h>
 
 #include "shim.h"
+#include "kcompat.h"
 
 static int krcore_fop_open(struct inode *inode, struct file *f)
 {
@@ -72,19 +73,6 @@ static __poll_t krcore_fop_poll(struct file *f, poll_table *pt)
 
 #define KRCORE_ENTRY_LEN 64
 
-/* A command's result while it waits for its task (io_uring_cmd's free pdu). */
-struct krcore_uring_pdu {
-	s32 res;
-	u64 extra;
-};
-
-static void krcore_uring_task_done(struct io_uring_cmd *cmd, unsigned int issue_flags)
-{
-	struct krcore_uring_pdu *p = io_uring_cmd_to_pdu(cmd, struct krcore_uring_pdu);
-
-	io_uring_cmd_done(cmd, p->res, p->extra, issue_flags);
-}
-
 void krcore_shim_uring_complete(void *c, s32 res, u64 extra)
 {
 	struct io_uring_cmd *cmd = c;
@@ -117,13 +105,13 @@ static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_fla
 	if (!(issue_flags & IO_URING_F_SQE128) || !(issue_flags & IO_URING_F_CQE32))
 		return -EINVAL;
 	/* Read once: the SQE is the user's memory until io_uring copied it. */
-	memcpy(entry, io_uring_sqe_cmd(cmd->sqe), KRCORE_ENTRY_LEN);
+	memcpy(entry, krcore_uring_entry(cmd), KRCORE_ENTRY_LEN);
 	r = krcore_rs_uring_cmd(cmd->file->private_data, cmd, entry,
 				issue_flags & IO_URING_F_NONBLOCK, &res, &extra);
 	if (r < 0)
 		return r;
 	if (r == 1)
-		io_uring_cmd_done(cmd, res, extra, issue_flags);
+		krcore_uring_done(cmd, res, extra, issue_flags);
 	return -EIOCBQUEUED;
 }
 
@@ -371,11 +359,12 @@ u32 krcore_shim_current_groups(u32 *out, u32 max)
 }
 
 /* Whether the current task may hold ports below 1024 (abi's engine/ports.rs). Asked at
- * ring setup of every ring, so without an audit record or PF_SUPERPRIV for the many
- * that never bind one. */
+ * ring setup of every ring, so without an audit record for the many that never bind
+ * one. (7.x no longer exports has_capability_noaudit; ns_capable_noaudit, exported by
+ * both, also marks a task that holds the capability PF_SUPERPRIV.) */
 bool krcore_shim_may_bind_low(void)
 {
-	return has_capability_noaudit(current, CAP_NET_BIND_SERVICE);
+	return ns_capable_noaudit(&init_user_ns, CAP_NET_BIND_SERVICE);
 }
 
 static int krcore_client_add(struct ib_device *dev)

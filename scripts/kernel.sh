@@ -57,7 +57,7 @@ mkdir -p "$dir"
 tar -xJf "$tarball" -C "$dir" --strip-components=1
 cd "$dir"
 
-mk() { make LLVM=1 -s "$@"; }
+mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make LLVM=1 -s "$@"; }
 mk rustavailable >/dev/null || { mk rustavailable || true; die "Rust toolchain not usable for the kernel (see above); run 'make deps'"; }
 mk tinyconfig >/dev/null
 scripts/kconfig/merge_config.sh -m .config "${fragments[@]}" >/dev/null
@@ -72,17 +72,26 @@ done < <(cat "${fragments[@]}")
 [ "$missing" = 0 ] || die "config fragment did not apply"
 
 log="$dir/build.log"
-( make LLVM=1 -j"$(nproc)" >"$log" 2>&1; echo $? >"$dir/.rc" ) &
+# The build gets its own session, so an interrupted run (Ctrl-C, a killed make) ends it
+# rather than leaving it orphaned with the cache lock held; the tree it leaves has no
+# marker and is rebuilt next time. Its make sees none of the calling make's flags: an
+# outer `make -s` would silence the step lines the progress counts, an outer -j hand it
+# a jobserver it does not share.
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u MAKEOVERRIDES \
+  setsid /bin/sh -c 'make LLVM=1 -j"$1" >"$2" 2>&1; echo $? >"$3"' sh "$(nproc)" "$log" "$dir/.rc" 9>&- &
 pid=$!
+trap 'kill -TERM -- -"$pid" 2>/dev/null || true' EXIT
+trap 'exit 130' INT TERM
 while kill -0 "$pid" 2>/dev/null; do
   for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
   kill -0 "$pid" 2>/dev/null || break
   n=$(grep -c '^  [A-Z]' "$log" || true)
-  last=$(grep '^  [A-Z]' "$log" | tail -1 | awk '{print $2}')
-  echo "[kernel] $(( $(date +%s) - start ))s: $n steps done, now at ${last:-start}"
+  last=$({ grep '^  [A-Z]' "$log" || true; } | tail -1 | awk '{print $2}')
+  echo "[kernel] $(( $(date +%s) - start ))s: ${n:-0} steps done, now at ${last:-start}"
 done
 wait "$pid" || true
-rc=$(cat "$dir/.rc")
+trap - EXIT
+rc=$(cat "$dir/.rc" 2>/dev/null || echo "none (killed)")
 if [ "$rc" != 0 ]; then
   tail -40 "$log" >&2
   die "kernel build failed (exit $rc); full log: $log"

@@ -140,7 +140,7 @@ impl DevCtx {
                 };
                 if r == Errno::EALREADY.to_neg() {
                     // Both at once: the peer's attempt wins; its set is adopted here.
-                    crate::cluster::peer::log_set(&job.addr, "our attempt yielded to the peer's");
+                    crate::cluster::peer::log_set(&job.addr, format_args!("our attempt yielded to the peer's"));
                     how = Attempt::Yielded;
                     break;
                 }

@@ -244,7 +244,7 @@ impl PeerSets {
         }
         let slot = self.table.qps(job.peer).start;
         self.install(shared, slot, q, &job.addr);
-        log_set(&job.addr, "first connection up, dialed here: in use");
+        log_set(&job.addr, format_args!("first connection up, dialed here: in use"));
         forget_cached(shared, &job.addr);
         // Bound while it was being made (a listen's accept): told now it is up.
         self.tell(shared);
@@ -281,10 +281,10 @@ impl PeerSets {
             }
         }
         match ended {
-            Ended::Set => log_set(&job.addr, "up, dialed here"),
+            Ended::Set => log_set(&job.addr, format_args!("up, dialed here")),
             Ended::Dropped => {}
             Ended::Lost => {
-                log_set(&job.addr, "lost: the rest of it could not be made");
+                log_set(&job.addr, format_args!("lost: the rest of it could not be made"));
                 self.close(shared, job.peer);
                 forget_cached(shared, &job.addr);
             }
@@ -330,7 +330,7 @@ impl PeerSets {
         match step.answer {
             Answer::Accept => Ok(()),
             Answer::Refuse => {
-                log_set(addr, "refused the peer's attempt: ours wins (both at once)");
+                log_set(addr, format_args!("refused the peer's attempt: ours wins (both at once)"));
                 Err(Errno::EALREADY)
             }
         }
@@ -368,7 +368,7 @@ impl PeerSets {
         if !self.table.adopted(p, index, QPS_PER_SET as u32) {
             return (Some(slot), None);
         }
-        log_set(addr, "up, adopted (the peer dialed it)");
+        log_set(addr, format_args!("up, adopted (the peer dialed it)"));
         forget_cached(shared, addr);
         self.tell(shared);
         (Some(slot), Some(self.table.qps(p)))
@@ -443,7 +443,7 @@ fn forget_cached(shared: &Shared, addr: &[u8; 16]) {
 }
 
 /// Says what became of the set to the node at `addr`.
-pub(crate) fn log_set(addr: &[u8; 16], what: impl core::fmt::Display) {
+pub(crate) fn log_set(addr: &[u8; 16], what: core::fmt::Arguments<'_>) {
     let [a, b, c, d] = [addr[12], addr[13], addr[14], addr[15]];
     pr_info!("set to {a}.{b}.{c}.{d}: {what}\n");
 }

@@ -47,6 +47,7 @@
 #include <linux/jiffies.h>
 
 #include "shim.h"
+#include "kcompat.h"
 
 /* Test only: how a test shows that the other node's NIC refuses what it must. */
 static bool test_unchecked_wire;
@@ -115,7 +116,7 @@ struct krcore_mr *krcore_shim_reg_user_mr(struct ib_pd *pd, u64 addr, u64 len, u
 	kref_init(&m->ref);
 	/* Only memory the NIC may write locally can receive. */
 	if (flags & IB_ACCESS_LOCAL_WRITE) {
-		m->umem = ib_umem_get(pd->device, addr, len, IB_ACCESS_LOCAL_WRITE);
+		m->umem = krcore_umem_get(pd->device, addr, len, IB_ACCESS_LOCAL_WRITE);
 		if (IS_ERR(m->umem)) {
 			long err = PTR_ERR(m->umem);
 

@@ -302,7 +302,7 @@ impl RingCtx {
 #[pin_data]
 pub(crate) struct RingCell {
     /// Its slot in the device's table.
-    pub(crate) slot: u16,
+    pub(crate) index: u16,
     #[pin]
     pub(crate) ctx: Mutex<KBox<RingCtx>>,
     /// Its inbox (abi's engine/route.rs), which also holds its mark for the router.
@@ -316,18 +316,18 @@ pub(crate) struct RingCell {
 }
 
 impl RingCell {
-    /// Shares `ctx`, the ring in slot `slot` of generation `gen`.
-    pub(crate) fn new(ctx: KBox<RingCtx>, slot: u16, gen: u16) -> Result<Arc<RingCell>> {
+    /// Shares `ctx`, the ring in slot `index` of generation `gen`.
+    pub(crate) fn new(ctx: KBox<RingCtx>, index: u16, gen: u16) -> Result<Arc<RingCell>> {
         // Each in-flight request is routed once, so the inbox never holds more (a
         // listen's nudges are gathered as bits beside the queue).
-        let inbox = Inbox::new(slot, gen, KBuf::filled(
+        let inbox = Inbox::new(index, gen, KBuf::filled(
             ctx.inflight,
             (0, Completion::Done),
             GFP_KERNEL_ACCOUNT,
         )?);
         Arc::pin_init(
             pin_init!(RingCell {
-                slot,
+                index,
                 ctx <- new_mutex!(ctx, "krcore_ring"),
                 inbox <- new_mutex!(inbox, "krcore_inbox"),
                 mail: AtomicBool::new(false),
@@ -341,7 +341,7 @@ impl RingCell {
         if self.inbox.lock().deliver(id, c) == Delivered::Full {
             // Unreachable (see `new`); a completion lost would leave the ring busy
             // forever, so say it.
-            pr_err!("ring {}: completion inbox full\n", self.slot);
+            pr_err!("ring {}: completion inbox full\n", self.index);
         }
         self.mail.swap(true, Ordering::AcqRel);
     }

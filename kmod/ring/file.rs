@@ -7,7 +7,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
-use kernel::uaccess::UserSlice;
+use crate::kcompat;
 
 use crate::abi::compat::OneOp;
 use crate::abi::engine::Caller;
@@ -97,7 +97,7 @@ impl FileCtx {
             Command::QueryDevices => query_devices(arg),
             Command::Setup => self.setup(arg),
             Command::RegisterEventfd => {
-                let args: EventfdArgs = UserSlice::new(arg, size_of::<EventfdArgs>())
+                let args: EventfdArgs = kcompat::user_slice(arg, size_of::<EventfdArgs>())
                     .reader()
                     .read()?;
                 args.validate()?;
@@ -110,7 +110,7 @@ impl FileCtx {
                     return Err(EPERM);
                 }
                 let (mut reader, mut writer) =
-                    UserSlice::new(arg, size_of::<OneOp>()).reader_writer();
+                    kcompat::user_slice(arg, size_of::<OneOp>()).reader_writer();
                 let mut op: OneOp = reader.read()?;
                 let b = self.bound()?;
                 if cmd == ioctl::IOC_DIRECT {
@@ -122,7 +122,7 @@ impl FileCtx {
                 Ok(0)
             }
             Command::Enter => {
-                let args: EnterArgs = UserSlice::new(arg, size_of::<EnterArgs>())
+                let args: EnterArgs = kcompat::user_slice(arg, size_of::<EnterArgs>())
                     .reader()
                     .read()?;
                 self.enter(&args)
@@ -149,7 +149,7 @@ impl FileCtx {
         let Ok(b) = self.bound() else {
             return writeln!(w, "krcore-ring none");
         };
-        writeln!(w, "krcore-ring {}", b.ring.slot)?;
+        writeln!(w, "krcore-ring {}", b.ring.index)?;
         writeln!(w, "krcore-sqpoll {}", b.poller.is_some() as u8)?;
         let mut ctx = b.ring.ctx.lock();
         writeln!(w, "krcore-eventfd {}", ctx.has_eventfd() as u8)?;
@@ -171,7 +171,7 @@ impl FileCtx {
     /// (`SetupFlags::DEVICE`), or the first.
     fn setup(&self, arg: usize) -> Result<c_long> {
         let (mut reader, mut writer) =
-            UserSlice::new(arg, size_of::<SetupParams>()).reader_writer();
+            kcompat::user_slice(arg, size_of::<SetupParams>()).reader_writer();
         let mut p: SetupParams = reader.read()?;
         let _setup = self.setup_lock.lock();
         if !self.binding.load(Ordering::Relaxed).is_null() {
@@ -227,7 +227,7 @@ impl FileCtx {
 /// `IOC_QUERY_DEVICES`: read the argument, collect up to `capacity` rows under the
 /// registry lock, write them and the argument back after releasing it.
 fn query_devices(arg: usize) -> Result<c_long> {
-    let (mut reader, mut writer) = UserSlice::new(arg, size_of::<QueryDevices>()).reader_writer();
+    let (mut reader, mut writer) = kcompat::user_slice(arg, size_of::<QueryDevices>()).reader_writer();
     let mut q: QueryDevices = reader.read()?;
     q.validate()?;
     let cap = q.capacity as usize;
@@ -240,7 +240,7 @@ fn query_devices(arg: usize) -> Result<c_long> {
         total += 1;
         Ok(())
     })?;
-    let mut rows = UserSlice::new(q.rows as usize, cap * size_of::<DeviceGid>()).writer();
+    let mut rows = kcompat::user_slice(q.rows as usize, cap * size_of::<DeviceGid>()).writer();
     for row in collected.iter() {
         rows.write(row)?;
     }

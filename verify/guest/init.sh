@@ -11,6 +11,14 @@ mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 
 fail() { echo "KRCORE-SETUP-FAILED: $*"; reboot -f; }
 
+# A distribution kernel keeps its virtio NIC, 9p and RDMA drivers in modules: the runner
+# packs them here with their order, dependencies first.
+if [ -f /lib/krcore-modules/order ]; then
+  for m in $(cat /lib/krcore-modules/order); do
+    insmod "/lib/krcore-modules/$m" || fail "insmod $m"
+  done
+fi
+
 mkdir -p /mnt
 # cache=loose: the host root does not change during a run, so its pages are cached in
 # the guest; uncached, every page fault of every exec and library load is a 9p round

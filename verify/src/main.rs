@@ -1,7 +1,7 @@
 //! `verify`: krcore's test-bed command.
 //!
 //! ```text
-//! verify vm --kernel BZIMAGE [--module KO] [--module-param K=V]... [--timeout SECS] [--memory MIB] [--cpus N]
+//! verify vm --kernel BZIMAGE [--initrd-modules DIR] [--module KO] [--module-param K=V]... [--timeout SECS] [--memory MIB] [--cpus N]
 //!           [--env K=V]... [--dmesg] -- COMMAND [ARGS...]
 //! verify vm --kernel BZIMAGE ... --nodes N --role NAME:COMMAND ...   (N roles)
 //! ```
@@ -43,6 +43,11 @@ struct VmArgs {
     /// The kernel to boot.
     #[arg(long)]
     kernel: PathBuf,
+    /// Kernel modules the guest loads before anything else (a distribution kernel's
+    /// virtio, 9p and RDMA drivers): a directory of .ko files and an `order` file naming
+    /// them, dependencies first.
+    #[arg(long)]
+    initrd_modules: Option<PathBuf>,
     /// The krcore module to load.
     #[arg(long)]
     module: Option<PathBuf>,
@@ -120,6 +125,7 @@ impl VmArgs {
         }
         let cfg = vm::Config {
             kernel: self.kernel,
+            initrd_modules: self.initrd_modules,
             module: self.module,
             module_params: self.module_params,
             command: self.command,

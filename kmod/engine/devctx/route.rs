@@ -6,7 +6,6 @@
 use core::sync::atomic::Ordering;
 
 use kernel::sync::Arc;
-use kernel::time::Ktime;
 
 use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::engine::{
@@ -146,7 +145,7 @@ impl DevCtx {
     /// recovered, under the membership lock, pairs fail, flush and are re-armed
     /// together. Nonzero when rings may have new CQEs.
     pub(crate) fn recover(&self) -> usize {
-        let now = Ktime::ktime_get().to_ms();
+        let now = crate::kcompat::now_ms();
         let busy = self.shared.links_busy();
         let route = |id, c| self.deliver(id, c);
         let (mut n, failed) = sweep(&self.shared, busy, self.deadline_ms, now, route);
@@ -178,8 +177,10 @@ impl DevCtx {
             };
             let qpn = self.shared.qpns[i].load(Ordering::Relaxed);
             if let Some(SetEnd { gid, .. }) = peer {
-                let what = format_args!("QP {qpn} failed ({}): its message links end", why.name());
-                crate::cluster::peer::log_set(&gid, what);
+                crate::cluster::peer::log_set(
+                    &gid,
+                    format_args!("QP {qpn} failed ({}): its message links end", why.name()),
+                );
             }
         }
     }

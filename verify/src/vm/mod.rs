@@ -25,6 +25,10 @@ const BUSYBOX: &str = "/bin/busybox";
 pub struct Config {
     /// The kernel image (bzImage).
     pub kernel: PathBuf,
+    /// Modules the guest's /init loads first, from a directory of .ko files and an
+    /// `order` file naming them, dependencies first: what a distribution kernel keeps out
+    /// of its image (virtio_net, 9p, rxe, ib_uverbs, rdma_ucm).
+    pub initrd_modules: Option<PathBuf>,
     /// The module to load before rxe0 is created, if any; exported to the command as
     /// `KRCORE_KO`.
     pub module: Option<PathBuf>,
@@ -135,6 +139,21 @@ fn write_initramfs(cfg: &Config, script: &str, path: &Path) -> Result<(), String
     c.file("/bin/busybox", 0o755, &busybox)
         .symlink("/bin/sh", "busybox");
     c.file("/init", 0o755, INIT.as_bytes());
+    if let Some(dir) = &cfg.initrd_modules {
+        let order = dir.join("order");
+        let names = std::fs::read_to_string(&order)
+            .map_err(|e| format!("{}: {e} (run 'scripts/stock-kernel.sh prepare')", order.display()))?;
+        c.dir("/lib").dir("/lib/krcore-modules");
+        for name in names.lines().filter(|l| !l.is_empty()) {
+            if name.contains('/') {
+                return Err(format!("{}: {name:?} is not a file name", order.display()));
+            }
+            let ko = std::fs::read(dir.join(name))
+                .map_err(|e| format!("{}: {e}", dir.join(name).display()))?;
+            c.file(&format!("/lib/krcore-modules/{name}"), 0o644, &ko);
+        }
+        c.file("/lib/krcore-modules/order", 0o644, names.as_bytes());
+    }
     c.file("/cmd.sh", 0o755, script.as_bytes());
     if let Some(m) = &cfg.module {
         let m = std::fs::canonicalize(m)

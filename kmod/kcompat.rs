@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: GPL-2.0
+//! What differs between the kernel crates krcore builds against: Linux 6.12's and 7.x's.
+//!
+//! The rest of kmod names these items only, never a kernel-crate path that moved. Kbuild
+//! sets `krcore_kcrate_6_12` when building against a 6.x tree; anything else is taken as
+//! 7.x's crate. No other file tests that cfg.
+
+use kernel::uaccess::UserSlice;
+
+/// Plain-bytes traits: 6.12 keeps them in `types`, 7.x in `transmute`.
+#[cfg(krcore_kcrate_6_12)]
+pub(crate) use crate::kcompat::{AsBytes, FromBytes};
+/// Plain-bytes traits: 6.12 keeps them in `types`, 7.x in `transmute`.
+#[cfg(not(krcore_kcrate_6_12))]
+pub(crate) use kernel::transmute::{AsBytes, FromBytes};
+
+/// The user range `[addr, addr + len)`: 6.12 takes the address as a `usize`, 7.x as a
+/// `UserPtr`.
+pub(crate) fn user_slice(addr: usize, len: usize) -> UserSlice {
+    #[cfg(krcore_kcrate_6_12)]
+    let ptr = addr;
+    #[cfg(not(krcore_kcrate_6_12))]
+    let ptr = kernel::uaccess::UserPtr::from_addr(addr);
+    UserSlice::new(ptr, len)
+}
+
+/// The monotonic clock in milliseconds. 6.12's `Ktime` and 7.x's `Instant` both read
+/// `ktime_get`; 7.x's keeps the value private, so both builds read it here.
+pub(crate) fn now_ms() -> i64 {
+    // SAFETY: `ktime_get` may be called from any context once timekeeping is up.
+    (unsafe { kernel::bindings::ktime_get() }) / 1_000_000
+}
