@@ -9,9 +9,10 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-KDIR = $(shell scripts/kernel.sh dir)
-BZIMAGE = $(KDIR)/arch/x86/boot/bzImage
-KMOD = $(CURDIR)/kmod/krcore.ko
+# The kernel the test bed boots: Debian's own, unmodified (scripts/stock-kernel.sh), and
+# krcore built for it.
+KSTOCK = $(shell scripts/stock-kernel.sh dir)
+KMOD = $(CURDIR)/target/kmod-stock/krcore.ko
 # The debug kernel (kernel/debug.config: lockdep, sleep-in-atomic checks, KASAN) and the
 # module built for it, from a copy of the sources (a directory holds one tree's objects).
 KDIR_DEBUG = $(shell scripts/kernel.sh dir debug)
@@ -19,10 +20,10 @@ KMOD_DEBUG_SRC = $(CURDIR)/target/kmod-debug
 KMOD_DEBUG = $(KMOD_DEBUG_SRC)/kmod/krcore.ko
 CARGO ?= cargo
 # Guest runs: the VM runner, with the kernel and module it boots.
-VM = $(CARGO) run -q --release -p verify -- vm --kernel $(BZIMAGE) --module $(KMOD)
+VM = $(CARGO) run -q --release -p verify -- vm --kernel $(KSTOCK)/vmlinuz --initrd-modules $(KSTOCK)/initrd-modules --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-debug kmod kmod-debug module-for-host host python install unit bench-python loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo demo-alone bench bench-cluster bench-cluster-run clean
+.PHONY: all deps kernel kernel-stock kernel-debug kmod kmod-debug module-for-host host python install unit bench-python loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo demo-alone bench bench-cluster bench-cluster-run clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -32,19 +33,20 @@ all: kmod host
 deps:
 	@scripts/deps.sh
 
-kernel: deps
-	@scripts/kernel.sh build
+# Debian's stock kernel (trixie-backports' newest 7.x, as tested), prepared for module
+# builds; no kernel is built.
+kernel kernel-stock: deps
+	@scripts/stock-kernel.sh prepare
 
 kernel-debug: deps
 	@scripts/kernel.sh build debug
 
-# The module: Rust + C shim, built against the cached kernel tree.
-kmod: kernel
-	@echo "[kmod] building against $(KDIR)"
-	@$(MAKE) -s -C $(KDIR) M=$(CURDIR)/kmod LLVM=1 modules
+# The module: Rust + C shim, built for the stock kernel in its build root.
+kmod: kernel-stock
+	@scripts/stock-kernel.sh module $(KMOD)
 
 # The module for another kernel tree (docs/using.md, "On a real host"): HOST_KDIR names a
-# Linux 6.12 build tree with CONFIG_RUST, built by this rustc and LLVM.
+# Linux 6.12 or 7.x build tree with CONFIG_RUST, built by this rustc and LLVM.
 module-for-host:
 	@test -n "$(HOST_KDIR)" || { echo "usage: make module-for-host HOST_KDIR=/lib/modules/VERSION/build"; exit 2; }
 	@echo "[kmod] building against $(HOST_KDIR)"
@@ -356,8 +358,7 @@ bench: kmod host
 	@mkdir -p benches/results
 	@$(CURDIR)/target/release/bench-report native $(CURDIR)/target/criterion benches/results
 	@echo "[bench] in-VM figures (TCG: a few minutes)"
-	@baseline=$$(scripts/baseline-kmod.sh); \
-	 rc=0; $(VM) --module-param bench_direct=1 --timeout 1200 $${baseline:+--env KRCORE_BASELINE_KO=$$baseline} -- $(CURDIR)/target/release/krcore-figures > $(BENCH_LOG) || rc=$$?; \
+	@rc=0; $(VM) --module-param bench_direct=1 --timeout 1200 -- $(CURDIR)/target/release/krcore-figures > $(BENCH_LOG) || rc=$$?; \
 	 grep -E '^\[figures\]|^\[vm\]' $(BENCH_LOG) || true; \
 	 [ $$rc = 0 ] || { tail -40 $(BENCH_LOG); echo "[bench] in-VM figures failed (exit $$rc; log: $(BENCH_LOG))"; exit 1; }
 	@echo "[bench] instructions per operation: the crossing figures in a guest whose clock counts instructions (QEMU -icount; exact, the same every run)"
@@ -396,4 +397,3 @@ bench-cluster: bench-cluster-run
 
 clean:
 	@$(CARGO) clean
-	@[ ! -d "$(KDIR)" ] || $(MAKE) -s -C $(KDIR) M=$(CURDIR)/kmod LLVM=1 clean

@@ -89,6 +89,17 @@ apt_update_if_unready() {
   [ -n "${KRCORE_STOCK_RELEASE:-}" ] || [ -f "$stock_root/$tested/.ready" ] || apt_update
 }
 
+# The release without reading package lists: the one prepared here, else the tested one
+# (which `prepare` may yet replace by the newest; make expands `dir` after `prepare`).
+release_here() {
+  if [ -n "${KRCORE_STOCK_RELEASE:-}" ]; then echo "$KRCORE_STOCK_RELEASE"; return; fi
+  if [ ! -f "$stock_root/$tested/.ready" ] && [ -f "$stock_root/fallback" ] \
+     && [ -f "$stock_root/$(cat "$stock_root/fallback")/.ready" ]; then
+    cat "$stock_root/fallback"; return
+  fi
+  echo "$tested"
+}
+
 # Runs a command in the build root, in a private mount namespace (its /proc and /dev go
 # when it ends, however it ends), without the calling make's flags: an outer `make -s`
 # would silence the kernel build's own lines, an outer -j hand it a jobserver.
@@ -272,7 +283,7 @@ module() {
 
 case "${1:-}" in
   release) release ;;
-  dir) echo "$stock_root/$(release)" ;;
+  dir) echo "$stock_root/$(release_here)" ;;
   prepare) prepare ;;
   module) [ -n "${2:-}" ] || die "usage: stock-kernel.sh module OUT"; module "$2" ;;
   *) die "usage: stock-kernel.sh release|dir|prepare|module OUT" ;;

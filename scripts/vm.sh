@@ -6,7 +6,8 @@
 #   scripts/vm.sh [OPTIONS] --role 'a:CMD' --role 'b:CMD'
 #                                                   one guest per --role, on one segment
 #
-# It builds the test kernel and the module first if they are missing (make kmod), then
+# It prepares Debian's stock kernel and builds the module first if they are missing
+# (make kmod), then
 # calls the VM runner (cargo run -p verify -- vm; `scripts/vm.sh --help` lists its
 # options: --timeout, --dmesg, --memory, ...). The command runs in this directory,
 # mounted from the host read-only; $TMPDIR is writable. With roles, guest i (in --role order, from 0) has
@@ -16,7 +17,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 make -s kmod >&2
-kernel="$(scripts/kernel.sh dir)/arch/x86/boot/bzImage"
+stock="$(scripts/stock-kernel.sh dir)"
 meta=192.0.2.1 # the one guest's address: it serves the MetaServer itself
 roles=0 nodes= dashes= help=
 for arg in "$@"; do
@@ -33,6 +34,7 @@ elif [ -z "$dashes" ] && [ -z "$help" ]; then
 	set -- -- "$@" # all of it is the program and its arguments
 fi
 key=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
-exec cargo run -q --release -p verify -- vm --kernel "$kernel" --module kmod/krcore.ko \
+exec cargo run -q --release -p verify -- vm --kernel "$stock/vmlinuz" \
+	--initrd-modules "$stock/initrd-modules" --module target/kmod-stock/krcore.ko \
 	--module-param cm_port=7471 --module-param "cluster_key=$key" \
 	--module-param "meta_server=$meta" "$@"

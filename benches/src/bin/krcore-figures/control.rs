@@ -331,33 +331,3 @@ fn reload_as_loaded() {
     sh(&insmod).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Warm connects from 1-8 processes on the module as it was before issue 10
-/// (`KRCORE_BASELINE_KO`, built by scripts/baseline-kmod.sh: one device-wide mutex on
-/// every enter, completion and connect), series `krcore-warm-before`, in the same boot
-/// as the current module's `krcore-warm`. Skipped, saying so, without the baseline.
-pub fn before_figures(out: &mut Vec<Record>) {
-    let Ok(ko) = std::env::var("KRCORE_BASELINE_KO") else {
-        eprintln!("[figures] no KRCORE_BASELINE_KO: the figures of the module before per-ring locks are skipped");
-        return;
-    };
-    sh(&["rmmod", "krcore"]).unwrap_or_else(|e| panic!("{e}"));
-    sh(&["insmod", &ko]).unwrap_or_else(|e| panic!("{e}"));
-    // Warm: one CONNECT builds the pool if its prewarm has not yet.
-    {
-        let mut r = Builder::new(8)
-            .build(Device::open().expect("open /dev/krcore"))
-            .expect("ring on the baseline module");
-        let c = run(&mut r, Sqe::connect(1, GID, 0));
-        assert!(c.res >= 0, "baseline CONNECT: {c:?}");
-        assert_eq!(run(&mut r, Sqe::disconnect(2, c.res as u32)).res, 0);
-    }
-    for procs in PROCS {
-        out.push(record(
-            "connect",
-            "krcore-warm-before",
-            procs,
-            vec![round("krcore", procs, 1000)],
-        ));
-    }
-    reload_as_loaded();
-}

@@ -141,7 +141,6 @@ fn main() {
                     ("memory", &memory::figures),
                     ("control plane", &control::figures),
                     ("control plane, cold pool", &control::cold_figures),
-                    ("control plane, before issue 10", &control::before_figures),
                 ],
                 &mut out,
             );
