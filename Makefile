@@ -20,10 +20,10 @@ KMOD_DEBUG_SRC = $(CURDIR)/target/kmod-debug
 KMOD_DEBUG = $(KMOD_DEBUG_SRC)/kmod/krcore.ko
 CARGO ?= cargo
 # Guest runs: the VM runner, with the kernel and module it boots.
-VM = $(CARGO) run -q --release -p verify -- vm --kernel $(KSTOCK)/vmlinuz --initrd-modules $(KSTOCK)/initrd-modules --module $(KMOD)
+VM = $(CARGO) run -q --release -p verify -- vm --tcg-single --kernel $(KSTOCK)/vmlinuz --initrd-modules $(KSTOCK)/initrd-modules --module $(KMOD)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps kernel kernel-stock kernel-debug kmod kmod-debug module-for-host host python install unit bench-python loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo demo-alone bench bench-cluster bench-cluster-run clean
+.PHONY: all deps deps-tools demo-bins kernel kernel-stock kernel-debug kmod deb vm-test-deb kmod-debug module-for-host host python install unit bench-python loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo demo-alone bench bench-cluster bench-cluster-run clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -33,12 +33,16 @@ all: kmod host
 deps:
 	@scripts/deps.sh
 
+# And the cargo tools the debug kernel and fuzzing need.
+deps-tools:
+	@scripts/deps.sh tools
+
 # Debian's stock kernel (trixie-backports' newest 7.x, as tested), prepared for module
 # builds; no kernel is built.
 kernel kernel-stock: deps
 	@scripts/stock-kernel.sh prepare
 
-kernel-debug: deps
+kernel-debug: deps-tools
 	@scripts/kernel.sh build debug
 
 # The module: Rust + C shim, built for the stock kernel in its build root.
@@ -62,6 +66,22 @@ kmod-debug: kernel-debug
 		-exec cp -p --parents {} $(KMOD_DEBUG_SRC)/kmod/ \;
 	@cp -pr abi/src $(KMOD_DEBUG_SRC)/abi/
 	@$(MAKE) -s -C $(KDIR_DEBUG) M=$(KMOD_DEBUG_SRC)/kmod LLVM=1 modules
+
+# krcore's Debian package for the stock kernel (scripts/deb.sh: the module under
+# /lib/modules/RELEASE/updates, modules-load.d, modprobe.d, a udev rule, the tool, the
+# C header and krcore.pc).
+DEB_DIR = $(CURDIR)/target/deb
+deb: kmod host
+	@rm -rf $(DEB_DIR)
+	@scripts/deb.sh $(KMOD) $(notdir $(KSTOCK)) $(DEB_DIR)
+
+# The package installed, loaded through modprobe with its key file, used (the tool's
+# devices, a READ) and purged, in a guest booted without krcore (a writable overlay
+# over its root).
+vm-test-deb: deb
+	@echo "[test] the Debian package in a guest: installed, loaded, used, purged"
+	@$(CARGO) run -q --release -p verify -- vm --tcg-single --kernel $(KSTOCK)/vmlinuz --initrd-modules $(KSTOCK)/initrd-modules \
+	  --timeout 300 -- $(CURDIR)/verify/guest/deb-smoke.sh $$(ls $(DEB_DIR)/*.deb) $(KSTOCK)/initrd-modules
 
 # Host-side binaries the guest runs (over the read-only 9p root): the Rust ones, the C
 # example over uring-lib/c/krcore.h, and the Python package (`make python`).
@@ -127,7 +147,7 @@ loom:
 # stable toolchain accept them, as no other toolchain can be installed here.
 # Targets: engine (what applications submit) and wire (what other nodes send).
 FUZZ_TARGETS = engine wire
-fuzz: deps
+fuzz: deps-tools
 	@mkdir -p $(CURDIR)/target
 	@for t in $(FUZZ_TARGETS); do \
 		echo "[test] fuzzing $$t for $(FUZZ_SECONDS) s (libFuzzer + ASan)"; \
@@ -309,7 +329,14 @@ DEMO_WORKERS ?= 4
 DEMO_RUN_MS ?= 6000
 DEMO_LOG = $(CURDIR)/target/demo.log
 DEMO_COMPUTE = $(DEMO_KEYS) $(DEMO_WORKERS) 1000 $(DEMO_RUN_MS)
-demo: kmod host
+# What the demo runs: the runner, the guests' programs and the report, built while the
+# stock kernel is prepared (make -j2 below: one mostly waits on the network and dpkg).
+demo-bins: deps
+	@echo "[host] building the demo's programs (release)"
+	@$(CARGO) build -q --release -p verify --bins -p krcore-benches --bin bench-report
+
+demo:
+	@$(MAKE) -s --no-print-directory -j2 kmod demo-bins
 	@echo "[demo] elastic key-value store on 3 guests: $(DEMO_KEYS) keys, $(DEMO_WORKERS) workers per compute node and system"
 	@$(VM) --timeout 900 --nodes 3 --role "a:$(SMOKE) demo memory $(DEMO_KEYS) $$(( 2 * ($(DEMO_WORKERS) + 1) ))" \
 	  --role "b:$(SMOKE) demo compute a $(DEMO_COMPUTE) 0" --role "c:$(SMOKE) demo compute a $(DEMO_COMPUTE) 500" > $(DEMO_LOG) 2>&1 \

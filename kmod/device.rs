@@ -288,8 +288,8 @@ extern "C" fn krcore_rs_dev_remove(dev: *mut IbDevice) {
         };
         let last = devices.len() - 1;
         devices.as_mut_slice().swap(i, last);
-        // 6.12's KVec has no remove: the last element moves into its place.
-        devices.pop().expect("a device was found")
+        // The last element moves into its place.
+        crate::kcompat::pop(&mut devices).expect("a device was found")
     };
     // SAFETY: started in add (invariant), stopped once, before the context goes.
     unsafe { shim::krcore_shim_devwatch_stop(gone.watch) };

@@ -5,11 +5,12 @@
 //! sets `krcore_kcrate_6_12` when building against a 6.x tree; anything else is taken as
 //! 7.x's crate. No other file tests that cfg.
 
+use kernel::prelude::*;
 use kernel::uaccess::UserSlice;
 
 /// Plain-bytes traits: 6.12 keeps them in `types`, 7.x in `transmute`.
 #[cfg(krcore_kcrate_6_12)]
-pub(crate) use crate::kcompat::{AsBytes, FromBytes};
+pub(crate) use kernel::types::{AsBytes, FromBytes};
 /// Plain-bytes traits: 6.12 keeps them in `types`, 7.x in `transmute`.
 #[cfg(not(krcore_kcrate_6_12))]
 pub(crate) use kernel::transmute::{AsBytes, FromBytes};
@@ -29,4 +30,20 @@ pub(crate) fn user_slice(addr: usize, len: usize) -> UserSlice {
 pub(crate) fn now_ms() -> i64 {
     // SAFETY: `ktime_get` may be called from any context once timekeeping is up.
     (unsafe { kernel::bindings::ktime_get() }) / 1_000_000
+}
+
+/// Takes the last element out of `v`: 7.x's `KVec::pop`, which 6.12's lacks.
+pub(crate) fn pop<T>(v: &mut KVec<T>) -> Option<T> {
+    #[cfg(not(krcore_kcrate_6_12))]
+    return v.pop();
+    #[cfg(krcore_kcrate_6_12)]
+    {
+        let last = v.len().checked_sub(1)?;
+        // SAFETY: shrinking by one; the element past the new length is read out exactly
+        // once here and owned by the caller from here on.
+        unsafe {
+            v.set_len(last);
+            Some(core::ptr::read(v.as_ptr().add(last)))
+        }
+    }
 }

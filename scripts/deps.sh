@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Installs what krcore's build and tests need on Debian 12, and nothing when it is all
 # there already (so `make deps` is cheap to call from every target).
+#
+#   scripts/deps.sh          Debian's packages: enough for the stock kernel, the module
+#                            and the programs (make demo)
+#   scripts/deps.sh tools    and the cargo tools the debug kernel's build and fuzzing
+#                            need (rust-src, bindgen-cli, cargo-fuzz)
 set -euo pipefail
 
 # Debian packages: the kernel source and its LLVM toolchain, QEMU, busybox for the
@@ -12,6 +17,7 @@ packages=(
   cpio xz-utils kmod busybox-static qemu-system-x86 iproute2 python3
   python3-venv python3-pip gcc
   rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev pkg-config
+  debootstrap debian-archive-keyring
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -23,6 +29,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+[ "${1:-}" = tools ] || exit 0
 
 # The kernel's Rust build needs the standard library's source and bindgen.
 if ! rustup component list --installed 2>/dev/null | grep -q '^rust-src'; then

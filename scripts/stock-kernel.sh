@@ -36,8 +36,8 @@ root_key=$(echo "trixie $root_packages" | sha256sum | cut -c1-12)
 root="$cache_root/build-root-trixie-$root_key"
 # The guest's modules, loaded by /init in this order's dependency closure: the virtio NIC
 # and the 9p host root, rxe and the verbs and rdma_cm user interfaces, veth for the
-# one-guest network.
-initrd_wanted=(virtio_net 9pnet_virtio 9p veth rdma_rxe ib_uverbs rdma_ucm)
+# one-guest network, overlay for the package's test (a writable root over the 9p one).
+initrd_wanted=(virtio_net 9pnet_virtio 9p veth overlay rdma_rxe ib_uverbs rdma_ucm)
 
 say() { echo "[stock] $*" >&2; }
 die() { echo "stock-kernel.sh: $*" >&2; exit 1; }
@@ -127,16 +127,27 @@ make_root() {
 # The value of a string option in a .config, without its quotes.
 config_text() { sed -n "s/^$1=\"\(.*\)\"$/\1/p" "$2"; }
 
+# Whether release $1 is prepared in $2, with the guest modules this script names (they
+# are made again from the kept modules package when the list changed).
+prepared() {
+  [ -f "$2/.ready" ] || return 1
+  if [ "$(cat "$2/initrd-modules/wanted" 2>/dev/null)" != "${initrd_wanted[*]}" ]; then
+    say "the guest's module list changed: making it again"
+    initrd_modules "$1" "$2"
+  fi
+  say "prepared: Linux $1 ($2)"
+}
+
 prepare() {
   local rel d
   apt_update_if_unready
   rel=$(release)
   d="$stock_root/$rel"
-  [ -f "$d/.ready" ] && { say "prepared: Linux $rel ($d)"; return; }
+  prepared "$rel" "$d" && return
   mkdir -p "$stock_root"
   exec 8>"$stock_root/.lock"
   flock 8
-  [ -f "$d/.ready" ] && { say "prepared: Linux $rel ($d)"; return; }
+  prepared "$rel" "$d" && return
   local start
   start=$(date +%s)
   apt_update
@@ -197,6 +208,8 @@ prepare() {
     || { tail -30 "$d/prepare.log" >&2; die "modules_prepare failed (log: $d/prepare.log)"; }
   cp "$d/Module.symvers" "$tree/Module.symvers"
 
+  mkdir -p "$d/modules-deb"
+  mv "$d"/debs/linux-modules-*.deb "$d/modules-deb/"
   initrd_modules "$rel" "$d"
   rm -rf "$x" "$d/debs"
   echo "$tree_rel" >"$d/tree"
@@ -208,7 +221,8 @@ prepare() {
 # with the order to load them in (dependencies first).
 initrd_modules() {
   local rel=$1 d=$2 m="$d/x/usr/lib/modules/$1"
-  dpkg-deb -x "$d"/debs/linux-modules-*.deb "$d/x"
+  rm -rf "$d/initrd-modules" "$d/x/usr/lib/modules"
+  dpkg-deb -x "$d"/modules-deb/linux-modules-*.deb "$d/x"
   # The package's modules.dep is made by depmod at installation.
   depmod -b "$d/x/usr" "$rel" 2>/dev/null || die "depmod failed on Linux $rel's modules"
   mkdir -p "$d/initrd-modules"
@@ -243,6 +257,8 @@ for p in order:
     names.append(name)
 open(os.path.join(out, "order"), "w").write("\n".join(names) + "\n")
 EOF
+  echo "${initrd_wanted[*]}" >"$d/initrd-modules/wanted"
+  rm -rf "$d/x/usr/lib/modules"
 }
 
 # Builds the module from this tree's kmod/ and abi/ in the build root, and checks its

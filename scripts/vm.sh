@@ -34,7 +34,7 @@ elif [ -z "$dashes" ] && [ -z "$help" ]; then
 	set -- -- "$@" # all of it is the program and its arguments
 fi
 key=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
-exec cargo run -q --release -p verify -- vm --kernel "$stock/vmlinuz" \
+exec cargo run -q --release -p verify -- vm --tcg-single --kernel "$stock/vmlinuz" \
 	--initrd-modules "$stock/initrd-modules" --module target/kmod-stock/krcore.ko \
 	--module-param cm_port=7471 --module-param "cluster_key=$key" \
 	--module-param "meta_server=$meta" "$@"

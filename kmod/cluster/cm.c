@@ -1138,7 +1138,9 @@ int krcore_shim_cm_init(void)
 	}
 	if (ret)
 		return ret;
-	krcore_cm_wq = alloc_workqueue("krcore_cm", 0, 0);
+	/* Unbound: its work sleeps on rdma_cm and belongs to no CPU (7.x wants the choice
+	 * named). */
+	krcore_cm_wq = alloc_workqueue("krcore_cm", WQ_UNBOUND, 0);
 	if (!krcore_cm_wq) {
 		krcore_cm_auth_exit();
 		return -ENOMEM;

@@ -74,6 +74,12 @@ struct VmArgs {
     /// that no host noise moves.
     #[arg(long, conflicts_with = "nodes")]
     icount: bool,
+    /// Under TCG, run all of a guest's CPUs in one host thread. A kernel that patches its
+    /// own text after boot (a distribution kernel's static keys) can catch a CPU on a
+    /// half-patched instruction under multi-threaded TCG: Debian's 7.3 took an int3
+    /// Oops in sched_clock_cpu in 1 of about 12 boots.
+    #[arg(long)]
+    tcg_single: bool,
     /// Guests on one Ethernet segment, one per --role.
     #[arg(long, requires = "role", value_parser = clap::value_parser!(u64).range(2..))]
     nodes: Option<u64>,
@@ -137,6 +143,7 @@ impl VmArgs {
             show_dmesg: self.dmesg,
             lose_one_in: self.lose_one_in,
             icount: self.icount,
+            tcg_single: self.tcg_single,
         };
         Ok((cfg, self.role))
     }

@@ -53,6 +53,8 @@ pub struct Config {
     pub lose_one_in: Option<u32>,
     /// The guest's clock counts instructions: one nanosecond each (TCG only).
     pub icount: bool,
+    /// Under TCG, emulate all of a guest's CPUs in one host thread.
+    pub tcg_single: bool,
 }
 
 /// How a run ended.
@@ -294,6 +296,8 @@ fn qemu_command(cfg: &Config, initrd: &Path, net: Option<&Net>) -> Command {
         qemu.args(["-accel", "tcg,thread=single", "-cpu", "max", "-icount", "shift=0,sleep=off"]);
     } else if kvm_usable() {
         qemu.args(["-enable-kvm", "-cpu", "host"]);
+    } else if cfg.tcg_single {
+        qemu.args(["-accel", "tcg,thread=single", "-cpu", "max"]);
     } else {
         qemu.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
     }
