@@ -23,6 +23,12 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
+# debootstrap, chroot and a private mount namespace need root: a user's call runs as
+# root through sudo, and what it writes into the clone is handed back to that user.
+if [ "$(id -u)" != 0 ] && [ "${1:-}" != release ] && [ "${1:-}" != dir ]; then
+  exec sudo --preserve-env=KRCORE_CACHE,KRCORE_STOCK_RELEASE,KRCORE_DEBIAN_MIRROR \
+    KRCORE_CACHE="${KRCORE_CACHE:-$HOME/.cache/krcore}" "$0" "$@"
+fi
 cache_root="${KRCORE_CACHE:-$HOME/.cache/krcore}"
 stock_root="$cache_root/stock"
 mirror="${KRCORE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -31,7 +37,7 @@ tested=$(cat "$here/kernel/stock.release")
 # What the build root holds: the compilers Debian's kernel names (rustc, bindgen, gcc-14),
 # pahole (without it olddefconfig drops BTF and sched_ext, and the bindings would describe
 # other layouts) and the kernel build's tools.
-root_packages=rustc,rust-src,bindgen,libclang-dev,gcc-14,make,flex,bison,bc,libelf-dev,libssl-dev,xz-utils,cpio,kmod,python3,llvm,clang,dwarves
+root_packages=rustc,rust-src,bindgen,libclang-dev,gcc-14,make,flex,bison,bc,libelf-dev,libssl-dev,xz-utils,cpio,kmod,python3,dwarves
 root_key=$(echo "trixie $root_packages" | sha256sum | cut -c1-12)
 root="$cache_root/build-root-trixie-$root_key"
 # The guest's modules, loaded by /init in this order's dependency closure: the virtio NIC
@@ -130,7 +136,7 @@ config_text() { sed -n "s/^$1=\"\(.*\)\"$/\1/p" "$2"; }
 # Whether release $1 is prepared in $2, with the guest modules this script names (they
 # are made again from the kept modules package when the list changed).
 prepared() {
-  [ -f "$2/.ready" ] || return 1
+  [ -f "$2/.ready" ] && [ -f "$root$(cat "$2/tree")/Module.symvers" ] || return 1
   if [ "$(cat "$2/initrd-modules/wanted" 2>/dev/null)" != "${initrd_wanted[*]}" ]; then
     say "the guest's module list changed: making it again"
     initrd_modules "$1" "$2"
@@ -289,6 +295,7 @@ module() {
   grep -E '^(warning|error)' "$b/build.log" >&2 || true
   mkdir -p "$(dirname "$out")"
   cp "$b/kmod/krcore.ko" "$out"
+  [ -z "${SUDO_UID:-}" ] || chown "$SUDO_UID:${SUDO_GID:-$SUDO_UID}" "$(dirname "$out")" "$out"
   local missing
   missing=$(comm -23 <(nm -u "$out" | awk '{print $2}' | sort -u) \
                      <(awk '{print $2}' "$d/Module.symvers" | sort -u) \
