@@ -317,7 +317,7 @@ stress: STRESS_SECONDS = 300
 stress: kmod-debug host
 	@$(VM_DEBUG) --timeout $$(( $(STRESS_SECONDS) * 3 + 600 )) -- $(STRESS) $(STRESS_SECONDS) 3 3 $${STRESS_SEED:-1}
 
-test: unit loom fuzz vm-test vm-test-cluster vm-test-debug
+test: unit loom fuzz vm-test vm-test-cluster vm-test-deb vm-test-debug
 
 # The elastic key-value store on 3 guests: a holds the table (DEMO_KEYS keys)
 # and the MetaServer; b and c each launch DEMO_WORKERS short-lived workers per system,

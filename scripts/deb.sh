@@ -87,7 +87,7 @@ cat >"$stage/DEBIAN/prerm" <<'EOF'
 #!/bin/sh
 set -e
 if [ "$1" = remove ] && grep -q '^krcore ' /proc/modules; then
-  modprobe -r krcore || echo "krcore: still in use; it is unloaded at the next boot"
+  rmmod krcore || echo "krcore: still in use; it is unloaded at the next boot"
 fi
 EOF
 cat >"$stage/DEBIAN/postrm" <<EOF
