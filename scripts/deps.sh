@@ -17,7 +17,7 @@ packages=(
   cpio xz-utils kmod busybox-static qemu-system-x86 iproute2 python3
   python3-venv python3-pip gcc
   rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev pkg-config
-  debootstrap debian-archive-keyring
+  debootstrap debian-archive-keyring udev adduser binutils
 )
 missing=()
 for p in "${packages[@]}"; do
