@@ -71,8 +71,6 @@ static __poll_t krcore_fop_poll(struct file *f, poll_table *pt)
 	return r ? (EPOLLIN | EPOLLRDNORM) : 0;
 }
 
-#define KRCORE_ENTRY_LEN 64
-
 void krcore_shim_uring_complete(void *c, s32 res, u64 extra)
 {
 	struct io_uring_cmd *cmd = c;
@@ -93,7 +91,7 @@ void krcore_shim_uring_complete(void *c, s32 res, u64 extra)
  */
 static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 {
-	u8 entry[KRCORE_ENTRY_LEN];
+	struct krcore_uring_entry entry;
 	s32 res = 0;
 	u64 extra = 0;
 	int r;
@@ -105,8 +103,8 @@ static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_fla
 	if (!(issue_flags & IO_URING_F_SQE128) || !(issue_flags & IO_URING_F_CQE32))
 		return -EINVAL;
 	/* Read once: the SQE is the user's memory until io_uring copied it. */
-	memcpy(entry, krcore_uring_entry(cmd), KRCORE_ENTRY_LEN);
-	r = krcore_rs_uring_cmd(cmd->file->private_data, cmd, entry,
+	memcpy(&entry, krcore_uring_entry(cmd), sizeof(entry));
+	r = krcore_rs_uring_cmd(cmd->file->private_data, cmd, entry.bytes,
 				issue_flags & IO_URING_F_NONBLOCK, &res, &extra);
 	if (r < 0)
 		return r;
