@@ -251,38 +251,31 @@ BOUNDED_ROLES = --role "a:$(SMOKE) bounded b c" --role "b:$(SMOKE) yank mute a" 
 # a's peer table holds one set, which only b's importer uses: a's CONNECT to a new node
 # is refused TableFull rather than evict it, and b's READs go on.
 CHURN_ROLES = --role "a:$(SMOKE) churn" --role "b:$(SMOKE) stay a"
+# Scenarios that need no guest killed and no lossy segment share a boot: the runner runs
+# them as scenes, one after another, each guest's module reloaded and every guest met
+# before each (verify/guest/scene.sh).
+PING_ROLES = --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
+CYCLES_ROLES = --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000 8"
+SELF_ROLES = --role "a:$(SMOKE) listener self 64" --role "b:true"
+VERBS_ROLES = --role "a:$(SMOKE) verbs_cm serve 10" --role "b:$(SMOKE) verbs_cm connect a 10"
+CONNECT3_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) listen 2" --role "c:$(SMOKE) connect a b"
+META3_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) import a b kv"
+MESSAGE3_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
+TWO_SCENES = $(PING_ROLES) $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(CYCLES_ROLES) \
+	$(MUTUAL_ROLES) $(MESSAGE_ROLES) $(ECHO_ROLES) $(VANISH_ROLES) $(IMPOSTOR_ROLES) \
+	$(YANK_ROLES) $(FENCE_ROLES) $(CHURN_ROLES) $(SELF_ROLES) $(HOLD_ROLES) $(TOOL_ROLES) \
+	$(VERBS_ROLES)
+THREE_SCENES = $(CONNECT3_ROLES) $(META3_ROLES) $(TRUST_ROLES) $(BOUNDED_ROLES) \
+	$(MESSAGE3_ROLES) $(CLIENTS_ROLES) $(NAMES_ROLES) $(SERVICES_ROLES)
 vm-test-cluster: kmod host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
-	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) serve 1" --role "b:$(SMOKE) ping a"
+	@$(VM) --timeout 1800 --nodes 2 $(TWO_SCENES)
+	@$(VM) --timeout 1200 --nodes 3 $(THREE_SCENES)
 	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) serve 2" --role "b:$(SMOKE) reborn a" --role "c:sleep 8; $(SMOKE) cycle b && $(SMOKE) ping a"
-	@$(VM) --timeout 300 --nodes 2 $(CM_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(CONNECT_ROLES)
-	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) listen 2" --role "c:$(SMOKE) connect a b"
-	@$(VM) --timeout 300 --nodes 2 $(META_ROLES)
-	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) import a b kv"
 	@$(VM) --timeout 600 --nodes 2 $(KILL_ROLES)
 	@$(VM) --timeout 600 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) failover a b kv"
-	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) steady" --role "b:$(SMOKE) cycles a 1000 8"
-	@$(VM) --timeout 300 --nodes 2 $(MUTUAL_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(MESSAGE_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(ECHO_ROLES)
 	@$(VM) --timeout 300 --nodes 2 --lose-one-in 20 $(LOSSY_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(VANISH_ROLES)
-	@$(VM) --timeout 300 --nodes 3 $(TRUST_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(IMPOSTOR_ROLES)
 	@$(VM) --timeout 300 --nodes 3 $(CROWD_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(YANK_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(FENCE_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(CHURN_ROLES)
-	@$(VM) --timeout 300 --nodes 3 $(BOUNDED_ROLES)
-	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
-	@$(VM) --timeout 300 --nodes 3 $(CLIENTS_ROLES)
-	@$(VM) --timeout 300 --nodes 3 $(NAMES_ROLES)
-	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) listener self 64" --role "b:true"
-	@$(VM) --timeout 300 --nodes 3 $(SERVICES_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(HOLD_ROLES)
-	@$(VM) --timeout 300 --nodes 2 $(TOOL_ROLES)
-	@$(VM) --timeout 300 --nodes 2 --role "a:$(SMOKE) verbs_cm serve 10" --role "b:$(SMOKE) verbs_cm connect a 10"
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the
@@ -293,22 +286,13 @@ VM_DEBUG = $(CARGO) run -q --release -p verify -- vm --kernel $(KDIR_DEBUG)/arch
 vm-test-debug: kmod-debug host
 	@echo "[test] integration suite and $(STRESS_SECONDS) s of surface stress in the VM on the debug kernel (lockdep, KASAN)"
 	@$(VM_DEBUG) --timeout 2400 -- /bin/sh -c '$(GUEST_SUITE) && $(STRESS) $(STRESS_SECONDS) 3 3 1'
-	@echo "[test] kernel-to-kernel connections between 2 guests on the debug kernel"
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(CM_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(CONNECT_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(META_ROLES)
+	@echo "[test] kernel-to-kernel connections between 2 and 3 guests on the debug kernel"
+	@$(VM_DEBUG) --timeout 3000 --nodes 2 $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(MUTUAL_ROLES) \
+		$(MESSAGE_ROLES_LATE) $(LISTENER_ROLES) $(VANISH_ROLES) $(YANK_ROLES) $(FENCE_ROLES) \
+		$(ECHO_ROLES) $(IMPOSTOR_ROLES)
+	@$(VM_DEBUG) --timeout 1200 --nodes 3 $(BOUNDED_ROLES) $(TRUST_ROLES)
 	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MUTUAL_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(MESSAGE_ROLES_LATE)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(LISTENER_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(VANISH_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(YANK_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(FENCE_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(ECHO_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 --lose-one-in 20 $(LOSSY_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 3 $(BOUNDED_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 3 $(TRUST_ROLES)
-	@$(VM_DEBUG) --timeout 600 --nodes 2 $(IMPOSTOR_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 3 $(CROWD_ROLES)
 
 # The surface stress program alone, longer (STRESS_SECONDS, default 300 here), on the

@@ -331,8 +331,11 @@ unload() {
   rmmod krcore || exit 1
   echo "$KRCORE_NODE: module unloaded"
 }
-# How many kernel log lines contain $1.
-count() { dmesg | grep -c "$1"; }
+# The kernel log from the module's last load on: what this scene's module said (a run of
+# several scenes reloads it before each, guest/scene.sh).
+klog() { dmesg | awk '/krcore: loaded/ { n = 0 } { l[n++] = $0 } END { for (i = 0; i < n; i++) print l[i] }'; }
+# How many lines of klog contain $1.
+count() { klog | grep -c "$1"; }
 # Kernel memory in slabs and vmalloc areas, kB.
 kmem() { awk '/^(Slab|VmallocUsed):/ { s += $2 } END { print s }' /proc/meminfo; }
 # Fails unless kernel memory grew by less than 512 kB from $1 to $2 over $3.
@@ -359,24 +362,22 @@ listen)
 dial)
   peer=$(addr_of "$2") || exit 1
   for _ in $(seq 30); do
-    ok=$(count "connected to the peer kernel")
-    failed=$(count "no connection to the peer kernel")
     reload cm_peer="$peer" || exit 1
     for _ in $(seq 40); do
-      if [ "$(count "connected to the peer kernel")" -gt "$ok" ]; then
-        echo "$KRCORE_NODE ($KRCORE_ADDR) -> $2 ($peer): $(dmesg | grep "connected to the peer kernel" | tail -1 | sed 's/.*krcore: //')"
+      if [ "$(count "connected to the peer kernel")" -gt 0 ]; then
+        echo "$KRCORE_NODE ($KRCORE_ADDR) -> $2 ($peer): $(klog | grep "connected to the peer kernel" | tail -1 | sed 's/.*krcore: //')"
         rdma link delete rxe0 || exit 1
         rmmod krcore || exit 1
         echo "$KRCORE_NODE: rxe0 removed with the connection live, module unloaded"
         exit 0
       fi
-      [ "$(count "no connection to the peer kernel")" -gt "$failed" ] && break
+      [ "$(count "no connection to the peer kernel")" -gt 0 ] && break
       sleep 0.5
     done
     sleep 1
   done
   echo "$KRCORE_NODE: no kernel connection to $2 ($peer) in 60 s" >&2
-  dmesg | grep krcore | tail -5 >&2
+  klog | grep krcore | tail -5 >&2
   exit 1
   ;;
 connect)
@@ -413,10 +414,10 @@ mutual)
   # One set joins the two nodes: it came up here once, dialed here (and nothing of
   # ROLE's accepted) or adopted (both of its connections accepted here).
   up=$(count "set to $peer: up")
-  how=$(dmesg | grep "set to $peer: up" | tail -1 | sed 's/.*up, //')
+  how=$(klog | grep "set to $peer: up" | tail -1 | sed 's/.*up, //')
   accepted=$(count "accepted a peer kernel's peer connection")
   echo "$KRCORE_NODE: the set to $2 came up $up time(s), $how; accepted $accepted connection(s) of $2's"
-  dmesg | grep -E "set to $peer: (refused|our attempt)" | sed "s/.*krcore: /$KRCORE_NODE: /"
+  klog | grep -E "set to $peer: (refused|our attempt)" | sed "s/.*krcore: /$KRCORE_NODE: /"
   [ "$up" -eq 1 ] || { echo "$KRCORE_NODE: not one set to $2" >&2; exit 1; }
   # Both at once: the lower address refused the higher's attempt, which yielded.
   if [ "${KRCORE_ADDR##*.}" -lt "${peer##*.}" ]; then race="refused"; else race="our attempt yielded"; fi
@@ -469,7 +470,7 @@ guard)
   barrier "$intruder" 7504 300 || exit 1
   refused=$("$KRCORE_TOOL" counters | awk '/peer proofs refused/ { s += $NF } END { print s + 0 }')
   echo "$KRCORE_NODE: proofs refused: $refused; accepted: $(count "accepted a peer kernel")"
-  dmesg | grep "proved no cluster key" | tail -2 | sed "s/.*krcore: /$KRCORE_NODE: /"
+  klog | grep "proved no cluster key" | tail -2 | sed "s/.*krcore: /$KRCORE_NODE: /"
   # The PROVE with no key's tag, the same challenge again, the MetaServer's, the replay.
   [ "$refused" -ge 4 ] || { echo "$KRCORE_NODE: fewer than 4 proofs refused" >&2; exit 1; }
   at_once=$("$KRCORE_TOOL" counters | awk '/peer dials at once/ { s += $NF } END { print s + 0 }')
@@ -511,10 +512,11 @@ crowd)
   importer=$(addr_of "$2") || exit 1
   bystander=$(addr_of "$3") || exit 1
   reload meta_server="$KRCORE_ADDR" || exit 1
+  rm -f "$TMPDIR/go"
   "$REMOTE_MEMORY" crowd kv 16 150 "$TMPDIR/go" >"$TMPDIR/crowd.out" 2>&1 &
   pid=$!
   for _ in $(seq 1500); do
-    grep -q "imported" "$TMPDIR/crowd.out" && dmesg | grep -q "set to $bystander: up" && break
+    grep -q "imported" "$TMPDIR/crowd.out" && klog | grep -q "set to $bystander: up" && break
     kill -0 $pid 2>/dev/null || break
     sleep 0.1
   done
@@ -530,6 +532,7 @@ crowd)
   ;;
 churn)
   reload meta_server="$KRCORE_ADDR" max_peers=1 || exit 1
+  rm -f "$TMPDIR/go"
   "$REMOTE_MEMORY" churn kv 150 "$TMPDIR/go" >"$TMPDIR/churn.out" 2>&1 &
   pid=$!
   # Once imported, the importer's word that it uses the set must show here (its Use
@@ -637,15 +640,15 @@ live)
 held-removal)
   reload meta_server="$KRCORE_ADDR" meta_check_ms=100 test_hold_teardown_ms=1000 || exit 1
   for _ in $(seq 300); do
-    dmesg | sed -n '/krcore: loaded/,$p' | grep -q "registered with the MetaServer" && break
+    klog | grep -q "registered with the MetaServer" && break
     sleep 0.1
   done
-  dmesg | sed -n '/krcore: loaded/,$p' | grep -q "registered with the MetaServer" || {
+  klog | grep -q "registered with the MetaServer" || {
     echo "$KRCORE_NODE: never registered with its own MetaServer" >&2
     fail_with_state
   }
   unload
-  if dmesg | sed -n '/krcore: loaded/,$p' | grep -E "WARNING:|BUG:" >&2; then exit 1; fi
+  if klog | grep -E "WARNING:|BUG:" >&2; then exit 1; fi
   echo "$KRCORE_NODE: unloaded with its MetaServer link's teardown held; kernel log clean"
   ;;
 yank)
@@ -672,9 +675,9 @@ yank)
     echo "$KRCORE_NODE: rxe0 deleted in $ms ms, 1.5 s into a dial to $3; the CONNECT ended (rc=$rc) $waited ms after: $(tail -1 "$TMPDIR/yank.out")"
     [ "$rc" != 0 ] || { echo "$KRCORE_NODE: the CONNECT to a host that never answers succeeded" >&2; exit 1; }
     [ "$ms" -lt 5000 ] || { echo "$KRCORE_NODE: the removal waited for the dial" >&2; exit 1; }
-    # From the module's first load on: a report of the boot before it is not krcore's
+    # From the module's load on: a report of the boot before it is not krcore's
     # (the harness files those apart; the debug kernel under TCG makes one at times).
-    if dmesg | sed -n '/krcore: loaded/,$p' | grep -E "WARNING:|BUG:" >&2; then exit 1; fi
+    if klog | grep -E "WARNING:|BUG:" >&2; then exit 1; fi
     barrier "$peer" 7506 || exit 1
     unload
     ;;
@@ -713,7 +716,7 @@ vanish)
     [ "$rc" = 0 ] || fail_with_state
     echo "$KRCORE_NODE: the receive ended $ms ms after $3 began to unload (request deadline 5000 ms)"
     [ "$ms" -lt 5000 ] || { echo "$KRCORE_NODE: not before the deadline" >&2; exit 1; }
-    dmesg | grep "set to $peer: QP [0-9]* failed (peer_gone)" || {
+    klog | grep "set to $peer: QP [0-9]* failed (peer_gone)" || {
       echo "$KRCORE_NODE: the set QP's failure (peer_gone) is not in the kernel log" >&2
       exit 1
     }
@@ -892,7 +895,7 @@ meta)
     sleep 1
   done
   echo "$KRCORE_NODE: the MetaServer did not see $2 nodes come and go in 150 s" >&2
-  dmesg | grep krcore | tail -5 >&2
+  klog | grep krcore | tail -5 >&2
   exit 1
   ;;
 export)
@@ -1045,7 +1048,7 @@ hammer)
   with_meta "$2" "$3"
   "$REMOTE_MEMORY" hammer "$peer" "$4" "$3" || fail_with_state
   # Its set's QP failed when the peer went: the kernel log says so, and why.
-  dmesg | grep "set to $peer: QP [0-9]* failed" || {
+  klog | grep "set to $peer: QP [0-9]* failed" || {
     echo "$KRCORE_NODE: the set QP's failure is not in the kernel log" >&2
     exit 1
   }

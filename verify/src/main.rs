@@ -3,7 +3,8 @@
 //! ```text
 //! verify vm --kernel BZIMAGE [--initrd-modules DIR] [--module KO] [--module-param K=V]... [--timeout SECS] [--memory MIB] [--cpus N]
 //!           [--env K=V]... [--dmesg] -- COMMAND [ARGS...]
-//! verify vm --kernel BZIMAGE ... --nodes N --role NAME:COMMAND ...   (N roles)
+//! verify vm --kernel BZIMAGE ... --nodes N --role NAME:COMMAND ...   (N roles; a name
+//!           given again runs its next scene in the same boot)
 //! ```
 //! Boots the test VM, runs COMMAND inside it and exits with its status; 101 when the
 //! kernel log shows a WARNING/BUG/Oops/panic/leak, 102 when the guest never reported,
@@ -87,9 +88,11 @@ struct VmArgs {
     /// random, so the transport retransmits.
     #[arg(long, requires = "nodes", value_parser = clap::value_parser!(u32).range(2..))]
     lose_one_in: Option<u32>,
-    /// NAME:COMMAND, the command (run by sh -c) of the guest NAME (repeatable).
+    /// NAME:COMMAND, the command (run by sh -c) of the guest NAME. Repeatable; a NAME
+    /// given again is its guest's next scene: several scenarios in one boot, each guest
+    /// put back as booted and every guest met before each scene (guest/scene.sh).
     #[arg(long, requires = "nodes", value_parser = role)]
-    role: Vec<vm::Role>,
+    role: Vec<(String, String)>,
     /// The command to run in the one guest.
     #[arg(last = true)]
     command: Vec<String>,
@@ -107,25 +110,45 @@ fn key_value(kv: &str) -> Result<(String, String), String> {
     Ok((k.into(), v.into()))
 }
 
-fn role(r: &str) -> Result<vm::Role, String> {
+fn role(r: &str) -> Result<(String, String), String> {
     let (name, cmd) = r.split_once(':').ok_or("NAME:COMMAND")?;
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         return Err(format!("role name {name:?}: letters, digits and '-' only"));
     }
-    Ok(vm::Role {
-        name: name.into(),
-        command: vec!["/bin/sh".into(), "-c".into(), cmd.into()],
-    })
+    Ok((name.into(), cmd.into()))
+}
+
+/// The `--role` arguments as guests, in the order their names first appear: a name given
+/// again adds a scene to its guest, and every guest must have as many.
+fn guests(roles: Vec<(String, String)>) -> Result<Vec<vm::Role>, String> {
+    let mut guests: Vec<vm::Role> = Vec::new();
+    for (name, cmd) in roles {
+        match guests.iter_mut().find(|g| g.name == name) {
+            Some(g) => g.scenes.push(cmd),
+            None => guests.push(vm::Role { name, scenes: vec![cmd] }),
+        }
+    }
+    if let Some(g) = guests.iter().find(|g| g.scenes.len() != guests[0].scenes.len()) {
+        return Err(format!(
+            "role {} has {} scenes and role {} {}: every guest needs a command in each scene",
+            guests[0].name,
+            guests[0].scenes.len(),
+            g.name,
+            g.scenes.len()
+        ));
+    }
+    Ok(guests)
 }
 
 impl VmArgs {
     /// The runner's configuration and roles, checked against each other.
     fn config(self) -> Result<(vm::Config, Vec<vm::Role>), String> {
+        let roles = guests(self.role)?;
         if let Some(n) = self.nodes {
-            if n as usize != self.role.len() {
+            if n as usize != roles.len() {
                 return Err(format!(
-                    "--nodes {n} needs one --role each ({} given)",
-                    self.role.len()
+                    "--nodes {n} needs a --role for each ({} named)",
+                    roles.len()
                 ));
             }
         }
@@ -145,7 +168,7 @@ impl VmArgs {
             icount: self.icount,
             tcg_single: self.tcg_single,
         };
-        Ok((cfg, self.role))
+        Ok((cfg, roles))
     }
 }
 

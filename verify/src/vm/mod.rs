@@ -108,9 +108,43 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// The guest's step between two scenes of one boot (`krcore_scene N`).
+const SCENE: &str = include_str!("../../guest/scene.sh");
+
 /// The script the guest runs inside the host root: `command` with the run's environment
 /// and `extra` environment.
 fn command_script(cfg: &Config, command: &[String], extra: &[(String, String)]) -> String {
+    let mut s = script_env(cfg, extra);
+    let argv: Vec<String> = command.iter().map(|a| sh_quote(a)).collect();
+    s += &format!("exec {}\n", argv.join(" "));
+    s
+}
+
+/// A role's script: its scenes one after another under `sh -c`, each after
+/// `krcore_scene` put the guest back as it booted and met the other guests; the first
+/// scene to fail ends it with its status.
+fn scenes_script(cfg: &Config, scenes: &[String], extra: &[(String, String)]) -> String {
+    if let [one] = scenes {
+        return command_script(cfg, &["/bin/sh".into(), "-c".into(), one.clone()], extra);
+    }
+    let mut s = script_env(cfg, extra);
+    s += SCENE;
+    for (i, scene) in scenes.iter().enumerate() {
+        let n = i + 1;
+        if n > 1 {
+            s += &format!("krcore_scene {n} || exit 125\n");
+        }
+        s += &format!("echo {}\n", sh_quote(&format!("[scene {n}] {scene}")));
+        s += &format!(
+            "/bin/sh -c {} || {{ rc=$?; echo \"[scene {n}] failed with status $rc\" >&2; exit $rc; }}\n",
+            sh_quote(scene)
+        );
+    }
+    s
+}
+
+/// The script's first lines: the shell, the working directory and the environment.
+fn script_env(cfg: &Config, extra: &[(String, String)]) -> String {
     let mut s = String::from("#!/bin/sh\n");
     s += &format!("cd {} || exit 125\n", sh_quote(&cfg.cwd.to_string_lossy()));
     if let Some(m) = &cfg.module {
@@ -123,8 +157,6 @@ fn command_script(cfg: &Config, command: &[String], extra: &[(String, String)]) 
     for (k, v) in cfg.env.iter().chain(extra) {
         s += &format!("export {}={}\n", k, sh_quote(v));
     }
-    let argv: Vec<String> = command.iter().map(|a| sh_quote(a)).collect();
-    s += &format!("exec {}\n", argv.join(" "));
     s
 }
 
@@ -480,13 +512,14 @@ fn judged(cfg: &Config, verdict: console::Verdict, timed_out: bool, tag: &str) -
     }
 }
 
-/// One guest of a multi-guest run: its name and the command it runs.
+/// One guest of a multi-guest run: its name and the commands it runs, one per scene.
 #[derive(Clone, Debug)]
 pub struct Role {
     /// Its name (console prefix, `KRCORE_NODE`).
     pub name: String,
-    /// Its command.
-    pub command: Vec<String>,
+    /// Its command in each scene (run by `sh -c`): several scenarios in one boot, every
+    /// guest starting scene N once all finished scene N - 1 (guest/scene.sh).
+    pub scenes: Vec<String>,
 }
 
 /// A guest's console line asking the runner to kill a guest (`kill ROLE`: SIGKILL to its
@@ -546,7 +579,7 @@ pub fn run_cluster(cfg: &Config, roles: &[Role]) -> Result<Vec<(String, Outcome)
             ("KRCORE_BOOT".to_string(), n.to_string()),
         ];
         let initrd = dir.join(format!("initramfs-{i}.cpio"));
-        write_initramfs(cfg, &command_script(cfg, &r.command, &env), &initrd)?;
+        write_initramfs(cfg, &scenes_script(cfg, &r.scenes, &env), &initrd)?;
         // A killed QEMU leaves its socket behind; the new one binds the same path.
         let _ = std::fs::remove_file(hub::guest_socket(&dir, i));
         let net = Net {
@@ -615,6 +648,11 @@ pub fn run_cluster(cfg: &Config, roles: &[Role]) -> Result<Vec<(String, Outcome)
                     m.ended = Some(true);
                     m.killed_on_request = true;
                     eprintln!("[vm] killed {role} on request");
+                }
+                // A guest booted again runs its command from the start: its scenes
+                // would not meet the others' again.
+                "boot" if m.killed_on_request && roles[i].scenes.len() > 1 => {
+                    eprintln!("[vm] refused to boot {role} again: a run of several scenes boots each guest once")
                 }
                 "boot" if m.killed_on_request => {
                     m.boots += 1;
