@@ -220,3 +220,26 @@ fn main() -> ExitCode {
         .unwrap_or(0);
     ExitCode::from(code.clamp(0, 255) as u8)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(name: &str, cmd: &str) -> (String, String) {
+        (name.into(), cmd.into())
+    }
+
+    #[test]
+    fn a_role_named_again_is_its_next_scene() {
+        let g = guests(vec![r("a", "x"), r("b", "y"), r("a", "z"), r("b", "w")]).unwrap();
+        assert_eq!(g.len(), 2);
+        assert_eq!((g[0].name.as_str(), g[0].scenes.clone()), ("a", vec!["x".into(), "z".into()]));
+        assert_eq!((g[1].name.as_str(), g[1].scenes.clone()), ("b", vec!["y".into(), "w".into()]));
+    }
+
+    #[test]
+    fn every_guest_needs_each_scene() {
+        let e = guests(vec![r("a", "x"), r("b", "y"), r("a", "z")]).unwrap_err();
+        assert!(e.contains("role a has 2 scenes and role b 1"), "{e}");
+    }
+}

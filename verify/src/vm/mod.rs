@@ -704,3 +704,47 @@ pub fn run_cluster(cfg: &Config, roles: &[Role]) -> Result<Vec<(String, Outcome)
     eprintln!("[vm] {:.1}s wall", start.elapsed().as_secs_f64());
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        Config {
+            kernel: "/k".into(),
+            initrd_modules: None,
+            module: Some("/m.ko".into()),
+            module_params: vec!["a=1".into()],
+            command: vec![],
+            cwd: "/w".into(),
+            env: vec![],
+            timeout: Duration::from_secs(1),
+            memory_mib: 1,
+            cpus: 1,
+            show_dmesg: false,
+            lose_one_in: None,
+            icount: false,
+            tcg_single: false,
+        }
+    }
+
+    #[test]
+    fn one_scene_is_the_command_itself() {
+        let s = scenes_script(&cfg(), &["run it".into()], &[]);
+        assert!(s.ends_with("exec '/bin/sh' '-c' 'run it'\n"), "{s}");
+        assert!(!s.contains("krcore_scene"));
+    }
+
+    #[test]
+    fn scenes_run_in_turn_each_after_the_step() {
+        let s = scenes_script(&cfg(), &["one".into(), "two".into(), "three".into()], &[]);
+        let at = |w: &str| s.find(w).unwrap_or_else(|| panic!("{w:?} not in {s}"));
+        assert!(at("krcore_scene() {") < at("/bin/sh -c 'one' ||"));
+        assert!(at("/bin/sh -c 'one' ||") < at("krcore_scene 2 ||"));
+        assert!(at("krcore_scene 2 ||") < at("/bin/sh -c 'two' ||"));
+        assert!(at("/bin/sh -c 'two' ||") < at("krcore_scene 3 ||"));
+        assert!(at("krcore_scene 3 ||") < at("/bin/sh -c 'three' ||"));
+        assert!(!s.contains("krcore_scene 1 "));
+        assert!(!s.contains("exec "), "a scene's failure must end the script, not replace it");
+    }
+}
