@@ -315,7 +315,7 @@ extern "C" fn krcore_rs_cm_resources(
     let Some(ctx) = context_of(dev) else {
         return ptr::null();
     };
-    match ctx.cm_pin() {
+    match ctx.door.pin() {
         Some((p, c)) => {
             // SAFETY: the caller passes three writable pointers.
             unsafe {
@@ -405,7 +405,7 @@ extern "C" fn krcore_rs_cm_adopt(
 extern "C" fn krcore_rs_cm_challenge(pin: *const DevCtx, from: u32, nonce: *const u8) -> c_int {
     // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN bytes.
     let (ctx, nonce) = unsafe { (&*pin, *nonce.cast::<[u8; NONCE_LEN]>()) };
-    ctx.cm_challenge(from, nonce);
+    ctx.door.challenge(from, nonce);
     0
 }
 
@@ -416,7 +416,7 @@ extern "C" fn krcore_rs_cm_challenge(pin: *const DevCtx, from: u32, nonce: *cons
 extern "C" fn krcore_rs_cm_redeem(pin: *const DevCtx, from: u32, nonce: *const u8) -> c_int {
     // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN bytes.
     let (ctx, nonce) = unsafe { (&*pin, &*nonce.cast::<[u8; NONCE_LEN]>()) };
-    match ctx.cm_redeem(from, nonce) {
+    match ctx.door.redeem(from, nonce) {
         Ok(()) => 0,
         Err(Refusal::Limited) => Errno::EBUSY.to_neg(),
         Err(Refusal::Refused) => Errno::EPERM.to_neg(),
@@ -428,7 +428,7 @@ extern "C" fn krcore_rs_cm_redeem(pin: *const DevCtx, from: u32, nonce: *const u
 #[no_mangle]
 extern "C" fn krcore_rs_cm_open(pin: *const DevCtx, from: u32) -> c_int {
     // SAFETY: a live pin (the caller holds it).
-    match unsafe { &*pin }.cm_open(from) {
+    match unsafe { &*pin }.door.open(from) {
         Ok(()) => 0,
         Err(_) => Errno::EBUSY.to_neg(),
     }
@@ -455,7 +455,7 @@ extern "C" fn krcore_rs_cm_fresh(
             &*nonce_r.cast::<[u8; NONCE_LEN]>(),
         )
     };
-    match ctx.cm_fresh(from, to, nonce_i, nonce_r) {
+    match ctx.door.fresh(ctx.pool_gid(), from, to, nonce_i, nonce_r) {
         Ok(()) => 0,
         Err(e) => e.to_neg(),
     }
@@ -465,7 +465,7 @@ extern "C" fn krcore_rs_cm_fresh(
 #[no_mangle]
 extern "C" fn krcore_rs_cm_bad_tag(pin: *const DevCtx, from: u32) {
     // SAFETY: a live pin (the caller holds it).
-    unsafe { &*pin }.cm_bad_tag(from);
+    unsafe { &*pin }.door.bad_tag(from);
 }
 
 /// cm.c is about to tear `dev`'s connections down (its removal): its CQ is polled no
@@ -482,5 +482,5 @@ extern "C" fn krcore_rs_dev_quiesce(dev: *mut IbDevice) {
 extern "C" fn krcore_rs_cm_unpin(pin: *const DevCtx) {
     // SAFETY: `pin` came from `Arc::into_raw` in krcore_rs_cm_resources, once.
     let ctx = unsafe { Arc::from_raw(pin) };
-    ctx.cm_unpin();
+    ctx.door.unpin();
 }

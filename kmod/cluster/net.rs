@@ -1,22 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 //! A device context's network work for the cluster, on the device's own workers (never
 //! a caller's thread): the connection sets CONNECTs ask for dialed, the `cm_peer` set
-//! prewarmed, and what cm.c's listener asks of the device (a request's admission by the
-//! gate and the both-at-once rule, the PD and CQ pinned).
+//! prewarmed, and cm.c's listener's question whether a peer's request for a set is
+//! taken (the both-at-once rule). Its door (door.rs) admits the peer first.
 
 use core::sync::atomic::Ordering;
 
 use kernel::prelude::*;
 
-use crate::abi::cluster::auth::{Refusal, NONCE_LEN};
 use crate::abi::cluster::conn_set::Attempt;
 use crate::abi::errno::Errno;
 use crate::engine::fabric::MemberState;
 use crate::cluster::peer::{PeerQp, QPS_PER_SET};
-use crate::shim::{self, IbCq, IbPd};
+use crate::shim;
 
-use crate::abi::cluster::hello::fresh_time;
-use crate::engine::devctx::{coarse_ms, now_us, wall_ms, DevCtx};
+use crate::engine::devctx::{now_us, DevCtx};
 use crate::abi::engine::Fabric;
 
 /// How long the dial of a set waits after its first connection is up before it makes
@@ -117,7 +115,7 @@ impl DevCtx {
         // Pinned while it dials, as cm.c's request handlers: the removal waits for the
         // pin before it destroys the PD and CQ the dial's QPs are created on (cm.c tears
         // the dial itself down first, so the wait is short).
-        let pinned = self.cm_pin().is_some();
+        let pinned = self.door.pin().is_some();
         let verbs = verbs.filter(|_| pinned);
         // SAFETY: plain calls; no lock held (tests use the delay to make two nodes'
         // dials overlap).
@@ -190,7 +188,7 @@ impl DevCtx {
                 // Its peer's notices need the CQ armed (see `cq_event`).
                 self.events.kick();
             }
-            self.cm_unpin();
+            self.door.unpin();
         }
         true
     }
@@ -219,68 +217,5 @@ impl DevCtx {
             self.events.kick();
         }
         adopted
-    }
-
-    /// The PD and CQ a peer kernel's connection is accepted with (cm.c), pinned: the
-    /// removal waits until [`cm_unpin`](Self::cm_unpin).
-    pub(crate) fn cm_pin(&self) -> Option<(*mut IbPd, *mut IbCq)> {
-        // SeqCst with the removal's store and load: one of the two sees the other.
-        self.cm_pins.fetch_add(1, Ordering::SeqCst);
-        if self.dead.load(Ordering::SeqCst) {
-            self.cm_unpin();
-            return None;
-        }
-        Some((self.verbs.0.load(Ordering::Relaxed), self.verbs.1.load(Ordering::Relaxed)))
-    }
-
-    /// A peer kernel's hello from IPv4 address `from` (cm.c, pinned): `nonce` is issued
-    /// as its challenge (abi's `cluster::auth`).
-    pub(crate) fn cm_challenge(&self, from: u32, nonce: [u8; NONCE_LEN]) {
-        self.auth.lock().challenge(from, nonce, coarse_ms())
-    }
-
-    /// A peer kernel's proof from `from` answering challenge `nonce`: spent, and
-    /// whether its tag may be checked.
-    pub(crate) fn cm_redeem(&self, from: u32, nonce: &[u8; NONCE_LEN]) -> Result<(), Refusal> {
-        self.auth.lock().redeem(from, nonce, coarse_ms())
-    }
-
-    /// Whether a FRESH proof from `from` is read at all (its tag checked next).
-    pub(crate) fn cm_open(&self, from: u32) -> Result<(), Refusal> {
-        self.auth.lock().open(from, coarse_ms())
-    }
-
-    /// A FRESH proof from `from` to `to` (IPv4 addresses, network order), its tag
-    /// good: admitted now (abi's `Gate::fresh`, by the time `nonce_r` holds), or
-    /// `ESTALE` when it is to be answered with a challenge. `EPERM` when `to` is not
-    /// this device's address: a proof sniffed on its way to another node, replayed
-    /// here (its tag names that node), never reaches the gate.
-    pub(crate) fn cm_fresh(
-        &self,
-        from: u32,
-        to: u32,
-        nonce_i: &[u8; NONCE_LEN],
-        nonce_r: &[u8; NONCE_LEN],
-    ) -> Result<(), Errno> {
-        let own = self.shared.members().g.hw.pool_gid().ok_or(Errno::EPERM)?;
-        if own[12..] != to.to_ne_bytes() {
-            return Err(Errno::EPERM);
-        }
-        let at = fresh_time(nonce_r).ok_or(Errno::EPERM)?;
-        if self.auth.lock().fresh(from, nonce_i, at, wall_ms()) {
-            Ok(())
-        } else {
-            Err(Errno::ESTALE)
-        }
-    }
-
-    /// That proof's tag was wrong.
-    pub(crate) fn cm_bad_tag(&self, from: u32) {
-        self.auth.lock().bad_tag(from, coarse_ms())
-    }
-
-    /// Ends a [`cm_pin`](Self::cm_pin).
-    pub(crate) fn cm_unpin(&self) {
-        self.cm_pins.fetch_sub(1, Ordering::SeqCst);
     }
 }

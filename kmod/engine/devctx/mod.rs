@@ -38,7 +38,8 @@
 //!    the MetaServer (meta/mod.rs's
 //!    `krcore_meta`), the node's held ports (fabric.rs's `krcore_ports`, taken under 4,
 //!    5 or 6 by CONNECT, LISTEN and a virtual QP's release), the set connections being drained (fabric.rs's `krcore_drains`),
-//!    the peer kernels' challenges (`auth`, taken by cm.c's listener with none held);
+//!    the door's gate of peer kernels' challenges (cluster/door.rs, taken by
+//!    cm.c's listener with none held);
 //!
 //! and the registry's `users` mutex (device.rs, the per-user quotas) is a leaf too.
 //! The keys of advertised receives (engine/keys.rs's `krcore_advert_keys`, abi's
@@ -75,14 +76,13 @@
 //! None is held across a wait for a peer either, except IOC_DIRECT's bounded benchmark
 //! wait (under 3). Every function here must be called from a context that may sleep.
 
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 
 use crate::abi::stats::Counters;
-use crate::abi::cluster::auth::Gate;
 use crate::abi::engine::{
     Completion, Exports, ExportSlot, Fabric, Links, MAX_LISTENERS, Messages, MessageStorage,
     HeldPort, PhysQp, PortStorage, Ports, Posted, Qps, Recovery, Slot, write_listen_line,
@@ -91,9 +91,10 @@ use crate::engine::backend::{CqArm, CqPoll, Hw, QpPost, POOL_QPS, SEND_DEPTH};
 use crate::engine::cq_events::CqEvents;
 use crate::engine::fabric::{MemberState, QpCell, Shared};
 use crate::meta::MetaNet;
+use crate::cluster::door::Door;
 use crate::cluster::peer::PeerSets;
 use crate::ring::ctx::RingCell;
-use crate::shim::{self, IbCq, IbDevice, IbPd};
+use crate::shim::{self, IbDevice};
 use crate::engine::store::KBuf;
 use crate::engine::qp_bits::AtomicQpBits;
 
@@ -103,9 +104,6 @@ mod route;
 mod uring;
 
 pub(crate) use uring::Carried;
-
-/// Peer kernels' challenges a device keeps outstanding at most.
-const AUTH_CHALLENGES: usize = 64;
 
 /// The tick-updated clock the engine's times come from, ms.
 pub(crate) fn coarse_ms() -> i64 {
@@ -192,18 +190,11 @@ pub(crate) struct DevCtx {
     pub(crate) retired: Mutex<Counters>,
     /// The device is gone.
     pub(crate) dead: AtomicBool,
-    /// The PD and CQ, fixed from creation to removal, for cm.c's request handler
-    /// (which must not wait for the membership lock: a CONNECT holding it may be
-    /// closing a connection in cm.c).
-    pub(crate) verbs: (AtomicPtr<IbPd>, AtomicPtr<IbCq>),
-    /// cm.c's request handlers and dials using `verbs` now; the removal waits for them.
-    pub(crate) cm_pins: AtomicU32,
+    /// What cm.c's listener asks before it accepts a peer kernel (cluster/door.rs).
+    #[pin]
+    pub(crate) door: Door,
     /// Peer kernels' notices dropped (short or malformed).
     pub(crate) bad_notices: AtomicU64,
-    /// Peer kernels' challenges issued and proofs refused (abi's `cluster::auth`; a
-    /// leaf lock).
-    #[pin]
-    pub(crate) auth: Mutex<Gate<AUTH_CHALLENGES>>,
     /// A request's deadline (the `request_timeout_ms` parameter at creation).
     pub(crate) deadline_ms: i64,
     /// Set QPs failed and said so in the kernel log, a bit per slot (see
@@ -287,10 +278,8 @@ impl DevCtx {
                 listeners: AtomicU32::new(0),
                 retired <- new_mutex!(Counters::ZERO, "krcore_retired"),
                 dead: AtomicBool::new(false),
-                verbs: (AtomicPtr::new(verbs_pd), AtomicPtr::new(cq_ptr)),
-                cm_pins: AtomicU32::new(0),
+                door <- Door::new(verbs_pd, cq_ptr),
                 bad_notices: AtomicU64::new(0),
-                auth <- new_mutex!(Gate::new(), "krcore_auth"),
                 // SAFETY: reads a module parameter.
                 deadline_ms: unsafe { shim::krcore_shim_request_timeout_ms() } as i64,
                 failed_sets: AtomicQpBits::new(),
@@ -300,10 +289,12 @@ impl DevCtx {
             GFP_KERNEL,
         )?;
         ctx.events.bind(&*ctx);
-        // FRESH proofs made before this device's gate was are not admitted: an earlier
-        // one may have admitted them already.
-        ctx.auth.lock().start_fresh(wall_ms());
         Ok(ctx)
+    }
+
+    /// This node's address on the device, once its pool is built.
+    pub(crate) fn pool_gid(&self) -> Option<[u8; 16]> {
+        self.shared.members().g.hw.pool_gid()
     }
 
     /// The device's counters: the freed rings', every live ring's, and the recovery's.
@@ -316,9 +307,9 @@ impl DevCtx {
             }
         }
         c.recoveries = self.shared.members().g.recovery.recovered();
-        let auth = self.auth.lock();
-        (c.auth_refused, c.auth_limited) = (auth.refused, auth.limited);
-        (c.auth_fresh, c.auth_stale) = (auth.fresh, auth.stale);
+        let door = self.door.counts();
+        (c.auth_refused, c.auth_limited) = (door.refused, door.limited);
+        (c.auth_fresh, c.auth_stale) = (door.fresh, door.stale);
         c.bad_notices = self.bad_notices.load(Ordering::Relaxed);
         c
     }
@@ -352,6 +343,7 @@ impl DevCtx {
     pub(crate) fn quiesce(&self) {
         let _cq = self.cq.lock();
         self.dead.store(true, Ordering::SeqCst);
+        self.door.shut();
     }
 
     /// The device is going away: wait for registrations pinning without the lock (they
@@ -372,12 +364,9 @@ impl DevCtx {
         self.meta.remove();
         let mut cq = self.cq.lock();
         self.dead.store(true, Ordering::SeqCst);
-        // cm.c's request handlers that pinned the PD and CQ before: each ends within its
-        // QP's creation and accept.
-        while self.cm_pins.load(Ordering::SeqCst) != 0 {
-            // SAFETY: plain sleep; the CQ lock held is not one they take.
-            unsafe { shim::krcore_shim_msleep(1) };
-        }
+        // cm.c's request handlers that pinned the PD and CQ before (the CQ lock held is
+        // not one they take).
+        self.door.close();
         // cm.c tore this device's connections down before the removal began.
         self.shared.members().g.peers.forget();
         self.shared.forget_drains();

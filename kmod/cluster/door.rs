@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: GPL-2.0
+//! A device's door for peer kernels: what cm.c's listener asks before it accepts a
+//! connection (a hello's challenge, a proof's admission by abi's `cluster::auth`
+//! gate), and the PD and CQ it accepts with, pinned so the device's removal waits for
+//! the requests using them.
+//!
+//! Locks: `gate` is a leaf (taken by cm.c's listener under rdma_cm's handler mutex,
+//! nothing of krcore's held, and by the counters); the rest is atomics.
+
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+
+use kernel::new_mutex;
+use kernel::prelude::*;
+use kernel::sync::Mutex;
+
+use crate::abi::cluster::auth::{Gate, Refusal, NONCE_LEN};
+use crate::abi::cluster::hello::fresh_time;
+use crate::abi::errno::Errno;
+use crate::engine::devctx::{coarse_ms, wall_ms};
+use crate::shim::{self, IbCq, IbPd};
+
+/// Peer kernels' challenges a device keeps outstanding at most.
+const CHALLENGES: usize = 64;
+
+/// The door of one device.
+#[pin_data]
+pub(crate) struct Door {
+    /// Challenges issued and proofs refused (a leaf lock).
+    #[pin]
+    gate: Mutex<Gate<CHALLENGES>>,
+    /// The PD and CQ, fixed from creation to removal, for cm.c's request handler
+    /// (which must not wait for the membership lock: a CONNECT holding it may be
+    /// closing a connection in cm.c).
+    verbs: (AtomicPtr<IbPd>, AtomicPtr<IbCq>),
+    /// Requests and dials using `verbs` now.
+    pins: AtomicU32,
+    /// No pin is given any more: the device is quiescing or going.
+    shut: AtomicBool,
+}
+
+/// What the door counted: proofs refused and limited, FRESH proofs admitted and
+/// answered with a challenge instead.
+pub(crate) struct DoorCounts {
+    pub(crate) refused: u64,
+    pub(crate) limited: u64,
+    pub(crate) fresh: u64,
+    pub(crate) stale: u64,
+}
+
+impl Door {
+    /// The door of a device whose PD and CQ are `pd` and `cq`. FRESH proofs made
+    /// before it are not admitted: an earlier door may have admitted them already.
+    pub(crate) fn new(pd: *mut IbPd, cq: *mut IbCq) -> impl PinInit<Self> {
+        let mut gate = Gate::new();
+        gate.start_fresh(wall_ms());
+        pin_init!(Door {
+            gate <- new_mutex!(gate, "krcore_auth"),
+            verbs: (AtomicPtr::new(pd), AtomicPtr::new(cq)),
+            pins: AtomicU32::new(0),
+            shut: AtomicBool::new(false),
+        })
+    }
+
+    /// The PD and CQ, pinned until [`unpin`](Self::unpin); `None` once shut.
+    pub(crate) fn pin(&self) -> Option<(*mut IbPd, *mut IbCq)> {
+        // SeqCst with `close`'s store and load: one of the two sees the other.
+        self.pins.fetch_add(1, Ordering::SeqCst);
+        if self.shut.load(Ordering::SeqCst) {
+            self.unpin();
+            return None;
+        }
+        Some((self.verbs.0.load(Ordering::Relaxed), self.verbs.1.load(Ordering::Relaxed)))
+    }
+
+    /// Ends a [`pin`](Self::pin).
+    pub(crate) fn unpin(&self) {
+        self.pins.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// No pin from now on.
+    pub(crate) fn shut(&self) {
+        self.shut.store(true, Ordering::SeqCst);
+    }
+
+    /// Shuts the door and waits for the pins given: each ends within its QP's creation
+    /// and accept. Holding no lock cm.c's request handlers take.
+    pub(crate) fn close(&self) {
+        self.shut();
+        while self.pins.load(Ordering::SeqCst) != 0 {
+            // SAFETY: plain sleep.
+            unsafe { shim::krcore_shim_msleep(1) };
+        }
+    }
+
+    /// A peer kernel's hello from IPv4 address `from`: `nonce` is issued as its
+    /// challenge.
+    pub(crate) fn challenge(&self, from: u32, nonce: [u8; NONCE_LEN]) {
+        self.gate.lock().challenge(from, nonce, coarse_ms())
+    }
+
+    /// A proof from `from` answering challenge `nonce`: spent, and whether its tag may
+    /// be checked.
+    pub(crate) fn redeem(&self, from: u32, nonce: &[u8; NONCE_LEN]) -> Result<(), Refusal> {
+        self.gate.lock().redeem(from, nonce, coarse_ms())
+    }
+
+    /// Whether a FRESH proof from `from` is read at all (its tag checked next).
+    pub(crate) fn open(&self, from: u32) -> Result<(), Refusal> {
+        self.gate.lock().open(from, coarse_ms())
+    }
+
+    /// A FRESH proof from `from` to `to` (IPv4 addresses, network order), its tag good,
+    /// at a device whose own address is `own` (none before its pool is built):
+    /// admitted now (abi's `Gate::fresh`, by the time `nonce_r` holds), or `ESTALE`
+    /// when it is to be answered with a challenge. `EPERM` when `to` is not `own`: a
+    /// proof sniffed on its way to another node, replayed here (its tag names that
+    /// node), never reaches the gate.
+    pub(crate) fn fresh(
+        &self,
+        own: Option<[u8; 16]>,
+        from: u32,
+        to: u32,
+        nonce_i: &[u8; NONCE_LEN],
+        nonce_r: &[u8; NONCE_LEN],
+    ) -> Result<(), Errno> {
+        let own = own.ok_or(Errno::EPERM)?;
+        if own[12..] != to.to_ne_bytes() {
+            return Err(Errno::EPERM);
+        }
+        let at = fresh_time(nonce_r).ok_or(Errno::EPERM)?;
+        if self.gate.lock().fresh(from, nonce_i, at, wall_ms()) {
+            Ok(())
+        } else {
+            Err(Errno::ESTALE)
+        }
+    }
+
+    /// That proof's tag was wrong.
+    pub(crate) fn bad_tag(&self, from: u32) {
+        self.gate.lock().bad_tag(from, coarse_ms())
+    }
+
+    /// What the door counted.
+    pub(crate) fn counts(&self) -> DoorCounts {
+        let g = self.gate.lock();
+        DoorCounts {
+            refused: g.refused,
+            limited: g.limited,
+            fresh: g.fresh,
+            stale: g.stale,
+        }
+    }
+}
