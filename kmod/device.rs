@@ -321,7 +321,7 @@ extern "C" fn krcore_rs_cm_resources(
             unsafe {
                 *pd = p;
                 *cq = c;
-                *offer = ctx.meta_offer();
+                *offer = ctx.meta.offer();
             }
             Arc::into_raw(ctx)
         }

@@ -3,8 +3,6 @@
 //! it, registering this node, and running the due jobs (on the device's workers and its
 //! tick).
 
-use crate::shim::{self};
-
 use crate::engine::devctx::DevCtx;
 use crate::abi::engine::Fabric;
 
@@ -29,10 +27,5 @@ impl DevCtx {
         let dev = self.shared.members().g.hw.peer_resources();
         let dev = dev.map(|(ib, pd, _, gid)| crate::meta::Device { ib, pd, gid });
         self.meta.work(&self.shared.meta, dev)
-    }
-
-    /// What cm.c tells a node asking for this node's MetaServer.
-    pub(crate) fn meta_offer(&self) -> shim::MetaOffer {
-        self.meta.offer()
     }
 }
