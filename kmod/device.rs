@@ -17,7 +17,7 @@ use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 
-use crate::abi::cluster::auth::{Refusal, NONCE_LEN};
+use crate::abi::cluster::auth::NONCE_LEN;
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::abi::errno::Errno;
 use crate::abi::limits::{Limits, Resource, UserTable};
@@ -400,37 +400,25 @@ extern "C" fn krcore_rs_cm_adopt(
 }
 
 /// A peer kernel's hello from IPv4 address `from` (network order), on the listener
-/// with a pin: `nonce` (16 bytes) is issued as its challenge. 0 always.
+/// with a pin: the challenge to answer it with, written to `nonce` (NONCE_LEN bytes).
 #[no_mangle]
-extern "C" fn krcore_rs_cm_challenge(pin: *const DevCtx, from: u32, nonce: *const u8) -> c_int {
-    // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN bytes.
-    let (ctx, nonce) = unsafe { (&*pin, *nonce.cast::<[u8; NONCE_LEN]>()) };
-    ctx.door.challenge(from, nonce);
-    0
+extern "C" fn krcore_rs_cm_challenge(pin: *const DevCtx, from: u32, nonce: *mut u8) {
+    // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN writable
+    // bytes.
+    let (ctx, nonce) = unsafe { (&*pin, &mut *nonce.cast::<[u8; NONCE_LEN]>()) };
+    *nonce = ctx.door.challenge(from);
 }
 
-/// A peer kernel's proof from `from` answering challenge `nonce`, with a pin: 0 when
-/// the challenge was its (spent now; cm.c checks the tag next), `-EPERM` when not (not a
-/// member), `-EBUSY` when `from` failed too often lately.
+/// A proof from `from`, its tag good, answering challenge `nonce`, with a pin: 0 when
+/// the challenge was issued to `from` and is in time (spent now), `-EPERM` when not or
+/// when it was spent before (a replay).
 #[no_mangle]
 extern "C" fn krcore_rs_cm_redeem(pin: *const DevCtx, from: u32, nonce: *const u8) -> c_int {
     // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN bytes.
     let (ctx, nonce) = unsafe { (&*pin, &*nonce.cast::<[u8; NONCE_LEN]>()) };
     match ctx.door.redeem(from, nonce) {
         Ok(()) => 0,
-        Err(Refusal::Limited) => Errno::EBUSY.to_neg(),
-        Err(Refusal::Refused) => Errno::EPERM.to_neg(),
-    }
-}
-
-/// Whether a FRESH proof from `from` is read at all, with a pin: 0, or `-EBUSY` when
-/// `from` failed too often lately.
-#[no_mangle]
-extern "C" fn krcore_rs_cm_open(pin: *const DevCtx, from: u32) -> c_int {
-    // SAFETY: a live pin (the caller holds it).
-    match unsafe { &*pin }.door.open(from) {
-        Ok(()) => 0,
-        Err(_) => Errno::EBUSY.to_neg(),
+        Err(_) => Errno::EPERM.to_neg(),
     }
 }
 
@@ -461,11 +449,11 @@ extern "C" fn krcore_rs_cm_fresh(
     }
 }
 
-/// The proof that redeemed its challenge had a wrong tag (cm.c, with the pin).
+/// A proof had a wrong tag (cm.c, with the pin).
 #[no_mangle]
-extern "C" fn krcore_rs_cm_bad_tag(pin: *const DevCtx, from: u32) {
+extern "C" fn krcore_rs_cm_bad_tag(pin: *const DevCtx) {
     // SAFETY: a live pin (the caller holds it).
-    unsafe { &*pin }.door.bad_tag(from);
+    unsafe { &*pin }.door.bad_tag();
 }
 
 /// cm.c is about to tear `dev`'s connections down (its removal): its CQ is polled no

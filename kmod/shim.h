@@ -446,18 +446,16 @@ bool krcore_cm_tag_ok(bool initiator, const struct krcore_cm_bind *b, const u8 *
 /* The MetaServer's name hash key, derived from the cluster key (zeros without one). */
 void krcore_cm_name_key(u8 *out);
 /* The listener's gate (Rust, abi's cluster::auth), with a pin from
- * krcore_rs_cm_resources: a hello from `from` (IPv4, network order) gets `nonce` as its
- * challenge (0, always); a proof answering challenge `nonce` spends it
- * and may go on to its tag's check (0) or is refused first (-EPERM: no such challenge;
- * -EBUSY: `from` is rate-limited); a tag found wrong is told back (_bad_tag). */
-int krcore_rs_cm_challenge(void *pin, u32 from, const u8 *nonce);
+ * krcore_rs_cm_resources. A hello from `from` (IPv4, network order) is answered with
+ * the challenge written to `nonce` (KRCORE_CM_NONCE_LEN bytes; nothing is kept). Every
+ * proof's tag is checked first: a wrong one is told (_bad_tag) and refused; a good
+ * PROVE's challenge is then redeemed (0, spent now; -EPERM: not issued to `from`, or
+ * expired, or spent before), a good FRESH proof from `from` to `to` admitted (0),
+ * answered with a challenge (-ESTALE: out of time, older than the gate, or replayed)
+ * or refused (-EPERM: `to` is not this device's address). */
+void krcore_rs_cm_challenge(void *pin, u32 from, u8 *nonce);
 int krcore_rs_cm_redeem(void *pin, u32 from, const u8 *nonce);
-void krcore_rs_cm_bad_tag(void *pin, u32 from);
-/* A FRESH proof from `from` to `to`: first whether its tag is checked at all (0, or
- * -EBUSY: rate-limited), then, its tag good, whether it is admitted (0), answered with
- * a challenge (-ESTALE: out of time, older than the gate, or replayed) or refused
- * (-EPERM: `to` is not this device's address). */
-int krcore_rs_cm_open(void *pin, u32 from);
+void krcore_rs_cm_bad_tag(void *pin);
 int krcore_rs_cm_fresh(void *pin, u32 from, u32 to, const u8 *nonce_i, const u8 *nonce_r);
 
 /* The cm_port parameter. */

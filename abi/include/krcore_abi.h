@@ -13,6 +13,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// Challenges redeemed by good proofs that a gate remembers while they could still be
+// in time: when more come within [`CHALLENGE_MS`] (only members make them), the oldest
+// is forgotten and every challenge issued as early is refused from then on (its
+// dialer asks again).
+#define krcore_SPENT 64
+
 // How far a FRESH proof's time may be from the listener's clock, ms, either way.
 #define krcore_FRESH_MS krcore_CHALLENGE_MS
 

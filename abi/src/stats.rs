@@ -25,8 +25,8 @@ pub struct Counters {
     pub recoveries: u64,
     /// Peer kernels' proofs refused (no such challenge, or a wrong tag: not a member).
     pub auth_refused: u64,
-    /// Peer kernels' requests refused unread while failed attempts were rate-limited.
-    pub auth_limited: u64,
+    /// Peer kernels' good proofs refused as replays (their challenge redeemed before).
+    pub auth_replayed: u64,
     /// Peer kernels' dials admitted at their first request (a FRESH proof in time).
     pub auth_fresh: u64,
     /// Peer kernels' FRESH proofs, their tags good, answered by a challenge instead:
@@ -56,7 +56,7 @@ const SCALARS: [&str; 12] = [
     "connects",
     "recoveries",
     "auth_refused",
-    "auth_limited",
+    "auth_replayed",
     "auth_fresh",
     "auth_stale",
     "bad_notices",
@@ -73,7 +73,7 @@ impl Counters {
         connects: 0,
         recoveries: 0,
         auth_refused: 0,
-        auth_limited: 0,
+        auth_replayed: 0,
         auth_fresh: 0,
         auth_stale: 0,
         bad_notices: 0,
@@ -90,7 +90,7 @@ impl Counters {
             &mut self.connects,
             &mut self.recoveries,
             &mut self.auth_refused,
-            &mut self.auth_limited,
+            &mut self.auth_replayed,
             &mut self.auth_fresh,
             &mut self.auth_stale,
             &mut self.bad_notices,
@@ -215,7 +215,7 @@ mod tests {
             connects: 12,
             recoveries: 2,
             auth_refused: 6,
-            auth_limited: 1,
+            auth_replayed: 1,
             auth_fresh: 9,
             auth_stale: 2,
             bad_notices: 3,

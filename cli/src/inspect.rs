@@ -91,7 +91,7 @@ fn show_counters(c: &Counters, all: bool, indent: &str) {
         ("connects", c.connects),
         ("recoveries", c.recoveries),
         ("peer proofs refused", c.auth_refused),
-        ("peer requests limited", c.auth_limited),
+        ("peer proofs replayed", c.auth_replayed),
         ("peer dials at once", c.auth_fresh),
         ("peer proofs stale", c.auth_stale),
         ("peer notices dropped", c.bad_notices),

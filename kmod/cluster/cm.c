@@ -978,8 +978,8 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		return -ENODEV;
 	if (hello.step == KRCORE_CM_ASK)
 		goto challenge;
-	/* A proof: its challenge spent (whatever its tag), or its time checked once its
-	 * tag is good; then admitted or refused. */
+	/* A proof: its tag checked first (nothing is charged to the address a request
+	 * names), then its challenge redeemed, or a FRESH proof's time checked. */
 	bind = (struct krcore_cm_bind){
 		.kind = hello.kind,
 		.index = hello.index,
@@ -992,13 +992,12 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	};
 	memcpy(bind.nonce_i, hello.nonce_i, sizeof(bind.nonce_i));
 	memcpy(bind.nonce_r, hello.nonce_r, sizeof(bind.nonce_r));
-	if (hello.step == KRCORE_CM_FRESH)
-		ret = krcore_rs_cm_open(pin, from->sin_addr.s_addr);
-	else
-		ret = krcore_rs_cm_redeem(pin, from->sin_addr.s_addr, hello.nonce_r);
-	if (!ret && !krcore_cm_tag_ok(true, &bind, hello.tag)) {
-		krcore_rs_cm_bad_tag(pin, from->sin_addr.s_addr);
+	ret = 0;
+	if (!krcore_cm_tag_ok(true, &bind, hello.tag)) {
+		krcore_rs_cm_bad_tag(pin);
 		ret = -EPERM;
+	} else if (hello.step != KRCORE_CM_FRESH) {
+		ret = krcore_rs_cm_redeem(pin, from->sin_addr.s_addr, hello.nonce_r);
 	}
 	if (!ret && hello.step == KRCORE_CM_FRESH) {
 		ret = krcore_rs_cm_fresh(pin, from->sin_addr.s_addr, to->sin_addr.s_addr,
@@ -1104,8 +1103,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	krcore_rs_cm_unpin(pin);
 	return 0;
 challenge:
-	/* Refused with a challenge, kept by the gate. */
-	get_random_bytes(nonce_r, sizeof(nonce_r));
+	/* Refused with a challenge: the gate's stateless cookie for `from`. */
 	krcore_rs_cm_challenge(pin, from->sin_addr.s_addr, nonce_r);
 	krcore_rs_cm_challenge_write(nonce_r, challenge);
 	rdma_reject(id, challenge, sizeof(challenge), IB_CM_REJ_CONSUMER_DEFINED);

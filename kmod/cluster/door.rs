@@ -19,15 +19,12 @@ use crate::abi::errno::Errno;
 use crate::engine::devctx::{coarse_ms, wall_ms};
 use crate::shim::{self, IbCq, IbPd};
 
-/// Peer kernels' challenges a device keeps outstanding at most.
-const CHALLENGES: usize = 64;
-
 /// The door of one device.
 #[pin_data]
 pub(crate) struct Door {
-    /// Challenges issued and proofs refused (a leaf lock).
+    /// The challenges' secret, what good proofs spent, what was refused (a leaf lock).
     #[pin]
-    gate: Mutex<Gate<CHALLENGES>>,
+    gate: Mutex<Gate>,
     /// The PD and CQ, fixed from creation to removal, for cm.c's request handler
     /// (which must not wait for the membership lock: a CONNECT holding it may be
     /// closing a connection in cm.c).
@@ -38,20 +35,23 @@ pub(crate) struct Door {
     shut: AtomicBool,
 }
 
-/// What the door counted: proofs refused and limited, FRESH proofs admitted and
+/// What the door counted: proofs refused and replayed, FRESH proofs admitted and
 /// answered with a challenge instead.
 pub(crate) struct DoorCounts {
     pub(crate) refused: u64,
-    pub(crate) limited: u64,
+    pub(crate) replayed: u64,
     pub(crate) fresh: u64,
     pub(crate) stale: u64,
 }
 
 impl Door {
-    /// The door of a device whose PD and CQ are `pd` and `cq`. FRESH proofs made
-    /// before it are not admitted: an earlier door may have admitted them already.
+    /// The door of a device whose PD and CQ are `pd` and `cq`: its challenges keyed by
+    /// a secret of its own from the kernel's CSPRNG. FRESH proofs made before it are not
+    /// admitted: an earlier door may have admitted them already.
     pub(crate) fn new(pd: *mut IbPd, cq: *mut IbCq) -> impl PinInit<Self> {
-        let mut gate = Gate::new();
+        // SAFETY: plain calls.
+        let secret = unsafe { [shim::krcore_shim_random_u64(), shim::krcore_shim_random_u64()] };
+        let mut gate = Gate::new(secret, coarse_ms());
         gate.start_fresh(wall_ms());
         pin_init!(Door {
             gate <- new_mutex!(gate, "krcore_auth"),
@@ -92,21 +92,16 @@ impl Door {
         }
     }
 
-    /// A peer kernel's hello from IPv4 address `from`: `nonce` is issued as its
-    /// challenge.
-    pub(crate) fn challenge(&self, from: u32, nonce: [u8; NONCE_LEN]) {
-        self.gate.lock().challenge(from, nonce, coarse_ms())
+    /// A peer kernel's hello from IPv4 address `from`: the challenge to answer it
+    /// with (nothing is kept).
+    pub(crate) fn challenge(&self, from: u32) -> [u8; NONCE_LEN] {
+        self.gate.lock().challenge(from, coarse_ms())
     }
 
-    /// A proof from `from` answering challenge `nonce`: spent, and whether its tag may
-    /// be checked.
+    /// A proof from `from`, its tag good, answering challenge `nonce`: admitted (the
+    /// challenge spent), or why not.
     pub(crate) fn redeem(&self, from: u32, nonce: &[u8; NONCE_LEN]) -> Result<(), Refusal> {
         self.gate.lock().redeem(from, nonce, coarse_ms())
-    }
-
-    /// Whether a FRESH proof from `from` is read at all (its tag checked next).
-    pub(crate) fn open(&self, from: u32) -> Result<(), Refusal> {
-        self.gate.lock().open(from, coarse_ms())
     }
 
     /// A FRESH proof from `from` to `to` (IPv4 addresses, network order), its tag good,
@@ -135,9 +130,9 @@ impl Door {
         }
     }
 
-    /// That proof's tag was wrong.
-    pub(crate) fn bad_tag(&self, from: u32) {
-        self.gate.lock().bad_tag(from, coarse_ms())
+    /// A proof's tag was wrong.
+    pub(crate) fn bad_tag(&self) {
+        self.gate.lock().bad_tag()
     }
 
     /// What the door counted.
@@ -145,7 +140,7 @@ impl Door {
         let g = self.gate.lock();
         DoorCounts {
             refused: g.refused,
-            limited: g.limited,
+            replayed: g.replayed,
             fresh: g.fresh,
             stale: g.stale,
         }

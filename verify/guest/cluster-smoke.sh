@@ -123,6 +123,18 @@
 #                                   segment, then knock on META's listener with crafted
 #                                   requests and the captured one replayed (cm-intruder):
 #                                   every one must be refused
+#   cluster-smoke.sh spoofed VICTIM
+#                                   a member listening while a stranger claims VICTIM's
+#                                   address: once VICTIM is done, its bad proofs must have
+#                                   been read and refused; unload
+#   cluster-smoke.sh victim ROLE SPOOFER
+#                                   a member whose address SPOOFER claims: once its flood
+#                                   runs, 5 first contacts with ROLE's node (the module
+#                                   reloaded before each) must each be admitted; unload
+#   cluster-smoke.sh spoofer ROLE VICTIM
+#                                   no member: with VICTIM's address added to eth0 (ARP
+#                                   neither answered nor sent from it), 20 s of bad proofs
+#                                   to ROLE's listener from that address (cm-intruder spoof)
 #   cluster-smoke.sh crowd IMPORTER BYSTANDER
 #                                   serve the MetaServer; publish kv and 16 more names;
 #                                   once IMPORTER imported kv and BYSTANDER has a set to
@@ -507,6 +519,60 @@ intruder)
   wait $cap || exit 1
   "$INTRUDER" knock "$meta" $CM_PORT "$TMPDIR/proof" || exit 1
   barrier "$meta" 7504 300 || exit 1
+  ;;
+spoofed)
+  victim=$(addr_of "$2") || exit 1
+  reload || exit 1
+  pool_ready || exit 1
+  barrier "$victim" 7511 120 || exit 1
+  barrier "$victim" 7512 300 || exit 1
+  refused=$("$KRCORE_TOOL" counters | awk '/peer proofs refused/ { s += $NF } END { print s + 0 }')
+  echo "$KRCORE_NODE: proofs refused while $2's address was claimed: $refused"
+  [ "$refused" -ge 100 ] || { echo "$KRCORE_NODE: the stranger's proofs did not reach the listener" >&2; exit 1; }
+  unload
+  ;;
+victim)
+  peer=$(addr_of "$2") || exit 1
+  spoofer=$(addr_of "$3") || exit 1
+  barrier "$peer" 7511 120 || exit 1
+  barrier "$spoofer" 7513 120 || exit 1
+  # The flood under way.
+  sleep 5
+  for i in 1 2 3 4 5; do
+    reload || exit 1
+    pool_ready || exit 1
+    start=$(date +%s%N)
+    out=$("$CONNECT_PEER" "$peer" 1 2>&1) || {
+      echo "$out" >&2
+      echo "$KRCORE_NODE: first contact $i with $2 refused while a stranger claims this node's address" >&2
+      fail_with_state
+    }
+    echo "$KRCORE_NODE: first contact $i with $2 admitted in $((($(date +%s%N) - start) / 1000000)) ms while a stranger claims this node's address"
+  done
+  barrier "$spoofer" 7514 120 || exit 1
+  barrier "$peer" 7512 120 || exit 1
+  unload
+  ;;
+spoofer)
+  target=$(addr_of "$2") || exit 1
+  as=$(addr_of "$3") || exit 1
+  rmmod krcore 2>/dev/null
+  # The claimed address on eth0, for RoCE only: no ARP answered for any address here
+  # (arp_ignore 8), and none asked from the claimed one (arp_announce 2), so the
+  # segment's neighbours keep the victim's own link address.
+  for c in all eth0; do
+    sysctl -qw net.ipv4.conf.$c.arp_ignore=8 net.ipv4.conf.$c.arp_announce=2 || exit 1
+  done
+  # Met before the address is taken: while this host holds it, it is this host's.
+  barrier "$as" 7513 120 || exit 1
+  ip addr add "$as/32" dev eth0 || exit 1
+  sleep 1
+  "$INTRUDER" spoof "$target" $CM_PORT "$as" 20 || exit 1
+  ip addr del "$as/32" dev eth0
+  for c in all eth0; do
+    sysctl -qw net.ipv4.conf.$c.arp_ignore=0 net.ipv4.conf.$c.arp_announce=0
+  done
+  barrier "$as" 7514 120 || exit 1
   ;;
 crowd)
   importer=$(addr_of "$2") || exit 1

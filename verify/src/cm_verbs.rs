@@ -161,9 +161,10 @@ pub struct Client {
 }
 
 impl Client {
-    /// Everything of a connection to `ip`:`port` but the request: resolved, with its
-    /// PD, CQ, QP and an MR of `len` bytes, each stage timed.
-    fn open(ip: Ipv4Addr, port: u16, len: usize) -> Result<(Client, Stages)> {
+    /// Everything of a connection to `ip`:`port` but the request: resolved (from the
+    /// local address `src`, or the route's), with its PD, CQ, QP and an MR of `len`
+    /// bytes, each stage timed.
+    fn open(src: Option<Ipv4Addr>, ip: Ipv4Addr, port: u16, len: usize) -> Result<(Client, Stages)> {
         let mut st = Stages::default();
         let t = Instant::now();
         // SAFETY: plain call.
@@ -189,11 +190,12 @@ impl Client {
         st.id = t.elapsed();
         let t = Instant::now();
         let mut dst = sockaddr(ip, port);
-        // SAFETY: a live id; `dst` outlives the call.
+        let mut from = src.map(|a| sockaddr(a, 0));
+        // SAFETY: a live id; `dst` and `from` outlive the call.
         let r = unsafe {
             rdma_resolve_addr(
                 c.id,
-                ptr::null_mut(),
+                from.as_mut().map_or(ptr::null_mut(), |f| (f as *mut libc::sockaddr_in).cast()),
                 (&mut dst as *mut libc::sockaddr_in).cast(),
                 2000,
             )
@@ -251,7 +253,7 @@ impl Client {
     /// could: whether it was accepted, with the accept's private data, or refused,
     /// with the refusal's.
     pub fn knock(ip: Ipv4Addr, port: u16, private: &[u8]) -> Result<Knock> {
-        let (c, _) = Self::open(ip, port, 64)?;
+        let (c, _) = Self::open(None, ip, port, 64)?;
         let mut p = conn_param(None);
         p.private_data = private.as_ptr().cast();
         p.private_data_len = private.len() as u8;
@@ -267,10 +269,26 @@ impl Client {
         })
     }
 
+    /// Sends the listener at `ip`:`port` a connection request from the local address
+    /// `src` carrying `private` (56 bytes at most), and returns without waiting for an
+    /// answer (which goes to `src`: a host claiming another's address never sees it).
+    /// The request lives, and the CM sends it again unanswered, until the client drops.
+    pub fn request_from(src: Ipv4Addr, ip: Ipv4Addr, port: u16, private: &[u8]) -> Result<Client> {
+        let (c, _) = Self::open(Some(src), ip, port, 64)?;
+        let mut p = conn_param(None);
+        p.private_data = private.as_ptr().cast();
+        p.private_data_len = private.len() as u8;
+        // SAFETY: a live id with its QP; `private` outlives the call.
+        if unsafe { rdma_connect(c.id, &mut p) } != 0 {
+            return err("rdma_connect");
+        }
+        Ok(c)
+    }
+
     /// Connects to the server at `ip`:`port` with a local buffer of `len` bytes, timing
     /// each stage.
     pub fn connect(ip: Ipv4Addr, port: u16, len: usize) -> Result<(Client, Stages)> {
-        let (mut c, mut st) = Self::open(ip, port, len)?;
+        let (mut c, mut st) = Self::open(None, ip, port, len)?;
         let t = Instant::now();
         let mut p = conn_param(None);
         // SAFETY: a live id with its QP.

@@ -511,7 +511,7 @@ fn reads_strictly(bytes: &[u8]) {
 /// scribbled) read and, when they read, put through the gate, against a model of what
 /// it issued; refusals and accepts read.
 fn gate(inp: &mut Input) {
-    let mut g: Gate<8> = Gate::new();
+    let mut g = Gate::new([0x5eed, 0xcafe], 0);
     // Every challenge issued: (address, nonce, when), and whether it was spent.
     let mut issued: Vec<([u8; NONCE_LEN], u32, i64, bool)> = Vec::new();
     // Every FRESH proof admitted: (address, nonce, time), what a replay repeats.
@@ -561,7 +561,7 @@ fn gate(inp: &mut Input) {
                     // Its tag taken as good: admitted once per nonce, in time, after
                     // the gate started.
                     let at = fresh_time(&p.nonce_r).expect("read strictly");
-                    if g.open(from, now).is_ok() && g.fresh(from, &h.nonce_i, at, wall + now) {
+                    if g.fresh(from, &h.nonce_i, at, wall + now) {
                         assert!(
                             !admitted.contains(&(from, h.nonce_i, at)),
                             "a FRESH proof from {from:#x} admitted twice"
@@ -572,13 +572,11 @@ fn gate(inp: &mut Input) {
                     continue;
                 }
                 let Some(p) = h.step.proof().copied() else {
-                    // Nonces are random 128-bit values: never the same twice.
-                    let mut n = [0u8; NONCE_LEN];
-                    n[..8].copy_from_slice(&(issued.len() as u64 + 1).to_le_bytes());
-                    g.challenge(from, n, now);
+                    let n = g.challenge(from, now);
                     issued.push((n, from, now, false));
                     continue;
                 };
+                // Its tag taken as good.
                 if g.redeem(from, &p.nonce_r, now).is_ok() {
                     let n = p.nonce_r;
                     let live = issued.iter_mut().find(|(m, f, at, spent)| {
@@ -590,7 +588,7 @@ fn gate(inp: &mut Input) {
                     c.3 = true;
                 }
             }
-            2 => g.bad_tag(from, now),
+            2 => g.bad_tag(),
             3 => {
                 // What a dialer reads back: a challenge, a yield, an accept.
                 let written = match inp.byte() % 3 {

@@ -3,15 +3,18 @@
 //!
 //! A dial is two connection requests to the peer's listener:
 //!
-//! 1. A hello with the dialer's nonce. The listener issues a nonce of its own, kept in
-//!    its [`Challenges`] (one use, [`CHALLENGE_MS`], at most [`PER_SOURCE`] per
-//!    address), and refuses the request with that challenge.
+//! 1. A hello with the dialer's nonce. The listener answers with a challenge and
+//!    refuses the request: a nonce it keeps nothing of, its [`Gate`]'s stateless
+//!    cookie (when it was issued, and a SipHash under the gate's own random secret over
+//!    that time and the address it was issued to).
 //! 2. A hello with both nonces and the dialer's tag: a MAC with the cluster key over
 //!    both nonces and the connection (both addresses and ports, the dialer's QP number,
-//!    the kind and index asked for). The listener redeems its nonce for that address (a nonce it
-//!    did not issue to that address, an expired or a used one is refused) and checks the
-//!    tag; then it accepts with its own tag over the same and its QP number, which the
-//!    dialer checks before it uses the connection.
+//!    the kind and index asked for). The listener checks the tag first; a good one's
+//!    challenge is then redeemed: a cookie this gate issued to that address, less than
+//!    [`CHALLENGE_MS`] ago, not redeemed before (a good proof's cookie is remembered
+//!    until it expires, [`SPENT`] at most). Then the listener accepts with its own tag
+//!    over the same and its QP number, which the dialer checks before it uses the
+//!    connection.
 //!
 //! A request sniffed on the segment and replayed gets nothing: its challenge is spent,
 //! and its tag names the dialer's address, port and QP.
@@ -25,12 +28,17 @@
 //! since, a replay) the refusal carries a challenge, and the dial goes on as above: a
 //! first contact costs one request when the nodes' clocks agree, two when not. The wire forms and the
 //! transcript are [`hello`](super::hello)'s; the MAC (HMAC-SHA256 through the kernel's
-//! crypto API, cut to [`TAG_LEN`]) is the module's (kmod/cluster/cm_auth.c); what is admitted, and how often an address may fail, is decided
-//! here: a [`Gate`] per device. A hello never fails: it always gets a challenge, which
-//! takes the place of the oldest when the table is full, so a flood of hellos (from any
-//! address a sender writes into its request) delays a member by its own round trip at
-//! most, never locks it out. Failed proofs spend their address's [`Limiter`]; while it
-//! is empty, that address's proofs are refused before any MAC is computed.
+//! crypto API, cut to [`TAG_LEN`]) is the module's (kmod/cluster/cm_auth.c); what is
+//! admitted is decided here.
+//!
+//! What a stranger's requests cost a member: nothing. The address a request comes from
+//! is only what its sender wrote (RoCE carries it in a UDP packet anyone on the segment
+//! can forge), so nothing is charged to it and nothing of a member's is kept where a
+//! stranger's requests could take its place. Challenges are stateless: no table a flood
+//! of hellos could fill or evict a member's challenge from. Only good proofs are
+//! remembered, and only a member can make one. Every proof's tag is checked; a bad one
+//! is counted and refused, and is all it costs (one HMAC beside the connection request
+//! the kernel's CM already handled).
 
 /// Bytes of a nonce (each side's).
 pub const NONCE_LEN: usize = 16;
@@ -38,12 +46,11 @@ pub const NONCE_LEN: usize = 16;
 pub const TAG_LEN: usize = 16;
 /// How long an issued challenge can be redeemed, ms.
 pub const CHALLENGE_MS: i64 = 5_000;
-/// Challenges outstanding for one address at most.
-pub const PER_SOURCE: usize = 4;
-/// Failed proofs one address may make in a burst before its proofs are refused unread.
-pub const BURST: u32 = 16;
-/// Failed proofs it may make per second after a burst.
-pub const PER_SECOND: u32 = 8;
+/// Challenges redeemed by good proofs that a gate remembers while they could still be
+/// in time: when more come within [`CHALLENGE_MS`] (only members make them), the oldest
+/// is forgotten and every challenge issued as early is refused from then on (its
+/// dialer asks again).
+pub const SPENT: usize = 64;
 /// How far a FRESH proof's time may be from the listener's clock, ms, either way.
 pub const FRESH_MS: i64 = CHALLENGE_MS;
 /// Fresh proofs a listener remembers: when more come within [`FRESH_MS`], the oldest
@@ -57,92 +64,6 @@ pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[derive(Clone, Copy)]
-struct Issued {
-    from: u32,
-    nonce: [u8; NONCE_LEN],
-    at_ms: i64,
-    live: bool,
-}
-
-impl Issued {
-    const EMPTY: Issued = Issued {
-        from: 0,
-        nonce: [0; NONCE_LEN],
-        at_ms: 0,
-        live: false,
-    };
-
-    fn expired(&self, now_ms: i64) -> bool {
-        now_ms.saturating_sub(self.at_ms) >= CHALLENGE_MS || now_ms < self.at_ms
-    }
-}
-
-/// The challenges a listener issued and not yet saw redeemed: `N` at most, so a flood
-/// of hellos holds a bounded table (entries expire after [`CHALLENGE_MS`]).
-pub struct Challenges<const N: usize> {
-    slots: [Issued; N],
-}
-
-impl<const N: usize> Default for Challenges<N> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<const N: usize> Challenges<N> {
-    /// None issued.
-    pub const fn new() -> Self {
-        Challenges {
-            slots: [Issued::EMPTY; N],
-        }
-    }
-
-    /// Keeps `nonce` as issued to `from` (an IPv4 address) now, in place of `from`'s
-    /// oldest when it has [`PER_SOURCE`] outstanding, else of an expired one, else of
-    /// the oldest of all.
-    pub fn issue(&mut self, from: u32, nonce: [u8; NONCE_LEN], now_ms: i64) {
-        for s in self.slots.iter_mut() {
-            if s.live && s.expired(now_ms) {
-                s.live = false;
-            }
-        }
-        let live = |i: &usize| self.slots[*i].live;
-        let mine = |i: &usize| live(i) && self.slots[*i].from == from;
-        let age = |i: &usize| self.slots[*i].at_ms;
-        let at = if (0..N).filter(mine).count() >= PER_SOURCE {
-            (0..N).filter(mine).min_by_key(age)
-        } else {
-            (0..N).find(|i| !live(i)).or_else(|| (0..N).min_by_key(age))
-        };
-        if let Some(at) = at {
-            self.slots[at] = Issued {
-                from,
-                nonce,
-                at_ms: now_ms,
-                live: true,
-            };
-        }
-    }
-
-    /// Spends the challenge `nonce` issued to `from`: whether it was live (issued to
-    /// that address, not expired, not spent before).
-    pub fn redeem(&mut self, from: u32, nonce: &[u8; NONCE_LEN], now_ms: i64) -> bool {
-        for s in self.slots.iter_mut() {
-            if s.live && s.from == from && same_bytes(&s.nonce, nonce) {
-                s.live = false;
-                return !s.expired(now_ms);
-            }
-        }
-        false
-    }
-
-    /// Challenges outstanding now.
-    pub fn outstanding(&self, now_ms: i64) -> usize {
-        self.slots.iter().filter(|s| s.live && !s.expired(now_ms)).count()
-    }
 }
 
 /// The FRESH proofs a listener admitted while a replay of them could still be in time
@@ -162,9 +83,14 @@ impl<const N: usize> Default for Seen<N> {
 impl<const N: usize> Seen<N> {
     /// Admits none until [`start`](Self::start).
     pub const fn new() -> Self {
+        Self::from_floor(i64::MAX)
+    }
+
+    /// Admits what was made after `floor_ms` (and is in time).
+    pub const fn from_floor(floor_ms: i64) -> Self {
         Seen {
             slots: [None; N],
-            floor_ms: i64::MAX,
+            floor_ms,
         }
     }
 
@@ -225,125 +151,33 @@ impl<const N: usize> Seen<N> {
     }
 }
 
-/// A token bucket of failed attempts: [`BURST`] deep, refilled at [`PER_SECOND`].
-#[derive(Clone, Copy)]
-pub struct Limiter {
-    tokens: u32,
-    at_ms: i64,
-}
-
-impl Default for Limiter {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Limiter {
-    /// Full.
-    pub const fn new() -> Self {
-        Limiter {
-            tokens: BURST,
-            at_ms: 0,
-        }
-    }
-
-    fn refill(&mut self, now_ms: i64) {
-        if now_ms < self.at_ms {
-            // A clock that went back: start the interval again.
-            self.at_ms = now_ms;
-            return;
-        }
-        let per_token = 1000 / PER_SECOND as i64;
-        let add = (now_ms - self.at_ms) / per_token;
-        if add > 0 {
-            self.tokens = (self.tokens as i64 + add).min(BURST as i64) as u32;
-            self.at_ms += add * per_token;
-        }
-        if self.tokens == BURST {
-            self.at_ms = now_ms;
-        }
-    }
-
-    /// Whether a request may be looked at now.
-    pub fn open(&mut self, now_ms: i64) -> bool {
-        self.refill(now_ms);
-        self.tokens > 0
-    }
-
-    /// A request failed: one token spent.
-    pub fn failed(&mut self, now_ms: i64) {
-        self.refill(now_ms);
-        self.tokens = self.tokens.saturating_sub(1);
-    }
-}
-
-/// A [`Limiter`] per address, for the `M` addresses that failed last (an address not
-/// among them starts with a full one).
-pub struct Limiters<const M: usize> {
-    slots: [(u32, i64, Limiter); M],
-}
-
-impl<const M: usize> Default for Limiters<M> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<const M: usize> Limiters<M> {
-    /// Every address full.
-    pub const fn new() -> Self {
-        Limiters {
-            slots: [(0, i64::MIN, Limiter::new()); M],
-        }
-    }
-
-    /// Whether `from` may try now.
-    pub fn open(&mut self, from: u32, now_ms: i64) -> bool {
-        match self.slots.iter_mut().find(|s| s.1 != i64::MIN && s.0 == from) {
-            Some(s) => s.2.open(now_ms),
-            None => true,
-        }
-    }
-
-    /// `from` failed: its limiter spends a token (taking the place of the address that
-    /// failed longest ago when it had none).
-    pub fn failed(&mut self, from: u32, now_ms: i64) {
-        let at = match self.slots.iter().position(|s| s.1 != i64::MIN && s.0 == from) {
-            Some(i) => i,
-            None => {
-                let i = (0..M).min_by_key(|&i| self.slots[i].1).unwrap_or(0);
-                self.slots[i] = (from, now_ms, Limiter::new());
-                i
-            }
-        };
-        let s = &mut self.slots[at];
-        s.1 = now_ms;
-        s.2.failed(now_ms);
-    }
-}
-
-/// Why a gate refused a request.
+/// Why a gate refused a proof.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// Too many failed attempts lately, or too many challenges outstanding.
-    Limited,
-    /// No such challenge issued to that address, or a wrong tag.
+    /// Not a challenge this gate issued to that address, or one issued
+    /// [`CHALLENGE_MS`] ago or more.
     Refused,
+    /// A challenge a good proof redeemed before (a replay), or issued no later than
+    /// one the gate forgot.
+    Replayed,
 }
 
-/// Addresses a gate keeps a limiter for.
-pub const LIMITED_SOURCES: usize = 16;
+/// Bytes of a challenge: when it was issued (the listener's coarse clock, ms,
+/// little-endian), then the SipHash of the address it was issued to and that time.
+const COOKIE_AT: usize = 8;
 
-/// A device's gate for peer kernels' requests: its challenges, its limiters, and what
-/// it refused.
-pub struct Gate<const N: usize> {
-    challenges: Challenges<N>,
-    limiters: Limiters<LIMITED_SOURCES>,
+/// A device's gate for peer kernels' requests: the secret of its challenges, the
+/// challenges and FRESH proofs good proofs used, and what it refused.
+pub struct Gate {
+    /// The challenges' SipHash key: random, the gate's own.
+    secret: [u64; 2],
+    spent: Seen<SPENT>,
     seen: Seen<SEEN>,
-    /// Proofs refused: an unknown, spent or expired challenge, or a wrong tag.
+    /// Proofs refused: a wrong tag, or a challenge not issued to that address or
+    /// expired.
     pub refused: u64,
-    /// Proofs refused unread: their address failed too often lately.
-    pub limited: u64,
+    /// Good proofs refused as replays: their challenge redeemed before.
+    pub replayed: u64,
     /// FRESH proofs admitted (a dial in one request).
     pub fresh: u64,
     /// FRESH proofs with a good tag answered by a challenge instead: out of time (the
@@ -351,21 +185,16 @@ pub struct Gate<const N: usize> {
     pub stale: u64,
 }
 
-impl<const N: usize> Default for Gate<N> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<const N: usize> Gate<N> {
-    /// Open, nothing issued.
-    pub const fn new() -> Self {
+impl Gate {
+    /// A gate whose challenges are keyed by `secret` (random: from the kernel's
+    /// CSPRNG), issued from `now_ms` on.
+    pub const fn new(secret: [u64; 2], now_ms: i64) -> Self {
         Gate {
-            challenges: Challenges::new(),
-            limiters: Limiters::new(),
+            secret,
+            spent: Seen::from_floor(now_ms.saturating_sub(1)),
             seen: Seen::new(),
             refused: 0,
-            limited: 0,
+            replayed: 0,
             fresh: 0,
             stale: 0,
         }
@@ -375,16 +204,6 @@ impl<const N: usize> Gate<N> {
     /// [`Seen::start`]).
     pub fn start_fresh(&mut self, wall_ms: i64) {
         self.seen.start(wall_ms);
-    }
-
-    /// Whether `from`'s proofs are read at all (it has not failed too often lately):
-    /// asked before a FRESH proof's tag is checked.
-    pub fn open(&mut self, from: u32, now_ms: i64) -> Result<(), Refusal> {
-        if self.limiters.open(from, now_ms) {
-            return Ok(());
-        }
-        self.limited += 1;
-        Err(Refusal::Limited)
     }
 
     /// A FRESH proof from `from`, its tag good, with nonce `nonce_i` and made at
@@ -400,26 +219,41 @@ impl<const N: usize> Gate<N> {
         ok
     }
 
-    /// A hello from `from`: `nonce` is issued to it as its challenge.
-    pub fn challenge(&mut self, from: u32, nonce: [u8; NONCE_LEN], now_ms: i64) {
-        self.challenges.issue(from, nonce, now_ms);
+    fn cookie(&self, from: u32, at_ms: i64) -> [u8; NONCE_LEN] {
+        let mut msg = [0u8; 12];
+        msg[..4].copy_from_slice(&from.to_le_bytes());
+        msg[4..].copy_from_slice(&at_ms.to_le_bytes());
+        let mut c = [0u8; NONCE_LEN];
+        c[..COOKIE_AT].copy_from_slice(&at_ms.to_le_bytes());
+        c[COOKIE_AT..].copy_from_slice(&super::super::meta::siphash::siphash24(self.secret, &msg).to_le_bytes());
+        c
     }
 
-    /// A proof from `from` answering challenge `nonce`: spends it. The caller checks
-    /// the tag next (and reports a wrong one with [`bad_tag`](Self::bad_tag)).
+    /// A hello from `from` at `now_ms`: the challenge to answer it with. Nothing is
+    /// kept.
+    pub fn challenge(&self, from: u32, now_ms: i64) -> [u8; NONCE_LEN] {
+        self.cookie(from, now_ms)
+    }
+
+    /// A proof from `from`, its tag good, answering challenge `nonce`, arrives at
+    /// `now_ms`: admitted (the challenge spent), or why not.
     pub fn redeem(&mut self, from: u32, nonce: &[u8; NONCE_LEN], now_ms: i64) -> Result<(), Refusal> {
-        self.open(from, now_ms)?;
-        if !self.challenges.redeem(from, nonce, now_ms) {
-            self.bad_tag(from, now_ms);
+        let at = i64::from_le_bytes(nonce[..COOKIE_AT].try_into().expect("8 bytes"));
+        let in_time = at <= now_ms && now_ms - at < CHALLENGE_MS;
+        if !in_time || !same_bytes(&self.cookie(from, at), nonce) {
+            self.refused += 1;
             return Err(Refusal::Refused);
+        }
+        if !self.spent.admit(from, nonce, at, now_ms) {
+            self.replayed += 1;
+            return Err(Refusal::Replayed);
         }
         Ok(())
     }
 
-    /// A redeemed proof from `from` had a wrong tag.
-    pub fn bad_tag(&mut self, from: u32, now_ms: i64) {
+    /// A proof had a wrong tag.
+    pub fn bad_tag(&mut self) {
         self.refused += 1;
-        self.limiters.failed(from, now_ms);
     }
 }
 
@@ -434,103 +268,88 @@ mod tests {
         [n; NONCE_LEN]
     }
 
+    const SECRET: [u64; 2] = [0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210];
+
     #[test]
     fn a_challenge_is_redeemed_once_by_its_address_in_time() {
-        let mut c = Challenges::<8>::new();
-        c.issue(A, nonce(1), 100);
-        assert!(!c.redeem(B, &nonce(1), 200), "another address");
-        assert!(!c.redeem(A, &nonce(2), 200), "another nonce");
-        assert!(c.redeem(A, &nonce(1), 200));
-        assert!(!c.redeem(A, &nonce(1), 300), "spent");
-        c.issue(A, nonce(3), 1000);
-        assert!(!c.redeem(A, &nonce(3), 1000 + CHALLENGE_MS), "expired");
-        assert_eq!(c.outstanding(1000), 0);
+        let mut g = Gate::new(SECRET, 100);
+        let c = g.challenge(A, 100);
+        assert_eq!(g.redeem(B, &c, 200), Err(Refusal::Refused), "another address");
+        let mut other = c;
+        other[15] ^= 1;
+        assert_eq!(g.redeem(A, &other, 200), Err(Refusal::Refused), "another nonce");
+        assert_eq!(g.redeem(A, &c, 200), Ok(()));
+        assert_eq!(g.redeem(A, &c, 300), Err(Refusal::Replayed), "spent");
+        let c = g.challenge(A, 1000);
+        assert_eq!(g.redeem(A, &c, 1000 + CHALLENGE_MS), Err(Refusal::Refused), "expired");
+        assert_eq!(g.redeem(A, &c, 999), Err(Refusal::Refused), "from the future");
+        assert_eq!((g.refused, g.replayed), (4, 1));
     }
 
     #[test]
-    fn hellos_never_lock_a_member_out() {
-        let mut c = Challenges::<6>::new();
-        for i in 0..PER_SOURCE as u8 {
-            c.issue(A, nonce(i), i as i64);
-        }
-        // A fifth for A takes the place of A's oldest.
-        c.issue(A, nonce(9), 10);
-        assert!(!c.redeem(A, &nonce(0), 11));
-        assert!(c.redeem(A, &nonce(1), 11));
-        // A flood from other addresses takes the oldest places, never refuses: a
-        // member's challenge lives as long as fewer than N others come after it.
-        c.issue(B, nonce(20), 20);
-        for i in 0..5u8 {
-            c.issue(0x0a00_0000 + i as u32, nonce(30 + i), 30 + i as i64);
-        }
-        assert!(c.redeem(B, &nonce(20), 40), "5 others after it, 6 places");
-        for i in 0..6u8 {
-            c.issue(0x0a00_0000 + i as u32, nonce(40 + i), 40 + i as i64);
-        }
-        assert_eq!(c.outstanding(50), 6, "bounded");
-        // Expired entries make room before live ones go.
-        c.issue(B, nonce(21), 60 + CHALLENGE_MS);
-        assert_eq!(c.outstanding(60 + CHALLENGE_MS), 1);
+    fn challenges_are_the_gates_own() {
+        let (g, h) = (Gate::new(SECRET, 0), Gate::new([1, 2], 0));
+        assert_ne!(g.challenge(A, 5), h.challenge(A, 5), "another secret");
+        assert_ne!(g.challenge(A, 5), g.challenge(B, 5), "another address");
+        assert_ne!(g.challenge(A, 5), g.challenge(A, 6), "another time");
+        // A challenge of another gate, or one moved to another time, is refused.
+        let mut g = Gate::new(SECRET, 0);
+        assert_eq!(g.redeem(A, &h.challenge(A, 5), 10), Err(Refusal::Refused));
+        let mut moved = g.challenge(A, 5);
+        moved[0] = 6;
+        assert_eq!(g.redeem(A, &moved, 10), Err(Refusal::Refused));
+        // A gate made again (the module reloaded) with a new secret: the old one's
+        // challenges are refused; its clock's earlier challenges too.
+        let c = g.challenge(A, 5);
+        let mut again = Gate::new([3, 4], 5);
+        assert_eq!(again.redeem(A, &c, 10), Err(Refusal::Refused));
+        let mut same = Gate::new(SECRET, 6);
+        assert_eq!(same.redeem(A, &c, 10), Err(Refusal::Replayed), "issued before the gate");
     }
 
+    /// A stranger writing a member's address into its requests: bad proofs, challenges
+    /// that are not this gate's, as many as it likes, cost the member nothing.
     #[test]
-    fn the_limiter_takes_a_burst_then_a_rate() {
-        let mut l = Limiter::new();
-        for _ in 0..BURST {
-            assert!(l.open(0));
-            l.failed(0);
+    fn a_stranger_claiming_a_members_address_costs_it_nothing() {
+        let mut g = Gate::new(SECRET, 0);
+        let c = g.challenge(A, 10);
+        for i in 0..100_000u32 {
+            g.bad_tag();
+            let mut bogus = [0u8; NONCE_LEN];
+            bogus[..4].copy_from_slice(&i.to_le_bytes());
+            assert!(g.redeem(A, &bogus, 20).is_err());
         }
-        assert!(!l.open(0));
-        assert!(!l.open(100), "one token takes 125 ms");
-        assert!(l.open(125));
-        l.failed(125);
-        assert!(!l.open(200));
-        // A second refills PER_SECOND tokens, never more than BURST.
-        assert!(l.open(1125));
-        let mut n = 0;
-        while l.open(1125) {
-            l.failed(1125);
-            n += 1;
-        }
-        assert_eq!(n, PER_SECOND);
-        let mut full = Limiter::new();
-        assert!(full.open(i64::MAX / 2));
-        full.failed(10);
-        assert!(full.open(0), "a clock that went back");
+        assert_eq!(g.redeem(A, &c, 20), Ok(()), "the member's proof, read and admitted");
+        assert_eq!(g.refused, 200_000);
     }
 
+    /// A flood of hellos from made-up addresses evicts no member's challenge: nothing is
+    /// kept of a hello.
     #[test]
-    fn the_gate_limits_the_address_that_fails() {
-        let mut g = Gate::<64>::new();
-        for i in 0..BURST {
-            assert_eq!(g.redeem(A, &nonce(i as u8), 0), Err(Refusal::Refused));
+    fn a_flood_of_hellos_evicts_no_challenge() {
+        let mut g = Gate::new(SECRET, 0);
+        let c = g.challenge(A, 10);
+        for i in 0..100_000u32 {
+            let _ = g.challenge(0x0a00_0000 + i, 11);
         }
-        assert_eq!(g.refused, BURST as u64);
-        // A is refused unread now, even with a good challenge; B is not held up.
-        g.challenge(A, nonce(7), 0);
-        assert_eq!(g.redeem(A, &nonce(7), 0), Err(Refusal::Limited));
-        assert_eq!(g.limited, 1);
-        g.challenge(B, nonce(8), 0);
-        assert_eq!(g.redeem(B, &nonce(8), 0), Ok(()));
-        // A second later A may try again.
-        g.challenge(A, nonce(9), 1000);
-        assert_eq!(g.redeem(A, &nonce(9), 1000), Ok(()));
-        g.bad_tag(A, 1000);
-        assert_eq!(g.refused, BURST as u64 + 1);
+        assert_eq!(g.redeem(A, &c, 12), Ok(()));
     }
 
+    /// Good proofs fill the spent table: the oldest is forgotten, and every challenge
+    /// issued as early is refused from then on, never admitted twice.
     #[test]
-    fn limiters_forget_the_address_that_failed_longest_ago() {
-        let mut l = Limiters::<2>::new();
-        for _ in 0..BURST {
-            l.failed(A, 0);
+    fn good_proofs_forget_the_oldest_spent_never_admit_twice() {
+        let mut g = Gate::new(SECRET, 0);
+        let cs: [_; SPENT + 2] = core::array::from_fn(|i| g.challenge(A, 10 + i as i64));
+        for c in &cs {
+            assert_eq!(g.redeem(A, c, 100), Ok(()));
         }
-        assert!(!l.open(A, 0));
-        l.failed(B, 1);
-        l.failed(0x0a00_0001, 2);
-        // A's place went to the third address: A starts full again.
-        assert!(l.open(A, 3));
-        assert!(l.open(B, 3));
+        for c in &cs {
+            assert!(g.redeem(A, c, 101).is_err(), "admitted twice");
+        }
+        // Issued as early as the oldest forgotten: refused; later ones are admitted.
+        assert_eq!(g.redeem(B, &g.challenge(B, 11), 102), Err(Refusal::Replayed));
+        assert_eq!(g.redeem(B, &g.challenge(B, 100), 102), Ok(()));
     }
 
     #[test]
@@ -545,7 +364,7 @@ mod tests {
     /// a replay.
     #[test]
     fn fresh_proofs_are_admitted_once_and_in_time() {
-        let mut g = Gate::<4>::new();
+        let mut g = Gate::new(SECRET, 0);
         assert!(!g.fresh(A, &nonce(1), 1_000, 1_000), "not started: none admitted");
         g.start_fresh(1_000);
         // An earlier gate may have admitted proofs up to FRESH_MS ahead of its clock.

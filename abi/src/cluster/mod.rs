@@ -2,8 +2,8 @@
 //! peers, kept here to be tested without a cluster. The module's remote CONNECT
 //! (kmod/cluster/peer.rs) runs on them.
 //!
-//! - [`auth`]: how a kernel proves it holds the cluster key, and how often a stranger
-//!   may try.
+//! - [`auth`]: how a kernel proves it holds the cluster key, and what a stranger's
+//!   requests can cost a member (nothing but their own refusal).
 //! - [`drain`]: closing a set's connections only once their completions are all polled.
 //! - [`hello`]: the connection requests' private data and the listener's answers, read
 //!   strictly, and the transcript a tag covers.

@@ -308,7 +308,7 @@ impl DevCtx {
         }
         c.recoveries = self.shared.members().g.recovery.recovered();
         let door = self.door.counts();
-        (c.auth_refused, c.auth_limited) = (door.refused, door.limited);
+        (c.auth_refused, c.auth_replayed) = (door.refused, door.replayed);
         (c.auth_fresh, c.auth_stale) = (door.fresh, door.stale);
         c.bad_notices = self.bad_notices.load(Ordering::Relaxed);
         c

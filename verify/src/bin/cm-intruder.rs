@@ -11,6 +11,11 @@
 //!   answering that challenge with no key's tag, the same for the MetaServer, and the
 //!   captured proof replayed. Every one must be refused: no QP, so no byte of the
 //!   MetaServer's region or of any MR. Exits 1 otherwise.
+//! - `cm-intruder spoof ADDR PORT AS SECS`: for SECS, as fast as it can, sends ADDR's
+//!   listener proofs with no key's tag and challenges it never issued, each from the
+//!   local address AS (another node's, added here: what any host on the segment can
+//!   write into a RoCE packet), never waiting for an answer. They must cost that node
+//!   nothing: its own dials go on being admitted.
 //! - `cm-intruder impostor PORT SECS READ_SECS`: listens on PORT as a member would (SECS
 //!   at most), and accepts the first request (a member dialing this host) with an
 //!   accept that proves no key, then READs from the dialer's QP at once. The dialer
@@ -42,6 +47,13 @@ enum Cli {
     /// Accept the first request on PORT (SECS at most) with no key's proof and READ at
     /// once (READ_SECS at most).
     Impostor { port: u16, secs: u64, read_secs: u64 },
+    /// For SECS, send ADDR's listener at PORT bad proofs from the local address AS.
+    Spoof {
+        addr: Ipv4Addr,
+        port: u16,
+        from: Ipv4Addr,
+        secs: u64,
+    },
 }
 
 /// A hello as a member writes one: kind, the dialer's nonce, and the proof answering
@@ -99,6 +111,32 @@ fn knocks(addr: Ipv4Addr, port: u16, replay: Option<String>) -> Result<()> {
         knock(addr, port, "a member's proof replayed from the segment", &captured)?;
     }
     println!("cm-intruder: every request refused: no QP, nothing read");
+    Ok(())
+}
+
+/// Bad proofs from `from` to `addr`'s listener for `secs`: PROVEs and MetaServer PROVEs
+/// with no key's tag, answering challenges never issued, a new one each; every request
+/// is kept 2 s (the CM sends it again meanwhile), 64 at most.
+fn spoof(addr: Ipv4Addr, port: u16, from: Ipv4Addr, secs: u64) -> Result<()> {
+    let start = Instant::now();
+    let mut live = std::collections::VecDeque::new();
+    let mut sent = 0u64;
+    while start.elapsed() < Duration::from_secs(secs) {
+        let mut nonce_r = [0u8; 16];
+        nonce_r[..8].copy_from_slice(&sent.to_le_bytes());
+        let kind = if sent % 2 == 0 { Kind::Peer } else { Kind::Meta };
+        let bad = hello(kind, proof(nonce_r, [0xa5; 16]));
+        live.push_back((Instant::now(), Client::request_from(from, addr, port, &bad)?));
+        sent += 1;
+        while live.len() > 64 || live.front().is_some_and(|(t, _)| t.elapsed() > Duration::from_secs(2)) {
+            live.pop_front();
+        }
+    }
+    let s = start.elapsed().as_secs_f64();
+    println!(
+        "cm-intruder: {sent} bad proofs claiming {from} sent to {addr} in {s:.1} s ({:.0} a second)",
+        sent as f64 / s
+    );
     Ok(())
 }
 
@@ -189,5 +227,6 @@ fn main() -> Result<()> {
         Cli::Capture { file, secs } => capture(&file, secs),
         Cli::Knock { addr, port, replay } => knocks(addr, port, replay),
         Cli::Impostor { port, secs, read_secs } => impostor(port, secs, read_secs),
+        Cli::Spoof { addr, port, from, secs } => spoof(addr, port, from, secs),
     }
 }
