@@ -17,7 +17,7 @@ use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::{Arc, Mutex};
 
-use crate::abi::cluster::auth::NONCE_LEN;
+use crate::abi::cluster::auth::{Verdict, NONCE_LEN};
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::abi::errno::Errno;
 use crate::abi::limits::{Limits, Resource, UserTable};
@@ -409,27 +409,16 @@ extern "C" fn krcore_rs_cm_challenge(pin: *const DevCtx, from: u32, nonce: *mut 
     *nonce = ctx.door.challenge(from);
 }
 
-/// A proof from `from`, its tag good, answering challenge `nonce`, with a pin: 0 when
-/// the challenge was issued to `from` and is in time (spent now), `-EPERM` when not or
-/// when it was spent before (a replay).
+/// A proof from `from` to `to` (IPv4, network order), FRESH (`fresh`) or answering the
+/// challenge `nonce_r`, its tag found good (`tag_good`) or not by cm.c, with a pin: 0
+/// when it is admitted, `-ESTALE` when it is answered with a challenge instead, `-EPERM`
+/// when it is refused (abi's `Gate::judge`). `nonce_i` and `nonce_r` point at NONCE_LEN
+/// bytes each.
 #[no_mangle]
-extern "C" fn krcore_rs_cm_redeem(pin: *const DevCtx, from: u32, nonce: *const u8) -> c_int {
-    // SAFETY: a live pin (the caller holds it); `nonce` points at NONCE_LEN bytes.
-    let (ctx, nonce) = unsafe { (&*pin, &*nonce.cast::<[u8; NONCE_LEN]>()) };
-    match ctx.door.redeem(from, nonce) {
-        Ok(()) => 0,
-        Err(_) => Errno::EPERM.to_neg(),
-    }
-}
-
-/// A FRESH proof from `from` to `to` (IPv4, network order), its tag good (cm.c checked
-/// it), with a pin: 0 when it is admitted, `-ESTALE` when it is answered with a
-/// challenge instead (out of time, older than the gate, or replayed), `-EPERM` when
-/// `to` is not this device's address. `nonce_i` and `nonce_r` point at NONCE_LEN bytes
-/// each.
-#[no_mangle]
-extern "C" fn krcore_rs_cm_fresh(
+extern "C" fn krcore_rs_cm_judge(
     pin: *const DevCtx,
+    fresh: bool,
+    tag_good: bool,
     from: u32,
     to: u32,
     nonce_i: *const u8,
@@ -443,17 +432,11 @@ extern "C" fn krcore_rs_cm_fresh(
             &*nonce_r.cast::<[u8; NONCE_LEN]>(),
         )
     };
-    match ctx.door.fresh(ctx.pool_gid(), from, to, nonce_i, nonce_r) {
-        Ok(()) => 0,
-        Err(e) => e.to_neg(),
+    match ctx.door.judge(fresh, tag_good, from, to, ctx.pool_gid(), nonce_i, nonce_r) {
+        Verdict::Admit => 0,
+        Verdict::Challenge => Errno::ESTALE.to_neg(),
+        Verdict::Refuse => Errno::EPERM.to_neg(),
     }
-}
-
-/// A proof had a wrong tag (cm.c, with the pin).
-#[no_mangle]
-extern "C" fn krcore_rs_cm_bad_tag(pin: *const DevCtx) {
-    // SAFETY: a live pin (the caller holds it).
-    unsafe { &*pin }.door.bad_tag();
 }
 
 /// cm.c is about to tear `dev`'s connections down (its removal): its CQ is polled no

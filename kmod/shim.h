@@ -447,16 +447,14 @@ bool krcore_cm_tag_ok(bool initiator, const struct krcore_cm_bind *b, const u8 *
 void krcore_cm_name_key(u8 *out);
 /* The listener's gate (Rust, abi's cluster::auth), with a pin from
  * krcore_rs_cm_resources. A hello from `from` (IPv4, network order) is answered with
- * the challenge written to `nonce` (KRCORE_CM_NONCE_LEN bytes; nothing is kept). Every
- * proof's tag is checked first: a wrong one is told (_bad_tag) and refused; a good
- * PROVE's challenge is then redeemed (0, spent now; -EPERM: not issued to `from`, or
- * expired, or spent before), a good FRESH proof from `from` to `to` admitted (0),
- * answered with a challenge (-ESTALE: out of time, older than the gate, or replayed)
- * or refused (-EPERM: `to` is not this device's address). */
+ * the challenge written to `nonce` (KRCORE_CM_NONCE_LEN bytes; nothing is kept). A
+ * proof from `from` to `to`, FRESH or answering `nonce_r`, its tag checked here first
+ * (`tag_good`), is judged there: admitted (0), answered with a challenge (-ESTALE: a
+ * member's FRESH proof out of time, older than the gate, or replayed) or refused
+ * (-EPERM). */
 void krcore_rs_cm_challenge(void *pin, u32 from, u8 *nonce);
-int krcore_rs_cm_redeem(void *pin, u32 from, const u8 *nonce);
-void krcore_rs_cm_bad_tag(void *pin);
-int krcore_rs_cm_fresh(void *pin, u32 from, u32 to, const u8 *nonce_i, const u8 *nonce_r);
+int krcore_rs_cm_judge(void *pin, bool fresh, bool tag_good, u32 from, u32 to,
+		       const u8 *nonce_i, const u8 *nonce_r);
 
 /* The cm_port parameter. */
 u16 krcore_shim_cm_port(void);

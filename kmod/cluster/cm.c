@@ -978,8 +978,8 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		return -ENODEV;
 	if (hello.step == KRCORE_CM_ASK)
 		goto challenge;
-	/* A proof: its tag checked first (nothing is charged to the address a request
-	 * names), then its challenge redeemed, or a FRESH proof's time checked. */
+	/* A proof: its tag checked here, then judged by the gate (a wrong tag first, so
+	 * nothing is charged to the address a request names). */
 	bind = (struct krcore_cm_bind){
 		.kind = hello.kind,
 		.index = hello.index,
@@ -992,20 +992,12 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	};
 	memcpy(bind.nonce_i, hello.nonce_i, sizeof(bind.nonce_i));
 	memcpy(bind.nonce_r, hello.nonce_r, sizeof(bind.nonce_r));
-	ret = 0;
-	if (!krcore_cm_tag_ok(true, &bind, hello.tag)) {
-		krcore_rs_cm_bad_tag(pin);
-		ret = -EPERM;
-	} else if (hello.step != KRCORE_CM_FRESH) {
-		ret = krcore_rs_cm_redeem(pin, from->sin_addr.s_addr, hello.nonce_r);
-	}
-	if (!ret && hello.step == KRCORE_CM_FRESH) {
-		ret = krcore_rs_cm_fresh(pin, from->sin_addr.s_addr, to->sin_addr.s_addr,
-					 hello.nonce_i, hello.nonce_r);
-		/* A member's proof, but out of time or seen before: a challenge instead. */
-		if (ret == -ESTALE)
-			goto challenge;
-	}
+	ret = krcore_rs_cm_judge(pin, hello.step == KRCORE_CM_FRESH,
+				 krcore_cm_tag_ok(true, &bind, hello.tag), from->sin_addr.s_addr,
+				 to->sin_addr.s_addr, hello.nonce_i, hello.nonce_r);
+	/* A member's FRESH proof, but out of time or seen before: a challenge instead. */
+	if (ret == -ESTALE)
+		goto challenge;
 	if (ret) {
 		pr_info_ratelimited("krcore: %s: refused a connection request from %pI4 that proved no cluster key\n",
 				    dev_name(&id->device->dev), &from->sin_addr.s_addr);

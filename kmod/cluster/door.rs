@@ -13,9 +13,7 @@ use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::Mutex;
 
-use crate::abi::cluster::auth::{Gate, Refusal, NONCE_LEN};
-use crate::abi::cluster::hello::fresh_time;
-use crate::abi::errno::Errno;
+use crate::abi::cluster::auth::{Gate, Verdict, NONCE_LEN};
 use crate::engine::devctx::{coarse_ms, wall_ms};
 use crate::shim::{self, IbCq, IbPd};
 
@@ -98,41 +96,23 @@ impl Door {
         self.gate.lock().challenge(from, coarse_ms())
     }
 
-    /// A proof from `from`, its tag good, answering challenge `nonce`: admitted (the
-    /// challenge spent), or why not.
-    pub(crate) fn redeem(&self, from: u32, nonce: &[u8; NONCE_LEN]) -> Result<(), Refusal> {
-        self.gate.lock().redeem(from, nonce, coarse_ms())
-    }
-
-    /// A FRESH proof from `from` to `to` (IPv4 addresses, network order), its tag good,
-    /// at a device whose own address is `own` (none before its pool is built):
-    /// admitted now (abi's `Gate::fresh`, by the time `nonce_r` holds), or `ESTALE`
-    /// when it is to be answered with a challenge. `EPERM` when `to` is not `own`: a
-    /// proof sniffed on its way to another node, replayed here (its tag names that
-    /// node), never reaches the gate.
-    pub(crate) fn fresh(
+    /// A proof from `from` to `to` (IPv4, network order), FRESH or answering
+    /// `nonce_r`, its tag found good or not by cm.c, at a device whose own address is
+    /// `own` (none before its pool is built): abi's `Gate::judge`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn judge(
         &self,
-        own: Option<[u8; 16]>,
+        fresh: bool,
+        tag_good: bool,
         from: u32,
         to: u32,
+        own: Option<[u8; 16]>,
         nonce_i: &[u8; NONCE_LEN],
         nonce_r: &[u8; NONCE_LEN],
-    ) -> Result<(), Errno> {
-        let own = own.ok_or(Errno::EPERM)?;
-        if own[12..] != to.to_ne_bytes() {
-            return Err(Errno::EPERM);
-        }
-        let at = fresh_time(nonce_r).ok_or(Errno::EPERM)?;
-        if self.gate.lock().fresh(from, nonce_i, at, wall_ms()) {
-            Ok(())
-        } else {
-            Err(Errno::ESTALE)
-        }
-    }
-
-    /// A proof's tag was wrong.
-    pub(crate) fn bad_tag(&self) {
-        self.gate.lock().bad_tag()
+    ) -> Verdict {
+        let own = own.map(|g| u32::from_ne_bytes([g[12], g[13], g[14], g[15]]));
+        let (now, wall) = (coarse_ms(), wall_ms());
+        self.gate.lock().judge(fresh, tag_good, from, to, own, nonce_i, nonce_r, now, wall)
     }
 
     /// What the door counted.

@@ -162,6 +162,19 @@ pub enum Refusal {
     Replayed,
 }
 
+/// What a listener does with a connection request's proof ([`Gate::judge`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted: the connection is accepted.
+    Admit,
+    /// A member's FRESH proof out of time, older than the gate, or replayed: answered
+    /// with a challenge.
+    Challenge,
+    /// Refused: a wrong tag, a challenge not this gate's for that address, expired or
+    /// spent, or a proof made out to another node.
+    Refuse,
+}
+
 /// Bytes of a challenge: when it was issued (the listener's coarse clock, ms,
 /// little-endian), then the SipHash of the address it was issued to and that time.
 const COOKIE_AT: usize = 8;
@@ -254,6 +267,47 @@ impl Gate {
     /// A proof had a wrong tag.
     pub fn bad_tag(&mut self) {
         self.refused += 1;
+    }
+
+    /// A proof from `from` to `to` (IPv4 addresses, network order): a FRESH one
+    /// (`fresh`) or one answering challenge `nonce_r`, `tag_good` when its tag is the
+    /// cluster key's (the module's HMAC), at a device whose own IPv4 address is `own`
+    /// (none before its pool is built), at `now_ms` (coarse clock) and `wall_ms`. The
+    /// tag decides first: a wrong one costs nothing but its count, whatever address it
+    /// claims. A good PROVE's challenge is then redeemed; a good FRESH proof must be
+    /// made out to `own`, and is admitted by its time (its dialer's nonce `nonce_i`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn judge(
+        &mut self,
+        fresh: bool,
+        tag_good: bool,
+        from: u32,
+        to: u32,
+        own: Option<u32>,
+        nonce_i: &[u8; NONCE_LEN],
+        nonce_r: &[u8; NONCE_LEN],
+        now_ms: i64,
+        wall_ms: i64,
+    ) -> Verdict {
+        if !tag_good {
+            self.bad_tag();
+            return Verdict::Refuse;
+        }
+        if !fresh {
+            return match self.redeem(from, nonce_r, now_ms) {
+                Ok(()) => Verdict::Admit,
+                Err(_) => Verdict::Refuse,
+            };
+        }
+        // A proof sniffed on its way to another node, replayed here (its tag names that
+        // node), never reaches the gate's memory.
+        let Some(at) = own.filter(|&o| o == to).and(super::hello::fresh_time(nonce_r)) else {
+            return Verdict::Refuse;
+        };
+        match self.fresh(from, nonce_i, at, wall_ms) {
+            true => Verdict::Admit,
+            false => Verdict::Challenge,
+        }
     }
 }
 
@@ -350,6 +404,29 @@ mod tests {
         // Issued as early as the oldest forgotten: refused; later ones are admitted.
         assert_eq!(g.redeem(B, &g.challenge(B, 11), 102), Err(Refusal::Replayed));
         assert_eq!(g.redeem(B, &g.challenge(B, 100), 102), Ok(()));
+    }
+
+    /// A proof is judged by its tag first: a wrong one is refused and spends nothing,
+    /// a good PROVE redeems its challenge once, a good FRESH one must name this node.
+    #[test]
+    fn a_proof_is_judged_by_its_tag_first() {
+        let mut g = Gate::new(SECRET, 0);
+        g.start_fresh(1_000);
+        let own = Some(B);
+        let c = g.challenge(A, 10);
+        let judge = |g: &mut Gate, fresh, good, to, n: &[u8; NONCE_LEN], wall| {
+            g.judge(fresh, good, A, to, own, &nonce(7), n, 20, wall)
+        };
+        assert_eq!(judge(&mut g, false, false, B, &c, 0), Verdict::Refuse, "wrong tag");
+        assert_eq!(judge(&mut g, false, true, B, &c, 0), Verdict::Admit, "a wrong tag spent nothing");
+        assert_eq!(judge(&mut g, false, true, B, &c, 0), Verdict::Refuse, "spent");
+        let t = 1_000 + FRESH_MS + 10;
+        let at = super::super::hello::fresh_nonce(t as u64);
+        assert_eq!(judge(&mut g, true, true, A, &at, t), Verdict::Refuse, "made out to another node");
+        assert_eq!(g.judge(true, true, A, B, None, &nonce(7), &at, 20, t), Verdict::Refuse, "no pool yet");
+        assert_eq!(judge(&mut g, true, false, B, &at, t), Verdict::Refuse, "wrong tag");
+        assert_eq!(judge(&mut g, true, true, B, &at, t), Verdict::Admit);
+        assert_eq!(judge(&mut g, true, true, B, &at, t), Verdict::Challenge, "replayed");
     }
 
     #[test]
