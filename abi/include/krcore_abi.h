@@ -27,6 +27,10 @@
 // answers a challenge instead).
 #define krcore_SEEN 32
 
+// How long a dialer gives one connection of a set, from resolving the peer's address
+// to the connection being up, ms (the module's rdma_cm timeout).
+#define krcore_SET_CONNECT_MS 10000
+
 // A hello's step byte: a dial's first request, with a proof made over the dialer's
 // time in place of a challenge ([`auth`](super::auth) says when it is admitted).
 #define krcore_FRESH 3

@@ -8,7 +8,7 @@ use core::sync::atomic::Ordering;
 
 use kernel::prelude::*;
 
-use crate::abi::cluster::conn_set::Attempt;
+use crate::abi::cluster::conn_set::{Attempt, SET_CONNECT_MS};
 use crate::abi::errno::Errno;
 use crate::engine::fabric::MemberState;
 use crate::cluster::peer::{PeerQp, QPS_PER_SET};
@@ -132,7 +132,7 @@ impl DevCtx {
                 // before the removal; the GIDs are 16 bytes each.
                 let r = unsafe {
                     shim::krcore_shim_cm_connect(
-                        ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), 10_000, shim::CM_PEER,
+                        ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), SET_CONNECT_MS as u32, shim::CM_PEER,
                         index as u8, &mut conn, &mut qp, &mut qpn,
                     )
                 };

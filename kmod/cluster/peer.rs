@@ -365,7 +365,9 @@ impl PeerSets {
             return (None, None);
         }
         self.install(shared, slot, q, addr);
-        if !self.table.adopted(p, index, QPS_PER_SET as u32) {
+        // SAFETY: plain call (the clock the peer table's other times come from).
+        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        if !self.table.adopted(p, index, QPS_PER_SET as u32, now) {
             return (Some(slot), None);
         }
         log_set(addr, format_args!("up, adopted (the peer dialed it)"));

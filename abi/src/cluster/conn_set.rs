@@ -26,9 +26,17 @@
 pub const CONNECT_BACKOFF_MIN_MS: i64 = 100;
 /// Longest, ms.
 pub const CONNECT_BACKOFF_MAX_MS: i64 = 5_000;
-/// How long an adoption may take from the peer's first connection to its last, and how
-/// long a yielded attempt waits for the peer's set, ms: past it, a CONNECT dials anew.
-pub const ADOPT_MS: i64 = 3_000;
+/// How long a dialer gives one connection of a set, from resolving the peer's address
+/// to the connection being up, ms (the module's rdma_cm timeout).
+pub const SET_CONNECT_MS: i64 = 10_000;
+
+/// How long an adoption may go without progress (a further connection of the peer's
+/// asked for, or one of them up), and how long a yielded attempt waits for the peer's
+/// set, ms: past it, a CONNECT dials anew. Longer than the dialer gives one connection
+/// of it, so that a dialer still within its own bound is never given up on: a slow
+/// peer (or a starved one, as a guest under emulation is) would otherwise see its next
+/// connection refused and lose the whole set.
+pub const ADOPT_MS: i64 = SET_CONNECT_MS + 2_000;
 
 /// Where a set is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,16 +254,19 @@ impl ConnSet {
         };
     }
 
-    /// Connection `index` of `count` of the adopted set is here: whether the set is
-    /// now complete (and up). Nothing when no adoption is under way.
-    pub fn adopted(&mut self, index: u32, count: u32) -> bool {
+    /// Connection `index` of `count` of the adopted set is here at `now_ms`: whether
+    /// the set is now complete (and up). Nothing when no adoption is under way.
+    pub fn adopted(&mut self, index: u32, count: u32, now_ms: i64) -> bool {
         let State::Adopting {
-            incarnation, have, ..
+            incarnation,
+            have,
+            until_ms,
         } = &mut self.state
         else {
             return false;
         };
         *have |= 1u32.checked_shl(index).unwrap_or(0);
+        *until_ms = now_ms + ADOPT_MS;
         let all = 1u32.checked_shl(count).map_or(u32::MAX, |b| b - 1);
         if *have & all != all {
             return false;
@@ -268,9 +279,15 @@ impl ConnSet {
         true
     }
 
-    /// Whether an adoption is under way (a further connection of it is accepted).
-    pub fn adopting(&self) -> bool {
-        matches!(self.state, State::Adopting { .. })
+    /// The peer asked at `now_ms` for a further connection of the set we adopt: the
+    /// adoption is making progress, and has [`ADOPT_MS`] again. Whether one is under
+    /// way (when not, the connection is refused).
+    pub fn adopt_more(&mut self, now_ms: i64) -> bool {
+        let State::Adopting { until_ms, .. } = &mut self.state else {
+            return false;
+        };
+        *until_ms = now_ms + ADOPT_MS;
+        true
     }
 
     /// Our attempt ended, at `now_ms`: whether it became the set. An attempt we gave up
@@ -336,8 +353,8 @@ mod tests {
         let a = s.answer();
         if a == Answer::Accept {
             s.adopt(incarnation, now);
-            assert!(!s.adopted(0, 2), "one of two connections");
-            assert!(s.adopted(1, 2));
+            assert!(!s.adopted(0, 2, now), "one of two connections");
+            assert!(s.adopted(1, 2, now));
         }
         a
     }
@@ -401,11 +418,11 @@ mod tests {
         assert_eq!(d.answer(), Answer::Accept, "nothing of ours");
         d.adopt(20, 0);
         assert_eq!(d.want(20, 1), Action::Wait, "nothing is here yet");
-        assert!(!d.adopted(0, 2));
+        assert!(!d.adopted(0, 2, 1));
         assert_eq!(d.want(20, 1), Action::Use, "the first is used while the rest comes");
         assert_eq!(d.up(2), 0b01);
-        assert_eq!(d.want(20, ADOPT_MS), Action::Connect);
-        assert!(!d.adopted(1, 2), "too late: no adoption under way");
+        assert_eq!(d.want(20, 1 + ADOPT_MS), Action::Connect);
+        assert!(!d.adopted(1, 2, 1 + ADOPT_MS), "too late: no adoption under way");
     }
 
     #[test]

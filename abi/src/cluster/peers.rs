@@ -560,7 +560,7 @@ impl<S: Store> Peers<S> {
         };
         if index > 0 {
             step.peer = self.find(addr)?;
-            if !self.get(step.peer)?.set.adopting() {
+            if !self.entry(step.peer)?.set.adopt_more(now_ms) {
                 step.answer = Answer::Refuse;
             }
             return Some(step);
@@ -604,11 +604,12 @@ impl<S: Store> Peers<S> {
         Some(step)
     }
 
-    /// Connection `index` of `count` of the set entry `peer` adopts is here (its QP
-    /// installed in slot `index` of the entry's block): whether the set is now up.
-    pub fn adopted(&mut self, peer: u32, index: u32, count: u32) -> bool {
+    /// Connection `index` of `count` of the set entry `peer` adopts is here at
+    /// `now_ms` (its QP installed in slot `index` of the entry's block): whether the set
+    /// is now up.
+    pub fn adopted(&mut self, peer: u32, index: u32, count: u32, now_ms: i64) -> bool {
         self.entry(peer)
-            .is_some_and(|p| p.set.adopted(index, count))
+            .is_some_and(|p| p.set.adopted(index, count, now_ms))
     }
 
     /// The first connection of our attempt `attempt` on entry `peer` is up: whether it
@@ -746,6 +747,7 @@ impl Peers<super::super::engine::VecStore> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::conn_set::{ADOPT_MS, SET_CONNECT_MS};
 
     /// The entry's current attempt ended `how` at `now`: whether it became the set.
     fn done(p: &mut Peers<crate::engine::VecStore>, peer: u32, how: Attempt, now: i64) -> bool {
@@ -1033,8 +1035,8 @@ mod tests {
         // The peer dials too and wins (the lower id): its set is adopted, whole.
         let s = p.request(&addr(12), 12, 1, 0, 1, |_| false).unwrap();
         assert_eq!((s.answer, s.peer), (Answer::Accept, peer));
-        p.adopted(peer, 0, 2);
-        assert!(p.adopted(peer, 1, 2));
+        p.adopted(peer, 0, 2, 1);
+        assert!(p.adopted(peer, 1, 2, 1));
         // Idle, so another node's CONNECT takes the entry for a new attempt.
         let step = p.connect(&addr(13), 0, 2, NO_USER, |_| false);
         assert_eq!(step.evicted, Some((peer, node_of(&addr(12)).unwrap())));
@@ -1125,8 +1127,8 @@ mod tests {
             // 1's second connection joins 2's adoption; 2's own attempt was refused.
             let s1 = b.request(&addr(11), 1, 10, 1, 2, never).unwrap();
             assert_eq!((s1.answer, s1.peer), (Answer::Accept, sb.peer));
-            assert!(!b.adopted(sb.peer, 0, 2));
-            assert!(b.adopted(sb.peer, 1, 2), "complete");
+            assert!(!b.adopted(sb.peer, 0, 2, 2));
+            assert!(b.adopted(sb.peer, 1, 2, 2), "complete");
             assert!(done(&mut a, sa.peer, Attempt::Established, 3));
             assert!(
                 !done(&mut b, sb.peer, Attempt::Yielded, 3),
@@ -1150,8 +1152,8 @@ mod tests {
             "no entry for a stray second connection"
         );
         let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
-        b.adopted(s.peer, 0, 2);
-        b.adopted(s.peer, 1, 2);
+        b.adopted(s.peer, 0, 2, 0);
+        b.adopted(s.peer, 1, 2, 0);
         b.bind(s.peer);
         let again = b.request(&addr(11), 1, 11, 0, 5, never).unwrap();
         assert_eq!(again.answer, Answer::Accept);
@@ -1185,10 +1187,10 @@ mod tests {
         assert_eq!(b.accept(&addr(11), 4), None, "no set yet");
         let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
         assert_eq!(b.accept(&addr(11), 4), None, "adopting, its QP not here yet");
-        b.adopted(s.peer, 0, 2);
+        b.adopted(s.peer, 0, 2, 0);
         assert_eq!(b.accept(&addr(11), 4), Some(s.peer), "adopting: its QP is there");
         assert_eq!(b.accept(&addr(11), 5), None, "the second is not yet");
-        b.adopted(s.peer, 1, 2);
+        b.adopted(s.peer, 1, 2, 0);
         let q = b.qps(s.peer);
         assert_eq!(b.accept(&addr(11), q.start + 1), Some(s.peer));
         assert_eq!(b.get(s.peer).unwrap().bound, 2, "each accept binds");
@@ -1376,15 +1378,47 @@ mod tests {
         let never = |_| false;
         let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
         assert_eq!(b.connect(&addr(11), 1, 1, NO_USER, never).outcome, Connect::InProgress);
-        b.adopted(s.peer, 0, 2);
+        b.adopted(s.peer, 0, 2, 1);
         assert_eq!(
             b.connect(&addr(11), 1, 2, NO_USER, never).outcome,
             Connect::Bind { peer: s.peer, slot: 4 }
         );
         b.bind(s.peer);
-        let late = b.connect(&addr(11), 1, crate::cluster::conn_set::ADOPT_MS, NO_USER, never);
+        let late = b.connect(&addr(11), 1, 1 + ADOPT_MS, NO_USER, never);
         assert_eq!((late.close, late.outcome), (Some(s.peer), Connect::InProgress));
         assert!(b.get(s.peer).unwrap().retired);
         assert_ne!(b.find(&addr(11)), Some(s.peer));
+    }
+
+    /// An adoption whose dialer is slow but within its own bound for each connection
+    /// (a starved guest) is never given up: each of its connections asked for or up
+    /// gives it ADOPT_MS again, so this node's CONNECT uses it and the peer's next
+    /// connection joins it, however long the set takes as a whole.
+    #[test]
+    fn a_slow_adoption_making_progress_stands() {
+        const { assert!(ADOPT_MS > SET_CONNECT_MS) };
+        let mut b = Peers::with_capacity(2, 2, 4, 3);
+        let never = |_| false;
+        let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
+        let mut now = SET_CONNECT_MS;
+        assert!(!b.adopted(s.peer, 0, 3, now), "the first is up just within the dialer's bound");
+        now += SET_CONNECT_MS;
+        let c = b.connect(&addr(11), 1, now, NO_USER, never);
+        assert_eq!((c.close, c.outcome), (None, Connect::Bind { peer: s.peer, slot: 4 }));
+        let more = b.request(&addr(11), 1, 10, 1, now, never).unwrap();
+        assert_eq!((more.answer, more.peer), (Answer::Accept, s.peer));
+        now += SET_CONNECT_MS;
+        assert!(!b.adopted(s.peer, 1, 3, now));
+        now += SET_CONNECT_MS;
+        assert_eq!(b.request(&addr(11), 1, 10, 2, now, never).map(|s| s.answer), Some(Answer::Accept));
+        now += SET_CONNECT_MS;
+        assert!(b.adopted(s.peer, 2, 3, now), "the whole set, 5 bounds after its start");
+        assert_eq!(b.get(s.peer).unwrap().set.state().name(), "ready");
+        // One that stops making progress is given up once ADOPT_MS has passed.
+        let mut c = Peers::with_capacity(2, 2, 4, 2);
+        let s = c.request(&addr(11), 1, 10, 0, 0, never).unwrap();
+        c.adopted(s.peer, 0, 2, 5);
+        assert_eq!(c.connect(&addr(11), 1, 4 + ADOPT_MS, NO_USER, never).close, None);
+        assert_eq!(c.connect(&addr(11), 1, 5 + ADOPT_MS, NO_USER, never).close, Some(s.peer));
     }
 }
