@@ -109,7 +109,9 @@ python: deps
 	@$(PYVENV)/bin/pip freeze 2>/dev/null | grep -qx '$(MATURIN)' || $(PYVENV)/bin/pip install -q '$(MATURIN)'
 	@rm -rf $(PYDIST) && mkdir -p $(PYDIST)/unpacked
 	@cd uring-lib/python && $(PYVENV)/bin/maturin sdist -o $(PYDIST) >/dev/null 2>&1
-	@tar -xzf $(PYDIST)/krcore-*.tar.gz -C $(PYDIST)/unpacked
+	@# -m: extracted now, not at the sdist's fixed 2006 times, which cargo would take
+	@# for older than its last build in target/pyo3 (a stale wheel).
+	@tar -m -xzf $(PYDIST)/krcore-*.tar.gz -C $(PYDIST)/unpacked
 	@cd $(PYDIST)/unpacked/krcore-*/ && CARGO_TARGET_DIR=$(CURDIR)/target/pyo3 \
 		$(PYVENV)/bin/maturin build --release -i $(PYVENV)/bin/python3 -o $(PYDIST) \
 		> $(PYDIST)/build.log 2>&1 || { cat $(PYDIST)/build.log; exit 1; }

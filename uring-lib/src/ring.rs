@@ -277,8 +277,9 @@ impl Ring {
     /// for this user: another user's CONNECT or LISTEN cannot take it) with the peer's
     /// port `peer_port`, whose end is the peer's `pair(.., peer_port, port)`. Neither
     /// side listens; `ServiceTaken` when the port is another user's or a listen's, or
-    /// the four-tuple is in use; `NotPermitted` below 1024 without
-    /// `CAP_NET_BIND_SERVICE`.
+    /// the four-tuple is in use, by any user (with `node` this node, `pair(.., p, p)`
+    /// twice makes the two ends of one link, and a third fails); `NotPermitted` below
+    /// 1024 without `CAP_NET_BIND_SERVICE`.
     pub fn pair(&mut self, node: impl Into<Node>, port: u16, peer_port: u16) -> Result<Vqp, Error> {
         let gid = node.into().gid()?;
         self.control(ops::connect(Sqe::pair(0, gid, port, peer_port)))

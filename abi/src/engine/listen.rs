@@ -882,6 +882,33 @@ mod tests {
         assert!(s.links() == 0 && s.quiet(), "nothing left, nothing to sweep");
     }
 
+    /// On one node, a four-tuple is one link: a second pairing CONNECT on it (or a
+    /// third, once two ends paired) is refused `ServiceTaken`, as across nodes, rather
+    /// than left waiting beside the first for a peer end that goes to only one of them;
+    /// the reverse CONNECT pairs, and a port freed by its link's end is taken again.
+    #[test]
+    fn a_four_tuple_in_use_on_one_node_is_refused() {
+        let (n, mut m) = node(11);
+        let ab = Tuple { local: 5000, peer: 6000, pair: true };
+        let ba = Tuple { local: 6000, peer: 5000, pair: true };
+        let (h, e) = m.join(n.gid, ab, 0, None).unwrap();
+        assert_eq!(m.join(n.gid, ab, 0, None), Err(Reason::ServiceTaken), "half open");
+        let open = m.half_open(&n.gid, ba);
+        assert_eq!(m.join(n.gid, ba, 0, open), Ok((h, 1)), "the reverse pairs");
+        assert_eq!(m.join(n.gid, ab, 0, None), Err(Reason::ServiceTaken), "paired, from end 0");
+        assert_eq!(m.join(n.gid, ba, 0, None), Err(Reason::ServiceTaken), "paired, from end 1");
+        let same = Tuple { local: 7000, peer: 7000, pair: true };
+        let (s0, _) = m.join(n.gid, same, 0, None).unwrap();
+        let open = m.half_open(&n.gid, same);
+        assert_eq!(m.join(n.gid, same, 0, open), Ok((s0, 1)), "equal ports pair");
+        assert_eq!(m.join(n.gid, same, 0, None), Err(Reason::ServiceTaken), "a third");
+        m.depart(h, e, &n);
+        m.leave(h, e, &n);
+        m.depart(h, 1, &n);
+        m.leave(h, 1, &n);
+        assert!(m.join(n.gid, ab, 0, None).is_ok(), "free again");
+    }
+
     /// A CONNECT of this node's that departed before any listen took it is offered to no
     /// listen that comes after.
     #[test]

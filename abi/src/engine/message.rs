@@ -552,15 +552,17 @@ impl<S: Store> Messages<S> {
     /// the second end of `open` (what [`half_open`](Self::half_open) found for `t` just
     /// before, in the same critical section), else the first of a new link, which waits
     /// for a pairing CONNECT (`t.pair`) or for the listen on `t.peer` to take it (one
-    /// that listens now is nudged). Returns the link and the end, or `None` when the
-    /// device's links are used up.
+    /// that listens now is nudged). Returns the link and the end; fails `ServiceTaken`
+    /// when a live end here already has the four-tuple (as a second TCP connection on
+    /// one four-tuple cannot be made: whichever of two ends a message reached would be
+    /// a guess), `TableFull` when the device's links are used up.
     pub fn join(
         &mut self,
         gid: [u8; 16],
         t: Tuple,
         qp: u32,
         open: Option<HalfOpen>,
-    ) -> Option<(u32, u8)> {
+    ) -> Result<(u32, u8), Reason> {
         let bound = End {
             holder: Holder::Bound,
             qp,
@@ -568,15 +570,27 @@ impl<S: Store> Messages<S> {
         };
         if let Some(HalfOpen { link, .. }) = open {
             self.half_open.remove(link);
-            self.links.get_mut(link)?.ends[1] = bound;
-            return Some((link, 1));
+            let l = self.links.get_mut(link).ok_or(Reason::TableFull)?;
+            l.ends[1] = bound;
+            return Ok((link, 1));
         }
-        let mut l = Link::new(gid, [t.local, t.peer], [bound, End::OPEN], None);
+        let ports = [t.local, t.peer];
+        let taken = self.links.iter().any(|(_, l)| {
+            let held = |e: &End| matches!(e.holder, Holder::Open | Holder::Bound);
+            l.far.is_none()
+                && l.gid == gid
+                && ((l.ports == ports && held(&l.ends[0]))
+                    || (l.ports == [t.peer, t.local] && l.ends[1].holder == Holder::Bound))
+        });
+        if taken {
+            return Err(Reason::ServiceTaken);
+        }
+        let mut l = Link::new(gid, ports, [bound, End::OPEN], None);
         l.pair = t.pair;
         if !t.pair {
             l.unanswered_since = Some(i64::MIN);
         }
-        let h = self.links.insert(l).ok()?;
+        let h = self.links.insert(l).map_err(|_| Reason::TableFull)?;
         if t.pair {
             let r = self.half_open.push(h);
             debug_assert!(r.is_ok(), "half_open outsizes links");
@@ -584,7 +598,7 @@ impl<S: Store> Messages<S> {
             self.unanswered += 1;
             self.offer(h);
         }
-        Some((h, 0))
+        Ok((h, 0))
     }
 
     /// A SEND from end `end` of `link`, taken at `s.since_ms`.

@@ -20,16 +20,21 @@ Blocking calls release the GIL while they wait. `AsyncRing` runs the library's f
 on one worker thread of the module's own and hands their results to the event loop:
 a coroutine that waits holds no thread, and cancelling it is safe (see `AsyncRing`).
 """
+import atexit as _atexit
 import os as _os
 
 from ._krcore import (AsyncRing, Batch, Listener, MemoryRegion, RemoteRegion, Ring, Vqp,
-                      _forked)
+                      _forked, _quiesce)
 from ._types import (Access, Completion, KrcoreError, KrcoreTimeout, MrDescriptor, Opcode,
                      Reason)
 
 # A forked child shares the parent's rings (file and mappings): it must neither use
 # them nor end them when its copies of the objects go.
 _os.register_at_fork(after_in_child=_forked)
+# The async worker's threads hand results to asyncio by taking the GIL, also after a
+# cancelled coroutine is gone: the interpreter's exit waits for them, as a thread
+# taking the GIL while it finalizes would crash the process.
+_atexit.register(_quiesce)
 
 __all__ = ["Access", "AsyncRing", "Batch", "Completion", "KrcoreError", "KrcoreTimeout",
            "Listener", "MemoryRegion", "MrDescriptor", "Opcode", "Reason", "RemoteRegion",

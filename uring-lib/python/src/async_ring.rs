@@ -10,13 +10,14 @@ use std::sync::{Arc, Mutex};
 
 use krcore_uring::{AsyncRing, MrAccess, Reason};
 use pyo3::prelude::*;
-use pyo3_async_runtimes::tokio::future_into_py;
 
 use crate::batch::{results, Handed, PyBatch};
 use crate::errors::Failure;
 use crate::handles::{accepted, listening, locked, node_of, PyListener, PyRemote, PyVqp, RingToken};
 use crate::region::PyRegion;
-use crate::ring::{descriptor, forked, node_gid, open, PyRing};
+use crate::ring::{descriptor, node_gid, open, PyRing};
+use crate::worker::future_into_py;
+use crate::Born;
 
 /// A `Ring` driven from asyncio, as the Rust library's `AsyncRing` is from tokio: any
 /// number of its coroutines may be in flight at once, from any task. Made from a
@@ -38,11 +39,13 @@ pub struct PyAsyncRing {
     gid: Option<[u8; 16]>,
     /// Its identity: the `Ring`'s it was made from.
     token: RingToken,
+    /// The process it was made in.
+    born: Born,
 }
 
 impl PyAsyncRing {
     fn ring(&self) -> Result<Arc<AsyncRing>, Failure> {
-        forked()?;
+        self.born.mine()?;
         locked(&self.inner)
             .clone()
             .ok_or_else(|| Failure::refused("async ring: closed", Reason::RingClosed))
@@ -52,7 +55,7 @@ impl PyAsyncRing {
 impl Drop for PyAsyncRing {
     /// In a forked child the ring is the parent's: left alone, never closed from here.
     fn drop(&mut self) {
-        crate::leave_to_parent(&self.inner);
+        self.born.leave_to_parent(&self.inner);
     }
 }
 
@@ -60,6 +63,7 @@ impl Drop for PyAsyncRing {
 impl PyAsyncRing {
     #[new]
     fn new(py: Python<'_>, ring: &Bound<'_, PyAny>) -> PyResult<PyAsyncRing> {
+        crate::async_worker_here().map_err(|f| f.into_pyerr(py))?;
         let (ring, token) = match ring.cast::<PyRing>() {
             Ok(r) => (r.get().take(), r.get().token.clone()),
             Err(_) => {
@@ -76,6 +80,7 @@ impl PyAsyncRing {
             inner: Mutex::new(Some(Arc::new(ring))),
             gid,
             token,
+            born: Born::here(),
         })
     }
 

@@ -147,6 +147,8 @@ pub struct PyListener {
     /// The service.
     #[pyo3(get)]
     service: u32,
+    /// The process it was made in.
+    born: crate::Born,
 }
 
 impl PyListener {
@@ -156,6 +158,7 @@ impl PyListener {
             service: l.service(),
             inner: Arc::new(tokio::sync::Mutex::new(Some(l))),
             stop: tokio::sync::watch::Sender::new(false),
+            born: crate::Born::here(),
         }
     }
 }
@@ -163,7 +166,7 @@ impl PyListener {
 impl Drop for PyListener {
     /// In a forked child the listen is the parent's: never ended from here.
     fn drop(&mut self) {
-        if crate::in_forked_child() {
+        if self.born.inherited() {
             if let Ok(mut l) = self.inner.try_lock() {
                 std::mem::forget(l.take());
             }

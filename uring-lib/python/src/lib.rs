@@ -14,35 +14,87 @@ mod errors;
 mod handles;
 mod region;
 mod ring;
+mod worker;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::{MrAccess, Reason};
 use pyo3::prelude::*;
 
-/// Set in a child forked from the process that loaded the module: its rings, regions
-/// and listens are the parent's (the same file and mappings), so the child neither
-/// uses them nor ends them when its objects go.
-pub static FORKED: AtomicBool = AtomicBool::new(false);
+/// How many forks this process is from the one that loaded the module: one more in
+/// each child (`os.register_at_fork`), as each is a copy of its parent's memory.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// Whether this process is a child forked from the one that made its rings.
-pub fn in_forked_child() -> bool {
-    FORKED.load(Ordering::Relaxed)
+/// The process an object was made in. A ring, region or listen made before a fork is
+/// the parent's in the child (the same file and mappings, which the parent goes on
+/// using): the child neither uses it nor ends it when its copy of the object goes.
+/// What the child makes itself is its own, and works (pre-fork servers fork their
+/// workers from a process that imported krcore, and each opens its own rings).
+#[derive(Clone, Copy, Debug)]
+pub struct Born(u64);
+
+impl Born {
+    /// Made now, in this process.
+    pub fn here() -> Born {
+        Born(GENERATION.load(Ordering::Relaxed))
+    }
+
+    /// Whether it was made in a process this one was forked from.
+    pub fn inherited(self) -> bool {
+        self.0 != GENERATION.load(Ordering::Relaxed)
+    }
+
+    /// Fails `EBADF` for what a process this one was forked from made.
+    pub fn mine(self) -> Result<(), errors::Failure> {
+        match self.inherited() {
+            true => Err(errors::Failure::Refused {
+                op: "a ring of the process this one was forked from",
+                errno: krcore_uring::abi::errno::Errno(9), // EBADF
+                reason: None,
+            }),
+            false => Ok(()),
+        }
+    }
+
+    /// When inherited, what `slot` holds is the parent's: forgotten, never ended from
+    /// here.
+    pub fn leave_to_parent<T>(self, slot: &std::sync::Mutex<Option<T>>) {
+        if self.inherited() {
+            std::mem::forget(handles::locked(slot).take());
+        }
+    }
 }
 
-/// In a forked child, what `slot` holds is the parent's: forgotten, never ended from
-/// here.
-pub fn leave_to_parent<T>(slot: &std::sync::Mutex<Option<T>>) {
-    if in_forked_child() {
-        std::mem::forget(handles::locked(slot).take());
+/// The process the async worker (a tokio thread, started with the first `AsyncRing`)
+/// runs in, `u64::MAX` before it starts.
+static ASYNC_BORN: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Starts the async worker here, or finds it here: fails `EOPNOTSUPP` in a child
+/// forked after it started, which has the worker's state and not its thread (a fork
+/// copies only the thread that forks): an `AsyncRing` there would never be served.
+pub fn async_worker_here() -> Result<(), errors::Failure> {
+    let here = GENERATION.load(Ordering::Relaxed);
+    match ASYNC_BORN.compare_exchange(u64::MAX, here, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Ok(()),
+        Err(g) if g == here => Ok(()),
+        Err(_) => Err(errors::Failure::Refused {
+            op: "AsyncRing: the async worker thread stayed in the process this one was forked from (make AsyncRings only after forking, or use Ring)",
+            errno: krcore_uring::abi::errno::Errno(95), // EOPNOTSUPP
+            reason: None,
+        }),
     }
+}
+
+/// Whether the async worker started in this process (not in one it was forked from).
+pub fn async_worker_ran_here() -> bool {
+    ASYNC_BORN.load(Ordering::Acquire) == GENERATION.load(Ordering::Relaxed)
 }
 
 /// Called in a child after `fork` (`os.register_at_fork`, in `krcore/__init__.py`).
 #[pyfunction]
 fn _forked() {
-    FORKED.store(true, Ordering::Relaxed);
+    GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
 /// `NAME` for an opcode's `Debug` name (`ImportName` is `IMPORT_NAME`).
@@ -65,6 +117,7 @@ fn _krcore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     rt.worker_threads(1).thread_name("krcore-async").enable_all();
     pyo3_async_runtimes::tokio::init(rt);
     m.add_function(wrap_pyfunction!(_forked, m)?)?;
+    m.add_function(wrap_pyfunction!(worker::_quiesce, m)?)?;
     let reasons: Vec<(String, u16)> = Reason::ALL
         .iter()
         .map(|r| (r.name().to_uppercase(), *r as u16))

@@ -83,6 +83,8 @@ pub struct PyRegion {
     #[pyo3(get)]
     handle: u32,
     export: Option<MrDescriptor>,
+    /// The process it was registered in.
+    born: crate::Born,
 }
 
 impl PyRegion {
@@ -95,6 +97,7 @@ impl PyRegion {
             export: mr.export(),
             held: RwLock::new(Held::Here(mr)),
             views: AtomicUsize::new(0),
+            born: crate::Born::here(),
         }
     }
 
@@ -109,8 +112,10 @@ impl PyRegion {
     }
 
     /// Takes the region away: refused while a view exists, or while a
-    /// blocking run uses it (`EBUSY`: it is never waited for with the GIL held).
+    /// blocking run uses it (`EBUSY`: it is never waited for with the GIL held), and
+    /// in a child forked since it was registered (`EBADF`: the parent's).
     pub fn take(&self) -> Result<MemoryRegion, Failure> {
+        self.born.mine()?;
         let mut held = self.held.try_write().map_err(|_| Failure::Refused {
             op: "a blocking run on another thread uses the region",
             errno: Errno::EBUSY,
@@ -139,7 +144,7 @@ impl PyRegion {
 impl Drop for PyRegion {
     /// In a forked child the region is the parent's: never deregistered from here.
     fn drop(&mut self) {
-        if crate::in_forked_child() {
+        if self.born.inherited() {
             let held = std::mem::replace(self.held.get_mut().unwrap_or_else(|e| e.into_inner()), Held::Released);
             std::mem::forget(held);
         }

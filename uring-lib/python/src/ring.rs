@@ -13,6 +13,7 @@ use pyo3::types::PyList;
 
 use crate::batch::{results, Handed, InPlace, PyBatch};
 use crate::errors::Failure;
+use crate::Born;
 use crate::handles::{accepted, listening, locked, node_of, PyListener, PyRemote, PyVqp, RingToken};
 use crate::region::PyRegion;
 
@@ -33,6 +34,8 @@ pub struct PyRing {
     fd: i32,
     /// Its identity, which its objects hold.
     pub token: RingToken,
+    /// The process it was opened in.
+    born: Born,
 }
 
 /// Opens the device and sets a ring up.
@@ -74,7 +77,7 @@ impl PyRing {
         py: Python<'_>,
         f: impl FnOnce(&mut Ring) -> Result<T, Failure> + Send,
     ) -> PyResult<T> {
-        forked()?;
+        self.born.mine()?;
         py.detach(|| match locked(&self.inner).as_mut() {
             Some(r) => f(r),
             None => Err(Failure::refused("ring: closed", Reason::RingClosed)),
@@ -84,6 +87,7 @@ impl PyRing {
 
     /// Takes the ring itself (for an `AsyncRing`), unless a call uses it now.
     pub fn take(&self) -> Result<Ring, Failure> {
+        self.born.mine()?;
         let mut slot = self.inner.try_lock().map_err(|_| Failure::Refused {
             op: "a call on another thread uses the ring",
             errno: Errno::EBUSY,
@@ -97,7 +101,7 @@ impl PyRing {
 impl Drop for PyRing {
     /// In a forked child the ring is the parent's: left alone, never closed from here.
     fn drop(&mut self) {
-        crate::leave_to_parent(&self.inner);
+        self.born.leave_to_parent(&self.inner);
     }
 }
 
@@ -112,6 +116,7 @@ impl PyRing {
             inner: Mutex::new(Some(ring)),
             fd,
             token: RingToken::default(),
+            born: Born::here(),
         })
     }
 
@@ -308,19 +313,6 @@ impl PyRing {
         })?;
         handed.settle(back);
         results(py, got)
-    }
-}
-
-/// Whether this process may use its rings: not in a child forked from the process
-/// that made them (its rings are the parent's file and mappings).
-pub fn forked() -> Result<(), Failure> {
-    match crate::in_forked_child() {
-        true => Err(Failure::Refused {
-            op: "a ring of the process this one was forked from",
-            errno: Errno(9), // EBADF
-            reason: None,
-        }),
-        false => Ok(()),
     }
 }
 

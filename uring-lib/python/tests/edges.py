@@ -1,6 +1,6 @@
 """The Python package's edges against the real module (the guest suite runs it, after
 `make python`): another ring's handles refused; a forked child leaving its parent's
-ring alone; a coroutine never run giving its regions back; an unlisten ending an
+ring alone and using its own; a coroutine never run giving its regions back; an unlisten ending an
 accept that waits; bad timeouts refused.
 
     target/pyvenv/bin/python3 uring-lib/python/tests/edges.py
@@ -8,6 +8,7 @@ accept that waits; bad timeouts refused.
 import asyncio
 import errno
 import os
+import sys
 
 import krcore
 from krcore import Access, Batch
@@ -45,21 +46,67 @@ def handles_stay_with_their_ring():
     return a, va, mr, remote
 
 
-def a_child_leaves_the_parent_alone(a, va, mr, remote):
+def in_child(body):
+    """Runs `body` in a forked child; its exit status is the verdict."""
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
-            refused(lambda: a.run(Batch().read(va, mr, 0, remote, 0, 8)), 9, "forked")
-        except BaseException as e:  # the child's verdict is its exit status
-            print(f"edges: child: {e!r}")
+            body()
+        except BaseException as e:
+            print(f"edges: child: {e!r}", file=sys.stderr, flush=True)
             code = 1
         # Its copies of the objects go without ending the parent's.
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert status == 0, f"the child failed: {status:#x}"
+
+
+def reads_back(ring):
+    """A ring of this process's own: a region read into itself over a virtual QP."""
+    node = ring.node_gid()
+    v = ring.connect(node, 0)
+    m = ring.register(64, RW)
+    m.view[:8] = b"childown"
+    r = ring.import_mr(v, m.export())
+    assert ring.run(Batch().read(v, m, 8, r, 0, 8)) == [8]
+    assert bytes(m.view[8:16]) == b"childown", bytes(m.view[:16])
+    return v, m, r
+
+
+def a_child_leaves_the_parent_alone_and_has_its_own(a, va, mr, remote):
+    """A pre-fork server's worker: the parent's ring refused (EBADF), the child's own
+    ring, region and async ring working, and the child's ring the grandchild's
+    parent's in turn."""
+    def child():
+        refused(lambda: a.run(Batch().read(va, mr, 0, remote, 0, 8)), 9, "forked")
+        refused(lambda: krcore.AsyncRing(a), 9, "forked")
+        with krcore.Ring(8) as own:
+            v, m, r = reads_back(own)
+            in_child(lambda: refused(lambda: own.run(Batch().read(v, m, 0, r, 0, 8)), 9, "forked"))
+            assert own.run(Batch().read(v, m, 16, r, 0, 8)) == [8], "the grandchild touched it"
+
+        async def own_async():
+            ar = krcore.AsyncRing(8)
+            v = await ar.connect(ar.node_gid(), 0)
+            m = await ar.register(64, RW)
+            await ar.disconnect(v)
+            ar.close()
+        asyncio.run(own_async())
+    in_child(child)
     assert a.run(Batch().read(va, mr, 0, remote, 16, 8)) == [8], "the parent's ring was touched"
-    print("edges: a forked child refused its parent's ring and left it working")
+    print("edges: a forked child refused its parent's ring, left it working, and used its own")
+
+
+def a_child_of_an_async_parent_is_told_why():
+    """The async worker is a thread, and a fork keeps none: a child of a process whose
+    async rings ran is refused one, by name, and its blocking rings work."""
+    def child():
+        refused(lambda: krcore.AsyncRing(8), errno.EOPNOTSUPP, "forked")
+        with krcore.Ring(8) as own:
+            reads_back(own)
+    in_child(child)
+    print("edges: a child of an async parent refused an AsyncRing by name, used a Ring")
 
 
 def a_coroutine_never_run_gives_regions_back():
@@ -108,7 +155,8 @@ def timeouts_are_checked():
 
 a, va, mr, remote = handles_stay_with_their_ring()
 with a:
-    a_child_leaves_the_parent_alone(a, va, mr, remote)
+    a_child_leaves_the_parent_alone_and_has_its_own(a, va, mr, remote)
 a_coroutine_never_run_gives_regions_back()
+a_child_of_an_async_parent_is_told_why()
 timeouts_are_checked()
 print("python edges: ok")

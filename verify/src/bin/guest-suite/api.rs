@@ -11,6 +11,15 @@ pub fn safe_batches_and_reasons() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut ring = Builder::new(8).build(dev).map_err(|e| e.to_string())?;
     let vqp = ring.pair(LOCAL_GID, 3, 3).map_err(|e| e.to_string())?;
+    // A four-tuple is one link: a second pair(3, 3) is the first's other end, a third
+    // has none to be (`Ring::pair`'s doc).
+    let other = ring.pair(LOCAL_GID, 3, 3).map_err(|e| e.to_string())?;
+    fails_as(
+        "a third pair on a four-tuple in use",
+        ring.pair(LOCAL_GID, 3, 3),
+        |e| e.reason() == Some(Reason::ServiceTaken),
+        "a third end of one four-tuple accepted",
+    )?;
     let access = MrAccess::LOCAL_WRITE
         | MrAccess::REMOTE_READ
         | MrAccess::REMOTE_WRITE
@@ -53,7 +62,7 @@ pub fn safe_batches_and_reasons() -> Result<(), String> {
         Batch::new().read(&vqp, &mr, 0, &remote, 4090, 8).is_err(),
         || "out-of-range read built".into(),
     )?;
-    let e = ring.disconnect(vqp).err();
+    let e = ring.disconnect(vqp).err().or(ring.disconnect(other).err());
     check(e.is_none(), || format!("disconnect: {e:?}"))?;
     fails_as(
         "connect to a foreign GID",
