@@ -54,8 +54,13 @@ fn run_sync(rig: &mut Rig, r: usize, sqes: &[Sqe]) -> Vec<Cqe> {
 }
 
 fn setup(rig: &mut Rig, r: usize, vqps: usize) -> App {
+    // A four-tuple of its own for each virtual QP of each ring (one link each: a third
+    // end on one would be refused).
     let mut sqes: Vec<Sqe> = (0..vqps as u64)
-        .map(|i| Sqe::pair(i, [i as u8; 16], 7, 7))
+        .map(|i| {
+            let port = 7 + 16 * r as u16 + i as u16;
+            Sqe::pair(i, [i as u8; 16], port, port)
+        })
         .collect();
     let access = MrAccess::LOCAL_WRITE
         | MrAccess::REMOTE_READ
