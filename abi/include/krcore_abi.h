@@ -538,10 +538,15 @@ typedef uint32_t krcore_ConnectFlags;
 // ask for the listen on the peer port (see [`Sqe::pair`]).
 #define krcore_ConnectFlags_PAIR (uint32_t)(1 << 0)
 
-// How IMPORT_NAME takes a name (its `imm`).
+// How IMPORT_NAME takes a name (its `imm`). Without a flag, only a name the
+// caller's uid or root published is taken: one another user published is refused
+// (`WrongOwner`), as a careful program trusts only its own files and root's in a
+// shared directory, so whoever publishes a name first cannot serve its bytes to
+// other users' lookups. (Uids are compared across nodes as NFS compares them: a
+// cluster maps one person to one uid.)
 typedef uint32_t krcore_NameFlags;
-// Only if the uid in `rmr` published it: a name another user published first
-// is refused (`WrongOwner`), never imported.
+// Only if the uid in `rmr` published it (another user's name, taken by naming
+// that user): any other publisher is refused (`WrongOwner`), never imported.
 #define krcore_NameFlags_OWNED_BY (uint32_t)(1 << 0)
 
 // Per-completion flags.

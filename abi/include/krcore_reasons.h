@@ -98,7 +98,7 @@ static inline const char *krcore_reason_describe(uint16_t reason)
 	case 36: return "not permitted: a port below 1024 needs CAP_NET_BIND_SERVICE, and a name's mode may grant this user none of its rights";
 	case 37: return "the peer refused: nobody listened on its port within the deadline, or its listener had no room";
 	case 38: return "this user's share of the device's table is used up (max_*_per_user), or its dials to new nodes in progress are as many as it may have";
-	case 39: return "the name was published by another user than the one named";
+	case 39: return "the name was published by another user than the one named (or, naming none, than this user or root)";
 	case 40: return "io_uring cannot carry this entry (LISTEN, REG_MR, RECV): use krcore's own ring";
 	}
 	return 0;

@@ -365,7 +365,7 @@ impl Reason {
                 "not permitted: a port below 1024 needs CAP_NET_BIND_SERVICE, and a name's \
                  mode may grant this user none of its rights"
             }
-            Reason::WrongOwner => "the name was published by another user than the one named",
+            Reason::WrongOwner => "the name was published by another user than the one named (or, naming none, than this user or root)",
             Reason::NotThroughUring => {
                 "io_uring cannot carry this entry (LISTEN, REG_MR, RECV): use krcore's own ring"
             }

@@ -85,12 +85,17 @@ bitflags! {
 }
 
 bitflags! {
-    /// How IMPORT_NAME takes a name (its `imm`).
+    /// How IMPORT_NAME takes a name (its `imm`). Without a flag, only a name the
+    /// caller's uid or root published is taken: one another user published is refused
+    /// (`WrongOwner`), as a careful program trusts only its own files and root's in a
+    /// shared directory, so whoever publishes a name first cannot serve its bytes to
+    /// other users' lookups. (Uids are compared across nodes as NFS compares them: a
+    /// cluster maps one person to one uid.)
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     #[repr(transparent)]
     pub struct NameFlags: u32 {
-        /// Only if the uid in `rmr` published it: a name another user published first
-        /// is refused (`WrongOwner`), never imported.
+        /// Only if the uid in `rmr` published it (another user's name, taken by naming
+        /// that user): any other publisher is refused (`WrongOwner`), never imported.
         const OWNED_BY = 1 << 0;
     }
 }
@@ -239,7 +244,8 @@ impl Sqe {
     }
 
     /// IMPORT_NAME of the first `len` bytes (0: all) of the export `name` for `vqp`;
-    /// with `owner`, only if that uid published it (`WrongOwner` otherwise).
+    /// with `owner`, only if that uid published it, without, only if the caller's uid
+    /// or root did (`WrongOwner` otherwise: see [`NameFlags`]).
     pub const fn import_name(
         user_data: u64,
         vqp: u32,

@@ -414,7 +414,9 @@ static inline int krcore_prep_publish(struct krcore_Sqe *sqe, uint32_t mr, const
 
 /* IMPORT_NAME of the first `len` bytes (0: all) of export `name` for `vqp`: res is the
  * remote MR's handle, aux its remote address. The region has the export's rights the
- * name's mode grants this user (none: NOT_PERMITTED). */
+ * name's mode grants this user (none: NOT_PERMITTED). Only a name this user or root
+ * published is taken (WRONG_OWNER otherwise); another user's, by naming that user
+ * (krcore_sqe_owned_by). */
 static inline int krcore_prep_import_name(struct krcore_Sqe *sqe, uint32_t vqp, const char *name,
 					  uint32_t len)
 {

@@ -276,10 +276,12 @@ impl Ring {
     /// messages that pair: this node's port `port` (held
     /// for this user: another user's CONNECT or LISTEN cannot take it) with the peer's
     /// port `peer_port`, whose end is the peer's `pair(.., peer_port, port)`. Neither
-    /// side listens; `ServiceTaken` when the port is another user's or a listen's, or
-    /// the four-tuple is in use, by any user (with `node` this node, `pair(.., p, p)`
-    /// twice makes the two ends of one link, and a third fails); `NotPermitted` below
-    /// 1024 without `CAP_NET_BIND_SERVICE`.
+    /// side listens; `ServiceTaken` when the port is another user's or a listen's, or,
+    /// across nodes, the four-tuple is in use; `NotPermitted` below 1024 without
+    /// `CAP_NET_BIND_SERVICE`. On one node, one user's pairs on one four-tuple pair in
+    /// order, as one user's `SO_REUSEPORT` sockets share a port: each takes the oldest
+    /// end waiting for it (`pair(.., p, p)` twice makes the two ends of one link, a
+    /// third and a fourth another).
     pub fn pair(&mut self, node: impl Into<Node>, port: u16, peer_port: u16) -> Result<Vqp, Error> {
         let gid = node.into().gid()?;
         self.control(ops::connect(Sqe::pair(0, gid, port, peer_port)))
@@ -460,7 +462,10 @@ impl Ring {
     /// records are always of their node's current incarnation (a node's registration
     /// revokes its earlier ones); no rkey passes through here. The
     /// region has the export's rights that the name's mode grants this user (none:
-    /// `NotPermitted`).
+    /// `NotPermitted`). Only a name this user or root published is taken
+    /// (`WrongOwner` otherwise, so that whoever publishes a name first serves nobody
+    /// else's lookups); another user's, by naming that user
+    /// ([`import_name_owned`](Self::import_name_owned)).
     pub fn import_name(&mut self, vqp: &Vqp, name: &str, len: u32) -> Result<RemoteRegion, Error> {
         self.control(ops::import_name(vqp, name, len, None)?)
     }
@@ -510,9 +515,9 @@ impl Ring {
         }
     }
 
-    /// As [`import_name`](Self::import_name), only if user `uid` published the name:
-    /// a name someone else published first fails `WrongOwner` rather than hand over
-    /// their memory.
+    /// As [`import_name`](Self::import_name), only if user `uid` published the name
+    /// (any user's, this one's included): a name someone else published first fails
+    /// `WrongOwner` rather than hand over their memory.
     pub fn import_name_owned(
         &mut self,
         vqp: &Vqp,

@@ -1061,10 +1061,10 @@ names)
   check)
     with_meta "$2" "$4"
     name=$5
-    check_as() { setpriv --reuid "$1" --regid "$2" --clear-groups "$NAME_OWNERS" check "$peer" "$name" "$3"; }
+    check_as() { setpriv --reuid "$1" --regid "$2" --clear-groups "$NAME_OWNERS" check "$peer" "$name" "$3" 1001; }
     check_as 1002 100 group || exit 1
     # Group 100 as a supplementary group is the group class too, as for a file.
-    setpriv --reuid 1004 --regid 1004 --groups 27,100 "$NAME_OWNERS" check "$peer" "$name" group || exit 1
+    setpriv --reuid 1004 --regid 1004 --groups 27,100 "$NAME_OWNERS" check "$peer" "$name" group 1001 || exit 1
     check_as 1003 1003 other || exit 1
     check_as 1001 100 owner || exit 1
     # Shares of names, while other users hold theirs: here a user may publish 2

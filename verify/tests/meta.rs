@@ -245,9 +245,14 @@ fn a_names_mode_grants_each_importer_its_rights_and_no_more() {
     let ok = vec![None, None, None];
     assert_eq!(try_as(user(1001, 5), None), ok, "the owner reads and writes");
     assert_eq!(
-        try_as(user(1002, 100), None),
+        try_as(user(1002, 100), Some(1001)),
         vec![None, None, Some(Reason::MrAccess)],
-        "the group reads only"
+        "the group reads only, naming the owner"
+    );
+    assert_eq!(
+        try_as(user(1002, 100), None),
+        vec![Some(Reason::WrongOwner)],
+        "naming none, another user's name is not taken for it"
     );
     assert_eq!(
         try_as(user(1003, 5), None),
@@ -260,6 +265,35 @@ fn a_names_mode_grants_each_importer_its_rights_and_no_more() {
         "published by someone else than the importer expects"
     );
     assert_eq!(try_as(user(1001, 5), Some(1001)), ok, "the owner it expects");
+}
+
+/// Names are first-come, but no lookup takes a squatter's: a name another user
+/// published first (mode 0666, every right to everyone) is refused to a lookup that
+/// names no owner, and served only to one naming the squatter; root's name is taken
+/// by every user's plain lookup.
+#[test]
+fn a_plain_lookup_takes_only_its_own_or_roots_name() {
+    let (mut rig, peer) = rig();
+    let open = |uid| Grant { uid, gid: uid, mode: 0o666 };
+    let publish = |rig: &mut Rig, n: &str, uid: u32| {
+        let m = rig.kernel.meta.as_ref().unwrap();
+        // (The node registers anew: its earlier names go.)
+        m.borrow_mut()
+            .other_node_publishes([192, 0, 2, 12], n, 0x8000_0000, 4096, 0x77, open(uid));
+    };
+    publish(&mut rig, "squat", 1003);
+    let import_as = |rig: &mut Rig, creds: Creds, n: &str, owner: Option<u32>| {
+        let r = rig.open_as(Limits::default(), creds);
+        let vqp = rig.run(r, &[Sqe::connect(1, peer, 0)])[0].res as u32;
+        let words = name_words(&name(n).unwrap());
+        rig.run(r, &[Sqe::import_name(2, vqp, words, 0, owner)])[0].failure()
+    };
+    let (other, squatter) = (user(1002, 100), user(1003, 5));
+    assert_eq!(import_as(&mut rig, other, "squat", None), Some(Reason::WrongOwner), "another's, unnamed");
+    assert_eq!(import_as(&mut rig, other, "squat", Some(1003)), None, "the squatter, named");
+    assert_eq!(import_as(&mut rig, squatter, "squat", None), None, "its own");
+    publish(&mut rig, "roots", 0);
+    assert_eq!(import_as(&mut rig, other, "roots", None), None, "root's");
 }
 
 #[test]

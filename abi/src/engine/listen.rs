@@ -882,31 +882,30 @@ mod tests {
         assert!(s.links() == 0 && s.quiet(), "nothing left, nothing to sweep");
     }
 
-    /// On one node, a four-tuple is one link: a second pairing CONNECT on it (or a
-    /// third, once two ends paired) is refused `ServiceTaken`, as across nodes, rather
-    /// than left waiting beside the first for a peer end that goes to only one of them;
-    /// the reverse CONNECT pairs, and a port freed by its link's end is taken again.
+    /// On one node, one user's pairing CONNECTs on one four-tuple pair in order: the
+    /// reverse one takes the oldest half-open link, equal ports pair first with
+    /// second and third with fourth, so each end has exactly one other.
     #[test]
-    fn a_four_tuple_in_use_on_one_node_is_refused() {
+    fn pairs_on_one_four_tuple_of_one_node_pair_in_order() {
         let (n, mut m) = node(11);
         let ab = Tuple { local: 5000, peer: 6000, pair: true };
         let ba = Tuple { local: 6000, peer: 5000, pair: true };
-        let (h, e) = m.join(n.gid, ab, 0, None).unwrap();
-        assert_eq!(m.join(n.gid, ab, 0, None), Err(Reason::ServiceTaken), "half open");
+        let (h1, _) = m.join(n.gid, ab, 0, None).unwrap();
+        let (h2, _) = m.join(n.gid, ab, 0, None).unwrap();
+        assert_ne!(h1, h2, "a second half-open link");
         let open = m.half_open(&n.gid, ba);
-        assert_eq!(m.join(n.gid, ba, 0, open), Ok((h, 1)), "the reverse pairs");
-        assert_eq!(m.join(n.gid, ab, 0, None), Err(Reason::ServiceTaken), "paired, from end 0");
-        assert_eq!(m.join(n.gid, ba, 0, None), Err(Reason::ServiceTaken), "paired, from end 1");
+        assert_eq!(m.join(n.gid, ba, 0, open), Ok((h1, 1)), "the oldest first");
+        let open = m.half_open(&n.gid, ba);
+        assert_eq!(m.join(n.gid, ba, 0, open), Ok((h2, 1)));
         let same = Tuple { local: 7000, peer: 7000, pair: true };
-        let (s0, _) = m.join(n.gid, same, 0, None).unwrap();
-        let open = m.half_open(&n.gid, same);
-        assert_eq!(m.join(n.gid, same, 0, open), Ok((s0, 1)), "equal ports pair");
-        assert_eq!(m.join(n.gid, same, 0, None), Err(Reason::ServiceTaken), "a third");
-        m.depart(h, e, &n);
-        m.leave(h, e, &n);
-        m.depart(h, 1, &n);
-        m.leave(h, 1, &n);
-        assert!(m.join(n.gid, ab, 0, None).is_ok(), "free again");
+        let mut ends = std::vec::Vec::new();
+        for _ in 0..4 {
+            let open = m.half_open(&n.gid, same);
+            ends.push(m.join(n.gid, same, 0, open).unwrap());
+        }
+        assert_eq!(ends[1], (ends[0].0, 1));
+        assert_eq!(ends[3], (ends[2].0, 1));
+        assert_ne!(ends[0].0, ends[2].0, "two links, each of two ends");
     }
 
     /// A CONNECT of this node's that departed before any listen took it is offered to no

@@ -552,10 +552,12 @@ impl<S: Store> Messages<S> {
     /// the second end of `open` (what [`half_open`](Self::half_open) found for `t` just
     /// before, in the same critical section), else the first of a new link, which waits
     /// for a pairing CONNECT (`t.pair`) or for the listen on `t.peer` to take it (one
-    /// that listens now is nudged). Returns the link and the end; fails `ServiceTaken`
-    /// when a live end here already has the four-tuple (as a second TCP connection on
-    /// one four-tuple cannot be made: whichever of two ends a message reached would be
-    /// a guess), `TableFull` when the device's links are used up.
+    /// that listens now is nudged). Returns the link and the end, or `TableFull` when
+    /// the device's links are used up. One user's pairing CONNECTs on one four-tuple
+    /// of this node pair in order, as one user's `SO_REUSEPORT` sockets share a port:
+    /// each takes the oldest half-open link waiting for its ports, else opens one
+    /// (with equal ports, the first and second make a link, the third and fourth
+    /// another); the port itself is its user's alone (see `ports`).
     pub fn join(
         &mut self,
         gid: [u8; 16],
@@ -574,18 +576,7 @@ impl<S: Store> Messages<S> {
             l.ends[1] = bound;
             return Ok((link, 1));
         }
-        let ports = [t.local, t.peer];
-        let taken = self.links.iter().any(|(_, l)| {
-            let held = |e: &End| matches!(e.holder, Holder::Open | Holder::Bound);
-            l.far.is_none()
-                && l.gid == gid
-                && ((l.ports == ports && held(&l.ends[0]))
-                    || (l.ports == [t.peer, t.local] && l.ends[1].holder == Holder::Bound))
-        });
-        if taken {
-            return Err(Reason::ServiceTaken);
-        }
-        let mut l = Link::new(gid, ports, [bound, End::OPEN], None);
+        let mut l = Link::new(gid, [t.local, t.peer], [bound, End::OPEN], None);
         l.pair = t.pair;
         if !t.pair {
             l.unanswered_since = Some(i64::MIN);

@@ -377,7 +377,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     Answer::Done((e, g)) if g.rights(uid, in_group, e.access).is_empty() => {
                         Cqe::err(ud, Reason::NotPermitted)
                     }
-                    Answer::Done((_, g)) if owner.is_some_and(|o| o != g.uid) => {
+                    // Whose name it is: the uid the caller named, else the caller's
+                    // own or root's (see `NameFlags::OWNED_BY`).
+                    Answer::Done((_, g)) if !owner.map_or(g.uid == uid || g.uid == 0, |o| o == g.uid) => {
                         Cqe::err(ud, Reason::WrongOwner)
                     }
                     Answer::Done((e, _)) if len > e.len => Cqe::err(ud, Reason::RemoteRange),

@@ -204,7 +204,8 @@ impl PyRing {
 
     /// Imports the first `length` bytes of the export published as `name`, with the
     /// rights its mode grants this user; with `owner` (a uid), only if that user
-    /// published it (WRONG_OWNER otherwise).
+    /// published it, without, only if this user or root did (WRONG_OWNER otherwise:
+    /// nobody's name is taken for another's by being first).
     #[pyo3(signature = (vqp, name, length, owner=None))]
     fn import_name(
         &self,
@@ -230,7 +231,8 @@ impl PyRing {
 
     /// Imports the first `length` bytes of `name` with no CONNECT first: (vqp,
     /// region), the virtual QP connected to the node that exports it (service 0).
-    /// With `owner` (a uid), only if that user published it (WRONG_OWNER otherwise).
+    /// With `owner` (a uid), only if that user published it, without, only if this
+    /// user or root did (WRONG_OWNER otherwise).
     #[pyo3(signature = (name, length, owner=None))]
     fn connect_name(
         &self,

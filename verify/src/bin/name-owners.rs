@@ -5,15 +5,17 @@
 //! and as NAME-p with no mode (the owner's alone), then waits up to SECS for the owner
 //! (on another node) to set the done word.
 //!
-//! `name-owners check ADDR NAME CLASS`, on another node, run as the owner, as a user of
+//! `name-owners check ADDR NAME CLASS OWNER`, on another node, run as the owner, as a user of
 //! the owner's group, or as another user (CLASS `owner`, `group`, `other`), CONNECTs
 //! to ADDR (the holder's node) and checks what this user gets, each by name:
 //! - owner: NAME and NAME-p, READ and WRITE; NAME expecting this uid as its owner;
 //!   NAME-p by name alone (`connect_name_owned`: no address), READ; last, sets the done word;
-//! - group: NAME, READ but no WRITE (`MrAccess`, refused before the wire); NAME-p
-//!   `NotPermitted`; NAME expecting this uid as its owner `WrongOwner`, through a virtual
-//!   QP or by name alone (`connect_name_owned`); publishing NAME
-//!   itself `NameTaken` (a name held is not taken);
+//! - group: NAME by a plain lookup (naming no owner) `WrongOwner`: another user's name
+//!   is not taken for it; NAME naming its owner (`OWNER`, the holder's uid), READ but
+//!   no WRITE (`MrAccess`, refused before the wire); NAME-p `NotPermitted`; NAME
+//!   expecting this uid as its owner `WrongOwner`, through a virtual QP or by name
+//!   alone (`connect_name_owned`); publishing NAME itself `NameTaken` (a name held is
+//!   not taken);
 //! - other: NAME and NAME-p `NotPermitted`, and where NAME lives too.
 //!
 //! `name-owners fill PREFIX EXPECT HOLD`, as some user, publishes one 4 KiB region as
@@ -42,9 +44,9 @@ fn main() -> Result<()> {
     let mut ring = Builder::new(16).build(Device::open()?)?;
     match args[..] {
         ["hold", name, secs] => hold(&mut ring, name, Duration::from_secs(secs.parse()?)),
-        ["check", addr, name, class] => check(&mut ring, addr.parse()?, name, class),
+        ["check", addr, name, class, owner] => check(&mut ring, addr.parse()?, name, class, owner.parse()?),
         ["fill", prefix, expect, hold] => fill(&mut ring, prefix, expect, hold),
-        _ => Err("usage: name-owners hold NAME SECS | check ADDR NAME owner|group|other | fill PREFIX EXPECT HOLD".into()),
+        _ => Err("usage: name-owners hold NAME SECS | check ADDR NAME owner|group|other OWNER_UID | fill PREFIX EXPECT HOLD".into()),
     }
 }
 
@@ -127,12 +129,15 @@ fn io(ring: &mut Ring, vqp: &Vqp, local: &Registered<'_>, remote: &RemoteRegion,
     ring.run(b)?.into_iter().try_for_each(|c| c.map(|_| ()))
 }
 
-fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()> {
+fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str, owner: u32) -> Result<()> {
     let vqp = retry(&[Reason::Unreachable], || ring.connect(addr.to_ipv6_mapped().octets(), 0))?;
     let mut local = ring.register(LEN, MrAccess::LOCAL_WRITE)?;
     let private = format!("{name}-p");
-    // NAME is there once the holder published it.
-    let first = retry(&[Reason::Unreachable, Reason::NoSuchName], || ring.import_name(&vqp, name, LEN as u32));
+    // NAME is there once the holder published it (named as its owner's: a plain
+    // lookup takes only this user's or root's).
+    let first = retry(&[Reason::Unreachable, Reason::NoSuchName], || {
+        ring.import_name_owned(&vqp, name, LEN as u32, owner)
+    });
     let me = uid();
     let got = |what: &str, want: Option<Reason>, r: Option<Reason>| -> Result<()> {
         if r == want {
@@ -170,6 +175,11 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str) -> Result<()>
         }
         "group" => {
             let r = first?;
+            got(
+                "NAME by a plain lookup",
+                Some(Reason::WrongOwner),
+                outcome(ring.import_name(&vqp, name, LEN as u32)),
+            )?;
             got("NAME, read", None, outcome(io(ring, &vqp, &local, &r, 0, false)))?;
             got("NAME, write", Some(Reason::MrAccess), outcome(io(ring, &vqp, &local, &r, 64, true)))?;
             got("NAME-p", Some(Reason::NotPermitted), outcome(ring.import_name(&vqp, &private, LEN as u32)))?;
