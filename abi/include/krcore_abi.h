@@ -31,6 +31,11 @@
 // to the connection being up, ms (the module's rdma_cm timeout).
 #define krcore_SET_CONNECT_MS 10000
 
+// How long a yielded attempt waits for the peer's set to begin (its first
+// connection's request, which makes this an adoption), ms: past it, a CONNECT dials
+// anew. The peer asks within [`SET_CONNECT_MS`] of its dial.
+#define krcore_YIELD_MS (krcore_SET_CONNECT_MS + 2000)
+
 // A hello's step byte: a dial's first request, with a proof made over the dialer's
 // time in place of a challenge ([`auth`](super::auth) says when it is admitted).
 #define krcore_FRESH 3

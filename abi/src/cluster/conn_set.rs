@@ -30,13 +30,19 @@ pub const CONNECT_BACKOFF_MAX_MS: i64 = 5_000;
 /// to the connection being up, ms (the module's rdma_cm timeout).
 pub const SET_CONNECT_MS: i64 = 10_000;
 
-/// How long an adoption may go without progress (a further connection of the peer's
-/// asked for, or one of them up), and how long a yielded attempt waits for the peer's
-/// set, ms: past it, a CONNECT dials anew. Longer than the dialer gives one connection
-/// of it, so that a dialer still within its own bound is never given up on: a slow
-/// peer (or a starved one, as a guest under emulation is) would otherwise see its next
-/// connection refused and lose the whole set.
-pub const ADOPT_MS: i64 = SET_CONNECT_MS + 2_000;
+/// How long an adoption may go without progress (a connection of the peer's set asked
+/// for or accepted that was not before), ms: past it, a CONNECT dials anew. Both come
+/// when the peer's request does, and between one connection's request and the next's
+/// the dialer may take up to [`SET_CONNECT_MS`] to finish the first and as long again
+/// to ask for the next: a dialer still within its own bounds is never given up on (a
+/// slow peer, or a starved one, as a guest under emulation is, would otherwise see its
+/// next connection refused and lose the whole set).
+pub const ADOPT_MS: i64 = 2 * SET_CONNECT_MS + 2_000;
+
+/// How long a yielded attempt waits for the peer's set to begin (its first
+/// connection's request, which makes this an adoption), ms: past it, a CONNECT dials
+/// anew. The peer asks within [`SET_CONNECT_MS`] of its dial.
+pub const YIELD_MS: i64 = SET_CONNECT_MS + 2_000;
 
 /// Where a set is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,8 +271,11 @@ impl ConnSet {
         else {
             return false;
         };
-        *have |= 1u32.checked_shl(index).unwrap_or(0);
-        *until_ms = now_ms + ADOPT_MS;
+        let bit = 1u32.checked_shl(index).unwrap_or(0);
+        if *have & bit == 0 {
+            *until_ms = now_ms + ADOPT_MS;
+        }
+        *have |= bit;
         let all = 1u32.checked_shl(count).map_or(u32::MAX, |b| b - 1);
         if *have & all != all {
             return false;
@@ -279,14 +288,17 @@ impl ConnSet {
         true
     }
 
-    /// The peer asked at `now_ms` for a further connection of the set we adopt: the
-    /// adoption is making progress, and has [`ADOPT_MS`] again. Whether one is under
-    /// way (when not, the connection is refused).
-    pub fn adopt_more(&mut self, now_ms: i64) -> bool {
-        let State::Adopting { until_ms, .. } = &mut self.state else {
+    /// The peer asked at `now_ms` for connection `index` of the set we adopt: when it
+    /// is not here yet, the adoption is making progress, and has [`ADOPT_MS`] again (a
+    /// request repeated for one it has renews nothing). Whether one is under way (when
+    /// not, the connection is refused).
+    pub fn adopt_more(&mut self, index: u32, now_ms: i64) -> bool {
+        let State::Adopting { until_ms, have, .. } = &mut self.state else {
             return false;
         };
-        *until_ms = now_ms + ADOPT_MS;
+        if *have & 1u32.checked_shl(index).unwrap_or(0) == 0 {
+            *until_ms = now_ms + ADOPT_MS;
+        }
         true
     }
 
@@ -309,7 +321,7 @@ impl ConnSet {
             }
             Attempt::Yielded => {
                 self.state = State::Yielded {
-                    until_ms: now_ms + ADOPT_MS,
+                    until_ms: now_ms + YIELD_MS,
                 }
             }
             Attempt::Failed => {
@@ -404,7 +416,7 @@ mod tests {
         let mut b = ConnSet::new(2, 1);
         assert_eq!(b.want(10, 0), Action::Connect);
         assert!(!b.attempt_done(Attempt::Yielded, 5));
-        assert_eq!(b.want(10, 5 + ADOPT_MS - 1), Action::Wait);
+        assert_eq!(b.want(10, 5 + YIELD_MS - 1), Action::Wait);
         // Its set arrives: used.
         assert_eq!(ask(&mut b, 10, 6), Answer::Accept);
         assert_eq!(b.want(10, 7), Action::Use);
@@ -412,7 +424,7 @@ mod tests {
         let mut c = ConnSet::new(2, 1);
         c.want(10, 0);
         c.attempt_done(Attempt::Yielded, 0);
-        assert_eq!(c.want(10, ADOPT_MS), Action::Connect);
+        assert_eq!(c.want(10, YIELD_MS), Action::Connect);
         // An adoption left half done is given up the same way.
         let mut d = ConnSet::new(1, 2);
         assert_eq!(d.answer(), Answer::Accept, "nothing of ours");

@@ -560,7 +560,7 @@ impl<S: Store> Peers<S> {
         };
         if index > 0 {
             step.peer = self.find(addr)?;
-            if !self.entry(step.peer)?.set.adopt_more(now_ms) {
+            if !self.entry(step.peer)?.set.adopt_more(index, now_ms) {
                 step.answer = Answer::Refuse;
             }
             return Some(step);
@@ -1420,5 +1420,13 @@ mod tests {
         c.adopted(s.peer, 0, 2, 5);
         assert_eq!(c.connect(&addr(11), 1, 4 + ADOPT_MS, NO_USER, never).close, None);
         assert_eq!(c.connect(&addr(11), 1, 5 + ADOPT_MS, NO_USER, never).close, Some(s.peer));
+        // A request repeated for a connection it has is no progress.
+        let mut d = Peers::with_capacity(2, 2, 4, 3);
+        let s = d.request(&addr(11), 1, 10, 0, 0, never).unwrap();
+        d.adopted(s.peer, 0, 3, 0);
+        assert!(d.request(&addr(11), 1, 10, 1, 1, never).is_some());
+        d.adopted(s.peer, 1, 3, 1);
+        assert!(d.request(&addr(11), 1, 10, 1, ADOPT_MS, never).is_some(), "joins, renews nothing");
+        assert_eq!(d.connect(&addr(11), 1, 1 + ADOPT_MS, NO_USER, never).close, Some(s.peer));
     }
 }

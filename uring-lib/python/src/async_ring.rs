@@ -84,8 +84,13 @@ impl PyAsyncRing {
         })
     }
 
-    /// Lets the ring go: it closes once the coroutines in flight on it are done.
+    /// Lets the ring go: it closes once the coroutines in flight on it are done. In a
+    /// child forked since it was made, only forgets it (its eventfd is in the parent's
+    /// epoll set too).
     fn close(&self, py: Python<'_>) {
+        if self.born.inherited() {
+            return self.born.leave_to_parent(&self.inner);
+        }
         py.detach(|| drop(locked(&self.inner).take()));
     }
 
@@ -242,6 +247,7 @@ impl PyAsyncRing {
     /// the next accept's). Accepts on one listener wait their turn; an `unlisten` ends
     /// them (ECANCELED).
     fn accept<'py>(&self, py: Python<'py>, listener: &PyListener) -> PyResult<Bound<'py, PyAny>> {
+        listener.mine().map_err(|f| f.into_pyerr(py))?;
         let (ring, home, token) = (self.ring()?, listener.inner.clone(), self.token.clone());
         let mut stop = listener.stop.subscribe();
         future_into_py(py, async move {
@@ -264,6 +270,7 @@ impl PyAsyncRing {
 
     /// As `Ring.unlisten`: accepts waiting on the listen end first.
     fn unlisten<'py>(&self, py: Python<'py>, listener: &PyListener) -> PyResult<Bound<'py, PyAny>> {
+        listener.mine().map_err(|f| f.into_pyerr(py))?;
         let (ring, home, token) = (self.ring()?, listener.inner.clone(), self.token.clone());
         listener.stop.send_replace(true);
         future_into_py(py, async move {

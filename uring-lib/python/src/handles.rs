@@ -152,6 +152,12 @@ pub struct PyListener {
 }
 
 impl PyListener {
+    /// Fails `EBADF` in a child forked since the listen was made: it is the parent's,
+    /// and neither accepted on nor ended from here.
+    pub fn mine(&self) -> Result<(), Failure> {
+        self.born.mine()
+    }
+
     /// Wraps the library's listener.
     pub fn new(l: Listener) -> PyListener {
         PyListener {

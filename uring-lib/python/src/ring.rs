@@ -120,8 +120,12 @@ impl PyRing {
         })
     }
 
-    /// Closes the ring (waiting for a call another thread makes on it).
+    /// Closes the ring (waiting for a call another thread makes on it). In a child
+    /// forked since it was opened, only forgets it: the ring is the parent's.
     fn close(&self, py: Python<'_>) {
+        if self.born.inherited() {
+            return self.born.leave_to_parent(&self.inner);
+        }
         py.detach(|| drop(locked(&self.inner).take()));
     }
 
@@ -263,6 +267,7 @@ impl PyRing {
     /// (TABLE_FULL); the listen goes on.
     #[pyo3(signature = (listener, timeout=None))]
     fn accept(&self, py: Python<'_>, listener: &PyListener, timeout: Option<f64>) -> PyResult<(PyVqp, String)> {
+        listener.mine().map_err(|f| f.into_pyerr(py))?;
         let home = listener.inner.clone();
         let within = timeout.map(bound).transpose()?;
         self.with(py, |r| {
@@ -279,6 +284,7 @@ impl PyRing {
     /// Ends a listen; the peers that joined and were not accepted yet, as `accept`
     /// gives them (theirs are this ring's virtual QPs).
     fn unlisten(&self, py: Python<'_>, listener: &PyListener) -> PyResult<Vec<(PyVqp, String)>> {
+        listener.mine().map_err(|f| f.into_pyerr(py))?;
         let home = listener.inner.clone();
         self.with(py, |r| {
             let l = home.blocking_lock().take();

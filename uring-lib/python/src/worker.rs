@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
@@ -20,6 +20,11 @@ use pyo3_async_runtimes::TaskLocals;
 
 /// Tasks spawned for Python and not yet done with it.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Set once the interpreter's exit waited: a blocking task that starts after is
+/// forgotten rather than run (one still in flight past the wait would take the GIL
+/// while the interpreter finalizes).
+static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// How long the interpreter's exit waits for them: a future that never ends (a RECV
 /// nobody answers, on a loop that was not closed) must not hold the exit forever.
@@ -73,6 +78,12 @@ impl Runtime for Worker {
         let held = InFlight::new();
         pyo3_async_runtimes::tokio::get_runtime().spawn_blocking(move || {
             let _held = held;
+            if EXITING.load(Ordering::Acquire) {
+                // What it holds (Python objects among them) is never dropped: the
+                // process is ending.
+                std::mem::forget(f);
+                return;
+            }
             f()
         })
     }
@@ -117,5 +128,6 @@ pub fn _quiesce(py: Python<'_>) {
         while IN_FLIGHT.load(Ordering::Acquire) > 0 && start.elapsed() < QUIESCE {
             std::thread::sleep(Duration::from_millis(1));
         }
+        EXITING.store(true, Ordering::Release);
     });
 }

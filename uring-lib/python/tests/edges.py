@@ -78,10 +78,15 @@ def a_child_leaves_the_parent_alone_and_has_its_own(a, va, mr, remote):
     """A pre-fork server's worker: the parent's ring refused (EBADF), the child's own
     ring, region and async ring working, and the child's ring the grandchild's
     parent's in turn."""
+    listener = a.listen(7313)
+
     def child():
         refused(lambda: a.run(Batch().read(va, mr, 0, remote, 0, 8)), 9, "forked")
         refused(lambda: krcore.AsyncRing(a), 9, "forked")
         with krcore.Ring(8) as own:
+            # The parent's listen is neither accepted on nor ended from here.
+            refused(lambda: own.accept(listener, timeout=0.01), 9, "forked")
+            refused(lambda: own.unlisten(listener), 9, "forked")
             v, m, r = reads_back(own)
             in_child(lambda: refused(lambda: own.run(Batch().read(v, m, 0, r, 0, 8)), 9, "forked"))
             assert own.run(Batch().read(v, m, 16, r, 0, 8)) == [8], "the grandchild touched it"
@@ -93,8 +98,10 @@ def a_child_leaves_the_parent_alone_and_has_its_own(a, va, mr, remote):
             await ar.disconnect(v)
             ar.close()
         asyncio.run(own_async())
+        a.close()  # the parent's: only forgotten here
     in_child(child)
     assert a.run(Batch().read(va, mr, 0, remote, 16, 8)) == [8], "the parent's ring was touched"
+    assert a.unlisten(listener) == [] and listener.ended, "the parent's listen was touched"
     print("edges: a forked child refused its parent's ring, left it working, and used its own")
 
 
