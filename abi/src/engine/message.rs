@@ -552,8 +552,8 @@ impl<S: Store> Messages<S> {
     /// the second end of `open` (what [`half_open`](Self::half_open) found for `t` just
     /// before, in the same critical section), else the first of a new link, which waits
     /// for a pairing CONNECT (`t.pair`) or for the listen on `t.peer` to take it (one
-    /// that listens now is nudged). Returns the link and the end, or `TableFull` when
-    /// the device's links are used up. One user's pairing CONNECTs on one four-tuple
+    /// that listens now is nudged). Returns the link and the end, or `None` when the
+    /// device's links are used up. One user's pairing CONNECTs on one four-tuple
     /// of this node pair in order, as one user's `SO_REUSEPORT` sockets share a port:
     /// each takes the oldest half-open link waiting for its ports, else opens one
     /// (with equal ports, the first and second make a link, the third and fourth
@@ -564,7 +564,7 @@ impl<S: Store> Messages<S> {
         t: Tuple,
         qp: u32,
         open: Option<HalfOpen>,
-    ) -> Result<(u32, u8), Reason> {
+    ) -> Option<(u32, u8)> {
         let bound = End {
             holder: Holder::Bound,
             qp,
@@ -572,16 +572,15 @@ impl<S: Store> Messages<S> {
         };
         if let Some(HalfOpen { link, .. }) = open {
             self.half_open.remove(link);
-            let l = self.links.get_mut(link).ok_or(Reason::TableFull)?;
-            l.ends[1] = bound;
-            return Ok((link, 1));
+            self.links.get_mut(link)?.ends[1] = bound;
+            return Some((link, 1));
         }
         let mut l = Link::new(gid, [t.local, t.peer], [bound, End::OPEN], None);
         l.pair = t.pair;
         if !t.pair {
             l.unanswered_since = Some(i64::MIN);
         }
-        let h = self.links.insert(l).map_err(|_| Reason::TableFull)?;
+        let h = self.links.insert(l).ok()?;
         if t.pair {
             let r = self.half_open.push(h);
             debug_assert!(r.is_ok(), "half_open outsizes links");
@@ -589,7 +588,7 @@ impl<S: Store> Messages<S> {
             self.unanswered += 1;
             self.offer(h);
         }
-        Ok((h, 0))
+        Some((h, 0))
     }
 
     /// A SEND from end `end` of `link`, taken at `s.since_ms`.

@@ -718,7 +718,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     _ if makes && !held.shard(k).may_make(creds.user) => Err(Reason::Quota),
                     (0, _) => Ok((0, 0)),
                     (_, true) => held.shard(k).join_far(gid, t, conn.qp, f),
-                    (_, false) => held.shard(k).join(gid, t, conn.qp, open),
+                    (_, false) => held
+                        .shard(k)
+                        .join(gid, t, conn.qp, open)
+                        .ok_or(Reason::TableFull),
                 };
                 match joined {
                     // Full of links that only wait to send their last notices (fast
