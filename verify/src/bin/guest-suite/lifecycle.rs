@@ -21,8 +21,12 @@ fn module_path() -> Result<String, String> {
         .map_err(|_| "KRCORE_KO is not set (the VM runner sets it with --module)".into())
 }
 
-/// kB figures of /proc/meminfo that a leaking module would grow.
+/// kB figures of /proc/meminfo that a leaking module would grow, read after every slab
+/// cache gave back its empty and per-CPU partial slabs: those come and go with the
+/// kernel's other work (hundreds of kB between two readings otherwise), while a leaked
+/// object pins its slab.
 fn meminfo() -> Result<[(String, i64); 3], String> {
+    shrink_slabs();
     let s = std::fs::read_to_string("/proc/meminfo").map_err(|e| e.to_string())?;
     let get = |key: &str| -> Result<(String, i64), String> {
         let line = s
@@ -57,6 +61,18 @@ fn use_device(sqpoll: bool) -> Result<(), String> {
     check(ring.completions().count() == 1, || {
         "NOP did not complete".into()
     })
+}
+
+/// Asks each SLUB cache to free the slabs it holds empty (its `shrink` file); a kernel
+/// without /sys/kernel/slab is read as it is.
+fn shrink_slabs() {
+    let Ok(caches) = std::fs::read_dir("/sys/kernel/slab") else {
+        return;
+    };
+    for cache in caches.flatten() {
+        // A cache that refuses (an alias, a read-only file) is read as it is.
+        let _ = std::fs::write(cache.path().join("shrink"), "1");
+    }
 }
 
 fn cycle(ko: &str, sqpoll: bool) -> Result<(), String> {
@@ -140,40 +156,51 @@ pub fn load_unload_50_cycles() -> Result<(), String> {
         cycle(&ko, i == 0)?;
     }
     clear_kmemleak()?;
-    let before = meminfo()?;
-    let mut result = Ok(());
-    for i in 0..50 {
-        if let Err(e) = cycle(&ko, i % 10 == 0) {
-            result = Err(format!("cycle {i}: {e}"));
-            break;
-        }
-    }
-    let after = meminfo()?;
+    let result = judge_growth(&ko);
     let reload = sh(&["insmod", &ko]);
     result?;
     reload?;
-    // Budgets far below one leaked module image (~100 kB of text and data per cycle
-    // would be 5 MB) yet above the noise of unrelated kernel activity. Under KASAN,
-    // freed slab objects wait in its quarantine, counted in SUnreclaim (the previous
-    // module grew it by 632 kB there as well): kmemleak, below, judges that kernel.
-    let kasan = kasan();
-    let budget_kb = [256i64, 256, 64];
-    for ((name, b), ((_, a), budget)) in before.iter().zip(after.iter().zip(budget_kb)) {
-        let judged = !(kasan && name == "SUnreclaim");
-        println!(
-            "  {name}: {b} kB -> {a} kB ({:+} kB over 50 cycles, budget {})",
-            a - b,
-            if judged {
-                format!("{budget} kB")
-            } else {
-                "none under KASAN".into()
-            }
-        );
-        check(!judged || a - b <= budget, || {
-            format!("{name} grew by {} kB over 50 load/unload cycles", a - b)
-        })?;
-    }
     check_kmemleak("50 load/unload cycles")
+}
+
+/// Budgets far below one leaked module image (~100 kB of text and data per cycle would
+/// be 5 MB) yet above most of the noise of unrelated kernel activity: 40 to 400 kB of
+/// SUnreclaim over 50 cycles, in spikes that do not repeat. A leak is a trend, so a
+/// window over budget is judged by a second one: the figure fails only if both grew
+/// past it. Under KASAN, freed slab objects wait in its quarantine, counted in
+/// SUnreclaim (the previous module grew it by 632 kB there as well): kmemleak judges
+/// that kernel.
+fn judge_growth(ko: &str) -> Result<(), String> {
+    let budget_kb = [256i64, 256, 64];
+    let kasan = kasan();
+    let mut over = [false; 3];
+    for window in 0..2 {
+        let before = meminfo()?;
+        for i in 0..50 {
+            cycle(ko, i % 10 == 0).map_err(|e| format!("cycle {i}: {e}"))?;
+        }
+        let after = meminfo()?;
+        let mut any = false;
+        for (k, ((name, b), (_, a))) in before.iter().zip(after.iter()).enumerate() {
+            let judged = !(kasan && name == "SUnreclaim") && (window == 0 || over[k]);
+            let budget = budget_kb[k];
+            println!(
+                "  {name}: {b} kB -> {a} kB ({:+} kB over 50 cycles, budget {})",
+                a - b,
+                if judged { format!("{budget} kB") } else { "none here".into() }
+            );
+            over[k] = judged && a - b > budget;
+            any |= over[k];
+            check(!(over[k] && window == 1), || {
+                format!("{name} grew by {} kB in each of two runs of 50 load/unload cycles", a - b)
+            })?;
+        }
+        if !any {
+            return Ok(());
+        }
+        println!("  over budget: 50 more cycles judge whether it is a trend");
+    }
+    Ok(())
 }
 
 /// A CONNECT to another node that comes before the pool was built (here prewarm is
