@@ -31,7 +31,15 @@ struct krcore_uring_entry {
 struct krcore_uring_pdu {
 	s32 res;
 	u64 extra;
+	/* KRCORE_PDU_ISSUING until the issuer marked the command cancelable (then
+	 * KRCORE_PDU_MARKED), or KRCORE_PDU_EARLY once its result came before that: the
+	 * issuer completes it then (see shim.c's krcore_fop_uring_cmd). */
+	atomic_t state;
 };
+
+#define KRCORE_PDU_ISSUING 0
+#define KRCORE_PDU_MARKED 1
+#define KRCORE_PDU_EARLY 2
 
 /* The entry a command carries. 7.x checks the size against the 128-byte SQE. */
 static inline const void *krcore_uring_entry(const struct io_uring_cmd *cmd)

@@ -78,38 +78,60 @@ void krcore_shim_uring_complete(void *c, s32 res, u64 extra)
 
 	p->res = res;
 	p->extra = extra;
+	/* Before its issuer marked it cancelable, the issuer completes it (a command done
+	 * before it is marked would be marked after it was freed). Fully ordered: the
+	 * issuer that sees EARLY sees the result. */
+	if (atomic_cmpxchg(&p->state, KRCORE_PDU_ISSUING, KRCORE_PDU_EARLY) == KRCORE_PDU_ISSUING)
+		return;
 	/* io_uring_cmd_done wants the ring's lock, or its task: the task's work runs it. */
 	io_uring_cmd_complete_in_task(cmd, krcore_uring_task_done);
 }
 
 /*
  * krcore entries through io_uring's own ring: the 64-byte entry in a 128-byte SQE's
- * command area, its completion in a 32-byte CQE (res, and aux or the reason). Never
- * marked cancelable: what may wait without bound (RECV) is refused, so io_uring's
- * teardown waits for each command at most a request deadline and the device's tick
- * (meta_check_ms; with 0, a SEND waiting for a receive ends only when one comes).
+ * command area, its completion in a 32-byte CQE (res, and aux or the reason).
+ *
+ * A command that completes later is marked cancelable, so a task that exits or execs
+ * gets it back at once (IO_URING_F_CANCEL: abi's engine/uring.rs `Ring::cancel`)
+ * rather than waiting on a peer. Marking takes io_uring's lock, which is taken before
+ * the ring's (io_uring holds it while it issues), so it happens here, after Rust let
+ * go of the ring; a result that comes meanwhile waits in the pdu (EARLY) for this
+ * function to complete it. Until marked, the command is in no cancel list, and
+ * io_uring holds the request (its lock inline or under SQPOLL, its reference from
+ * io-wq) until this returns.
  */
 static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 {
+	struct krcore_uring_pdu *p = io_uring_cmd_to_pdu(cmd, struct krcore_uring_pdu);
 	struct krcore_uring_entry entry;
 	s32 res = 0;
 	u64 extra = 0;
 	int r;
 
-	if (issue_flags & IO_URING_F_CANCEL)
+	if (issue_flags & IO_URING_F_CANCEL) {
+		/* Called with io_uring's lock held, for a marked command only. */
+		if (krcore_rs_uring_cancel(cmd->file->private_data, cmd, &res, &extra))
+			krcore_uring_done(cmd, res, extra, issue_flags);
 		return 0;
+	}
 	if (cmd->cmd_op != krcore_rs_uring_cmd_entry)
 		return -EOPNOTSUPP;
 	if (!(issue_flags & IO_URING_F_SQE128) || !(issue_flags & IO_URING_F_CQE32))
 		return -EINVAL;
 	/* Read once: the SQE is the user's memory until io_uring copied it. */
 	memcpy(&entry, krcore_uring_entry(cmd), sizeof(entry));
+	atomic_set(&p->state, KRCORE_PDU_ISSUING);
 	r = krcore_rs_uring_cmd(cmd->file->private_data, cmd, entry.bytes,
 				issue_flags & IO_URING_F_NONBLOCK, &res, &extra);
 	if (r < 0)
 		return r;
-	if (r == 1)
+	if (r == 1) {
 		krcore_uring_done(cmd, res, extra, issue_flags);
+		return -EIOCBQUEUED;
+	}
+	io_uring_cmd_mark_cancelable(cmd, issue_flags);
+	if (atomic_cmpxchg(&p->state, KRCORE_PDU_ISSUING, KRCORE_PDU_MARKED) == KRCORE_PDU_EARLY)
+		krcore_uring_done(cmd, p->res, p->extra, issue_flags);
 	return -EIOCBQUEUED;
 }
 
@@ -1082,10 +1104,18 @@ bool krcore_shim_bench_direct_enabled(void)
 	return bench_direct;
 }
 
+/* How often a device's expiry runs: what waits on a deadline (a SEND for a receive, a
+ * CONNECT for a listen, a closed ring's revocations) ends at most this late. Its own
+ * work, whatever meta_check_ms is: nothing waits forever. */
+#define KRCORE_EXPIRE_MS 250
+
 struct krcore_devwatch {
 	struct ib_event_handler eh;
 	struct work_struct work;
+	/* The MetaServer check, every meta_check_ms (not armed with 0). */
 	struct delayed_work tick;
+	/* Deadlines, every KRCORE_EXPIRE_MS. */
+	struct delayed_work expire;
 	void *ctx;
 };
 
@@ -1095,6 +1125,14 @@ static void krcore_devwatch_tick(struct work_struct *work)
 
 	krcore_rs_dev_tick(w->ctx);
 	schedule_delayed_work(&w->tick, msecs_to_jiffies(krcore_shim_meta_check_ms()));
+}
+
+static void krcore_devwatch_expire(struct work_struct *work)
+{
+	struct krcore_devwatch *w = container_of(to_delayed_work(work), struct krcore_devwatch, expire);
+
+	krcore_rs_dev_expire(w->ctx);
+	schedule_delayed_work(&w->expire, msecs_to_jiffies(KRCORE_EXPIRE_MS));
 }
 
 static void krcore_devwatch_work(struct work_struct *work)
@@ -1122,19 +1160,22 @@ struct krcore_devwatch *krcore_shim_devwatch_start(struct ib_device *dev, void *
 	w->ctx = ctx;
 	INIT_WORK(&w->work, krcore_devwatch_work);
 	INIT_DELAYED_WORK(&w->tick, krcore_devwatch_tick);
+	INIT_DELAYED_WORK(&w->expire, krcore_devwatch_expire);
 	INIT_IB_EVENT_HANDLER(&w->eh, dev, krcore_devwatch_event);
 	ib_register_event_handler(&w->eh);
 	schedule_work(&w->work);
 	if (krcore_shim_meta_check_ms())
 		schedule_delayed_work(&w->tick, msecs_to_jiffies(krcore_shim_meta_check_ms()));
+	schedule_delayed_work(&w->expire, msecs_to_jiffies(KRCORE_EXPIRE_MS));
 	return w;
 }
 
 void krcore_shim_devwatch_stop(struct krcore_devwatch *w)
 {
 	ib_unregister_event_handler(&w->eh);
-	/* Stops the tick's re-arming too. */
+	/* Stops each work's re-arming too. */
 	cancel_delayed_work_sync(&w->tick);
+	cancel_delayed_work_sync(&w->expire);
 	cancel_work_sync(&w->work);
 	kfree(w);
 }

@@ -33,6 +33,9 @@ int krcore_rs_poll(void *priv, struct file *f, struct poll_table_struct *pt);
  * `nonblock`). See abi's engine/uring.rs. */
 int krcore_rs_uring_cmd(void *priv, void *cmd, const u8 *entry, bool nonblock, s32 *res,
 			u64 *extra);
+/* io_uring takes command `cmd` back (IO_URING_F_CANCEL): 1 with the result to
+ * complete it with now in `res` and `extra`, 0 when its completion is on its way. */
+int krcore_rs_uring_cancel(void *priv, void *cmd, s32 *res, u64 *extra);
 /* The `cmd_op` of a krcore entry in an IORING_OP_URING_CMD (abi's URING_CMD_ENTRY). */
 extern const u32 krcore_rs_uring_cmd_entry;
 /* mmap(2) at page offset pgoff, len bytes. */
@@ -86,8 +89,10 @@ bool krcore_rs_cm_adopt(void *pin, struct krcore_cm_conn *c, struct ib_qp *qp, u
 
 /* Build the device's QP pool now if it can (work context; ctx is the device context). */
 void krcore_rs_dev_prewarm(void *ctx);
-/* The device's periodic tick, every meta_check_ms (work context). */
+/* The device's MetaServer tick, every meta_check_ms (work context). */
 void krcore_rs_dev_tick(void *ctx);
+/* The device's expiry of deadlines, every 250 ms (work context). */
+void krcore_rs_dev_expire(void *ctx);
 
 /* The device's CQ had an event: poll, route, wake (work context; ctx is the device
  * context, or NULL before it is set). */
@@ -98,8 +103,9 @@ void krcore_rs_dev_net(void *ctx);
 /* ---- Implemented in C (shim.c) ---- */
 
 /* Watches a device's GID and port events, running krcore_rs_dev_prewarm(ctx) from a
- * work item after each (and once at start), and krcore_rs_dev_tick(ctx) every
- * meta_check_ms. Stopping waits for a running one. */
+ * work item after each (and once at start), krcore_rs_dev_tick(ctx) every
+ * meta_check_ms and krcore_rs_dev_expire(ctx) every 250 ms. Stopping waits for a
+ * running one. */
 struct krcore_devwatch;
 struct krcore_devwatch *krcore_shim_devwatch_start(struct ib_device *dev, void *ctx);
 void krcore_shim_devwatch_stop(struct krcore_devwatch *w);

@@ -335,6 +335,44 @@ extern "C" fn krcore_rs_uring_cmd(
     }
 }
 
+/// io_uring takes command `cmd` back (its task exits or execs; shim.c's
+/// `krcore_fop_uring_cmd` under `IO_URING_F_CANCEL`): 1 with the result to complete it
+/// with now in `res` and `extra`, 0 when its completion is on its way already.
+#[no_mangle]
+extern "C" fn krcore_rs_uring_cancel(
+    ctx: *mut c_void,
+    cmd: *mut c_void,
+    res: *mut i32,
+    extra: *mut u64,
+) -> c_int {
+    // SAFETY: `ctx` is the live context of an open file (io_uring holds the file).
+    let ctx = unsafe { &*ctx.cast::<FileCtx>() };
+    let Ok(b) = ctx.bound() else {
+        // Never bound, so it never took a command.
+        return 0;
+    };
+    let cqe = {
+        let mut rc = b.ring.ctx.lock();
+        // What completed already gives its own result, not `Cancelled`.
+        b.ring.absorb_mail(&mut rc);
+        let cqe = rc.engine().cancel(cmd as u64);
+        // Others' completions the mail brought go to their commands, or wake the ring.
+        let _ = rc.hand_back(0);
+        rc.notify(b.dev.sleepers.load(Ordering::Acquire) > 0);
+        cqe
+    };
+    let Some(cqe) = cqe else {
+        return 0;
+    };
+    let (r, e) = crate::abi::engine::uring_result(&cqe);
+    // SAFETY: the shim's locals, valid for writes.
+    unsafe {
+        *res = r;
+        *extra = e;
+    }
+    1
+}
+
 /// ioctl(2).
 #[no_mangle]
 extern "C" fn krcore_rs_ioctl(ctx: *mut c_void, cmd: c_uint, arg: c_ulong) -> c_long {

@@ -264,6 +264,12 @@ impl Rig {
         std::iter::from_fn(|| ring.take_diverted()).collect()
     }
 
+    /// io_uring takes command `sink` of ring `r` back (the engine's `cancel`): the CQE
+    /// to complete it with now, if it is owed one.
+    pub fn cancel(&mut self, r: usize, sink: u64) -> Option<Cqe> {
+        self.ring(r).ring.cancel(sink)
+    }
+
     /// Ring `r`'s diverted CQEs handed back (the engine's `hand_back`), but command
     /// `keep`'s: what was kept, and each other command's (sink, res, extra) in order.
     pub fn hand_back(&mut self, r: usize, keep: u64) -> (Handed, Vec<(u64, i32, u64)>) {

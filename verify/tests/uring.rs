@@ -1,7 +1,7 @@
 //! Entries io_uring carries (the engine's `uring`), on a fake NIC: each taken entry's CQE
 //! is diverted to its command, never to the ring's CQ, at once or when its request
 //! completes; what io_uring cannot carry fails by name; a ring that goes still answers
-//! every command it took.
+//! every command it took; a cancelled command is answered once, at once.
 
 use krcore_abi::cqe::Reason;
 use krcore_abi::engine::{Diverted, One};
@@ -129,4 +129,38 @@ fn a_carried_unlisten_answers_its_command_once_and_the_listen_in_the_cq() {
     let c = rig.reap(0, usize::MAX);
     assert_eq!(c.len(), 1, "{c:?}");
     assert_eq!((c[0].user_data, c[0].failure()), (50, Some(Reason::Cancelled)));
+}
+
+#[test]
+fn a_command_cancelled_in_flight_is_answered_at_once_and_its_request_later_dropped() {
+    let (mut rig, v, mr, rmr) = scene();
+    let read = Sqe::one_sided(Opcode::Read, 60, v, mr, MR, 8, rmr, MR + 64);
+    assert_eq!(rig.submit_one(0, &read, CMD), One::Taken);
+    let c = rig.cancel(0, CMD).expect("in flight: owed a CQE");
+    assert_eq!((c.user_data, c.failure()), (60, Some(Reason::Cancelled)));
+    assert_eq!(rig.cancel(0, CMD), None, "answered once");
+    // The READ still ends on the wire; its CQE has no command left to go to.
+    rig.drain();
+    assert!(rig.diverted(0).is_empty(), "a second CQE for the cancelled command");
+    assert!(rig.reap(0, usize::MAX).is_empty(), "nothing in the ring's CQ");
+    // Its slot was released with it: the same command number is a new command.
+    assert_eq!(rig.submit_one(0, &read, CMD), One::Taken);
+    rig.drain();
+    let d = rig.diverted(0);
+    assert_eq!((d.len(), d[0].cqe.res), (1, 8), "{d:?}");
+}
+
+#[test]
+fn a_command_cancelled_before_its_hand_back_takes_its_own_cqe() {
+    let (mut rig, ..) = scene();
+    let other = CMD + 0x100;
+    assert_eq!(rig.submit_one(0, &Sqe::nop(70), other), One::Taken);
+    assert_eq!(rig.submit_one(0, &Sqe::nop(71), CMD), One::Taken);
+    let c = rig.cancel(0, CMD).expect("its CQE is still here");
+    assert_eq!((c.user_data, c.res), (71, 0));
+    let (_, passed) = rig.hand_back(0, 0);
+    assert_eq!(passed.iter().map(|p| p.0).collect::<Vec<_>>(), [other], "the other's only");
+    // Handed back: its completion is on its way, and a cancel owes nothing.
+    assert_eq!(rig.cancel(0, other), None);
+    assert_eq!(rig.cancel(0, 0), None, "the ring's CQ is no command");
 }

@@ -365,6 +365,10 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     #[cold]
     #[inline(never)]
     fn divert(&mut self, sink: u64, cqe: Cqe) {
+        if sink == super::uring::CANCELLED {
+            // Its command was completed when io_uring cancelled it.
+            return;
+        }
         let r = self.diverted.push(super::uring::Diverted { sink, cqe });
         debug_assert!(r.is_ok(), "uring room rule broken");
     }

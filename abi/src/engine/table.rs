@@ -225,14 +225,16 @@ impl<T: Copy, S: Store> Fifo<T, S> {
     where
         T: PartialEq,
     {
+        self.remove_where(|x| x == v).is_some()
+    }
+
+    /// Removes and returns the oldest entry `pred` holds for, keeping the others' order.
+    pub fn remove_where(&mut self, mut pred: impl FnMut(T) -> bool) -> Option<T> {
         let cap = self.capacity() as u32;
-        let Some(k) =
-            (0..self.len).find(|&k| self.buf.as_ref()[wrap(self.head + k, cap) as usize] == v)
-        else {
-            return false;
-        };
+        let k = (0..self.len).find(|&k| pred(self.buf.as_ref()[wrap(self.head + k, cap) as usize]))?;
         // Shift the entries before it one place back, then drop the front.
         let buf = self.buf.as_mut();
+        let found = buf[wrap(self.head + k, cap) as usize];
         let mut j = k;
         while j > 0 {
             buf[wrap(self.head + j, cap) as usize] = buf[wrap(self.head + j - 1, cap) as usize];
@@ -240,7 +242,7 @@ impl<T: Copy, S: Store> Fifo<T, S> {
         }
         self.head = wrap(self.head + 1, cap);
         self.len -= 1;
-        true
+        Some(found)
     }
 
     /// Whether `pred` holds for some queued entry.

@@ -19,10 +19,15 @@
 //! own entries (a DISCONNECT's receives, an UNLISTEN's listen) completes to the ring's
 //! CQ, as each of those was taken from it.
 //!
+//! A command is cancelable: when its task exits or execs, io_uring asks for it back
+//! ([`Ring::cancel`]), and one still in flight completes at once with `Cancelled`; its
+//! request goes on holding its slot until the hardware or its deadline ends it, and
+//! that CQE is dropped ([`CANCELLED`]). So no process waits on a peer to leave.
+//!
 //! Not carried ([`Reason::NotThroughUring`]): LISTEN (a command completes once; 6.12
 //! has no multishot for commands), REG_MR (registered outside the ring's lock by the
-//! ring's own caller), and RECV (it may wait forever for a peer, and 6.12 passes no
-//! cancellation to commands, so a process could not exit).
+//! ring's own caller), and RECV (it may wait forever for a peer: its command would stay
+//! in io_uring until the task went, with nothing to bound it).
 
 use super::cqe::{Cqe, Reason};
 use super::fabric::Fabric;
@@ -37,6 +42,10 @@ use super::Store;
 /// The `cmd_op` of a krcore entry in an `IORING_OP_URING_CMD` ("KRUE"; any other is
 /// refused with `EOPNOTSUPP`).
 pub const URING_CMD_ENTRY: u32 = 0x4b52_5545;
+
+/// The sink of an entry whose command io_uring cancelled: its CQE is dropped. Never a
+/// command's address (those are aligned kernel pointers).
+pub(crate) const CANCELLED: u64 = u64::MAX;
 
 /// A CQE owed to the io_uring command `sink`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -141,6 +150,25 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             }
             Step::Wait(s) => One::Wait(s),
         }
+    }
+
+    /// io_uring takes command `sink` back (its task exits or execs): the CQE to
+    /// complete it with now, or `None` when it was handed back already (its completion
+    /// is on its way through the task's work, and owes nothing more). A CQE still in the
+    /// diverted list is taken from it; an entry still in flight completes `Cancelled`,
+    /// and the CQE its request ends with later is dropped. The caller holds the ring's
+    /// lock, which every hand-back holds too.
+    pub fn cancel(&mut self, sink: u64) -> Option<Cqe> {
+        if sink == 0 || sink == CANCELLED {
+            return None;
+        }
+        if let Some(d) = self.diverted.remove_where(|d| d.sink == sink) {
+            return Some(d.cqe);
+        }
+        let inf = self.tables.inflight.values_mut().find(|i| i.sink == sink)?;
+        inf.sink = CANCELLED;
+        // Counted once, as its request ends (the ring's counters count requests).
+        Some(Cqe::err(inf.user_data, Reason::Cancelled))
     }
 
     /// The oldest CQE owed to an io_uring command, if any.

@@ -392,7 +392,8 @@ impl DevCtx {
     }
 }
 
-/// The periodic tick of a device context (the device watch's delayed work).
+/// The MetaServer tick of a device context (the device watch's delayed work, every
+/// `meta_check_ms`).
 #[no_mangle]
 extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
     // SAFETY: as for krcore_rs_dev_prewarm: the watch is stopped before the context goes.
@@ -402,6 +403,14 @@ extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
     if dev.shared.meta.check() || probe {
         dev.meta_work();
     }
+}
+
+/// The expiry of a device context (the device watch's other delayed work, every
+/// 250 ms whatever the parameters).
+#[no_mangle]
+extern "C" fn krcore_rs_dev_expire(ctx: *mut core::ffi::c_void) {
+    // SAFETY: as for krcore_rs_dev_prewarm: the watch is stopped before the context goes.
+    let dev = unsafe { &*ctx.cast::<DevCtx>() };
     // A closed ring's revocation that found no room tries again (room comes by the
     // revocations' deadline, whoever's they are).
     if dev.shared.revoke_waiting.swap(false, Ordering::AcqRel) {

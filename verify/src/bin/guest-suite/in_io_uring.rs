@@ -1,8 +1,10 @@
 //! krcore entries carried by io_uring's own ring (abi's engine/uring.rs): each completes
 //! into io_uring's CQ, never the ring's; a wrong setup or command is refused; what is in
-//! flight when the ring's file is closed still completes.
+//! flight when the ring's file is closed still completes; nothing carried waits forever,
+//! whatever the module's parameters, and no process waits on one to exit or exec.
 
 use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use krcore_uring::abi::cqe::Reason;
@@ -13,6 +15,8 @@ use krcore_uring::Builder;
 
 use crate::datapath::{ok, open, Buf, LOCAL_GID};
 use crate::harness::check;
+use crate::isolation::Child;
+use crate::lifecycle::reload;
 
 type Uring = IoUring<squeue::Entry128, cqueue::Entry32>;
 
@@ -119,4 +123,114 @@ pub fn carried_entries_complete_into_io_uring() -> Result<(), String> {
     check(done.len() == 16 && done.iter().all(|&r| r == 8), || {
         format!("READs across the ring's close: {done:?}")
     })
+}
+
+/// A SEND nobody receives, carried on a fresh io_uring of its own: the pair of ends on
+/// `port`, the ring and the io_uring (which must outlive the wait for its CQE).
+fn unreceived_send(port: u16) -> Result<(krcore_uring::Ring, Uring, Buf), String> {
+    let mut ring = open(Builder::new(16))?;
+    let (a_end, _) = ok(&mut ring, Sqe::pair(1, LOCAL_GID, port, port))?;
+    ok(&mut ring, Sqe::pair(2, LOCAL_GID, port, port))?;
+    let buf = Buf::new(64);
+    let (mr, _) = ok(&mut ring, Sqe::reg_mr(3, buf.addr(), 64, MrAccess::LOCAL_WRITE))?;
+    let send = Sqe::two_sided(Opcode::Send, 0, a_end as u32, mr as u32, buf.addr(), 8);
+    let mut u: Uring = IoUring::builder().build(8).map_err(|e| e.to_string())?;
+    let e = opcode::UringCmd80::new(types::Fd(ring.as_raw_fd()), CMD_OP)
+        .cmd(command(&send))
+        .build()
+        .user_data(9);
+    // SAFETY: the buffer is returned with the io_uring and outlives the command.
+    unsafe { u.submission().push(&e) }.map_err(|e| e.to_string())?;
+    u.submit().map_err(|e| e.to_string())?;
+    Ok((ring, u, buf))
+}
+
+/// With the MetaServer tick off (`meta_check_ms=0`), a carried SEND nobody receives
+/// still fails `NoReceiver` by its deadline (the device's expiry is its own work); with
+/// a deadline of ten minutes, a process with one in flight exits, and execs, at once:
+/// io_uring takes the command back (`Cancelled`) instead of waiting for it.
+pub fn nothing_carried_waits_forever_nor_holds_an_exit() -> Result<(), String> {
+    reload(&["meta_check_ms=0", "request_timeout_ms=1000"])?;
+    let result = expires_without_the_tick().and_then(|_| {
+        reload(&["meta_check_ms=0", "request_timeout_ms=600000"])?;
+        ends_promptly(false)?;
+        ends_promptly(true)
+    });
+    let back = reload(&[]);
+    result.and(back)
+}
+
+fn expires_without_the_tick() -> Result<(), String> {
+    let (_ring, mut u, _buf) = unreceived_send(4411)?;
+    let sent = Instant::now();
+    let ts = types::Timespec::new().sec(10);
+    let args = types::SubmitArgs::new().timespec(&ts);
+    let _ = u.submitter().submit_with_args(1, &args);
+    let got: Vec<_> = u.completion().map(|c| (c.result(), c.big_cqe()[0])).collect();
+    let why = got.first().and_then(|c| outcome("send", c.0, c.1).err()).and_then(|e| e.reason());
+    println!("  meta_check_ms=0: the unreceived SEND ended {why:?} after {:?}", sent.elapsed());
+    check(why == Some(Reason::NoReceiver), || {
+        format!("a SEND nobody receives, 10 s past its 1 s deadline: {got:?}")
+    })
+}
+
+/// Forks a process that carries a SEND nobody receives, then exits (or execs
+/// /bin/true): the time it took to be gone, which must be far below the deadline.
+fn ends_promptly(exec: bool) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let mut child = Child::fork(|mut w| {
+        let Ok(held) = unreceived_send(4412 + exec as u16) else {
+            return 1;
+        };
+        // Held across the exit or exec: only the kernel's teardown ends them.
+        std::mem::forget(held);
+        if w.write_all(b"r").is_err() {
+            return 1;
+        }
+        if exec {
+            let path = c"/bin/true";
+            let argv = [path.as_ptr(), std::ptr::null()];
+            // SAFETY: a NUL-terminated path and argument vector.
+            unsafe { libc::execv(path.as_ptr(), argv.as_ptr()) };
+            return 1;
+        }
+        0
+    })?;
+    let pid = child.pid();
+    let mut byte = [0u8; 1];
+    let ready = child.output().read(&mut byte).map_err(|e| e.to_string())? == 1;
+    let since = Instant::now();
+    let how = if exec { "exec" } else { "exit" };
+    let mut status = 0;
+    loop {
+        // SAFETY: polls our own child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            break;
+        }
+        if since.elapsed() > Duration::from_secs(20) {
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return Err(format!("a process with a carried SEND in flight did not {how} in 20 s"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    check(ready && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, || {
+        format!("the child failed to set up (ready {ready}, status {status:#x})")
+    })?;
+    let gone = since.elapsed();
+    // io_uring's teardown, which runs on after the task, lets go of the ring's file too
+    // (nothing else here holds the module).
+    let refs = || std::fs::read_to_string("/sys/module/krcore/refcnt").unwrap_or_default();
+    while refs().trim() != "0" {
+        check(since.elapsed() < Duration::from_secs(20), || {
+            format!("20 s after the {how}, the module is still held ({} references)", refs().trim())
+        })?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!(
+        "  a process with an unreceived carried SEND did {how} in {gone:?}, its io_uring \
+         let go in {:?} (deadline 600 s)",
+        since.elapsed()
+    );
+    Ok(())
 }

@@ -33,6 +33,23 @@ impl Child {
     /// prints its error and exits 1.
     pub(crate) fn spawn(f: impl FnOnce() -> Result<String, String>) -> Result<Child, String> {
         use std::io::Write;
+        let child = Child::fork(|mut w| {
+            let code = match f() {
+                Ok(text) => w.write_all(text.as_bytes()).is_err() as i32,
+                Err(e) => {
+                    eprintln!("  child: {e}");
+                    1
+                }
+            };
+            drop(w);
+            code
+        })?;
+        Ok(child)
+    }
+
+    /// Forks; the child runs `f` with the write end of a pipe whose read end the parent
+    /// keeps, and exits with the code `f` returns (if `f` returns at all: it may exec).
+    pub(crate) fn fork(f: impl FnOnce(std::fs::File) -> i32) -> Result<Child, String> {
         use std::os::fd::FromRawFd;
         let mut fds = [0; 2];
         // SAFETY: `fds` has room for the two descriptors.
@@ -45,16 +62,11 @@ impl Child {
             return Err(format!("fork: {}", std::io::Error::last_os_error()));
         }
         if pid == 0 {
-            // SAFETY: our end of the pipe, owned from here on.
-            let mut w = unsafe { std::fs::File::from_raw_fd(fds[1]) };
-            let code = match f() {
-                Ok(text) => w.write_all(text.as_bytes()).is_err() as i32,
-                Err(e) => {
-                    eprintln!("  child: {e}");
-                    1
-                }
+            // SAFETY: the read end is the parent's; the write end is ours from here on.
+            let code = unsafe {
+                libc::close(fds[0]);
+                f(std::fs::File::from_raw_fd(fds[1]))
             };
-            drop(w);
             // SAFETY: leaves the child without running the parent's destructors.
             unsafe { libc::_exit(code) };
         }
@@ -65,6 +77,11 @@ impl Child {
             // SAFETY: our end of the pipe, owned from here on.
             out: unsafe { std::fs::File::from_raw_fd(fds[0]) },
         })
+    }
+
+    /// The pipe's read end.
+    pub(crate) fn output(&mut self) -> &mut std::fs::File {
+        &mut self.out
     }
 
     /// The child's process id.

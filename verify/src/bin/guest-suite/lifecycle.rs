@@ -75,6 +75,15 @@ fn shrink_slabs() {
     }
 }
 
+/// Loads the module again with `params` (none: its defaults).
+pub(crate) fn reload(params: &[&str]) -> Result<(), String> {
+    let ko = module_path()?;
+    sh(&["rmmod", "krcore"])?;
+    let mut argv = vec!["insmod", ko.as_str()];
+    argv.extend_from_slice(params);
+    sh(&argv).map(|_| ())
+}
+
 fn cycle(ko: &str, sqpoll: bool) -> Result<(), String> {
     sh(&["insmod", ko])?;
     use_device(sqpoll)?;

@@ -71,6 +71,10 @@ const TESTS: &[Test] = &[
         run: in_io_uring::carried_entries_complete_into_io_uring,
     },
     Test {
+        name: "in_io_uring::nothing_carried_waits_forever_nor_holds_an_exit",
+        run: in_io_uring::nothing_carried_waits_forever_nor_holds_an_exit,
+    },
+    Test {
         name: "sqpoll::no_syscalls_in_steady_state",
         run: sqpoll::no_syscalls_in_steady_state,
     },
