@@ -71,6 +71,10 @@
 // Listens one ring may hold at once.
 #define krcore_RING_LISTENS 4
 
+// One client may hold at most 1/`CLIENT_SHARE` of a listening ring's virtual QPs
+// (at least one) through the listen's accepts.
+#define krcore_CLIENT_SHARE 4
+
 // The longest RECV (bytes): the backend writes a message with a key made for its
 // receive alone, a fast registration of at most 257 pages (1 MiB, not page-aligned).
 #define krcore_MAX_RECV (1 << 20)

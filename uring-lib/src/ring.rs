@@ -306,7 +306,9 @@ impl Ring {
 
     /// The next peer that joined `listener`'s service, waiting for one without a
     /// bound. A peer this ring had no room for (1,024 virtual QPs) is an error,
-    /// `TableFull`, and the listen goes on; once the listen has ended (its
+    /// `TableFull`, and one past its client's quarter of them (`CLIENT_SHARE`: one
+    /// user of this node, or one other node) `Quota`; the listen goes on. Once the
+    /// listen has ended (its
     /// [`ended`](Listener::ended)), `ECANCELED`.
     pub fn accept(&mut self, listener: &mut Listener) -> Result<Accepted, Error> {
         self.accept_within(listener, 0)

@@ -161,3 +161,42 @@ fn a_full_links_shard_refuses_no_ephemeral_connect() {
     }
     assert_eq!(refused, 0, "ephemeral CONNECTs refused for a shard another user filled");
 }
+
+#[test]
+fn a_client_holds_only_its_part_of_a_listening_ring_and_none_of_the_servers_share() {
+    let mut rig = Rig::new(&[16, 16]);
+    limit(&rig, Share::Vqps, 6);
+    let big = Limits {
+        vqps: 16,
+        ..Limits::default()
+    };
+    let (server, hog, other) = (
+        rig.open_as(big, user(1)),
+        rig.open_as(big, user(2)),
+        rig.open_as(big, user(3)),
+    );
+    assert_eq!(one(&mut rig, server, Sqe::listen(1, 7000)).res, 0);
+    let mut connect = |rig: &mut Rig, r: usize, ud: u64| {
+        rig.push(r, &[Sqe::connect(ud, [0; 16], 7000)]);
+        rig.drain();
+        let c = rig.reap(r, 1);
+        assert_eq!(c.len(), 1, "the listen answered: {c:?}");
+        c[0]
+    };
+    // The hog's CONNECTs: a quarter of the server's 16 virtual QPs are taken, the rest
+    // refused; its own share (6) would have let it make all six.
+    let got: Vec<bool> = (0..6).map(|i| connect(&mut rig, hog, 10 + i).res > 0).collect();
+    assert_eq!(got, [true, true, true, true, false, false], "the hog's CONNECTs");
+    let refused: Vec<_> = rig
+        .reap(server, usize::MAX)
+        .iter()
+        .filter_map(|c| c.failure())
+        .collect();
+    assert_eq!(refused, [Reason::Quota, Reason::Quota], "the listen's CQEs name why");
+    // Another client is served, and the server's own CONNECT is its own share's.
+    assert!(connect(&mut rig, other, 20).res > 0, "another user's CONNECT");
+    let taken = rig.reap(server, usize::MAX);
+    assert!(taken.len() == 1 && taken[0].res > 0, "the listen took it: {taken:?}");
+    assert!(one(&mut rig, server, Sqe::pair(21, [0; 16], 7100, 7100)).res > 0);
+    assert_eq!(rig.kernel.counts(1).0[Share::Vqps as usize], 1, "accepts cost the server none");
+}

@@ -20,9 +20,15 @@
 //!
 //! So nothing waits in the SQ (a LISTEN is taken at once), the inbox holds at most one
 //! nudge per listen and shard, and every offer is accepted, refused by name (no room in
-//! the ring's virtual QP table or the user's share: `TableFull` or `Quota`, and the
-//! connecting end is refused), or, when the listen ends, kept for the next listen
-//! until its deadline. A pairing CONNECT of this node's on the same four-tuple fails
+//! the ring's virtual QP table: `TableFull`; the client's part of it used up: `Quota`;
+//! the connecting end is refused), or, when the listen ends, kept for the next listen
+//! until its deadline.
+//!
+//! What an accepted virtual QP costs: no share of the listening user's (it holds the
+//! connecting end's link, counted against that end's maker, or the peer's), so a client
+//! cannot spend the server's quota; and one client, a user of this node or another node
+//! ([`Client`]), may hold at most a quarter of the listening ring's virtual QPs
+//! ([`CLIENT_SHARE`]), so no client fills the server's table for the others. A pairing CONNECT of this node's on the same four-tuple fails
 //! `ServiceTaken`: the listen holds that port.
 //!
 //! LISTEN, UNLISTEN and a ring's close hold the membership lock while they visit the
@@ -43,7 +49,7 @@ use super::message::{Holder, Messages};
 use super::ports::Hold;
 use super::shares::Share;
 use super::ring::RingMem;
-use super::ring_state::{Completion, Ring};
+use super::ring_state::{Client, Completion, Ring};
 use super::sqe::Sqe;
 use super::submit::{Held, Stall, Step};
 use super::wrid::WrId;
@@ -98,7 +104,28 @@ pub struct Offer {
     pub peer_port: u16,
     /// The connecting end is on another node.
     pub far: bool,
+    /// The user (slot) whose CONNECT made the link, here (see `Messages::made_by`).
+    pub maker: u32,
 }
+
+impl Offer {
+    /// Who is connecting: this node's user, or the other node.
+    pub fn client(&self) -> Client {
+        match self.far {
+            true => Client::Node(u32::from_be_bytes([
+                self.gid[12],
+                self.gid[13],
+                self.gid[14],
+                self.gid[15],
+            ])),
+            false => Client::User(self.maker),
+        }
+    }
+}
+
+/// One client may hold at most 1/`CLIENT_SHARE` of a listening ring's virtual QPs
+/// (at least one) through the listen's accepts.
+pub const CLIENT_SHARE: usize = 4;
 
 /// One of a ring's listens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,6 +259,7 @@ impl<S: Store> Messages<S> {
             end: e,
             peer_port: l.ports[(1 - e) as usize & 1],
             far: l.far.is_some(),
+            maker: l.maker,
         })
     }
 
@@ -486,9 +514,14 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         if self.tables.vqps.len() == self.tables.vqps.capacity() {
             return refuse(held, Reason::TableFull);
         }
-        // The accepted virtual QP is the listening user's share (see `shares`).
-        if let Err(why) = f.take_share(self.creds.user, Share::Vqps) {
-            return refuse(held, why);
+        // The accepted virtual QP holds the connecting end's link, counted against that
+        // end's maker (see `message`; across nodes, the peer's): it is no share of the
+        // listening user's, whose own CONNECTs stay its own. One client may hold only
+        // its part of the ring's table.
+        let client = o.client();
+        let held_by = self.tables.vqps.iter().filter(|(_, v)| v.accepted == Some(client)).count();
+        if held_by >= (self.tables.vqps.capacity() / CLIENT_SHARE).max(1) {
+            return refuse(held, Reason::Quota);
         }
         // Across nodes, the set QP the peer's Hello came on; here, a loopback QP
         // connected to the connecting end's.
@@ -502,16 +535,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             Ok(c) if (c.qp as usize) < f.count() && (!o.far || c.qp == o.qp) => c,
             Ok(c) => {
                 held.members().disconnect(c.qp);
-                f.give_share(self.creds.user, Share::Vqps, 1);
                 return refuse(held, Reason::Verbs);
             }
-            Err(_) => {
-                f.give_share(self.creds.user, Share::Vqps, 1);
-                return refuse(held, Reason::Unreachable);
-            }
+            Err(_) => return refuse(held, Reason::Unreachable),
         };
         held.shard(k).answer_offer(o.link, Some(conn.qp), f);
-        let h = self.bind_vqp(conn, k, o.link, o.end, 0, f);
+        let h = self.bind_vqp(conn, k, o.link, o.end, 0, Some(client), f);
         Cqe {
             flags,
             port: o.peer_port,

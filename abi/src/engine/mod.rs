@@ -50,7 +50,9 @@ pub use far::{
     notice_recv_index, notice_recv_wr_id, ADVERT_KEYS, FAR_RECV,
     FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_WR_ID,
 };
-pub use listen::{accept_aux, write_listen_line, Offer, MAX_LISTENERS, RING_LISTENS};
+pub use listen::{
+    accept_aux, write_listen_line, Offer, CLIENT_SHARE, MAX_LISTENERS, RING_LISTENS,
+};
 pub use message::{
     port_key, shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep,
     SendStep, Target, Tuple, WaitingSend,
@@ -67,8 +69,8 @@ pub use recovery::{
 };
 pub use register::{Caller, Context, Registration};
 pub use ring_state::{
-    Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Trace, Vqp,
-    REVOKED_ACROSS,
+    Client, Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Trace,
+    Vqp, REVOKED_ACROSS,
 };
 pub use route::{BusyHint, Delivered, Inbox};
 pub use submit::{Stall, Submitted, CHAIN};

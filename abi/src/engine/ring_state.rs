@@ -44,6 +44,20 @@ pub struct Vqp {
     /// handle: released at the ring's next call that reaches the device
     /// ([`Ring::settle`]).
     pub doomed: bool,
+    /// A listen accepted it from this client (`None`: the ring's own CONNECT, counted in
+    /// its user's share; an accepted one is not, see `listen`).
+    pub accepted: Option<Client>,
+}
+
+/// Who a listen accepted a virtual QP from: what one client may hold of a listening
+/// ring is bounded (see `listen`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Client {
+    /// A CONNECT of this node's, by the user in this slot of the user table (the
+    /// link's maker; `NO_MAKER` for one not counted).
+    User(u32),
+    /// A CONNECT from the node at this IPv4 address.
+    Node(u32),
 }
 
 /// A registered local MR.
@@ -667,10 +681,13 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     }
 }
 
-/// Gives back released virtual QP `v`'s port and user `user`'s share of it.
+/// Gives back released virtual QP `v`'s port and user `user`'s share of it (an accepted
+/// one's holds none).
 pub(crate) fn let_vqp_go<S: Store>(f: &impl Fabric<S>, user: u32, v: &Vqp) {
     f.ports(|p| p.release(v.port));
-    f.give_share(user, Share::Vqps, 1);
+    if v.accepted.is_none() {
+        f.give_share(user, Share::Vqps, 1);
+    }
 }
 
 /// Removes export `descriptor` if `owner` (a ring's id and generation) still holds it;

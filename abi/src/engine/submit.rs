@@ -31,7 +31,7 @@ use super::meta::record::Grant;
 use super::qp::{Delivery, Posted};
 use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
-use super::ring_state::{let_vqp_go, revoke, Completion, Inflight, Ring, Vqp};
+use super::ring_state::{let_vqp_go, revoke, Client, Completion, Inflight, Ring, Vqp};
 use super::sqe::{Sqe, SqeFlags};
 use super::validate::{validate, Op};
 use super::wrid::WrId;
@@ -742,7 +742,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                         if makes {
                             held.shard(k).made_by(link, creds.user);
                         }
-                        let h = self.bind_vqp(conn, k, link, end, t.local, f);
+                        let h = self.bind_vqp(conn, k, link, end, t.local, None, f);
                         if waits {
                             // Its CQE comes when the listen takes it, or refuses.
                             let wr_id = self.track_connect(ud, h);
@@ -774,6 +774,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         link: u32,
         end: u8,
         port: u16,
+        accepted: Option<Client>,
         f: &F,
     ) -> u32 {
         let h = self.tables.vqps.insert(Vqp {
@@ -786,6 +787,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
             end,
             port,
             doomed: false,
+            accepted,
         });
         let h = h.expect("room checked");
         f.qp(conn.qp, |q, _| q.bind());

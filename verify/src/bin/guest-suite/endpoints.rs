@@ -218,3 +218,79 @@ pub fn a_user_cannot_fill_what_others_need() -> Result<(), String> {
     check(hog == want, || format!("uid 1001: {hog}"))?;
     check(other == want, || format!("uid 1002 while uid 1001 held its shares: {other}"))
 }
+
+/// uid 1001 CONNECTs to uid 1000's service 300 times (its share of virtual QPs raised to
+/// 300, as is uid 1000's): the listen accepts a quarter of its ring's 1,024 virtual QPs
+/// from it and refuses the rest `Quota`; uid 1002's CONNECT is still accepted, and uid
+/// 1000's own CONNECT is its own share's. (Before, every accept was charged to uid
+/// 1000: uid 1001's CONNECTs spent its share, uid 1002 was refused and uid 1000's own
+/// CONNECT failed `Quota`.)
+pub fn a_client_cannot_spend_a_listeners_share() -> Result<(), String> {
+    use crate::limits::{pipe, signal, wait};
+    use verify::guest::Param;
+    const HOG: usize = 300;
+    let service = SERVICE + 1;
+    let _p = Param::set("max_vqps_per_user", &HOG.to_string())?;
+    let (listening_r, listening_w) = pipe()?;
+    let (served_r, served_w) = pipe()?;
+    let server = Child::spawn(move || {
+        become_user(1000, 1 << 20)?;
+        let mut r = ring()?;
+        let mut l = r.listen(service).map_err(|e| format!("LISTEN: {e}"))?;
+        signal(listening_w)?;
+        // Every answer of the listen: the hog's, then the other user's.
+        let (mut accepted, mut refused) = (Vec::new(), Vec::new());
+        while accepted.len() + refused.len() < HOG + 1 {
+            match r.accept_timeout(&mut l, Duration::from_secs(60)) {
+                Ok(a) => accepted.push(a),
+                Err(e) if e.reason().is_some() => refused.push(e.reason()),
+                Err(e) => return Err(format!("accept: {e}")),
+            }
+        }
+        let own = reason(r.connect(LOCAL_GID, 0));
+        signal(served_w)?;
+        let quota = refused.iter().filter(|&&w| w == Some(Reason::Quota)).count();
+        Ok(format!(
+            "accepted {} refused {} (Quota {quota}), own CONNECT {own:?}",
+            accepted.len(),
+            refused.len()
+        ))
+    })?;
+    wait(listening_r)?;
+    let hog = Child::spawn(move || {
+        become_user(1001, 1 << 20)?;
+        let mut r = ring()?;
+        let mut held = Vec::new();
+        let mut refused = 0;
+        for _ in 0..HOG {
+            match r.connect(LOCAL_GID, service) {
+                Ok(v) => held.push(v),
+                Err(e) if e.reason() == Some(Reason::Refused) => refused += 1,
+                Err(e) => return Err(format!("CONNECT {}: {e}", held.len() + refused)),
+            }
+        }
+        // Held until the server has answered everyone.
+        wait(served_r)?;
+        Ok(format!("{} taken, {refused} refused", held.len()))
+    })?;
+    // Whenever it comes among the hog's, the other user's CONNECT is its own client's.
+    let other = Child::spawn(move || {
+        become_user(1002, 1 << 20)?;
+        let mut r = ring()?;
+        r.connect(LOCAL_GID, service).map(|_| "served".to_string()).map_err(|e| e.to_string())
+    })?
+    .join()
+    .map_err(|e| format!("uid 1002: {e}"))?;
+    let hog = hog.join()?;
+    let got = server.join()?;
+    println!("  uid 1001: {hog}; uid 1002: {other}; the listen of uid 1000: {got}");
+    let part = 1024 / krcore_abi::engine::CLIENT_SHARE;
+    let want = format!(
+        "accepted {} refused {} (Quota {}), own CONNECT None",
+        part + 1,
+        HOG - part,
+        HOG - part
+    );
+    check(got == want, || format!("the listen: {got}, not {want}"))?;
+    check(hog == format!("{part} taken, {} refused", HOG - part), || format!("uid 1001: {hog}"))
+}

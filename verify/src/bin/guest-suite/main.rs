@@ -220,6 +220,10 @@ const TESTS: &[Test] = &[
         run: endpoints::a_user_cannot_fill_what_others_need,
     },
     Test {
+        name: "endpoints::a_client_cannot_spend_a_listeners_share",
+        run: endpoints::a_client_cannot_spend_a_listeners_share,
+    },
+    Test {
         name: "limits::unprivileged_user_exhausts_its_quota_cleanly",
         run: limits::unprivileged_user_exhausts_its_quota_cleanly,
     },
