@@ -252,7 +252,8 @@ impl Gate {
     /// `now_ms`: admitted (the challenge spent), or why not.
     pub fn redeem(&mut self, from: u32, nonce: &[u8; NONCE_LEN], now_ms: i64) -> Result<(), Refusal> {
         let at = i64::from_le_bytes(nonce[..COOKIE_AT].try_into().expect("8 bytes"));
-        let in_time = at <= now_ms && now_ms - at < CHALLENGE_MS;
+        // Saturating: `at` is the peer's bytes (a wrap would panic under overflow checks).
+        let in_time = at <= now_ms && now_ms.saturating_sub(at) < CHALLENGE_MS;
         if !in_time || !same_bytes(&self.cookie(from, at), nonce) {
             self.refused += 1;
             return Err(Refusal::Refused);
@@ -338,6 +339,19 @@ mod tests {
         assert_eq!(g.redeem(A, &c, 1000 + CHALLENGE_MS), Err(Refusal::Refused), "expired");
         assert_eq!(g.redeem(A, &c, 999), Err(Refusal::Refused), "from the future");
         assert_eq!((g.refused, g.replayed), (4, 1));
+    }
+
+    /// A proof's challenge time is the peer's bytes: the earliest time there is is
+    /// refused like any other stale one (its age once overflowed, a kernel panic under
+    /// overflow checks).
+    #[test]
+    fn a_challenge_from_the_dawn_of_time_is_refused_without_overflow() {
+        let mut g = Gate::new(SECRET, 100);
+        for at in [i64::MIN, i64::MIN + 1, -CHALLENGE_MS] {
+            let mut c = g.challenge(A, 100);
+            c[..COOKIE_AT].copy_from_slice(&at.to_le_bytes());
+            assert_eq!(g.redeem(A, &c, i64::MAX), Err(Refusal::Refused), "{at}");
+        }
     }
 
     #[test]
