@@ -52,6 +52,9 @@
 // that never answer; nobody's CONNECT waits on them longer than this.
 #define krcore_DIAL_WAIT_MS 10000
 
+// Users an entry names as holding virtual QPs on it ([`Peer::pins`]).
+#define krcore_PIN_USERS 4
+
 // How many reasons there are (one past the last code).
 #define krcore_Reason_COUNT 41
 

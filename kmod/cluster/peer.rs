@@ -132,7 +132,7 @@ impl PeerSets {
         match step.outcome {
             Connect::Bind { peer, slot } => {
                 let q = self.qps.as_ref()[(slot as usize) - POOL_QPS].ok_or(Errno::EHOSTUNREACH)?;
-                self.table.bind(peer);
+                self.table.bind(peer, user);
                 self.tell(shared);
                 Ok(Connection {
                     qp: slot,
@@ -187,10 +187,10 @@ impl PeerSets {
         })
     }
 
-    /// A virtual QP bound to physical QP `qp` was released.
-    pub(crate) fn disconnect(&mut self, shared: &Shared, qp: u32) {
+    /// A virtual QP bound to physical QP `qp` for user `user` was released.
+    pub(crate) fn disconnect(&mut self, shared: &Shared, qp: u32, user: u32) {
         if let Some(p) = self.table.of_qp(qp) {
-            self.table.unbind(p);
+            self.table.unbind(p, user);
             self.tell(shared);
         }
     }

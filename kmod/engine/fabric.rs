@@ -524,10 +524,10 @@ impl Members<KStore> for MembersGuard<'_> {
         c
     }
 
-    fn disconnect(&mut self, qp: u32) {
+    fn disconnect(&mut self, qp: u32, user: u32) {
         // Pooled QPs and peer sets stay connected for the next CONNECT; the engine
-        // tracks bindings, the peer table how many a set has.
-        self.g.peers.disconnect(self.shared, qp);
+        // tracks bindings, the peer table how many a set has, and whose.
+        self.g.peers.disconnect(self.shared, qp, user);
     }
 
     fn accept(&mut self, gid: [u8; 16], qp: u32) -> Result<Connection, Errno> {

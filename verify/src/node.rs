@@ -193,7 +193,7 @@ impl Members<VecStore> for NodeMembers<'_, '_> {
     ) -> Result<Connection, Errno> {
         self.node.nic.borrow_mut().connect(gid, service, opposite)
     }
-    fn disconnect(&mut self, qp: u32) {
+    fn disconnect(&mut self, qp: u32, _user: u32) {
         self.node.nic.borrow_mut().disconnect(qp)
     }
     fn accept(&mut self, gid: [u8; 16], qp: u32) -> Result<Connection, Errno> {

@@ -43,6 +43,30 @@ pub const DIALS_PER_USER: usize = 2;
 /// that never answer; nobody's CONNECT waits on them longer than this.
 pub const DIAL_WAIT_MS: i64 = 10_000;
 
+/// Users an entry names as holding virtual QPs on it ([`Peer::pins`]).
+pub const PIN_USERS: usize = 4;
+
+/// One user may hold virtual QPs on at most 1/`PEER_SHARE` of the peer table's entries
+/// (at least one) through its own CONNECTs: past them, a CONNECT to another node is
+/// refused `Quota`, so no user keeps the others from every new node.
+pub const PEER_SHARE: usize = 4;
+
+/// A user holding virtual QPs on a peer's set ([`Peer::pins`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pin {
+    /// The user (uid); [`NO_USER`] for a free place.
+    pub user: u32,
+    /// Its virtual QPs bound to the set.
+    pub vqps: u32,
+}
+
+impl Pin {
+    const FREE: Pin = Pin {
+        user: NO_USER,
+        vqps: 0,
+    };
+}
+
 /// One peer node and our set to it.
 #[derive(Clone, Copy, Debug)]
 pub struct Peer {
@@ -52,6 +76,11 @@ pub struct Peer {
     pub set: ConnSet,
     /// Virtual QPs bound to the set's QPs: while any is, the entry is never reused.
     pub bound: u32,
+    /// The users (uids) whose own CONNECTs hold virtual QPs bound to it, and how many
+    /// each: what pins the entry against a user's share ([`Peers::pinned_by`]). A user
+    /// past the first [`PIN_USERS`] is counted in `bound` alone: it keeps an entry that
+    /// others pin anyway.
+    pub pins: [Pin; PIN_USERS],
     /// When a CONNECT last used or started it, ms (the least recent goes first).
     pub last_used_ms: i64,
     /// A CONNECT asked for its set to be made and no caller has taken the job yet
@@ -231,11 +260,17 @@ impl Peer {
     }
 
     /// A new entry for the node at `addr` (id `node`), seen from node `me` at `now_ms`.
+    /// Whether user `user`'s own CONNECTs hold virtual QPs on it.
+    fn pinned(&self, user: u32) -> bool {
+        user != NO_USER && self.pins.iter().any(|q| q.user == user)
+    }
+
     fn new(addr: &[u8; 16], me: u16, node: u16, now_ms: i64) -> Peer {
         Peer {
             addr: *addr,
             set: ConnSet::new(me, node),
             bound: 0,
+            pins: [Pin::FREE; PIN_USERS],
             last_used_ms: now_ms,
             asked: false,
             asked_ms: now_ms,
@@ -415,6 +450,12 @@ impl<S: Store> Peers<S> {
                 return step;
             }
         }
+        // A node this user holds nothing on takes one of its share of the table.
+        let pinned = self.find(addr).is_some_and(|p| self.get(p).is_some_and(|e| e.pinned(user)));
+        if user != NO_USER && !pinned && self.pinned_by(user) >= self.peer_share() {
+            step.outcome = Connect::Quota;
+            return step;
+        }
         if let Some(p) = self.find(addr) {
             if broken(p) && self.lost(p, None) {
                 step.close = Some(p);
@@ -479,6 +520,16 @@ impl<S: Store> Peers<S> {
             Dial::Full => Connect::Full,
         };
         step
+    }
+
+    /// Entries user `user`'s own CONNECTs hold virtual QPs on.
+    pub fn pinned_by(&self, user: u32) -> usize {
+        self.table.as_ref().iter().flatten().filter(|p| p.pinned(user)).count()
+    }
+
+    /// Entries one user may pin: its share of the table ([`PEER_SHARE`]).
+    pub fn peer_share(&self) -> usize {
+        (self.table.as_ref().len() / PEER_SHARE).max(1)
     }
 
     /// Dials user `user` asked for that are under way.
@@ -651,13 +702,25 @@ impl<S: Store> Peers<S> {
         gone
     }
 
-    /// A virtual QP was bound to entry `peer`'s set (the first one is told to the peer).
-    pub fn bind(&mut self, peer: u32) {
+    /// A virtual QP of user `user`'s own CONNECT ([`NO_USER`]: one a listen accepted,
+    /// which the peer asked for) was bound to entry `peer`'s set (the first one is told
+    /// to the peer).
+    pub fn bind(&mut self, peer: u32, user: u32) {
         if let Some(p) = self.entry(peer) {
             if p.bound == 0 {
                 p.tell = Some(true);
             }
             p.bound += 1;
+            if user == NO_USER {
+                return;
+            }
+            let at = p.pins.iter().position(|q| q.user == user);
+            if let Some(q) = at.or_else(|| p.pins.iter().position(|q| q.user == NO_USER)) {
+                p.pins[q] = Pin {
+                    user,
+                    vqps: p.pins[q].vqps + 1,
+                };
+            }
         }
     }
 
@@ -712,16 +775,23 @@ impl<S: Store> Peers<S> {
         if e.addr != *addr || e.retired || !e.live() || !up {
             return None;
         }
-        self.bind(p);
+        self.bind(p, NO_USER);
         Some(p)
     }
 
-    /// A virtual QP bound to entry `peer`'s set was released.
-    pub fn unbind(&mut self, peer: u32) {
+    /// A virtual QP bound to entry `peer`'s set by user `user` (as [`bind`](Self::bind)
+    /// was told) was released.
+    pub fn unbind(&mut self, peer: u32, user: u32) {
         let e = self.table.as_mut().get_mut(peer as usize);
         if let Some(e) = e {
             if let Some(p) = e {
                 p.bound = p.bound.saturating_sub(1);
+                if let Some(q) = p.pins.iter_mut().find(|q| q.user == user && user != NO_USER) {
+                    q.vqps -= 1;
+                    if q.vqps == 0 {
+                        *q = Pin::FREE;
+                    }
+                }
                 if p.retired && p.bound == 0 {
                     *e = None;
                 } else if p.bound == 0 {
@@ -796,7 +866,7 @@ mod tests {
             panic!()
         };
         done(&mut p, peer, Attempt::Established, 150);
-        p.bind(peer);
+        p.bind(peer, NO_USER);
         p.far_use(5, true);
         let _ = p.dial(&addr(13), 13, 1, 200, |_| false);
         let mut s = alloc::string::String::new();
@@ -817,7 +887,7 @@ mod tests {
             };
             done(&mut p, peer, Attempt::Established, t);
         }
-        p.bind(1);
+        p.bind(1, NO_USER);
         // Entry 0 (peer .10) is idle and least recent: it goes, its set torn down.
         assert_eq!(
             p.dial(&addr(20), 20, 1, 5, |_| false),
@@ -840,7 +910,7 @@ mod tests {
             None,
             "nor for a request"
         );
-        p.unbind(1);
+        p.unbind(1, NO_USER);
         assert!(matches!(
             p.dial(&addr(21), 21, 1, 7, |_| false),
             Dial::Connect {
@@ -920,26 +990,26 @@ mod tests {
             panic!()
         };
         assert_eq!(p.next_tell(QpBits::EMPTY), None);
-        p.bind(peer);
+        p.bind(peer, NO_USER);
         assert_eq!(p.next_tell(QpBits::EMPTY), None, "not while the set is being made");
         done(&mut p, peer, Attempt::Established, 0);
         assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)));
         assert_eq!(p.next_tell(QpBits::one(4)), None, "its slot had no room");
         p.told(peer, true);
         assert_eq!(p.next_tell(QpBits::EMPTY), None);
-        p.bind(peer);
-        p.unbind(peer);
+        p.bind(peer, NO_USER);
+        p.unbind(peer, NO_USER);
         assert_eq!(p.next_tell(QpBits::EMPTY), None, "still bound");
-        p.unbind(peer);
+        p.unbind(peer, NO_USER);
         assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, false)));
         // Bound again before it was told: what the peer heard holds, nothing goes.
-        p.bind(peer);
+        p.bind(peer, NO_USER);
         assert_eq!(p.next_tell(QpBits::EMPTY), None);
-        p.unbind(peer);
+        p.unbind(peer, NO_USER);
         p.told(peer, false);
         assert_eq!(p.next_tell(QpBits::EMPTY), None);
         // Told false, then bound and the tell's answer comes late: the latest use goes.
-        p.bind(peer);
+        p.bind(peer, NO_USER);
         p.told(peer, false);
         assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)), "a stale answer clears nothing");
     }
@@ -951,11 +1021,11 @@ mod tests {
         let mut p = Peers::with_capacity(2, 1, 4, 2);
         let peer = up(&mut p, 10);
         for _ in 0..100 {
-            p.bind(peer);
-            p.unbind(peer);
+            p.bind(peer, NO_USER);
+            p.unbind(peer, NO_USER);
         }
         assert_eq!(p.next_tell(QpBits::EMPTY), None);
-        p.bind(peer);
+        p.bind(peer, NO_USER);
         assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)));
     }
 
@@ -989,6 +1059,53 @@ mod tests {
         assert_eq!(p.connect(&addr(40), 0, 3, mallory, |_| false).outcome, Connect::InProgress);
     }
 
+    /// A user's own virtual QPs pin at most its share of the table (a quarter): a
+    /// CONNECT to one more node is refused `Quota`, and another user still reaches new
+    /// nodes; more virtual QPs on a node it holds, a listen's accepts, and a node let
+    /// go do not count.
+    #[test]
+    fn a_user_pins_only_its_share_of_the_table() {
+        let mut p = Peers::with_capacity(8, 1, 0, 1);
+        let (mallory, alice) = (3, 4);
+        assert_eq!(p.peer_share(), 2);
+        // A set made by the kernel's own CONNECT (as a prewarm makes it): up.
+        let up = |p: &mut Peers<crate::engine::VecStore>, n: u8| {
+            assert_eq!(p.connect(&addr(n), 0, 0, NO_USER, |_| false).outcome, Connect::InProgress);
+            let (peer, ..) = p.take_job().expect("a dial to make");
+            done(p, peer, Attempt::Established, 0);
+            peer
+        };
+        let bind = |p: &mut Peers<crate::engine::VecStore>, n: u8, user: u32| {
+            let peer = p.find(&addr(n)).unwrap_or_else(|| up(p, n));
+            let c = p.connect(&addr(n), 0, 1, user, |_| false).outcome;
+            assert!(matches!(c, Connect::Bind { .. }), "{c:?}");
+            p.bind(peer, user);
+            peer
+        };
+        let first = bind(&mut p, 11, mallory);
+        bind(&mut p, 12, mallory);
+        up(&mut p, 13);
+        let c = p.connect(&addr(13), 0, 1, mallory, |_| false).outcome;
+        assert_eq!(c, Connect::Quota, "a third node");
+        assert_eq!(p.pinned_by(mallory), 2);
+        bind(&mut p, 11, mallory);
+        assert_eq!(p.pinned_by(mallory), 2, "a node it holds already");
+        bind(&mut p, 13, alice);
+        let far = up(&mut p, 14);
+        let slot = p.qps(far).start;
+        assert!(p.accept(&addr(14), slot).is_some());
+        assert_eq!((p.pinned_by(alice), p.pinned_by(NO_USER)), (1, 0), "accepts pin nothing");
+        // All of one node let go: it may reach another.
+        p.unbind(first, mallory);
+        assert_eq!(p.pinned_by(mallory), 2, "one of two left on node 11");
+        p.unbind(first, mallory);
+        assert_eq!(p.pinned_by(mallory), 1);
+        assert!(matches!(
+            p.connect(&addr(13), 0, 2, mallory, |_| false).outcome,
+            Connect::Bind { .. }
+        ));
+    }
+
     /// An evicted node's set closes, and what this node cached of its exports goes
     /// with it (a name it revoked meanwhile must not import from the cache).
     #[test]
@@ -1015,7 +1132,7 @@ mod tests {
     fn a_lost_set_and_an_eviction_in_one_step_both_close() {
         let mut p = Peers::with_capacity(2, 1, 0, 1);
         let a = up(&mut p, 12);
-        p.bind(a);
+        p.bind(a, NO_USER);
         let b = up(&mut p, 13);
         let step = p.connect(&addr(12), 0, 5, NO_USER, |q| q == a);
         assert_eq!(step.outcome, Connect::InProgress);
@@ -1067,7 +1184,7 @@ mod tests {
             }
         );
         done(&mut p, peer, Attempt::Established, 1);
-        p.bind(peer);
+        p.bind(peer, NO_USER);
         assert!(p.lost(peer, None), "broke with a virtual QP bound");
         // The bound virtual QP keeps the old slots; the next set takes the other block.
         assert_eq!(
@@ -1079,7 +1196,7 @@ mod tests {
             }
         );
         done(&mut p, 1, Attempt::Established, 2);
-        p.bind(1);
+        p.bind(1, NO_USER);
         assert_eq!(
             p.of_qp(4),
             Some(peer),
@@ -1090,7 +1207,7 @@ mod tests {
             Dial::Full,
             "nor free for another peer"
         );
-        p.unbind(peer);
+        p.unbind(peer, NO_USER);
         assert_eq!(p.of_qp(4), None, "freed with its last virtual QP");
         assert!(matches!(
             p.dial(&addr(20), 20, 1, 4, |_| false),
@@ -1154,7 +1271,7 @@ mod tests {
         let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
         b.adopted(s.peer, 0, 2, 0);
         b.adopted(s.peer, 1, 2, 0);
-        b.bind(s.peer);
+        b.bind(s.peer, NO_USER);
         let again = b.request(&addr(11), 1, 11, 0, 5, never).unwrap();
         assert_eq!(again.answer, Answer::Accept);
         assert_eq!((again.close, again.lost_node), (Some(s.peer), Some(1)));
@@ -1280,7 +1397,7 @@ mod tests {
             Connect::Bind { peer: 0, slot: 5 },
             "service 3 on the set's second QP"
         );
-        p.bind(0);
+        p.bind(0, NO_USER);
         assert_eq!(p.connect(&addr(13), 0, 203, NO_USER, never).outcome, Connect::Full);
         // The set broke: closed, the node's records dropped, a new set asked for (the
         // old entry retired: a virtual QP is bound; no entry is free for the new one).
@@ -1289,7 +1406,7 @@ mod tests {
             (step.close, step.lost_node, step.outcome),
             (Some(0), node_of(&addr(12)), Connect::Full)
         );
-        p.unbind(0);
+        p.unbind(0, NO_USER);
         assert_eq!(
             p.connect(&addr(12), 0, 205, NO_USER, never).outcome,
             Connect::InProgress
@@ -1312,7 +1429,7 @@ mod tests {
             Connect::Bind { peer, slot: 4 },
             "service 3's QP is not up yet: the first"
         );
-        p.bind(peer);
+        p.bind(peer, NO_USER);
         assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)), "told on the first");
         assert_eq!(p.accept(&addr(12), 5), None, "nothing on the second yet");
         assert_eq!(p.dialing(7), 1, "still the user's dial");
@@ -1334,7 +1451,7 @@ mod tests {
         p.connect(&addr(12), 0, 0, NO_USER, never);
         let (peer, _, attempt) = p.take_job().unwrap();
         assert!(p.first_up(peer, attempt));
-        p.bind(peer);
+        p.bind(peer, NO_USER);
         assert_eq!(p.attempt_done(peer, attempt, Attempt::Failed, 1), Ended::Lost);
         assert!(p.get(peer).unwrap().retired);
         assert_eq!(p.next_tell(QpBits::EMPTY), None, "nothing told on a lost set");
@@ -1383,7 +1500,7 @@ mod tests {
             b.connect(&addr(11), 1, 2, NO_USER, never).outcome,
             Connect::Bind { peer: s.peer, slot: 4 }
         );
-        b.bind(s.peer);
+        b.bind(s.peer, NO_USER);
         let late = b.connect(&addr(11), 1, 1 + ADOPT_MS, NO_USER, never);
         assert_eq!((late.close, late.outcome), (Some(s.peer), Connect::InProgress));
         assert!(b.get(s.peer).unwrap().retired);

@@ -117,9 +117,11 @@ pub trait Members<S: Store> {
         opposite: Option<u32>,
         user: u32,
     ) -> Result<Connection, Errno>;
-    /// Releases the binding made by [`connect`](Self::connect) or
-    /// [`accept`](Self::accept).
-    fn disconnect(&mut self, qp: u32);
+    /// Releases the binding made by [`connect`](Self::connect) for `user` (the uid it
+    /// was made for) or by [`accept`](Self::accept) (`user` [`NO_USER`]).
+    ///
+    /// [`NO_USER`]: super::cluster::peers::NO_USER
+    fn disconnect(&mut self, qp: u32, user: u32);
     /// Binds to physical QP `qp` of the set to the node at `gid`, for a peer's end a
     /// listen takes (see `listen`): the QP its Hello came on. Fails when `qp` is not
     /// (or no longer) a live QP of that node's set. A fabric with no other nodes has

@@ -534,7 +534,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let conn = match conn {
             Ok(c) if (c.qp as usize) < f.count() && (!o.far || c.qp == o.qp) => c,
             Ok(c) => {
-                held.members().disconnect(c.qp);
+                held.members().disconnect(c.qp, NO_USER);
                 return refuse(held, Reason::Verbs);
             }
             Err(_) => return refuse(held, Reason::Unreachable),

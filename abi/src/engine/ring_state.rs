@@ -49,6 +49,19 @@ pub struct Vqp {
     pub accepted: Option<Client>,
 }
 
+impl Vqp {
+    /// The uid its binding was made for, given its ring's user's `uid`: that user's for
+    /// its own CONNECT, none ([`NO_USER`]) for one a listen accepted.
+    ///
+    /// [`NO_USER`]: super::cluster::peers::NO_USER
+    pub fn binder(&self, uid: u32) -> u32 {
+        match self.accepted {
+            None => uid,
+            Some(_) => super::cluster::peers::NO_USER,
+        }
+    }
+}
+
 /// Who a listen accepted a virtual QP from: what one client may hold of a listening
 /// ring is bounded (see `listen`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -574,7 +587,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         m: &mut F::Members<'f>,
         pick: impl Fn(&Vqp) -> bool,
     ) {
-        let user = self.creds.user;
+        let (user, uid) = (self.creds.user, self.creds.uid);
         let rmrs = &mut self.tables.rmrs;
         self.tables.vqps.drain_where(|h, v| {
             let go = pick(v) && v.sends == 0 && v.recvs == 0;
@@ -582,7 +595,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 rmrs.drain_where(|_, r| r.vqp == h);
                 f.shard(v.shard).leave(v.link, v.end, f);
                 f.qp(v.qp, |q, _| q.unbind());
-                m.disconnect(v.qp);
+                m.disconnect(v.qp, v.binder(uid));
                 let_vqp_go(f, user, v);
             }
             go
@@ -600,7 +613,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     pub fn abandon<F: Fabric<S>>(&mut self, f: &F) {
         self.closed = true;
         self.drop_listens(f);
-        let (owner, user) = ((self.id, self.gen), self.creds.user);
+        let (owner, user, uid) = ((self.id, self.gen), self.creds.user, self.creds.uid);
         let mut recvs = 0;
         // io_uring waits for every command it carried: those fail here, by name.
         for i in 0..self.tables.inflight.capacity() {
@@ -626,7 +639,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 if (v.qp as usize) < f.count() {
                     f.qp(v.qp, |q, _| q.unbind());
                 }
-                m.disconnect(v.qp);
+                m.disconnect(v.qp, v.binder(uid));
                 let_vqp_go(f, user, v);
                 true
             });

@@ -108,7 +108,7 @@ impl Members<VecStore> for SharedMembers<'_> {
     ) -> Result<Connection, Errno> {
         self.nic.lock().unwrap().connect(gid, service, opposite)
     }
-    fn disconnect(&mut self, qp: u32) {
+    fn disconnect(&mut self, qp: u32, _user: u32) {
         self.nic.lock().unwrap().disconnect(qp)
     }
     fn accept(&mut self, gid: [u8; 16], qp: u32) -> Result<Connection, Errno> {
