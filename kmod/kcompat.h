@@ -37,6 +37,25 @@ struct krcore_uring_pdu {
 	atomic_t state;
 };
 
+/*
+ * Takes `cmd` off io_uring's cancel list, as the kernel's own io_uring_cmd_del_cancelable
+ * (static in io_uring/uring_cmd.c, the same in 6.12 and 7.3) does once a command is
+ * done. For the cancel callback (io_uring's lock held) of a command whose completion is
+ * already queued to its task: left listed, io_uring's teardown would call it again and
+ * again until that task ran (a stopped task never does), a kworker spinning meanwhile.
+ * Its done, later, finds it unlisted and leaves the list alone.
+ */
+static inline void krcore_uring_unlist(struct io_uring_cmd *cmd)
+{
+	struct io_kiocb *req = cmd_to_io_kiocb(cmd);
+
+	lockdep_assert_held(&req->ctx->uring_lock);
+	if (!(cmd->flags & IORING_URING_CMD_CANCELABLE))
+		return;
+	cmd->flags &= ~IORING_URING_CMD_CANCELABLE;
+	hlist_del_init(&req->hash_node);
+}
+
 #define KRCORE_PDU_ISSUING 0
 #define KRCORE_PDU_MARKED 1
 #define KRCORE_PDU_EARLY 2

@@ -79,8 +79,8 @@ void krcore_shim_uring_complete(void *c, s32 res, u64 extra)
 	p->res = res;
 	p->extra = extra;
 	/* Before its issuer marked it cancelable, the issuer completes it (a command done
-	 * before it is marked would be marked after it was freed). Fully ordered: the
-	 * issuer that sees EARLY sees the result. */
+	 * before it is marked would be marked after it was freed). A successful cmpxchg is
+	 * fully ordered: the result's stores come before EARLY. */
 	if (atomic_cmpxchg(&p->state, KRCORE_PDU_ISSUING, KRCORE_PDU_EARLY) == KRCORE_PDU_ISSUING)
 		return;
 	/* io_uring_cmd_done wants the ring's lock, or its task: the task's work runs it. */
@@ -109,9 +109,12 @@ static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_fla
 	int r;
 
 	if (issue_flags & IO_URING_F_CANCEL) {
-		/* Called with io_uring's lock held, for a marked command only. */
+		/* Called with io_uring's lock held, for a listed command (its issuer may
+		 * still be between marking and its state's exchange, from io-wq). */
 		if (krcore_rs_uring_cancel(cmd->file->private_data, cmd, &res, &extra))
 			krcore_uring_done(cmd, res, extra, issue_flags);
+		else
+			krcore_uring_unlist(cmd);
 		return 0;
 	}
 	if (cmd->cmd_op != krcore_rs_uring_cmd_entry)
@@ -130,7 +133,9 @@ static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_fla
 		return -EIOCBQUEUED;
 	}
 	io_uring_cmd_mark_cancelable(cmd, issue_flags);
-	if (atomic_cmpxchg(&p->state, KRCORE_PDU_ISSUING, KRCORE_PDU_MARKED) == KRCORE_PDU_EARLY)
+	/* An exchange, fully ordered whatever it finds (a failed cmpxchg orders nothing):
+	 * seeing EARLY, the result's stores are seen too. */
+	if (atomic_xchg(&p->state, KRCORE_PDU_MARKED) == KRCORE_PDU_EARLY)
 		krcore_uring_done(cmd, p->res, p->extra, issue_flags);
 	return -EIOCBQUEUED;
 }
@@ -1105,9 +1110,11 @@ bool krcore_shim_bench_direct_enabled(void)
 }
 
 /* How often a device's expiry runs: what waits on a deadline (a SEND for a receive, a
- * CONNECT for a listen, a closed ring's revocations) ends at most this late. Its own
- * work, whatever meta_check_ms is: nothing waits forever. */
-#define KRCORE_EXPIRE_MS 250
+ * CONNECT for a listen, a closed ring's revocations) with nobody waiting in krcore ends
+ * at most this late. Its own work, whatever meta_check_ms is: nothing waits forever.
+ * Once a second, as the MetaServer tick ran by default: an idle device costs no more
+ * wakeups than it did. */
+#define KRCORE_EXPIRE_MS 1000
 
 struct krcore_devwatch {
 	struct ib_event_handler eh;

@@ -91,7 +91,7 @@ bool krcore_rs_cm_adopt(void *pin, struct krcore_cm_conn *c, struct ib_qp *qp, u
 void krcore_rs_dev_prewarm(void *ctx);
 /* The device's MetaServer tick, every meta_check_ms (work context). */
 void krcore_rs_dev_tick(void *ctx);
-/* The device's expiry of deadlines, every 250 ms (work context). */
+/* The device's expiry of deadlines, every second (work context). */
 void krcore_rs_dev_expire(void *ctx);
 
 /* The device's CQ had an event: poll, route, wake (work context; ctx is the device
@@ -104,7 +104,7 @@ void krcore_rs_dev_net(void *ctx);
 
 /* Watches a device's GID and port events, running krcore_rs_dev_prewarm(ctx) from a
  * work item after each (and once at start), krcore_rs_dev_tick(ctx) every
- * meta_check_ms and krcore_rs_dev_expire(ctx) every 250 ms. Stopping waits for a
+ * meta_check_ms and krcore_rs_dev_expire(ctx) every second. Stopping waits for a
  * running one. */
 struct krcore_devwatch;
 struct krcore_devwatch *krcore_shim_devwatch_start(struct ib_device *dev, void *ctx);

@@ -359,11 +359,17 @@ impl RingCell {
     /// Takes the delivered completions into the ring (whose lock the caller holds, as
     /// `ctx`). Returns how many.
     pub(crate) fn absorb(&self, ctx: &mut RingCtx) -> usize {
-        self.mail.swap(false, Ordering::AcqRel);
-        let n = self.inbox.lock().drain_into(ctx.engine());
+        let n = self.take_in(ctx);
         // What io_uring carried goes back to it, not to the CQ.
         ctx.hand_back(0);
         n
+    }
+
+    /// [`absorb`](Self::absorb) but for the hand-back: what io_uring carried stays in
+    /// the engine's diverted list for the caller.
+    pub(crate) fn take_in(&self, ctx: &mut RingCtx) -> usize {
+        self.mail.swap(false, Ordering::AcqRel);
+        self.inbox.lock().drain_into(ctx.engine())
     }
 
     /// [`absorb`](Self::absorb) if anything was delivered since the last one (an

@@ -353,8 +353,9 @@ extern "C" fn krcore_rs_uring_cancel(
     };
     let cqe = {
         let mut rc = b.ring.ctx.lock();
-        // What completed already gives its own result, not `Cancelled`.
-        b.ring.absorb_mail(&mut rc);
+        // What completed already gives its own result, not `Cancelled` (taken in, and
+        // kept from the hand-back below).
+        b.ring.take_in(&mut rc);
         let cqe = rc.engine().cancel(cmd as u64);
         // Others' completions the mail brought go to their commands, or wake the ring.
         let _ = rc.hand_back(0);

@@ -164,3 +164,27 @@ fn a_command_cancelled_before_its_hand_back_takes_its_own_cqe() {
     assert_eq!(rig.cancel(0, other), None);
     assert_eq!(rig.cancel(0, 0), None, "the ring's CQ is no command");
 }
+
+#[test]
+fn a_cancelled_connect_that_is_accepted_later_lets_its_virtual_qp_go() {
+    let mut rig = Rig::new(&[8, 8]);
+    let (client, server) = (rig.open(Limits::default()), rig.open(Limits::default()));
+    assert_eq!(rig.submit_one(client, &Sqe::connect(80, [0; 16], 7000), CMD), One::Taken);
+    assert!(rig.diverted(client).is_empty(), "waiting for a listen");
+    let held = rig.ring(client).ring.tables.vqps.len();
+    assert_eq!(held, 1, "bound while it waits");
+    let c = rig.cancel(client, CMD).expect("in flight");
+    assert_eq!(c.failure(), Some(Reason::Cancelled));
+    // The listen comes and takes it: the CONNECT succeeds with nobody to tell.
+    let l = rig.run(server, &[Sqe::listen(81, 7000)]);
+    rig.drain();
+    let accepted = rig.reap(server, usize::MAX);
+    assert!(
+        l.iter().chain(&accepted).any(|c| c.res > 0),
+        "the listen took it: {l:?} {accepted:?}"
+    );
+    assert!(rig.diverted(client).is_empty(), "a second CQE for the cancelled command");
+    // The client's next call releases the virtual QP no handle of which was ever given.
+    assert_eq!(rig.run(client, &[Sqe::nop(82)]).len(), 1);
+    assert_eq!(rig.ring(client).ring.tables.vqps.len(), 0, "the virtual QP was kept");
+}

@@ -465,6 +465,15 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let Some(v) = self.tables.vqps.get_mut(inf.vqp) else {
             return false;
         };
+        if inf.sink == super::uring::CANCELLED && c != Completion::Failed(Reason::Cancelled) {
+            // Its command was cancelled: nobody will learn its handle, so it goes as a
+            // failed one does (a DISCONNECT or the ring's close releases a cancelled one).
+            if !v.doomed {
+                v.doomed = true;
+                self.doomed += 1;
+            }
+            return true;
+        }
         let cqe = match c {
             Completion::Done => Cqe {
                 port: v.port,

@@ -406,7 +406,7 @@ extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
 }
 
 /// The expiry of a device context (the device watch's other delayed work, every
-/// 250 ms whatever the parameters).
+/// second whatever the parameters).
 #[no_mangle]
 extern "C" fn krcore_rs_dev_expire(ctx: *mut core::ffi::c_void) {
     // SAFETY: as for krcore_rs_dev_prewarm: the watch is stopped before the context goes.

@@ -6,7 +6,7 @@
 //!
 //! The common case is one lock of the ring and nothing else: no clock read, no routing
 //! (the ring keeps the CQ armed from its first carried entry, so CQ events route what
-//! completes later, and the device's expiry, every 250 ms, sweeps what waits on a
+//! completes later, and the device's expiry, every second, sweeps what waits on a
 //! deadline: a SEND for a receive, a CONNECT for a listen). Only an entry the ring makes
 //! wait, from a caller that may block (io_uring's worker), goes through enter's bounded
 //! wait. A command that completes later is cancelable (`cancel` in ring/file.rs).

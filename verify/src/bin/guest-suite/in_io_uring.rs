@@ -152,6 +152,7 @@ fn unreceived_send(port: u16) -> Result<(krcore_uring::Ring, Uring, Buf), String
 pub fn nothing_carried_waits_forever_nor_holds_an_exit() -> Result<(), String> {
     reload(&["meta_check_ms=0", "request_timeout_ms=1000"])?;
     let result = expires_without_the_tick().and_then(|_| {
+        a_stopped_tasks_io_uring_ends_without_spinning()?;
         reload(&["meta_check_ms=0", "request_timeout_ms=600000"])?;
         ends_promptly(false)?;
         ends_promptly(true)
@@ -171,6 +172,68 @@ fn expires_without_the_tick() -> Result<(), String> {
     println!("  meta_check_ms=0: the unreceived SEND ended {why:?} after {:?}", sent.elapsed());
     check(why == Some(Reason::NoReceiver), || {
         format!("a SEND nobody receives, 10 s past its 1 s deadline: {got:?}")
+    })
+}
+
+/// CPU time the machine spent busy and in all, in clock ticks (/proc/stat's first line).
+fn cpu_ticks() -> Result<(u64, u64), String> {
+    let stat = std::fs::read_to_string("/proc/stat").map_err(|e| e.to_string())?;
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .ok_or("empty /proc/stat")?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+    let all: u64 = f.iter().take(8).sum();
+    Ok((all - idle, all))
+}
+
+/// A process P carries a SEND nobody receives (deadline 1 s), forks C, which inherits
+/// the io_uring, lets go of its own and stops itself. The SEND's deadline passes: its
+/// completion waits for P's task work, which a stopped task never runs. C exits, so the
+/// io_uring's teardown starts and cancels: the command, its result on its way already,
+/// must leave the cancel list, else the teardown's worker spins on it until P runs
+/// again. Judged by the machine's busy time over 3 s; then P goes on and is gone.
+fn a_stopped_tasks_io_uring_ends_without_spinning() -> Result<(), String> {
+    use std::io::Read;
+    let mut p = Child::fork(|w| {
+        let Ok((ring, u, buf)) = unreceived_send(4420) else {
+            return 1;
+        };
+        // SAFETY: plain fork; C only sleeps past the deadline and exits.
+        let c = unsafe { libc::fork() };
+        if c == 0 {
+            std::thread::sleep(Duration::from_secs(3));
+            drop(w);
+            // SAFETY: leaves C without running P's destructors; its io_uring goes.
+            unsafe { libc::_exit(0) };
+        }
+        drop((u, w));
+        // SAFETY: stops this process; the test continues it.
+        unsafe { libc::raise(libc::SIGSTOP) };
+        drop((ring, buf));
+        0
+    })?;
+    let pid = p.pid();
+    // C's end of the pipe closes when C is gone (P's closed before it stopped).
+    let mut rest = Vec::new();
+    p.output().read_to_end(&mut rest).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(500));
+    let (busy0, all0) = cpu_ticks()?;
+    std::thread::sleep(Duration::from_secs(3));
+    let (busy1, all1) = cpu_ticks()?;
+    // SAFETY: our own child, stopped.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let status = p.join();
+    let busy = (busy1 - busy0) as f64 / (all1 - all0).max(1) as f64;
+    println!("  a stopped task's io_uring torn down: the machine {:.0}% busy over 3 s", busy * 100.0);
+    status?;
+    // Spinning takes a whole CPU of the guest's (two under the runner).
+    check(busy < 0.3, || {
+        format!("the io_uring's teardown spun: the machine was {:.0}% busy", busy * 100.0)
     })
 }
 
