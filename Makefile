@@ -13,6 +13,9 @@ SHELL := /bin/bash
 # krcore built for it.
 KSTOCK = $(shell scripts/stock-kernel.sh dir)
 KMOD = $(CURDIR)/target/kmod-stock/krcore.ko
+# The test build of it: the test knobs (kmod/shim.h) the multi-guest scenes inject
+# faults with. The module a site loads (KMOD, the package's) has none.
+KMOD_TEST = $(CURDIR)/target/kmod-stock-test/krcore.ko
 # The debug kernel (kernel/debug.config: lockdep, sleep-in-atomic checks, KASAN) and the
 # module built for it, from a copy of the sources (a directory holds one tree's objects).
 KDIR_DEBUG = $(shell scripts/kernel.sh dir debug)
@@ -20,10 +23,14 @@ KMOD_DEBUG_SRC = $(CURDIR)/target/kmod-debug
 KMOD_DEBUG = $(KMOD_DEBUG_SRC)/kmod/krcore.ko
 CARGO ?= cargo
 # Guest runs: the VM runner, with the kernel and module it boots.
-VM = $(CARGO) run -q --release -p verify -- vm --tcg-single --kernel $(KSTOCK)/vmlinuz --initrd-modules $(KSTOCK)/initrd-modules --module $(KMOD)
+VM_STOCK = $(CARGO) run -q --release -p verify -- vm --tcg-single --kernel $(KSTOCK)/vmlinuz --initrd-modules $(KSTOCK)/initrd-modules
+# The guest suite, demos and benchmarks load the module a site loads; the multi-guest
+# scenes, which inject faults, its test build.
+VM = $(VM_STOCK) --module $(KMOD)
+VM_TEST = $(VM_STOCK) --module $(KMOD_TEST)
 GUEST_SUITE = $(CURDIR)/target/release/guest-suite
 
-.PHONY: all deps deps-tools demo-bins kernel kernel-stock kernel-debug kmod deb vm-test-deb kmod-debug module-for-host host python install unit bench-python loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo demo-alone bench bench-cluster bench-cluster-run clean
+.PHONY: all deps deps-tools demo-bins kernel kernel-stock kernel-debug kmod kmod-test deb vm-test-deb kmod-debug module-for-host host python install unit bench-python loom fuzz vm-test vm-test-cluster vm-test-debug stress test demo demo-alone bench bench-cluster bench-cluster-run clean
 
 # How long `make fuzz` (and so `make test`) fuzzes the engine.
 FUZZ_SECONDS ?= 60
@@ -49,6 +56,9 @@ kernel-debug: deps-tools
 kmod: kernel-stock
 	@scripts/stock-kernel.sh module $(KMOD)
 
+kmod-test: kernel-stock
+	@scripts/stock-kernel.sh module $(KMOD_TEST) test
+
 # The module for another kernel tree (docs/using.md, "On a real host"): HOST_KDIR names a
 # Linux 6.12 or 7.x build tree with CONFIG_RUST, built by this rustc and LLVM.
 module-for-host:
@@ -65,7 +75,8 @@ kmod-debug: kernel-debug
 	@cd kmod && find . \( -name '*.rs' -o -name '*.c' -o -name '*.h' -o -name Kbuild \) \
 		-exec cp -p --parents {} $(KMOD_DEBUG_SRC)/kmod/ \;
 	@cp -pr abi/src $(KMOD_DEBUG_SRC)/abi/
-	@$(MAKE) -s -C $(KDIR_DEBUG) M=$(KMOD_DEBUG_SRC)/kmod LLVM=1 modules
+	@# The debug kernel runs tests only: its module is a test build.
+	@$(MAKE) -s -C $(KDIR_DEBUG) M=$(KMOD_DEBUG_SRC)/kmod LLVM=1 KRCORE_TEST_KNOBS=1 modules
 
 # krcore's Debian package for the stock kernel (scripts/deb.sh: the module under
 # /lib/modules/RELEASE/updates, modules-load.d, modprobe.d, a udev rule, the tool, the
@@ -272,15 +283,15 @@ TWO_SCENES = $(PING_ROLES) $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(CYCLES_R
 	$(VERBS_ROLES)
 THREE_SCENES = $(CONNECT3_ROLES) $(META3_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(BOUNDED_ROLES) \
 	$(MESSAGE3_ROLES) $(CLIENTS_ROLES) $(NAMES_ROLES) $(SERVICES_ROLES)
-vm-test-cluster: kmod host
+vm-test-cluster: kmod-test host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
-	@$(VM) --timeout 1800 --nodes 2 $(TWO_SCENES)
-	@$(VM) --timeout 1200 --nodes 3 $(THREE_SCENES)
-	@$(VM) --timeout 300 --nodes 3 --role "a:$(SMOKE) serve 2" --role "b:$(SMOKE) reborn a" --role "c:sleep 8; $(SMOKE) cycle b && $(SMOKE) ping a"
-	@$(VM) --timeout 600 --nodes 2 $(KILL_ROLES)
-	@$(VM) --timeout 600 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) failover a b kv"
-	@$(VM) --timeout 300 --nodes 2 --lose-one-in 20 $(LOSSY_ROLES)
-	@$(VM) --timeout 300 --nodes 3 $(CROWD_ROLES)
+	@$(VM_TEST) --timeout 1800 --nodes 2 $(TWO_SCENES)
+	@$(VM_TEST) --timeout 1200 --nodes 3 $(THREE_SCENES)
+	@$(VM_TEST) --timeout 300 --nodes 3 --role "a:$(SMOKE) serve 2" --role "b:$(SMOKE) reborn a" --role "c:sleep 8; $(SMOKE) cycle b && $(SMOKE) ping a"
+	@$(VM_TEST) --timeout 600 --nodes 2 $(KILL_ROLES)
+	@$(VM_TEST) --timeout 600 --nodes 3 --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) failover a b kv"
+	@$(VM_TEST) --timeout 300 --nodes 2 --lose-one-in 20 $(LOSSY_ROLES)
+	@$(VM_TEST) --timeout 300 --nodes 3 $(CROWD_ROLES)
 
 # The same suite on the debug kernel, then the surface stress program for
 # STRESS_SECONDS: any lockdep, KASAN, sleep-in-atomic or list report fails the run (the

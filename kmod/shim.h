@@ -11,6 +11,22 @@
 #define KRCORE_SHIM_H
 
 #include <linux/types.h>
+#include <linux/moduleparam.h>
+
+/*
+ * Test knobs: module parameters that make this kernel act as a broken, slow or
+ * duplicating member would, for the tests' fault injection. Only a test build has them
+ * (Kbuild's KRCORE_TEST_KNOBS=1, which make test's modules set): in the module a site
+ * loads each stays the zero it starts as, and no file of it is in
+ * /sys/module/krcore/parameters.
+ */
+#ifdef KRCORE_TEST_KNOBS
+#define KRCORE_TEST_PARAM(name, type, perm, desc) \
+	module_param(name, type, perm);            \
+	MODULE_PARM_DESC(name, "Test: " desc)
+#else
+#define KRCORE_TEST_PARAM(name, type, perm, desc)
+#endif
 
 struct ib_device;
 struct vm_area_struct;

@@ -7,8 +7,10 @@
 #                                      Module.symvers, initrd-modules/)
 #   scripts/stock-kernel.sh prepare    fetch its packages, make the build root, prepare
 #                                      the kernel's Rust crates, check the config
-#   scripts/stock-kernel.sh module OUT build krcore.ko for it into OUT and check that
-#                                      every symbol it needs is exported
+#   scripts/stock-kernel.sh module OUT [test]
+#                                      build krcore.ko for it into OUT and check that
+#                                      every symbol it needs is exported; `test`: a test
+#                                      build, with the test knobs (a site's has none)
 #
 # Debian's headers package holds no Rust build artifacts, so a Rust module cannot be
 # built from it. The kernel's own source package, configured with the package's .config
@@ -269,8 +271,10 @@ EOF
 
 # Builds the module from this tree's kmod/ and abi/ in the build root, and checks its
 # undefined symbols against the stock Module.symvers.
+# The module for the stock kernel, to OUT; with `test`, a test build (its test knobs,
+# Kbuild's KRCORE_TEST_KNOBS), in a build directory of its own.
 module() {
-  local out=$1 rel d tree_rel
+  local out=$1 kind=${2:-site} rel d tree_rel knobs=
   rel=$(release)
   d="$stock_root/$rel"
   [ -f "$d/.ready" ] || die "Linux $rel is not prepared: run 'scripts/stock-kernel.sh prepare'"
@@ -278,6 +282,11 @@ module() {
   # One build directory per clone, so two clones never share objects.
   local b_rel b
   b_rel="/srv/krcore/build-$(echo "$here" | sha256sum | cut -c1-12)"
+  case "$kind" in
+    site) ;;
+    test) b_rel="$b_rel-test"; knobs=KRCORE_TEST_KNOBS=1 ;;
+    *) die "a module is a site's or a test's, not '$kind'" ;;
+  esac
   b="$root$b_rel"
   mkdir -p "$b/kmod" "$b/abi"
   exec 7>"$b.lock"
@@ -288,9 +297,9 @@ module() {
   (cd "$here/kmod" && find . \( -name '*.rs' -o -name '*.c' -o -name '*.h' -o -name Kbuild \) \
     -exec cp -p --parents {} "$b/kmod/" \;)
   rm -rf "$b/abi/src" && cp -pr "$here/abi/src" "$b/abi/"
-  say "building krcore.ko for Linux $rel"
+  say "building krcore.ko ($kind build) for Linux $rel"
   in_root make -C "$tree_rel" M="$b_rel/kmod" CC=x86_64-linux-gnu-gcc-14 HOSTCC=x86_64-linux-gnu-gcc-14 \
-    KERNELRELEASE="$rel" -j"$(nproc)" modules >"$b/build.log" 2>&1 \
+    KERNELRELEASE="$rel" $knobs -j"$(nproc)" modules >"$b/build.log" 2>&1 \
     || { grep -E 'error|warning|Error' "$b/build.log" | head -40 >&2; die "the module's build failed (log: $b/build.log)"; }
   grep -E '^(warning|error)' "$b/build.log" >&2 || true
   mkdir -p "$(dirname "$out")"
@@ -301,6 +310,13 @@ module() {
                      <(awk '{print $2}' "$d/Module.symvers" | sort -u) \
             | grep -v -x -e __fentry__ -e __x86_return_thunk -e __x86_indirect_thunk_.* || true)
   [ -z "$missing" ] || { echo "$missing" | head -20 >&2; die "krcore.ko needs symbols Linux $rel does not export (above)"; }
+  # A site's module carries no test knob; a test build carries them.
+  local knob
+  knob=$(/usr/sbin/modinfo -F parm "$out" | cut -d: -f1 | grep -E '^(test_|cm_dial_delay_ms$)' || true)
+  case "$kind" in
+    site) [ -z "$knob" ] || die "the site's krcore.ko has test knobs: $(echo $knob)" ;;
+    test) [ -n "$knob" ] || die "the test build of krcore.ko has no test knobs" ;;
+  esac
   say "built $out for Linux $rel; every symbol it needs is exported"
 }
 
@@ -308,6 +324,6 @@ case "${1:-}" in
   release) release ;;
   dir) echo "$stock_root/$(release_here)" ;;
   prepare) prepare ;;
-  module) [ -n "${2:-}" ] || die "usage: stock-kernel.sh module OUT"; module "$2" ;;
-  *) die "usage: stock-kernel.sh release|dir|prepare|module OUT" ;;
+  module) [ -n "${2:-}" ] || die "usage: stock-kernel.sh module OUT [test]"; module "$2" "${3:-site}" ;;
+  *) die "usage: stock-kernel.sh release|dir|prepare|module OUT [test]" ;;
 esac

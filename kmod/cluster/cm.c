@@ -48,23 +48,19 @@ MODULE_PARM_DESC(cm_peer, "IPv4 address of a peer kernel each device connects to
 /* Fault injection for tests: a dial waits this long before connecting, so that two nodes
  * starting a set to each other about together surely overlap (both at once). */
 static uint cm_dial_delay_ms;
-module_param(cm_dial_delay_ms, uint, 0444);
-MODULE_PARM_DESC(cm_dial_delay_ms, "Test: hold each connection set's dial this long, ms (default 0)");
+KRCORE_TEST_PARAM(cm_dial_delay_ms, uint, 0444, "hold each connection set's dial this long, ms (default 0)");
 
 static bool test_notice_echo;
-module_param(test_notice_echo, bool, 0444);
-MODULE_PARM_DESC(test_notice_echo,
-		 "Test: take every peer notice three times: whole, whole again, cut short (a peer's duplicates and short SENDs; default off)");
+KRCORE_TEST_PARAM(test_notice_echo, bool, 0444,
+		  "take every peer notice three times: whole, whole again, cut short (a peer's duplicates and short SENDs; default off)");
 
 static uint test_hold_accept_ms;
-module_param(test_hold_accept_ms, uint, 0444);
-MODULE_PARM_DESC(test_hold_accept_ms,
-		 "Test: hold a dial's check of the listener's accept this long, ms (an impostor's window; default 0)");
+KRCORE_TEST_PARAM(test_hold_accept_ms, uint, 0444,
+		  "hold a dial's check of the listener's accept this long, ms (an impostor's window; default 0)");
 
 static uint test_hold_teardown_ms;
-module_param(test_hold_teardown_ms, uint, 0444);
-MODULE_PARM_DESC(test_hold_teardown_ms,
-		 "Test: at a device's removal, hold its connections broken but whole this long before their teardown, ms (default 0)");
+KRCORE_TEST_PARAM(test_hold_teardown_ms, uint, 0444,
+		  "at a device's removal, hold its connections broken but whole this long before their teardown, ms (default 0)");
 
 bool krcore_shim_test_notice_echo(void)
 {

@@ -51,15 +51,12 @@
 
 /* Test only: how a test shows that the other node's NIC refuses what it must. */
 static bool test_unchecked_wire;
-module_param(test_unchecked_wire, bool, 0444);
-MODULE_PARM_DESC(test_unchecked_wire,
-		 "Test: act as a member kernel that broke its checks would: one-sided requests through imports go unchecked (to test_wire_addr with test_wire_rkey while that is set), and each registration's rkey is logged (default off)");
+KRCORE_TEST_PARAM(test_unchecked_wire, bool, 0444,
+		  "act as a member kernel that broke its checks would: one-sided requests through imports go unchecked (to test_wire_addr with test_wire_rkey while that is set), and each registration's rkey is logged (default off)");
 static ulong test_wire_addr;
-module_param(test_wire_addr, ulong, 0600);
-MODULE_PARM_DESC(test_wire_addr, "Test: with test_unchecked_wire, where one-sided requests go");
+KRCORE_TEST_PARAM(test_wire_addr, ulong, 0600, "with test_unchecked_wire, where one-sided requests go");
 static uint test_wire_rkey;
-module_param(test_wire_rkey, uint, 0600);
-MODULE_PARM_DESC(test_wire_rkey, "Test: with test_unchecked_wire, the rkey they go with (0: the import's)");
+KRCORE_TEST_PARAM(test_wire_rkey, uint, 0600, "with test_unchecked_wire, the rkey they go with (0: the import's)");
 
 bool krcore_shim_test_unchecked_wire(u64 *addr, u32 *rkey)
 {

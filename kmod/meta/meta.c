@@ -29,8 +29,8 @@ module_param(meta_server, charp, 0444);
 MODULE_PARM_DESC(meta_server, "IPv4 address of the MetaServer node; the node with that address serves it (default: none)");
 
 static uint test_meta_inv;
-module_param(test_meta_inv, uint, 0600);
-MODULE_PARM_DESC(test_meta_inv, "Test: the next request to the MetaServer is a SEND that invalidates this rkey, as a member kernel closing the region's key would (0: none)");
+KRCORE_TEST_PARAM(test_meta_inv, uint, 0600,
+		  "the next request to the MetaServer is a SEND that invalidates this rkey, as a member kernel closing the region's key would (0: none)");
 
 static uint meta_check_ms = 1000;
 module_param(meta_check_ms, uint, 0444);

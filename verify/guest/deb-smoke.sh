@@ -55,6 +55,9 @@ mode=$(stat -c %a /dev/krcore)
   || die "the key did not reach the module"
 [ "$(stat -c %a /sys/module/krcore/parameters/cluster_key)" = 400 ] \
   || die "the key's parameter file is readable by others than root"
+# The module a site loads has no test knobs (shim.h's KRCORE_TEST_PARAM).
+knobs=$(cd /sys/module/krcore/parameters && ls | grep -E '^(test_|cm_dial_delay_ms$)' || true)
+[ -z "$knobs" ] || die "the packaged module has test knobs: $(echo $knobs)"
 # The udev rule, as udev would apply it (no udevd runs in the guest).
 rule=$(in_root udevadm test --action=add /sys/class/misc/krcore 2>&1 | grep '60-krcore.rules' || true)
 echo "$rule"
