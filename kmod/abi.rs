@@ -24,6 +24,8 @@ pub(crate) mod errno;
 pub(crate) mod ioctl;
 #[path = "../abi/src/layout.rs"]
 pub(crate) mod layout;
+#[path = "../abi/src/identity.rs"]
+pub(crate) mod identity;
 #[path = "../abi/src/limits.rs"]
 pub(crate) mod limits;
 #[path = "../abi/src/meta/mod.rs"]

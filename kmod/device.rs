@@ -20,6 +20,7 @@ use kernel::sync::{Arc, Mutex};
 use crate::abi::cluster::auth::{Verdict, NONCE_LEN};
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::abi::errno::Errno;
+use crate::abi::identity::{identify, Facts, Identity, Namespace};
 use crate::abi::limits::{Limits, Resource, UserTable};
 use crate::engine::devctx::DevCtx;
 use crate::cluster::peer::PeerQp;
@@ -53,20 +54,21 @@ pub(crate) struct Registry {
 /// Users that may hold rings at once (further ones get `EUSERS`).
 pub(crate) const USERS: usize = 256;
 
-/// One ring or polling thread charged to a user, returned on drop.
+/// One ring or polling thread charged to a caller's account, returned on drop.
 pub(crate) struct UserCharge {
-    uid: u32,
+    /// Who the caller is (abi's `identity`): its permissions' uid and gid, and the
+    /// account charged.
+    who: Identity,
     what: Resource,
-    /// The user's slot in the table (below [`USERS`]): its shares of each device are
-    /// counted there while it holds this.
+    /// The account's slot in the table (below [`USERS`]): its shares of each device
+    /// are counted there while it holds this.
     slot: u32,
 }
 
 impl UserCharge {
-    /// The user it is charged to (a uid as the initial namespace sees it; a user
-    /// namespace's owner for a uid of that namespace).
-    pub(crate) fn uid(&self) -> u32 {
-        self.uid
+    /// Who the caller was (abi's `identify`), when charged.
+    pub(crate) fn identity(&self) -> Identity {
+        self.who
     }
 
     /// The user's slot (see [`UserCharge::slot`]'s field).
@@ -77,8 +79,24 @@ impl UserCharge {
 
 impl Drop for UserCharge {
     fn drop(&mut self) {
-        Registry::get().users.lock().uncharge(self.uid, self.what);
+        Registry::get().users.lock().uncharge(self.who.account, self.what);
     }
+}
+
+/// Who the current task is (abi's `identity` decides from the shim's facts).
+pub(crate) fn current_identity() -> Identity {
+    let mut f = shim::IdFacts::default();
+    // SAFETY: a plain read of the current task's credentials into a local.
+    unsafe { shim::krcore_shim_current_facts(&mut f) };
+    identify(&Facts {
+        uid: f.uid,
+        gid: f.gid,
+        ns: f.has_ns.then_some(Namespace {
+            owner: f.ns_owner,
+            group: f.ns_group,
+            id: f.ns_id,
+        }),
+    })
 }
 
 /// The registry the C callbacks reach. Set in module init before the shim registers
@@ -117,18 +135,16 @@ impl Registry {
     /// Charges one `what` to the calling user, within the module parameters' limits:
     /// `EDQUOT` past them.
     pub(crate) fn charge(&self, what: Resource) -> Result<UserCharge> {
-        // SAFETY: plain reads of current's credentials and of module parameters.
-        let (uid, limits) = unsafe {
-            (
-                shim::krcore_shim_current_uid(),
-                Limits {
-                    rings: shim::krcore_shim_max_rings_per_user(),
-                    pollers: shim::krcore_shim_max_sqpoll_per_user(),
-                },
-            )
+        let who = current_identity();
+        // SAFETY: plain reads of module parameters.
+        let limits = unsafe {
+            Limits {
+                rings: shim::krcore_shim_max_rings_per_user(),
+                pollers: shim::krcore_shim_max_sqpoll_per_user(),
+            }
         };
-        let slot = self.users.lock().charge(uid, what, limits)? as u32;
-        Ok(UserCharge { uid, what, slot })
+        let slot = self.users.lock().charge(who.account, what, limits)? as u32;
+        Ok(UserCharge { who, what, slot })
     }
 
     /// The context a ring binds to, with the device's index and the port served: the

@@ -330,53 +330,33 @@ u32 krcore_shim_max_sq_idle_ms(void)
 	return READ_ONCE(max_sq_idle_ms);
 }
 
-/* The outermost user namespace below the initial one that the current task is in, when
- * an unprivileged user made it (NULL otherwise): its uids count as that user. A
- * namespace root made (a container's) keeps its uids apart: merging them would make
- * every container user root for ports and quotas. */
-static const struct user_namespace *krcore_unprivileged_ns(void)
+/*
+ * What the current task's credentials say, every id as the initial namespace sees it:
+ * its uid and gid, and the outermost user namespace below the initial one it is in
+ * (its owner, group and inode number; has_ns false in the initial one). Facts only:
+ * abi's identity.rs decides who that makes the caller.
+ */
+void krcore_shim_current_facts(struct krcore_id_facts *f)
 {
 	const struct user_namespace *ns = current_user_ns();
 
+	f->uid = from_kuid_munged(&init_user_ns, current_uid());
+	f->gid = from_kgid_munged(&init_user_ns, current_gid());
 	while (ns != &init_user_ns && ns->parent != &init_user_ns)
 		ns = ns->parent;
-	if (ns == &init_user_ns || uid_eq(ns->owner, GLOBAL_ROOT_UID))
-		return NULL;
-	return ns;
-}
-
-/* The user the current task is counted as: its uid, or in a namespace an unprivileged
- * user made, that user, so a uid range mapped into it (unshare --map-users) counts as
- * one user. */
-u32 krcore_shim_current_uid(void)
-{
-	const struct user_namespace *ns = krcore_unprivileged_ns();
-
-	return from_kuid_munged(&init_user_ns, ns ? ns->owner : current_uid());
-}
-
-/* The current task's gid as the initial namespace sees it (the real one, as its uid is),
- * for a name's mode (abi's meta::record::Grant; with krcore_shim_current_groups):
- * in a namespace an unprivileged user made, the group that user made it with (a gid
- * mapped in there from a subordinate range is no real group). */
-u32 krcore_shim_current_gid(void)
-{
-	const struct user_namespace *ns = krcore_unprivileged_ns();
-
-	return from_kgid_munged(&init_user_ns, ns ? ns->group : current_gid());
+	f->has_ns = ns != &init_user_ns;
+	f->ns_owner = f->has_ns ? from_kuid_munged(&init_user_ns, ns->owner) : 0;
+	f->ns_group = f->has_ns ? from_kgid_munged(&init_user_ns, ns->group) : 0;
+	f->ns_id = f->has_ns ? ns->ns.inum : 0;
 }
 
 /* The current task's supplementary groups as the initial namespace sees them, the first
- * `max` into `out` (abi's Groups): how many. None in a namespace an unprivileged user
- * made (as for its gid: groups mapped in there are no real groups). */
+ * `max` into `out` (abi's Groups): how many. */
 u32 krcore_shim_current_groups(u32 *out, u32 max)
 {
-	struct group_info *gi;
+	struct group_info *gi = get_current_groups();
 	u32 i, n = 0;
 
-	if (krcore_unprivileged_ns())
-		return 0;
-	gi = get_current_groups();
 	for (i = 0; i < gi->ngroups && n < max; i++)
 		out[n++] = from_kgid_munged(&init_user_ns, gi->gid[i]);
 	put_group_info(gi);

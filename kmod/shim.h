@@ -160,11 +160,19 @@ u32 krcore_shim_max_share(u32 share);
 u32 krcore_shim_max_sqpoll_per_user(void);
 u32 krcore_shim_max_sq_idle_ms(void);
 u32 krcore_shim_request_timeout_ms(void);
-/* The caller's real user id, in the initial user namespace. */
-u32 krcore_shim_current_uid(void);
+/* What the current task's credentials say (abi's identity::Facts; ids as the initial
+ * user namespace sees them). */
+struct krcore_id_facts {
+	u32 uid;
+	u32 gid;
+	u32 ns_owner;
+	u32 ns_group;
+	u32 ns_id;
+	bool has_ns;
+};
+void krcore_shim_current_facts(struct krcore_id_facts *f);
 u32 krcore_shim_max_peers(void);
 u32 krcore_shim_max_names(bool per_node);
-u32 krcore_shim_current_gid(void);
 u32 krcore_shim_current_groups(u32 *out, u32 max);
 bool krcore_shim_may_bind_low(void);
 /* Monotonic time in ms at tick resolution (ktime_get_coarse): cheap enough per call. */

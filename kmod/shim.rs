@@ -106,6 +106,18 @@ opaque! {
     PollTable;
 }
 
+/// `struct krcore_id_facts` (shim.h): what the current task's credentials say.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct IdFacts {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) ns_owner: u32,
+    pub(crate) ns_group: u32,
+    pub(crate) ns_id: u32,
+    pub(crate) has_ns: bool,
+}
+
 /// `struct krcore_port_attr`.
 #[repr(C)]
 #[derive(Default)]
@@ -306,10 +318,9 @@ extern "C" {
     pub(crate) fn krcore_shim_max_sqpoll_per_user() -> u32;
     pub(crate) fn krcore_shim_max_sq_idle_ms() -> u32;
     pub(crate) fn krcore_shim_request_timeout_ms() -> u32;
-    pub(crate) fn krcore_shim_current_uid() -> u32;
+    pub(crate) fn krcore_shim_current_facts(f: *mut IdFacts);
     pub(crate) fn krcore_shim_max_peers() -> u32;
     pub(crate) fn krcore_shim_max_names(per_node: bool) -> u32;
-    pub(crate) fn krcore_shim_current_gid() -> u32;
     pub(crate) fn krcore_shim_current_groups(out: *mut u32, max: u32) -> u32;
     /// Whether the current task holds `CAP_NET_BIND_SERVICE`.
     pub(crate) fn krcore_shim_may_bind_low() -> bool;

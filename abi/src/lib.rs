@@ -19,6 +19,7 @@ pub mod cqe;
 pub mod device;
 pub mod engine;
 pub mod errno;
+pub mod identity;
 pub mod ioctl;
 pub mod layout;
 pub mod limits;

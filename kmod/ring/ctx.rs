@@ -146,14 +146,16 @@ impl RingCtx {
         // Its ports are its creator's, as a socket's are its binder's.
         // SAFETY: a plain read of the current task's credentials.
         let bind_low = unsafe { shim::krcore_shim_may_bind_low() };
-        // SAFETY: as above.
-        let gid = unsafe { shim::krcore_shim_current_gid() };
+        let who = user.identity();
         let mut groups = [0u32; MAX_GROUPS];
-        // SAFETY: as above; `groups` has room for MAX_GROUPS.
-        let n = unsafe { shim::krcore_shim_current_groups(groups.as_mut_ptr(), MAX_GROUPS as u32) };
+        let n = match who.groups {
+            // SAFETY: as above; `groups` has room for MAX_GROUPS.
+            true => unsafe { shim::krcore_shim_current_groups(groups.as_mut_ptr(), MAX_GROUPS as u32) },
+            false => 0,
+        };
         ring.set_creds(Creds {
-            uid: user.uid(),
-            gid,
+            uid: who.uid,
+            gid: who.gid,
             groups: Groups::new(&groups[..n as usize]),
             bind_low,
             user: user.slot(),

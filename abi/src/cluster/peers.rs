@@ -27,8 +27,8 @@ use core::ops::Range;
 use super::super::engine::{QpBits, Store, MAX_QPS};
 use super::conn_set::{Action, Answer, Attempt, ConnSet, State};
 
-/// The user of the kernel's own CONNECTs (prewarming, a listen's accept; no uid is
-/// `(uid_t)-1`): not counted against anyone's dials.
+/// The user of the kernel's own CONNECTs (prewarming, a listen's accept; no account's
+/// slot, nor any uid, is `u32::MAX`): not counted against anyone's dials or sets.
 pub const NO_USER: u32 = u32::MAX;
 
 /// Dials to other nodes one user may have in progress at once; a CONNECT that would
@@ -54,7 +54,7 @@ pub const PEER_SHARE: usize = 4;
 /// A user holding virtual QPs on a peer's set ([`Peer::pins`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pin {
-    /// The user (uid); [`NO_USER`] for a free place.
+    /// The user (its account's slot); [`NO_USER`] for a free place.
     pub user: u32,
     /// Its virtual QPs bound to the set.
     pub vqps: u32,
@@ -76,7 +76,7 @@ pub struct Peer {
     pub set: ConnSet,
     /// Virtual QPs bound to the set's QPs: while any is, the entry is never reused.
     pub bound: u32,
-    /// The users (uids) whose own CONNECTs hold virtual QPs bound to it, and how many
+    /// The users (accounts' slots) whose own CONNECTs hold virtual QPs bound to it, and how many
     /// each: what pins the entry against a user's share ([`Peers::pinned_by`]). A user
     /// past the first [`PIN_USERS`] is counted in `bound` alone: it keeps an entry that
     /// others pin anyway.
@@ -89,8 +89,8 @@ pub struct Peer {
     /// When it was asked for, ms: workers take the oldest first, and one asked for
     /// [`DIAL_WAIT_MS`] is failed.
     pub asked_ms: i64,
-    /// The user (uid) whose CONNECT asked for the attempt under way ([`NO_USER`]: the
-    /// kernel's own, or none).
+    /// The user (its account's slot, as shares count it) whose CONNECT asked for the
+    /// attempt under way ([`NO_USER`]: the kernel's own, or none).
     pub dialer: u32,
     /// The number of our latest attempt, unique over the table's life (across its
     /// entries, so an entry reused for another node never takes a number a worker

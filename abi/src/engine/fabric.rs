@@ -107,9 +107,10 @@ pub trait Links<S: Store>: Qps<S> {
 pub trait Members<S: Store> {
     /// Binds to a pooled physical QP connected to `gid`/`service`; when `opposite` is
     /// given (the other end of a link on this node, see `message`), to the QP
-    /// connected to that one. For user `user` (a uid; [`NO_USER`](super::cluster::peers::NO_USER)
-    /// for the kernel's own), whose dials to other nodes in progress are bounded
-    /// (`EDQUOT` past them; see `cluster::peers`).
+    /// connected to that one. For user `user` (its account's slot, as shares count
+    /// it; [`NO_USER`](super::cluster::peers::NO_USER) for the kernel's own), whose
+    /// dials to other nodes in progress and sets held are bounded (`EDQUOT` past them;
+    /// see `cluster::peers`).
     fn connect(
         &mut self,
         gid: [u8; 16],
@@ -117,7 +118,7 @@ pub trait Members<S: Store> {
         opposite: Option<u32>,
         user: u32,
     ) -> Result<Connection, Errno>;
-    /// Releases the binding made by [`connect`](Self::connect) for `user` (the uid it
+    /// Releases the binding made by [`connect`](Self::connect) for `user` (the one it
     /// was made for) or by [`accept`](Self::accept) (`user` [`NO_USER`]).
     ///
     /// [`NO_USER`]: super::cluster::peers::NO_USER

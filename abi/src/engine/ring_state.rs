@@ -50,13 +50,14 @@ pub struct Vqp {
 }
 
 impl Vqp {
-    /// The uid its binding was made for, given its ring's user's `uid`: that user's for
-    /// its own CONNECT, none ([`NO_USER`]) for one a listen accepted.
+    /// The user its binding was made for, given its ring's `user` (its account's slot,
+    /// see `shares`): that user's for its own CONNECT, none ([`NO_USER`]) for one a
+    /// listen accepted.
     ///
     /// [`NO_USER`]: super::cluster::peers::NO_USER
-    pub fn binder(&self, uid: u32) -> u32 {
+    pub fn binder(&self, user: u32) -> u32 {
         match self.accepted {
-            None => uid,
+            None => user,
             Some(_) => super::cluster::peers::NO_USER,
         }
     }
@@ -596,7 +597,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         m: &mut F::Members<'f>,
         pick: impl Fn(&Vqp) -> bool,
     ) {
-        let (user, uid) = (self.creds.user, self.creds.uid);
+        let user = self.creds.user;
         let rmrs = &mut self.tables.rmrs;
         self.tables.vqps.drain_where(|h, v| {
             let go = pick(v) && v.sends == 0 && v.recvs == 0;
@@ -604,7 +605,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 rmrs.drain_where(|_, r| r.vqp == h);
                 f.shard(v.shard).leave(v.link, v.end, f);
                 f.qp(v.qp, |q, _| q.unbind());
-                m.disconnect(v.qp, v.binder(uid));
+                m.disconnect(v.qp, v.binder(user));
                 let_vqp_go(f, user, v);
             }
             go
@@ -622,7 +623,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     pub fn abandon<F: Fabric<S>>(&mut self, f: &F) {
         self.closed = true;
         self.drop_listens(f);
-        let (owner, user, uid) = ((self.id, self.gen), self.creds.user, self.creds.uid);
+        let (owner, user) = ((self.id, self.gen), self.creds.user);
         let mut recvs = 0;
         // io_uring waits for every command it carried: those fail here, by name.
         for i in 0..self.tables.inflight.capacity() {
@@ -648,7 +649,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 if (v.qp as usize) < f.count() {
                     f.qp(v.qp, |q, _| q.unbind());
                 }
-                m.disconnect(v.qp, v.binder(uid));
+                m.disconnect(v.qp, v.binder(user));
                 let_vqp_go(f, user, v);
                 true
             });

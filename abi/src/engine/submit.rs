@@ -314,7 +314,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 t.rmrs.drain_where(|_, r| r.vqp == vqp);
                 held.shard(v.shard).leave(v.link, v.end, f);
                 f.qp(v.qp, |q, _| q.unbind());
-                held.members().disconnect(v.qp, v.binder(self.creds.uid));
+                held.members().disconnect(v.qp, v.binder(self.creds.user));
                 let_vqp_go(f, self.creds.user, &v);
                 Cqe::ok(ud, 0, 0)
             }
@@ -684,7 +684,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         };
         let open = held.shard(k).half_open(&gid, t);
         let m = held.members();
-        let cqe = match m.connect(gid, port_key(t.local, t.peer), open.map(|o| o.qp), self.creds.uid) {
+        let cqe = match m.connect(gid, port_key(t.local, t.peer), open.map(|o| o.qp), self.creds.user) {
             Err(Errno::EINPROGRESS) => {
                 // Taken again when the set is up: its port with it.
                 release(f);
@@ -704,7 +704,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                 Cqe::err_errno(ud, why, e)
             }
             Ok(conn) if conn.qp as usize >= f.count() => {
-                m.disconnect(conn.qp, self.creds.uid);
+                m.disconnect(conn.qp, self.creds.user);
                 release(f);
                 Cqe::err(ud, Reason::Verbs)
             }
@@ -729,12 +729,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     // it: they go as the notices complete, so the CONNECT waits for
                     // them rather than fail.
                     Err(Reason::TableFull | Reason::Quota) if conn.peer && held.shard(k).draining() => {
-                        held.members().disconnect(conn.qp, self.creds.uid);
+                        held.members().disconnect(conn.qp, self.creds.user);
                         release(f);
                         return Step::Wait(Stall::Busy);
                     }
                     Err(why) => {
-                        held.members().disconnect(conn.qp, self.creds.uid);
+                        held.members().disconnect(conn.qp, self.creds.user);
                         release(f);
                         Cqe::err(ud, why)
                     }

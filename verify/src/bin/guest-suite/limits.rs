@@ -138,19 +138,24 @@ pub fn unprivileged_user_exhausts_its_quota_cleanly() -> Result<(), String> {
     })
 }
 
-/// A uid range mapped into a user namespace that an unprivileged user made counts as
-/// that user: uid 1000 makes a namespace, root maps 11 uids into it (as newuidmap does
-/// from a subordinate range), and rings made as each of them share uid 1000's quota.
-/// Uid 1000 outside is refused too, and uid 1001 is not.
-pub fn a_user_namespace_counts_as_its_owner() -> Result<(), String> {
-    const MAPPED: u32 = 11;
-    let _rings = Param::set("max_rings_per_user", "6")?;
+/// Uids mapped into a user namespace: a process as `maker` (root, or a user it
+/// becomes) makes the namespace, root maps [`MAPPED`] uids into it from `base` on (as
+/// newuidmap does from a subordinate range), and the process makes one ring as each of
+/// them in turn, holding them while `during` runs. Returns (rings made, refused, all
+/// refusals EDQUOT) as text, and what `during` returned.
+fn rings_in_namespace<T>(
+    maker: u32,
+    base: u32,
+    during: impl FnOnce() -> Result<T, String>,
+) -> Result<(String, T), String> {
     let (made_r, made_w) = pipe()?;
     let (mapped_r, mapped_w) = pipe()?;
     let (held_r, held_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
     let ns = Child::spawn(move || {
-        become_user(1000, 64 << 10)?;
+        if maker != 0 {
+            become_user(maker, 64 << 10)?;
+        }
         // SAFETY: a plain system call on this (child) process.
         let rc = unsafe { libc::unshare(libc::CLONE_NEWUSER) };
         check(rc == 0, || {
@@ -182,18 +187,30 @@ pub fn a_user_namespace_counts_as_its_owner() -> Result<(), String> {
         Ok(format!("{} {} {all_edquot}", rings.len(), refused.len()))
     })?;
     wait(made_r)?;
-    // Root maps 11 uids from 200000 on, as newuidmap would from /etc/subuid.
     std::fs::write(
         format!("/proc/{}/uid_map", ns.pid()),
-        format!("0 200000 {MAPPED}\n"),
+        format!("0 {base} {MAPPED}\n"),
     )
     .map_err(|e| format!("writing uid_map: {e}"))?;
     signal(mapped_w)?;
     wait(held_r)?;
-    let outside = rings_as(1000, 3)?;
-    let other = rings_as(1001, 3)?;
+    let meanwhile = during();
     signal(go_w)?;
     let inside = ns.join()?;
+    Ok((inside, meanwhile?))
+}
+
+/// Uids [`rings_in_namespace`] maps.
+const MAPPED: u32 = 11;
+
+/// A uid range mapped into a user namespace that an unprivileged user made counts as
+/// that user: uid 1000 makes a namespace, root maps 11 uids into it (as newuidmap does
+/// from a subordinate range), and rings made as each of them share uid 1000's quota.
+/// Uid 1000 outside is refused too, and uid 1001 is not.
+pub fn a_user_namespace_counts_as_its_owner() -> Result<(), String> {
+    let _rings = Param::set("max_rings_per_user", "6")?;
+    let (inside, (outside, other)) =
+        rings_in_namespace(1000, 200_000, || Ok((rings_as(1000, 3)?, rings_as(1001, 3)?)))?;
     println!("  in uid 1000's namespace, one ring as each of {MAPPED} mapped uids (made, refused, all EDQUOT): {inside}");
     println!("  meanwhile uid 1000 outside: {outside}; uid 1001: {other}");
     check(inside == "6 5 true", || {
@@ -203,6 +220,25 @@ pub fn a_user_namespace_counts_as_its_owner() -> Result<(), String> {
         format!("uid 1000 outside got {outside}")
     })?;
     check(other == "3 None", || format!("uid 1001 got {other}"))
+}
+
+/// A container's uids count together: root makes a namespace (as a container runtime
+/// does) and maps 11 uids into it from 300000; rings made as each of them share one
+/// quota of the namespace's own (6 made, 5 refused `EDQUOT`), while uid 300001 outside,
+/// the very uid the namespace's uid 1 maps to, has its own (3 of 3), and so does root.
+/// (Before, each mapped uid was a user of its own, and all 11 were made.)
+pub fn a_containers_uids_count_together() -> Result<(), String> {
+    let _rings = Param::set("max_rings_per_user", "6")?;
+    let (inside, (same_uid, root)) = rings_in_namespace(0, 300_000, || {
+        Ok((rings_as(300_001, 3)?, Device::open().and_then(|d| Builder::new(8).build(d)).is_ok()))
+    })?;
+    println!("  in root's namespace, one ring as each of {MAPPED} mapped uids (made, refused, all EDQUOT): {inside}");
+    println!("  meanwhile uid 300001 outside: {same_uid}; root got one: {root}");
+    check(inside == "6 5 true", || {
+        format!("the container's uids got {inside} rings, not one quota of 6 together")
+    })?;
+    check(same_uid == "3 None", || format!("uid 300001 outside got {same_uid}"))?;
+    check(root, || "root outside was refused a ring".into())
 }
 
 /// The kernel memory of a ring is charged to the memory cgroup of the process that set

@@ -232,6 +232,10 @@ const TESTS: &[Test] = &[
         run: limits::a_user_namespace_counts_as_its_owner,
     },
     Test {
+        name: "limits::a_containers_uids_count_together",
+        run: limits::a_containers_uids_count_together,
+    },
+    Test {
         name: "limits::ring_memory_is_charged_to_the_cgroup",
         run: limits::ring_memory_is_charged_to_the_cgroup,
     },
