@@ -79,7 +79,7 @@ fn connect(node: &Mutex<Node>, service: u32, broken: bool) {
             Some(attempt),
             "a CONNECT bound to a slot with nothing of its set installed"
         );
-        n.table.bind(peer);
+        n.table.bind(peer, NO_USER);
     }
 }
 
