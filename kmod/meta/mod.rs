@@ -256,6 +256,8 @@ struct Serving {
     /// Names each node slot holds in the region (abi's `meta::serve::Shares`); the
     /// region is allocated once, with these all 0.
     held: KBuf<u16>,
+    /// Whose record each export slot holds (abi's `Shares::owners`), likewise.
+    owners: KBuf<u16>,
 }
 
 /// The MetaServer connection and, on its node, the region (in the device context).
@@ -355,6 +357,7 @@ impl MetaNet {
                     Serving {
                         window: KBox::new([0u8; PROBE * EXPORT_FRAME], GFP_KERNEL)?,
                         held: KBuf::filled(TABLES.node_slots as usize, 0, GFP_KERNEL)?,
+                        owners: KBuf::filled(TABLES.export_slots as usize, 0, GFP_KERNEL)?,
                     },
                     "krcore_meta_serving"
                 ),

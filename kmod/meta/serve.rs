@@ -84,6 +84,7 @@ impl MetaNet {
                 let s = &mut *serving;
                 let mut shares = Shares {
                     held: s.held.as_mut(),
+                    owners: s.owners.as_mut(),
                     // SAFETY: reads a module parameter.
                     share: unsafe { shim::krcore_shim_max_names(true) } as u16,
                 };

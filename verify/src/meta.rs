@@ -50,7 +50,7 @@ impl FakeMeta {
             cm_port: 7471,
             incarnation: 0,
         };
-        me.incarnation = register(&mut region, &TABLES, &me).expect("registered");
+        me.incarnation = register(&mut region, &TABLES, &me, 0..TABLES.export_slots).expect("registered");
         let cache = MetaCache::new(vec![None; 16], vec![(0, 0); 8]);
         FakeMeta {
             client: MetaClient::new(cache, vec![None; 16], vec![None; 4]),
@@ -126,7 +126,7 @@ impl FakeMeta {
             cm_port: 7471,
             incarnation: 0,
         };
-        other.incarnation = register(&mut self.region, &TABLES, &other).expect("registered");
+        other.incarnation = register(&mut self.region, &TABLES, &other, 0..TABLES.export_slots).expect("registered");
         let r = ExportRecord {
             name: krcore_abi::meta::record::name(name).expect("a name"),
             node: other.id(),

@@ -393,8 +393,10 @@ fn requests(inp: &mut Input) {
     };
     // A share of 2 names a node, so the fuzz reaches the refusal too.
     let mut held = vec![0u16; t.node_slots as usize];
+    let mut owners = vec![0u16; t.export_slots as usize];
     let mut shares = Shares {
         held: &mut held,
+        owners: &mut owners,
         share: 2,
     };
     for x in 1..=4 {

@@ -192,8 +192,13 @@ pub fn publish(
             continue;
         }
         // Another exporter of the name may have claimed a slot at once: the lower keeps it.
+        // Once written, the slot is returned whatever comes (a window that cannot be
+        // read again keeps ours, as a torn one does), so its writer's books (`serve`'s
+        // `Shares::owners`) always learn where the record is.
         for _ in 0..TRIES {
-            let window = read_window(r, t, first, buf)?;
+            let Ok(window) = read_window(r, t, first, buf) else {
+                return Ok(at(w));
+            };
             match recheck(&rec.name, &buf[..window * EXPORT_FRAME], w) {
                 Recheck::Keep => return Ok(at(w)),
                 Recheck::Yield => {
@@ -236,17 +241,24 @@ pub fn revoke(
     Err(PublishError::Contended)
 }
 
-/// Revokes every record node `node` holds (tombstones): what the MetaServer's kernel
-/// does first when the node registers, before its node record moves to the new
-/// incarnation. So a whole record in the table is always of its node's current
+/// Revokes every record node `node` holds in `slots` (tombstones): what the
+/// MetaServer's kernel does first when the node registers, before its node record moves
+/// to the new incarnation, in the slots its books say hold the node's records (see
+/// `serve`'s `Shares::owners`; every slot, `0..export_slots`, for a region nobody kept
+/// books of). So a whole record in the table is always of its node's current
 /// incarnation, and a lookup needs no READ of the node's record to know it is live:
 /// one that reads after the registration finds the tombstones. A slot left torn by a
 /// crashed writer is nobody's whole record, and is claimed over later. The number
 /// revoked.
-pub fn revoke_node(r: &mut impl Writable, t: &Tables, node: u16) -> Result<u32, Unreachable> {
+pub fn revoke_node(
+    r: &mut impl Writable,
+    t: &Tables,
+    node: u16,
+    slots: impl Iterator<Item = u32>,
+) -> Result<u32, Unreachable> {
     let mut f = [0u8; EXPORT_FRAME];
     let mut revoked = 0;
-    for slot in 0..t.export_slots {
+    for slot in slots.filter(|&s| s < t.export_slots) {
         let off = t.export(slot);
         // This kernel is the table's only writer, so a lost CAS means a crashed
         // writer's odd head: nobody's whole record.
@@ -433,16 +445,16 @@ mod tests {
         }
         let theirs = ExportRecord { node: 2, ..rec("d") };
         publish(&mut m, &T, &theirs, &mut buf).unwrap();
-        assert_eq!(revoke_node(&mut m, &T, 1), Ok(3));
+        assert_eq!(revoke_node(&mut m, &T, 1, 0..T.export_slots), Ok(3));
         for n in ["a", "b", "c"] {
             assert_eq!(found(&mut m, n), None, "{n} still found");
         }
         assert_eq!(found(&mut m, "d"), Some(2), "another node's record stays");
-        assert_eq!(revoke_node(&mut m, &T, 1), Ok(0), "tombstones are nobody's");
+        assert_eq!(revoke_node(&mut m, &T, 1, 0..T.export_slots), Ok(0), "tombstones are nobody's");
         publish(&mut m, &T, &rec("a"), &mut buf).unwrap();
         assert_eq!(found(&mut m, "a"), Some(1));
         m.down = true;
-        assert!(revoke_node(&mut m, &T, 1).is_err());
+        assert!(revoke_node(&mut m, &T, 1, 0..T.export_slots).is_err());
     }
 
     /// Names someone aimed at one home under a key they knew land apart under the

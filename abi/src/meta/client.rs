@@ -527,7 +527,7 @@ mod tests {
                 cm_port: 7471,
                 incarnation: 0,
             };
-            me.incarnation = register(m, &T, &me).unwrap();
+            me.incarnation = register(m, &T, &me, 0..T.export_slots).unwrap();
             Node {
                 client: MetaClient::new(
                     MetaCache::new(vec![None; 4], vec![(0, 0); 4]),
@@ -703,7 +703,7 @@ mod tests {
         a.net(&mut m);
         assert!(a.client.publishes());
         let mut m = MemRegion::new(T.bytes());
-        let again = register(&mut m, &T, &a.me).unwrap();
+        let again = register(&mut m, &T, &a.me, 0..T.export_slots).unwrap();
         assert_eq!(again, a.me.incarnation + 1);
         assert_eq!(a.client.republish(a.me.id(), again), 1);
         assert_eq!(a.net(&mut m), 1);

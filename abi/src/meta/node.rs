@@ -72,9 +72,15 @@ pub fn read_node(r: &mut impl Remote, t: &Tables, id: u16) -> Result<NodeRecord,
 /// node registering again after the MetaServer lost its tables still moves on. The
 /// node's earlier records are revoked first (their rkeys died with the incarnation),
 /// before its record moves: so a whole export record is always of its node's current
-/// incarnation, and a lookup reads its window alone ([`revoke_node`]).
-pub fn register(r: &mut impl Writable, t: &Tables, me: &NodeRecord) -> Result<u64, RegisterError> {
-    revoke_node(r, t, me.id())?;
+/// incarnation, and a lookup reads its window alone ([`revoke_node`], in `slots`, where
+/// the caller's books say the node's records are).
+pub fn register(
+    r: &mut impl Writable,
+    t: &Tables,
+    me: &NodeRecord,
+    slots: impl Iterator<Item = u32>,
+) -> Result<u64, RegisterError> {
+    revoke_node(r, t, me.id(), slots)?;
     let off = t.node(me.id());
     let mut f = [0u8; NODE_FRAME];
     for _ in 0..TRIES {
@@ -176,21 +182,21 @@ mod tests {
     fn registering_again_moves_the_incarnation() {
         let mut m = MemRegion::new(T.bytes());
         let a = me(11);
-        assert_eq!(register(&mut m, &T, &a), Ok(1));
+        assert_eq!(register(&mut m, &T, &a, 0..T.export_slots), Ok(1));
         assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.incarnation), Ok(1));
-        assert_eq!(register(&mut m, &T, &a), Ok(2), "a reload");
+        assert_eq!(register(&mut m, &T, &a, 0..T.export_slots), Ok(2), "a reload");
         // The MetaServer lost its tables: the node moves past what it had.
         let mut fresh = MemRegion::new(T.bytes());
         let had = NodeRecord {
             incarnation: 2,
             ..a
         };
-        assert_eq!(register(&mut fresh, &T, &had), Ok(3));
+        assert_eq!(register(&mut fresh, &T, &had, 0..T.export_slots), Ok(3));
         assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.ipv4), Ok(a.ipv4));
         // Node 19 shares the slot (19 % 8 == 11 % 8): after it registers, node 11's
         // record is gone, not mistaken for 19's.
         let b = me(19);
-        assert_eq!(register(&mut m, &T, &b), Ok(3));
+        assert_eq!(register(&mut m, &T, &b, 0..T.export_slots), Ok(3));
         assert_eq!(read_node(&mut m, &T, a.id()), Err(NodeError::NoNode));
     }
 
@@ -198,17 +204,17 @@ mod tests {
     fn a_crashed_writers_odd_head_is_written_over() {
         let mut m = MemRegion::new(T.bytes());
         let a = me(3);
-        register(&mut m, &T, &a).unwrap();
+        register(&mut m, &T, &a, 0..T.export_slots).unwrap();
         let at = T.node(a.id()) as usize;
         m.bytes[at..at + 8].copy_from_slice(&3u64.to_le_bytes());
         assert_eq!(
             read_node(&mut m, &T, a.id()),
             Err(NodeError::NodeTorn(Torn::Rewriting))
         );
-        assert_eq!(register(&mut m, &T, &a), Ok(2), "past the torn record's");
+        assert_eq!(register(&mut m, &T, &a, 0..T.export_slots), Ok(2), "past the torn record's");
         assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.incarnation), Ok(2));
         m.down = true;
-        assert_eq!(register(&mut m, &T, &a), Err(RegisterError::Unreachable));
+        assert_eq!(register(&mut m, &T, &a, 0..T.export_slots), Err(RegisterError::Unreachable));
     }
 
     #[test]

@@ -43,10 +43,19 @@ fn registered(r: &mut impl Writable, t: &Tables, from: [u8; 4]) -> Option<NodeRe
 /// zeroes it with a new one). [`serve`] counts a publication in and a revocation out; a
 /// node's count starts over when it registers, since a new incarnation's names are
 /// published anew (its earlier records are revoked then).
+///
+/// It also keeps where each node's records are ([`owners`](Self::owners)): this kernel
+/// is the region's only writer, so the books are exact, and a Register revokes the
+/// node's records in their slots alone. A Register then costs what the node holds (its
+/// share at most), never a read of the whole exports table under the serving lock.
 pub struct Shares<'a> {
     /// Names held, per node slot ([`Tables::node_slot`]); a slot past its end holds
     /// none and may hold none.
     pub held: &'a mut [u16],
+    /// Per export slot, 1 + the node slot of the node whose record it holds (0: none,
+    /// a tombstone, or never written); as many as `export_slots` (a slot past its end
+    /// is never revoked by a Register).
+    pub owners: &'a mut [u16],
     /// Names one node may hold.
     pub share: u16,
 }
@@ -54,6 +63,18 @@ pub struct Shares<'a> {
 impl Shares<'_> {
     fn held(&mut self, t: &Tables, node: u16) -> Option<&mut u16> {
         self.held.get_mut(t.node_slot(node) as usize)
+    }
+
+    /// What [`owners`](Self::owners) says of a slot holding `node`'s record.
+    fn owner_mark(t: &Tables, node: u16) -> u16 {
+        t.node_slot(node) as u16 + 1
+    }
+
+    /// Notes export slot `slot` as holding `node`'s record (`None`: nobody's).
+    fn note(&mut self, t: &Tables, slot: u32, node: Option<u16>) {
+        if let Some(o) = self.owners.get_mut(slot as usize) {
+            *o = node.map_or(0, |n| Self::owner_mark(t, n));
+        }
     }
 }
 
@@ -83,11 +104,16 @@ pub fn serve(
                     return Reply::Refused(Refusal::SlotHeld);
                 }
             }
-            match register(r, t, me) {
+            // Its records are where the books say: nowhere else is read.
+            let mark = Shares::owner_mark(t, me.id());
+            let owners = &*shares.owners;
+            let mine = (0..owners.len() as u32).filter(|&s| owners[s as usize] == mark);
+            match register(r, t, me, mine) {
                 Ok(incarnation) => {
                     if let Some(h) = shares.held(t, me.id()) {
                         *h = 0;
                     }
+                    shares.owners.iter_mut().filter(|o| **o == mark).for_each(|o| *o = 0);
                     Reply::Registered(incarnation)
                 }
                 Err(RegisterError::Unreachable | RegisterError::Contended)
@@ -112,6 +138,7 @@ pub fn serve(
                     if let Some(h) = shares.held(t, rec.node) {
                         *h += 1;
                     }
+                    shares.note(t, slot, Some(rec.node));
                     Reply::Published(slot)
                 }
                 Err(PublishError::Taken) => Reply::Refused(Refusal::Taken),
@@ -134,6 +161,7 @@ pub fn serve(
                 Ok(()) => {
                     if let Some(h) = held.then(|| shares.held(t, node_id(from))).flatten() {
                         *h = h.saturating_sub(1);
+                        shares.note(t, *slot, None);
                     }
                     Reply::Revoked
                 }
@@ -211,12 +239,16 @@ pub mod mem {
             let mut window = [0u8; PROBE * EXPORT_FRAME];
             let mut held = core::mem::take(&mut self.region.held);
             held.resize(self.tables.node_slots as usize, 0);
+            let mut owners = core::mem::take(&mut self.region.owners);
+            owners.resize(self.tables.export_slots as usize, 0);
             let mut shares = Shares {
                 held: &mut held,
+                owners: &mut owners,
                 share: self.region.share,
             };
             let reply = serve(self.region, &self.tables, &mut shares, self.from, &req, &mut window);
             self.region.held = held;
+            self.region.owners = owners;
             Reply::decode(&reply.encode()).ok_or(Unreachable)
         }
     }
@@ -271,13 +303,52 @@ mod tests {
         let mut w = [0u8; PROBE * EXPORT_FRAME];
         let mut held = core::mem::take(&mut m.held);
         held.resize(T.node_slots as usize, 0);
+        let mut owners = core::mem::take(&mut m.owners);
+        owners.resize(T.export_slots as usize, 0);
         let mut shares = Shares {
             held: &mut held,
+            owners: &mut owners,
             share,
         };
         let reply = serve(m, &T, &mut shares, [192, 0, 2, from], &req, &mut w);
         m.held = held;
+        m.owners = owners;
         reply
+    }
+
+    /// A Register reads the node's own slots alone (the books say where its records
+    /// are), not the exports table: with 4,096 slots, a node of 2 names re-registers in
+    /// a few verbs, its names go, and another node's stay.
+    #[test]
+    fn a_register_reads_only_what_the_node_holds() {
+        use super::super::request::Call;
+        use super::mem::Served;
+        let big = Tables { export_slots: 4096, ..T };
+        let mut m = MemRegion::new(big.bytes());
+        let mut call = |m: &mut MemRegion, from: u8, req: Request| {
+            let mut s = Served { region: m, tables: big, from: [192, 0, 2, from] };
+            s.call(&req).unwrap()
+        };
+        for n in [1, 2] {
+            assert_eq!(call(&mut m, n, Request::Register(node(n, 0))), Reply::Registered(1));
+        }
+        for (n, what) in [(1, "a"), (1, "b"), (2, "c")] {
+            let r = call(&mut m, n, Request::Publish(export(what, n, 1)));
+            assert!(matches!(r, Reply::Published(_)), "{what}: {r:?}");
+        }
+        let before = m.verbs;
+        assert_eq!(call(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(2));
+        let verbs = m.verbs - before;
+        assert!(verbs < 32, "a Register of a node of 2 names took {verbs} verbs");
+        // Gone: published anew; the other node's stays (its name is taken).
+        let again = call(&mut m, 1, Request::Publish(export("a", 1, 2)));
+        assert!(matches!(again, Reply::Published(_)), "{again:?}");
+        let theirs = call(&mut m, 1, Request::Publish(export("c", 1, 2)));
+        assert_eq!(theirs, Reply::Refused(Refusal::Taken));
+        // A node holding nothing registers in as few.
+        let before = m.verbs;
+        assert_eq!(call(&mut m, 3, Request::Register(node(3, 0))), Reply::Registered(1));
+        assert!(m.verbs - before < 32, "{} verbs", m.verbs - before);
     }
 
     #[test]

@@ -141,6 +141,9 @@ pub mod mem {
         /// The serving kernel's count of names per node slot
         /// ([`Shares`](crate::meta::serve::Shares)), sized at the first request.
         pub held: Vec<u16>,
+        /// The serving kernel's books of whose record each export slot holds
+        /// ([`Shares::owners`](crate::meta::serve::Shares::owners)), sized likewise.
+        pub owners: Vec<u16>,
         /// Names one node may hold (the serving kernel's `max_names_per_node`).
         pub share: u16,
     }
@@ -153,6 +156,7 @@ pub mod mem {
                 verbs: 0,
                 down: false,
                 held: Vec::new(),
+                owners: Vec::new(),
                 share: 64,
             }
         }
