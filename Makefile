@@ -250,6 +250,9 @@ TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role 
 # A host that is no member (c) claims member b's address and floods a's listener with
 # bad proofs from it: b's first contacts with a are each admitted meanwhile.
 SPOOF_ROLES = --role "a:$(SMOKE) spoofed b" --role "b:$(SMOKE) victim a c" --role "c:$(SMOKE) spoofer a b"
+# One member's user program, with the key, asks the MetaServer's listener for 64 proved
+# connections: its node's part (8) is taken, and another node still publishes.
+HOG_ROLES = --role "a:$(SMOKE) hogged-meta b c" --role "b:$(SMOKE) hog a c" --role "c:$(SMOKE) hogged a b"
 # The `krcore` tool's two sides: a serves memory by name and an echo, b measures them.
 TOOL_ROLES = --role "a:$(SMOKE) tool serve a" --role "b:$(SMOKE) tool measure a a"
 # a's revocations table full (16 names revoked, waiting for c, killed): a's DEREG_MR of
@@ -281,7 +284,7 @@ TWO_SCENES = $(PING_ROLES) $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(CYCLES_R
 	$(MUTUAL_ROLES) $(MESSAGE_ROLES) $(ECHO_ROLES) $(VANISH_ROLES) $(IMPOSTOR_ROLES) \
 	$(YANK_ROLES) $(FENCE_ROLES) $(CHURN_ROLES) $(SELF_ROLES) $(HOLD_ROLES) $(TOOL_ROLES) \
 	$(VERBS_ROLES)
-THREE_SCENES = $(CONNECT3_ROLES) $(META3_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(BOUNDED_ROLES) \
+THREE_SCENES = $(CONNECT3_ROLES) $(META3_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES) $(BOUNDED_ROLES) \
 	$(MESSAGE3_ROLES) $(CLIENTS_ROLES) $(NAMES_ROLES) $(SERVICES_ROLES)
 vm-test-cluster: kmod-test host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
@@ -306,7 +309,7 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 3000 --nodes 2 $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(MUTUAL_ROLES) \
 		$(MESSAGE_ROLES_LATE) $(LISTENER_ROLES) $(VANISH_ROLES) $(YANK_ROLES) $(FENCE_ROLES) \
 		$(ECHO_ROLES) $(IMPOSTOR_ROLES)
-	@$(VM_DEBUG) --timeout 1200 --nodes 3 $(BOUNDED_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES)
+	@$(VM_DEBUG) --timeout 1200 --nodes 3 $(BOUNDED_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES)
 	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 --lose-one-in 20 $(LOSSY_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 3 $(CROWD_ROLES)

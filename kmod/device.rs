@@ -20,6 +20,7 @@ use kernel::sync::{Arc, Mutex};
 use crate::abi::cluster::auth::{Verdict, NONCE_LEN};
 use crate::abi::device::{DeviceGid, DEVICE_NAME_LEN, GID_NONE};
 use crate::abi::errno::Errno;
+use crate::abi::cluster::accepted::Accepted;
 use crate::abi::identity::{identify, Facts, Identity, Namespace};
 use crate::abi::limits::{Limits, Resource, UserTable};
 use crate::engine::devctx::DevCtx;
@@ -49,6 +50,10 @@ pub(crate) struct Registry {
     devices: Mutex<KVec<Device>>,
     #[pin]
     users: Mutex<UserTable<USERS>>,
+    /// Peer kernels' connections the listener holds, per source node (abi's
+    /// `cluster::accepted`): a leaf, taken under cm.c's connection lock only.
+    #[pin]
+    pub(crate) accepted: Mutex<Accepted>,
 }
 
 /// Users that may hold rings at once (further ones get `EUSERS`).
@@ -109,6 +114,7 @@ impl Registry {
         pin_init!(Registry {
             devices <- new_mutex!(KVec::new(), "krcore_devices"),
             users <- new_mutex!(UserTable::default(), "krcore_users"),
+            accepted <- new_mutex!(Accepted::default(), "krcore_accepted"),
         })
     }
 

@@ -52,6 +52,11 @@ int krcore_rs_uring_cmd(void *priv, void *cmd, const u8 *entry, bool nonblock, s
 /* io_uring takes command `cmd` back (IO_URING_F_CANCEL): 1 with the result to
  * complete it with now in `res` and `extra`, 0 when its completion is on its way. */
 int krcore_rs_uring_cancel(void *priv, void *cmd, s32 *res, u64 *extra);
+/* A peer kernel's connection from `node` (IPv4, wire order), its proof good: whether
+ * the listener takes it (abi's cluster::accepted); and one it took going. Both under
+ * krcore_cm_lock. */
+bool krcore_rs_cm_admit(u32 node);
+void krcore_rs_cm_release(u32 node);
 /* The `cmd_op` of a krcore entry in an IORING_OP_URING_CMD (abi's URING_CMD_ENTRY). */
 extern const u32 krcore_rs_uring_cmd_entry;
 /* mmap(2) at page offset pgoff, len bytes. */

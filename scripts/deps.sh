@@ -11,13 +11,14 @@ set -euo pipefail
 # Debian packages: the kernel source and its LLVM toolchain, QEMU, busybox for the
 # initramfs, rdma-core for user-space verbs (rdma-sys) and the rxe provider, iproute2's
 # `rdma` tool for the guest, python3 with venv and pip for the Python package (maturin
-# comes from PyPI into its venv), gcc for the C example.
+# comes from PyPI into its venv), gcc for the C example, openssl for the tests' keyed
+# client's tags.
 packages=(
   linux-source-6.12 clang lld llvm libclang-dev bc flex bison libelf-dev libssl-dev
   cpio xz-utils kmod busybox-static qemu-system-x86 iproute2 python3
   python3-venv python3-pip gcc
   rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev pkg-config
-  debootstrap debian-archive-keyring udev adduser binutils
+  debootstrap debian-archive-keyring udev adduser binutils openssl
 )
 missing=()
 for p in "${packages[@]}"; do

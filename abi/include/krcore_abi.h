@@ -13,6 +13,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// Connections the listener holds at once.
+#define krcore_MAX_ACCEPTED 64
+
+// Connections one source node may hold: a set's (two QPs, and a set being made anew
+// beside one draining) and a MetaServer client's per device, with room to spare.
+#define krcore_ACCEPTED_PER_NODE 8
+
+// Places a node already holding connections may not take: kept for nodes holding none.
+#define krcore_ACCEPTED_KEPT_FOR_NEW 8
+
 // Challenges redeemed by good proofs that a gate remembers while they could still be
 // in time: when more come within [`CHALLENGE_MS`] (only members make them), the oldest
 // is forgotten and every challenge issued as early is refused from then on (its

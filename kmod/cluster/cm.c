@@ -13,7 +13,9 @@
  * also referenced by Rust's handle, so the struct outlives a teardown by the device's
  * removal until Rust lets go (krcore_shim_cm_close / _put).
  *
- * Locks: krcore_cm_lock (the list) is taken briefly and nothing is taken under it. A
+ * Locks: krcore_cm_lock (the list, and the per-node counts of accepted connections)
+ * is taken briefly, and only Rust's table of those counts (krcore_rs_cm_admit and
+ * _release, a leaf mutex of the registry's) is taken under it. A
  * request handler pins its device context (krcore_rs_cm_resources, which takes the
  * registry's mutex, with no cm.c lock held) until its connection is on the list or
  * torn down; a device's removal marks the device closing, tears its connections down,
@@ -127,8 +129,10 @@ struct krcore_cm_conn {
 	/* Connected (ESTABLISHED seen, or accepted): a teardown says goodbye first. */
 	bool established;
 	bool broken;
-	/* Accepted from a peer (counted in krcore_cm_accepted while on the list). */
+	/* Accepted from a peer (counted in krcore_cm_accepted while on the list, and
+	 * charged to its source node, `from`, in Rust's krcore_rs_cm_admit). */
 	bool accepted;
+	__be32 from;
 	/* An accepted connection Rust adopted into a connection set: Rust closes it, the
 	 * reap leaves it (krcore_cm_lock). */
 	bool owned;
@@ -447,6 +451,16 @@ static int krcore_cm_publish(struct krcore_cm_conn *c)
 	return 0;
 }
 
+/* An accepted connection leaves the list (krcore_cm_lock held): its counts go. */
+static void krcore_cm_uncount(struct krcore_cm_conn *c)
+{
+	lockdep_assert_held(&krcore_cm_lock);
+	if (!c->accepted)
+		return;
+	krcore_cm_accepted--;
+	krcore_rs_cm_release(c->from);
+}
+
 /* Takes `c` off the list if it is still there: whether the caller now tears it down. */
 static bool krcore_cm_unlist(struct krcore_cm_conn *c)
 {
@@ -456,7 +470,7 @@ static bool krcore_cm_unlist(struct krcore_cm_conn *c)
 	mine = c->on_list;
 	if (mine) {
 		c->on_list = false;
-		krcore_cm_accepted -= c->accepted;
+		krcore_cm_uncount(c);
 		list_del(&c->node);
 	}
 	mutex_unlock(&krcore_cm_lock);
@@ -957,6 +971,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	struct rdma_conn_param p;
 	struct ib_pd *pd;
 	struct ib_cq *cq;
+	bool admitted;
 	void *pin;
 	int ret;
 
@@ -1017,18 +1032,30 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		if (ret)
 			goto unpin;
 	}
+	/* Its source node's part of the listener (abi's cluster::accepted), now that its
+	 * proof says a member sent it: given back on every way out below, or when it
+	 * leaves the list. */
+	mutex_lock(&krcore_cm_lock);
+	admitted = krcore_rs_cm_admit(from->sin_addr.s_addr);
+	mutex_unlock(&krcore_cm_lock);
+	if (!admitted) {
+		pr_info_ratelimited("krcore: %s: refused a connection from %pI4: that node holds its part of the listener's connections\n",
+				    dev_name(&id->device->dev), &from->sin_addr.s_addr);
+		ret = -EBUSY;
+		goto unpin;
+	}
 	ret = -ENOMEM;
 	if (hello.kind == KRCORE_CM_META) {
 		/* Its own CQ: its requests are served as they come (meta.c). */
 		serving = krcore_meta_serving_alloc(id->device, pd, from->sin_addr.s_addr);
 		if (!serving)
-			goto unpin;
+			goto unadmit;
 		cq = krcore_meta_serving_cq(serving);
 	}
 	c = krcore_cm_conn_alloc(id->device, pd, cq);
 	if (!c) {
 		krcore_meta_serving_free(serving);
-		goto unpin;
+		goto unadmit;
 	}
 	c->id = id;
 	c->serving = serving;
@@ -1074,6 +1101,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	}
 	c->on_list = true;
 	c->accepted = true;
+	c->from = from->sin_addr.s_addr;
 	c->established = true;
 	krcore_cm_accepted++;
 	list_add(&c->node, &krcore_cm_conns);
@@ -1104,6 +1132,10 @@ free:
 	krcore_meta_serving_free(c->serving);
 	c->serving = NULL;
 	krcore_cm_put(c);
+unadmit:
+	mutex_lock(&krcore_cm_lock);
+	krcore_rs_cm_release(from->sin_addr.s_addr);
+	mutex_unlock(&krcore_cm_lock);
 unpin:
 	krcore_rs_cm_unpin(pin);
 	return ret;
@@ -1169,7 +1201,7 @@ static void krcore_cm_drop(struct ib_device *dev)
 	list_for_each_entry_safe(c, n, &krcore_cm_conns, node) {
 		if (c->dev == dev) {
 			c->on_list = false;
-			krcore_cm_accepted -= c->accepted;
+			krcore_cm_uncount(c);
 			list_move(&c->node, &gone);
 		}
 	}

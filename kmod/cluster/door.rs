@@ -126,3 +126,18 @@ impl Door {
         }
     }
 }
+
+/// A peer kernel's connection from `node` (an IPv4 address, wire order), its proof
+/// good: whether the listener takes it (abi's `cluster::accepted`, charged to `node`).
+/// Under cm.c's connection lock.
+#[no_mangle]
+extern "C" fn krcore_rs_cm_admit(node: u32) -> bool {
+    crate::device::Registry::get().accepted.lock().admit(node)
+}
+
+/// A connection [`krcore_rs_cm_admit`] took from `node` went. Under cm.c's
+/// connection lock.
+#[no_mangle]
+extern "C" fn krcore_rs_cm_release(node: u32) {
+    crate::device::Registry::get().accepted.lock().release(node)
+}

@@ -144,6 +144,18 @@
 #   cluster-smoke.sh await-revoke META
 #                                   import META's kv; READ it until a READ fails: it must
 #                                   fail BadDescriptor (revoked here), never on the wire
+#   cluster-smoke.sh hogged-meta HOG VICTIM
+#                                   serve the MetaServer; while HOG's node holds all it
+#                                   may of this listener and VICTIM publishes, some of
+#                                   HOG's must have been refused as past its part
+#   cluster-smoke.sh hog META VICTIM
+#                                   no module: a member's user program with the key
+#                                   (cm-intruder hog) asks META's listener for 64 proved
+#                                   MetaServer connections and holds them: 8 at most are
+#                                   taken (the node's part), while VICTIM publishes
+#   cluster-smoke.sh hogged META HOG
+#                                   while HOG holds its connections, publish two names at
+#                                   META: both must be published
 #   cluster-smoke.sh bystander META make a set to META's node; wait to be killed
 #   cluster-smoke.sh churn          serve the MetaServer with a peer table of one entry
 #                                   (max_peers=1); publish kv; once an importer uses it
@@ -944,6 +956,58 @@ steady)
   done
   [ -n "$left" ] || { echo "$KRCORE_NODE: the peer did not leave in 200 s" >&2; fail_with_state; }
   rmmod krcore || exit 1
+  ;;
+hogged-meta)
+  hog=$(addr_of "$2") || exit 1
+  victim=$(addr_of "$3") || exit 1
+  reload meta_server="$KRCORE_ADDR" || exit 1
+  # Serving once its own connection registered the region.
+  for _ in $(seq 300); do
+    [ "$(count "accepted a peer kernel's MetaServer")" -ge 1 ] && break
+    sleep 0.1
+  done
+  barrier "$hog" 7521 120 || exit 1
+  barrier "$victim" 7524 200 || exit 1
+  refused=$(count "holds its part of the listener's connections")
+  echo "$KRCORE_NODE: connections refused as past their node's part: $refused"
+  [ "$refused" -ge 1 ] || { echo "$KRCORE_NODE: no connection was refused as past its node's part" >&2; exit 1; }
+  unload
+  ;;
+hog)
+  meta=$(addr_of "$2") || exit 1
+  victim=$(addr_of "$3") || exit 1
+  rmmod krcore 2>/dev/null
+  # The key, as root on a member reads it (here from the test bed): root's file.
+  (umask 077; echo "$CLUSTER_KEY" >"$TMPDIR/key")
+  barrier "$meta" 7521 120 || exit 1
+  "$INTRUDER" hog "$meta" $CM_PORT "$KRCORE_ADDR" "$TMPDIR/key" 64 90 >"$TMPDIR/hog.out" 2>&1 & pid=$!
+  for _ in $(seq 600); do
+    grep -q "accepted," "$TMPDIR/hog.out" && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$TMPDIR/hog.out"
+  # Held while the victim publishes.
+  barrier "$victim" 7522 120 || { kill $pid; exit 1; }
+  barrier "$victim" 7523 200 || { kill $pid; exit 1; }
+  kill $pid 2>/dev/null
+  taken=$(sed -n 's/.*hog: \([0-9]*\) accepted.*/\1/p' "$TMPDIR/hog.out")
+  [ -n "$taken" ] && [ "$taken" -le 8 ] && [ "$taken" -ge 1 ] || {
+    echo "$KRCORE_NODE: the listener took ${taken:-none} of one node's 64 proved connections, not 1 to 8" >&2
+    exit 1
+  }
+  ;;
+hogged)
+  hog=$(addr_of "$3") || exit 1
+  barrier "$hog" 7522 200 || exit 1
+  with_meta "$2" "$2"
+  touch "$TMPDIR/names-go"
+  "$NAME_OWNERS" fill hogged ok,ok "$TMPDIR/names-go" || fail_with_state
+  echo "$KRCORE_NODE: published 2 names while another node held its part of the MetaServer's listener"
+  barrier "$hog" 7523 120 || exit 1
+  meta=$(addr_of "$2") || exit 1
+  barrier "$meta" 7524 120 || exit 1
+  unload
   ;;
 meta)
   # Module parameters may follow the count.

@@ -253,7 +253,26 @@ impl Client {
     /// could: whether it was accepted, with the accept's private data, or refused,
     /// with the refusal's.
     pub fn knock(ip: Ipv4Addr, port: u16, private: &[u8]) -> Result<Knock> {
-        let (c, _) = Self::open(None, ip, port, 64)?;
+        Self::prepared(ip, port)?.ask(private)
+    }
+
+    /// A client with everything of a request to `ip`:`port` but the request: its
+    /// source port and QP number ([`names`](Self::names)) known, for a proof that binds
+    /// them, before [`ask`](Self::ask).
+    pub fn prepared(ip: Ipv4Addr, port: u16) -> Result<Client> {
+        Self::open(None, ip, port, 64).map(|(c, _)| c)
+    }
+
+    /// The source port (host order) and QP number a request of this client carries.
+    pub fn names(&self) -> (u16, u32) {
+        // SAFETY: a live id with its QP (made by `open`).
+        unsafe { (u16::from_be(rdma_get_src_port(self.id)), (*(*self.id).qp).qp_num) }
+    }
+
+    /// Sends the request, carrying `private` (56 bytes at most), and waits for the
+    /// answer: accepted (the client then holds the connection), or refused.
+    pub fn ask(&self, private: &[u8]) -> Result<Knock> {
+        let c = self;
         let mut p = conn_param(None);
         p.private_data = private.as_ptr().cast();
         p.private_data_len = private.len() as u8;

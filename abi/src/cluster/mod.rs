@@ -20,6 +20,7 @@
 //!
 //! What the MetaServer holds and how it is read is in [`meta`](super::meta).
 
+pub mod accepted;
 pub mod auth;
 pub mod conn_set;
 pub mod drain;

@@ -16,6 +16,11 @@
 //!   local address AS (another node's, added here: what any host on the segment can
 //!   write into a RoCE packet), never waiting for an answer. They must cost that node
 //!   nothing: its own dials go on being admitted.
+//! - `cm-intruder hog ADDR PORT FROM KEYFILE COUNT SECS`: a member's user program with
+//!   the key its root read (KEYFILE, hex): asks ADDR's listener for COUNT MetaServer
+//!   connections from FROM (this host's address), each with a true proof, holds those
+//!   accepted for SECS, and says how many were accepted and refused. The listener
+//!   must take only that node's part of its connections.
 //! - `cm-intruder impostor PORT SECS READ_SECS`: listens on PORT as a member would (SECS
 //!   at most), and accepts the first request (a member dialing this host) with an
 //!   accept that proves no key, then READs from the dialer's QP at once. The dialer
@@ -52,6 +57,16 @@ enum Cli {
         addr: Ipv4Addr,
         port: u16,
         from: Ipv4Addr,
+        secs: u64,
+    },
+    /// Hold COUNT proved MetaServer connections to ADDR's listener at PORT, from FROM,
+    /// with the cluster key in KEYFILE, for SECS.
+    Hog {
+        addr: Ipv4Addr,
+        port: u16,
+        from: Ipv4Addr,
+        keyfile: String,
+        count: usize,
         secs: u64,
     },
 }
@@ -137,6 +152,71 @@ fn spoof(addr: Ipv4Addr, port: u16, from: Ipv4Addr, secs: u64) -> Result<()> {
         "cm-intruder: {sent} bad proofs claiming {from} sent to {addr} in {s:.1} s ({:.0} a second)",
         sent as f64 / s
     );
+    Ok(())
+}
+
+/// HMAC-SHA256 of `msg` with the key `hex`, cut to a tag, as the kernels make it
+/// (cm_auth.c), by openssl: what a member's user program with the key can compute.
+fn tag(hex: &str, msg: &[u8]) -> Result<[u8; 16]> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-mac", "HMAC", "-macopt", &format!("hexkey:{hex}"), "-binary"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    child.stdin.take().ok_or("no stdin")?.write_all(msg)?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() || out.stdout.len() < 16 {
+        return Err(format!("openssl dgst: {}", out.status).into());
+    }
+    let mut t = [0u8; 16];
+    t.copy_from_slice(&out.stdout[..16]);
+    Ok(t)
+}
+
+/// COUNT MetaServer connections to `addr`'s listener, each proved with the key, held
+/// `secs`: prints how many were accepted and refused.
+fn hog(addr: Ipv4Addr, port: u16, from: Ipv4Addr, keyfile: &str, count: usize, secs: u64) -> Result<()> {
+    use krcore_abi::cluster::hello::{Endpoint, Role, Transcript, PROVE};
+    let key = std::fs::read_to_string(keyfile)?.trim().trim_start_matches("0x").to_string();
+    let (mut held, mut refused) = (Vec::new(), 0);
+    for i in 0..count {
+        let nonce_i = [0x5a; 16];
+        // The listener's challenge for this host, then a request that answers it.
+        let Knock::Refused(_, answer) = Client::knock(addr, port, &hello(Kind::Meta, None))? else {
+            return Err("an ASK was not refused with a challenge".into());
+        };
+        let Refusal::Challenge(nonce_r) = Refusal::read(&answer) else {
+            return Err(format!("an ASK was answered without a challenge: {answer:02x?}").into());
+        };
+        let c = Client::prepared(addr, port)?;
+        let (sport, qpn) = c.names();
+        let t = Transcript {
+            kind: Kind::Meta,
+            step: PROVE,
+            index: 0,
+            initiator: Endpoint { addr: from.octets(), port: sport },
+            responder: Endpoint { addr: addr.octets(), port },
+            initiator_qpn: qpn,
+            responder_qpn: 0,
+            nonce_i,
+            nonce_r,
+        };
+        let proof = Proof { nonce_r, tag: tag(&key, &t.bytes(Role::Initiator))? };
+        match c.ask(&hello(Kind::Meta, Some(proof)))? {
+            Knock::Accepted(_) => held.push(c),
+            Knock::Refused(status, _) => {
+                refused += 1;
+                if i < 2 {
+                    println!("cm-intruder: hog: request {i} refused (status {status})");
+                }
+            }
+            Knock::Failed(ev, status) => return Err(format!("request {i}: event {ev}, status {status}").into()),
+        }
+    }
+    println!("cm-intruder: hog: {} accepted, {refused} refused", held.len());
+    std::thread::sleep(Duration::from_secs(secs));
+    drop(held);
     Ok(())
 }
 
@@ -228,5 +308,6 @@ fn main() -> Result<()> {
         Cli::Knock { addr, port, replay } => knocks(addr, port, replay),
         Cli::Impostor { port, secs, read_secs } => impostor(port, secs, read_secs),
         Cli::Spoof { addr, port, from, secs } => spoof(addr, port, from, secs),
+        Cli::Hog { addr, port, from, keyfile, count, secs } => hog(addr, port, from, &keyfile, count, secs),
     }
 }
