@@ -243,6 +243,8 @@ VANISH_ROLES = --role "a:$(SMOKE) vanish leave b" --role "b:$(SMOKE) vanish stay
 # check of its accept held open 3 s: the member's QP must not answer it meanwhile.
 IMPOSTOR = KRCORE_TEST_ARGS=test_hold_accept_ms=3000
 IMPOSTOR_ROLES = --role "a:$(IMPOSTOR) $(SMOKE) dial-impostor b" --role "b:$(SMOKE) impostor a"
+# A host with no key refuses a member's dial with a yield: the dialer must not yield.
+YIELDER_ROLES = --role "a:$(SMOKE) dial-yielder b" --role "b:$(SMOKE) yielder a"
 # Names have owners: uid 1001's name on b, as its group, another user and itself on c;
 # then c's users fill their shares of names (2 a user on c, 4 a node at a).
 NAMES_ROLES = --role "a:$(SMOKE) meta 2 max_names_per_node=4" --role "b:$(SMOKE) names a hold secret" --role "c:$(SMOKE) names a check b secret"
@@ -281,7 +283,7 @@ CONNECT3_ROLES = --role "a:$(SMOKE) listen 2" --role "b:$(SMOKE) listen 2" --rol
 META3_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role "c:$(SMOKE) import a b kv"
 MESSAGE3_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 TWO_SCENES = $(PING_ROLES) $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(CYCLES_ROLES) \
-	$(MUTUAL_ROLES) $(MESSAGE_ROLES) $(ECHO_ROLES) $(VANISH_ROLES) $(IMPOSTOR_ROLES) \
+	$(MUTUAL_ROLES) $(MESSAGE_ROLES) $(ECHO_ROLES) $(VANISH_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES) \
 	$(YANK_ROLES) $(FENCE_ROLES) $(CHURN_ROLES) $(SELF_ROLES) $(HOLD_ROLES) $(TOOL_ROLES) \
 	$(VERBS_ROLES)
 THREE_SCENES = $(CONNECT3_ROLES) $(META3_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES) $(BOUNDED_ROLES) \
@@ -308,7 +310,7 @@ vm-test-debug: kmod-debug host
 	@echo "[test] kernel-to-kernel connections between 2 and 3 guests on the debug kernel"
 	@$(VM_DEBUG) --timeout 3000 --nodes 2 $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(MUTUAL_ROLES) \
 		$(MESSAGE_ROLES_LATE) $(LISTENER_ROLES) $(VANISH_ROLES) $(YANK_ROLES) $(FENCE_ROLES) \
-		$(ECHO_ROLES) $(IMPOSTOR_ROLES)
+		$(ECHO_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES)
 	@$(VM_DEBUG) --timeout 1200 --nodes 3 $(BOUNDED_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES)
 	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 --lose-one-in 20 $(LOSSY_ROLES)

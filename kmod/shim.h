@@ -414,7 +414,7 @@ int krcore_shim_cm_peer_gid(u8 *gid);
 #define KRCORE_CM_TAG_LEN 16
 #define KRCORE_CM_HELLO_LEN 56
 #define KRCORE_CM_CHALLENGE_LEN 20
-#define KRCORE_CM_YIELD_LEN 4
+#define KRCORE_CM_YIELD_LEN 20
 #define KRCORE_CM_ACCEPT_LEN 40
 #define KRCORE_CM_TRANSCRIPT_LEN 64
 #define KRCORE_CM_ASK 1
@@ -452,18 +452,22 @@ struct krcore_cm_bind {
 static_assert(sizeof(struct krcore_cm_bind) == 56);
 /* Wire forms (cm_wire.rs). A reader takes private data of any length: 0, or -EPROTO
  * for bytes that are not the message. krcore_rs_cm_refusal_read: 1 for a challenge
- * (its nonce at nonce_r), 2 for a yield, 0 otherwise. A writer fills its _LEN bytes. */
+ * (its nonce at `out`), 2 for a yield (its tag at `out`, to check: KRCORE_CM_YIELDER),
+ * 0 otherwise. A writer fills its _LEN bytes. */
 int krcore_rs_cm_hello_read(const void *data, u32 len, struct krcore_cm_hello *out);
 void krcore_rs_cm_hello_write(const struct krcore_cm_hello *h, u8 *out);
-int krcore_rs_cm_refusal_read(const void *data, u32 len, u8 *nonce_r);
+int krcore_rs_cm_refusal_read(const void *data, u32 len, u8 *out);
 void krcore_rs_cm_challenge_write(const u8 *nonce_r, u8 *out);
-void krcore_rs_cm_yield_write(u8 *out);
+void krcore_rs_cm_yield_write(const u8 *tag, u8 *out);
 int krcore_rs_cm_accept_read(const void *data, u32 len, struct krcore_meta_offer *offer,
 			     u8 *tag);
 /* `offer` NULL: a set's accept (no region). */
 void krcore_rs_cm_accept_write(const struct krcore_meta_offer *offer, const u8 *tag, u8 *out);
-/* The bytes the dialer's (`initiator`) or the accept's tag is a MAC over. */
-void krcore_rs_cm_transcript(bool initiator, const struct krcore_cm_bind *b, u8 *out);
+/* Whose tag a transcript is for (abi's cluster::hello::Role): the dialer's, in its
+ * PROVE; the listener's, in its accept; the listener's, in a yield. */
+enum krcore_cm_role { KRCORE_CM_INITIATOR = 0, KRCORE_CM_RESPONDER = 1, KRCORE_CM_YIELDER = 2 };
+/* The bytes `role`'s tag is a MAC over. */
+void krcore_rs_cm_transcript(int role, const struct krcore_cm_bind *b, u8 *out);
 /* What a FRESH hello carries in place of the listener's nonce: the time `at_ms` (the
  * wall clock, krcore_shim_wall_ms). */
 void krcore_rs_cm_fresh_nonce(s64 at_ms, u8 *out);
@@ -473,10 +477,10 @@ int krcore_cm_auth_init(void);
 void krcore_cm_auth_exit(void);
 /* Whether a key was given (there is a cluster). */
 bool krcore_cm_auth_ready(void);
-/* The dialer's (`initiator`) or the accept's tag over `b`, KRCORE_CM_TAG_LEN bytes. */
-int krcore_cm_tag(bool initiator, const struct krcore_cm_bind *b, u8 *tag);
+/* `role`'s tag over `b`, KRCORE_CM_TAG_LEN bytes. */
+int krcore_cm_tag(enum krcore_cm_role role, const struct krcore_cm_bind *b, u8 *tag);
 /* Whether `tag` is that tag (compared in constant time). */
-bool krcore_cm_tag_ok(bool initiator, const struct krcore_cm_bind *b, const u8 *tag);
+bool krcore_cm_tag_ok(enum krcore_cm_role role, const struct krcore_cm_bind *b, const u8 *tag);
 #define KRCORE_CM_NAME_KEY_LEN 16
 /* The MetaServer's name hash key, derived from the cluster key (zeros without one). */
 void krcore_cm_name_key(u8 *out);

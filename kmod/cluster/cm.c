@@ -561,7 +561,7 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 			((struct sockaddr_in *)&id->route.addr.src_addr)->sin_port;
 		/* Every request of a dial carries its proof (FRESH, then PROVE). */
 		c->bind.initiator_qpn = c->qp->qp_num;
-		ret = krcore_cm_tag(true, &c->bind, c->hello.tag);
+		ret = krcore_cm_tag(KRCORE_CM_INITIATOR, &c->bind, c->hello.tag);
 		if (ret)
 			return ret;
 		krcore_cm_param(&p, c->kind);
@@ -581,7 +581,7 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 		c->bind.responder_qpn = ev->param.conn.qp_num;
 		if (krcore_rs_cm_accept_read(ev->param.conn.private_data,
 					     ev->param.conn.private_data_len, &c->offer, tag) ||
-		    !krcore_cm_tag_ok(false, &c->bind, tag)) {
+		    !krcore_cm_tag_ok(KRCORE_CM_RESPONDER, &c->bind, tag)) {
 			c->offer.ready = 0;
 			return -EPERM;
 		}
@@ -627,6 +627,11 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 			memcpy(c->bind.nonce_r, nonce, sizeof(nonce));
 			return -EINPROGRESS;
 		case 2:
+			/* A yield changes what the dialer does (it waits for the peer's set):
+			 * only a proved one. Unproved, it is any refusal. */
+			if (c->hello.step == KRCORE_CM_ASK ||
+			    !krcore_cm_tag_ok(KRCORE_CM_YIELDER, &c->bind, nonce))
+				return -ECONNREFUSED;
 			return -EALREADY;
 		default:
 			return -ECONNREFUSED;
@@ -1004,7 +1009,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	memcpy(bind.nonce_i, hello.nonce_i, sizeof(bind.nonce_i));
 	memcpy(bind.nonce_r, hello.nonce_r, sizeof(bind.nonce_r));
 	ret = krcore_rs_cm_judge(pin, hello.step == KRCORE_CM_FRESH,
-				 krcore_cm_tag_ok(true, &bind, hello.tag), from->sin_addr.s_addr,
+				 krcore_cm_tag_ok(KRCORE_CM_INITIATOR, &bind, hello.tag), from->sin_addr.s_addr,
 				 to->sin_addr.s_addr, hello.nonce_i, hello.nonce_r);
 	/* A member's FRESH proof, but out of time or seen before: a challenge instead. */
 	if (ret == -ESTALE)
@@ -1026,8 +1031,11 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 		memcpy(peer_gid + 12, &from->sin_addr.s_addr, 4);
 		ret = krcore_rs_cm_peer_request(pin, peer_gid, hello.index);
 		if (ret == -EALREADY) {
-			krcore_rs_cm_yield_write(yield);
-			rdma_reject(id, yield, sizeof(yield), IB_CM_REJ_CONSUMER_DEFINED);
+			/* Proved: only a member makes its dialer yield. */
+			if (!krcore_cm_tag(KRCORE_CM_YIELDER, &bind, tag)) {
+				krcore_rs_cm_yield_write(tag, yield);
+				rdma_reject(id, yield, sizeof(yield), IB_CM_REJ_CONSUMER_DEFINED);
+			}
 		}
 		if (ret)
 			goto unpin;
@@ -1071,7 +1079,7 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	krcore_cm_param(&p, c->kind);
 	/* This listener's proof, for this connection, and a MetaServer's region. */
 	bind.responder_qpn = id->qp->qp_num;
-	ret = krcore_cm_tag(false, &bind, tag);
+	ret = krcore_cm_tag(KRCORE_CM_RESPONDER, &bind, tag);
 	if (ret) {
 		krcore_cm_unaccept(c);
 		goto free;

@@ -80,7 +80,7 @@ bool krcore_cm_auth_ready(void)
 	return krcore_cm_mac;
 }
 
-int krcore_cm_tag(bool initiator, const struct krcore_cm_bind *b, u8 *tag)
+int krcore_cm_tag(enum krcore_cm_role role, const struct krcore_cm_bind *b, u8 *tag)
 {
 	u8 t[KRCORE_CM_TRANSCRIPT_LEN];
 	u8 full[32];
@@ -88,7 +88,7 @@ int krcore_cm_tag(bool initiator, const struct krcore_cm_bind *b, u8 *tag)
 
 	if (!krcore_cm_mac)
 		return -ENOKEY;
-	krcore_rs_cm_transcript(initiator, b, t);
+	krcore_rs_cm_transcript(role, b, t);
 	ret = crypto_shash_tfm_digest(krcore_cm_mac, t, sizeof(t), full);
 	if (!ret)
 		memcpy(tag, full, KRCORE_CM_TAG_LEN);
@@ -114,9 +114,9 @@ void krcore_cm_name_key(u8 *out)
 	memzero_explicit(full, sizeof(full));
 }
 
-bool krcore_cm_tag_ok(bool initiator, const struct krcore_cm_bind *b, const u8 *tag)
+bool krcore_cm_tag_ok(enum krcore_cm_role role, const struct krcore_cm_bind *b, const u8 *tag)
 {
 	u8 want[KRCORE_CM_TAG_LEN];
 
-	return !krcore_cm_tag(initiator, b, want) && !crypto_memneq(want, tag, sizeof(want));
+	return !krcore_cm_tag(role, b, want) && !crypto_memneq(want, tag, sizeof(want));
 }

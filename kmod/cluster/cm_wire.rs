@@ -49,7 +49,7 @@ pub(crate) struct CmBind {
 // shim.h asserts the same sizes.
 const _: () = assert!(core::mem::size_of::<CmHello>() == 52);
 const _: () = assert!(core::mem::size_of::<CmBind>() == 56);
-const _: () = assert!(HELLO_LEN == 56 && CHALLENGE_LEN == 20 && YIELD_LEN == 4);
+const _: () = assert!(HELLO_LEN == 56 && CHALLENGE_LEN == 20 && YIELD_LEN == 20);
 const _: () = assert!(ACCEPT_LEN == 40 && TRANSCRIPT_LEN == 64);
 // shim.h's KRCORE_CM_ASK, KRCORE_CM_PROVE and KRCORE_CM_FRESH.
 const _: () = assert!(ASK == 1 && PROVE == 2 && FRESH == 3);
@@ -126,18 +126,23 @@ extern "C" fn krcore_rs_cm_hello_write(h: *const CmHello, out: *mut u8) {
     unsafe { out.cast::<[u8; HELLO_LEN]>().write(hello.write()) };
 }
 
-/// Reads a refusal's private data: 1 for a challenge (its nonce written at `nonce_r`),
-/// 2 for a yield, 0 for anything else.
+/// Reads a refusal's private data: 1 for a challenge (its nonce written at `out`), 2
+/// for a yield (its tag written at `out`, for the caller to check), 0 for anything else.
 #[no_mangle]
-extern "C" fn krcore_rs_cm_refusal_read(data: *const u8, len: u32, nonce_r: *mut u8) -> c_int {
+extern "C" fn krcore_rs_cm_refusal_read(data: *const u8, len: u32, out: *mut u8) -> c_int {
+    const _: () = assert!(NONCE_LEN == TAG_LEN);
     // SAFETY: rdma_cm's private data, `len` bytes.
     match Refusal::read(unsafe { bytes(data, len) }) {
         Refusal::Challenge(n) => {
-            // SAFETY: `nonce_r` has room for NONCE_LEN bytes.
-            unsafe { nonce_r.cast::<[u8; NONCE_LEN]>().write(n) };
+            // SAFETY: `out` has room for NONCE_LEN bytes.
+            unsafe { out.cast::<[u8; NONCE_LEN]>().write(n) };
             1
         }
-        Refusal::Yield => 2,
+        Refusal::Yield(t) => {
+            // SAFETY: `out` has room for TAG_LEN (NONCE_LEN) bytes.
+            unsafe { out.cast::<[u8; TAG_LEN]>().write(t) };
+            2
+        }
         Refusal::Refused => 0,
     }
 }
@@ -152,11 +157,15 @@ extern "C" fn krcore_rs_cm_challenge_write(nonce_r: *const u8, out: *mut u8) {
     }
 }
 
-/// Writes a yield, `KRCORE_CM_YIELD_LEN` bytes, at `out`.
+/// Writes a yield carrying the listener's `tag` (`KRCORE_CM_TAG_LEN` bytes),
+/// `KRCORE_CM_YIELD_LEN` bytes, at `out`.
 #[no_mangle]
-extern "C" fn krcore_rs_cm_yield_write(out: *mut u8) {
-    // SAFETY: `out` has room for YIELD_LEN bytes.
-    unsafe { out.cast::<[u8; YIELD_LEN]>().write(Refusal::yielding()) };
+extern "C" fn krcore_rs_cm_yield_write(tag: *const u8, out: *mut u8) {
+    // SAFETY: `tag` points at TAG_LEN bytes; `out` has room for YIELD_LEN bytes.
+    unsafe {
+        let t = &*tag.cast::<[u8; TAG_LEN]>();
+        out.cast::<[u8; YIELD_LEN]>().write(Refusal::yielding(t));
+    }
 }
 
 /// Reads an accept's private data into `offer` (its `ready` set) and `tag`: 0, or
@@ -208,7 +217,7 @@ extern "C" fn krcore_rs_cm_accept_write(offer: *const MetaOffer, tag: *const u8,
 /// Writes the transcript `b` binds, for the dialer's tag (`initiator`) or the accept's,
 /// `KRCORE_CM_TRANSCRIPT_LEN` bytes, at `out`.
 #[no_mangle]
-extern "C" fn krcore_rs_cm_transcript(initiator: bool, b: *const CmBind, out: *mut u8) {
+extern "C" fn krcore_rs_cm_transcript(role: c_int, b: *const CmBind, out: *mut u8) {
     // SAFETY: the caller passes a bind of its own making.
     let b = unsafe { &*b };
     let t = Transcript {
@@ -229,10 +238,11 @@ extern "C" fn krcore_rs_cm_transcript(initiator: bool, b: *const CmBind, out: *m
         nonce_i: b.nonce_i,
         nonce_r: b.nonce_r,
     };
-    let role = if initiator {
-        Role::Initiator
-    } else {
-        Role::Responder
+    // shim.h's enum krcore_cm_role.
+    let role = match role {
+        0 => Role::Initiator,
+        1 => Role::Responder,
+        _ => Role::Yielder,
     };
     // SAFETY: `out` has room for TRANSCRIPT_LEN bytes.
     unsafe { out.cast::<[u8; TRANSCRIPT_LEN]>().write(t.bytes(role)) };

@@ -127,15 +127,24 @@ impl DevCtx {
             how = Attempt::Established;
             for index in 0..QPS_PER_SET {
                 let (mut conn, mut qp, mut qpn) = (core::ptr::null_mut(), core::ptr::null_mut(), 0);
-                // SAFETY: the device, PD and CQ live while the pin is held (the removal
-                // waits for it), and cm.c tears this connection down (or refuses it)
-                // before the removal; the GIDs are 16 bytes each.
-                let r = unsafe {
-                    shim::krcore_shim_cm_connect(
-                        ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), SET_CONNECT_MS as u32, shim::CM_PEER,
-                        index as u8, &mut conn, &mut qp, &mut qpn,
-                    )
+                let mut connect = || {
+                    // SAFETY: the device, PD and CQ live while the pin is held (the
+                    // removal waits for it), and cm.c tears this connection down (or
+                    // refuses it) before the removal; the GIDs are 16 bytes each.
+                    unsafe {
+                        shim::krcore_shim_cm_connect(
+                            ib, pd, cq, gid.as_ptr(), job.addr.as_ptr(), SET_CONNECT_MS as u32,
+                            shim::CM_PEER, index as u8, &mut conn, &mut qp, &mut qpn,
+                        )
+                    }
                 };
+                let mut r = connect();
+                if r == Errno::ECONNREFUSED.to_neg() {
+                    // A refusal no key proved (any host may write one, and a member
+                    // refuses so when it has no room yet) costs a retry, no more: what
+                    // changes the set's state (a yield) comes proved.
+                    r = connect();
+                }
                 if r == Errno::EALREADY.to_neg() {
                     // Both at once: the peer's attempt wins; its set is adopted here.
                     crate::cluster::peer::log_set(&job.addr, format_args!("our attempt yielded to the peer's"));

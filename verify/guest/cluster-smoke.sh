@@ -178,6 +178,12 @@
 #                                   CONNECT must fail, and this kernel's QP must never
 #                                   answer the impostor (KRCORE_TEST_ARGS holds the
 #                                   accept's check open: test_hold_accept_ms)
+#   cluster-smoke.sh dial-yielder ROLE
+#                                   CONNECT to ROLE's node, which refuses with a yield no
+#                                   key proved: the CONNECT fails and this kernel never
+#                                   yields (its dial goes on as after any refusal)
+#   cluster-smoke.sh yielder ROLE   no module: refuse every request for 60 s with an
+#                                   unproved yield (cm-intruder yielder)
 #   cluster-smoke.sh impostor ROLE  no module: accept ROLE's dial as a listener would,
 #                                   proving no key, and READ from its QP at once
 #                                   (cm-intruder impostor): it must not answer
@@ -295,6 +301,17 @@ fail_with_state() {
   echo "$KRCORE_NODE: rxe0's counters not zero:" \
     $(grep -v '^0$' /sys/class/infiniband/rxe0/ports/1/hw_counters/* 2>/dev/null | sed 's|.*/||') >&2
   exit 1
+}
+# Reloads, meets the node at $1 (barrier port $2) and CONNECTs to it once: the CONNECT
+# must fail ($3 says what the node is); exits the role otherwise.
+dial_fails() {
+  reload || exit 1
+  pool_ready || exit 1
+  barrier "$1" "$2" || exit 1
+  if "$CONNECT_PEER" "$1" 1; then
+    echo "$KRCORE_NODE: a CONNECT to $3 succeeded" >&2
+    exit 1
+  fi
 }
 # CONNECTs $2 times to role $1's node (connect_peer), retried while its module is not
 # listening yet (up to 60 s).
@@ -666,16 +683,29 @@ breach)
   ;;
 dial-impostor)
   peer=$(addr_of "$2") || exit 1
-  reload || exit 1
-  pool_ready || exit 1
-  barrier "$peer" 7510 || exit 1
-  if "$CONNECT_PEER" "$peer" 1; then
-    echo "$KRCORE_NODE: a CONNECT to an impostor succeeded" >&2
-    exit 1
-  fi
+  dial_fails "$peer" 7510 "an impostor"
   echo "$KRCORE_NODE: the CONNECT to the impostor failed, as it must"
   barrier "$peer" 7511 || exit 1
   unload
+  ;;
+dial-yielder)
+  peer=$(addr_of "$2") || exit 1
+  dial_fails "$peer" 7530 "a host that is no member"
+  yielded=$(count "yielded to the peer's")
+  echo "$KRCORE_NODE: the CONNECT failed; yields taken from a host with no key: $yielded"
+  [ "$yielded" = 0 ] || { echo "$KRCORE_NODE: an unproved yield made this dialer yield" >&2; exit 1; }
+  barrier "$peer" 7531 || exit 1
+  unload
+  ;;
+yielder)
+  peer=$(addr_of "$2") || exit 1
+  rmmod krcore 2>/dev/null
+  "$INTRUDER" yielder $CM_PORT 60 & pid=$!
+  sleep 1
+  barrier "$peer" 7530 || exit 1
+  barrier "$peer" 7531 120 || exit 1
+  rc=0; wait $pid || rc=$?
+  exit $rc
   ;;
 impostor)
   peer=$(addr_of "$2") || exit 1

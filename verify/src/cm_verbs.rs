@@ -612,6 +612,38 @@ impl Listener {
         Ok(l)
     }
 
+    /// Plays a listener that refuses whatever asks for `secs`, each refusal carrying
+    /// `refusal` as its private data: how many it refused.
+    pub fn refuse_all(self, refusal: &[u8], secs: u64) -> Result<usize> {
+        let until = Instant::now() + Duration::from_secs(secs);
+        let mut refused = 0;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            let mut pfd = libc::pollfd {
+                // SAFETY: a live channel.
+                fd: unsafe { (*self.ch).fd },
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd.
+            if unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(1000) as i32) } <= 0 {
+                continue;
+            }
+            let (id, _) = expect_event(
+                self.ch,
+                rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST,
+                "a connection request",
+            )?;
+            // SAFETY: a request's id; `refusal` outlives the call; the id is ours to
+            // destroy once refused.
+            unsafe {
+                rdma_reject(id, refusal.as_ptr().cast(), refusal.len() as u8);
+                rdma_destroy_id(id);
+            }
+            refused += 1;
+        }
+        Ok(refused)
+    }
+
     /// Plays a listener that accepts whatever asks, with `accept` as the accept's
     /// private data, and at once posts an 8-byte RDMA READ (address 0, rkey 0) on the
     /// connection, as an impostor would to find out whether the dialer's QP answers

@@ -595,7 +595,7 @@ fn gate(inp: &mut Input) {
                 // What a dialer reads back: a challenge, a yield, an accept.
                 let written = match inp.byte() % 3 {
                     0 => Refusal::challenge(&[inp.byte(); NONCE_LEN]).to_vec(),
-                    1 => Refusal::yielding().to_vec(),
+                    1 => Refusal::yielding(&[inp.byte(); 16]).to_vec(),
                     _ => Accept {
                         offer: Offer {
                             base: inp.u32() as u64,

@@ -29,8 +29,9 @@ pub const YIELD_MAGIC: u32 = 0x4b52_5959;
 pub const HELLO_LEN: usize = 56;
 /// Bytes of a challenge.
 pub const CHALLENGE_LEN: usize = 4 + NONCE_LEN;
-/// Bytes of a yield.
-pub const YIELD_LEN: usize = 4;
+/// Bytes of a yield: its magic, then the listener's tag over the dialer's request
+/// ([`Role::Yielder`]), so that no host without the key makes a dialer yield.
+pub const YIELD_LEN: usize = 4 + TAG_LEN;
 /// Bytes of an accept.
 pub const ACCEPT_LEN: usize = 24 + TAG_LEN;
 /// Bytes of a transcript.
@@ -191,8 +192,9 @@ fn magic(b: &[u8]) -> u32 {
 pub enum Refusal {
     /// A challenge to answer with a PROVE.
     Challenge([u8; NONCE_LEN]),
-    /// The listener's own dial to us wins: ours yields to it.
-    Yield,
+    /// The listener's own dial to us wins: ours yields to it, once the tag (the
+    /// listener's, [`Role::Yielder`], over our request) proves it.
+    Yield([u8; TAG_LEN]),
     /// Anything else: refused.
     Refused,
 }
@@ -206,7 +208,9 @@ impl Refusal {
             n.copy_from_slice(&data[4..CHALLENGE_LEN]);
             Refusal::Challenge(n)
         } else if data.len() >= YIELD_LEN && magic(data) == YIELD_MAGIC {
-            Refusal::Yield
+            let mut t = [0u8; TAG_LEN];
+            t.copy_from_slice(&data[4..YIELD_LEN]);
+            Refusal::Yield(t)
         } else {
             Refusal::Refused
         }
@@ -220,9 +224,12 @@ impl Refusal {
         b
     }
 
-    /// A yield's wire form.
-    pub fn yielding() -> [u8; YIELD_LEN] {
-        YIELD_MAGIC.to_be_bytes()
+    /// A yield's wire form, with the listener's `tag` ([`Role::Yielder`]).
+    pub fn yielding(tag: &[u8; TAG_LEN]) -> [u8; YIELD_LEN] {
+        let mut b = [0u8; YIELD_LEN];
+        b[0..4].copy_from_slice(&YIELD_MAGIC.to_be_bytes());
+        b[4..].copy_from_slice(tag);
+        b
     }
 }
 
@@ -296,6 +303,8 @@ pub enum Role {
     Initiator,
     /// The listener's, in its accept.
     Responder,
+    /// The listener's, in a yield (its QP number left out: it makes none).
+    Yielder,
 }
 
 /// What a tag covers: the connection asked for and both ends of it, so that a tag
@@ -332,6 +341,7 @@ impl Transcript {
         b[0..8].copy_from_slice(match role {
             Role::Initiator => b"KRC-INIT",
             Role::Responder => b"KRC-RESP",
+            Role::Yielder => b"KRC-YILD",
         });
         b[8] = self.kind as u8;
         b[9] = self.index;
@@ -342,7 +352,7 @@ impl Transcript {
         b[20..24].copy_from_slice(&self.responder.addr);
         b[24..28].copy_from_slice(&self.initiator_qpn.to_be_bytes());
         let responder_qpn = match role {
-            Role::Initiator => 0,
+            Role::Initiator | Role::Yielder => 0,
             Role::Responder => self.responder_qpn,
         };
         b[28..32].copy_from_slice(&responder_qpn.to_be_bytes());
@@ -438,7 +448,13 @@ mod tests {
             Refusal::Refused,
             "a cut challenge"
         );
-        assert_eq!(Refusal::read(&Refusal::yielding()), Refusal::Yield);
+        let t = [6; TAG_LEN];
+        assert_eq!(Refusal::read(&Refusal::yielding(&t)), Refusal::Yield(t));
+        assert_eq!(
+            Refusal::read(&Refusal::yielding(&t)[..4]),
+            Refusal::Refused,
+            "the bare magic of the module before proved yields"
+        );
         assert_eq!(Refusal::read(&[]), Refusal::Refused);
         assert_eq!(Refusal::read(&[0; 148]), Refusal::Refused);
     }

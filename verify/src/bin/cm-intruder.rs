@@ -21,6 +21,10 @@
 //!   connections from FROM (this host's address), each with a true proof, holds those
 //!   accepted for SECS, and says how many were accepted and refused. The listener
 //!   must take only that node's part of its connections.
+//! - `cm-intruder yielder PORT SECS`: listens on PORT as a member would, and refuses
+//!   every request for SECS with a yield whose tag no key made (what any host on the
+//!   segment can send a dialer). The dialer must not yield: that would have it wait
+//!   for a set nobody makes.
 //! - `cm-intruder impostor PORT SECS READ_SECS`: listens on PORT as a member would (SECS
 //!   at most), and accepts the first request (a member dialing this host) with an
 //!   accept that proves no key, then READs from the dialer's QP at once. The dialer
@@ -59,6 +63,8 @@ enum Cli {
         from: Ipv4Addr,
         secs: u64,
     },
+    /// Refuse every request on PORT for SECS with an unproved yield.
+    Yielder { port: u16, secs: u64 },
     /// Hold COUNT proved MetaServer connections to ADDR's listener at PORT, from FROM,
     /// with the cluster key in KEYFILE, for SECS.
     Hog {
@@ -313,5 +319,13 @@ fn main() -> Result<()> {
         Cli::Impostor { port, secs, read_secs } => impostor(port, secs, read_secs),
         Cli::Spoof { addr, port, from, secs } => spoof(addr, port, from, secs),
         Cli::Hog { addr, port, from, keyfile, count, secs } => hog(addr, port, from, &keyfile, count, secs),
+        Cli::Yielder { port, secs } => {
+            let n = Listener::bind(port)?.refuse_all(&Refusal::yielding(&[0; 16]), secs)?;
+            println!("cm-intruder: refused {n} requests with a yield no key proved");
+            if n == 0 {
+                return Err("no request came".into());
+            }
+            Ok(())
+        }
     }
 }
