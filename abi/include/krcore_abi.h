@@ -41,6 +41,12 @@
 // to the connection being up, ms (the module's rdma_cm timeout).
 #define krcore_SET_CONNECT_MS 10000
 
+// Tries more a dialer gives one connection of a set that a refusal no key proved
+// ended (any host may write one, and a member refuses so when it has no room yet):
+// such a refusal costs a retry, no more. What changes the set's state (a yield) comes
+// proved.
+#define krcore_UNPROVED_RETRIES 1
+
 // How long a yielded attempt waits for the peer's set to begin (its first
 // connection's request, which makes this an adoption), ms: past it, a CONNECT dials
 // anew. The peer asks within [`SET_CONNECT_MS`] of its dial.

@@ -8,7 +8,7 @@ use core::sync::atomic::Ordering;
 
 use kernel::prelude::*;
 
-use crate::abi::cluster::conn_set::{Attempt, SET_CONNECT_MS};
+use crate::abi::cluster::conn_set::{Attempt, SET_CONNECT_MS, UNPROVED_RETRIES};
 use crate::abi::errno::Errno;
 use crate::engine::fabric::MemberState;
 use crate::cluster::peer::{PeerQp, QPS_PER_SET};
@@ -138,11 +138,12 @@ impl DevCtx {
                         )
                     }
                 };
+                // An unproved refusal (ECONNREFUSED) costs UNPROVED_RETRIES tries more.
                 let mut r = connect();
-                if r == Errno::ECONNREFUSED.to_neg() {
-                    // A refusal no key proved (any host may write one, and a member
-                    // refuses so when it has no room yet) costs a retry, no more: what
-                    // changes the set's state (a yield) comes proved.
+                for _ in 0..UNPROVED_RETRIES {
+                    if r != Errno::ECONNREFUSED.to_neg() {
+                        break;
+                    }
                     r = connect();
                 }
                 if r == Errno::EALREADY.to_neg() {

@@ -29,6 +29,11 @@ pub const CONNECT_BACKOFF_MAX_MS: i64 = 5_000;
 /// How long a dialer gives one connection of a set, from resolving the peer's address
 /// to the connection being up, ms (the module's rdma_cm timeout).
 pub const SET_CONNECT_MS: i64 = 10_000;
+/// Tries more a dialer gives one connection of a set that a refusal no key proved
+/// ended (any host may write one, and a member refuses so when it has no room yet):
+/// such a refusal costs a retry, no more. What changes the set's state (a yield) comes
+/// proved.
+pub const UNPROVED_RETRIES: u32 = 1;
 
 /// How long an adoption may go without progress (a connection of the peer's set asked
 /// for or accepted that was not before), ms: past it, a CONNECT dials anew. Both come
