@@ -255,6 +255,15 @@ SPOOF_ROLES = --role "a:$(SMOKE) spoofed b" --role "b:$(SMOKE) victim a c" --rol
 # One member's user program, with the key, asks the MetaServer's listener for 64 proved
 # connections: its node's part (8) is taken, and another node still publishes.
 HOG_ROLES = --role "a:$(SMOKE) hogged-meta b c" --role "b:$(SMOKE) hog a c" --role "c:$(SMOKE) hogged a b"
+# The MetaServer on a holds each request 1 s (test_hold_serve_ms): serving runs on
+# the module's own queue, and a's unload waits for the request it holds.
+SERVING_ROLES = --role "a:$(SMOKE) serving b" --role "b:$(SMOKE) served a"
+# Two users of b CONNECT 300 times to a's listen: b holds 256 of its 1,024 virtual QPs
+# (a client node's quarter), and c is served.
+CLIENT_PART_ROLES = --role "a:$(SMOKE) client-part b c" --role "b:$(SMOKE) client-hog a c" --role "c:$(SMOKE) client-other a b"
+# a's peer table of 4 (max_peers): uid 1001 pins b's entry, its CONNECT to c is refused
+# Quota, and uid 1002's is served.
+PINNER_ROLES = --role "a:$(SMOKE) pinner b c" --role "b:$(SMOKE) pinned a 7551 7553" --role "c:$(SMOKE) pinned a 7552 7554"
 # The `krcore` tool's two sides: a serves memory by name and an echo, b measures them.
 TOOL_ROLES = --role "a:$(SMOKE) tool serve a" --role "b:$(SMOKE) tool measure a a"
 # a's revocations table full (16 names revoked, waiting for c, killed): a's DEREG_MR of
@@ -284,9 +293,10 @@ META3_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role 
 MESSAGE3_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 TWO_SCENES = $(PING_ROLES) $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(CYCLES_ROLES) \
 	$(MUTUAL_ROLES) $(MESSAGE_ROLES) $(ECHO_ROLES) $(VANISH_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES) \
-	$(YANK_ROLES) $(FENCE_ROLES) $(CHURN_ROLES) $(SELF_ROLES) $(HOLD_ROLES) $(TOOL_ROLES) \
+	$(SERVING_ROLES) $(YANK_ROLES) $(FENCE_ROLES) $(CHURN_ROLES) $(SELF_ROLES) $(HOLD_ROLES) $(TOOL_ROLES) \
 	$(VERBS_ROLES)
 THREE_SCENES = $(CONNECT3_ROLES) $(META3_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES) $(BOUNDED_ROLES) \
+	$(CLIENT_PART_ROLES) $(PINNER_ROLES) \
 	$(MESSAGE3_ROLES) $(CLIENTS_ROLES) $(NAMES_ROLES) $(SERVICES_ROLES)
 vm-test-cluster: kmod-test host
 	@echo "[test] multi-guest test bed: 2 and 3 guests on one segment; kernel-to-kernel connections"
@@ -310,7 +320,7 @@ vm-test-debug: kmod-debug host
 	@echo "[test] kernel-to-kernel connections between 2 and 3 guests on the debug kernel"
 	@$(VM_DEBUG) --timeout 3000 --nodes 2 $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(MUTUAL_ROLES) \
 		$(MESSAGE_ROLES_LATE) $(LISTENER_ROLES) $(VANISH_ROLES) $(YANK_ROLES) $(FENCE_ROLES) \
-		$(ECHO_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES)
+		$(ECHO_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES) $(SERVING_ROLES)
 	@$(VM_DEBUG) --timeout 1200 --nodes 3 $(BOUNDED_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES)
 	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 --lose-one-in 20 $(LOSSY_ROLES)

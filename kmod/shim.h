@@ -577,12 +577,16 @@ void krcore_shim_meta_region_wrote(struct krcore_meta_region *r, u64 off, u32 le
 /* Frees it: no connection may reach it any more (their QPs are destroyed). */
 void krcore_shim_meta_region_free(struct krcore_meta_region *r);
 /* A member's connection to this node's MetaServer, accepted by cm.c: a CQ of its own,
- * polled on a workqueue, on which each request (a SEND into its one receive) is
- * answered (krcore_rs_meta_serve) with one SEND. _alloc before the QP is created on its
+ * polled on ib_comp_wq, which hands each request (a SEND into its one receive) to the
+ * module's own queue to be answered (krcore_rs_meta_serve) with one SEND; _init makes
+ * that queue (with the cluster's, -ENOMEM when not), _exit destroys it once every
+ * connection went. _alloc before the QP is created on its
  * CQ (NULL: no memory), _start once it is (its receive posted: -errno when not), _free
  * after the QP is destroyed (waits for a request being served). `from`: the member's
  * IPv4 address, network order. */
 struct krcore_meta_serving;
+int krcore_meta_serving_init(void);
+void krcore_meta_serving_exit(void);
 struct krcore_meta_serving *krcore_meta_serving_alloc(struct ib_device *dev, struct ib_pd *pd,
 						      __be32 from);
 struct ib_cq *krcore_meta_serving_cq(struct krcore_meta_serving *s);

@@ -1167,11 +1167,15 @@ int krcore_shim_cm_init(void)
 	/* Unbound: its work sleeps on rdma_cm and belongs to no CPU (7.x wants the choice
 	 * named). */
 	krcore_cm_wq = alloc_workqueue("krcore_cm", WQ_UNBOUND, 0);
-	if (!krcore_cm_wq) {
-		krcore_cm_auth_exit();
-		return -ENOMEM;
-	}
-	return 0;
+	if (!krcore_cm_wq)
+		goto auth;
+	if (!krcore_meta_serving_init())
+		return 0;
+	destroy_workqueue(krcore_cm_wq);
+	krcore_cm_wq = NULL;
+auth:
+	krcore_cm_auth_exit();
+	return -ENOMEM;
 }
 
 int krcore_shim_cm_listen(void)
@@ -1269,6 +1273,8 @@ void krcore_shim_cm_exit(void)
 		destroy_workqueue(krcore_cm_wq);
 		krcore_cm_wq = NULL;
 	}
+	/* After the reaps: a teardown waits for its request being served. */
+	krcore_meta_serving_exit();
 	krcore_cm_auth_exit();
 	/* Every connection went with its device. */
 	WARN_ON(!list_empty(&krcore_cm_conns));

@@ -20,6 +20,7 @@
 #include <linux/sizes.h>
 #include <linux/delay.h>
 #include <linux/vmalloc.h>
+#include <linux/workqueue.h>
 #include <rdma/ib_verbs.h>
 
 #include "shim.h"
@@ -441,6 +442,19 @@ void krcore_shim_meta_close(struct krcore_meta_conn *m)
  * fails at this node's NIC, and its QP with it: the member's own loss. */
 #define KRCORE_META_REQUEST_ROOM 128
 
+/*
+ * Requests are served on the module's own queue, not on the completion's: ib_comp_wq
+ * is the whole system's (every ULP's completions run there), and a member's request
+ * must cost the MetaServer's node nothing but krcore's own work. Unbound: serving
+ * sleeps on the serving mutex and belongs to no CPU. Made by krcore_meta_serving_init
+ * before the listener listens, destroyed after every connection went.
+ */
+static struct workqueue_struct *krcore_meta_wq;
+
+static uint test_hold_serve_ms;
+KRCORE_TEST_PARAM(test_hold_serve_ms, uint, 0600,
+		  "hold each MetaServer request this long before serving it, ms (shows where serving runs; default 0)");
+
 struct krcore_meta_serving {
 	struct krcore_cm_conn *conn;
 	struct ib_device *dev;
@@ -452,6 +466,12 @@ struct krcore_meta_serving {
 	u64 dma;
 	struct ib_cqe recv_cqe;
 	struct ib_cqe send_cqe;
+	/* The request taken from the receive buffer (`req_len` bytes), served by `serve`
+	 * on krcore_meta_wq. One at a time: the receive is posted again only once it was
+	 * served, so the next request cannot come before. */
+	u8 req[KRCORE_META_REQUEST_ROOM];
+	u32 req_len;
+	struct work_struct serve;
 	/* Replies posted whose completion did not come yet: a member asks again only
 	 * after its reply came, so past a few it is not waiting for them. */
 	atomic_t replies;
@@ -479,27 +499,11 @@ static void krcore_meta_served(struct ib_cq *cq, struct ib_wc *wc)
 	atomic_dec(&s->replies);
 }
 
-/* A member's request came (workqueue context: may sleep). Served with nothing of the
- * connection locked; its receive is posted again before the reply goes, so the
- * member's next request finds it. A flushed receive means the QP is going. */
+/* A member's request came (ib_comp_wq): checked, copied out and queued for serving on
+ * krcore_meta_wq. A flushed receive means the QP is going. */
 static void krcore_meta_serve_one(struct ib_cq *cq, struct ib_wc *wc)
 {
 	struct krcore_meta_serving *s = container_of(wc->wr_cqe, struct krcore_meta_serving, recv_cqe);
-	struct ib_sge sge = {
-		.addr = s->dma + KRCORE_META_REQUEST_ROOM,
-		.length = KRCORE_META_REPLY_LEN,
-		.lkey = s->lkey,
-	};
-	struct ib_send_wr send = {
-		.wr_cqe = &s->send_cqe,
-		.opcode = IB_WR_SEND,
-		.send_flags = IB_SEND_SIGNALED,
-		.sg_list = &sge,
-		.num_sge = 1,
-	};
-	u8 req[KRCORE_META_REQUEST_ROOM];
-	u32 len = min_t(u32, wc->byte_len, KRCORE_META_REQUEST_ROOM);
-	int ret;
 
 	/* Flushed: the QP is going. Any other error is the member's doing (a SEND that
 	 * closed no key of ours, or too long): its connection is of no more use. */
@@ -528,14 +532,57 @@ static void krcore_meta_serve_one(struct ib_cq *cq, struct ib_wc *wc)
 		return;
 	}
 	ib_dma_sync_single_for_cpu(s->dev, s->dma, KRCORE_META_SERVING_BYTES, DMA_BIDIRECTIONAL);
-	memcpy(req, s->buf, len);
-	ret = krcore_rs_meta_serve(s->dev, s->from, req, len, s->buf + KRCORE_META_REQUEST_ROOM);
+	s->req_len = min_t(u32, wc->byte_len, KRCORE_META_REQUEST_ROOM);
+	memcpy(s->req, s->buf, s->req_len);
+	queue_work(krcore_meta_wq, &s->serve);
+}
+
+/* Serves the request taken (krcore_meta_wq: may sleep), with nothing of the connection
+ * locked; the receive is posted again before the reply goes, so the member's next
+ * request finds it. A connection torn down meanwhile takes no post (cm.c marks it
+ * abandoned before its QP goes), and its teardown waits for this to end before the
+ * buffers go (krcore_meta_serving_free). */
+static void krcore_meta_serve_work(struct work_struct *w)
+{
+	struct krcore_meta_serving *s = container_of(w, struct krcore_meta_serving, serve);
+	struct ib_sge sge = {
+		.addr = s->dma + KRCORE_META_REQUEST_ROOM,
+		.length = KRCORE_META_REPLY_LEN,
+		.lkey = s->lkey,
+	};
+	struct ib_send_wr send = {
+		.wr_cqe = &s->send_cqe,
+		.opcode = IB_WR_SEND,
+		.send_flags = IB_SEND_SIGNALED,
+		.sg_list = &sge,
+		.num_sge = 1,
+	};
+	uint hold = READ_ONCE(test_hold_serve_ms);
+	int ret;
+
+	if (hold)
+		msleep(hold);
+	ret = krcore_rs_meta_serve(s->dev, s->from, s->req, s->req_len,
+				   s->buf + KRCORE_META_REQUEST_ROOM);
 	ib_dma_sync_single_for_device(s->dev, s->dma, KRCORE_META_SERVING_BYTES, DMA_BIDIRECTIONAL);
 	if (krcore_meta_serving_recv(s) || ret)
 		return;
 	atomic_inc(&s->replies);
 	if (krcore_cm_post(s->conn, &send))
 		atomic_dec(&s->replies);
+}
+
+int krcore_meta_serving_init(void)
+{
+	krcore_meta_wq = alloc_workqueue("krcore_meta", WQ_UNBOUND, 0);
+	return krcore_meta_wq ? 0 : -ENOMEM;
+}
+
+void krcore_meta_serving_exit(void)
+{
+	if (krcore_meta_wq)
+		destroy_workqueue(krcore_meta_wq);
+	krcore_meta_wq = NULL;
 }
 
 struct krcore_meta_serving *krcore_meta_serving_alloc(struct ib_device *dev, struct ib_pd *pd,
@@ -550,6 +597,7 @@ struct krcore_meta_serving *krcore_meta_serving_alloc(struct ib_device *dev, str
 	s->from = from;
 	s->recv_cqe.done = krcore_meta_serve_one;
 	s->send_cqe.done = krcore_meta_served;
+	INIT_WORK(&s->serve, krcore_meta_serve_work);
 	s->buf = krcore_meta_buf_alloc(dev, KRCORE_META_SERVING_BYTES, &s->dma);
 	if (!s->buf)
 		goto free;
@@ -578,8 +626,11 @@ void krcore_meta_serving_free(struct krcore_meta_serving *s)
 {
 	if (!s)
 		return;
-	/* Its QP is destroyed: this cancels and waits for a request being served. */
+	/* Its QP is destroyed: freeing the CQ waits for a completion being handled, so
+	 * nothing queues the serving after it, and the cancel waits for one being served
+	 * (whose posts the abandoned connection refused). */
 	ib_free_cq(s->cq);
+	cancel_work_sync(&s->serve);
 	krcore_meta_buf_free(s->dev, s->buf, KRCORE_META_SERVING_BYTES, s->dma);
 	kfree(s);
 }

@@ -255,6 +255,7 @@ ELASTIC_WORKER=$(dirname "$0")/../../target/release/examples/elastic_worker
 KRCORE_TOOL=$(dirname "$0")/../../target/release/krcore
 INTRUDER=$(dirname "$0")/../../target/release/cm-intruder
 NET_BOUND=$(dirname "$0")/../../target/release/net-bound
+WIRE_SHARES=$(dirname "$0")/../../target/release/wire-shares
 CM_PORT=7471
 # The test bed's cluster key (a test's, known to all: a real cluster makes its own with
 # `openssl rand -hex 32`). Without one a module joins no cluster.
@@ -368,9 +369,30 @@ while not (got and sent):
             pass
 PY
 }
+# Runs the rest as uid $1 (its own group, no others), in place of the (sub)shell it is
+# called in: only from `$(...)` or with `&`, whose $! is then the program's own pid.
+as_uid() {
+  uid=$1; shift
+  exec setpriv --reuid="$uid" --regid="$uid" --clear-groups "$@"
+}
 unload() {
   rmmod krcore || exit 1
   echo "$KRCORE_NODE: module unloaded"
+}
+# uid $1 CONNECTs $4 times to service $3 at $2 and holds what it got (up to 120 s):
+# returns once it counted (its line in $5, its progress in $5.err); its pid: $held.
+held_connect() {
+  as_uid "$1" timeout 200 "$WIRE_SHARES" connect "$2" "$3" "$4" 120 >"$5" 2>"$5.err" & held=$!
+  until grep -q taken "$5" || ! kill -0 $held 2>/dev/null; do sleep 0.2; done
+}
+# Unloads once the rings just closed have let go (their virtual QPs' DISCONNECTs still
+# going), within 30 s.
+unload_settled() {
+  for _ in $(seq 60); do
+    rmmod krcore 2>/dev/null && { echo "$KRCORE_NODE: module unloaded"; return 0; }
+    sleep 0.5
+  done
+  unload
 }
 # The kernel log from the module's last load on: what this scene's module said (a run of
 # several scenes reloads it before each, guest/scene.sh).
@@ -1002,6 +1024,137 @@ hogged-meta)
   echo "$KRCORE_NODE: connections refused as past their node's part: $refused"
   [ "$refused" -ge 1 ] || { echo "$KRCORE_NODE: no connection was refused as past its node's part" >&2; exit 1; }
   unload
+  ;;
+serving)
+  # The MetaServer serves each request on the module's own queue (krcore_meta), never
+  # on the system's ib_comp_wq: held 1 s each here (test_hold_serve_ms), a request
+  # being served shows as a kworker running krcore_meta's work ("+krcore_meta").
+  member=$(addr_of "$2") || exit 1
+  reload meta_server="$KRCORE_ADDR" test_hold_serve_ms=1000 || exit 1
+  barrier "$member" 7531 120 || exit 1
+  on=""
+  for _ in $(seq 400); do
+    on=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -m1 -e '+krcore_meta$' -e '+ib-comp-wq$')
+    [ -n "$on" ] && break
+    sleep 0.05
+  done
+  case "$on" in
+  *+krcore_meta) echo "$KRCORE_NODE: a request was being served by $on" ;;
+  "") echo "$KRCORE_NODE: no request was seen being served in 20 s" >&2; exit 1 ;;
+  *) echo "$KRCORE_NODE: a request was served on the system's completion queue ($on)" >&2; exit 1 ;;
+  esac
+  barrier "$member" 7532 120 || exit 1
+  # The member's publication held when the module goes: its teardown waits for it.
+  held=""
+  for _ in $(seq 400); do
+    held=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -m1 -e '+krcore_meta$')
+    [ -n "$held" ] && break
+    sleep 0.05
+  done
+  [ -n "$held" ] || { echo "$KRCORE_NODE: the member's publication was not seen held" >&2; exit 1; }
+  unload
+  barrier "$member" 7533 120 || exit 1
+  ;;
+served)
+  meta=$(addr_of "$2") || exit 1
+  barrier "$meta" 7531 120 || exit 1
+  reload meta_server="$meta" || exit 1
+  for _ in $(seq 300); do
+    [ "$(count "registered with the MetaServer")" -ge 1 ] && break
+    sleep 0.1
+  done
+  [ "$(count "registered with the MetaServer")" -ge 1 ] || {
+    echo "$KRCORE_NODE: not registered with a MetaServer that holds each request 1 s" >&2
+    fail_with_state
+  }
+  echo "$KRCORE_NODE: registered with the MetaServer, each request held 1 s there"
+  barrier "$meta" 7532 120 || exit 1
+  # A publication held there while the MetaServer's module unloads.
+  "$REMOTE_MEMORY" export held 60 >"$TMPDIR/held.out" 2>&1 & pid=$!
+  barrier "$meta" 7533 120 || { kill $pid; exit 1; }
+  kill $pid 2>/dev/null
+  wait $pid
+  unload
+  ;;
+client-part)
+  # Node b's users (two of them, 300 CONNECTs) may hold a quarter of the listening
+  # ring's 1,024 virtual QPs (CLIENT_SHARE) together; then node c is served.
+  hog=$(addr_of "$2") || exit 1
+  other=$(addr_of "$3") || exit 1
+  reload || exit 1
+  as_uid 1000 "$WIRE_SHARES" listen 7079 301 120 >"$TMPDIR/listen.out" 2>&1 & pid=$!
+  for _ in $(seq 100); do grep -q listening "$TMPDIR/listen.out" && break; sleep 0.1; done
+  barrier "$hog" 7541 120 || exit 1
+  barrier "$other" 7543 300 || exit 1
+  wait $pid || { cat "$TMPDIR/listen.out" >&2; fail_with_state; }
+  got=$(tail -1 "$TMPDIR/listen.out")
+  echo "$KRCORE_NODE: the listen of uid 1000: $got"
+  [ "$got" = "accepted 257 refused 44 (Quota 44)" ] || {
+    echo "$KRCORE_NODE: not 256 of node b's 300 and node c's 1" >&2; exit 1; }
+  barrier "$hog" 7544 120 || exit 1
+  unload_settled
+  ;;
+client-hog)
+  server=$(addr_of "$2") || exit 1
+  other=$(addr_of "$3") || exit 1
+  reload || exit 1
+  barrier "$server" 7541 120 || exit 1
+  held_connect 1001 "$server" 7079 200 "$TMPDIR/h1.out"; p1=$held
+  held_connect 1002 "$server" 7079 100 "$TMPDIR/h2.out"; p2=$held
+  cat "$TMPDIR/h1.out.err" "$TMPDIR/h2.out.err"
+  echo "$KRCORE_NODE: uid 1001 $(cat "$TMPDIR/h1.out"); uid 1002 $(cat "$TMPDIR/h2.out")"
+  taken=$(cat "$TMPDIR/h1.out" "$TMPDIR/h2.out" | awk '/ taken,/ { n += $1 } END { print n }')
+  barrier "$other" 7542 120 || exit 1
+  barrier "$server" 7544 200 || exit 1
+  kill $p1 $p2 2>/dev/null
+  wait $p1 $p2
+  [ "$taken" = 256 ] || { echo "$KRCORE_NODE: node b's users took ${taken:-none}, not 256" >&2; exit 1; }
+  unload_settled
+  ;;
+client-other)
+  server=$(addr_of "$2") || exit 1
+  hog=$(addr_of "$3") || exit 1
+  reload || exit 1
+  barrier "$hog" 7542 300 || exit 1
+  got=$(as_uid 1003 "$WIRE_SHARES" connect "$server" 7079 1 0) || exit 1
+  echo "$KRCORE_NODE: after node b's 300, uid 1003: $got"
+  barrier "$server" 7543 120 || exit 1
+  [ "$got" = "1 taken, 0 refused ()" ] || exit 1
+  unload_settled
+  ;;
+pinner)
+  # With max_peers=4 a user's virtual QPs pin one entry of the peer table (PEER_SHARE):
+  # uid 1001 holds b's; its CONNECT to c is refused Quota, and uid 1002's is served.
+  one=$(addr_of "$2") || exit 1
+  two=$(addr_of "$3") || exit 1
+  reload max_peers=4 || exit 1
+  barrier "$one" 7551 120 || exit 1
+  barrier "$two" 7552 120 || exit 1
+  held_connect 1001 "$one" 7080 1 "$TMPDIR/pin.out"; pid=$held
+  first=$(cat "$TMPDIR/pin.out")
+  second=$(as_uid 1001 "$WIRE_SHARES" connect "$two" 7080 1 0)
+  other=$(as_uid 1002 "$WIRE_SHARES" connect "$two" 7080 1 0)
+  kill $pid 2>/dev/null
+  wait $pid
+  echo "$KRCORE_NODE: uid 1001 to b: $first; to c: $second; uid 1002 to c: $other"
+  barrier "$one" 7553 120 || exit 1
+  barrier "$two" 7554 120 || exit 1
+  [ "$first" = "1 taken, 0 refused ()" ] && [ "$second" = "0 taken, 1 refused (Quota:1)" ] &&
+    [ "$other" = "1 taken, 0 refused ()" ] || fail_with_state
+  unload_settled
+  ;;
+pinned)
+  # A service answering one CONNECT (port $3 of the barriers).
+  node=$(addr_of "$2") || exit 1
+  reload || exit 1
+  "$WIRE_SHARES" listen 7080 1 120 >"$TMPDIR/pinned.out" 2>&1 & pid=$!
+  for _ in $(seq 100); do grep -q listening "$TMPDIR/pinned.out" && break; sleep 0.1; done
+  barrier "$node" "$3" 120 || exit 1
+  barrier "$node" "$4" 200 || exit 1
+  kill $pid 2>/dev/null
+  wait $pid
+  cat "$TMPDIR/pinned.out"
+  unload_settled
   ;;
 hog)
   meta=$(addr_of "$2") || exit 1
