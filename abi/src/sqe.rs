@@ -203,6 +203,24 @@ impl Sqe {
         g
     }
 
+    /// The service a CONNECT asks for (the peer's port), or a LISTEN or UNLISTEN
+    /// names: carried in `rmr`, which these opcodes use for no MR.
+    pub const fn service(&self) -> u32 {
+        self.rmr
+    }
+
+    /// The port of this node a CONNECT comes from (0: an ephemeral one): carried in
+    /// `len`, which a CONNECT uses for no length.
+    pub const fn local_port(&self) -> u32 {
+        self.len
+    }
+
+    /// The uid IMPORT_NAME names as the name's publisher ([`NameFlags::OWNED_BY`]; 0
+    /// without it): carried in `rmr`, which IMPORT_NAME uses for no MR.
+    pub const fn owner_uid(&self) -> u32 {
+        self.rmr
+    }
+
     /// DISCONNECT of virtual QP `vqp`.
     pub const fn disconnect(user_data: u64, vqp: u32) -> Sqe {
         Sqe {

@@ -4,7 +4,7 @@
 //! holds and closes, under the membership lock.
 //!
 //! A CONNECT naming another node's address binds to a physical QP of the device's set to
-//! that node, in the slots after the pool's ([`PEER_QPS`] of them, [`QPS_PER_SET`] per
+//! that node, in the slots after the pool's (abi's `qp_budget`: [`QPS_PER_SET`] per
 //! set, so abi's recovery groups a set's QPs as it groups a loopback pair). When there is
 //! no set yet, the membership answers `EINPROGRESS`: the engine stops at the CONNECT
 //! (`Stall::Remote`), and one of the device's workers makes the set with no lock held
@@ -43,14 +43,7 @@ use crate::engine::fabric::Shared;
 use crate::shim::{self, CmConn, IbQp};
 use crate::engine::store::{KBuf, KStore};
 
-/// Peer nodes a device can keep sets to at once, at most (the `max_peers` module
-/// parameter says how many it does): the engine keeps a bit per physical QP in sets of
-/// abi's `MAX_QPS`, and the pool takes 4 of them.
-pub(crate) const PEER_SETS_MAX: usize = (crate::abi::engine::MAX_QPS - POOL_QPS) / QPS_PER_SET;
-/// QPs in a set.
-pub(crate) const QPS_PER_SET: usize = 2;
-/// Physical QP slots of the sets, after the pool's.
-pub(crate) const PEER_QPS: usize = PEER_SETS_MAX * QPS_PER_SET;
+pub(crate) use crate::abi::engine::qp_budget::{PEER_SETS_MAX, QPS_PER_SET};
 
 /// Peer nodes a device keeps sets to (`max_peers`, within 1..=[`PEER_SETS_MAX`]).
 pub(crate) fn max_peers() -> usize {

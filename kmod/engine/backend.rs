@@ -29,9 +29,7 @@ use crate::abi::sqe::{MrAccess, SqeFlags};
 use crate::engine::keys::AdvertKeys;
 use crate::shim::{self, CqNotify, IbCq, IbDevice, IbPd, IbQp, KrMr, Scratch, SendWrC};
 
-/// QPs in the pool: pairs, so an even number.
-pub(crate) const POOL_QPS: usize = 4;
-const _: () = assert!(POOL_QPS % 2 == 0 && POOL_QPS <= 64);
+pub(crate) use crate::abi::engine::qp_budget::{POOL_QPS, QPS};
 /// Send queue depth of a pooled QP.
 pub(crate) const SEND_DEPTH: u32 = 64;
 // shim.h's KRCORE_FR_WR_ID: the key's own requests, and the WRITE inside a message's
@@ -40,9 +38,6 @@ const _: () = assert!(FAR_WRITE_WR_ID == u64::MAX - 0x4000_0001);
 /// Receive queue depth of a pooled QP: the engine posts no receives (a message is
 /// written into its receiver's buffer, abi's engine/message.rs), but a QP has a queue.
 const RECV_DEPTH: u32 = 1;
-/// Physical QP slots of a device: the pool's, then the peer sets' (peer.rs).
-pub(crate) const QPS: usize = POOL_QPS + crate::cluster::peer::PEER_QPS;
-const _: () = assert!(QPS <= crate::abi::engine::MAX_QPS, "abi's recovery keeps a bit per QP in a QpBits");
 /// CQ entries: room for every request the pool and the peer sets can have outstanding
 /// (a peer QP has the pool's depths: cm.c creates it so).
 /// A set's QP may flush every work request it holds (a message to another node is two)

@@ -27,6 +27,7 @@ mod ports;
 mod shares;
 mod qp;
 mod qp_bits;
+pub mod qp_budget;
 mod recovery;
 mod register;
 mod ring_state;

@@ -6,8 +6,7 @@
 
 use core::ops::{BitAnd, BitOr, BitOrAssign, Sub, SubAssign};
 
-/// Physical QPs a device may have: the size of every [`QpBits`].
-pub const MAX_QPS: usize = 256;
+pub use super::qp_budget::MAX_QPS;
 
 const WORDS: usize = MAX_QPS / 64;
 

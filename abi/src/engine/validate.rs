@@ -368,7 +368,7 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
         Opcode::Connect => {
             let flags = ConnectFlags::from_bits(sqe.imm).ok_or(Reason::UnknownFlags)?;
             let pair = flags.contains(ConnectFlags::PAIR);
-            let (local, peer) = (port(sqe.len)?, port(sqe.rmr)?);
+            let (local, peer) = (port(sqe.local_port())?, port(sqe.service())?);
             // No endpoint names no port; a pairing one names both.
             if peer == 0 && local != 0 || pair && (local == 0 || peer == 0) {
                 return Err(Reason::BadPort);
@@ -426,8 +426,8 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
                 return Err(Reason::BadLength);
             }
             let flags = NameFlags::from_bits(sqe.imm).ok_or(Reason::UnknownFlags)?;
-            let owner = flags.contains(NameFlags::OWNED_BY).then_some(sqe.rmr);
-            if owner.is_none() && sqe.rmr != 0 {
+            let owner = flags.contains(NameFlags::OWNED_BY).then_some(sqe.owner_uid());
+            if owner.is_none() && sqe.owner_uid() != 0 {
                 return Err(Reason::ReservedNonzero);
             }
             Op::ImportName {
@@ -438,12 +438,12 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
             }
         }
         Opcode::Listen => Op::Listen {
-            service: match port(sqe.rmr)? {
+            service: match port(sqe.service())? {
                 0 => return Err(Reason::BadPort),
                 p => p as u32,
             },
         },
-        Opcode::Unlisten => Op::Unlisten { service: sqe.rmr },
+        Opcode::Unlisten => Op::Unlisten { service: sqe.service() },
         Opcode::ResolveName => Op::ResolveName {
             name: name_of(sqe)?,
         },
