@@ -12,6 +12,16 @@
 
 #include <linux/types.h>
 #include <linux/moduleparam.h>
+#include <linux/stddef.h>
+
+/*
+ * The layout of a struct Rust also declares (shim.rs, cluster/cm_wire.rs): its size
+ * and each field's offset, asserted here and, with the same numbers, there, so a field
+ * moved on one side fails that side's build instead of reading the wrong bytes.
+ */
+#define KRCORE_LAYOUT_SIZE(type, size) static_assert(sizeof(type) == (size), #type)
+#define KRCORE_LAYOUT_AT(type, field, off) \
+	static_assert(offsetof(type, field) == (off), #type "." #field)
 
 /*
  * Test knobs: module parameters that make this kernel act as a broken, slow or
@@ -87,6 +97,13 @@ struct krcore_meta_offer {
 	u8 ready;
 	u8 resv[3];
 };
+KRCORE_LAYOUT_SIZE(struct krcore_meta_offer, 24);
+KRCORE_LAYOUT_AT(struct krcore_meta_offer, base, 0);
+KRCORE_LAYOUT_AT(struct krcore_meta_offer, rkey, 8);
+KRCORE_LAYOUT_AT(struct krcore_meta_offer, node_slots, 12);
+KRCORE_LAYOUT_AT(struct krcore_meta_offer, export_slots, 16);
+KRCORE_LAYOUT_AT(struct krcore_meta_offer, ready, 20);
+KRCORE_LAYOUT_AT(struct krcore_meta_offer, resv, 21);
 
 /* rdma_cm's listener got a peer kernel's request on `dev` (cm.c, no cm.c lock held):
  * the PD and CQ of its device context, and its MetaServer region if it serves one
@@ -150,6 +167,11 @@ struct krcore_port_attr {
 	u32 gid_tbl_len;
 	u32 link_layer;
 };
+KRCORE_LAYOUT_SIZE(struct krcore_port_attr, 16);
+KRCORE_LAYOUT_AT(struct krcore_port_attr, state, 0);
+KRCORE_LAYOUT_AT(struct krcore_port_attr, active_mtu, 4);
+KRCORE_LAYOUT_AT(struct krcore_port_attr, gid_tbl_len, 8);
+KRCORE_LAYOUT_AT(struct krcore_port_attr, link_layer, 12);
 
 /* The calling task's address space, pinned as an identity (mmgrab), or NULL for a
  * kernel thread; krcore_shim_mm_is_current tells whether current runs in it. */
@@ -175,6 +197,13 @@ struct krcore_id_facts {
 	u32 ns_id;
 	bool has_ns;
 };
+KRCORE_LAYOUT_SIZE(struct krcore_id_facts, 24);
+KRCORE_LAYOUT_AT(struct krcore_id_facts, uid, 0);
+KRCORE_LAYOUT_AT(struct krcore_id_facts, gid, 4);
+KRCORE_LAYOUT_AT(struct krcore_id_facts, ns_owner, 8);
+KRCORE_LAYOUT_AT(struct krcore_id_facts, ns_group, 12);
+KRCORE_LAYOUT_AT(struct krcore_id_facts, ns_id, 16);
+KRCORE_LAYOUT_AT(struct krcore_id_facts, has_ns, 20);
 void krcore_shim_current_facts(struct krcore_id_facts *f);
 u32 krcore_shim_max_peers(void);
 u32 krcore_shim_max_names(bool per_node);
@@ -242,6 +271,26 @@ struct krcore_send_wr {
 	u32 inv;		/* KRCORE_WR_NOTICE: a key the SEND invalidates (0: none) */
 	u32 pad2;
 };
+KRCORE_LAYOUT_SIZE(struct krcore_send_wr, 112);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, wr_id, 0);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, local_addr, 8);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, remote_addr, 16);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, compare_add, 24);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, swap, 32);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, length, 40);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, lkey, 44);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, rkey, 48);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, imm, 52);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, kind, 56);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, has_imm, 57);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, signaled, 58);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, fence, 59);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, solicited, 60);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, pad, 61);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, notice, 64);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, mr, 96);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, inv, 104);
+KRCORE_LAYOUT_AT(struct krcore_send_wr, pad2, 108);
 
 /* A work completion, flat. */
 struct krcore_wc {
@@ -255,6 +304,16 @@ struct krcore_wc {
 	u32 has_inv;		/* a SEND with invalidate closed inv_rkey here */
 	u32 inv_rkey;
 };
+KRCORE_LAYOUT_SIZE(struct krcore_wc, 40);
+KRCORE_LAYOUT_AT(struct krcore_wc, wr_id, 0);
+KRCORE_LAYOUT_AT(struct krcore_wc, status, 8);
+KRCORE_LAYOUT_AT(struct krcore_wc, byte_len, 12);
+KRCORE_LAYOUT_AT(struct krcore_wc, imm, 16);
+KRCORE_LAYOUT_AT(struct krcore_wc, has_imm, 20);
+KRCORE_LAYOUT_AT(struct krcore_wc, qp_num, 24);
+KRCORE_LAYOUT_AT(struct krcore_wc, recv, 28);
+KRCORE_LAYOUT_AT(struct krcore_wc, has_inv, 32);
+KRCORE_LAYOUT_AT(struct krcore_wc, inv_rkey, 36);
 
 /* Pointer results are ERR_PTR-encoded: this gives the errno, or 0 for a pointer. */
 long krcore_shim_ptr_err(const void *p);
@@ -431,7 +490,14 @@ struct krcore_cm_hello {
 	u8 nonce_r[KRCORE_CM_NONCE_LEN];
 	u8 tag[KRCORE_CM_TAG_LEN]; /* PROVE, FRESH: the dialer's tag */
 };
-static_assert(sizeof(struct krcore_cm_hello) == 52);
+KRCORE_LAYOUT_SIZE(struct krcore_cm_hello, 52);
+KRCORE_LAYOUT_AT(struct krcore_cm_hello, kind, 0);
+KRCORE_LAYOUT_AT(struct krcore_cm_hello, index, 1);
+KRCORE_LAYOUT_AT(struct krcore_cm_hello, step, 2);
+KRCORE_LAYOUT_AT(struct krcore_cm_hello, resv, 3);
+KRCORE_LAYOUT_AT(struct krcore_cm_hello, nonce_i, 4);
+KRCORE_LAYOUT_AT(struct krcore_cm_hello, nonce_r, 20);
+KRCORE_LAYOUT_AT(struct krcore_cm_hello, tag, 36);
 /* What a tag binds: the kind and index asked for, both ends (IPv4 address and port,
  * network order), both QP numbers (the responder's left out of the dialer's tag), both
  * nonces. */
@@ -449,7 +515,19 @@ struct krcore_cm_bind {
 	u8 nonce_i[KRCORE_CM_NONCE_LEN];
 	u8 nonce_r[KRCORE_CM_NONCE_LEN];
 };
-static_assert(sizeof(struct krcore_cm_bind) == 56);
+KRCORE_LAYOUT_SIZE(struct krcore_cm_bind, 56);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, kind, 0);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, index, 1);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, initiator_port, 2);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, responder_port, 4);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, step, 6);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, resv, 7);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, initiator, 8);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, responder, 12);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, initiator_qpn, 16);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, responder_qpn, 20);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, nonce_i, 24);
+KRCORE_LAYOUT_AT(struct krcore_cm_bind, nonce_r, 40);
 /* Wire forms (cm_wire.rs). A reader takes private data of any length: 0, or -EPROTO
  * for bytes that are not the message. krcore_rs_cm_refusal_read: 1 for a challenge
  * (its nonce at `out`), 2 for a yield (its tag at `out`, to check: KRCORE_CM_YIELDER),

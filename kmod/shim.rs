@@ -3,6 +3,17 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
+/// Asserts a struct shim.h also declares has the size and field offsets given: the
+/// same numbers as shim.h's `KRCORE_LAYOUT_SIZE` and `KRCORE_LAYOUT_AT` there, so a
+/// field moved on one side fails that side's build.
+macro_rules! layout {
+    ($t:ty, $size:expr; $($field:ident $off:expr),* $(,)?) => {
+        const _: () = assert!(core::mem::size_of::<$t>() == $size);
+        $(const _: () = assert!(core::mem::offset_of!($t, $field) == $off);)*
+    };
+}
+pub(crate) use layout;
+
 /// `enum krcore_wr_kind`.
 pub(crate) const WR_READ: u8 = 1;
 pub(crate) const WR_WRITE: u8 = 2;
@@ -36,6 +47,12 @@ pub(crate) struct SendWrC {
     pub(crate) inv: u32,
     pub(crate) pad2: u32,
 }
+layout!(
+    SendWrC, 112;
+    wr_id 0, local_addr 8, remote_addr 16, compare_add 24, swap 32, length 40, lkey 44, rkey 48,
+    imm 52, kind 56, has_imm 57, signaled 58, fence 59, solicited 60, pad 61, notice 64, mr 96,
+    inv 104, pad2 108,
+);
 
 /// `struct krcore_wc`.
 #[repr(C)]
@@ -51,6 +68,11 @@ pub(crate) struct WcC {
     pub(crate) has_inv: u32,
     pub(crate) inv_rkey: u32,
 }
+layout!(
+    WcC, 40;
+    wr_id 0, status 8, byte_len 12, imm 16, has_imm 20, qp_num 24, recv 28, has_inv 32,
+    inv_rkey 36,
+);
 
 /// C types Rust only ever holds pointers to.
 macro_rules! opaque {
@@ -117,6 +139,7 @@ pub(crate) struct IdFacts {
     pub(crate) ns_id: u32,
     pub(crate) has_ns: bool,
 }
+layout!(IdFacts, 24; uid 0, gid 4, ns_owner 8, ns_group 12, ns_id 16, has_ns 20);
 
 /// `struct krcore_port_attr`.
 #[repr(C)]
@@ -127,6 +150,7 @@ pub(crate) struct PortAttr {
     pub(crate) gid_tbl_len: u32,
     pub(crate) link_layer: u32,
 }
+layout!(PortAttr, 16; state 0, active_mtu 4, gid_tbl_len 8, link_layer 12);
 
 /// `struct krcore_meta_offer` (shim.h): where a MetaServer's region is.
 #[repr(C)]
@@ -139,6 +163,7 @@ pub(crate) struct MetaOffer {
     pub(crate) ready: u8,
     pub(crate) resv: [u8; 3],
 }
+layout!(MetaOffer, 24; base 0, rkey 8, node_slots 12, export_slots 16, ready 20, resv 21);
 
 /// `KRCORE_CM_PEER` (shim.h): a connection set's QP (meta.c makes the META ones).
 pub(crate) const CM_PEER: u8 = 1;

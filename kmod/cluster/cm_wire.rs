@@ -12,7 +12,7 @@ use crate::abi::cluster::hello::{
     ACCEPT_LEN, ASK, CHALLENGE_LEN, FRESH, HELLO_LEN, PROVE, TRANSCRIPT_LEN, YIELD_LEN,
 };
 use crate::abi::errno::Errno;
-use crate::shim::MetaOffer;
+use crate::shim::{layout, MetaOffer};
 
 /// `struct krcore_cm_hello` (shim.h): a hello's fields.
 #[repr(C)]
@@ -46,9 +46,12 @@ pub(crate) struct CmBind {
     nonce_r: [u8; NONCE_LEN],
 }
 
-// shim.h asserts the same sizes.
-const _: () = assert!(core::mem::size_of::<CmHello>() == 52);
-const _: () = assert!(core::mem::size_of::<CmBind>() == 56);
+layout!(CmHello, 52; kind 0, index 1, step 2, resv 3, nonce_i 4, nonce_r 20, tag 36);
+layout!(
+    CmBind, 56;
+    kind 0, index 1, initiator_port 2, responder_port 4, step 6, resv 7, initiator 8,
+    responder 12, initiator_qpn 16, responder_qpn 20, nonce_i 24, nonce_r 40,
+);
 const _: () = assert!(HELLO_LEN == 56 && CHALLENGE_LEN == 20 && YIELD_LEN == 20);
 const _: () = assert!(ACCEPT_LEN == 40 && TRANSCRIPT_LEN == 64);
 // shim.h's KRCORE_CM_ASK, KRCORE_CM_PROVE and KRCORE_CM_FRESH.
