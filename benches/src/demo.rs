@@ -1,4 +1,4 @@
-//! The host's report of `make demo` (issue 12): the guests' [`Record`] lines summed over
+//! The host's report of `make demo`: the guests' [`Record`] lines summed over
 //! the compute nodes into each system's bootstrap (stage medians, time to the first
 //! GET) and the cluster's GET throughput over time, as markdown and an SVG timeline.
 

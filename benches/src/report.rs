@@ -50,7 +50,7 @@ pub fn goals(f: &Figures) -> Vec<Goal> {
     g
 }
 
-/// Issue 12's goals across nodes.
+/// The goals across nodes (the paper's figures, beside the user-space verbs baseline).
 fn across_goals(f: &Figures) -> Vec<Goal> {
     let warm = f.median("across-connect", "krcore-warm", 1);
     let cm_fresh = f.median("across-connect", "verbs-cm-fresh-process", 1);

@@ -207,7 +207,7 @@
 #                                   must not wait for the dial, the CONNECT must fail, and
 #                                   the kernel log must hold no warning
 #   cluster-smoke.sh verbs_cm serve N
-#                                   user-space verbs over rdma_cm (the baseline, issue 12):
+#                                   user-space verbs over rdma_cm (the baseline):
 #                                   serve 64 KiB to N clients, until they left (300 s)
 #   cluster-smoke.sh verbs_cm connect ROLE N
 #                                   N fresh processes each connect to ROLE's server (every

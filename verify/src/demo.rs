@@ -1,4 +1,4 @@
-//! What the elastic key-value demo (`make demo`, issue 12) prints in the guests for the
+//! What the elastic key-value demo (`make demo`) prints in the guests for the
 //! host's report: one JSON object per line, prefixed by [`PREFIX`] so the host picks
 //! them out of the guests' interleaved logs.
 

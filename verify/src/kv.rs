@@ -1,4 +1,4 @@
-//! The demo's key-value store (issue 12): a hash table laid out in one region of a memory
+//! The demo's key-value store: a hash table laid out in one region of a memory
 //! node's memory and read by compute nodes with one-sided READs only, in the manner of
 //! RACE hashing (Zuo et al., ATC'21): 8-slot buckets, two candidate buckets per key
 //! (both READ in one batch), each slot an 8 B word naming its key-value block by offset,

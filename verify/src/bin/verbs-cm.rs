@@ -1,4 +1,4 @@
-//! The user-space verbs baseline across nodes (issue 12): `verbs-cm serve PORT CONNS
+//! The user-space verbs baseline across nodes: `verbs-cm serve PORT CONNS
 //! SECS` serves 64 KiB over rdma_cm to CONNS clients; `verbs-cm connect ADDR PORT`, in a
 //! fresh process as an application starts, connects (every stage timed), READs 8 bytes
 //! and prints one line: `verbs-cm: id .. addr .. route .. qp .. mr .. connect .. total

@@ -1,4 +1,4 @@
-//! Figures across nodes (issue 12; `krcore-figures across FAR NAMES`, on the measuring
+//! Figures across nodes (`krcore-figures across FAR NAMES`, on the measuring
 //! node while the far node runs [`crate::far`]), krcore beside user-space verbs that
 //! connect through rdma_cm, in one run:
 //! - data plane (the paper's Figures 10 and 11): 8 B READ and SEND, one at a time and

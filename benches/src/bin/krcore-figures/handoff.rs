@@ -1,4 +1,4 @@
-//! The serverless hand-off (issue 12): a chain of short-lived functions on different
+//! The serverless hand-off: a chain of short-lived functions on different
 //! nodes, each a fresh process that starts, connects to the previous function's node,
 //! takes its output (4 KiB to 1 MiB) with one-sided READs, checks it, and offers its own
 //! to the next: krcore beside user-space verbs through rdma_cm.

@@ -10,11 +10,11 @@
 //! open). `krcore-figures worker ...` is a control-plane child process.
 //! `KRCORE_FIGURES=data,memory` runs only the sections whose names contain a word given.
 //!
-//! Across nodes (issue 12), on two guests: `krcore-figures far PEER NAMES` on the node
+//! Across nodes, on two guests: `krcore-figures far PEER NAMES` on the node
 //! measured against (the MetaServer), `krcore-figures across FAR NAMES` on the node that
 //! measures and prints the block ([`across`]).
 //!
-//! On three guests (issue 12): `krcore-figures cluster NODES..` on the first, which
+//! On three guests: `krcore-figures cluster NODES..` on the first, which
 //! coordinates the serverless hand-off and the full mesh and prints the block
 //! ([`cluster`]), `krcore-figures node` on the others ([`node`]). The daemons start
 //! `krcore-figures function CALL LAUNCH_NS` ([`handoff`]) and `krcore-figures meshproc

@@ -1,4 +1,4 @@
-//! The full mesh (issue 12, beside Figure 8a): on every node, N fresh processes, started
+//! The full mesh (beside Figure 8a): on every node, N fresh processes, started
 //! and ready, each connect to every other node; the time from the coordinator's go to
 //! the last process connected (their start is left out: under emulation an exec takes
 //! tens of milliseconds, alike for both). krcore on warm connection sets (each process
