@@ -142,6 +142,8 @@ install:
 unit: deps
 	@echo "[test] unit and property tests"
 	@$(CARGO) test -q --workspace
+	@echo "[test] clippy finds nothing (warnings denied)"
+	@$(CARGO) clippy -q --workspace --all-targets -- -D warnings
 	@echo "[test] docs build without warnings"
 	@RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --no-deps --workspace --all-features
 	@# And the library as most depend on it, with its default features only.

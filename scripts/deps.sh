@@ -31,6 +31,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# make unit's lint pass.
+if ! rustup component list --installed 2>/dev/null | grep -q '^clippy'; then
+  echo "[deps] adding rustup component clippy"
+  rustup component add clippy >/dev/null
+fi
+
 [ "${1:-}" = tools ] || exit 0
 
 # The kernel's Rust build needs the standard library's source and bindgen.

@@ -103,13 +103,14 @@ mod tests {
 
     #[test]
     fn a_containers_uids_keep_their_rights_and_share_one_account() {
-        let ns = Some(Namespace { owner: 0, group: 0, id: 9 });
+        let made = Namespace { owner: 0, group: 0, id: 9 };
+        let ns = Some(made);
         let a = identify(&Facts { uid: 200_001, gid: 200_001, ns });
         let b = identify(&Facts { uid: 200_002, gid: 200_002, ns });
         assert_eq!((a.uid, b.uid), (200_001, 200_002), "each its own rights");
         assert_eq!((a.account, b.account), (Account::Namespace(9), Account::Namespace(9)));
         assert!(a.groups);
-        let other = identify(&Facts { uid: 200_001, gid: 200_001, ns: Some(Namespace { id: 10, ..ns.unwrap() }) });
+        let other = identify(&Facts { uid: 200_001, gid: 200_001, ns: Some(Namespace { id: 10, ..made }) });
         assert_eq!(other.account, Account::Namespace(10), "another container, another account");
     }
 }

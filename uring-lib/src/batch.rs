@@ -96,6 +96,7 @@ impl<'a> Batch<'a> {
         self.sqes.is_empty()
     }
 
+    #[allow(clippy::too_many_arguments)] // the verb's own operands
     fn one_sided(
         &mut self,
         op: Opcode,
@@ -189,6 +190,7 @@ impl<'a> Batch<'a> {
     }
 
     /// 8-byte compare-and-swap at `remote_off`; the old value lands at `local_off`.
+    #[allow(clippy::too_many_arguments)] // the verb's own operands
     pub fn cas(
         &mut self,
         vqp: &Vqp,

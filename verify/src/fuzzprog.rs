@@ -177,6 +177,7 @@ pub fn run(data: &[u8]) {
     }
     assert_eq!(rig.messages.waiting(), 0, "sends left waiting");
     // Receives no message took are cancelled by the close.
+    #[allow(clippy::needless_range_loop)] // r also names the ring to the rig
     for r in 0..nrings {
         if !closed[r] {
             rig.close(r);

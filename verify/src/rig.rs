@@ -458,6 +458,7 @@ impl Rig {
             moved += self.route();
             moved += self.recycle_failed();
             moved += self.route();
+            #[allow(clippy::needless_range_loop)] // r also names the ring to the rig
             for r in 0..self.rings.len() {
                 if self.rings[r].as_ref().is_some_and(|t| !t.ring.is_closed()) {
                     if let Ok(s) = self.submit(r, u32::MAX) {

@@ -380,6 +380,7 @@ fn scenario(mut rng: Rng, seed: &str) {
             "{seed}: NIC QP {i} still busy"
         );
     }
+    #[allow(clippy::needless_range_loop)] // r also names the ring to the rig
     for r in 0..nrings {
         if !apps[r].closed {
             rig.close(r);

@@ -176,7 +176,7 @@ fn a_client_holds_only_its_part_of_a_listening_ring_and_none_of_the_servers_shar
         rig.open_as(big, user(3)),
     );
     assert_eq!(one(&mut rig, server, Sqe::listen(1, 7000)).res, 0);
-    let mut connect = |rig: &mut Rig, r: usize, ud: u64| {
+    let connect = |rig: &mut Rig, r: usize, ud: u64| {
         rig.push(r, &[Sqe::connect(ud, [0; 16], 7000)]);
         rig.drain();
         let c = rig.reap(r, 1);

@@ -947,6 +947,23 @@ impl<S: Store> Messages<S> {
     }
 }
 
+#[cfg(any(test, feature = "alloc"))]
+impl Messages<super::VecStore> {
+    /// Room for `links` links and `n` receives and `n` waiting sends (tests, benchmarks).
+    pub fn with_capacity(links: usize, n: usize) -> Self {
+        use alloc::vec;
+        Messages::new(MessageStorage {
+            links: vec![Slot::EMPTY; links],
+            half_open: vec![0; links],
+            recvs: vec![Slot::EMPTY; n],
+            waiting: vec![Slot::EMPTY; n],
+            owed: vec![(0, Completion::Done); 2 * n + links],
+            due: vec![0; links],
+            made: vec![0; 64],
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -963,22 +980,5 @@ mod tests {
         // Each of 8 shards gets its share of consecutive services, within a factor 2.
         assert!(seen.iter().all(|&n| (50..=200).contains(&n)), "{seen:?}");
         assert_eq!(shard_of(&gid, 7, 1), 0);
-    }
-}
-
-#[cfg(any(test, feature = "alloc"))]
-impl Messages<super::VecStore> {
-    /// Room for `links` links and `n` receives and `n` waiting sends (tests, benchmarks).
-    pub fn with_capacity(links: usize, n: usize) -> Self {
-        use alloc::vec;
-        Messages::new(MessageStorage {
-            links: vec![Slot::EMPTY; links],
-            half_open: vec![0; links],
-            recvs: vec![Slot::EMPTY; n],
-            waiting: vec![Slot::EMPTY; n],
-            owed: vec![(0, Completion::Done); 2 * n + links],
-            due: vec![0; links],
-            made: vec![0; 64],
-        })
     }
 }

@@ -223,7 +223,7 @@ impl Recovery {
                 let why = qps.qp(first as u32, |q, _| q.fail_reason());
                 for e in group.clone() {
                     qps.qp(e as u32, |q, _| q.fail_with(why));
-                    self.to_error(qps, hw, e, now_ms);
+                    self.move_to_error(qps, hw, e, now_ms);
                 }
             }
             // Only the QPs in the error state are recycled: a peer set's slot given a
@@ -268,7 +268,7 @@ impl Recovery {
         self.flushed.remove(qp);
     }
 
-    fn to_error<S: Store, B: Rearm>(
+    fn move_to_error<S: Store, B: Rearm>(
         &mut self,
         qps: &(impl Qps<S> + ?Sized),
         hw: &mut B,

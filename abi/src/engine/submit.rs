@@ -767,6 +767,7 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// A new virtual QP bound to `conn`'s physical QP, at end `end` of link `link` in
     /// shard `k` (a CONNECT's, or an accepted offer's), holding `port` (a CONNECT's;
     /// released when it goes); the caller checked there is room. Returns its handle.
+    #[allow(clippy::too_many_arguments)] // what a binding records, each its own
     pub(super) fn bind_vqp<F: Fabric<S>>(
         &mut self,
         conn: Connection,

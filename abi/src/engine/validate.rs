@@ -370,7 +370,9 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
             let pair = flags.contains(ConnectFlags::PAIR);
             let (local, peer) = (port(sqe.local_port())?, port(sqe.service())?);
             // No endpoint names no port; a pairing one names both.
-            if peer == 0 && local != 0 || pair && (local == 0 || peer == 0) {
+            let lone_local = peer == 0 && local != 0;
+            let half_pair = pair && (local == 0 || peer == 0);
+            if lone_local || half_pair {
                 return Err(Reason::BadPort);
             }
             Op::Connect {

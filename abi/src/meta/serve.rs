@@ -325,7 +325,7 @@ mod tests {
         use super::mem::Served;
         let big = Tables { export_slots: 4096, ..T };
         let mut m = MemRegion::new(big.bytes());
-        let mut call = |m: &mut MemRegion, from: u8, req: Request| {
+        let call = |m: &mut MemRegion, from: u8, req: Request| {
             let mut s = Served { region: m, tables: big, from: [192, 0, 2, from] };
             s.call(&req).unwrap()
         };
