@@ -142,7 +142,8 @@ install:
 unit: deps
 	@echo "[test] unit and property tests"
 	@$(CARGO) test -q --workspace
-	@echo "[test] clippy finds nothing (warnings denied)"
+	@echo "[test] rustfmt and clippy find nothing (warnings denied)"
+	@$(CARGO) fmt --all --check
 	@$(CARGO) clippy -q --workspace --all-targets -- -D warnings
 	@echo "[test] docs build without warnings"
 	@RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --no-deps --workspace --all-features

@@ -32,10 +32,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # make unit's lint pass.
-if ! rustup component list --installed 2>/dev/null | grep -q '^clippy'; then
-  echo "[deps] adding rustup component clippy"
-  rustup component add clippy >/dev/null
-fi
+for c in clippy rustfmt; do
+  if ! rustup component list --installed 2>/dev/null | grep -q "^$c"; then
+    echo "[deps] adding rustup component $c"
+    rustup component add "$c" >/dev/null
+  fi
+done
 
 [ "${1:-}" = tools ] || exit 0
 

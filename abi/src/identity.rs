@@ -91,26 +91,66 @@ mod tests {
 
     #[test]
     fn a_task_is_its_uid_and_a_rootless_namespace_its_owner() {
-        let plain = identify(&Facts { uid: 1000, gid: 1000, ns: None });
+        let plain = identify(&Facts {
+            uid: 1000,
+            gid: 1000,
+            ns: None,
+        });
         assert_eq!((plain.uid, plain.account), (1000, Account::User(1000)));
-        let ns = Some(Namespace { owner: 1000, group: 1000, id: 7 });
-        let rootless = identify(&Facts { uid: 100_007, gid: 100_007, ns });
+        let ns = Some(Namespace {
+            owner: 1000,
+            group: 1000,
+            id: 7,
+        });
+        let rootless = identify(&Facts {
+            uid: 100_007,
+            gid: 100_007,
+            ns,
+        });
         assert_eq!(
             rootless,
-            Identity { uid: 1000, gid: 1000, groups: false, account: Account::User(1000) }
+            Identity {
+                uid: 1000,
+                gid: 1000,
+                groups: false,
+                account: Account::User(1000)
+            }
         );
     }
 
     #[test]
     fn a_containers_uids_keep_their_rights_and_share_one_account() {
-        let made = Namespace { owner: 0, group: 0, id: 9 };
+        let made = Namespace {
+            owner: 0,
+            group: 0,
+            id: 9,
+        };
         let ns = Some(made);
-        let a = identify(&Facts { uid: 200_001, gid: 200_001, ns });
-        let b = identify(&Facts { uid: 200_002, gid: 200_002, ns });
+        let a = identify(&Facts {
+            uid: 200_001,
+            gid: 200_001,
+            ns,
+        });
+        let b = identify(&Facts {
+            uid: 200_002,
+            gid: 200_002,
+            ns,
+        });
         assert_eq!((a.uid, b.uid), (200_001, 200_002), "each its own rights");
-        assert_eq!((a.account, b.account), (Account::Namespace(9), Account::Namespace(9)));
+        assert_eq!(
+            (a.account, b.account),
+            (Account::Namespace(9), Account::Namespace(9))
+        );
         assert!(a.groups);
-        let other = identify(&Facts { uid: 200_001, gid: 200_001, ns: Some(Namespace { id: 10, ..made }) });
-        assert_eq!(other.account, Account::Namespace(10), "another container, another account");
+        let other = identify(&Facts {
+            uid: 200_001,
+            gid: 200_001,
+            ns: Some(Namespace { id: 10, ..made }),
+        });
+        assert_eq!(
+            other.account,
+            Account::Namespace(10),
+            "another container, another account"
+        );
     }
 }

@@ -75,12 +75,21 @@ impl<const N: usize> UserTable<N> {
     /// Charges one `r` to `account` under `limits`: `EDQUOT` past its limit, `EUSERS`
     /// when `N` other accounts already hold something. Returns the account's slot, the
     /// same while it holds anything (what its shares of a device are counted under).
-    pub fn charge(&mut self, account: Account, r: Resource, limits: Limits) -> Result<usize, Errno> {
+    pub fn charge(
+        &mut self,
+        account: Account,
+        r: Resource,
+        limits: Limits,
+    ) -> Result<usize, Errno> {
         let limit = match r {
             Resource::Ring => limits.rings,
             Resource::Poller => limits.pollers,
         };
-        let i = match self.users.iter().position(|u| !u.idle() && u.account == account) {
+        let i = match self
+            .users
+            .iter()
+            .position(|u| !u.idle() && u.account == account)
+        {
             Some(i) => i,
             None => {
                 let i = self
@@ -105,7 +114,11 @@ impl<const N: usize> UserTable<N> {
 
     /// Returns one `r` charged to `account`.
     pub fn uncharge(&mut self, account: Account, r: Resource) {
-        if let Some(u) = self.users.iter_mut().find(|u| !u.idle() && u.account == account) {
+        if let Some(u) = self
+            .users
+            .iter_mut()
+            .find(|u| !u.idle() && u.account == account)
+        {
             let n = u.count(r);
             debug_assert!(*n > 0, "uncharged more than charged");
             *n = n.saturating_sub(1);
@@ -161,7 +174,11 @@ mod tests {
         let mut t = UserTable::<4>::default();
         let ns = Account::Namespace(1000);
         assert_eq!(t.charge(ns, Resource::Ring, L), Ok(0));
-        assert_eq!(t.charge(U(1000), Resource::Ring, L), Ok(1), "uid 1000 is not it");
+        assert_eq!(
+            t.charge(U(1000), Resource::Ring, L),
+            Ok(1),
+            "uid 1000 is not it"
+        );
         t.charge(ns, Resource::Ring, L).unwrap();
         assert_eq!(t.charge(ns, Resource::Ring, L), Err(Errno::EDQUOT));
         assert_eq!(t.usage(ns), (2, 0));

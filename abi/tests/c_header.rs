@@ -38,7 +38,10 @@ fn generate_reasons() -> String {
          * `KRCORE_BLESS=1 cargo test -p krcore-abi --test c_header`; do not edit. */\n\
          #ifndef KRCORE_REASONS_H\n#define KRCORE_REASONS_H\n\n#include <stdint.h>\n\n",
     );
-    for (f, text) in [("name", Reason::name as fn(Reason) -> &'static str), ("describe", Reason::describe)] {
+    for (f, text) in [
+        ("name", Reason::name as fn(Reason) -> &'static str),
+        ("describe", Reason::describe),
+    ] {
         s += &format!(
             "/* A reason's {f} (a CQE's `reason`); NULL for one this header does not know. */\n\
              static inline const char *krcore_reason_{f}(uint16_t reason)\n{{\n\tswitch (reason) {{\n"

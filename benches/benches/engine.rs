@@ -108,7 +108,10 @@ fn bench_write(c: &mut Criterion) {
         );
         rig.drain();
         let c = rig.reap(0, 2);
-        assert!(c.len() == 2 && c.iter().all(|c| c.res >= 0), "CONNECT, REG_MR: {c:?}");
+        assert!(
+            c.len() == 2 && c.iter().all(|c| c.res >= 0),
+            "CONNECT, REG_MR: {c:?}"
+        );
         let (v, mr) = (c[0].res as u32, c[1].res as u32);
         rig.push(0, &[Sqe::import_mr(3, v, MR, 4096, c[1].aux)]);
         rig.drain();
@@ -189,7 +192,12 @@ fn bench_meta_lookup(c: &mut Criterion) {
             Err(e) => panic!("publishing {i}: {e:?}"),
         }
     }
-    assert!(names.len() * 1000 >= all.len() * 999, "{} of {} published", names.len(), all.len());
+    assert!(
+        names.len() * 1000 >= all.len() * 999,
+        "{} of {} published",
+        names.len(),
+        all.len()
+    );
     let mut i = 0;
     c.bench_function("meta_lookup_10k", |bench| {
         bench.iter(|| {

@@ -73,9 +73,15 @@ fn system(records: &[Record], name: &str) -> Result<System, String> {
                 .iter()
                 .filter_map(|w| w.0.get(i).map(|s| s.1))
                 .collect();
-            let costs: Option<Vec<Cost>> =
-                workers.iter().map(|w| w.3.get(i).copied().flatten()).collect();
-            (n.clone(), median_max(&mut v).0, costs.map(|c| median_cost(&c)))
+            let costs: Option<Vec<Cost>> = workers
+                .iter()
+                .map(|w| w.3.get(i).copied().flatten())
+                .collect();
+            (
+                n.clone(),
+                median_max(&mut v).0,
+                costs.map(|c| median_cost(&c)),
+            )
         })
         .collect();
     let mut timeline: Vec<f64> = Vec::new();
@@ -153,7 +159,9 @@ pub fn report(log: &str, title: &str, dir: &Path, name: &str) -> Result<String, 
         );
         for (stage, us, cost) in &s.stages {
             match cost {
-                Some(c) => md += &format!("| {stage} | {us:.0} | {:.0} | {} |\n", c.cpu_us, c.faults),
+                Some(c) => {
+                    md += &format!("| {stage} | {us:.0} | {:.0} | {} |\n", c.cpu_us, c.faults)
+                }
                 None => md += &format!("| {stage} | {us:.0} | | |\n"),
             }
         }
@@ -271,7 +279,10 @@ mod tests {
         // Costs: measured stages with their medians, the others blank.
         assert!(md.contains("| open | 2500 | 1250 | 100 |"), "{md}");
         assert!(md.contains("| first GET | 2500 | | |"), "{md}");
-        assert!(md.contains("on the CPU 1.7 ms, with 300 page faults"), "{md}");
+        assert!(
+            md.contains("on the CPU 1.7 ms, with 300 page faults"),
+            "{md}"
+        );
         assert!(dir.join("demo-timeline.svg").exists());
         std::fs::remove_dir_all(&dir).unwrap();
         let slow: String = [

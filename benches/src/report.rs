@@ -210,7 +210,12 @@ fn node_goals(f: &Figures) -> Vec<Goal> {
 fn nop_goal(f: &Figures, series: &str, what: &'static str, bar: f64) -> Goal {
     let ratios: Vec<(u32, f64)> = [1, 8, 32, 128]
         .into_iter()
-        .map(|b| (b, f.median("nop", "io_uring", b) / f.median("nop", series, b)))
+        .map(|b| {
+            (
+                b,
+                f.median("nop", "io_uring", b) / f.median("nop", series, b),
+            )
+        })
         .collect();
     Goal {
         what,
@@ -522,7 +527,13 @@ mod tests {
             fig("across-read8-latency", "krcore-enter", 1, 600e3, 0.0),
             fig("across-read8-latency", "verbs-cm", 1, 570e3, 0.0),
             fig("across-connect", "krcore-warm", 1, 3e3, 1e5),
-            fig("across-connect", "verbs-cm-device-already-open", 1, 20e6, 50.0),
+            fig(
+                "across-connect",
+                "verbs-cm-device-already-open",
+                1,
+                20e6,
+                50.0,
+            ),
             fig("across-connect", "verbs-cm-fresh-process", 1, 190e6, 5.0),
             fig("across-first-contact", "krcore", 0, 15e6, 0.0),
             fig("across-first-contact", "krcore", 1, 14e6, 0.0),
@@ -544,7 +555,11 @@ mod tests {
             "the slowest (the summary's p99) against rdma_cm"
         );
         let first = g.iter().find(|g| g.what.contains("first contact")).unwrap();
-        assert!(first.measured.contains("each: 14.00 ms, 40.00 ms"), "{}", first.measured);
+        assert!(
+            first.measured.contains("each: 14.00 ms, 40.00 ms"),
+            "{}",
+            first.measured
+        );
         assert!((ratio("MetaServer") - 2.0).abs() < 1e-9);
         assert!(!g
             .iter()

@@ -66,7 +66,9 @@ pub struct Args {
 fn positive_secs(s: &str) -> std::result::Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() && v <= 86_400.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a number of seconds (above 0, at most a day)")),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds (above 0, at most a day)"
+        )),
     }
 }
 
@@ -115,7 +117,11 @@ impl Args {
     /// The sizes to measure: `--size` (or `default`), or with `-a` every power of two
     /// from 8 B up to it.
     fn sizes(&self, default: u32) -> Result<Vec<u32>> {
-        let top = self.size(if self.all_sizes && self.size.is_none() { 65536 } else { default })?;
+        let top = self.size(if self.all_sizes && self.size.is_none() {
+            65536
+        } else {
+            default
+        })?;
         if !self.all_sizes {
             return Ok(vec![top]);
         }
@@ -164,7 +170,13 @@ fn setup(a: &Args, len: u32) -> Result<Setup> {
             return Err("SEND needs a listen to echo it: --service of a `krcore serve`".into());
         }
         let local = ring.register(2 * len as usize, MrAccess::LOCAL_WRITE)?;
-        return Ok(Setup { ring, vqp, local, remote: None, _target: None });
+        return Ok(Setup {
+            ring,
+            vqp,
+            local,
+            remote: None,
+            _target: None,
+        });
     }
     let local = ring.register(len as usize, MrAccess::LOCAL_WRITE)?;
     let (remote, target) = match &a.name {
@@ -203,7 +215,9 @@ fn add<'a>(
         Op::Write => b.write(v, l, off, remote()?, off, size)?,
         Op::Cas => b.cas(v, l, off, remote()?, off, 0, 0)?,
         Op::Faa => b.faa(v, l, off, remote()?, off, 1)?,
-        Op::Send => b.recv(v, l, half + off, size)?.send(v, l, off, size, None)?,
+        Op::Send => b
+            .recv(v, l, half + off, size)?
+            .send(v, l, off, size, None)?,
     };
     Ok(())
 }
@@ -244,7 +258,11 @@ fn median_p99(v: &mut [Duration]) -> (Duration, Duration) {
 
 /// Latencies in nanoseconds, to 3 significant digits, from 1 ns to an hour.
 fn histogram() -> Result<hdrhistogram::Histogram<u64>> {
-    Ok(hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000_000, 3)?)
+    Ok(hdrhistogram::Histogram::new_with_bounds(
+        1,
+        3_600_000_000_000,
+        3,
+    )?)
 }
 
 fn us(ns: u64) -> f64 {
@@ -292,7 +310,10 @@ pub fn bw(a: &Args) -> Result<()> {
     let sizes = a.sizes(65536)?;
     let depth = a.depth;
     let top = *sizes.last().expect("one size at least");
-    let total = total.max(top.checked_mul(depth).ok_or("--size times --depth is too much memory")?);
+    let total = total.max(
+        top.checked_mul(depth)
+            .ok_or("--size times --depth is too much memory")?,
+    );
     let mut s = setup(a, total)?;
     for size in sizes {
         run(&mut s, a, depth, size)?; // warm
@@ -366,18 +387,36 @@ mod tests {
 
     #[test]
     fn sizes_sweep_in_powers_of_two_and_atomics_have_one() {
-        assert_eq!(parse(&["-a", "--size", "64"]).unwrap().sizes(8).unwrap(), [8, 16, 32, 64]);
-        assert_eq!(parse(&["-a", "--size", "100"]).unwrap().sizes(8).unwrap(), [8, 16, 32, 64, 100]);
-        assert_eq!(parse(&["-a"]).unwrap().sizes(8).unwrap().last(), Some(&65536));
-        assert_eq!(parse(&["-a", "--op", "faa"]).unwrap().sizes(8).unwrap(), [8]);
+        assert_eq!(
+            parse(&["-a", "--size", "64"]).unwrap().sizes(8).unwrap(),
+            [8, 16, 32, 64]
+        );
+        assert_eq!(
+            parse(&["-a", "--size", "100"]).unwrap().sizes(8).unwrap(),
+            [8, 16, 32, 64, 100]
+        );
+        assert_eq!(
+            parse(&["-a"]).unwrap().sizes(8).unwrap().last(),
+            Some(&65536)
+        );
+        assert_eq!(
+            parse(&["-a", "--op", "faa"]).unwrap().sizes(8).unwrap(),
+            [8]
+        );
         assert_eq!(parse(&[]).unwrap().sizes(8).unwrap(), [8]);
         assert!(parse(&["-D", "0"]).is_err() && parse(&["-D", "nan"]).is_err());
-        assert_eq!(parse(&["-D", "1.5"]).unwrap().stop(), Stop::After(Duration::from_millis(1500)));
+        assert_eq!(
+            parse(&["-D", "1.5"]).unwrap().stop(),
+            Stop::After(Duration::from_millis(1500))
+        );
     }
 
     #[test]
     fn no_operations_or_too_deep_a_ring_is_refused_by_name() {
-        assert!(parse(&["--iters", "0"]).is_err(), "lat --iters 0 panicked before");
+        assert!(
+            parse(&["--iters", "0"]).is_err(),
+            "lat --iters 0 panicked before"
+        );
         assert!(parse(&["--depth", "0"]).is_err());
         assert!(parse(&["--depth", "4096"]).is_err());
         let big = parse(&["--size", "1073741824", "--depth", "8"]).unwrap();

@@ -57,7 +57,10 @@ pub fn serve(a: &Args) -> Result<()> {
         return Err("nothing to serve: give --name, --service or both".into());
     }
     let mut ring = Builder::new(2 * a.depth).build(Device::open()?)?;
-    let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_ATOMIC;
+    let all = MrAccess::LOCAL_WRITE
+        | MrAccess::REMOTE_READ
+        | MrAccess::REMOTE_WRITE
+        | MrAccess::REMOTE_ATOMIC;
     // Kept registered (and published) while this serves.
     let _target = match &a.name {
         Some(name) => {
@@ -81,12 +84,18 @@ pub fn serve(a: &Args) -> Result<()> {
         .ok_or("--size times --depth is more memory than one region holds (4 GiB)")?;
     let buf = ring.register(slots as usize, MrAccess::LOCAL_WRITE)?;
     let mut listener = ring.listen(service)?;
-    println!("echoing messages of up to {} B on service {service}", a.size);
+    println!(
+        "echoing messages of up to {} B on service {service}",
+        a.size
+    );
     let mut served = 0;
     while a.peers.is_none_or(|n| served < n) {
         let peer = ring.accept(&mut listener)?;
         let (n, end) = echo(&mut ring, &peer.vqp, &buf, a.size, a.depth)?;
-        println!("peer {}:{}: {n} messages echoed; {end}", peer.peer, peer.peer_port);
+        println!(
+            "peer {}:{}: {n} messages echoed; {end}",
+            peer.peer, peer.peer_port
+        );
         let mut b = Batch::new();
         b.disconnect(peer.vqp);
         for c in ring.run(b)? {
@@ -103,9 +112,17 @@ pub fn serve(a: &Args) -> Result<()> {
 /// `buf`) until it is silent for [`IDLE`] or a receive fails (the peer went); returns
 /// how many, and why it ended. Receives are left posted: the caller's DISCONNECT
 /// cancels them.
-fn echo(ring: &mut Ring, vqp: &Vqp, buf: &MemoryRegion, size: u32, depth: u32) -> Result<(u64, String)> {
+fn echo(
+    ring: &mut Ring,
+    vqp: &Vqp,
+    buf: &MemoryRegion,
+    size: u32,
+    depth: u32,
+) -> Result<(u64, String)> {
     let slot = |k: u64| buf.addr() + k * size as u64;
-    let entry = |op, ud: u64, len| Sqe::two_sided(op, ud, vqp.handle(), buf.handle(), slot(ud & !SENT), len);
+    let entry = |op, ud: u64, len| {
+        Sqe::two_sided(op, ud, vqp.handle(), buf.handle(), slot(ud & !SENT), len)
+    };
     let mut sq = ring.submission();
     for k in 0..depth as u64 {
         // SAFETY: `buf` stays registered until after the DISCONNECT that cancels them.
@@ -156,15 +173,26 @@ mod tests {
         assert_eq!(octal_mode("640"), Ok(0o640));
         assert_eq!(octal_mode("0o600"), Ok(0o600));
         assert!(octal_mode("777").is_err() && octal_mode("9").is_err() && octal_mode("").is_err());
-        assert_eq!(parse(&["--name", "t"]).unwrap().mode, 0o666, "every user by default");
+        assert_eq!(
+            parse(&["--name", "t"]).unwrap().mode,
+            0o666,
+            "every user by default"
+        );
     }
 
     #[test]
     fn bad_sizes_depths_and_services_are_refused_by_name() {
-        assert!(parse(&["--service", "0"]).is_err(), "service 0 is no endpoint");
+        assert!(
+            parse(&["--service", "0"]).is_err(),
+            "service 0 is no endpoint"
+        );
         assert!(parse(&["--size", "4"]).is_err() && parse(&["--size", "1000000000"]).is_err());
         assert!(parse(&["--depth", "0"]).is_err() && parse(&["--depth", "513"]).is_err());
         let a = parse(&["--service", "7", "--depth", "512", "--size", "67108864"]).unwrap();
-        assert_eq!((a.size as u64) * (a.depth as u64), 1 << 35, "its buffer is refused when made");
+        assert_eq!(
+            (a.size as u64) * (a.depth as u64),
+            1 << 35,
+            "its buffer is refused when made"
+        );
     }
 }

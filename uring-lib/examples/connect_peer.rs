@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let addr: Ipv4Addr = args.next().ok_or("usage: connect_peer ADDR [N [SERVICE [PROCS]]]")?.parse()?;
+    let addr: Ipv4Addr = args
+        .next()
+        .ok_or("usage: connect_peer ADDR [N [SERVICE [PROCS]]]")?
+        .parse()?;
     let n: usize = args.next().map_or(Ok(100), |s| s.parse())?;
     let port: u16 = args.next().map_or(Ok(0), |s| s.parse())?;
     if let Some(procs) = args.next() {

@@ -68,7 +68,14 @@ fn main() -> Result<()> {
         .user_data(1)
         .into();
     let write = Sqe::one_sided(
-        Opcode::Write, 0, vqp.handle(), mr.handle(), mr.addr(), LEN, remote.handle(), remote.addr(),
+        Opcode::Write,
+        0,
+        vqp.handle(),
+        mr.handle(),
+        mr.addr(),
+        LEN,
+        remote.handle(),
+        remote.addr(),
     );
     let got = run(&mut u, &[read_file, krcore(write, 2)])?;
     if got.iter().map(|c| c.1).collect::<Vec<_>>() != [LEN as i32, LEN as i32] {
@@ -77,7 +84,14 @@ fn main() -> Result<()> {
     // NAME back, into the MR's second KiB.
     let back = mr.addr() + 1024;
     let read = Sqe::one_sided(
-        Opcode::Read, 0, vqp.handle(), mr.handle(), back, LEN, remote.handle(), remote.addr(),
+        Opcode::Read,
+        0,
+        vqp.handle(),
+        mr.handle(),
+        back,
+        LEN,
+        remote.handle(),
+        remote.addr(),
     );
     let got = run(&mut u, &[krcore(read, 3)])?;
     outcome("read", got[0].1, got[0].2)?;

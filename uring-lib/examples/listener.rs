@@ -62,7 +62,9 @@ async fn serve(service: u32, n: usize) -> Result<()> {
         peers.push(a);
     }
     // Every peer's receive at once, in one region: a slot each.
-    let mr = ring.register(n * SLOT as usize, MrAccess::LOCAL_WRITE).await?;
+    let mr = ring
+        .register(n * SLOT as usize, MrAccess::LOCAL_WRITE)
+        .await?;
     let (done, mut regions) = ring
         .run(vec![mr], |b, r| {
             for (i, a) in peers.iter().enumerate() {
@@ -78,7 +80,11 @@ async fn serve(service: u32, n: usize) -> Result<()> {
         let bytes = &regions[0].bytes()[at..at + c.res as usize];
         let text = String::from_utf8_lossy(bytes).into_owned();
         if text != hello(a.peer, a.peer_port) {
-            return Err(format!("from {}:{} on its virtual QP: {text:?}", a.peer, a.peer_port).into());
+            return Err(format!(
+                "from {}:{} on its virtual QP: {text:?}",
+                a.peer, a.peer_port
+            )
+            .into());
         }
         echoes.push(format!("echo: {text}"));
     }
@@ -136,9 +142,7 @@ fn client(addr: Ipv4Addr, service: u32, me: Ipv4Addr, hold: Duration) -> Result<
     // A server that did not listen within the deadline refuses: connect again.
     let mut tries = 0;
     let (vqp, mine) = loop {
-        let vqp = retry(60, &[Reason::Unreachable], || {
-            ring.connect(addr, service)
-        })?;
+        let vqp = retry(60, &[Reason::Unreachable], || ring.connect(addr, service))?;
         let mine = hello(me, vqp.port());
         std::thread::sleep(hold);
         match say(&mut ring, &vqp, &mut mr, &mine, 0) {
@@ -159,19 +163,18 @@ fn client(addr: Ipv4Addr, service: u32, me: Ipv4Addr, hold: Duration) -> Result<
 
 /// `procs` client processes at once (this program again, as `client`), each checking
 /// its own echo.
-fn clients(
-    addr: Ipv4Addr,
-    service: u32,
-    me: Ipv4Addr,
-    procs: usize,
-    hold: Duration,
-) -> Result<()> {
+fn clients(addr: Ipv4Addr, service: u32, me: Ipv4Addr, procs: usize, hold: Duration) -> Result<()> {
     let exe = std::env::current_exe()?;
     let t = Instant::now();
     let kids: Vec<_> = (0..procs)
         .map(|_| {
             Command::new(&exe)
-                .args(["client", &addr.to_string(), &service.to_string(), &me.to_string()])
+                .args([
+                    "client",
+                    &addr.to_string(),
+                    &service.to_string(),
+                    &me.to_string(),
+                ])
                 .args(["1", &hold.as_millis().to_string()])
                 .spawn()
         })
@@ -209,7 +212,9 @@ fn main() -> Result<()> {
                 _ => clients(addr, service, me, procs, hold),
             }
         }
-        _ => Err("usage: listener serve SERVICE N | listener client ADDR SERVICE ME [PROCS [HOLD_MS]]"
-            .into()),
+        _ => Err(
+            "usage: listener serve SERVICE N | listener client ADDR SERVICE ME [PROCS [HOLD_MS]]"
+                .into(),
+        ),
     }
 }

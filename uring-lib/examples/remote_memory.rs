@@ -419,7 +419,9 @@ fn crowd(ring: &mut Ring, name: &str, fill: usize, secs: u64, go: &str) -> Resul
     let mut held = Vec::with_capacity(fill);
     for i in 0..fill {
         let r = fillers.register(4096, all)?;
-        retry(secs, &[Reason::Unreachable], || fillers.publish(&r, &format!("{name}-fill-{i}")))?;
+        retry(secs, &[Reason::Unreachable], || {
+            fillers.publish(&r, &format!("{name}-fill-{i}"))
+        })?;
         held.push(r);
     }
     wait_done(&mut mr, DONE_WORD, secs, "")?;
@@ -478,7 +480,9 @@ fn await_revoke(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Resul
                 println!("await-revoke: after {reads} READs, {name} revoked here: BadDescriptor");
                 return Ok(());
             }
-            Err(e) => return Err(format!("a READ of the revoked {name} failed otherwise: {e}").into()),
+            Err(e) => {
+                return Err(format!("a READ of the revoked {name} failed otherwise: {e}").into())
+            }
         }
         if Instant::now() > until {
             return Err(format!("{name} still READ after {secs} s").into());
@@ -503,7 +507,11 @@ fn logged_rkey(addr: u64) -> Result<u32> {
 /// connected: its base and rkey.
 fn logged_region() -> Result<(u64, u32)> {
     let line = logged("krcore: test: MetaServer region 0x")?;
-    let mut words = line.rsplit("region 0x").next().unwrap_or("").split(" rkey 0x");
+    let mut words = line
+        .rsplit("region 0x")
+        .next()
+        .unwrap_or("")
+        .split(" rkey 0x");
     let base = u64::from_str_radix(words.next().unwrap_or("").trim(), 16)?;
     let rkey = u32::from_str_radix(words.next().unwrap_or("").trim(), 16)?;
     Ok((base, rkey))
@@ -521,7 +529,9 @@ fn closed_and_keyed_anew() -> Result<()> {
         .ok_or("this node does not serve the MetaServer")?;
     let dropped = lines[from..]
         .iter()
-        .position(|l| l.contains("dropped a MetaServer connection") && l.contains("invalidated a key"))
+        .position(|l| {
+            l.contains("dropped a MetaServer connection") && l.contains("invalidated a key")
+        })
         .ok_or("no member's SEND that closed a key was seen")?;
     lines[from + dropped..]
         .iter()
@@ -539,7 +549,9 @@ fn logged(needle: &str) -> Result<String> {
         .rev()
         .find(|l| l.contains(needle))
         .map(str::to_owned)
-        .ok_or_else(|| format!("no `{needle}` in the kernel log (test_unchecked_wire not set?)").into())
+        .ok_or_else(|| {
+            format!("no `{needle}` in the kernel log (test_unchecked_wire not set?)").into()
+        })
 }
 
 /// The exporter of a test of rights held by the NIC (both modules loaded with the
@@ -587,7 +599,10 @@ fn fenced(ring: &mut Ring, name: &str, secs: u64, go: &str) -> Result<()> {
 
 /// Sets a module parameter (root).
 fn set_param(name: &str, value: u64) -> Result<()> {
-    std::fs::write(format!("/sys/module/krcore/parameters/{name}"), value.to_string())?;
+    std::fs::write(
+        format!("/sys/module/krcore/parameters/{name}"),
+        value.to_string(),
+    )?;
     Ok(())
 }
 
@@ -608,9 +623,11 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
     for round in 0..3 {
         // A refused WRITE fails the set's QP: a new set (another port pair, the first's
         // virtual QP still holding its own), and the import again.
-        let v = retry(secs, &[Reason::Unreachable, Reason::QpError, Reason::PeerGone], || {
-            ring.pair(gid, 100 + round as u16, 100 + round as u16)
-        })?;
+        let v = retry(
+            secs,
+            &[Reason::Unreachable, Reason::QpError, Reason::PeerGone],
+            || ring.pair(gid, 100 + round as u16, 100 + round as u16),
+        )?;
         let remote = retry(secs, &[Reason::Unreachable, Reason::NoSuchName], || {
             ring.import_name(&v, name, FENCED_LEN as u32)
         })?;
@@ -638,7 +655,10 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
         let what = match round {
             0 => format!("a WRITE into the read-only {name}"),
             1 => "a WRITE into memory never exported, with its own rkey".to_owned(),
-            _ => format!("a WRITE into the MetaServer's region at {:#x}, with its rkey {region_rkey:#x}", region + 1023 * 64),
+            _ => format!(
+                "a WRITE into the MetaServer's region at {:#x}, with its rkey {region_rkey:#x}",
+                region + 1023 * 64
+            ),
         };
         let mut b = Batch::new();
         b.write(&v, &mine, 0, &remote, 64, 64)?;
@@ -655,15 +675,28 @@ fn breach(ring: &mut Ring, addr: Ipv4Addr, name: &str, secs: u64) -> Result<()> 
     set_param("test_meta_inv", region_rkey.into())?;
     let bait = ring.register(4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
     let r = ring.publish(&bait, "breach-inv");
-    println!("breach: a request closing the region's key: {}", if r.is_ok() { "answered".into() } else { format!("{:?}", r.err()) });
+    println!(
+        "breach: a request closing the region's key: {}",
+        if r.is_ok() {
+            "answered".into()
+        } else {
+            format!("{:?}", r.err())
+        }
+    );
     let left = std::fs::read_to_string("/sys/module/krcore/parameters/test_meta_inv")?;
     if left.trim() != "0" {
         return Err("no request carried the invalidation (test_meta_inv left set)".into());
     }
-    let v = retry(secs, &[Reason::Unreachable, Reason::QpError, Reason::PeerGone], || ring.connect(gid, 0))?;
-    retry(secs, &[Reason::Unreachable, Reason::NoSuchName, Reason::Busy], || {
-        ring.import_name(&v, name, FENCED_LEN as u32)
-    })?;
+    let v = retry(
+        secs,
+        &[Reason::Unreachable, Reason::QpError, Reason::PeerGone],
+        || ring.connect(gid, 0),
+    )?;
+    retry(
+        secs,
+        &[Reason::Unreachable, Reason::NoSuchName, Reason::Busy],
+        || ring.import_name(&v, name, FENCED_LEN as u32),
+    )?;
     println!("breach: {name} imported again after the region's key was closed");
     Ok(())
 }
@@ -761,7 +794,9 @@ fn main() -> Result<()> {
         ["hammer", addr, name, role] => hammer(&mut ring, addr.parse()?, name, role),
         ["probe", addr, name, secs] => probe(&mut ring, addr.parse()?, name, secs.parse()?),
         ["crowd", name, fill, secs, go] => crowd(&mut ring, name, fill.parse()?, secs.parse()?, go),
-        ["await-revoke", addr, name, secs] => await_revoke(&mut ring, addr.parse()?, name, secs.parse()?),
+        ["await-revoke", addr, name, secs] => {
+            await_revoke(&mut ring, addr.parse()?, name, secs.parse()?)
+        }
         ["fenced", name, secs, go] => fenced(&mut ring, name, secs.parse()?, go),
         ["breach", addr, name, secs] => breach(&mut ring, addr.parse()?, name, secs.parse()?),
         ["churn", name, secs, go] => churn(&mut ring, name, secs.parse()?, go),

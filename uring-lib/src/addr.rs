@@ -141,13 +141,24 @@ mod tests {
         assert_eq!(&v4[12..], &[10, 0, 0, 2]);
         assert_eq!(gid_of(Ipv4Addr::new(10, 0, 0, 2)).unwrap(), v4);
         let sock: SocketAddr = "10.0.0.2:9999".parse().unwrap();
-        assert_eq!(gid_of(sock).unwrap(), v4, "a socket address is its IP's node");
+        assert_eq!(
+            gid_of(sock).unwrap(),
+            v4,
+            "a socket address is its IP's node"
+        );
         assert_eq!(gid_of(v4).unwrap(), v4, "a GID is itself");
         assert_eq!(gid_of("fe80::1").unwrap()[15], 1);
         assert_eq!(gid_of("localhost").unwrap()[15], 1, "a name resolves");
-        assert_eq!(Node::from("localhost"), Node::Host("localhost".into()), "when used");
+        assert_eq!(
+            Node::from("localhost"),
+            Node::Host("localhost".into()),
+            "when used"
+        );
         let e = gid_of("no-such-host.invalid").unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(krcore_abi::errno::Errno::EHOSTUNREACH.0));
+        assert_eq!(
+            e.raw_os_error(),
+            Some(krcore_abi::errno::Errno::EHOSTUNREACH.0)
+        );
     }
 
     /// A name with an IPv6 address first (as resolvers often order them) still

@@ -50,8 +50,12 @@ impl AsyncRing {
     /// an eventfd and registers it with the ring.
     pub fn new(mut ring: Ring) -> Result<AsyncRing, Error> {
         let flags = rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC;
-        let fd = rustix::event::eventfd(0, flags)
-            .map_err(|e| Error::io("eventfd", std::io::Error::from_raw_os_error(e.raw_os_error())))?;
+        let fd = rustix::event::eventfd(0, flags).map_err(|e| {
+            Error::io(
+                "eventfd",
+                std::io::Error::from_raw_os_error(e.raw_os_error()),
+            )
+        })?;
         ring.register_eventfd(Some(fd.as_raw_fd()))?;
         // SAFETY: the OwnedFd is a valid descriptor, owned by the AsyncFd from here and
         // neither replaced nor closed while registered.
@@ -90,13 +94,20 @@ impl AsyncRing {
     /// within a wait slice of the worker's end; warm connects take microseconds.
     pub async fn connect(&self, node: impl Into<Node>, service: u32) -> Result<Vqp, Error> {
         let gid = node.into().gid_async().await?;
-        self.control(ops::connect(Sqe::connect(0, gid, service))).await
+        self.control(ops::connect(Sqe::connect(0, gid, service)))
+            .await
     }
 
     /// As [`Ring::pair`]; a host name is resolved through tokio.
-    pub async fn pair(&self, node: impl Into<Node>, port: u16, peer_port: u16) -> Result<Vqp, Error> {
+    pub async fn pair(
+        &self,
+        node: impl Into<Node>,
+        port: u16,
+        peer_port: u16,
+    ) -> Result<Vqp, Error> {
         let gid = node.into().gid_async().await?;
-        self.control(ops::connect(Sqe::pair(0, gid, port, peer_port))).await
+        self.control(ops::connect(Sqe::pair(0, gid, port, peer_port)))
+            .await
     }
 
     /// As [`Ring::disconnect`]: receives still posted on it come back `Cancelled`
@@ -121,7 +132,12 @@ impl AsyncRing {
     }
 
     /// As [`Ring::publish_mode`].
-    pub async fn publish_mode(&self, mr: &Registered<'_>, name: &str, mode: u16) -> Result<(), Error> {
+    pub async fn publish_mode(
+        &self,
+        mr: &Registered<'_>,
+        name: &str,
+        mode: u16,
+    ) -> Result<(), Error> {
         self.control(ops::publish(mr, name, mode)?).await
     }
 
@@ -163,7 +179,10 @@ impl AsyncRing {
     ) -> Result<(Vqp, RemoteRegion), Error> {
         let node = self.resolve_name(name).await?;
         let vqp = self.connect(node, 0).await?;
-        match self.control(ops::import_name(&vqp, name, len, owner)?).await {
+        match self
+            .control(ops::import_name(&vqp, name, len, owner)?)
+            .await
+        {
             Ok(r) => Ok((vqp, r)),
             Err(e) => {
                 let _ = self.disconnect(vqp).await;
@@ -180,7 +199,8 @@ impl AsyncRing {
         len: u32,
         uid: u32,
     ) -> Result<RemoteRegion, Error> {
-        self.control(ops::import_name(vqp, name, len, Some(uid))?).await
+        self.control(ops::import_name(vqp, name, len, Some(uid))?)
+            .await
     }
 
     /// Runs a batch over `regions`, which it owns until it is done: `build` adds the

@@ -408,8 +408,8 @@ mod tests {
     use std::task::Wake;
 
     use super::*;
-    use crate::lock::lock;
     use crate::bench_support::{detached_ring, handles, KernelSide};
+    use crate::lock::lock;
 
     fn complete(kernel: &mut KernelSide, user_data: &[u64]) {
         for &u in user_data {
@@ -444,7 +444,11 @@ mod tests {
         complete(&mut kernel, &[LIB_TAG | 1, 6]);
         core.reap();
         let raw: Vec<u64> = core.stash.iter().map(|c| c.user_data).collect();
-        assert_eq!(raw, [5, 6], "raw ones stashed in order, the library's never");
+        assert_eq!(
+            raw,
+            [5, 6],
+            "raw ones stashed in order, the library's never"
+        );
         let got = core.take_finished(&tags).expect("both filed");
         assert_eq!(
             got.iter().map(|c| c.user_data).collect::<Vec<_>>(),
@@ -537,8 +541,14 @@ mod tests {
         complete(&mut kernel, &[nop.user_data]);
         let got: Vec<u64> = ring.completions().map(|c| c.user_data).collect();
         assert_eq!(got, [5, 6]);
-        assert!(take_sqe(&mut kernel).is_none(), "the reader's own look sends none");
-        assert!(lock(&shared).parked.is_empty(), "the NOP's completion settled it");
+        assert!(
+            take_sqe(&mut kernel).is_none(),
+            "the reader's own look sends none"
+        );
+        assert!(
+            lock(&shared).parked.is_empty(),
+            "the NOP's completion settled it"
+        );
     }
 
     /// A handle of one ring is refused by another, before anything is pushed: each
@@ -587,13 +597,22 @@ mod tests {
         let (got, back) = ring.run_timeout(vec![mr], Duration::from_secs(5), |b, r| {
             b.read(&vqp, &r[0], 0, &remote, 0, 8).map(|_| ())
         });
-        assert_eq!(got.unwrap_err().raw_os_error(), Some(krcore_abi::errno::Errno::ENOTTY.0));
-        assert!(back.is_empty(), "nothing comes back while the READ may still land");
+        assert_eq!(
+            got.unwrap_err().raw_os_error(),
+            Some(krcore_abi::errno::Errno::ENOTTY.0)
+        );
+        assert!(
+            back.is_empty(),
+            "nothing comes back while the READ may still land"
+        );
         let read = take_sqe(&mut kernel).expect("the READ was submitted");
         assert_eq!(lock(ring.shared()).parked.len(), 1);
         complete(&mut kernel, &[read.user_data]);
         lock(ring.shared()).reap();
-        assert!(lock(ring.shared()).parked.is_empty(), "released with its completion");
+        assert!(
+            lock(ring.shared()).parked.is_empty(),
+            "released with its completion"
+        );
     }
 
     /// A region dropped on another thread while this one waits in the kernel waits its
@@ -633,7 +652,10 @@ mod tests {
                 }
                 std::thread::sleep(Duration::from_millis(1));
             };
-            assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "not before its completion");
+            assert!(
+                rx.recv_timeout(Duration::from_millis(50)).is_err(),
+                "not before its completion"
+            );
             complete(&mut kernel, &[dereg.user_data]);
             // Back from the kernel: reap, and wake whoever waits for a turn.
             let mut core = lock(&shared);
@@ -641,7 +663,8 @@ mod tests {
             core.reap();
             core.end_turn();
             drop(core);
-            rx.recv_timeout(Duration::from_secs(5)).expect("the drop ended with its completion");
+            rx.recv_timeout(Duration::from_secs(5))
+                .expect("the drop ended with its completion");
         });
         complete(&mut kernel, &[5, 6]);
         let (_, mut owned, _) = handles(&ring, 64);
@@ -656,7 +679,11 @@ mod tests {
         assert_eq!(seen, [5, 6]);
         let dereg = take_sqe(&mut kernel).expect("the DEREG_MR, queued without a wait");
         assert_eq!(dereg.user_data & LIB_TAG, LIB_TAG);
-        assert_eq!(lock(&shared).parked.len(), 1, "its buffer kept until it completes");
+        assert_eq!(
+            lock(&shared).parked.len(),
+            1,
+            "its buffer kept until it completes"
+        );
         complete(&mut kernel, &[dereg.user_data]);
         lock(&shared).reap();
         assert!(lock(&shared).parked.is_empty());
@@ -674,7 +701,9 @@ mod tests {
         // Every enter fails here (the ring's file is /dev/null: ENOTTY); the entries'
         // completions come all the same.
         complete(&mut kernel, &[LIB_TAG | 1, LIB_TAG | 2]);
-        let got = core.wait_tagged("batch", &sqes).expect("waited for, not abandoned");
+        let got = core
+            .wait_tagged("batch", &sqes)
+            .expect("waited for, not abandoned");
         assert_eq!(got.len(), 2);
     }
 

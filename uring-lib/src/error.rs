@@ -89,7 +89,9 @@ impl fmt::Display for Error {
         if let Some(r) = self.reason {
             write!(f, " ({})", r.describe())?;
         }
-        if self.source.raw_os_error() == Some(krcore_abi::errno::Errno::ENOENT.0) && self.op == "open /dev/krcore" {
+        if self.source.raw_os_error() == Some(krcore_abi::errno::Errno::ENOENT.0)
+            && self.op == "open /dev/krcore"
+        {
             write!(f, " (is the krcore module loaded?)")?;
         }
         Ok(())
@@ -162,6 +164,9 @@ mod tests {
             .and_then(|i| i.downcast_ref::<Error>())
             .expect("wrapped");
         assert_eq!(inner.reason(), Some(Reason::BadName));
-        assert_eq!(inner.raw_os_error(), Some(krcore_abi::errno::Errno::EINVAL.0));
+        assert_eq!(
+            inner.raw_os_error(),
+            Some(krcore_abi::errno::Errno::EINVAL.0)
+        );
     }
 }

@@ -116,7 +116,12 @@ impl<'a> CoreGuard<'a> {
         drop(self.guard.take());
         drop(deferred);
         let r = f();
-        self.guard = Some(self.lock.core.lock().unwrap_or_else(PoisonError::into_inner));
+        self.guard = Some(
+            self.lock
+                .core
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         r
     }
 
@@ -166,8 +171,11 @@ impl Doorbell {
             }
         }
         // SAFETY: `args` is an EnterArgs the kernel only reads.
-        let n = unsafe { self.dev.ioctl_raw(IOC_ENTER, args as *const EnterArgs as usize) }
-            .map_err(|e| e.context("enter"))?;
+        let n = unsafe {
+            self.dev
+                .ioctl_raw(IOC_ENTER, args as *const EnterArgs as usize)
+        }
+        .map_err(|e| e.context("enter"))?;
         Ok(n as u32)
     }
 }

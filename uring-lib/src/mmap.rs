@@ -37,7 +37,7 @@ impl Mmap {
         Ok(Mmap { addr, len })
     }
 
-/// Start of the mapping.
+    /// Start of the mapping.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.addr.cast()
     }

@@ -135,7 +135,10 @@ pub(crate) fn register_slice<'b>(
     access: MrAccess,
 ) -> Result<Control<Registered<'b>, impl FnOnce(&Cqe, &RingRef) -> Registered<'b>>, Error> {
     if !LOCAL_ONLY.contains(access) {
-        return Err(Error::refused("register lent memory with remote rights", Reason::MrAccess));
+        return Err(Error::refused(
+            "register lent memory with remote rights",
+            Reason::MrAccess,
+        ));
     }
     register_at(buf.as_mut_ptr(), buf.len(), access)
 }
@@ -158,7 +161,10 @@ pub(crate) fn register(
 ) -> Result<Control<MemoryRegion, impl FnOnce(&Cqe, &RingRef) -> MemoryRegion>, Error> {
     // A region holds at most 4 GiB: refused before anything is allocated.
     if len.div_ceil(8) * 8 > u32::MAX as usize {
-        return Err(Error::errno("register memory", krcore_abi::errno::Errno::ERANGE));
+        return Err(Error::errno(
+            "register memory",
+            krcore_abi::errno::Errno::ERANGE,
+        ));
     }
     let buf = MemoryRegion::alloc(len)?;
     // The buffer lives in the MemoryRegion the completion makes, which frees it only
@@ -242,9 +248,17 @@ mod tests {
     #[test]
     fn lent_memory_takes_no_remote_right_in_safe_code() {
         let mut buf = [0u8; 64];
-        for access in [MrAccess::REMOTE_READ, MrAccess::REMOTE_WRITE, MrAccess::REMOTE_ATOMIC] {
+        for access in [
+            MrAccess::REMOTE_READ,
+            MrAccess::REMOTE_WRITE,
+            MrAccess::REMOTE_ATOMIC,
+        ] {
             let e = register_slice(&mut buf, access | MrAccess::LOCAL_WRITE).err();
-            assert_eq!(e.and_then(|e| e.reason()), Some(Reason::MrAccess), "{access:?}");
+            assert_eq!(
+                e.and_then(|e| e.reason()),
+                Some(Reason::MrAccess),
+                "{access:?}"
+            );
         }
         assert!(register_slice(&mut buf, MrAccess::LOCAL_WRITE).is_ok());
         assert!(register_slice(&mut buf, MrAccess::empty()).is_ok());

@@ -228,8 +228,12 @@ impl MemoryRegion {
     pub(crate) fn alloc(len: usize) -> Result<Buffer, Error> {
         let words = len.div_ceil(8);
         let mut v = Vec::new();
-        v.try_reserve_exact(words)
-            .map_err(|_| Error::errno("register memory: allocate", krcore_abi::errno::Errno::ENOMEM))?;
+        v.try_reserve_exact(words).map_err(|_| {
+            Error::errno(
+                "register memory: allocate",
+                krcore_abi::errno::Errno::ENOMEM,
+            )
+        })?;
         v.resize_with(words, || std::cell::UnsafeCell::new(0));
         Ok(v.into_boxed_slice())
     }
@@ -336,6 +340,10 @@ mod alloc_tests {
     fn an_impossible_buffer_is_enomem() {
         let e = MemoryRegion::alloc(1 << 62).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(krcore_abi::errno::Errno::ENOMEM.0));
-        assert_eq!(MemoryRegion::alloc(13).unwrap().len(), 2, "rounded up to 8 bytes");
+        assert_eq!(
+            MemoryRegion::alloc(13).unwrap().len(),
+            2,
+            "rounded up to 8 bytes"
+        );
     }
 }

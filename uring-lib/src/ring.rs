@@ -194,10 +194,7 @@ impl Ring {
     /// code runs.
     pub fn submission(&mut self) -> Submission<'_> {
         let space = self.sq_space();
-        Submission {
-            ring: self,
-            space,
-        }
+        Submission { ring: self, space }
     }
 
     /// Free SQ slots.
@@ -454,7 +451,12 @@ impl Ring {
     /// the owner reads and writes, the group reads). An importer gets the MR's remote
     /// rights its class may have (atomics need read and write); one granted none fails
     /// `NotPermitted`. Bits beyond `0o666` fail `UnknownFlags`.
-    pub fn publish_mode(&mut self, mr: &Registered<'_>, name: &str, mode: u16) -> Result<(), Error> {
+    pub fn publish_mode(
+        &mut self,
+        mr: &Registered<'_>,
+        name: &str,
+        mode: u16,
+    ) -> Result<(), Error> {
         self.control(ops::publish(mr, name, mode)?)
     }
 
@@ -628,8 +630,6 @@ impl Ring {
         }
     }
 }
-
-
 
 /// A batch's completions, each `Ok` or its failure, in batch order.
 pub type BatchResult = Result<Vec<Result<Cqe, Error>>, Error>;

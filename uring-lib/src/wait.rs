@@ -154,7 +154,10 @@ impl CoreGuard<'_> {
                 Ok(n) => {
                     taken = taken.or(n);
                 }
-                Err(e) if e.raw_os_error() == Some(krcore_abi::errno::Errno::ETIME.0) && taken.is_none() => {
+                Err(e)
+                    if e.raw_os_error() == Some(krcore_abi::errno::Errno::ETIME.0)
+                        && taken.is_none() =>
+                {
                     taken = Some(0);
                 }
                 Err(e) => return Err(e),
@@ -182,7 +185,10 @@ impl CoreGuard<'_> {
                 Ok(_) => {}
                 // Nothing of the batch is in the SQ, or the device is gone and its QPs
                 // with it: nothing can still use the memory the batch borrows.
-                Err(e) if pushed == 0 || e.raw_os_error() == Some(krcore_abi::errno::Errno::ENODEV.0) => {
+                Err(e)
+                    if pushed == 0
+                        || e.raw_os_error() == Some(krcore_abi::errno::Errno::ENODEV.0) =>
+                {
                     return Err(e.context(op))
                 }
                 // Entries are queued or in flight: the batch's borrows last until each

@@ -164,7 +164,12 @@ impl Client {
     /// Everything of a connection to `ip`:`port` but the request: resolved (from the
     /// local address `src`, or the route's), with its PD, CQ, QP and an MR of `len`
     /// bytes, each stage timed.
-    fn open(src: Option<Ipv4Addr>, ip: Ipv4Addr, port: u16, len: usize) -> Result<(Client, Stages)> {
+    fn open(
+        src: Option<Ipv4Addr>,
+        ip: Ipv4Addr,
+        port: u16,
+        len: usize,
+    ) -> Result<(Client, Stages)> {
         let mut st = Stages::default();
         let t = Instant::now();
         // SAFETY: plain call.
@@ -195,7 +200,8 @@ impl Client {
         let r = unsafe {
             rdma_resolve_addr(
                 c.id,
-                from.as_mut().map_or(ptr::null_mut(), |f| (f as *mut libc::sockaddr_in).cast()),
+                from.as_mut()
+                    .map_or(ptr::null_mut(), |f| (f as *mut libc::sockaddr_in).cast()),
                 (&mut dst as *mut libc::sockaddr_in).cast(),
                 2000,
             )
@@ -266,7 +272,12 @@ impl Client {
     /// The source port (host order) and QP number a request of this client carries.
     pub fn names(&self) -> (u16, u32) {
         // SAFETY: a live id with its QP (made by `open`).
-        unsafe { (u16::from_be(rdma_get_src_port(self.id)), (*(*self.id).qp).qp_num) }
+        unsafe {
+            (
+                u16::from_be(rdma_get_src_port(self.id)),
+                (*(*self.id).qp).qp_num,
+            )
+        }
     }
 
     /// Sends the request, carrying `private` (56 bytes at most), and waits for the
@@ -314,7 +325,11 @@ impl Client {
         if unsafe { rdma_connect(c.id, &mut p) } != 0 {
             return err("rdma_connect");
         }
-        let (_, data) = expect_event(c.ch, rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, "connect")?;
+        let (_, data) = expect_event(
+            c.ch,
+            rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED,
+            "connect",
+        )?;
         if data.len() < std::mem::size_of::<Descriptor>() {
             return err_code("the accept's descriptor", libc::EPROTO);
         }
@@ -894,8 +909,7 @@ impl Listener {
                                 return err("receive slots (every one is posted)");
                             };
                             let lkey = (*scratch_mr).lkey;
-                            ok = ok
-                                && post_recv((*id).qp, lkey, at(slot), RECV_LEN, slot).is_ok();
+                            ok = ok && post_recv((*id).qp, lkey, at(slot), RECV_LEN, slot).is_ok();
                         }
                         ok = ok && rdma_accept(id, &mut p) == 0;
                         rdma_ack_cm_event(ev);
@@ -922,7 +936,10 @@ impl Listener {
                 }
             }
         }
-        println!("served {accepted} rdma_cm connection(s), {left} left, {received} SENDs received{}", if echo { " and echoed" } else { "" });
+        println!(
+            "served {accepted} rdma_cm connection(s), {left} left, {received} SENDs received{}",
+            if echo { " and echoed" } else { "" }
+        );
         // SAFETY: everything made above, released once.
         unsafe {
             for mr in [mr, scratch_mr] {

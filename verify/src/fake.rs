@@ -160,7 +160,10 @@ impl FakeNic {
 impl FakeNic {
     /// Makes a key for `len` bytes at `addr` of MR `mr` alone (a fast registration).
     pub fn map_recv(&mut self, mr: u64, addr: u64, len: u32) -> u32 {
-        assert!(self.live_mrs.contains(&mr), "a key for a live MR, never {mr}");
+        assert!(
+            self.live_mrs.contains(&mr),
+            "a key for a live MR, never {mr}"
+        );
         self.next_key += 1;
         let key = self.next_key | 0x4000_0000;
         self.recv_keys.push((key, mr, addr, len));

@@ -125,10 +125,16 @@ fn guests(roles: Vec<(String, String)>) -> Result<Vec<vm::Role>, String> {
     for (name, cmd) in roles {
         match guests.iter_mut().find(|g| g.name == name) {
             Some(g) => g.scenes.push(cmd),
-            None => guests.push(vm::Role { name, scenes: vec![cmd] }),
+            None => guests.push(vm::Role {
+                name,
+                scenes: vec![cmd],
+            }),
         }
     }
-    if let Some(g) = guests.iter().find(|g| g.scenes.len() != guests[0].scenes.len()) {
+    if let Some(g) = guests
+        .iter()
+        .find(|g| g.scenes.len() != guests[0].scenes.len())
+    {
         return Err(format!(
             "role {} has {} scenes and role {} {}: every guest needs a command in each scene",
             guests[0].name,
@@ -233,8 +239,14 @@ mod tests {
     fn a_role_named_again_is_its_next_scene() {
         let g = guests(vec![r("a", "x"), r("b", "y"), r("a", "z"), r("b", "w")]).unwrap();
         assert_eq!(g.len(), 2);
-        assert_eq!((g[0].name.as_str(), g[0].scenes.clone()), ("a", vec!["x".into(), "z".into()]));
-        assert_eq!((g[1].name.as_str(), g[1].scenes.clone()), ("b", vec!["y".into(), "w".into()]));
+        assert_eq!(
+            (g[0].name.as_str(), g[0].scenes.clone()),
+            ("a", vec!["x".into(), "z".into()])
+        );
+        assert_eq!(
+            (g[1].name.as_str(), g[1].scenes.clone()),
+            ("b", vec!["y".into(), "w".into()])
+        );
     }
 
     #[test]

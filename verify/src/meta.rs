@@ -50,7 +50,8 @@ impl FakeMeta {
             cm_port: 7471,
             incarnation: 0,
         };
-        me.incarnation = register(&mut region, &TABLES, &me, 0..TABLES.export_slots).expect("registered");
+        me.incarnation =
+            register(&mut region, &TABLES, &me, 0..TABLES.export_slots).expect("registered");
         let cache = MetaCache::new(vec![None; 16], vec![(0, 0); 8]);
         FakeMeta {
             client: MetaClient::new(cache, vec![None; 16], vec![None; 4]),
@@ -70,7 +71,12 @@ impl FakeMeta {
     }
 
     /// IMPORT_NAME through a virtual QP connected to node `node`, asked by `user`.
-    pub fn import(&mut self, name: &[u8; NAME_LEN], node: u16, user: u32) -> Answer<(Export, Grant)> {
+    pub fn import(
+        &mut self,
+        name: &[u8; NAME_LEN],
+        node: u16,
+        user: u32,
+    ) -> Answer<(Export, Grant)> {
         let a = self.client.import(name, Some(node), user);
         self.due |= a == Answer::Pending;
         a.map(|r| (r.export(), r.grant))
@@ -78,7 +84,11 @@ impl FakeMeta {
 
     /// RESOLVE_NAME (as kmod/meta/mod.rs: the node's address is this node's /16 and
     /// the node's id).
-    pub fn resolve(&mut self, name: &[u8; NAME_LEN], user: u32) -> Answer<(Located, Export, Grant)> {
+    pub fn resolve(
+        &mut self,
+        name: &[u8; NAME_LEN],
+        user: u32,
+    ) -> Answer<(Located, Export, Grant)> {
         let a = self.client.import(name, None, user);
         self.due |= a == Answer::Pending;
         let [p0, p1, ..] = self.me.ipv4;
@@ -126,7 +136,8 @@ impl FakeMeta {
             cm_port: 7471,
             incarnation: 0,
         };
-        other.incarnation = register(&mut self.region, &TABLES, &other, 0..TABLES.export_slots).expect("registered");
+        other.incarnation = register(&mut self.region, &TABLES, &other, 0..TABLES.export_slots)
+            .expect("registered");
         let r = ExportRecord {
             name: krcore_abi::meta::record::name(name).expect("a name"),
             node: other.id(),

@@ -10,8 +10,9 @@ use std::sync::atomic::AtomicU32;
 use krcore_abi::cluster::peers::node_of;
 use krcore_abi::cqe::Reason;
 use krcore_abi::engine::{
-    BusyHint, Connection, Export, Exports, Fabric, Links, Located, Members, Messages, MrKeys, PhysQp, Post,
-    PostError, Qps, SendWr, VecStore, HeldPort, PortStorage, Ports, Counts, Share, SHARES,
+    BusyHint, Connection, Counts, Export, Exports, Fabric, HeldPort, Links, Located, Members,
+    Messages, MrKeys, PhysQp, PortStorage, Ports, Post, PostError, Qps, SendWr, Share, VecStore,
+    SHARES,
 };
 use krcore_abi::errno::Errno;
 use krcore_abi::meta::client::Answer;
@@ -68,7 +69,11 @@ pub struct KernelState {
 impl KernelState {
     /// User `user`'s counts now.
     pub fn counts(&self, user: u32) -> Counts {
-        self.shares.borrow().get(user as usize).copied().unwrap_or_default()
+        self.shares
+            .borrow()
+            .get(user as usize)
+            .copied()
+            .unwrap_or_default()
     }
 }
 
@@ -200,11 +205,22 @@ impl Members<VecStore> for NodeMembers<'_, '_> {
         self.node.nic.borrow_mut().accept(gid, qp)
     }
 
-    fn resolve_named(&mut self, name: &[u8; NAME_LEN], user: u32) -> Answer<(Located, Export, Grant)> {
-        self.node.meta(Answer::Failed(Reason::Unreachable), |m| m.resolve(name, user))
+    fn resolve_named(
+        &mut self,
+        name: &[u8; NAME_LEN],
+        user: u32,
+    ) -> Answer<(Located, Export, Grant)> {
+        self.node.meta(Answer::Failed(Reason::Unreachable), |m| {
+            m.resolve(name, user)
+        })
     }
 
-    fn import_named(&mut self, name: &[u8; NAME_LEN], qp: u32, user: u32) -> Answer<(Export, Grant)> {
+    fn import_named(
+        &mut self,
+        name: &[u8; NAME_LEN],
+        qp: u32,
+        user: u32,
+    ) -> Answer<(Export, Grant)> {
         // The fake's peer set is QP 0 once a CONNECT named its remote GID; every other
         // QP connects this node to itself.
         let remote = self.node.nic.borrow().remote_bound(qp);
@@ -314,12 +330,20 @@ impl<'a> Fabric<VecStore> for Node<'a> {
     fn give_share(&self, user: u32, s: Share, n: u32) {
         let mut shares = self.kernel.shares.borrow_mut();
         let c = shares.get_mut(user as usize).expect("a user that took");
-        assert!(c.0[s as usize] >= n, "gave back more {} than taken", s.name());
+        assert!(
+            c.0[s as usize] >= n,
+            "gave back more {} than taken",
+            s.name()
+        );
         c.give(s, n);
     }
 
     fn ports<R>(&self, f: impl FnOnce(&mut Ports<VecStore>) -> R) -> R {
-        assert_eq!(self.held.get() & (QP | EXPORTS), 0, "lock order: ports under a QP or exports");
+        assert_eq!(
+            self.held.get() & (QP | EXPORTS),
+            0,
+            "lock order: ports under a QP or exports"
+        );
         self.take(PORTS, "ports");
         let r = f(&mut self.kernel.ports.0.borrow_mut());
         self.give(PORTS);

@@ -4,9 +4,9 @@
 use krcore_abi::cluster::notice::Notice;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, settle_links, Completion, Context, Creds, Diverted, ExportSlot, Handed, Exports, Links,
-    Messages, PhysQp,
-    One, Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore, WrId, DEFAULT_DEADLINE_MS,
+    complete_wc, settle_links, Completion, Context, Creds, Diverted, ExportSlot, Exports, Handed,
+    Links, Messages, One, PhysQp, Posted, Ring, RingStorage, Slot, Stall, Submitted, VecStore,
+    WrId, DEFAULT_DEADLINE_MS,
 };
 use krcore_abi::ring::{CqConsumer, RingError, SqProducer};
 use krcore_abi::sqe::Sqe;
@@ -274,7 +274,10 @@ impl Rig {
     /// `keep`'s: what was kept, and each other command's (sink, res, extra) in order.
     pub fn hand_back(&mut self, r: usize, keep: u64) -> (Handed, Vec<(u64, i32, u64)>) {
         let mut out = Vec::new();
-        let h = self.ring(r).ring.hand_back(keep, |s, res, extra| out.push((s, res, extra)));
+        let h = self
+            .ring(r)
+            .ring
+            .hand_back(keep, |s, res, extra| out.push((s, res, extra)));
         (h, out)
     }
 

@@ -355,7 +355,11 @@ fn records(inp: &mut Input) {
     }
     // One window (two READs where it wraps past the table's end), read again while
     // torn, a bounded number of times.
-    assert!(region.verbs <= 2 * TRIES, "{} READs for one lookup", region.verbs);
+    assert!(
+        region.verbs <= 2 * TRIES,
+        "{} READs for one lookup",
+        region.verbs
+    );
 }
 
 /// A MetaServer where nodes 192.0.2.1 to 4 registered and published, asked by a member
@@ -400,11 +404,25 @@ fn requests(inp: &mut Input) {
         share: 2,
     };
     for x in 1..=4 {
-        let Reply::Registered(inc) = serve(&mut region, &t, &mut shares, addr(x), &Request::Register(node(x)), &mut window) else {
+        let Reply::Registered(inc) = serve(
+            &mut region,
+            &t,
+            &mut shares,
+            addr(x),
+            &Request::Register(node(x)),
+            &mut window,
+        ) else {
             panic!("node {x} not registered");
         };
         for _ in 0..inp.byte() % 3 {
-            let _ = serve(&mut region, &t, &mut shares, addr(x), &Request::Publish(export(inp.byte(), x, inc)), &mut window);
+            let _ = serve(
+                &mut region,
+                &t,
+                &mut shares,
+                addr(x),
+                &Request::Publish(export(inp.byte(), x, inc)),
+                &mut window,
+            );
         }
     }
     for _ in 0..1 + inp.byte() % 4 {
@@ -421,20 +439,32 @@ fn requests(inp: &mut Input) {
         let mut b = [0u8; REQUEST_LEN];
         let n = req.encode(&mut b);
         let bytes = scribbled(inp, &b[..n]);
-        let Some(req) = Request::decode(&bytes) else { continue };
+        let Some(req) = Request::decode(&bytes) else {
+            continue;
+        };
         let mut again = [0u8; REQUEST_LEN];
         let n = req.encode(&mut again);
         assert_eq!(&again[..n], &bytes[..], "a request read loosely");
         let before = region.bytes.clone();
         let counted = shares.held.to_vec();
         let reply = serve(&mut region, &t, &mut shares, addr(x), &req, &mut window);
-        assert_eq!(Reply::decode(&reply.encode()), Some(reply), "a reply that does not read");
+        assert_eq!(
+            Reply::decode(&reply.encode()),
+            Some(reply),
+            "a reply that does not read"
+        );
         others_unchanged(&t, &before, &region.bytes, node(x).id());
         records_are_current(&t, &mut region);
         let mine = t.node_slot(node(x).id()) as usize;
         for (slot, (was, is)) in counted.iter().zip(shares.held.iter()).enumerate() {
-            assert!(slot == mine || was == is, "node slot {slot}'s count moved for node {x}'s request");
-            assert!(*is <= shares.share, "node slot {slot} holds {is}, past its share");
+            assert!(
+                slot == mine || was == is,
+                "node slot {slot}'s count moved for node {x}'s request"
+            );
+            assert!(
+                *is <= shares.share,
+                "node slot {slot} holds {is}, past its share"
+            );
         }
     }
 }
@@ -446,7 +476,8 @@ fn records_are_current(t: &Tables, region: &mut MemRegion) {
     use krcore_abi::meta::record::EXPORT_PAYLOAD;
     for slot in 0..t.export_slots {
         let at = t.export(slot) as usize;
-        let Ok((_, body)) = frame::decode(&region.bytes[at..at + EXPORT_FRAME], EXPORT_PAYLOAD) else {
+        let Ok((_, body)) = frame::decode(&region.bytes[at..at + EXPORT_FRAME], EXPORT_PAYLOAD)
+        else {
             continue;
         };
         let rec = ExportRecord::decode(body.try_into().expect("payload"));
@@ -454,7 +485,10 @@ fn records_are_current(t: &Tables, region: &mut MemRegion) {
             continue;
         }
         let node = read_node(region, t, rec.node).expect("a record's node is registered");
-        assert_eq!(rec.incarnation, node.incarnation, "export slot {slot} is of an earlier incarnation");
+        assert_eq!(
+            rec.incarnation, node.incarnation,
+            "export slot {slot} is of an earlier incarnation"
+        );
     }
 }
 
@@ -467,7 +501,11 @@ fn others_unchanged(t: &Tables, before: &[u8], after: &[u8], me: u16) {
         let was = &before[at..at + NODE_FRAME];
         if let Ok((_, body)) = frame::decode(was, NODE_PAYLOAD) {
             if NodeRecord::decode(body.try_into().expect("payload")).id() != me {
-                assert_eq!(was, &after[at..at + NODE_FRAME], "node {me} changed node slot {slot}");
+                assert_eq!(
+                    was,
+                    &after[at..at + NODE_FRAME],
+                    "node {me} changed node slot {slot}"
+                );
             }
         }
     }
@@ -477,7 +515,11 @@ fn others_unchanged(t: &Tables, before: &[u8], after: &[u8], me: u16) {
         if let Ok((_, body)) = frame::decode(was, EXPORT_PAYLOAD) {
             let rec = ExportRecord::decode(body.try_into().expect("payload"));
             if rec.name != [0; NAME_LEN] && rec.node != me {
-                assert_eq!(was, &after[at..at + EXPORT_FRAME], "node {me} changed export slot {slot}");
+                assert_eq!(
+                    was,
+                    &after[at..at + EXPORT_FRAME],
+                    "node {me} changed export slot {slot}"
+                );
             }
         }
     }
@@ -502,10 +544,17 @@ fn reads_strictly(bytes: &[u8]) {
         assert_eq!(&h.write()[..], &bytes[..HELLO_LEN], "a hello read loosely");
     }
     if let Some(a) = Accept::read(bytes) {
-        assert_eq!(&a.write()[..], &bytes[..ACCEPT_LEN], "an accept read loosely");
+        assert_eq!(
+            &a.write()[..],
+            &bytes[..ACCEPT_LEN],
+            "an accept read loosely"
+        );
     }
     if let Refusal::Challenge(n) = Refusal::read(bytes) {
-        assert_eq!(Refusal::challenge(&n)[..], bytes[..Refusal::challenge(&n).len()]);
+        assert_eq!(
+            Refusal::challenge(&n)[..],
+            bytes[..Refusal::challenge(&n).len()]
+        );
     }
 }
 
@@ -535,7 +584,11 @@ fn gate(inp: &mut Input) {
                 let nonce_r = issued
                     .get(pick % (issued.len() + 1))
                     .map_or([0xee; NONCE_LEN], |c| c.0);
-                let kind = if inp.byte() % 2 == 0 { Kind::Peer } else { Kind::Meta };
+                let kind = if inp.byte() % 2 == 0 {
+                    Kind::Peer
+                } else {
+                    Kind::Meta
+                };
                 // A FRESH one's time: around the gate's clock, before it or long after.
                 let at = wall + now + (inp.byte() as i64 - 128) * 100;
                 let step = match inp.byte() % 4 {
@@ -558,7 +611,9 @@ fn gate(inp: &mut Input) {
                 .write();
                 let bytes = scribbled(inp, &written);
                 reads_strictly(&bytes);
-                let Some(h) = Hello::read(&bytes) else { continue };
+                let Some(h) = Hello::read(&bytes) else {
+                    continue;
+                };
                 if let Step::Fresh(p) = h.step {
                     // Its tag taken as good: admitted once per nonce, in time, after
                     // the gate started.
@@ -568,7 +623,10 @@ fn gate(inp: &mut Input) {
                             !admitted.contains(&(from, h.nonce_i, at)),
                             "a FRESH proof from {from:#x} admitted twice"
                         );
-                        assert!(at > wall + FRESH_MS && (at - (wall + now)).abs() <= FRESH_MS, "out of time");
+                        assert!(
+                            at > wall + FRESH_MS && (at - (wall + now)).abs() <= FRESH_MS,
+                            "out of time"
+                        );
                         admitted.push((from, h.nonce_i, at));
                     }
                     continue;

@@ -465,8 +465,16 @@ fn a_connect_completes_when_its_listen_takes_it() {
     let mut rig = Rig::new(&[16, 16]);
     let (client, server) = (rig.open(Limits::default()), rig.open(Limits::default()));
     // Nobody listens yet: no CQE.
-    assert!(rig.run(client, &[Sqe::connect(1, [0; 16], 7000)]).is_empty(), "it waits");
-    assert_eq!(rig.kernel.ports.0.borrow().len(), 1, "its ephemeral port held");
+    assert!(
+        rig.run(client, &[Sqe::connect(1, [0; 16], 7000)])
+            .is_empty(),
+        "it waits"
+    );
+    assert_eq!(
+        rig.kernel.ports.0.borrow().len(),
+        1,
+        "its ephemeral port held"
+    );
     // The listen comes within the deadline: both complete, each naming the other's port.
     let c = rig.run(server, &[Sqe::listen(9, 7000)]);
     assert!(c[0].res == 0 && more(&c[0]), "{c:?}");
@@ -503,7 +511,9 @@ fn a_connect_completes_when_its_listen_takes_it() {
     // and port go.
     let vqps = |rig: &Rig| rig.rings[client].as_ref().unwrap().ring.tables.vqps.len();
     let before = (vqps(&rig), rig.kernel.ports.0.borrow().len());
-    assert!(rig.run(client, &[Sqe::connect(5, [0; 16], 7001)]).is_empty());
+    assert!(rig
+        .run(client, &[Sqe::connect(5, [0; 16], 7001)])
+        .is_empty());
     assert_eq!(vqps(&rig), before.0 + 1);
     rig.now_ms += 1;
     rig.drain();
@@ -511,7 +521,11 @@ fn a_connect_completes_when_its_listen_takes_it() {
     rig.drain();
     let c = rig.reap(client, 8);
     assert_eq!(c.len(), 1, "{c:?}");
-    assert_eq!((c[0].user_data, c[0].failure()), (5, Some(Reason::Refused)), "{c:?}");
+    assert_eq!(
+        (c[0].user_data, c[0].failure()),
+        (5, Some(Reason::Refused)),
+        "{c:?}"
+    );
     rig.run(client, &[Sqe::nop(6)]);
     assert_eq!(
         (vqps(&rig), rig.kernel.ports.0.borrow().len()),

@@ -5,8 +5,8 @@
 use std::cell::RefCell;
 
 use krcore_abi::cqe::Reason;
-use krcore_abi::meta::lookup::{lookup, LookupError, EXPORT_FRAME, PROBE};
 use krcore_abi::engine::Creds;
+use krcore_abi::meta::lookup::{lookup, LookupError, EXPORT_FRAME, PROBE};
 use krcore_abi::meta::record::{name, name_words, Grant};
 use krcore_abi::opcode::Opcode;
 use krcore_abi::sqe::{MrAccess, Sqe};
@@ -240,10 +240,17 @@ fn a_names_mode_grants_each_importer_its_rights_and_no_more() {
             ],
         );
         c.sort_by_key(|c| c.user_data);
-        [None].into_iter().chain(c.iter().map(|c| c.failure())).collect()
+        [None]
+            .into_iter()
+            .chain(c.iter().map(|c| c.failure()))
+            .collect()
     };
     let ok = vec![None, None, None];
-    assert_eq!(try_as(user(1001, 5), None), ok, "the owner reads and writes");
+    assert_eq!(
+        try_as(user(1001, 5), None),
+        ok,
+        "the owner reads and writes"
+    );
     assert_eq!(
         try_as(user(1002, 100), Some(1001)),
         vec![None, None, Some(Reason::MrAccess)],
@@ -264,7 +271,11 @@ fn a_names_mode_grants_each_importer_its_rights_and_no_more() {
         vec![Some(Reason::WrongOwner)],
         "published by someone else than the importer expects"
     );
-    assert_eq!(try_as(user(1001, 5), Some(1001)), ok, "the owner it expects");
+    assert_eq!(
+        try_as(user(1001, 5), Some(1001)),
+        ok,
+        "the owner it expects"
+    );
 }
 
 /// Names are first-come, but no lookup takes a squatter's: a name another user
@@ -274,7 +285,11 @@ fn a_names_mode_grants_each_importer_its_rights_and_no_more() {
 #[test]
 fn a_plain_lookup_takes_only_its_own_or_roots_name() {
     let (mut rig, peer) = rig();
-    let open = |uid| Grant { uid, gid: uid, mode: 0o666 };
+    let open = |uid| Grant {
+        uid,
+        gid: uid,
+        mode: 0o666,
+    };
     let publish = |rig: &mut Rig, n: &str, uid: u32| {
         let m = rig.kernel.meta.as_ref().unwrap();
         // (The node registers anew: its earlier names go.)
@@ -289,9 +304,21 @@ fn a_plain_lookup_takes_only_its_own_or_roots_name() {
         rig.run(r, &[Sqe::import_name(2, vqp, words, 0, owner)])[0].failure()
     };
     let (other, squatter) = (user(1002, 100), user(1003, 5));
-    assert_eq!(import_as(&mut rig, other, "squat", None), Some(Reason::WrongOwner), "another's, unnamed");
-    assert_eq!(import_as(&mut rig, other, "squat", Some(1003)), None, "the squatter, named");
-    assert_eq!(import_as(&mut rig, squatter, "squat", None), None, "its own");
+    assert_eq!(
+        import_as(&mut rig, other, "squat", None),
+        Some(Reason::WrongOwner),
+        "another's, unnamed"
+    );
+    assert_eq!(
+        import_as(&mut rig, other, "squat", Some(1003)),
+        None,
+        "the squatter, named"
+    );
+    assert_eq!(
+        import_as(&mut rig, squatter, "squat", None),
+        None,
+        "its own"
+    );
     publish(&mut rig, "roots", 0);
     assert_eq!(import_as(&mut rig, other, "roots", None), None, "root's");
 }
@@ -332,7 +359,11 @@ fn a_publish_records_its_callers_uid_and_gid_and_the_mode_it_names() {
         "published already with another mode: not changed in place"
     );
     assert_eq!(grant(&mut rig, "shared"), Ok(mine(0o644)));
-    assert_eq!(grant(&mut rig, "private"), Ok(mine(0o600)), "no mode: the owner's alone");
+    assert_eq!(
+        grant(&mut rig, "private"),
+        Ok(mine(0o600)),
+        "no mode: the owner's alone"
+    );
 }
 
 #[test]
@@ -344,10 +375,18 @@ fn a_name_resolves_to_its_node_for_those_its_mode_lets_in() {
     assert_eq!(c[0].failure(), None, "{c:?}");
     let node = u16::from_be_bytes([2, 12]);
     assert_eq!(c[0].res, node as i32, "the node's id");
-    assert_eq!((c[0].aux >> 32) as u32, u32::from_be_bytes([192, 0, 2, 12]), "its address");
+    assert_eq!(
+        (c[0].aux >> 32) as u32,
+        u32::from_be_bytes([192, 0, 2, 12]),
+        "its address"
+    );
     let other = rig.open_as(Limits::default(), user(1003, 1003));
     let c = rig.run(other, &[Sqe::resolve_name(2, words("kv"))]);
-    assert_eq!(c[0].failure(), Some(Reason::NotPermitted), "not even where it lives");
+    assert_eq!(
+        c[0].failure(),
+        Some(Reason::NotPermitted),
+        "not even where it lives"
+    );
     let c = rig.run(root, &[Sqe::resolve_name(3, words("nothing"))]);
     assert_eq!(c[0].failure(), Some(Reason::NoSuchName));
 }

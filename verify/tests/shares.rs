@@ -75,10 +75,17 @@ fn a_users_receives_are_its_share_and_come_back_when_they_complete() {
     let (h2, _) = end(hog, 5000);
     let (o1, om) = end(other, 6000);
     let recv = |ud, v, mr| Sqe::two_sided(Opcode::Recv, ud, v, mr, MR, 64);
-    assert!(rig.run(hog, &[recv(10, h1, hm), recv(11, h1, hm)]).is_empty(), "they wait");
+    assert!(
+        rig.run(hog, &[recv(10, h1, hm), recv(11, h1, hm)])
+            .is_empty(),
+        "they wait"
+    );
     let c = one(&mut rig, hog, recv(12, h1, hm));
     assert_eq!(c.failure(), Some(Reason::Quota), "{c:?}");
-    assert!(rig.run(other, &[recv(20, o1, om)]).is_empty(), "another user's RECV waits");
+    assert!(
+        rig.run(other, &[recv(20, o1, om)]).is_empty(),
+        "another user's RECV waits"
+    );
     // A message completes one of the hog's receives: its share comes back at its next
     // submission.
     let send = Sqe::two_sided(Opcode::Send, 13, h2, hm, MR, 8);
@@ -102,14 +109,25 @@ fn exports_and_listens_are_shares_too() {
     assert!(first.res > 0, "{first:?}");
     let c = one(&mut rig, hog, Sqe::reg_mr(2, MR, LEN, remote));
     assert_eq!(c.failure(), Some(Reason::Quota), "{c:?}");
-    assert!(one(&mut rig, hog, Sqe::reg_mr(3, MR, LEN, MrAccess::LOCAL_WRITE)).res > 0, "no export, no share");
+    assert!(
+        one(
+            &mut rig,
+            hog,
+            Sqe::reg_mr(3, MR, LEN, MrAccess::LOCAL_WRITE)
+        )
+        .res > 0,
+        "no export, no share"
+    );
     assert!(one(&mut rig, other, Sqe::reg_mr(4, MR, LEN, remote)).res > 0);
     assert_eq!(one(&mut rig, hog, Sqe::listen(5, 7000)).res, 0);
     let c = one(&mut rig, hog, Sqe::listen(6, 7001));
     assert_eq!(c.failure(), Some(Reason::Quota), "{c:?}");
     assert_eq!(one(&mut rig, other, Sqe::listen(7, 7001)).res, 0);
     // Deregistered and unlistened, they come back.
-    assert_eq!(one(&mut rig, hog, Sqe::dereg_mr(8, first.res as u32)).res, 0);
+    assert_eq!(
+        one(&mut rig, hog, Sqe::dereg_mr(8, first.res as u32)).res,
+        0
+    );
     let c = rig.run(hog, &[Sqe::unlisten(9, 7000)]);
     assert!(c.iter().any(|c| c.user_data == 9 && c.res == 0), "{c:?}");
     assert_eq!(rig.kernel.counts(1).0, [0, 0, 0, 0]);
@@ -145,8 +163,16 @@ fn a_full_links_shard_refuses_no_ephemeral_connect() {
         }
         (400, None)
     };
-    assert_eq!(fill(&mut rig, 1), (128, Some(Reason::Quota)), "half of shard 0's 256 links");
-    assert_eq!(fill(&mut rig, 3), (128, Some(Reason::Quota)), "the other half");
+    assert_eq!(
+        fill(&mut rig, 1),
+        (128, Some(Reason::Quota)),
+        "half of shard 0's 256 links"
+    );
+    assert_eq!(
+        fill(&mut rig, 3),
+        (128, Some(Reason::Quota)),
+        "the other half"
+    );
     assert_eq!(rig.messages.0[0].links(), 256, "shard 0 full");
     let server = rig.open_as(big, user(2));
     let client = rig.open_as(big, user(2));
@@ -159,7 +185,10 @@ fn a_full_links_shard_refuses_no_ephemeral_connect() {
         assert_eq!(c.len(), 1, "the listen took it: {c:?}");
         refused += (c[0].res < 0) as u32;
     }
-    assert_eq!(refused, 0, "ephemeral CONNECTs refused for a shard another user filled");
+    assert_eq!(
+        refused, 0,
+        "ephemeral CONNECTs refused for a shard another user filled"
+    );
 }
 
 #[test]
@@ -185,18 +214,38 @@ fn a_client_holds_only_its_part_of_a_listening_ring_and_none_of_the_servers_shar
     };
     // The hog's CONNECTs: a quarter of the server's 16 virtual QPs are taken, the rest
     // refused; its own share (6) would have let it make all six.
-    let got: Vec<bool> = (0..6).map(|i| connect(&mut rig, hog, 10 + i).res > 0).collect();
-    assert_eq!(got, [true, true, true, true, false, false], "the hog's CONNECTs");
+    let got: Vec<bool> = (0..6)
+        .map(|i| connect(&mut rig, hog, 10 + i).res > 0)
+        .collect();
+    assert_eq!(
+        got,
+        [true, true, true, true, false, false],
+        "the hog's CONNECTs"
+    );
     let refused: Vec<_> = rig
         .reap(server, usize::MAX)
         .iter()
         .filter_map(|c| c.failure())
         .collect();
-    assert_eq!(refused, [Reason::Quota, Reason::Quota], "the listen's CQEs name why");
+    assert_eq!(
+        refused,
+        [Reason::Quota, Reason::Quota],
+        "the listen's CQEs name why"
+    );
     // Another client is served, and the server's own CONNECT is its own share's.
-    assert!(connect(&mut rig, other, 20).res > 0, "another user's CONNECT");
+    assert!(
+        connect(&mut rig, other, 20).res > 0,
+        "another user's CONNECT"
+    );
     let taken = rig.reap(server, usize::MAX);
-    assert!(taken.len() == 1 && taken[0].res > 0, "the listen took it: {taken:?}");
+    assert!(
+        taken.len() == 1 && taken[0].res > 0,
+        "the listen took it: {taken:?}"
+    );
     assert!(one(&mut rig, server, Sqe::pair(21, [0; 16], 7100, 7100)).res > 0);
-    assert_eq!(rig.kernel.counts(1).0[Share::Vqps as usize], 1, "accepts cost the server none");
+    assert_eq!(
+        rig.kernel.counts(1).0[Share::Vqps as usize],
+        1,
+        "accepts cost the server none"
+    );
 }

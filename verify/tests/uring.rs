@@ -34,7 +34,10 @@ fn a_nop_is_answered_to_its_command_not_the_cq() {
     let d = rig.diverted(0);
     assert_eq!(d.len(), 1);
     assert_eq!((d[0].sink, d[0].cqe.user_data, d[0].cqe.res), (CMD, 9, 0));
-    assert!(rig.reap(0, usize::MAX).is_empty(), "nothing in the ring's CQ");
+    assert!(
+        rig.reap(0, usize::MAX).is_empty(),
+        "nothing in the ring's CQ"
+    );
 }
 
 #[test]
@@ -44,7 +47,10 @@ fn hand_back_keeps_its_callers_one_cqe_and_passes_the_rest_on() {
     for (ud, sink) in [(20, other), (21, CMD), (22, CMD), (23, other)] {
         assert_eq!(rig.submit_one(0, &Sqe::nop(ud), sink), One::Taken);
     }
-    let bad = Sqe { vqp: 77, ..Sqe::one_sided(Opcode::Read, 24, 77, 0, MR, 8, 0, MR) };
+    let bad = Sqe {
+        vqp: 77,
+        ..Sqe::one_sided(Opcode::Read, 24, 77, 0, MR, 8, 0, MR)
+    };
     assert_eq!(rig.submit_one(0, &bad, other), One::Taken);
     let (h, passed) = rig.hand_back(0, CMD);
     // The kept command's first CQE; a second for it would complete a freed request.
@@ -73,7 +79,10 @@ fn a_read_is_answered_when_it_completes() {
     let d = rig.diverted(0);
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!((d[0].sink, d[0].cqe.user_data, d[0].cqe.res), (CMD, 10, 8));
-    assert!(rig.reap(0, usize::MAX).is_empty(), "nothing in the ring's CQ");
+    assert!(
+        rig.reap(0, usize::MAX).is_empty(),
+        "nothing in the ring's CQ"
+    );
     // The ring's own entries still complete to its CQ, beside the command's.
     let c = rig.run(0, &[Sqe::nop(11)]);
     assert_eq!(c.len(), 1);
@@ -83,11 +92,19 @@ fn a_read_is_answered_when_it_completes() {
 fn what_io_uring_cannot_carry_fails_by_name() {
     let (mut rig, v, mr, _) = scene();
     let recv = Sqe::two_sided(Opcode::Recv, 20, v, mr, MR, 64);
-    let entries = [recv, Sqe::listen(21, 77), Sqe::reg_mr(22, MR, LEN, MrAccess::LOCAL_WRITE)];
+    let entries = [
+        recv,
+        Sqe::listen(21, 77),
+        Sqe::reg_mr(22, MR, LEN, MrAccess::LOCAL_WRITE),
+    ];
     for e in entries {
         assert_eq!(rig.submit_one(0, &e, CMD), One::Taken);
     }
-    let d: Vec<_> = rig.diverted(0).iter().map(|d| (d.cqe.user_data, d.cqe.failure())).collect();
+    let d: Vec<_> = rig
+        .diverted(0)
+        .iter()
+        .map(|d| (d.cqe.user_data, d.cqe.failure()))
+        .collect();
     let not = Some(Reason::NotThroughUring);
     assert_eq!(d, vec![(20, not), (21, not), (22, not)]);
 }
@@ -114,7 +131,10 @@ fn a_ring_closed_with_commands_in_flight_answers_each() {
     d.sort_by_key(|d| d.sink);
     let got: Vec<_> = d.iter().map(|d| (d.sink, d.cqe.failure())).collect();
     let closed = Some(Reason::RingClosed);
-    assert_eq!(got, vec![(CMD, closed), (CMD + 1, closed), (CMD + 2, closed)]);
+    assert_eq!(
+        got,
+        vec![(CMD, closed), (CMD + 1, closed), (CMD + 2, closed)]
+    );
 }
 
 #[test]
@@ -128,7 +148,10 @@ fn a_carried_unlisten_answers_its_command_once_and_the_listen_in_the_cq() {
     assert_eq!((d[0].cqe.user_data, d[0].cqe.res), (51, 0));
     let c = rig.reap(0, usize::MAX);
     assert_eq!(c.len(), 1, "{c:?}");
-    assert_eq!((c[0].user_data, c[0].failure()), (50, Some(Reason::Cancelled)));
+    assert_eq!(
+        (c[0].user_data, c[0].failure()),
+        (50, Some(Reason::Cancelled))
+    );
 }
 
 #[test]
@@ -141,8 +164,14 @@ fn a_command_cancelled_in_flight_is_answered_at_once_and_its_request_later_dropp
     assert_eq!(rig.cancel(0, CMD), None, "answered once");
     // The READ still ends on the wire; its CQE has no command left to go to.
     rig.drain();
-    assert!(rig.diverted(0).is_empty(), "a second CQE for the cancelled command");
-    assert!(rig.reap(0, usize::MAX).is_empty(), "nothing in the ring's CQ");
+    assert!(
+        rig.diverted(0).is_empty(),
+        "a second CQE for the cancelled command"
+    );
+    assert!(
+        rig.reap(0, usize::MAX).is_empty(),
+        "nothing in the ring's CQ"
+    );
     // Its slot was released with it: the same command number is a new command.
     assert_eq!(rig.submit_one(0, &read, CMD), One::Taken);
     rig.drain();
@@ -159,7 +188,11 @@ fn a_command_cancelled_before_its_hand_back_takes_its_own_cqe() {
     let c = rig.cancel(0, CMD).expect("its CQE is still here");
     assert_eq!((c.user_data, c.res), (71, 0));
     let (_, passed) = rig.hand_back(0, 0);
-    assert_eq!(passed.iter().map(|p| p.0).collect::<Vec<_>>(), [other], "the other's only");
+    assert_eq!(
+        passed.iter().map(|p| p.0).collect::<Vec<_>>(),
+        [other],
+        "the other's only"
+    );
     // Handed back: its completion is on its way, and a cancel owes nothing.
     assert_eq!(rig.cancel(0, other), None);
     assert_eq!(rig.cancel(0, 0), None, "the ring's CQ is no command");
@@ -169,7 +202,10 @@ fn a_command_cancelled_before_its_hand_back_takes_its_own_cqe() {
 fn a_cancelled_connect_that_is_accepted_later_lets_its_virtual_qp_go() {
     let mut rig = Rig::new(&[8, 8]);
     let (client, server) = (rig.open(Limits::default()), rig.open(Limits::default()));
-    assert_eq!(rig.submit_one(client, &Sqe::connect(80, [0; 16], 7000), CMD), One::Taken);
+    assert_eq!(
+        rig.submit_one(client, &Sqe::connect(80, [0; 16], 7000), CMD),
+        One::Taken
+    );
     assert!(rig.diverted(client).is_empty(), "waiting for a listen");
     let held = rig.ring(client).ring.tables.vqps.len();
     assert_eq!(held, 1, "bound while it waits");
@@ -183,8 +219,15 @@ fn a_cancelled_connect_that_is_accepted_later_lets_its_virtual_qp_go() {
         l.iter().chain(&accepted).any(|c| c.res > 0),
         "the listen took it: {l:?} {accepted:?}"
     );
-    assert!(rig.diverted(client).is_empty(), "a second CQE for the cancelled command");
+    assert!(
+        rig.diverted(client).is_empty(),
+        "a second CQE for the cancelled command"
+    );
     // The client's next call releases the virtual QP no handle of which was ever given.
     assert_eq!(rig.run(client, &[Sqe::nop(82)]).len(), 1);
-    assert_eq!(rig.ring(client).ring.tables.vqps.len(), 0, "the virtual QP was kept");
+    assert_eq!(
+        rig.ring(client).ring.tables.vqps.len(),
+        0,
+        "the virtual QP was kept"
+    );
 }

@@ -71,7 +71,10 @@ impl Accepted {
 
     /// Connections `node` holds.
     pub fn held(&self, node: u32) -> u16 {
-        self.nodes.iter().find(|e| e.1 > 0 && e.0 == node).map_or(0, |e| e.1)
+        self.nodes
+            .iter()
+            .find(|e| e.1 > 0 && e.0 == node)
+            .map_or(0, |e| e.1)
     }
 
     /// Connections held in all.
@@ -107,9 +110,16 @@ mod tests {
         assert_eq!(a.held(hog), ACCEPTED_PER_NODE - 1);
         assert!(!a.admit(late));
         let fresh = (0..20u32).filter(|n| a.admit(0x0b00_0000 + n)).count();
-        assert_eq!(fresh, ACCEPTED_KEPT_FOR_NEW, "new nodes, one each, to the last place");
+        assert_eq!(
+            fresh, ACCEPTED_KEPT_FOR_NEW,
+            "new nodes, one each, to the last place"
+        );
         assert_eq!(a.total(), MAX_ACCEPTED);
         a.release(0x0c00_0000);
-        assert_eq!(a.total(), MAX_ACCEPTED, "a release of nothing changes nothing");
+        assert_eq!(
+            a.total(),
+            MAX_ACCEPTED,
+            "a release of nothing changes nothing"
+        );
     }
 }

@@ -222,7 +222,13 @@ impl Gate {
     /// A FRESH proof from `from`, its tag good, with nonce `nonce_i` and made at
     /// `at_ms`, arrives at `wall_ms`: whether it is admitted (see [`Seen::admit`]);
     /// when not, the caller answers it with a challenge.
-    pub fn fresh(&mut self, from: u32, nonce_i: &[u8; NONCE_LEN], at_ms: i64, wall_ms: i64) -> bool {
+    pub fn fresh(
+        &mut self,
+        from: u32,
+        nonce_i: &[u8; NONCE_LEN],
+        at_ms: i64,
+        wall_ms: i64,
+    ) -> bool {
         let ok = self.seen.admit(from, nonce_i, at_ms, wall_ms);
         if ok {
             self.fresh += 1;
@@ -238,7 +244,9 @@ impl Gate {
         msg[4..].copy_from_slice(&at_ms.to_le_bytes());
         let mut c = [0u8; NONCE_LEN];
         c[..COOKIE_AT].copy_from_slice(&at_ms.to_le_bytes());
-        c[COOKIE_AT..].copy_from_slice(&super::super::meta::siphash::siphash24(self.secret, &msg).to_le_bytes());
+        c[COOKIE_AT..].copy_from_slice(
+            &super::super::meta::siphash::siphash24(self.secret, &msg).to_le_bytes(),
+        );
         c
     }
 
@@ -250,7 +258,12 @@ impl Gate {
 
     /// A proof from `from`, its tag good, answering challenge `nonce`, arrives at
     /// `now_ms`: admitted (the challenge spent), or why not.
-    pub fn redeem(&mut self, from: u32, nonce: &[u8; NONCE_LEN], now_ms: i64) -> Result<(), Refusal> {
+    pub fn redeem(
+        &mut self,
+        from: u32,
+        nonce: &[u8; NONCE_LEN],
+        now_ms: i64,
+    ) -> Result<(), Refusal> {
         let at = i64::from_le_bytes(nonce[..COOKIE_AT].try_into().expect("8 bytes"));
         // Saturating: `at` is the peer's bytes (a wrap would panic under overflow checks).
         let in_time = at <= now_ms && now_ms.saturating_sub(at) < CHALLENGE_MS;
@@ -302,7 +315,10 @@ impl Gate {
         }
         // A proof sniffed on its way to another node, replayed here (its tag names that
         // node), never reaches the gate's memory.
-        let Some(at) = own.filter(|&o| o == to).and(super::hello::fresh_time(nonce_r)) else {
+        let Some(at) = own
+            .filter(|&o| o == to)
+            .and(super::hello::fresh_time(nonce_r))
+        else {
             return Verdict::Refuse;
         };
         match self.fresh(from, nonce_i, at, wall_ms) {
@@ -329,15 +345,31 @@ mod tests {
     fn a_challenge_is_redeemed_once_by_its_address_in_time() {
         let mut g = Gate::new(SECRET, 100);
         let c = g.challenge(A, 100);
-        assert_eq!(g.redeem(B, &c, 200), Err(Refusal::Refused), "another address");
+        assert_eq!(
+            g.redeem(B, &c, 200),
+            Err(Refusal::Refused),
+            "another address"
+        );
         let mut other = c;
         other[15] ^= 1;
-        assert_eq!(g.redeem(A, &other, 200), Err(Refusal::Refused), "another nonce");
+        assert_eq!(
+            g.redeem(A, &other, 200),
+            Err(Refusal::Refused),
+            "another nonce"
+        );
         assert_eq!(g.redeem(A, &c, 200), Ok(()));
         assert_eq!(g.redeem(A, &c, 300), Err(Refusal::Replayed), "spent");
         let c = g.challenge(A, 1000);
-        assert_eq!(g.redeem(A, &c, 1000 + CHALLENGE_MS), Err(Refusal::Refused), "expired");
-        assert_eq!(g.redeem(A, &c, 999), Err(Refusal::Refused), "from the future");
+        assert_eq!(
+            g.redeem(A, &c, 1000 + CHALLENGE_MS),
+            Err(Refusal::Refused),
+            "expired"
+        );
+        assert_eq!(
+            g.redeem(A, &c, 999),
+            Err(Refusal::Refused),
+            "from the future"
+        );
         assert_eq!((g.refused, g.replayed), (4, 1));
     }
 
@@ -372,7 +404,11 @@ mod tests {
         let mut again = Gate::new([3, 4], 5);
         assert_eq!(again.redeem(A, &c, 10), Err(Refusal::Refused));
         let mut same = Gate::new(SECRET, 6);
-        assert_eq!(same.redeem(A, &c, 10), Err(Refusal::Replayed), "issued before the gate");
+        assert_eq!(
+            same.redeem(A, &c, 10),
+            Err(Refusal::Replayed),
+            "issued before the gate"
+        );
     }
 
     /// A stranger writing a member's address into its requests: bad proofs, challenges
@@ -387,7 +423,11 @@ mod tests {
             bogus[..4].copy_from_slice(&i.to_le_bytes());
             assert!(g.redeem(A, &bogus, 20).is_err());
         }
-        assert_eq!(g.redeem(A, &c, 20), Ok(()), "the member's proof, read and admitted");
+        assert_eq!(
+            g.redeem(A, &c, 20),
+            Ok(()),
+            "the member's proof, read and admitted"
+        );
         assert_eq!(g.refused, 200_000);
     }
 
@@ -416,7 +456,10 @@ mod tests {
             assert!(g.redeem(A, c, 101).is_err(), "admitted twice");
         }
         // Issued as early as the oldest forgotten: refused; later ones are admitted.
-        assert_eq!(g.redeem(B, &g.challenge(B, 11), 102), Err(Refusal::Replayed));
+        assert_eq!(
+            g.redeem(B, &g.challenge(B, 11), 102),
+            Err(Refusal::Replayed)
+        );
         assert_eq!(g.redeem(B, &g.challenge(B, 100), 102), Ok(()));
     }
 
@@ -431,16 +474,44 @@ mod tests {
         let judge = |g: &mut Gate, fresh, good, to, n: &[u8; NONCE_LEN], wall| {
             g.judge(fresh, good, A, to, own, &nonce(7), n, 20, wall)
         };
-        assert_eq!(judge(&mut g, false, false, B, &c, 0), Verdict::Refuse, "wrong tag");
-        assert_eq!(judge(&mut g, false, true, B, &c, 0), Verdict::Admit, "a wrong tag spent nothing");
-        assert_eq!(judge(&mut g, false, true, B, &c, 0), Verdict::Refuse, "spent");
+        assert_eq!(
+            judge(&mut g, false, false, B, &c, 0),
+            Verdict::Refuse,
+            "wrong tag"
+        );
+        assert_eq!(
+            judge(&mut g, false, true, B, &c, 0),
+            Verdict::Admit,
+            "a wrong tag spent nothing"
+        );
+        assert_eq!(
+            judge(&mut g, false, true, B, &c, 0),
+            Verdict::Refuse,
+            "spent"
+        );
         let t = 1_000 + FRESH_MS + 10;
         let at = super::super::hello::fresh_nonce(t as u64);
-        assert_eq!(judge(&mut g, true, true, A, &at, t), Verdict::Refuse, "made out to another node");
-        assert_eq!(g.judge(true, true, A, B, None, &nonce(7), &at, 20, t), Verdict::Refuse, "no pool yet");
-        assert_eq!(judge(&mut g, true, false, B, &at, t), Verdict::Refuse, "wrong tag");
+        assert_eq!(
+            judge(&mut g, true, true, A, &at, t),
+            Verdict::Refuse,
+            "made out to another node"
+        );
+        assert_eq!(
+            g.judge(true, true, A, B, None, &nonce(7), &at, 20, t),
+            Verdict::Refuse,
+            "no pool yet"
+        );
+        assert_eq!(
+            judge(&mut g, true, false, B, &at, t),
+            Verdict::Refuse,
+            "wrong tag"
+        );
         assert_eq!(judge(&mut g, true, true, B, &at, t), Verdict::Admit);
-        assert_eq!(judge(&mut g, true, true, B, &at, t), Verdict::Challenge, "replayed");
+        assert_eq!(
+            judge(&mut g, true, true, B, &at, t),
+            Verdict::Challenge,
+            "replayed"
+        );
     }
 
     #[test]
@@ -456,22 +527,40 @@ mod tests {
     #[test]
     fn fresh_proofs_are_admitted_once_and_in_time() {
         let mut g = Gate::new(SECRET, 0);
-        assert!(!g.fresh(A, &nonce(1), 1_000, 1_000), "not started: none admitted");
+        assert!(
+            !g.fresh(A, &nonce(1), 1_000, 1_000),
+            "not started: none admitted"
+        );
         g.start_fresh(1_000);
         // An earlier gate may have admitted proofs up to FRESH_MS ahead of its clock.
         let t = 1_000 + FRESH_MS;
-        assert!(!g.fresh(A, &nonce(1), t, t), "no later than an earlier gate's could be");
+        assert!(
+            !g.fresh(A, &nonce(1), t, t),
+            "no later than an earlier gate's could be"
+        );
         assert!(g.fresh(A, &nonce(1), t + 1, t + 2));
         assert!(!g.fresh(A, &nonce(1), t + 1, t + 3), "replayed");
-        assert!(g.fresh(B, &nonce(1), t + 1, t + 3), "another dialer's nonce");
-        assert!(!g.fresh(A, &nonce(2), t + 2 + FRESH_MS + 1, t + 2), "ahead of our clock");
+        assert!(
+            g.fresh(B, &nonce(1), t + 1, t + 3),
+            "another dialer's nonce"
+        );
+        assert!(
+            !g.fresh(A, &nonce(2), t + 2 + FRESH_MS + 1, t + 2),
+            "ahead of our clock"
+        );
         assert!(!g.fresh(A, &nonce(2), t + 2, t + 3 + FRESH_MS), "late");
-        assert!(g.fresh(A, &nonce(2), t + 2 + FRESH_MS, t + 2), "ahead, within the window");
+        assert!(
+            g.fresh(A, &nonce(2), t + 2 + FRESH_MS, t + 2),
+            "ahead, within the window"
+        );
         assert_eq!((g.fresh, g.stale), (3, 5));
         // Out of time, it is forgotten; the clock going back cannot bring it back.
         let later = t + 1 + 3 * FRESH_MS;
         assert!(g.fresh(A, &nonce(3), later, later));
-        assert!(!g.fresh(A, &nonce(1), t + 1, t + 1), "the clock went back: refused by its time");
+        assert!(
+            !g.fresh(A, &nonce(1), t + 1, t + 1),
+            "the clock went back: refused by its time"
+        );
         // A flood of good proofs: the oldest are forgotten, and refused if replayed.
         let mut s = Seen::<SEEN>::new();
         s.start(0);
@@ -480,9 +569,15 @@ mod tests {
             assert!(s.admit(A, &[i as u8; NONCE_LEN], t + i, t + 100));
         }
         for i in 0..4 {
-            assert!(!s.admit(A, &[i as u8; NONCE_LEN], t + i, t + 100), "forgotten, refused");
+            assert!(
+                !s.admit(A, &[i as u8; NONCE_LEN], t + i, t + 100),
+                "forgotten, refused"
+            );
         }
-        assert!(!s.admit(A, &[40; NONCE_LEN], t + 3, t + 100), "as old as one forgotten");
+        assert!(
+            !s.admit(A, &[40; NONCE_LEN], t + 3, t + 100),
+            "as old as one forgotten"
+        );
         assert!(s.admit(A, &[41; NONCE_LEN], t + 200, t + 200));
     }
 }

@@ -201,9 +201,7 @@ impl ConnSet {
             State::Ready { .. } => self.begin(incarnation),
             State::Connecting { .. } | State::Partial { .. } => Action::Wait,
             // What of the peer's set is here is used while the rest comes.
-            State::Adopting { until_ms, have, .. } if now_ms < until_ms && have != 0 => {
-                Action::Use
-            }
+            State::Adopting { until_ms, have, .. } if now_ms < until_ms && have != 0 => Action::Use,
             State::Backoff { until_ms }
             | State::Adopting { until_ms, .. }
             | State::Yielded { until_ms }
@@ -436,10 +434,17 @@ mod tests {
         d.adopt(20, 0);
         assert_eq!(d.want(20, 1), Action::Wait, "nothing is here yet");
         assert!(!d.adopted(0, 2, 1));
-        assert_eq!(d.want(20, 1), Action::Use, "the first is used while the rest comes");
+        assert_eq!(
+            d.want(20, 1),
+            Action::Use,
+            "the first is used while the rest comes"
+        );
         assert_eq!(d.up(2), 0b01);
         assert_eq!(d.want(20, 1 + ADOPT_MS), Action::Connect);
-        assert!(!d.adopted(1, 2, 1 + ADOPT_MS), "too late: no adoption under way");
+        assert!(
+            !d.adopted(1, 2, 1 + ADOPT_MS),
+            "too late: no adoption under way"
+        );
     }
 
     #[test]
@@ -486,8 +491,16 @@ mod tests {
         assert!(s.first_up());
         assert_eq!(s.state(), State::Partial { incarnation: 7 });
         assert_eq!((s.want(7, 1), s.up(2)), (Action::Use, 0b01));
-        assert_eq!(s.want(8, 1), Action::Wait, "another incarnation: one attempt at a time");
-        assert_eq!(s.answer(), Answer::Refuse, "our attempt stands against the higher id's");
+        assert_eq!(
+            s.want(8, 1),
+            Action::Wait,
+            "another incarnation: one attempt at a time"
+        );
+        assert_eq!(
+            s.answer(),
+            Answer::Refuse,
+            "our attempt stands against the higher id's"
+        );
         assert!(!s.first_up(), "only a connecting attempt's");
         assert!(s.attempt_done(Attempt::Established, 2));
         assert_eq!((s.want(7, 3), s.up(2)), (Action::Use, 0b11));

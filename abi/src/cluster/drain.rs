@@ -204,7 +204,15 @@ mod tests {
     }
 
     impl Nic {
-        fn run(&mut self, d: &mut Drains<u32, 2, 2>, f: impl FnOnce(&mut Drains<u32, 2, 2>, &mut dyn FnMut(u32, u64, u64) -> Begun, &mut dyn FnMut(u32))) {
+        fn run(
+            &mut self,
+            d: &mut Drains<u32, 2, 2>,
+            f: impl FnOnce(
+                &mut Drains<u32, 2, 2>,
+                &mut dyn FnMut(u32, u64, u64) -> Begun,
+                &mut dyn FnMut(u32),
+            ),
+        ) {
             let Nic {
                 begun,
                 closed,
@@ -232,13 +240,17 @@ mod tests {
 
     fn let_go(nic: &mut Nic, d: &mut Drains<u32, 2, 2>, c: u32) -> Result<(), u32> {
         let mut out = Ok(());
-        nic.run(d, |d, b, cl| out = d.let_go(c, &mut |x, s, r| b(x, s, r), &mut |x| cl(x)));
+        nic.run(d, |d, b, cl| {
+            out = d.let_go(c, &mut |x, s, r| b(x, s, r), &mut |x| cl(x))
+        });
         out
     }
 
     fn seen(nic: &mut Nic, d: &mut Drains<u32, 2, 2>, wr_id: u64) {
         let (k, recv) = Drains::<u32, 2, 2>::marker_of(wr_id).expect("a marker");
-        nic.run(d, |d, b, cl| d.seen(k, recv, &mut |x, s, r| b(x, s, r), &mut |x| cl(x)));
+        nic.run(d, |d, b, cl| {
+            d.seen(k, recv, &mut |x, s, r| b(x, s, r), &mut |x| cl(x))
+        });
     }
 
     #[test]
@@ -287,7 +299,11 @@ mod tests {
         for c in 1..=4 {
             let_go(&mut nic, &mut d, c).unwrap();
         }
-        assert_eq!(let_go(&mut nic, &mut d, 5), Err(5), "2 running, 2 waiting: full");
+        assert_eq!(
+            let_go(&mut nic, &mut d, 5),
+            Err(5),
+            "2 running, 2 waiting: full"
+        );
         assert_eq!(nic.begun.len(), 2);
         assert_eq!(d.len(), 4);
         let (s, r) = nic.markers(2);

@@ -391,7 +391,10 @@ mod tests {
             }),
             ..prove()
         };
-        assert_eq!(fresh_time(&fresh_nonce(1_790_000_000_000)), Some(1_790_000_000_000));
+        assert_eq!(
+            fresh_time(&fresh_nonce(1_790_000_000_000)),
+            Some(1_790_000_000_000)
+        );
         for h in [prove(), ask, fresh] {
             assert_eq!(Hello::read(&h.write()), Some(h));
             // rdma_cm's padding after the hello is ignored.
@@ -415,7 +418,11 @@ mod tests {
         assert_eq!(bad(4, 3), None, "kind 3");
         assert_eq!(bad(6, 4), None, "step 4");
         assert_eq!(bad(3, b'4'), None, "the last magic, KRC4");
-        assert_eq!(bad(6, FRESH), None, "a FRESH whose time is no time (low bytes set)");
+        assert_eq!(
+            bad(6, FRESH),
+            None,
+            "a FRESH whose time is no time (low bytes set)"
+        );
         assert_eq!(bad(24, 0x80).map(|h| h.step.byte()), Some(PROVE));
         assert_eq!(bad(7, 1), None, "reserved byte");
         let meta = Hello {
@@ -503,10 +510,7 @@ mod tests {
             responder_qpn: 99,
             ..t
         };
-        assert_eq!(
-            other_qpn.bytes(Role::Initiator),
-            t.bytes(Role::Initiator)
-        );
+        assert_eq!(other_qpn.bytes(Role::Initiator), t.bytes(Role::Initiator));
         let changed = [
             Transcript {
                 kind: Kind::Meta,

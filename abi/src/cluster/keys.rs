@@ -221,7 +221,13 @@ mod tests {
         assert_eq!(got, [0, 1, 2, 3]);
         assert_eq!(k.next(), Err(NoKey::Busy));
         // A closed key only lets its pages go.
-        assert_eq!(asked(|f| k.release(102, true, f)), [Let { index: 2, remake: false }]);
+        assert_eq!(
+            asked(|f| k.release(102, true, f)),
+            [Let {
+                index: 2,
+                remake: false
+            }]
+        );
         assert_eq!(k.next(), Ok(2));
     }
 
@@ -231,7 +237,13 @@ mod tests {
     fn a_key_let_go_open_is_made_again_once() {
         let mut k = four();
         let i = take(&mut k, 7);
-        assert_eq!(asked(|f| k.release(7, false, f)), [Let { index: i, remake: true }]);
+        assert_eq!(
+            asked(|f| k.release(7, false, f)),
+            [Let {
+                index: i,
+                remake: true
+            }]
+        );
         assert!(asked(|f| k.release(7, false, f)).is_empty(), "let go once");
         assert_eq!(k.free_count(), 4);
         assert_eq!(k.next(), Ok(i), "the freed key is taken first");

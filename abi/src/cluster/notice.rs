@@ -259,9 +259,7 @@ impl Notice {
                 ..
             } => (to, Some(super::super::engine::port_key(to_port, from_port))),
             Notice::Advert { to, .. } | Notice::Data { to, .. } | Notice::Left { to } => (to, None),
-            Notice::Revoke { .. } | Notice::RevokeAck { .. } | Notice::Use { .. } => {
-                return None
-            }
+            Notice::Revoke { .. } | Notice::RevokeAck { .. } | Notice::Use { .. } => return None,
         };
         Some(match service {
             Some(service) if to == NO_LINK => {
@@ -396,12 +394,26 @@ mod tests {
     #[test]
     fn an_id_naming_no_shard_of_ours_goes_nowhere() {
         let gid = [7u8; 16];
-        let data = |to| Notice::Data { to, seq: 0, len: 8, imm: None };
+        let data = |to| Notice::Data {
+            to,
+            seq: 0,
+            len: 8,
+            imm: None,
+        };
         assert_eq!(data(link_id(3, 9)).shard(&gid, 4), Some(3));
         assert_eq!(data(link_id(4, 9)).shard(&gid, 4), None, "past our shards");
         assert_eq!(data(u64::MAX - 1).shard(&gid, 4), None);
-        let hello = Notice::Hello { to_port: 5, from_port: 40000, from: 1, to: NO_LINK, pair: false };
-        assert!(hello.shard(&gid, 4).is_some_and(|k| k < 4), "by ports: always ours");
+        let hello = Notice::Hello {
+            to_port: 5,
+            from_port: 40000,
+            from: 1,
+            to: NO_LINK,
+            pair: false,
+        };
+        assert!(
+            hello.shard(&gid, 4).is_some_and(|k| k < 4),
+            "by ports: always ours"
+        );
     }
 
     #[test]
@@ -414,9 +426,16 @@ mod tests {
             imm: None,
         }
         .encode();
-        assert_eq!(Notice::received(&last, NOTICE_LEN as u32), Ok(Notice::decode(&last).unwrap()));
+        assert_eq!(
+            Notice::received(&last, NOTICE_LEN as u32),
+            Ok(Notice::decode(&last).unwrap())
+        );
         for short in [0, 1, 4, 31] {
-            assert_eq!(Notice::received(&last, short), Err(BadNotice::Short), "{short} bytes");
+            assert_eq!(
+                Notice::received(&last, short),
+                Err(BadNotice::Short),
+                "{short} bytes"
+            );
         }
         // A length past the buffer (no receive completes so) reads the buffer only.
         assert!(Notice::received(&last[..8], 64).is_err());

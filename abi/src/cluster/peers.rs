@@ -239,7 +239,10 @@ impl Peer {
 
     /// Whether its set is made or being made by our own attempt (never evicted then).
     fn dialing(&self) -> bool {
-        matches!(self.set.state(), State::Connecting { .. } | State::Partial { .. })
+        matches!(
+            self.set.state(),
+            State::Connecting { .. } | State::Partial { .. }
+        )
     }
 
     /// Whether its set, or what of it is up, carries virtual QPs (told of, bound).
@@ -451,7 +454,9 @@ impl<S: Store> Peers<S> {
             }
         }
         // A node this user holds nothing on takes one of its share of the table.
-        let pinned = self.find(addr).is_some_and(|p| self.get(p).is_some_and(|e| e.pinned(user)));
+        let pinned = self
+            .find(addr)
+            .is_some_and(|p| self.get(p).is_some_and(|e| e.pinned(user)));
         if user != NO_USER && !pinned && self.pinned_by(user) >= self.peer_share() {
             step.outcome = Connect::Quota;
             return step;
@@ -462,7 +467,10 @@ impl<S: Store> Peers<S> {
                 step.lost_node = Some(node);
             }
             // Asked for and no worker took it in time: failed, so the set backs off.
-            if self.get(p).is_some_and(|e| e.asked && now_ms - e.asked_ms >= DIAL_WAIT_MS) {
+            if self
+                .get(p)
+                .is_some_and(|e| e.asked && now_ms - e.asked_ms >= DIAL_WAIT_MS)
+            {
                 let attempt = self.entry(p).map(|e| {
                     e.asked = false;
                     e.attempt
@@ -524,7 +532,12 @@ impl<S: Store> Peers<S> {
 
     /// Entries user `user`'s own CONNECTs hold virtual QPs on.
     pub fn pinned_by(&self, user: u32) -> usize {
-        self.table.as_ref().iter().flatten().filter(|p| p.pinned(user)).count()
+        self.table
+            .as_ref()
+            .iter()
+            .flatten()
+            .filter(|p| p.pinned(user))
+            .count()
     }
 
     /// Entries one user may pin: its share of the table ([`PEER_SHARE`]).
@@ -786,7 +799,11 @@ impl<S: Store> Peers<S> {
         if let Some(e) = e {
             if let Some(p) = e {
                 p.bound = p.bound.saturating_sub(1);
-                if let Some(q) = p.pins.iter_mut().find(|q| q.user == user && user != NO_USER) {
+                if let Some(q) = p
+                    .pins
+                    .iter_mut()
+                    .find(|q| q.user == user && user != NO_USER)
+                {
                     q.vqps -= 1;
                     if q.vqps == 0 {
                         *q = Pin::FREE;
@@ -845,7 +862,10 @@ mod tests {
             "one attempt at a time"
         );
         done(&mut p, peer, Attempt::Established, 2);
-        assert_eq!(p.dial(&addr(12), 2, 7, 3, |_| false), Dial::Use { peer, qps: 4..6 });
+        assert_eq!(
+            p.dial(&addr(12), 2, 7, 3, |_| false),
+            Dial::Use { peer, qps: 4..6 }
+        );
         assert_eq!(
             (p.of_qp(4), p.of_qp(5), p.of_qp(3)),
             (Some(0), Some(0), None)
@@ -937,7 +957,11 @@ mod tests {
         let mut p = Peers::with_capacity(1, 1, 4, 2);
         up(&mut p, 10);
         p.far_use(5, true);
-        assert_eq!(p.dial(&addr(20), 20, 1, 5, |_| false), Dial::Full, "the peer's in use");
+        assert_eq!(
+            p.dial(&addr(20), 20, 1, 5, |_| false),
+            Dial::Full,
+            "the peer's in use"
+        );
         assert_eq!(p.request(&addr(20), 20, 1, 0, 5, |_| false), None);
         p.far_use(5, false);
         assert!(matches!(
@@ -991,7 +1015,11 @@ mod tests {
         };
         assert_eq!(p.next_tell(QpBits::EMPTY), None);
         p.bind(peer, NO_USER);
-        assert_eq!(p.next_tell(QpBits::EMPTY), None, "not while the set is being made");
+        assert_eq!(
+            p.next_tell(QpBits::EMPTY),
+            None,
+            "not while the set is being made"
+        );
         done(&mut p, peer, Attempt::Established, 0);
         assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)));
         assert_eq!(p.next_tell(QpBits::one(4)), None, "its slot had no room");
@@ -1011,7 +1039,11 @@ mod tests {
         // Told false, then bound and the tell's answer comes late: the latest use goes.
         p.bind(peer, NO_USER);
         p.told(peer, false);
-        assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)), "a stale answer clears nothing");
+        assert_eq!(
+            p.next_tell(QpBits::EMPTY),
+            Some((peer, 4, true)),
+            "a stale answer clears nothing"
+        );
     }
 
     /// A use that begins and ends before the peer is told (a CONNECT whose join failed,
@@ -1040,23 +1072,35 @@ mod tests {
             let step = p.connect(&addr(30 + n), 0, 0, mallory, |_| false);
             assert_eq!(step.outcome, Connect::InProgress);
         }
-        assert_eq!(p.connect(&addr(40), 0, 1, mallory, |_| false).outcome, Connect::Quota);
+        assert_eq!(
+            p.connect(&addr(40), 0, 1, mallory, |_| false).outcome,
+            Connect::Quota
+        );
         assert_eq!(
             p.connect(&addr(30), 0, 1, mallory, |_| false).outcome,
             Connect::InProgress,
             "waiting for its own dial is no new one"
         );
-        assert_eq!(p.connect(&addr(41), 0, 1, alice, |_| false).outcome, Connect::InProgress);
+        assert_eq!(
+            p.connect(&addr(41), 0, 1, alice, |_| false).outcome,
+            Connect::InProgress
+        );
         assert_eq!(
             p.connect(&addr(30), 0, 1, alice, |_| false).outcome,
             Connect::InProgress,
             "another's dial to the same node is waited for"
         );
-        assert_eq!(p.connect(&addr(42), 0, 1, NO_USER, |_| false).outcome, Connect::InProgress);
+        assert_eq!(
+            p.connect(&addr(42), 0, 1, NO_USER, |_| false).outcome,
+            Connect::InProgress
+        );
         // A dial that ends frees its user's turn.
         let first = p.find(&addr(30)).unwrap();
         done(&mut p, first, Attempt::Failed, 2);
-        assert_eq!(p.connect(&addr(40), 0, 3, mallory, |_| false).outcome, Connect::InProgress);
+        assert_eq!(
+            p.connect(&addr(40), 0, 3, mallory, |_| false).outcome,
+            Connect::InProgress
+        );
     }
 
     /// A user's own virtual QPs pin at most its share of the table (a quarter): a
@@ -1070,7 +1114,10 @@ mod tests {
         assert_eq!(p.peer_share(), 2);
         // A set made by the kernel's own CONNECT (as a prewarm makes it): up.
         let up = |p: &mut Peers<crate::engine::VecStore>, n: u8| {
-            assert_eq!(p.connect(&addr(n), 0, 0, NO_USER, |_| false).outcome, Connect::InProgress);
+            assert_eq!(
+                p.connect(&addr(n), 0, 0, NO_USER, |_| false).outcome,
+                Connect::InProgress
+            );
             let (peer, ..) = p.take_job().expect("a dial to make");
             done(p, peer, Attempt::Established, 0);
             peer
@@ -1094,7 +1141,11 @@ mod tests {
         let far = up(&mut p, 14);
         let slot = p.qps(far).start;
         assert!(p.accept(&addr(14), slot).is_some());
-        assert_eq!((p.pinned_by(alice), p.pinned_by(NO_USER)), (1, 0), "accepts pin nothing");
+        assert_eq!(
+            (p.pinned_by(alice), p.pinned_by(NO_USER)),
+            (1, 0),
+            "accepts pin nothing"
+        );
         // All of one node let go: it may reach another.
         p.unbind(first, mallory);
         assert_eq!(p.pinned_by(mallory), 2, "one of two left on node 11");
@@ -1160,8 +1211,14 @@ mod tests {
         let (again, _, new) = p.take_job().unwrap();
         assert_eq!(again, peer);
         assert_ne!(old, new);
-        assert!(!p.first_up(peer, old), "the old worker's first connection is not .13's");
-        assert_eq!(p.attempt_done(peer, old, Attempt::Established, 3), Ended::Dropped);
+        assert!(
+            !p.first_up(peer, old),
+            "the old worker's first connection is not .13's"
+        );
+        assert_eq!(
+            p.attempt_done(peer, old, Attempt::Established, 3),
+            Ended::Dropped
+        );
         assert!(p.first_up(peer, new));
     }
 
@@ -1226,8 +1283,14 @@ mod tests {
                 Peers::with_capacity(2, 2, 0, 2),
             );
             let never = |_| false;
-            assert!(matches!(a.dial(&addr(12), 2, 20, 0, |_| false), Dial::Connect { .. }));
-            assert!(matches!(b.dial(&addr(11), 1, 10, 0, |_| false), Dial::Connect { .. }));
+            assert!(matches!(
+                a.dial(&addr(12), 2, 20, 0, |_| false),
+                Dial::Connect { .. }
+            ));
+            assert!(matches!(
+                b.dial(&addr(11), 1, 10, 0, |_| false),
+                Dial::Connect { .. }
+            ));
             let mut steps = [None, None];
             for e in order {
                 if e == 0 {
@@ -1251,8 +1314,14 @@ mod tests {
                 !done(&mut b, sb.peer, Attempt::Yielded, 3),
                 "2 closes what it connected"
             );
-            assert!(matches!(a.dial(&addr(12), 2, 20, 4, |_| false), Dial::Use { .. }));
-            assert!(matches!(b.dial(&addr(11), 1, 10, 4, |_| false), Dial::Use { .. }));
+            assert!(matches!(
+                a.dial(&addr(12), 2, 20, 4, |_| false),
+                Dial::Use { .. }
+            ));
+            assert!(matches!(
+                b.dial(&addr(11), 1, 10, 4, |_| false),
+                Dial::Use { .. }
+            ));
         }
     }
 
@@ -1303,9 +1372,17 @@ mod tests {
         let never = |_| false;
         assert_eq!(b.accept(&addr(11), 4), None, "no set yet");
         let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
-        assert_eq!(b.accept(&addr(11), 4), None, "adopting, its QP not here yet");
+        assert_eq!(
+            b.accept(&addr(11), 4),
+            None,
+            "adopting, its QP not here yet"
+        );
         b.adopted(s.peer, 0, 2, 0);
-        assert_eq!(b.accept(&addr(11), 4), Some(s.peer), "adopting: its QP is there");
+        assert_eq!(
+            b.accept(&addr(11), 4),
+            Some(s.peer),
+            "adopting: its QP is there"
+        );
         assert_eq!(b.accept(&addr(11), 5), None, "the second is not yet");
         b.adopted(s.peer, 1, 2, 0);
         let q = b.qps(s.peer);
@@ -1324,7 +1401,10 @@ mod tests {
     #[test]
     fn the_rule_uses_the_id_learned_late() {
         let mut p = Peers::with_capacity(2, 0, 0, 2);
-        assert!(matches!(p.dial(&addr(12), 2, 20, 0, |_| false), Dial::Connect { .. }));
+        assert!(matches!(
+            p.dial(&addr(12), 2, 20, 0, |_| false),
+            Dial::Connect { .. }
+        ));
         p.set_me(3);
         let s = p.request(&addr(12), 2, 20, 0, 1, |_| false).unwrap();
         assert_eq!(s.answer, Answer::Accept, "3 > 2: the peer's attempt wins");
@@ -1345,16 +1425,29 @@ mod tests {
         assert_eq!(p.take_job().map(|j| j.1), Some(addr(11)));
         let x = p.find(&addr(11)).unwrap();
         done(&mut p, x, Attempt::Established, 11);
-        assert_eq!(p.connect(&addr(14), 0, 12, 2000, never).outcome, Connect::InProgress);
+        assert_eq!(
+            p.connect(&addr(14), 0, 12, 2000, never).outcome,
+            Connect::InProgress
+        );
         assert_eq!(p.find(&addr(14)), Some(x), "entry 0, evicted");
         assert_eq!(p.take_job().map(|j| j.1), Some(addr(12)));
         // Waiting for a worker: in progress until the deadline, then failed.
         let late = 10 + DIAL_WAIT_MS;
-        assert_eq!(p.connect(&addr(13), 0, late - 1, 3000, never).outcome, Connect::InProgress);
-        assert_eq!(p.connect(&addr(13), 0, late, 3000, never).outcome, Connect::Unreachable);
+        assert_eq!(
+            p.connect(&addr(13), 0, late - 1, 3000, never).outcome,
+            Connect::InProgress
+        );
+        assert_eq!(
+            p.connect(&addr(13), 0, late, 3000, never).outcome,
+            Connect::Unreachable
+        );
         let e = p.get(p.find(&addr(13)).unwrap()).unwrap();
         assert!(!e.asked && matches!(e.set.state(), State::Backoff { .. }));
-        assert_eq!(p.take_job().map(|j| j.1), Some(addr(14)), "13's job is gone");
+        assert_eq!(
+            p.take_job().map(|j| j.1),
+            Some(addr(14)),
+            "13's job is gone"
+        );
         assert_eq!(p.take_job(), None);
     }
 
@@ -1398,7 +1491,10 @@ mod tests {
             "service 3 on the set's second QP"
         );
         p.bind(0, NO_USER);
-        assert_eq!(p.connect(&addr(13), 0, 203, NO_USER, never).outcome, Connect::Full);
+        assert_eq!(
+            p.connect(&addr(13), 0, 203, NO_USER, never).outcome,
+            Connect::Full
+        );
         // The set broke: closed, the node's records dropped, a new set asked for (the
         // old entry retired: a virtual QP is bound; no entry is free for the new one).
         let step = p.connect(&addr(12), 0, 204, NO_USER, |_| true);
@@ -1420,9 +1516,15 @@ mod tests {
     fn a_first_contact_binds_at_the_first_connection() {
         let mut p = Peers::with_capacity(2, 1, 4, 2);
         let never = |_| false;
-        assert_eq!(p.connect(&addr(12), 3, 0, 7, never).outcome, Connect::InProgress);
+        assert_eq!(
+            p.connect(&addr(12), 3, 0, 7, never).outcome,
+            Connect::InProgress
+        );
         let (peer, _, attempt) = p.take_job().unwrap();
-        assert_eq!(p.connect(&addr(12), 3, 1, 7, never).outcome, Connect::InProgress);
+        assert_eq!(
+            p.connect(&addr(12), 3, 1, 7, never).outcome,
+            Connect::InProgress
+        );
         assert!(p.first_up(peer, attempt));
         assert_eq!(
             p.connect(&addr(12), 3, 2, 7, never).outcome,
@@ -1430,10 +1532,17 @@ mod tests {
             "service 3's QP is not up yet: the first"
         );
         p.bind(peer, NO_USER);
-        assert_eq!(p.next_tell(QpBits::EMPTY), Some((peer, 4, true)), "told on the first");
+        assert_eq!(
+            p.next_tell(QpBits::EMPTY),
+            Some((peer, 4, true)),
+            "told on the first"
+        );
         assert_eq!(p.accept(&addr(12), 5), None, "nothing on the second yet");
         assert_eq!(p.dialing(7), 1, "still the user's dial");
-        assert_eq!(p.attempt_done(peer, attempt, Attempt::Established, 3), Ended::Set);
+        assert_eq!(
+            p.attempt_done(peer, attempt, Attempt::Established, 3),
+            Ended::Set
+        );
         assert_eq!(
             p.connect(&addr(12), 3, 4, 7, never).outcome,
             Connect::Bind { peer, slot: 5 }
@@ -1452,19 +1561,35 @@ mod tests {
         let (peer, _, attempt) = p.take_job().unwrap();
         assert!(p.first_up(peer, attempt));
         p.bind(peer, NO_USER);
-        assert_eq!(p.attempt_done(peer, attempt, Attempt::Failed, 1), Ended::Lost);
+        assert_eq!(
+            p.attempt_done(peer, attempt, Attempt::Failed, 1),
+            Ended::Lost
+        );
         assert!(p.get(peer).unwrap().retired);
-        assert_eq!(p.next_tell(QpBits::EMPTY), None, "nothing told on a lost set");
-        assert_eq!(p.connect(&addr(12), 0, 2, NO_USER, never).outcome, Connect::InProgress);
+        assert_eq!(
+            p.next_tell(QpBits::EMPTY),
+            None,
+            "nothing told on a lost set"
+        );
+        assert_eq!(
+            p.connect(&addr(12), 0, 2, NO_USER, never).outcome,
+            Connect::InProgress
+        );
         assert_ne!(p.find(&addr(12)), Some(peer), "not on the retired block");
         // Nothing bound: the entry stays, backing off.
         let mut p = Peers::with_capacity(2, 1, 4, 2);
         p.connect(&addr(12), 0, 0, NO_USER, never);
         let (peer, _, attempt) = p.take_job().unwrap();
         assert!(p.first_up(peer, attempt));
-        assert_eq!(p.attempt_done(peer, attempt, Attempt::Failed, 1), Ended::Lost);
+        assert_eq!(
+            p.attempt_done(peer, attempt, Attempt::Failed, 1),
+            Ended::Lost
+        );
         assert_eq!(p.find(&addr(12)), Some(peer));
-        assert_eq!(p.connect(&addr(12), 0, 2, NO_USER, never).outcome, Connect::Unreachable);
+        assert_eq!(
+            p.connect(&addr(12), 0, 2, NO_USER, never).outcome,
+            Connect::Unreachable
+        );
     }
 
     /// A worker whose partial set was lost while it made the rest (found broken at a
@@ -1477,14 +1602,26 @@ mod tests {
         let (peer, _, old) = p.take_job().unwrap();
         assert!(p.first_up(peer, old));
         let step = p.connect(&addr(12), 0, 1, NO_USER, |_| true);
-        assert_eq!((step.close, step.outcome), (Some(peer), Connect::InProgress));
+        assert_eq!(
+            (step.close, step.outcome),
+            (Some(peer), Connect::InProgress)
+        );
         let (again, _, new) = p.take_job().unwrap();
         assert_eq!(again, peer, "nothing bound: the same entry");
         assert!(!p.first_up(peer, old));
-        assert_eq!(p.attempt_done(peer, old, Attempt::Established, 2), Ended::Dropped);
-        assert_eq!(p.connect(&addr(12), 0, 3, NO_USER, |_| false).outcome, Connect::InProgress);
+        assert_eq!(
+            p.attempt_done(peer, old, Attempt::Established, 2),
+            Ended::Dropped
+        );
+        assert_eq!(
+            p.connect(&addr(12), 0, 3, NO_USER, |_| false).outcome,
+            Connect::InProgress
+        );
         assert!(p.first_up(peer, new));
-        assert_eq!(p.attempt_done(peer, new, Attempt::Established, 4), Ended::Set);
+        assert_eq!(
+            p.attempt_done(peer, new, Attempt::Established, 4),
+            Ended::Set
+        );
     }
 
     /// An adoption half done is used; given up late, what was bound to it fails
@@ -1494,15 +1631,24 @@ mod tests {
         let mut b = Peers::with_capacity(2, 2, 4, 2);
         let never = |_| false;
         let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
-        assert_eq!(b.connect(&addr(11), 1, 1, NO_USER, never).outcome, Connect::InProgress);
+        assert_eq!(
+            b.connect(&addr(11), 1, 1, NO_USER, never).outcome,
+            Connect::InProgress
+        );
         b.adopted(s.peer, 0, 2, 1);
         assert_eq!(
             b.connect(&addr(11), 1, 2, NO_USER, never).outcome,
-            Connect::Bind { peer: s.peer, slot: 4 }
+            Connect::Bind {
+                peer: s.peer,
+                slot: 4
+            }
         );
         b.bind(s.peer, NO_USER);
         let late = b.connect(&addr(11), 1, 1 + ADOPT_MS, NO_USER, never);
-        assert_eq!((late.close, late.outcome), (Some(s.peer), Connect::InProgress));
+        assert_eq!(
+            (late.close, late.outcome),
+            (Some(s.peer), Connect::InProgress)
+        );
         assert!(b.get(s.peer).unwrap().retired);
         assert_ne!(b.find(&addr(11)), Some(s.peer));
     }
@@ -1518,32 +1664,62 @@ mod tests {
         let never = |_| false;
         let s = b.request(&addr(11), 1, 10, 0, 0, never).unwrap();
         let mut now = SET_CONNECT_MS;
-        assert!(!b.adopted(s.peer, 0, 3, now), "the first is up just within the dialer's bound");
+        assert!(
+            !b.adopted(s.peer, 0, 3, now),
+            "the first is up just within the dialer's bound"
+        );
         now += SET_CONNECT_MS;
         let c = b.connect(&addr(11), 1, now, NO_USER, never);
-        assert_eq!((c.close, c.outcome), (None, Connect::Bind { peer: s.peer, slot: 4 }));
+        assert_eq!(
+            (c.close, c.outcome),
+            (
+                None,
+                Connect::Bind {
+                    peer: s.peer,
+                    slot: 4
+                }
+            )
+        );
         let more = b.request(&addr(11), 1, 10, 1, now, never).unwrap();
         assert_eq!((more.answer, more.peer), (Answer::Accept, s.peer));
         now += SET_CONNECT_MS;
         assert!(!b.adopted(s.peer, 1, 3, now));
         now += SET_CONNECT_MS;
-        assert_eq!(b.request(&addr(11), 1, 10, 2, now, never).map(|s| s.answer), Some(Answer::Accept));
+        assert_eq!(
+            b.request(&addr(11), 1, 10, 2, now, never).map(|s| s.answer),
+            Some(Answer::Accept)
+        );
         now += SET_CONNECT_MS;
-        assert!(b.adopted(s.peer, 2, 3, now), "the whole set, 5 bounds after its start");
+        assert!(
+            b.adopted(s.peer, 2, 3, now),
+            "the whole set, 5 bounds after its start"
+        );
         assert_eq!(b.get(s.peer).unwrap().set.state().name(), "ready");
         // One that stops making progress is given up once ADOPT_MS has passed.
         let mut c = Peers::with_capacity(2, 2, 4, 2);
         let s = c.request(&addr(11), 1, 10, 0, 0, never).unwrap();
         c.adopted(s.peer, 0, 2, 5);
-        assert_eq!(c.connect(&addr(11), 1, 4 + ADOPT_MS, NO_USER, never).close, None);
-        assert_eq!(c.connect(&addr(11), 1, 5 + ADOPT_MS, NO_USER, never).close, Some(s.peer));
+        assert_eq!(
+            c.connect(&addr(11), 1, 4 + ADOPT_MS, NO_USER, never).close,
+            None
+        );
+        assert_eq!(
+            c.connect(&addr(11), 1, 5 + ADOPT_MS, NO_USER, never).close,
+            Some(s.peer)
+        );
         // A request repeated for a connection it has is no progress.
         let mut d = Peers::with_capacity(2, 2, 4, 3);
         let s = d.request(&addr(11), 1, 10, 0, 0, never).unwrap();
         d.adopted(s.peer, 0, 3, 0);
         assert!(d.request(&addr(11), 1, 10, 1, 1, never).is_some());
         d.adopted(s.peer, 1, 3, 1);
-        assert!(d.request(&addr(11), 1, 10, 1, ADOPT_MS, never).is_some(), "joins, renews nothing");
-        assert_eq!(d.connect(&addr(11), 1, 1 + ADOPT_MS, NO_USER, never).close, Some(s.peer));
+        assert!(
+            d.request(&addr(11), 1, 10, 1, ADOPT_MS, never).is_some(),
+            "joins, renews nothing"
+        );
+        assert_eq!(
+            d.connect(&addr(11), 1, 1 + ADOPT_MS, NO_USER, never).close,
+            Some(s.peer)
+        );
     }
 }

@@ -44,8 +44,8 @@ use core::ops::DerefMut;
 
 use super::message::Messages;
 use super::ports::Ports;
-use super::shares::Share;
 use super::qp::PhysQp;
+use super::shares::Share;
 use super::Store;
 
 /// Posts on one physical QP, within its lock ([`Qps::qp`]).
@@ -134,14 +134,23 @@ pub trait Members<S: Store> {
     /// the exporting node's kernel recorded it in the MetaServer, when `qp` connects to
     /// that node (see abi's `meta::client`). A fabric without a MetaServer has none.
     /// `user` is the asker's slot (see `shares`).
-    fn import_named(&mut self, _name: &[u8; NAME_LEN], _qp: u32, _user: u32) -> Answer<(Export, Grant)> {
+    fn import_named(
+        &mut self,
+        _name: &[u8; NAME_LEN],
+        _qp: u32,
+        _user: u32,
+    ) -> Answer<(Export, Grant)> {
         Answer::Failed(Reason::Unreachable)
     }
     /// RESOLVE_NAME of `name`: the IPv4 address and id of the node that exports it,
     /// with the export and its grant (see abi's `meta::client`), wherever it lives. A
     /// fabric without a MetaServer has none.
     /// `user` as for [`import_named`](Self::import_named).
-    fn resolve_named(&mut self, _name: &[u8; NAME_LEN], _user: u32) -> Answer<(Located, Export, Grant)> {
+    fn resolve_named(
+        &mut self,
+        _name: &[u8; NAME_LEN],
+        _user: u32,
+    ) -> Answer<(Located, Export, Grant)> {
         Answer::Failed(Reason::Unreachable)
     }
 }

@@ -838,7 +838,10 @@ impl<S: Store> Messages<S> {
                     }
                     // An advert's key is made for its receive alone, registered before
                     // the advert goes.
-                    if let Notice::Advert { rkey, addr, len, .. } = &mut n {
+                    if let Notice::Advert {
+                        rkey, addr, len, ..
+                    } = &mut n
+                    {
                         match post.map_recv(mr, *addr, *len) {
                             Ok(k) => *rkey = k,
                             Err(_) => return false,
@@ -1014,7 +1017,10 @@ pub(crate) mod tests {
     impl Post for Wire<'_> {
         fn post_send(&mut self, wrs: &[SendWr]) -> Result<(), PostError> {
             for w in wrs {
-                if let SendKind::DeliverFar { to, seq, imm, inv, .. } = w.kind {
+                if let SendKind::DeliverFar {
+                    to, seq, imm, inv, ..
+                } = w.kind
+                {
                     self.node.writes.borrow_mut().push(*w);
                     self.node.invs.borrow_mut().push(inv);
                     let n = Notice::Data {
@@ -1100,7 +1106,12 @@ pub(crate) mod tests {
     /// notice posted on its own frees its room when it "completes" here.
     pub(crate) fn carry(from: &Node, to: &Node, m: &mut Messages<VecStore>) -> usize {
         let sent: Vec<_> = from.wire.borrow_mut().drain(..).collect();
-        let mut invs = from.invs.borrow_mut().drain(..).collect::<Vec<_>>().into_iter();
+        let mut invs = from
+            .invs
+            .borrow_mut()
+            .drain(..)
+            .collect::<Vec<_>>()
+            .into_iter();
         for &(qp, n) in &sent {
             let mut inv = None;
             if matches!(n, Notice::Data { .. }) {
@@ -1186,25 +1197,48 @@ pub(crate) mod tests {
         }
         // Two sends take the two buffers; a third finds none and waits.
         for (w, len) in [(1, 5), (2, 6)] {
-            assert!(matches!(a_sends(&mut a, a7, send(w, len, None)), SendStep::DeliverFar { .. }));
+            assert!(matches!(
+                a_sends(&mut a, a7, send(w, len, None)),
+                SendStep::DeliverFar { .. }
+            ));
         }
-        assert_eq!(a_sends(&mut a, a7, send(3, 7, None)), SendStep::Waits, "no third buffer");
+        assert_eq!(
+            a_sends(&mut a, a7, send(3, 7, None)),
+            SendStep::Waits,
+            "no third buffer"
+        );
         // Its credit held while it waits, as a submission holds it.
         na.qps[1].borrow_mut().hold();
         // Their Data notices, the first twice: each receive completes once, with its own.
         let far_b7 = link_id(b.index, b7);
-        let data = |seq, len| Notice::Data { to: far_b7, seq, len, imm: None };
-        for (n, addr) in [(data(0, 5), 0x8000), (data(0, 5), 0x8000), (data(1, 6), 0x8100), (data(1, 6), 0x8100)] {
+        let data = |seq, len| Notice::Data {
+            to: far_b7,
+            seq,
+            len,
+            imm: None,
+        };
+        for (n, addr) in [
+            (data(0, 5), 0x8000),
+            (data(0, 5), 0x8000),
+            (data(1, 6), 0x8100),
+            (data(1, 6), 0x8100),
+        ] {
             b.on_notice(&na.gid, 1, n, Some(key(addr)), &nb);
         }
         let got = owed(&mut b, &nb);
-        let rx = |byte_len| Completion::Received { byte_len, imm: None };
+        let rx = |byte_len| Completion::Received {
+            byte_len,
+            imm: None,
+        };
         assert_eq!(got, vec![(80, rx(5)), (81, rx(6))]);
         // A third receive: only the Data for its advert fills it, not a replay.
         assert_eq!(b.recv(b7, 0, recv(82, 0x8200), &nb), RecvStep::Queued);
         carry(&nb, &na, &mut a);
         b.on_notice(&na.gid, 1, data(0, 5), Some(key(0x8000)), &nb);
-        assert!(owed(&mut b, &nb).is_empty(), "a replayed Data fills nothing");
+        assert!(
+            owed(&mut b, &nb).is_empty(),
+            "a replayed Data fills nothing"
+        );
         b.on_notice(&na.gid, 1, data(2, 7), Some(key(0x8200)), &nb);
         assert_eq!(owed(&mut b, &nb), vec![(82, rx(7))]);
     }
@@ -1223,7 +1257,10 @@ pub(crate) mod tests {
         for (w, addr) in [(80, 0x8000), (81, 0x8100), (82, 0x8200)] {
             assert_eq!(b.recv(b7, 0, recv(w, addr), &nb), RecvStep::Queued);
         }
-        assert_eq!(*nb.mapped.borrow(), vec![key(0x8000), key(0x8100), key(0x8200)]);
+        assert_eq!(
+            *nb.mapped.borrow(),
+            vec![key(0x8000), key(0x8100), key(0x8200)]
+        );
         // The advert carries the key made for its receive, not the MR's.
         carry(&nb, &na, &mut a);
         match a_sends(&mut a, a7, send(1, 5, None)) {
@@ -1232,7 +1269,12 @@ pub(crate) mod tests {
         }
         // Sent as a sender must: the Data closes the key, the receive completes.
         let far_b7 = link_id(b.index, b7);
-        let data = |seq| Notice::Data { to: far_b7, seq, len: 4, imm: None };
+        let data = |seq| Notice::Data {
+            to: far_b7,
+            seq,
+            len: 4,
+            imm: None,
+        };
         b.on_notice(&na.gid, 1, data(0), Some(key(0x8000)), &nb);
         assert_eq!(owed(&mut b, &nb).len(), 1);
         assert_eq!(*nb.released.borrow(), vec![(key(0x8000), true)]);

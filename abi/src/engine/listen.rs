@@ -47,9 +47,9 @@ use super::cqe::{Cqe, CqeFlags, Reason};
 use super::fabric::{Fabric, Members as _, Qps};
 use super::message::{Holder, Messages};
 use super::ports::Hold;
-use super::shares::Share;
 use super::ring::RingMem;
 use super::ring_state::{Client, Completion, Ring};
+use super::shares::Share;
 use super::sqe::Sqe;
 use super::submit::{Held, Stall, Step};
 use super::wrid::WrId;
@@ -71,7 +71,10 @@ pub fn write_listen_line(
     offers: usize,
     w: &mut impl core::fmt::Write,
 ) -> core::fmt::Result {
-    writeln!(w, "listen service {service} uid {uid} ring {ring} offers {offers}")
+    writeln!(
+        w,
+        "listen service {service} uid {uid} ring {ring} offers {offers}"
+    )
 }
 
 /// A shard's note that a ring listens on a service.
@@ -242,7 +245,10 @@ impl<S: Store> Messages<S> {
 
     /// Offers here for `service` not taken yet.
     pub fn offers(&self, service: u32) -> usize {
-        self.links.iter().filter_map(|(h, _)| self.offer_of(h, service)).count()
+        self.links
+            .iter()
+            .filter_map(|(h, _)| self.offer_of(h, service))
+            .count()
     }
 
     /// Link `h` as an offer to the listen on `service`, if it is one.
@@ -273,7 +279,9 @@ impl<S: Store> Messages<S> {
 
     /// The oldest link offered to the listener of `service`, not taken yet.
     pub fn next_offer(&self, service: u32) -> Option<Offer> {
-        self.links.iter().find_map(|(h, _)| self.offer_of(h, service))
+        self.links
+            .iter()
+            .find_map(|(h, _)| self.offer_of(h, service))
     }
 
     /// Answers offer `link`: taken by a virtual QP bound to physical QP `qp` (`Some`:
@@ -519,7 +527,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         // listening user's, whose own CONNECTs stay its own. One client may hold only
         // its part of the ring's table.
         let client = o.client();
-        let held_by = self.tables.vqps.iter().filter(|(_, v)| v.accepted == Some(client)).count();
+        let held_by = self
+            .tables
+            .vqps
+            .iter()
+            .filter(|(_, v)| v.accepted == Some(client))
+            .count();
         if held_by >= (self.tables.vqps.capacity() / CLIENT_SHARE).max(1) {
             return refuse(held, Reason::Quota);
         }
@@ -653,7 +666,11 @@ mod tests {
         c.settle(10_000, 100, &nc, |w, x| failed.push((w.encode(), x)));
         s.settle(10_000, 100, &ns, |w, x| failed.push((w.encode(), x)));
         assert_eq!(failed, vec![]);
-        assert_eq!(carry(&nc, &ns, &mut s), 0, "no notice: the client did not leave");
+        assert_eq!(
+            carry(&nc, &ns, &mut s),
+            0,
+            "no notice: the client did not leave"
+        );
         assert!(matches!(
             c.send(cl, 0, send(1, 8, None)),
             SendStep::DeliverFar { r, .. } if r.addr == 0x9000
@@ -777,7 +794,10 @@ mod tests {
         carry(&ns, &nc, &mut c);
         // Each server end receives only its own client's message.
         for (i, &(port, link)) in taken.iter().enumerate() {
-            assert_eq!(s.recv(link, 0, recv(90 + i as u64, 0x9000 + i as u64 * 0x100), &ns), RecvStep::Queued);
+            assert_eq!(
+                s.recv(link, 0, recv(90 + i as u64, 0x9000 + i as u64 * 0x100), &ns),
+                RecvStep::Queued
+            );
             let _ = port;
         }
         carry(&ns, &nc, &mut c);
@@ -800,7 +820,10 @@ mod tests {
         let (nq, mut q) = node_with(13, 64);
         let mut ends = vec![];
         for port in 40000..40064u16 {
-            let t = Tuple { local: port, ..client() };
+            let t = Tuple {
+                local: port,
+                ..client()
+            };
             ends.push(p.join_far(ns.gid, t, 1, &np).unwrap().0);
         }
         // The Hellos go as the QP has room for notices (each carried frees some).
@@ -816,7 +839,11 @@ mod tests {
             .iter()
             .filter(|&&l| p.send(l, 0, send(1, 8, None)) == SendStep::Fail(Reason::Refused))
             .count();
-        assert_eq!(refused, 64 - share, "each refused by name, none left waiting");
+        assert_eq!(
+            refused,
+            64 - share,
+            "each refused by name, none left waiting"
+        );
         q.join_far(ns.gid, client(), 1, &nq).unwrap();
         carry(&nq, &ns, &mut s);
         assert_eq!(s.links(), share + 1, "another node's CONNECT still lands");
@@ -862,8 +889,14 @@ mod tests {
         s.settle(11_001, 10_000, &ns, route);
         assert_eq!(s.links(), 0, "refused, and told");
         carry(&ns, &nc, &mut c);
-        assert_eq!(owed(&mut c, &nc), vec![(1, Completion::Failed(Reason::Refused))]);
-        assert_eq!(c.send(cl, 0, send(2, 8, None)), SendStep::Fail(Reason::Refused));
+        assert_eq!(
+            owed(&mut c, &nc),
+            vec![(1, Completion::Failed(Reason::Refused))]
+        );
+        assert_eq!(
+            c.send(cl, 0, send(2, 8, None)),
+            SendStep::Fail(Reason::Refused)
+        );
     }
 
     /// On one node: a CONNECT for the listen on this node is offered to it, and the
@@ -880,7 +913,9 @@ mod tests {
         s.answer_offer(o.link, Some(1), &ns);
         assert_eq!(s.next_offer(SERVICE), None);
         assert_eq!(s.recv(cl, 1, recv(9, 0x9000), &ns), RecvStep::Queued);
-        assert!(matches!(s.send(cl, ce, send(1, 8, None)), SendStep::Deliver(r) if r.addr == 0x9000));
+        assert!(
+            matches!(s.send(cl, ce, send(1, 8, None)), SendStep::Deliver(r) if r.addr == 0x9000)
+        );
         // With nobody listening on 71: refused after the deadline.
         let lonely = Tuple {
             peer: 71,
@@ -893,7 +928,10 @@ mod tests {
         s.settle(0, 100, &ns, |w, c| got.push((w.encode(), c)));
         s.settle(101, 100, &ns, |w, c| got.push((w.encode(), c)));
         assert_eq!(got, vec![(5, Completion::Failed(Reason::Refused))]);
-        assert_eq!(s.send(l2, e2, send(6, 8, None)), SendStep::Fail(Reason::Refused));
+        assert_eq!(
+            s.send(l2, e2, send(6, 8, None)),
+            SendStep::Fail(Reason::Refused)
+        );
         s.leave(l2, e2, &ns);
         assert_eq!(s.links(), 1, "the refused link goes with its end");
     }
@@ -908,7 +946,10 @@ mod tests {
         assert!(!s.quiet());
         s.fail_far(crate::engine::QpBits::one(1), &ns);
         let _ = owed(&mut s, &ns);
-        assert!(s.links() == 0 && s.quiet(), "nothing left, nothing to sweep");
+        assert!(
+            s.links() == 0 && s.quiet(),
+            "nothing left, nothing to sweep"
+        );
     }
 
     /// On one node, one user's pairing CONNECTs on one four-tuple pair in order: the
@@ -917,16 +958,32 @@ mod tests {
     #[test]
     fn pairs_on_one_four_tuple_of_one_node_pair_in_order() {
         let (n, mut m) = node(11);
-        let ab = Tuple { local: 5000, peer: 6000, pair: true };
-        let ba = Tuple { local: 6000, peer: 5000, pair: true };
+        let ab = Tuple {
+            local: 5000,
+            peer: 6000,
+            pair: true,
+        };
+        let ba = Tuple {
+            local: 6000,
+            peer: 5000,
+            pair: true,
+        };
         let (h1, _) = m.join(n.gid, ab, 0, None).unwrap();
         let (h2, _) = m.join(n.gid, ab, 0, None).unwrap();
         assert_ne!(h1, h2, "a second half-open link");
         let open = m.half_open(&n.gid, ba);
-        assert_eq!(m.join(n.gid, ba, 0, open), Some((h1, 1)), "the oldest first");
+        assert_eq!(
+            m.join(n.gid, ba, 0, open),
+            Some((h1, 1)),
+            "the oldest first"
+        );
         let open = m.half_open(&n.gid, ba);
         assert_eq!(m.join(n.gid, ba, 0, open), Some((h2, 1)));
-        let same = Tuple { local: 7000, peer: 7000, pair: true };
+        let same = Tuple {
+            local: 7000,
+            peer: 7000,
+            pair: true,
+        };
         let mut ends = std::vec::Vec::new();
         for _ in 0..4 {
             let open = m.half_open(&n.gid, same);
@@ -945,7 +1002,10 @@ mod tests {
         let (h, e) = m.join(n.gid, client(), 0, None).unwrap();
         m.await_listen(h, 99);
         m.depart(h, e, &n);
-        assert_eq!(owed(&mut m, &n), vec![(99, Completion::Failed(Reason::Cancelled))]);
+        assert_eq!(
+            owed(&mut m, &n),
+            vec![(99, Completion::Failed(Reason::Cancelled))]
+        );
         assert_eq!(m.add_listener(SERVICE, listen()), Ok(false), "not offered");
         m.leave(h, e, &n);
         assert_eq!(m.links(), 0);
@@ -963,7 +1023,11 @@ mod tests {
         };
         let (al, _) = a.join_far(nb.gid, t, 1, &na).unwrap();
         carry(&na, &nb, &mut b);
-        assert_eq!(b.links(), 0, "nothing kept for a peer that pairs with nobody");
+        assert_eq!(
+            b.links(),
+            0,
+            "nothing kept for a peer that pairs with nobody"
+        );
         let back = Tuple {
             local: 6000,
             peer: 5000,
@@ -997,7 +1061,6 @@ mod tests {
         let told: std::vec::Vec<_> = nc.wire.borrow().iter().map(|&(_, n)| n).collect();
         assert!(matches!(told[..], [Notice::Leave { .. }]), "{told:?}");
     }
-
 
     /// A shard full of links that only wait to send their last notices says so: a
     /// CONNECT then waits for them instead of failing `TableFull` (8 processes cycling
@@ -1036,6 +1099,4 @@ mod tests {
         }
         assert!(!c.draining() && c.join_far(ns.gid, t(9000), 1, &nc).is_ok());
     }
-
-
 }

@@ -287,7 +287,12 @@ pub struct Link {
 pub const NO_MAKER: u32 = u32::MAX;
 
 impl Link {
-    pub(super) const fn new(gid: [u8; 16], ports: [u16; 2], ends: [End; 2], far: Option<super::far::Far>) -> Link {
+    pub(super) const fn new(
+        gid: [u8; 16],
+        ports: [u16; 2],
+        ends: [End; 2],
+        far: Option<super::far::Far>,
+    ) -> Link {
         Link {
             gid,
             ports,
@@ -503,7 +508,10 @@ impl<S: Store> Messages<S> {
 
     /// Links user `user` made here and that have not gone yet.
     pub fn made_count(&self, user: u32) -> u32 {
-        self.made.as_ref().get(user as usize).map_or(0, |&n| n as u32)
+        self.made
+            .as_ref()
+            .get(user as usize)
+            .map_or(0, |&n| n as u32)
     }
 
     /// Receives posted and not yet matched.
@@ -697,12 +705,7 @@ impl<S: Store> Messages<S> {
 
     /// Takes the oldest unmatched receive of end `end` (to cancel it); the key made for
     /// it, if it was advertised, is let go.
-    pub fn cancel_recv(
-        &mut self,
-        link: u32,
-        end: u8,
-        qps: &(impl Qps<S> + ?Sized),
-    ) -> Option<u64> {
+    pub fn cancel_recv(&mut self, link: u32, end: u8, qps: &(impl Qps<S> + ?Sized)) -> Option<u64> {
         let l = self.links.get_mut(link)?;
         if let Some(far) = &mut l.far {
             // Advertised receives are the peer's to fill until it answers our leaving.
@@ -793,12 +796,18 @@ impl<S: Store> Messages<S> {
             return;
         }
         for i in 0..self.links.capacity() {
-            let Some(h) = self.links.handle_at(i) else { continue };
+            let Some(h) = self.links.handle_at(i) else {
+                continue;
+            };
             let l = self.links.get_mut(h).expect("live");
             // A CONNECT of ours to another node waits twice as long: the peer's own
             // deadline answers first, unless the peer never answers at all.
             let ours_far = l.far.is_some() && l.ends[0].holder == Holder::Bound;
-            let limit = if ours_far { 2 * deadline_ms } else { deadline_ms };
+            let limit = if ours_far {
+                2 * deadline_ms
+            } else {
+                deadline_ms
+            };
             match l.unanswered_since {
                 Some(i64::MIN) => l.unanswered_since = Some(now_ms),
                 Some(t) if now_ms - t > limit => {

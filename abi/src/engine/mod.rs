@@ -24,7 +24,6 @@ mod far;
 mod listen;
 mod message;
 mod ports;
-mod shares;
 mod qp;
 mod qp_bits;
 pub mod qp_budget;
@@ -32,6 +31,7 @@ mod recovery;
 mod register;
 mod ring_state;
 mod route;
+mod shares;
 mod submit;
 mod table;
 mod uring;
@@ -48,32 +48,28 @@ pub use direct::{direct_complete, DIRECT_WR_ID};
 pub use export::{Export, ExportError, ExportSlot, Exports};
 pub use fabric::{Fabric, Links, Located, Members, NoPost, Post, Qps};
 pub use far::{
-    notice_recv_index, notice_recv_wr_id, ADVERT_KEYS, FAR_RECV,
-    FAR_WRITE_WR_ID, NOTICE_RECVS, NOTICE_WR_ID,
+    notice_recv_index, notice_recv_wr_id, ADVERT_KEYS, FAR_RECV, FAR_WRITE_WR_ID, NOTICE_RECVS,
+    NOTICE_WR_ID,
 };
-pub use listen::{
-    accept_aux, write_listen_line, Offer, CLIENT_SHARE, MAX_LISTENERS, RING_LISTENS,
-};
+pub use listen::{accept_aux, write_listen_line, Offer, CLIENT_SHARE, MAX_LISTENERS, RING_LISTENS};
 pub use message::{
     port_key, shard_of, HalfOpen, Link, MessageStorage, Messages, Node, PostedRecv, RecvStep,
     SendStep, Target, Tuple, WaitingSend,
 };
-pub use shares::{one_more, Counts, Share, SHARES};
 pub use ports::{
     Creds, Groups, Held as HeldPort, Hold, PortStorage, Ports, EPHEMERAL_FIRST, EPHEMERAL_LAST,
     MAX_GROUPS, PRIVILEGED,
 };
 pub use qp::{Delivery, PhysQp, Posted, NOTICE_ROOM};
 pub use qp_bits::{QpBits, MAX_QPS};
-pub use recovery::{
-    settle_links, sweep, Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS,
-};
+pub use recovery::{settle_links, sweep, Rearm, Recovery, DEFAULT_DEADLINE_MS, FLUSH_PATIENCE_MS};
 pub use register::{Caller, Context, Registration};
 pub use ring_state::{
     Client, Completion, Inflight, LocalMr, RemoteMr, Ring, RingStats, RingStorage, Tables, Trace,
     Vqp, REVOKED_ACROSS,
 };
 pub use route::{BusyHint, Delivered, Inbox};
+pub use shares::{one_more, Counts, Share, SHARES};
 pub use submit::{Stall, Submitted, CHAIN};
 pub use table::{Fifo, Slot, Table, MAX_TABLE};
 pub use uring::{command, not_carried, uring_result, Diverted, Handed, One, URING_CMD_ENTRY};

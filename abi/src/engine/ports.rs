@@ -152,7 +152,10 @@ impl<S: Store> Ports<S> {
     /// ephemeral searches at `seed` (a random value: the first ports are not guessable).
     pub fn new(mut storage: PortStorage<S>, seed: u32) -> Self {
         let n = storage.slots.as_ref().len();
-        assert!(n.is_power_of_two() && n >= 2, "ports: a power of two of slots");
+        assert!(
+            n.is_power_of_two() && n >= 2,
+            "ports: a power of two of slots"
+        );
         storage.slots.as_mut().fill(EMPTY);
         Ports {
             slots: storage.slots,
@@ -320,12 +323,35 @@ mod tests {
     use std::vec;
 
     fn ports(slots: usize) -> Ports<VecStore> {
-        Ports::new(PortStorage { slots: vec![EMPTY; slots] }, 12345)
+        Ports::new(
+            PortStorage {
+                slots: vec![EMPTY; slots],
+            },
+            12345,
+        )
     }
 
-    const ALICE: Creds = Creds { uid: 1000, gid: 1000, groups: Groups::NONE, bind_low: false, user: 1 };
-    const BOB: Creds = Creds { uid: 1001, gid: 1001, groups: Groups::NONE, bind_low: false, user: 2 };
-    const ROOT: Creds = Creds { uid: 0, gid: 0, groups: Groups::NONE, bind_low: true, user: 0 };
+    const ALICE: Creds = Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: Groups::NONE,
+        bind_low: false,
+        user: 1,
+    };
+    const BOB: Creds = Creds {
+        uid: 1001,
+        gid: 1001,
+        groups: Groups::NONE,
+        bind_low: false,
+        user: 2,
+    };
+    const ROOT: Creds = Creds {
+        uid: 0,
+        gid: 0,
+        groups: Groups::NONE,
+        bind_low: true,
+        user: 0,
+    };
 
     #[test]
     fn a_listened_port_is_its_users_alone() {
@@ -333,7 +359,11 @@ mod tests {
         assert_eq!(p.bind(5000, Hold::Listen, ALICE), Ok(()));
         assert_eq!(p.bind(5000, Hold::Listen, BOB), Err(Reason::ServiceTaken));
         assert_eq!(p.bind(5000, Hold::Named, BOB), Err(Reason::ServiceTaken));
-        assert_eq!(p.bind(5000, Hold::Named, ALICE), Err(Reason::ServiceTaken), "a listen's own");
+        assert_eq!(
+            p.bind(5000, Hold::Named, ALICE),
+            Err(Reason::ServiceTaken),
+            "a listen's own"
+        );
         assert_eq!(p.bind(5000, Hold::Listen, ALICE), Err(Reason::ServiceTaken));
         p.release(5000);
         assert_eq!(p.bind(5000, Hold::Listen, BOB), Ok(()));
@@ -344,7 +374,20 @@ mod tests {
         let mut p = ports(16);
         p.bind(7, Hold::Named, ROOT).unwrap();
         p.bind(7, Hold::Named, ROOT).unwrap();
-        assert_eq!(p.bind(7, Hold::Named, Creds { uid: 0, gid: 0, groups: Groups::NONE, bind_low: false, user: 0 }), Err(Reason::NotPermitted));
+        assert_eq!(
+            p.bind(
+                7,
+                Hold::Named,
+                Creds {
+                    uid: 0,
+                    gid: 0,
+                    groups: Groups::NONE,
+                    bind_low: false,
+                    user: 0
+                }
+            ),
+            Err(Reason::NotPermitted)
+        );
         assert_eq!(p.bind(7000, Hold::Named, ALICE), Ok(()));
         assert_eq!(p.bind(7000, Hold::Named, BOB), Err(Reason::ServiceTaken));
         assert_eq!(p.bind(7000, Hold::Listen, ALICE), Err(Reason::ServiceTaken));

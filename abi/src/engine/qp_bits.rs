@@ -144,7 +144,12 @@ mod tests {
         assert!(b.is_empty());
         b.insert(u32::MAX);
         assert!(b.is_empty() && !b.contains(u32::MAX));
-        assert_eq!(QpBits::range(MAX_QPS as u32 - 1, 5).iter().collect::<Vec<_>>(), [255]);
+        assert_eq!(
+            QpBits::range(MAX_QPS as u32 - 1, 5)
+                .iter()
+                .collect::<Vec<_>>(),
+            [255]
+        );
     }
 
     proptest! {

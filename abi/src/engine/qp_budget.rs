@@ -24,4 +24,7 @@ pub const PEER_QPS: usize = PEER_SETS_MAX * QPS_PER_SET;
 
 /// Physical QP slots of a device: the pool's, then the peer sets'.
 pub const QPS: usize = POOL_QPS + PEER_QPS;
-const _: () = assert!(QPS <= MAX_QPS, "the recovery keeps a bit per QP in a QpBits");
+const _: () = assert!(
+    QPS <= MAX_QPS,
+    "the recovery keeps a bit per QP in a QpBits"
+);

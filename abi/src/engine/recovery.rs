@@ -215,8 +215,9 @@ impl Recovery {
             // installed since. One being recovered already took its group with it (a
             // set's slot given a new connection is not failed again for its sibling).
             let in_recovery = self.errored | self.broken;
-            let newly =
-                |e: usize| (failed - in_recovery).contains(e as u32) && qps.qp(e as u32, |q, _| q.failed());
+            let newly = |e: usize| {
+                (failed - in_recovery).contains(e as u32) && qps.qp(e as u32, |q, _| q.failed())
+            };
             if let Some(first) = group.clone().find(|&e| newly(e)) {
                 // The group fails for its first failed QP's reason (a peer that went
                 // takes both of its set's QPs, whichever the CM told of first).
@@ -457,7 +458,11 @@ mod tests {
         assert!(!b.q[199].borrow().failed() && !b.q[202].borrow().failed());
         assert!(b.r.on_completion(200, Recovery::marker(200)));
         assert!(b.r.on_completion(201, Recovery::marker(201)));
-        assert_eq!(b.at(10), 2, "200 and 201 flushed; 254's wait for their patience");
+        assert_eq!(
+            b.at(10),
+            2,
+            "200 and 201 flushed; 254's wait for their patience"
+        );
         assert_eq!(b.hw.rearmed, [(200, 2)]);
         assert_eq!(b.owed, [(9, Completion::Failed(Reason::QpError))]);
         assert_eq!(b.at(1 + FLUSH_PATIENCE_MS), 2);

@@ -23,8 +23,8 @@ use super::export::{Export, ExportError};
 use super::fabric::Fabric;
 use super::ring::RingMem;
 use super::ring_state::{LocalMr, Ring};
-use super::sqe::{MrAccess, Sqe};
 use super::shares::Share;
+use super::sqe::{MrAccess, Sqe};
 use super::Store;
 
 /// Who is submitting, as the kernel tells the engine.

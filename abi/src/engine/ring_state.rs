@@ -12,8 +12,8 @@ use super::fabric::{Fabric, Members as _};
 use super::layout::SqFlags;
 use super::meta::client::Answer;
 use super::ports::Creds;
-use super::shares::Share;
 use super::ring::{CqProducer, RingMem, SqConsumer};
+use super::shares::Share;
 use super::sqe::{MrAccess, Sqe};
 use super::submit::Chain;
 use super::table::{Fifo, Slot, Table};
@@ -584,7 +584,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
     /// Gives back the shares of the receives completed since the last call.
     fn give_recvs<F: Fabric<S>>(&mut self, f: &F) {
         if self.recvs_done > 0 {
-            f.give_share(self.creds.user, Share::Recvs, core::mem::take(&mut self.recvs_done));
+            f.give_share(
+                self.creds.user,
+                Share::Recvs,
+                core::mem::take(&mut self.recvs_done),
+            );
         }
     }
 
@@ -627,7 +631,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let mut recvs = 0;
         // io_uring waits for every command it carried: those fail here, by name.
         for i in 0..self.tables.inflight.capacity() {
-            let Some(h) = self.tables.inflight.handle_at(i) else { continue };
+            let Some(h) = self.tables.inflight.handle_at(i) else {
+                continue;
+            };
             let Some(inf) = self.tables.inflight.get(h).copied().filter(|i| i.sink != 0) else {
                 continue;
             };

@@ -24,14 +24,14 @@ use super::layout::SqFlags;
 use super::message::{
     port_key, shard_of, Messages, PostedRecv, RecvStep, SendStep, Target, Tuple, WaitingSend,
 };
-use super::ports::Hold;
-use super::shares::Share;
 use super::meta::client::Answer;
 use super::meta::record::Grant;
+use super::ports::Hold;
 use super::qp::{Delivery, Posted};
 use super::register::{Caller, Context, Pending, Registration};
 use super::ring::{RingError, RingMem};
 use super::ring_state::{let_vqp_go, revoke, Client, Completion, Inflight, Ring, Vqp};
+use super::shares::Share;
 use super::sqe::{Sqe, SqeFlags};
 use super::validate::{validate, Op};
 use super::wrid::WrId;
@@ -289,9 +289,11 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     Answer::Done((_, e, g)) if g.rights(uid, in_group, e.access).is_empty() => {
                         Cqe::err(ud, Reason::NotPermitted)
                     }
-                    Answer::Done((at, _, _)) => {
-                        Cqe::ok(ud, at.node as i32, (u32::from_be_bytes(at.ipv4) as u64) << 32)
-                    }
+                    Answer::Done((at, _, _)) => Cqe::ok(
+                        ud,
+                        at.node as i32,
+                        (u32::from_be_bytes(at.ipv4) as u64) << 32,
+                    ),
                 }
             }
             Op::Disconnect { vqp } => {
@@ -379,24 +381,28 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     }
                     // Whose name it is: the uid the caller named, else the caller's
                     // own or root's (see `NameFlags::OWNED_BY`).
-                    Answer::Done((_, g)) if !owner.map_or(g.uid == uid || g.uid == 0, |o| o == g.uid) => {
+                    Answer::Done((_, g))
+                        if !owner.map_or(g.uid == uid || g.uid == 0, |o| o == g.uid) =>
+                    {
                         Cqe::err(ud, Reason::WrongOwner)
                     }
                     Answer::Done((e, _)) if len > e.len => Cqe::err(ud, Reason::RemoteRange),
                     // The export's rights that the name's mode grants this user.
-                    Answer::Done((e, g)) => match self.tables.rmrs.insert(super::ring_state::RemoteMr {
-                        vqp,
-                        addr: e.addr,
-                        len: if len == 0 { e.len } else { len },
-                        descriptor: 0,
-                        rkey: e.rkey,
-                        access: g.rights(uid, in_group, e.access),
-                        checked: 0,
-                        across: true,
-                    }) {
-                        Ok(h) => Cqe::ok(ud, h as i32, e.addr),
-                        Err(_) => Cqe::err(ud, Reason::TableFull),
-                    },
+                    Answer::Done((e, g)) => {
+                        match self.tables.rmrs.insert(super::ring_state::RemoteMr {
+                            vqp,
+                            addr: e.addr,
+                            len: if len == 0 { e.len } else { len },
+                            descriptor: 0,
+                            rkey: e.rkey,
+                            access: g.rights(uid, in_group, e.access),
+                            checked: 0,
+                            across: true,
+                        }) {
+                            Ok(h) => Cqe::ok(ud, h as i32, e.addr),
+                            Err(_) => Cqe::err(ud, Reason::TableFull),
+                        }
+                    }
                 }
             }
             Op::Send {
@@ -649,7 +655,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         let port = match (t.peer, t.local) {
             (0, _) => Ok(0),
             (_, 0) => f.ports(|p| p.ephemeral(creds.uid)),
-            (_, p) => f.ports(|ports| ports.bind(p, Hold::Named, creds)).map(|()| p),
+            (_, p) => f
+                .ports(|ports| ports.bind(p, Hold::Named, creds))
+                .map(|()| p),
         };
         t.local = match port {
             Ok(p) => p,
@@ -684,7 +692,12 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
         };
         let open = held.shard(k).half_open(&gid, t);
         let m = held.members();
-        let cqe = match m.connect(gid, port_key(t.local, t.peer), open.map(|o| o.qp), self.creds.user) {
+        let cqe = match m.connect(
+            gid,
+            port_key(t.local, t.peer),
+            open.map(|o| o.qp),
+            self.creds.user,
+        ) {
             Err(Errno::EINPROGRESS) => {
                 // Taken again when the set is up: its port with it.
                 release(f);
@@ -728,7 +741,9 @@ impl<S: Store, Q: RingMem<Entry = Sqe>, C: RingMem<Entry = Cqe>> Ring<S, Q, C> {
                     // CONNECT/DISCONNECT cycles), the shard's or this user's half of
                     // it: they go as the notices complete, so the CONNECT waits for
                     // them rather than fail.
-                    Err(Reason::TableFull | Reason::Quota) if conn.peer && held.shard(k).draining() => {
+                    Err(Reason::TableFull | Reason::Quota)
+                        if conn.peer && held.shard(k).draining() =>
+                    {
                         held.members().disconnect(conn.qp, self.creds.user);
                         release(f);
                         return Step::Wait(Stall::Busy);

@@ -231,7 +231,8 @@ impl<T: Copy, S: Store> Fifo<T, S> {
     /// Removes and returns the oldest entry `pred` holds for, keeping the others' order.
     pub fn remove_where(&mut self, mut pred: impl FnMut(T) -> bool) -> Option<T> {
         let cap = self.capacity() as u32;
-        let k = (0..self.len).find(|&k| pred(self.buf.as_ref()[wrap(self.head + k, cap) as usize]))?;
+        let k =
+            (0..self.len).find(|&k| pred(self.buf.as_ref()[wrap(self.head + k, cap) as usize]))?;
         // Shift the entries before it one place back, then drop the front.
         let buf = self.buf.as_mut();
         let found = buf[wrap(self.head + k, cap) as usize];

@@ -16,10 +16,10 @@ use super::backend::{SendKind, Sge};
 use super::cqe::Reason;
 use super::export::Export;
 use super::fabric::Fabric;
+use super::message::Tuple;
 use super::meta::record::{name_from_words, MODE_BITS, MODE_DEFAULT, NAME_LEN};
 use super::opcode::{Opcode, OPCODE_LAST};
 use super::ring_state::{LocalMr, Tables, REVOKED_ACROSS};
-use super::message::Tuple;
 use super::sqe::{ConnectFlags, MrAccess, NameFlags, Sqe, SqeFlags};
 use super::Store;
 
@@ -428,7 +428,9 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
                 return Err(Reason::BadLength);
             }
             let flags = NameFlags::from_bits(sqe.imm).ok_or(Reason::UnknownFlags)?;
-            let owner = flags.contains(NameFlags::OWNED_BY).then_some(sqe.owner_uid());
+            let owner = flags
+                .contains(NameFlags::OWNED_BY)
+                .then_some(sqe.owner_uid());
             if owner.is_none() && sqe.owner_uid() != 0 {
                 return Err(Reason::ReservedNonzero);
             }
@@ -445,7 +447,9 @@ pub fn validate<S: Store, F: Fabric<S>>(sqe: &Sqe, t: &mut Tables<S>, f: &F) -> 
                 p => p as u32,
             },
         },
-        Opcode::Unlisten => Op::Unlisten { service: sqe.service() },
+        Opcode::Unlisten => Op::Unlisten {
+            service: sqe.service(),
+        },
         Opcode::ResolveName => Op::ResolveName {
             name: name_of(sqe)?,
         },

@@ -443,14 +443,21 @@ mod tests {
         for n in ["a", "b", "c"] {
             publish(&mut m, &T, &rec(n), &mut buf).unwrap();
         }
-        let theirs = ExportRecord { node: 2, ..rec("d") };
+        let theirs = ExportRecord {
+            node: 2,
+            ..rec("d")
+        };
         publish(&mut m, &T, &theirs, &mut buf).unwrap();
         assert_eq!(revoke_node(&mut m, &T, 1, 0..T.export_slots), Ok(3));
         for n in ["a", "b", "c"] {
             assert_eq!(found(&mut m, n), None, "{n} still found");
         }
         assert_eq!(found(&mut m, "d"), Some(2), "another node's record stays");
-        assert_eq!(revoke_node(&mut m, &T, 1, 0..T.export_slots), Ok(0), "tombstones are nobody's");
+        assert_eq!(
+            revoke_node(&mut m, &T, 1, 0..T.export_slots),
+            Ok(0),
+            "tombstones are nobody's"
+        );
         publish(&mut m, &T, &rec("a"), &mut buf).unwrap();
         assert_eq!(found(&mut m, "a"), Some(1));
         m.down = true;
@@ -474,7 +481,10 @@ mod tests {
             .iter()
             .filter(|n| T.home(&name(n).unwrap()).wrapping_sub(home) % 32 < PROBE as u32)
             .count();
-        assert!(hits < PROBE, "{hits} of {PROBE} aimed names still in the window");
+        assert!(
+            hits < PROBE,
+            "{hits} of {PROBE} aimed names still in the window"
+        );
     }
 
     #[test]

@@ -170,7 +170,12 @@ impl<S: Store> MetaClient<S> {
     /// peer, RESOLVE_NAME (wherever it lives), asked by user `user` (its slot), who may
     /// have a quarter of the lookups under way at once (`Quota` past it): so no user's
     /// lookups of names nobody serves keep the others' from being asked.
-    pub fn import(&mut self, name: &[u8; NAME_LEN], peer: Option<u16>, user: u32) -> Answer<ExportRecord> {
+    pub fn import(
+        &mut self,
+        name: &[u8; NAME_LEN],
+        peer: Option<u16>,
+        user: u32,
+    ) -> Answer<ExportRecord> {
         if let Some(r) = self.cache.get(name) {
             return match peer.is_none_or(|p| r.node == p) {
                 true => Answer::Done(r),
@@ -243,7 +248,13 @@ impl<S: Store> MetaClient<S> {
             };
         }
         let uid = record.grant.uid;
-        if pubs.iter().flatten().filter(|p| p.record.grant.uid == uid).count() >= share {
+        if pubs
+            .iter()
+            .flatten()
+            .filter(|p| p.record.grant.uid == uid)
+            .count()
+            >= share
+        {
             return Answer::Failed(Reason::Quota);
         }
         match pubs.iter_mut().find(|p| p.is_none()) {
@@ -381,7 +392,9 @@ impl<S: Store> MetaClient<S> {
         match job {
             Job::Lookup { name } => {
                 let fail = match outcome {
-                    Outcome::Found { record } if self.revoked.contains(&(record.node, record.rkey)) => {
+                    Outcome::Found { record }
+                        if self.revoked.contains(&(record.node, record.rkey)) =>
+                    {
                         self.cache.saw_node(record.node, record.incarnation);
                         Some(Reason::NoSuchName)
                     }
@@ -474,7 +487,10 @@ pub fn run(job: &Job, r: &mut (impl Remote + Call), t: &Tables, buf: &mut [u8]) 
             Ok(Reply::Refused(why)) => Outcome::Failed(refusal_reason(why)),
             Ok(_) | Err(_) => Outcome::Failed(Reason::Unreachable),
         },
-        Job::Revoke { name, slot } => match r.call(&Request::Revoke { name: *name, slot: *slot }) {
+        Job::Revoke { name, slot } => match r.call(&Request::Revoke {
+            name: *name,
+            slot: *slot,
+        }) {
             Ok(Reply::Revoked) => Outcome::Revoked,
             Ok(Reply::Refused(why)) => Outcome::Failed(refusal_reason(why)),
             Ok(_) | Err(_) => Outcome::Failed(Reason::Unreachable),
@@ -502,8 +518,8 @@ mod tests {
     use crate::engine::VecStore;
     use crate::meta::lookup::{EXPORT_FRAME, PROBE};
     use crate::meta::node::register;
-    use crate::meta::serve::mem::Served;
     use crate::meta::record::{name, NodeRecord};
+    use crate::meta::serve::mem::Served;
     use crate::meta::tables::mem::MemRegion;
     use alloc::vec;
     use alloc::vec::Vec;
@@ -596,7 +612,10 @@ mod tests {
         let verbs = m.verbs;
         assert_eq!(b.client.import(n, Some(a.me.id()), 0).map_rkey(), Some(77));
         assert_eq!(m.verbs, verbs, "cached");
-        assert_eq!(b.client.import(n, Some(13), 0), Answer::Failed(Reason::NotOnPeer));
+        assert_eq!(
+            b.client.import(n, Some(13), 0),
+            Answer::Failed(Reason::NotOnPeer)
+        );
         assert_eq!(
             b.client.import(n, None, 0).map_rkey(),
             Some(77),
@@ -638,7 +657,10 @@ mod tests {
         assert_eq!(a.client.published_rkey(10), None);
         b.client.import(&kv.name, Some(a.me.id()), 0);
         b.net(&mut m);
-        assert_eq!(b.client.import(&kv.name, Some(a.me.id()), 0).map_rkey(), Some(77));
+        assert_eq!(
+            b.client.import(&kv.name, Some(a.me.id()), 0).map_rkey(),
+            Some(77)
+        );
         b.client.revoked_far(a.me.id(), 77);
         assert_eq!(
             b.client.import(&kv.name, Some(a.me.id()), 0),
@@ -670,7 +692,10 @@ mod tests {
         let mut a = Node::new(&mut m, 11);
         assert_eq!(a.me.incarnation, 2);
         b.client.peer_lost(a.me.id());
-        assert_eq!(b.client.import(&kv.name, Some(a.me.id()), 0), Answer::Pending);
+        assert_eq!(
+            b.client.import(&kv.name, Some(a.me.id()), 0),
+            Answer::Pending
+        );
         b.net(&mut m);
         assert_eq!(
             b.client.import(&kv.name, Some(a.me.id()), 0),
@@ -739,7 +764,11 @@ mod tests {
         assert_eq!(a.client.publish(z, 1, 2), Answer::Failed(Reason::Quota));
         // A revoked name's entry goes with its job, and the share with it.
         a.client.unpublish(1);
-        assert_eq!(a.client.publish(z, 3, 2), Answer::Failed(Reason::Quota), "revoking");
+        assert_eq!(
+            a.client.publish(z, 3, 2),
+            Answer::Failed(Reason::Quota),
+            "revoking"
+        );
         a.net(&mut m);
         assert_eq!(a.client.publish(z, 3, 2), Answer::Pending);
     }
@@ -764,9 +793,20 @@ mod tests {
         // Node::new's table asks 2 at once: a quarter is 1 (rounded up).
         let (p, q) = (name("p").unwrap(), name("q").unwrap());
         assert_eq!(a.client.import(&p, Some(1), 7), Answer::Pending);
-        assert_eq!(a.client.import(&q, Some(1), 7), Answer::Failed(Reason::Quota));
-        assert_eq!(a.client.import(&q, Some(1), 8), Answer::Pending, "another user's own");
-        assert_eq!(a.client.import(&p, Some(1), 8), Answer::Pending, "a name asked already");
+        assert_eq!(
+            a.client.import(&q, Some(1), 7),
+            Answer::Failed(Reason::Quota)
+        );
+        assert_eq!(
+            a.client.import(&q, Some(1), 8),
+            Answer::Pending,
+            "another user's own"
+        );
+        assert_eq!(
+            a.client.import(&p, Some(1), 8),
+            Answer::Pending,
+            "a name asked already"
+        );
     }
 
     #[test]
@@ -796,8 +836,14 @@ mod tests {
         // Their lookups fail (the MetaServer is down) and nobody comes back for the
         // answers: new lookups take those slots.
         a.net(&mut m);
-        assert_eq!(a.client.import(&name("r").unwrap(), Some(1), 2), Answer::Pending);
-        assert_eq!(a.client.import(&name("s").unwrap(), Some(1), 3), Answer::Pending);
+        assert_eq!(
+            a.client.import(&name("r").unwrap(), Some(1), 2),
+            Answer::Pending
+        );
+        assert_eq!(
+            a.client.import(&name("s").unwrap(), Some(1), 3),
+            Answer::Pending
+        );
     }
 
     impl Answer<ExportRecord> {

@@ -50,8 +50,7 @@ pub fn read_node(r: &mut impl Remote, t: &Tables, id: u16) -> Result<NodeRecord,
     let mut node = [0u8; NODE_FRAME];
     let mut last = Torn::Rewriting;
     for _ in 0..TRIES {
-        r.read(t.node(id), &mut node)
-            .map_err(|_| NodeError::Read)?;
+        r.read(t.node(id), &mut node).map_err(|_| NodeError::Read)?;
         match frame::decode(&node, NODE_PAYLOAD) {
             Ok((_, body)) => {
                 let n = NodeRecord::decode(body.try_into().expect("payload"));
@@ -184,7 +183,11 @@ mod tests {
         let a = me(11);
         assert_eq!(register(&mut m, &T, &a, 0..T.export_slots), Ok(1));
         assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.incarnation), Ok(1));
-        assert_eq!(register(&mut m, &T, &a, 0..T.export_slots), Ok(2), "a reload");
+        assert_eq!(
+            register(&mut m, &T, &a, 0..T.export_slots),
+            Ok(2),
+            "a reload"
+        );
         // The MetaServer lost its tables: the node moves past what it had.
         let mut fresh = MemRegion::new(T.bytes());
         let had = NodeRecord {
@@ -211,10 +214,17 @@ mod tests {
             read_node(&mut m, &T, a.id()),
             Err(NodeError::NodeTorn(Torn::Rewriting))
         );
-        assert_eq!(register(&mut m, &T, &a, 0..T.export_slots), Ok(2), "past the torn record's");
+        assert_eq!(
+            register(&mut m, &T, &a, 0..T.export_slots),
+            Ok(2),
+            "past the torn record's"
+        );
         assert_eq!(read_node(&mut m, &T, a.id()).map(|n| n.incarnation), Ok(2));
         m.down = true;
-        assert_eq!(register(&mut m, &T, &a, 0..T.export_slots), Err(RegisterError::Unreachable));
+        assert_eq!(
+            register(&mut m, &T, &a, 0..T.export_slots),
+            Err(RegisterError::Unreachable)
+        );
     }
 
     #[test]

@@ -96,9 +96,21 @@ impl Grant {
             0
         };
         let bits = (self.mode >> shift) & 0o6;
-        let read = if bits & 0o4 != 0 { MrAccess::REMOTE_READ.bits() } else { 0 };
-        let write = if bits & 0o2 != 0 { MrAccess::REMOTE_WRITE.bits() } else { 0 };
-        let atomic = if bits == 0o6 { MrAccess::REMOTE_ATOMIC.bits() } else { 0 };
+        let read = if bits & 0o4 != 0 {
+            MrAccess::REMOTE_READ.bits()
+        } else {
+            0
+        };
+        let write = if bits & 0o2 != 0 {
+            MrAccess::REMOTE_WRITE.bits()
+        } else {
+            0
+        };
+        let atomic = if bits == 0o6 {
+            MrAccess::REMOTE_ATOMIC.bits()
+        } else {
+            0
+        };
         MrAccess::from_bits_truncate(access.bits() & (read | write | atomic))
     }
 }
@@ -352,13 +364,22 @@ mod tests {
             user: 4,
         };
         let member = who(&[27, 100]);
-        assert_eq!(g.rights(member.uid, |x| member.in_group(x), all), MrAccess::REMOTE_READ);
+        assert_eq!(
+            g.rights(member.uid, |x| member.in_group(x), all),
+            MrAccess::REMOTE_READ
+        );
         let not = who(&[27]);
-        assert_eq!(g.rights(not.uid, |x| not.in_group(x), all), MrAccess::empty());
+        assert_eq!(
+            g.rights(not.uid, |x| not.in_group(x), all),
+            MrAccess::empty()
+        );
         let many: [u32; MAX_GROUPS + 1] = core::array::from_fn(|i| 200 + i as u32);
         let past = who(&many);
         assert!(past.in_group(200 + MAX_GROUPS as u32 - 1));
-        assert!(!past.in_group(200 + MAX_GROUPS as u32), "past the first MAX_GROUPS");
+        assert!(
+            !past.in_group(200 + MAX_GROUPS as u32),
+            "past the first MAX_GROUPS"
+        );
     }
 
     #[test]
@@ -370,14 +391,37 @@ mod tests {
             mode: 0o640,
         };
         let only = |gid: u32| move |g: u32| g == gid;
-        assert_eq!(g.rights(1000, only(5), all), all, "owner: read and write, so atomics");
-        assert_eq!(g.rights(1001, only(100), all), MrAccess::REMOTE_READ, "group reads");
-        assert_eq!(g.rights(1002, only(5), all), MrAccess::empty(), "others nothing");
-        assert_eq!(g.rights(0, only(0), all), MrAccess::empty(), "root is no one special");
+        assert_eq!(
+            g.rights(1000, only(5), all),
+            all,
+            "owner: read and write, so atomics"
+        );
+        assert_eq!(
+            g.rights(1001, only(100), all),
+            MrAccess::REMOTE_READ,
+            "group reads"
+        );
+        assert_eq!(
+            g.rights(1002, only(5), all),
+            MrAccess::empty(),
+            "others nothing"
+        );
+        assert_eq!(
+            g.rights(0, only(0), all),
+            MrAccess::empty(),
+            "root is no one special"
+        );
         // Never more than the export grants.
-        assert_eq!(g.rights(1000, only(5), MrAccess::REMOTE_READ), MrAccess::REMOTE_READ);
+        assert_eq!(
+            g.rights(1000, only(5), MrAccess::REMOTE_READ),
+            MrAccess::REMOTE_READ
+        );
         let w = Grant { mode: 0o222, ..g };
-        assert_eq!(w.rights(7, only(7), all), MrAccess::REMOTE_WRITE, "write without read: no atomics");
+        assert_eq!(
+            w.rights(7, only(7), all),
+            MrAccess::REMOTE_WRITE,
+            "write without read: no atomics"
+        );
         // The owner's class wins even where group or others would grant more.
         let odd = Grant { mode: 0o066, ..g };
         assert_eq!(odd.rights(1000, only(100), all), MrAccess::empty());

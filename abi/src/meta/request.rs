@@ -259,7 +259,10 @@ mod tests {
         let n = all()[0].encode(&mut b);
         b[HEAD + 22] = 9;
         assert_eq!(Request::decode(&b[..n]), None, "a node record's padding");
-        assert_eq!(Reply::decode(&[4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), None);
+        assert_eq!(
+            Reply::decode(&[4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            None
+        );
         assert_eq!(Reply::decode(&[1; 15]), None);
     }
 }

@@ -18,11 +18,14 @@
 
 use super::claim::{self, PublishError};
 use super::frame;
+use super::lookup::EXPORT_FRAME;
 use super::node::{read_node, register, RegisterError};
-use super::record::{name_from_words, name_words, node_id, ExportRecord, NodeRecord, EXPORT_PAYLOAD, NAME_LEN, NODE_PAYLOAD};
+use super::record::{
+    name_from_words, name_words, node_id, ExportRecord, NodeRecord, EXPORT_PAYLOAD, NAME_LEN,
+    NODE_PAYLOAD,
+};
 use super::request::{Refusal, Reply, Request};
 use super::tables::{Tables, Writable, NODE_FRAME};
-use super::lookup::EXPORT_FRAME;
 
 /// The GID a node at IPv4 address `ipv4` has (RoCE v2, IPv4-mapped).
 pub fn mapped_gid(ipv4: [u8; 4]) -> [u8; 16] {
@@ -35,7 +38,9 @@ pub fn mapped_gid(ipv4: [u8; 4]) -> [u8; 16] {
 
 /// The record of the node registered at `from`'s id, if it is `from`'s.
 fn registered(r: &mut impl Writable, t: &Tables, from: [u8; 4]) -> Option<NodeRecord> {
-    read_node(r, t, node_id(from)).ok().filter(|n| n.ipv4 == from)
+    read_node(r, t, node_id(from))
+        .ok()
+        .filter(|n| n.ipv4 == from)
 }
 
 /// How many names each node holds in the exports table, against its share: the
@@ -113,7 +118,11 @@ pub fn serve(
                     if let Some(h) = shares.held(t, me.id()) {
                         *h = 0;
                     }
-                    shares.owners.iter_mut().filter(|o| **o == mark).for_each(|o| *o = 0);
+                    shares
+                        .owners
+                        .iter_mut()
+                        .filter(|o| **o == mark)
+                        .for_each(|o| *o = 0);
                     Reply::Registered(incarnation)
                 }
                 Err(RegisterError::Unreachable | RegisterError::Contended)
@@ -182,7 +191,13 @@ enum Owner {
 }
 
 /// Whose record of `name` is in `slot`, as the node at `from` asks to revoke it.
-fn owner(r: &mut impl Writable, t: &Tables, from: [u8; 4], slot: u32, name: &[u8; NAME_LEN]) -> Owner {
+fn owner(
+    r: &mut impl Writable,
+    t: &Tables,
+    from: [u8; 4],
+    slot: u32,
+    name: &[u8; NAME_LEN],
+) -> Owner {
     let mut f = [0u8; EXPORT_FRAME];
     if r.read(t.export(slot), &mut f).is_err() {
         return Owner::Other;
@@ -246,7 +261,14 @@ pub mod mem {
                 owners: &mut owners,
                 share: self.region.share,
             };
-            let reply = serve(self.region, &self.tables, &mut shares, self.from, &req, &mut window);
+            let reply = serve(
+                self.region,
+                &self.tables,
+                &mut shares,
+                self.from,
+                &req,
+                &mut window,
+            );
             self.region.held = held;
             self.region.owners = owners;
             Reply::decode(&reply.encode()).ok_or(Unreachable)
@@ -323,23 +345,39 @@ mod tests {
     fn a_register_reads_only_what_the_node_holds() {
         use super::super::request::Call;
         use super::mem::Served;
-        let big = Tables { export_slots: 4096, ..T };
+        let big = Tables {
+            export_slots: 4096,
+            ..T
+        };
         let mut m = MemRegion::new(big.bytes());
         let call = |m: &mut MemRegion, from: u8, req: Request| {
-            let mut s = Served { region: m, tables: big, from: [192, 0, 2, from] };
+            let mut s = Served {
+                region: m,
+                tables: big,
+                from: [192, 0, 2, from],
+            };
             s.call(&req).unwrap()
         };
         for n in [1, 2] {
-            assert_eq!(call(&mut m, n, Request::Register(node(n, 0))), Reply::Registered(1));
+            assert_eq!(
+                call(&mut m, n, Request::Register(node(n, 0))),
+                Reply::Registered(1)
+            );
         }
         for (n, what) in [(1, "a"), (1, "b"), (2, "c")] {
             let r = call(&mut m, n, Request::Publish(export(what, n, 1)));
             assert!(matches!(r, Reply::Published(_)), "{what}: {r:?}");
         }
         let before = m.verbs;
-        assert_eq!(call(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(2));
+        assert_eq!(
+            call(&mut m, 1, Request::Register(node(1, 0))),
+            Reply::Registered(2)
+        );
         let verbs = m.verbs - before;
-        assert!(verbs < 32, "a Register of a node of 2 names took {verbs} verbs");
+        assert!(
+            verbs < 32,
+            "a Register of a node of 2 names took {verbs} verbs"
+        );
         // Gone: published anew; the other node's stays (its name is taken).
         let again = call(&mut m, 1, Request::Publish(export("a", 1, 2)));
         assert!(matches!(again, Reply::Published(_)), "{again:?}");
@@ -347,7 +385,10 @@ mod tests {
         assert_eq!(theirs, Reply::Refused(Refusal::Taken));
         // A node holding nothing registers in as few.
         let before = m.verbs;
-        assert_eq!(call(&mut m, 3, Request::Register(node(3, 0))), Reply::Registered(1));
+        assert_eq!(
+            call(&mut m, 3, Request::Register(node(3, 0))),
+            Reply::Registered(1)
+        );
         assert!(m.verbs - before < 32, "{} verbs", m.verbs - before);
     }
 
@@ -355,7 +396,10 @@ mod tests {
     fn a_node_holds_its_share_of_the_table_and_no_more() {
         let mut m = MemRegion::new(T.bytes());
         for n in [1, 2] {
-            assert_eq!(ask(&mut m, n, Request::Register(node(n, 0))), Reply::Registered(1));
+            assert_eq!(
+                ask(&mut m, n, Request::Register(node(n, 0))),
+                Reply::Registered(1)
+            );
         }
         let publish = |m: &mut MemRegion, n: u8, what: &str| {
             ask_shared(m, n, Request::Publish(export(what, n, 1)), 3)
@@ -373,16 +417,49 @@ mod tests {
         // A refused or repeated revocation frees nothing; a revocation frees one.
         let a = name("a").unwrap();
         assert_eq!(
-            ask_shared(&mut m, 2, Request::Revoke { name: a, slot: slots[0] }, 3),
+            ask_shared(
+                &mut m,
+                2,
+                Request::Revoke {
+                    name: a,
+                    slot: slots[0]
+                },
+                3
+            ),
             Reply::Refused(Refusal::NotYours)
         );
         assert_eq!(publish(&mut m, 1, "d"), Reply::Refused(Refusal::Share));
-        assert_eq!(ask_shared(&mut m, 1, Request::Revoke { name: a, slot: slots[0] }, 3), Reply::Revoked);
-        assert_eq!(ask_shared(&mut m, 1, Request::Revoke { name: a, slot: slots[0] }, 3), Reply::Revoked);
+        assert_eq!(
+            ask_shared(
+                &mut m,
+                1,
+                Request::Revoke {
+                    name: a,
+                    slot: slots[0]
+                },
+                3
+            ),
+            Reply::Revoked
+        );
+        assert_eq!(
+            ask_shared(
+                &mut m,
+                1,
+                Request::Revoke {
+                    name: a,
+                    slot: slots[0]
+                },
+                3
+            ),
+            Reply::Revoked
+        );
         assert!(matches!(publish(&mut m, 1, "d"), Reply::Published(_)));
         assert_eq!(publish(&mut m, 1, "f"), Reply::Refused(Refusal::Share));
         // A new incarnation publishes anew: its count starts over.
-        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(2));
+        assert_eq!(
+            ask(&mut m, 1, Request::Register(node(1, 0))),
+            Reply::Registered(2)
+        );
         let again = ask_shared(&mut m, 1, Request::Publish(export("f", 1, 2)), 3);
         assert!(matches!(again, Reply::Published(_)), "{again:?}");
     }
@@ -390,12 +467,18 @@ mod tests {
     #[test]
     fn a_node_registers_publishes_and_revokes_its_own() {
         let mut m = MemRegion::new(T.bytes());
-        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(1));
+        assert_eq!(
+            ask(&mut m, 1, Request::Register(node(1, 0))),
+            Reply::Registered(1)
+        );
         let Reply::Published(slot) = ask(&mut m, 1, Request::Publish(export("kv", 1, 1))) else {
             panic!("not published");
         };
         let name = name("kv").unwrap();
-        assert_eq!(ask(&mut m, 1, Request::Revoke { name, slot }), Reply::Revoked);
+        assert_eq!(
+            ask(&mut m, 1, Request::Revoke { name, slot }),
+            Reply::Revoked
+        );
         assert_eq!(
             ask(&mut m, 1, Request::Publish(export("kv", 1, 1))),
             Reply::Published(slot),
@@ -406,8 +489,14 @@ mod tests {
     #[test]
     fn nothing_of_another_node_is_written() {
         let mut m = MemRegion::new(T.bytes());
-        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(1));
-        assert_eq!(ask(&mut m, 2, Request::Register(node(2, 0))), Reply::Registered(1));
+        assert_eq!(
+            ask(&mut m, 1, Request::Register(node(1, 0))),
+            Reply::Registered(1)
+        );
+        assert_eq!(
+            ask(&mut m, 2, Request::Register(node(2, 0))),
+            Reply::Registered(1)
+        );
         let Reply::Published(slot) = ask(&mut m, 1, Request::Publish(export("kv", 1, 1))) else {
             panic!("not published");
         };
@@ -429,7 +518,11 @@ mod tests {
             },
         ];
         for req in refused {
-            assert_eq!(ask(&mut m, 2, req), Reply::Refused(Refusal::NotYours), "{req:?}");
+            assert_eq!(
+                ask(&mut m, 2, req),
+                Reply::Refused(Refusal::NotYours),
+                "{req:?}"
+            );
         }
         // Node 10 shares node 2's slot (10 % 8 == 2 % 8): refused, not let in.
         assert_eq!(
@@ -444,13 +537,30 @@ mod tests {
         );
         let mut empty = export("x", 1, 1);
         empty.name = [0; NAME_LEN];
-        assert_eq!(ask(&mut m, 1, Request::Publish(empty)), Reply::Refused(Refusal::Malformed));
         assert_eq!(
-            ask(&mut m, 1, Request::Revoke { name: name("kv").unwrap(), slot: T.export_slots }),
+            ask(&mut m, 1, Request::Publish(empty)),
             Reply::Refused(Refusal::Malformed)
         );
         assert_eq!(
-            ask(&mut m, 1, Request::Revoke { name: [0; NAME_LEN], slot }),
+            ask(
+                &mut m,
+                1,
+                Request::Revoke {
+                    name: name("kv").unwrap(),
+                    slot: T.export_slots
+                }
+            ),
+            Reply::Refused(Refusal::Malformed)
+        );
+        assert_eq!(
+            ask(
+                &mut m,
+                1,
+                Request::Revoke {
+                    name: [0; NAME_LEN],
+                    slot
+                }
+            ),
             Reply::Refused(Refusal::Malformed),
             "a tombstone's name is no name"
         );
@@ -460,11 +570,23 @@ mod tests {
     #[test]
     fn a_node_that_reloads_takes_its_slot_and_its_old_names() {
         let mut m = MemRegion::new(T.bytes());
-        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(1));
-        assert!(matches!(ask(&mut m, 1, Request::Publish(export("kv", 1, 1))), Reply::Published(_)));
+        assert_eq!(
+            ask(&mut m, 1, Request::Register(node(1, 0))),
+            Reply::Registered(1)
+        );
+        assert!(matches!(
+            ask(&mut m, 1, Request::Publish(export("kv", 1, 1))),
+            Reply::Published(_)
+        ));
         // Reloaded: a new incarnation, and the earlier one's record of the name is
         // claimed over.
-        assert_eq!(ask(&mut m, 1, Request::Register(node(1, 0))), Reply::Registered(2));
-        assert!(matches!(ask(&mut m, 1, Request::Publish(export("kv", 1, 2))), Reply::Published(_)));
+        assert_eq!(
+            ask(&mut m, 1, Request::Register(node(1, 0))),
+            Reply::Registered(2)
+        );
+        assert!(matches!(
+            ask(&mut m, 1, Request::Publish(export("kv", 1, 2))),
+            Reply::Published(_)
+        ));
     }
 }

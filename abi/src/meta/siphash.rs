@@ -97,7 +97,11 @@ mod tests {
         ];
         let msg: [u8; 64] = core::array::from_fn(|i| i as u8);
         for (n, want) in expected {
-            assert_eq!(siphash24(reference_key(), &msg[..n]), want, "message of {n} bytes");
+            assert_eq!(
+                siphash24(reference_key(), &msg[..n]),
+                want,
+                "message of {n} bytes"
+            );
         }
     }
 

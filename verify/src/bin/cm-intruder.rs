@@ -55,7 +55,11 @@ enum Cli {
     },
     /// Accept the first request on PORT (SECS at most) with no key's proof and READ at
     /// once (READ_SECS at most).
-    Impostor { port: u16, secs: u64, read_secs: u64 },
+    Impostor {
+        port: u16,
+        secs: u64,
+        read_secs: u64,
+    },
     /// For SECS, send ADDR's listener at PORT bad proofs from the local address AS.
     Spoof {
         addr: Ipv4Addr,
@@ -113,7 +117,10 @@ fn knock(addr: Ipv4Addr, port: u16, what: &str, private: &[u8]) -> Result<Vec<u8
             &data[..data.len().min(40)]
         )
         .into()),
-        Knock::Failed(ev, status) => Err(format!("{what}: neither accepted nor refused (event {ev}, status {status})").into()),
+        Knock::Failed(ev, status) => Err(format!(
+            "{what}: neither accepted nor refused (event {ev}, status {status})"
+        )
+        .into()),
     }
 }
 
@@ -122,14 +129,38 @@ fn knocks(addr: Ipv4Addr, port: u16, replay: Option<String>) -> Result<()> {
     let answer = knock(addr, port, "an ASK", &hello(Kind::Peer, None))?;
     // The listener is there and answers as a member would: with a challenge.
     let Refusal::Challenge(nonce_r) = Refusal::read(&answer) else {
-        return Err(format!("an ASK was refused without a challenge ({:02x?})", &answer[..answer.len().min(20)]).into());
+        return Err(format!(
+            "an ASK was refused without a challenge ({:02x?})",
+            &answer[..answer.len().min(20)]
+        )
+        .into());
     };
-    knock(addr, port, "a PROVE with no key's tag", &hello(Kind::Peer, proof(nonce_r, [0; 16])))?;
-    knock(addr, port, "the same challenge again", &hello(Kind::Peer, proof(nonce_r, [0xff; 16])))?;
-    knock(addr, port, "a MetaServer PROVE with no key's tag", &hello(Kind::Meta, proof(nonce_r, [0; 16])))?;
+    knock(
+        addr,
+        port,
+        "a PROVE with no key's tag",
+        &hello(Kind::Peer, proof(nonce_r, [0; 16])),
+    )?;
+    knock(
+        addr,
+        port,
+        "the same challenge again",
+        &hello(Kind::Peer, proof(nonce_r, [0xff; 16])),
+    )?;
+    knock(
+        addr,
+        port,
+        "a MetaServer PROVE with no key's tag",
+        &hello(Kind::Meta, proof(nonce_r, [0; 16])),
+    )?;
     if let Some(file) = replay {
         let captured = std::fs::read(&file)?;
-        knock(addr, port, "a member's proof replayed from the segment", &captured)?;
+        knock(
+            addr,
+            port,
+            "a member's proof replayed from the segment",
+            &captured,
+        )?;
     }
     println!("cm-intruder: every request refused: no QP, nothing read");
     Ok(())
@@ -145,11 +176,22 @@ fn spoof(addr: Ipv4Addr, port: u16, from: Ipv4Addr, secs: u64) -> Result<()> {
     while start.elapsed() < Duration::from_secs(secs) {
         let mut nonce_r = [0u8; 16];
         nonce_r[..8].copy_from_slice(&sent.to_le_bytes());
-        let kind = if sent % 2 == 0 { Kind::Peer } else { Kind::Meta };
+        let kind = if sent % 2 == 0 {
+            Kind::Peer
+        } else {
+            Kind::Meta
+        };
         let bad = hello(kind, proof(nonce_r, [0xa5; 16]));
-        live.push_back((Instant::now(), Client::request_from(from, addr, port, &bad)?));
+        live.push_back((
+            Instant::now(),
+            Client::request_from(from, addr, port, &bad)?,
+        ));
         sent += 1;
-        while live.len() > 64 || live.front().is_some_and(|(t, _)| t.elapsed() > Duration::from_secs(2)) {
+        while live.len() > 64
+            || live
+                .front()
+                .is_some_and(|(t, _)| t.elapsed() > Duration::from_secs(2))
+        {
             live.pop_front();
         }
     }
@@ -166,7 +208,15 @@ fn spoof(addr: Ipv4Addr, port: u16, from: Ipv4Addr, secs: u64) -> Result<()> {
 fn tag(hex: &str, msg: &[u8]) -> Result<[u8; 16]> {
     use std::io::Write;
     let mut child = std::process::Command::new("openssl")
-        .args(["dgst", "-sha256", "-mac", "HMAC", "-macopt", &format!("hexkey:{hex}"), "-binary"])
+        .args([
+            "dgst",
+            "-sha256",
+            "-mac",
+            "HMAC",
+            "-macopt",
+            &format!("hexkey:{hex}"),
+            "-binary",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()?;
@@ -182,9 +232,19 @@ fn tag(hex: &str, msg: &[u8]) -> Result<[u8; 16]> {
 
 /// COUNT MetaServer connections to `addr`'s listener, each proved with the key, held
 /// `secs`: prints how many were accepted and refused.
-fn hog(addr: Ipv4Addr, port: u16, from: Ipv4Addr, keyfile: &str, count: usize, secs: u64) -> Result<()> {
+fn hog(
+    addr: Ipv4Addr,
+    port: u16,
+    from: Ipv4Addr,
+    keyfile: &str,
+    count: usize,
+    secs: u64,
+) -> Result<()> {
     use krcore_abi::cluster::hello::{Endpoint, Role, Transcript, PROVE};
-    let key = std::fs::read_to_string(keyfile)?.trim().trim_start_matches("0x").to_string();
+    let key = std::fs::read_to_string(keyfile)?
+        .trim()
+        .trim_start_matches("0x")
+        .to_string();
     let (mut held, mut refused) = (Vec::new(), 0);
     for i in 0..count {
         let nonce_i = [0x5a; 16];
@@ -204,14 +264,23 @@ fn hog(addr: Ipv4Addr, port: u16, from: Ipv4Addr, keyfile: &str, count: usize, s
             kind: Kind::Meta,
             step: PROVE,
             index: 0,
-            initiator: Endpoint { addr: from.octets(), port: sport },
-            responder: Endpoint { addr: addr.octets(), port },
+            initiator: Endpoint {
+                addr: from.octets(),
+                port: sport,
+            },
+            responder: Endpoint {
+                addr: addr.octets(),
+                port,
+            },
             initiator_qpn: qpn,
             responder_qpn: 0,
             nonce_i,
             nonce_r,
         };
-        let proof = Proof { nonce_r, tag: tag(&key, &t.bytes(Role::Initiator))? };
+        let proof = Proof {
+            nonce_r,
+            tag: tag(&key, &t.bytes(Role::Initiator))?,
+        };
         match c.ask(&hello(Kind::Meta, Some(proof)))? {
             Knock::Accepted(_) => held.push(c),
             // Refused, or dropped unanswered (a listener returning an error has the CM
@@ -224,7 +293,10 @@ fn hog(addr: Ipv4Addr, port: u16, from: Ipv4Addr, keyfile: &str, count: usize, s
             }
         }
     }
-    println!("cm-intruder: hog: {} accepted, {refused} refused", held.len());
+    println!(
+        "cm-intruder: hog: {} accepted, {refused} refused",
+        held.len()
+    );
     std::thread::sleep(Duration::from_secs(secs));
     drop(held);
     Ok(())
@@ -234,7 +306,13 @@ fn hog(addr: Ipv4Addr, port: u16, from: Ipv4Addr, keyfile: &str, count: usize, s
 fn setsockopt<T>(fd: i32, level: i32, name: i32, value: &T) -> std::io::Result<()> {
     // SAFETY: `value` is a live `T` of the size given.
     let r = unsafe {
-        libc::setsockopt(fd, level, name, (value as *const T).cast(), std::mem::size_of::<T>() as u32)
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as u32,
+        )
     };
     if r != 0 {
         return Err(std::io::Error::last_os_error());
@@ -245,7 +323,13 @@ fn setsockopt<T>(fd: i32, level: i32, name: i32, value: &T) -> std::io::Result<(
 /// The first member's hello with a proof in the frames seen on eth0 within `secs`.
 fn capture(file: &str, secs: u64) -> Result<()> {
     // SAFETY: plain socket call; the fd is closed at exit.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, (libc::ETH_P_ALL as u16).to_be() as i32) };
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW,
+            (libc::ETH_P_ALL as u16).to_be() as i32,
+        )
+    };
     if fd < 0 {
         return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()).into());
     }
@@ -258,7 +342,10 @@ fn capture(file: &str, secs: u64) -> Result<()> {
     mr.mr_type = libc::PACKET_MR_PROMISC as u16;
     setsockopt(fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
         .map_err(|e| format!("promiscuous eth0: {e}"))?;
-    let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
     // A receive that ends without a frame only checks the clock again.
     let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv);
     let until = Instant::now() + Duration::from_secs(secs);
@@ -294,13 +381,16 @@ fn impostor(port: u16, secs: u64, read_secs: u64) -> Result<()> {
     let l = Listener::bind(port)?;
     println!("cm-intruder: listening on {port} as an impostor");
     let got = l.impostor(&accept.write(), secs, read_secs)?;
-    let asked = Hello::read(&got.request).map_or("no hello".to_string(), |h| format!("{:?} {}", h.kind, h.index));
+    let asked = Hello::read(&got.request).map_or("no hello".to_string(), |h| {
+        format!("{:?} {}", h.kind, h.index)
+    });
     println!("cm-intruder: accepted a request ({asked}) with no key's proof; READ at once");
     use rdma_sys::ibv_wc_status::{IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS};
     match got.read {
-        Some(s @ (IBV_WC_SUCCESS | IBV_WC_REM_ACCESS_ERR)) => {
-            Err(format!("the dialer's QP answered a READ before it checked the accept's proof (status {s})").into())
-        }
+        Some(s @ (IBV_WC_SUCCESS | IBV_WC_REM_ACCESS_ERR)) => Err(format!(
+            "the dialer's QP answered a READ before it checked the accept's proof (status {s})"
+        )
+        .into()),
         Some(s) => {
             println!("cm-intruder: the READ failed unanswered (status {s})");
             Ok(())
@@ -316,9 +406,25 @@ fn main() -> Result<()> {
     match <Cli as clap::Parser>::parse() {
         Cli::Capture { file, secs } => capture(&file, secs),
         Cli::Knock { addr, port, replay } => knocks(addr, port, replay),
-        Cli::Impostor { port, secs, read_secs } => impostor(port, secs, read_secs),
-        Cli::Spoof { addr, port, from, secs } => spoof(addr, port, from, secs),
-        Cli::Hog { addr, port, from, keyfile, count, secs } => hog(addr, port, from, &keyfile, count, secs),
+        Cli::Impostor {
+            port,
+            secs,
+            read_secs,
+        } => impostor(port, secs, read_secs),
+        Cli::Spoof {
+            addr,
+            port,
+            from,
+            secs,
+        } => spoof(addr, port, from, secs),
+        Cli::Hog {
+            addr,
+            port,
+            from,
+            keyfile,
+            count,
+            secs,
+        } => hog(addr, port, from, &keyfile, count, secs),
         Cli::Yielder { port, secs } => {
             let n = Listener::bind(port)?.refuse_all(&Refusal::yielding(&[0; 16]), secs)?;
             println!("cm-intruder: refused {n} requests with a yield no key proved");

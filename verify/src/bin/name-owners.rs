@@ -51,11 +51,17 @@ fn main() -> Result<()> {
 }
 
 /// Retries `f` for up to 60 s while it fails for one of `passing`.
-fn retry<T>(passing: &[Reason], mut f: impl FnMut() -> std::result::Result<T, Error>) -> std::result::Result<T, Error> {
+fn retry<T>(
+    passing: &[Reason],
+    mut f: impl FnMut() -> std::result::Result<T, Error>,
+) -> std::result::Result<T, Error> {
     let t = Instant::now();
     loop {
         match f() {
-            Err(e) if e.reason().is_some_and(|r| passing.contains(&r)) && t.elapsed().as_secs() < 60 => {
+            Err(e)
+                if e.reason().is_some_and(|r| passing.contains(&r))
+                    && t.elapsed().as_secs() < 60 =>
+            {
                 std::thread::sleep(Duration::from_millis(100));
             }
             r => return r,
@@ -67,9 +73,14 @@ fn hold(ring: &mut Ring, name: &str, secs: Duration) -> Result<()> {
     let all = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
     let mut mr = ring.register(LEN, all)?;
     let private = ring.register(LEN, all)?;
-    retry(&[Reason::Unreachable], || ring.publish_mode(&mr, name, 0o640))?;
+    retry(&[Reason::Unreachable], || {
+        ring.publish_mode(&mr, name, 0o640)
+    })?;
     ring.publish(&private, &format!("{name}-p"))?;
-    println!("published {name} (0640) and {name}-p (0600) as uid {}", uid());
+    println!(
+        "published {name} (0640) and {name}-p (0600) as uid {}",
+        uid()
+    );
     let t = Instant::now();
     while t.elapsed() < secs {
         let b = mr.bytes();
@@ -91,7 +102,9 @@ fn fill(ring: &mut Ring, prefix: &str, expect: &str, hold: &str) -> Result<()> {
         let got = got.map_or("ok", Reason::name);
         println!("uid {}: publishing {name}: {got}", uid());
         if got != want {
-            return Err(format!("publishing {name} as uid {} ended {got}, not {want}", uid()).into());
+            return Err(
+                format!("publishing {name} as uid {} ended {got}, not {want}", uid()).into(),
+            );
         }
     }
     println!("filled {prefix}");
@@ -119,7 +132,14 @@ fn outcome<T>(r: std::result::Result<T, Error>) -> Option<Reason> {
 }
 
 /// One READ (`write` false) or WRITE of 64 bytes between `local` and `remote` at `off`.
-fn io(ring: &mut Ring, vqp: &Vqp, local: &Registered<'_>, remote: &RemoteRegion, off: u64, write: bool) -> std::result::Result<(), Error> {
+fn io(
+    ring: &mut Ring,
+    vqp: &Vqp,
+    local: &Registered<'_>,
+    remote: &RemoteRegion,
+    off: u64,
+    write: bool,
+) -> std::result::Result<(), Error> {
     let mut b = Batch::new();
     if write {
         b.write(vqp, local, 0, remote, off, 64)?;
@@ -130,7 +150,9 @@ fn io(ring: &mut Ring, vqp: &Vqp, local: &Registered<'_>, remote: &RemoteRegion,
 }
 
 fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str, owner: u32) -> Result<()> {
-    let vqp = retry(&[Reason::Unreachable], || ring.connect(addr.to_ipv6_mapped().octets(), 0))?;
+    let vqp = retry(&[Reason::Unreachable], || {
+        ring.connect(addr.to_ipv6_mapped().octets(), 0)
+    })?;
     let mut local = ring.register(LEN, MrAccess::LOCAL_WRITE)?;
     let private = format!("{name}-p");
     // NAME is there once the holder published it (named as its owner's: a plain
@@ -141,7 +163,10 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str, owner: u32) -
     let me = uid();
     let got = |what: &str, want: Option<Reason>, r: Option<Reason>| -> Result<()> {
         if r == want {
-            println!("{class} (uid {me}): {what}: {}", want.map_or("done".to_owned(), |w| format!("{w:?}")));
+            println!(
+                "{class} (uid {me}): {what}: {}",
+                want.map_or("done".to_owned(), |w| format!("{w:?}"))
+            );
             Ok(())
         } else {
             Err(format!("{class} (uid {me}): {what}: got {r:?}, want {want:?}").into())
@@ -155,15 +180,30 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str, owner: u32) -
     };
     match class {
         "owner" => {
-            got("NAME, read and write", None, outcome(read_write(ring, name)))?;
-            got("NAME-p, read and write", None, outcome(read_write(ring, &private)))?;
+            got(
+                "NAME, read and write",
+                None,
+                outcome(read_write(ring, name)),
+            )?;
+            got(
+                "NAME-p, read and write",
+                None,
+                outcome(read_write(ring, &private)),
+            )?;
             let r = ring.import_name_owned(&vqp, name, LEN as u32, me);
-            let why = r.as_ref().err().map(|e| e.reason().unwrap_or(Reason::Verbs));
+            let why = r
+                .as_ref()
+                .err()
+                .map(|e| e.reason().unwrap_or(Reason::Verbs));
             got("NAME as its owner's", None, why)?;
             // By name alone: no address given, the kernel finds the node (and the
             // name is checked as its owner's).
             let (v2, r2) = ring.connect_name_owned(&private, LEN as u32, me)?;
-            got("NAME-p by name alone, read", None, outcome(io(ring, &v2, &local, &r2, 0, false)))?;
+            got(
+                "NAME-p by name alone, read",
+                None,
+                outcome(io(ring, &v2, &local, &r2, 0, false)),
+            )?;
             if ring.resolve_name(name)? != addr {
                 return Err(format!("{name} resolved to another node than {addr}").into());
             }
@@ -180,9 +220,21 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str, owner: u32) -
                 Some(Reason::WrongOwner),
                 outcome(ring.import_name(&vqp, name, LEN as u32)),
             )?;
-            got("NAME, read", None, outcome(io(ring, &vqp, &local, &r, 0, false)))?;
-            got("NAME, write", Some(Reason::MrAccess), outcome(io(ring, &vqp, &local, &r, 64, true)))?;
-            got("NAME-p", Some(Reason::NotPermitted), outcome(ring.import_name(&vqp, &private, LEN as u32)))?;
+            got(
+                "NAME, read",
+                None,
+                outcome(io(ring, &vqp, &local, &r, 0, false)),
+            )?;
+            got(
+                "NAME, write",
+                Some(Reason::MrAccess),
+                outcome(io(ring, &vqp, &local, &r, 64, true)),
+            )?;
+            got(
+                "NAME-p",
+                Some(Reason::NotPermitted),
+                outcome(ring.import_name(&vqp, &private, LEN as u32)),
+            )?;
             got(
                 "NAME expected as its own",
                 Some(Reason::WrongOwner),
@@ -194,12 +246,24 @@ fn check(ring: &mut Ring, addr: Ipv4Addr, name: &str, class: &str, owner: u32) -
                 outcome(ring.connect_name_owned(name, LEN as u32, me)),
             )?;
             let mine = ring.register(LEN, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
-            got("publishing NAME itself", Some(Reason::NameTaken), outcome(ring.publish(&mine, name)))?;
+            got(
+                "publishing NAME itself",
+                Some(Reason::NameTaken),
+                outcome(ring.publish(&mine, name)),
+            )?;
         }
         "other" => {
             got("NAME", Some(Reason::NotPermitted), outcome(first))?;
-            got("where NAME lives", Some(Reason::NotPermitted), outcome(ring.resolve_name(name)))?;
-            got("NAME-p", Some(Reason::NotPermitted), outcome(ring.import_name(&vqp, &private, LEN as u32)))?;
+            got(
+                "where NAME lives",
+                Some(Reason::NotPermitted),
+                outcome(ring.resolve_name(name)),
+            )?;
+            got(
+                "NAME-p",
+                Some(Reason::NotPermitted),
+                outcome(ring.import_name(&vqp, &private, LEN as u32)),
+            )?;
         }
         _ => return Err(format!("no class {class}: owner, group or other").into()),
     }

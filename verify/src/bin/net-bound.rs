@@ -88,7 +88,8 @@ fn interrupted(to: [u8; 4]) -> Result<(Ring, bool)> {
     }
     let mut r = ring()?;
     // SAFETY: a CONNECT names no memory.
-    unsafe { r.submission().push(&Sqe::connect(1, gid(to), SERVICE)) }.map_err(|_| "the SQ is full")?;
+    unsafe { r.submission().push(&Sqe::connect(1, gid(to), SERVICE)) }
+        .map_err(|_| "the SQ is full")?;
     r.submit()?;
     // SAFETY: plain thread id of this thread.
     let me = unsafe { libc::pthread_self() };
@@ -195,20 +196,31 @@ fn main() -> Result<()> {
             let mr = r.register(4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ)?;
             let t = Instant::now();
             let got = r.publish(&mr, "net-bound");
-            println!("net-bound: the other user's PUBLISH ended after {:?}: {got:?}", t.elapsed());
+            println!(
+                "net-bound: the other user's PUBLISH ended after {:?}: {got:?}",
+                t.elapsed()
+            );
             Ok(())
         });
         let _dialer = std::thread::spawn(move || -> Result<()> {
             let mut r = ring()?;
             let t = Instant::now();
             let got = r.connect(gid(silent), SERVICE);
-            println!("net-bound: the other user's CONNECT ended after {:?}: {:?}", t.elapsed(), got.err());
+            println!(
+                "net-bound: the other user's CONNECT ended after {:?}: {:?}",
+                t.elapsed(),
+                got.err()
+            );
             Ok(())
         });
         let mut r = ring()?;
         for (i, a) in NOBODY[..2].iter().enumerate() {
             // SAFETY: a CONNECT names no memory.
-            unsafe { r.submission().push(&Sqe::connect(i as u64, gid(*a), SERVICE)) }.map_err(|_| "the SQ is full")?;
+            unsafe {
+                r.submission()
+                    .push(&Sqe::connect(i as u64, gid(*a), SERVICE))
+            }
+            .map_err(|_| "the SQ is full")?;
         }
         r.submit()?;
         drop(r);
@@ -222,7 +234,11 @@ fn main() -> Result<()> {
     let (kept, interruptible) = as_user(1002, || {
         let mut r = ring()?;
         // SAFETY: a CONNECT names no memory.
-        unsafe { r.submission().push(&Sqe::connect(0, gid(NOBODY[2]), SERVICE)) }.map_err(|_| "the SQ is full")?;
+        unsafe {
+            r.submission()
+                .push(&Sqe::connect(0, gid(NOBODY[2]), SERVICE))
+        }
+        .map_err(|_| "the SQ is full")?;
         r.submit()?;
         drop(r);
         let (r, ok) = interrupted(NOBODY[3])?;

@@ -57,7 +57,11 @@ fn connect(addr: Ipv4Addr, service: u32, n: usize, secs: u64) -> Result<()> {
     let t = Instant::now();
     while held.len() + refused.values().sum::<usize>() < n {
         if (held.len() + refused.values().sum::<usize>()) % 50 == 0 {
-            eprintln!("{} taken, {refused:?} refused after {} ms", held.len(), t.elapsed().as_millis());
+            eprintln!(
+                "{} taken, {refused:?} refused after {} ms",
+                held.len(),
+                t.elapsed().as_millis()
+            );
         }
         match ring.connect(addr, service) {
             Ok(v) => held.push(v),
@@ -89,7 +93,9 @@ fn connect(addr: Ipv4Addr, service: u32, n: usize, secs: u64) -> Result<()> {
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["listen", service, answers, secs] => listen(service.parse()?, answers.parse()?, secs.parse()?),
+        ["listen", service, answers, secs] => {
+            listen(service.parse()?, answers.parse()?, secs.parse()?)
+        }
         ["connect", addr, service, n, secs] => {
             connect(addr.parse()?, service.parse()?, n.parse()?, secs.parse()?)
         }

@@ -220,7 +220,10 @@ mod tests {
             })
         };
         let data = count(17);
-        assert!((850..=950).contains(&data), "{data} of 1000 data frames passed");
+        assert!(
+            (850..=950).contains(&data),
+            "{data} of 1000 data frames passed"
+        );
         assert_eq!(count(1), 1000, "CM frames are never lost");
         drop(hub);
         let _ = std::fs::remove_dir_all(&dir);

@@ -175,8 +175,12 @@ fn write_initramfs(cfg: &Config, script: &str, path: &Path) -> Result<(), String
     c.file("/init", 0o755, INIT.as_bytes());
     if let Some(dir) = &cfg.initrd_modules {
         let order = dir.join("order");
-        let names = std::fs::read_to_string(&order)
-            .map_err(|e| format!("{}: {e} (run 'scripts/stock-kernel.sh prepare')", order.display()))?;
+        let names = std::fs::read_to_string(&order).map_err(|e| {
+            format!(
+                "{}: {e} (run 'scripts/stock-kernel.sh prepare')",
+                order.display()
+            )
+        })?;
         c.dir("/lib").dir("/lib/krcore-modules");
         for name in names.lines().filter(|l| !l.is_empty()) {
             if name.contains('/') {
@@ -263,7 +267,11 @@ fn qemu_command(cfg: &Config, initrd: &Path, net: Option<&Net>) -> Command {
     // reference timer the refinement keeps it), and trusted (tsc=reliable: no watchdog).
     // Counting instructions, the TSC is QEMU's instruction count (-icount shift=0: one
     // tick each), so the guest is told it runs at 1 GHz: a nanosecond is an instruction.
-    let tsc_khz = if cfg.icount { 1_000_000 } else { host_tsc_khz() };
+    let tsc_khz = if cfg.icount {
+        1_000_000
+    } else {
+        host_tsc_khz()
+    };
     let mut append = format!("console=ttyS0 panic=-1 quiet tsc=reliable tsc_early_khz={tsc_khz}");
     let mut qemu = Command::new("qemu-system-x86_64");
     qemu.args([
@@ -325,7 +333,14 @@ fn qemu_command(cfg: &Config, initrd: &Path, net: Option<&Net>) -> Command {
     if cfg.icount {
         // Deterministic counting needs one TCG thread; an idle guest's clock jumps to
         // its next timer rather than sleeping.
-        qemu.args(["-accel", "tcg,thread=single", "-cpu", "max", "-icount", "shift=0,sleep=off"]);
+        qemu.args([
+            "-accel",
+            "tcg,thread=single",
+            "-cpu",
+            "max",
+            "-icount",
+            "shift=0,sleep=off",
+        ]);
     } else if kvm_usable() {
         qemu.args(["-enable-kvm", "-cpu", "host"]);
     } else if cfg.tcg_single {
@@ -745,6 +760,9 @@ mod tests {
         assert!(at("/bin/sh -c 'two' ||") < at("krcore_scene 3 ||"));
         assert!(at("krcore_scene 3 ||") < at("/bin/sh -c 'three' ||"));
         assert!(!s.contains("krcore_scene 1 "));
-        assert!(!s.contains("exec "), "a scene's failure must end the script, not replace it");
+        assert!(
+            !s.contains("exec "),
+            "a scene's failure must end the script, not replace it"
+        );
     }
 }

@@ -15,9 +15,9 @@ use loom::sync::{Arc, Mutex, MutexGuard};
 use core::sync::atomic::Ordering;
 use krcore_abi::cqe::Cqe;
 use krcore_abi::engine::{
-    complete_wc, settle_links, BusyHint, Completion, Connection, Context, ExportSlot, Exports,
-    Fabric, Inbox, Links, Members, Messages, MrKeys, PhysQp, Post, PostError, Posted, Qps, Ring,
-    RingStorage, SendWr, Slot, Diverted, Stall, VecStore, WrId, HeldPort, PortStorage, Ports,
+    complete_wc, settle_links, BusyHint, Completion, Connection, Context, Diverted, ExportSlot,
+    Exports, Fabric, HeldPort, Inbox, Links, Members, Messages, MrKeys, PhysQp, PortStorage, Ports,
+    Post, PostError, Posted, Qps, Ring, RingStorage, SendWr, Slot, Stall, VecStore, WrId,
 };
 use krcore_abi::errno::Errno;
 use krcore_abi::opcode::Opcode;

@@ -57,7 +57,11 @@ fn work(node: &Mutex<Node>, stale: bool) {
     let e = attempt(&n);
     match n.table.attempt_done(peer, e, Attempt::Established, 0) {
         Ended::Set => {
-            assert_eq!(n.installed[0], Some(e), "a set made of two attempts' connections");
+            assert_eq!(
+                n.installed[0],
+                Some(e),
+                "a set made of two attempts' connections"
+            );
             n.installed[1] = Some(e);
         }
         Ended::Dropped => {}
@@ -108,7 +112,11 @@ fn partial_model(stale: bool) {
         if let Some(p) = n.table.get(0) {
             if let State::Ready { .. } = p.set.state() {
                 let e = p.attempt;
-                assert_eq!(n.installed, [Some(e); 2], "a ready set with a slot not its own");
+                assert_eq!(
+                    n.installed,
+                    [Some(e); 2],
+                    "a ready set with a slot not its own"
+                );
             }
         }
     });

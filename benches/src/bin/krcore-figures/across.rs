@@ -265,7 +265,9 @@ pub fn figures(far: Ipv4Addr, names: usize, out: &mut Vec<Record>) {
             ("MetaServer lookups", &|o| lookups(far, names, o)),
             ("control plane across nodes", &|o| connects(far, o)),
             ("first contact", &|o| first_contacts(far, o)),
-            ("RPC echo", &|o| crate::echo::figures(far, &format!("{PREFIX}echo"), o)),
+            ("RPC echo", &|o| {
+                crate::echo::figures(far, &format!("{PREFIX}echo"), o)
+            }),
         ],
         out,
     );

@@ -187,7 +187,11 @@ pub struct Round {
 }
 
 /// Each worker's next line, which must start with `prefix`: the durations after it.
-fn answers(kids: &mut [(Child, BufReader<std::process::ChildStdout>)], mode: &str, prefix: &str) -> Vec<Duration> {
+fn answers(
+    kids: &mut [(Child, BufReader<std::process::ChildStdout>)],
+    mode: &str,
+    prefix: &str,
+) -> Vec<Duration> {
     let mut line = String::new();
     let mut all = Vec::new();
     for (_, out) in kids {
@@ -330,4 +334,3 @@ fn reload_as_loaded() {
     insmod.extend(params.split_whitespace());
     sh(&insmod).unwrap_or_else(|e| panic!("{e}"));
 }
-

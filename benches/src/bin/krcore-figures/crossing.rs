@@ -137,7 +137,9 @@ pub fn figures(out: &mut Vec<Record>) {
             .build();
         let s = big_batches(batch, iters, |i| nop.clone().user_data(i));
         out.push(Record::times("nop", "krcore-in-io_uring", batch, s, batch));
-        let s = big_batches(batch, iters, |i| opcode::Nop::new().build().user_data(i).into());
+        let s = big_batches(batch, iters, |i| {
+            opcode::Nop::new().build().user_data(i).into()
+        });
         out.push(Record::times("nop", "io_uring-sqe128", batch, s, batch));
     }
 }

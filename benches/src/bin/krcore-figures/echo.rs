@@ -84,7 +84,10 @@ fn listener() {
         .expect("ring");
     let buf = leak(vec![0u64; SLOTS * 64 / 8]);
     let base = buf.as_ptr() as u64;
-    let c = run(&mut ring, Sqe::reg_mr(0, base, (SLOTS * 64) as u32, MrAccess::LOCAL_WRITE));
+    let c = run(
+        &mut ring,
+        Sqe::reg_mr(0, base, (SLOTS * 64) as u32, MrAccess::LOCAL_WRITE),
+    );
     assert!(c.res >= 0, "the echo buffer: {c:?}");
     let mr = c.res as u32;
     let at = |s: usize| base + s as u64 * 64;
@@ -102,11 +105,19 @@ fn listener() {
             let tag = c.user_data;
             if tag == LISTEN_TAG {
                 if c.flags & CqeFlags::ACCEPT.bits() == 0 {
-                    assert!(c.res >= 0, "LISTEN: {:?}", krcore_uring::describe_failure(&c));
+                    assert!(
+                        c.res >= 0,
+                        "LISTEN: {:?}",
+                        krcore_uring::describe_failure(&c)
+                    );
                     eprintln!("[far] echo: listening on service {ECHO_SERVICE}");
                     continue;
                 }
-                assert!(c.res >= 0, "accept: {:?}", krcore_uring::describe_failure(&c));
+                assert!(
+                    c.res >= 0,
+                    "accept: {:?}",
+                    krcore_uring::describe_failure(&c)
+                );
                 let v = c.res as u32;
                 open.insert(v);
                 accepted += 1;
@@ -133,7 +144,14 @@ fn listener() {
                 } else if tag & SEND_TAG != 0 {
                     push(&mut ring, &recv(s, v));
                 } else {
-                    let send = Sqe::two_sided(Opcode::Send, SEND_TAG | s as u64, v, mr, at(s), c.res as u32);
+                    let send = Sqe::two_sided(
+                        Opcode::Send,
+                        SEND_TAG | s as u64,
+                        v,
+                        mr,
+                        at(s),
+                        c.res as u32,
+                    );
                     push(&mut ring, &send);
                 }
             }
@@ -152,7 +170,11 @@ pub enum Kind {
 
 /// A client's connection: one round trip at a time.
 enum Conn {
-    Krcore { ring: Ring, vqp: Vqp, mr: MemoryRegion },
+    Krcore {
+        ring: Ring,
+        vqp: Vqp,
+        mr: MemoryRegion,
+    },
     Verbs(Client),
 }
 
@@ -189,17 +211,27 @@ impl Conn {
             Conn::Krcore { ring, vqp, mr } => {
                 mr.bytes_mut()[..n].copy_from_slice(req);
                 let (v, m, at) = (vqp.handle(), mr.handle(), mr.addr());
-                push(ring, &Sqe::two_sided(Opcode::Recv, 1, v, m, at + LEN as u64, LEN));
+                push(
+                    ring,
+                    &Sqe::two_sided(Opcode::Recv, 1, v, m, at + LEN as u64, LEN),
+                );
                 push(ring, &Sqe::two_sided(Opcode::Send, 2, v, m, at, LEN));
                 // A bounded wait: an echo that never comes fails the run, saying so.
                 let until = Instant::now() + TRIP_BOUND;
                 let mut done = 0;
                 while done < 2 {
                     let left = until.saturating_duration_since(Instant::now());
-                    assert!(!left.is_zero(), "no echo within {TRIP_BOUND:?} ({done} of 2 completions)");
+                    assert!(
+                        !left.is_zero(),
+                        "no echo within {TRIP_BOUND:?} ({done} of 2 completions)"
+                    );
                     let _ = ring.submit_and_wait_timeout(1, left);
                     for c in ring.completions() {
-                        assert!(c.res >= 0, "the round trip: {:?}", krcore_uring::describe_failure(&c));
+                        assert!(
+                            c.res >= 0,
+                            "the round trip: {:?}",
+                            krcore_uring::describe_failure(&c)
+                        );
                         done += 1;
                     }
                 }
@@ -263,7 +295,13 @@ pub fn figures(far: Ipv4Addr, group: &str, out: &mut Vec<Record>) {
         for (series, mode) in [("krcore-listen", "echo"), ("verbs-cm", "echo-cm")] {
             let r = round(&format!("{mode}@{far}"), procs, requests(procs));
             let setup: Vec<Duration> = r.setup.clone();
-            out.push(Record::times(&format!("{group}-setup"), series, procs, setup, 1));
+            out.push(Record::times(
+                &format!("{group}-setup"),
+                series,
+                procs,
+                setup,
+                1,
+            ));
             out.push(record(group, series, procs, vec![r]));
         }
     }

@@ -219,7 +219,8 @@ fn verbs(call: &Call, st: &mut Stages) -> Result<Offer, String> {
     let l = st.time("listen", || Listener::bind(port(call.run, k)).map_err(e))?;
     let secs = WAIT.as_secs();
     Ok(Offer::Verbs(std::thread::spawn(move || {
-        l.serve(&mut out, 1, secs, verify::cm_verbs::Recvs::Drop(0)).map_err(|e| e.to_string())
+        l.serve(&mut out, 1, secs, verify::cm_verbs::Recvs::Drop(0))
+            .map_err(|e| e.to_string())
     })))
 }
 

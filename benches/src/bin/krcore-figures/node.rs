@@ -154,8 +154,14 @@ pub fn serve(coordinator: Option<Sender<Msg>>) {
         let mem = crate::paths::leak(vec![0u8; 64]).as_ptr() as *mut u8;
         // SAFETY: leaked, so it lives as long as the server; nothing else touches it.
         let mem = unsafe { std::slice::from_raw_parts_mut(mem, 64) };
-        verify::cm_verbs::serve(MESH_CM_PORT, mem, usize::MAX, SERVE_FOR.as_secs(), verify::cm_verbs::Recvs::Drop(0))
-            .expect("the mesh's verbs server");
+        verify::cm_verbs::serve(
+            MESH_CM_PORT,
+            mem,
+            usize::MAX,
+            SERVE_FOR.as_secs(),
+            verify::cm_verbs::Recvs::Drop(0),
+        )
+        .expect("the mesh's verbs server");
     });
     // The mesh processes started and ready, until their go.
     let ready: Arc<Mutex<Vec<Mesher>>> = Arc::default();

@@ -10,10 +10,10 @@ use std::os::fd::AsRawFd;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
+use krcore_abi::meta::record::{name as export_name, name_words};
 use krcore_uring::abi::compat::OneOp;
 use krcore_uring::abi::cqe::Cqe;
 use krcore_uring::abi::ioctl::IOC_DIRECT;
-use krcore_abi::meta::record::{name as export_name, name_words};
 use krcore_uring::abi::opcode::Opcode;
 use krcore_uring::abi::sqe::{MrAccess, Sqe};
 use krcore_uring::in_io_uring::{command, CMD_OP};
@@ -232,7 +232,8 @@ impl Path for KrRing {
         let (sqes, n) = self.names.sqes(op, i);
         for s in &sqes[..n] {
             // SAFETY: the buffer is registered and outlives every operation.
-            unsafe { self.ring.submission().push(s) }.expect("SQ full: the figures keep it shallow");
+            unsafe { self.ring.submission().push(s) }
+                .expect("SQ full: the figures keep it shallow");
         }
     }
 
@@ -301,7 +302,8 @@ impl Path for KrInIoUring {
                 .build()
                 .user_data(s.user_data);
             // SAFETY: the buffer is registered and outlives every operation.
-            unsafe { self.uring.submission().push(&e) }.expect("SQ full: the figures keep it shallow");
+            unsafe { self.uring.submission().push(&e) }
+                .expect("SQ full: the figures keep it shallow");
         }
     }
 

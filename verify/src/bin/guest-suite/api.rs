@@ -16,7 +16,9 @@ pub fn safe_batches_and_reasons() -> Result<(), String> {
     // link of their own.
     let other = ring.pair(LOCAL_GID, 3, 3).map_err(|e| e.to_string())?;
     for _ in 0..2 {
-        let v = ring.pair(LOCAL_GID, 3, 3).map_err(|e| format!("a further pair(3, 3): {e}"))?;
+        let v = ring
+            .pair(LOCAL_GID, 3, 3)
+            .map_err(|e| format!("a further pair(3, 3): {e}"))?;
         ring.disconnect(v).map_err(|e| e.to_string())?;
     }
     let access = MrAccess::LOCAL_WRITE
@@ -246,7 +248,10 @@ pub fn listen_is_one_ring_per_service() -> Result<(), String> {
 
 /// Two rings of this node whose virtual QPs pair ports `a` and `b`: each one's SENDs
 /// reach the other's RECVs.
-fn paired(a: u16, b: u16) -> Result<(krcore_uring::Ring, Vqp, krcore_uring::Ring, Vqp), krcore_uring::Error> {
+fn paired(
+    a: u16,
+    b: u16,
+) -> Result<(krcore_uring::Ring, Vqp, krcore_uring::Ring, Vqp), krcore_uring::Error> {
     let mut ring = Builder::new(8).build(Device::open()?)?;
     let mut peer = Builder::new(8).build(Device::open()?)?;
     let vqp = ring.pair(LOCAL_GID, a, b)?;
@@ -267,7 +272,9 @@ pub fn a_region_drops_while_the_ring_waits() -> Result<(), String> {
     let mut note = peer.register(64, MrAccess::empty()).map_err(e)?;
     note.bytes_mut()[..8].copy_from_slice(b"arrived!");
     let mut lent = vec![0u8; 4096];
-    let borrowed = ring.register_slice(&mut lent, MrAccess::LOCAL_WRITE).map_err(e)?;
+    let borrowed = ring
+        .register_slice(&mut lent, MrAccess::LOCAL_WRITE)
+        .map_err(e)?;
     let owned = ring.register(4096, MrAccess::LOCAL_WRITE).map_err(e)?;
     let (done, took) = mpsc::channel();
     let (got, sent) = std::thread::scope(|s| {
@@ -303,8 +310,12 @@ pub fn a_region_drops_while_the_ring_waits() -> Result<(), String> {
     check(ended && after < Duration::from_secs(2), || {
         format!("dropping the regions took {after:?} (ended: {ended}) while the ring waited")
     })?;
-    check(got[0].as_ref().is_ok_and(|c| c.res == 8), || format!("RECV: {got:?}"))?;
-    check(&inbox.bytes()[..8] == b"arrived!", || "RECV bytes differ".into())
+    check(got[0].as_ref().is_ok_and(|c| c.res == 8), || {
+        format!("RECV: {got:?}")
+    })?;
+    check(&inbox.bytes()[..8] == b"arrived!", || {
+        "RECV bytes differ".into()
+    })
 }
 
 /// A batch run with a timeout gives up `ETIME` at its bound, keeps its region parked
@@ -322,10 +333,13 @@ pub fn a_run_times_out_and_parks_its_regions() -> Result<(), String> {
     let waited = t.elapsed();
     println!("  a RECV run with a 300 ms bound gave up after {waited:?}");
     check(
-        got.as_ref().is_err_and(|x| x.raw_os_error() == Some(libc::ETIME)),
+        got.as_ref()
+            .is_err_and(|x| x.raw_os_error() == Some(libc::ETIME)),
         || format!("run_timeout: {got:?}"),
     )?;
-    check(back.is_empty(), || "a region came back while its RECV is posted".into())?;
+    check(back.is_empty(), || {
+        "a region came back while its RECV is posted".into()
+    })?;
     check(
         waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
         || format!("gave up after {waited:?}"),
@@ -346,9 +360,11 @@ pub fn a_run_times_out_and_parks_its_regions() -> Result<(), String> {
                 let _ = sender.join();
                 got
             });
-            check(got.as_ref().is_ok_and(|c| c[0].as_ref().is_ok_and(|c| c.res == 8)), || {
-                format!("second RECV: {got:?}")
-            })?;
+            check(
+                got.as_ref()
+                    .is_ok_and(|c| c[0].as_ref().is_ok_and(|c| c.res == 8)),
+                || format!("second RECV: {got:?}"),
+            )?;
             let bytes = &back[0].bytes()[..8];
             return check(bytes == b"second!!", || {
                 format!("the second message landed as {bytes:?}: the first went to the parked RECV")

@@ -17,7 +17,10 @@ pub fn c_example_runs() -> Result<(), String> {
 /// deregistered, and a blocking RECV on one thread taking another thread's SEND
 /// (the wait releases the GIL).
 pub fn python_package_runs_the_example() -> Result<(), String> {
-    let out = sh(&["target/pyvenv/bin/python3", "uring-lib/python/examples/read_write.py"])?;
+    let out = sh(&[
+        "target/pyvenv/bin/python3",
+        "uring-lib/python/examples/read_write.py",
+    ])?;
     for l in out.lines() {
         println!("  {l}");
     }
@@ -33,11 +36,17 @@ pub fn python_package_runs_the_example() -> Result<(), String> {
 /// The package's asyncio face (`krcore.AsyncRing`): messages awaited on two rings,
 /// READs gathered, a RECV given up on while the event loop runs on.
 pub fn python_asyncio_runs_the_example() -> Result<(), String> {
-    let out = sh(&["target/pyvenv/bin/python3", "uring-lib/python/examples/async_messages.py"])?;
+    let out = sh(&[
+        "target/pyvenv/bin/python3",
+        "uring-lib/python/examples/async_messages.py",
+    ])?;
     for l in out.lines() {
         println!("  {l}");
     }
-    check(out.contains("python async:") && out.contains(": ok"), || format!("output: {out}"))
+    check(
+        out.contains("python async:") && out.contains(": ok"),
+        || format!("output: {out}"),
+    )
 }
 
 /// The package's edges (uring-lib/python/tests/edges.py): another ring's handles
@@ -47,9 +56,14 @@ pub fn python_asyncio_runs_the_example() -> Result<(), String> {
 /// ending an accept that waits (before, it waited behind it), bad timeouts refused
 /// (before, a panic).
 pub fn python_edges() -> Result<(), String> {
-    let out = sh(&["target/pyvenv/bin/python3", "uring-lib/python/tests/edges.py"])?;
+    let out = sh(&[
+        "target/pyvenv/bin/python3",
+        "uring-lib/python/tests/edges.py",
+    ])?;
     for l in out.lines() {
         println!("  {l}");
     }
-    check(out.contains("python edges: ok"), || format!("output: {out}"))
+    check(out.contains("python edges: ok"), || {
+        format!("output: {out}")
+    })
 }

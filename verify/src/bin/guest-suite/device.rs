@@ -80,10 +80,15 @@ pub fn hotplug_under_open_file() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     // SAFETY: plain system calls on descriptors this function owns.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: 1 };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 1,
+    };
     // SAFETY: `ev` is a live epoll_event.
     let rc = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, ring.as_raw_fd(), &mut ev) };
-    check(ep >= 0 && rc == 0, || format!("epoll: {}", std::io::Error::last_os_error()))?;
+    check(ep >= 0 && rc == 0, || {
+        format!("epoll: {}", std::io::Error::last_os_error())
+    })?;
     sh(&["rdma", "link", "delete", "rxe0"])?;
     let mut out = [libc::epoll_event { events: 0, u64: 0 }];
     // SAFETY: `out` has room for one event.
@@ -114,7 +119,10 @@ pub fn pool_ready_before_any_application() -> Result<(), String> {
     let start = Instant::now();
     loop {
         let qps = sh(&["rdma", "res", "show", "qp"])?;
-        let krcore: Vec<&str> = qps.lines().filter(|l| l.contains("comm [krcore]")).collect();
+        let krcore: Vec<&str> = qps
+            .lines()
+            .filter(|l| l.contains("comm [krcore]"))
+            .collect();
         // The advert keys' local QP is connected to itself (engine/fastreg.c).
         let local = krcore.iter().filter(|l| self_connected(l)).count();
         let pooled = krcore.len() - local;

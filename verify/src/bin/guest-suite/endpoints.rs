@@ -37,7 +37,9 @@ pub fn a_held_service_is_its_users_alone() -> Result<(), String> {
         become_user(1000, 1 << 20)?;
         let mut r = ring()?;
         let mut l = r.listen(SERVICE).map_err(|e| format!("LISTEN: {e}"))?;
-        let mut mr = r.register(512, MrAccess::LOCAL_WRITE).map_err(|e| e.to_string())?;
+        let mut mr = r
+            .register(512, MrAccess::LOCAL_WRITE)
+            .map_err(|e| e.to_string())?;
         let mut peers = Vec::new();
         while peers.len() < 2 {
             let a = r
@@ -78,7 +80,9 @@ pub fn a_held_service_is_its_users_alone() -> Result<(), String> {
         })?;
         // A client of the service like any other: the listen accepts it on its own.
         let v = r.connect(LOCAL_GID, SERVICE).map_err(|e| e.to_string())?;
-        let mr = r.register(256, MrAccess::LOCAL_WRITE).map_err(|e| e.to_string())?;
+        let mr = r
+            .register(256, MrAccess::LOCAL_WRITE)
+            .map_err(|e| e.to_string())?;
         let recv = Sqe::two_sided(Opcode::Recv, 7, v.handle(), mr.handle(), mr.addr(), 256);
         // SAFETY: the region outlives the receive: the process exits with both.
         unsafe { r.submission().push(&recv) }.map_err(|e| e.to_string())?;
@@ -95,20 +99,29 @@ pub fn a_held_service_is_its_users_alone() -> Result<(), String> {
         become_user(1002, 1 << 20)?;
         let mut r = ring()?;
         let v = r.connect(LOCAL_GID, SERVICE).map_err(|e| e.to_string())?;
-        let mut mr = r.register(256, MrAccess::LOCAL_WRITE).map_err(|e| e.to_string())?;
+        let mut mr = r
+            .register(256, MrAccess::LOCAL_WRITE)
+            .map_err(|e| e.to_string())?;
         mr.bytes_mut()[..SECRET.len()].copy_from_slice(SECRET);
         let mut b = Batch::new();
-        b.send(&v, &mr, 0, SECRET.len() as u32, None).map_err(|e| e.to_string())?;
-        r.run(b).map_err(|e| e.to_string())?.remove(0).map_err(|e| e.to_string())?;
+        b.send(&v, &mr, 0, SECRET.len() as u32, None)
+            .map_err(|e| e.to_string())?;
+        r.run(b)
+            .map_err(|e| e.to_string())?
+            .remove(0)
+            .map_err(|e| e.to_string())?;
         Ok(v.port().to_string())
     })?;
     let port = victim.join()?;
     let thief = thief.join()?;
     let got = server.join()?;
-    println!("  uid 1002 on port {port} sent its secret; the listen got {got:?}; uid 1001: {thief}");
-    check(got == format!("{port}:{}", String::from_utf8_lossy(SECRET)), || {
-        format!("the listen got {got:?}, not uid 1002's secret from port {port}")
-    })
+    println!(
+        "  uid 1002 on port {port} sent its secret; the listen got {got:?}; uid 1001: {thief}"
+    );
+    check(
+        got == format!("{port}:{}", String::from_utf8_lossy(SECRET)),
+        || format!("the listen got {got:?}, not uid 1002's secret from port {port}"),
+    )
 }
 
 /// What a hog holds: how many of each it got before `Quota`, and the reason that
@@ -131,12 +144,22 @@ fn fill(r: &mut Ring, bufs: &mut Vec<krcore_uring::MemoryRegion>) -> Result<Stri
     };
     out.push(format!("vqps {} {why:?}", vqps.len()));
     // Receives on a pair of its own, waiting, until refused.
-    r.disconnect(vqps.pop().ok_or("no virtual QP")?).map_err(|e| e.to_string())?;
+    r.disconnect(vqps.pop().ok_or("no virtual QP")?)
+        .map_err(|e| e.to_string())?;
     let v = r.pair(LOCAL_GID, base, base).map_err(|e| e.to_string())?;
-    let mr = r.register(4096, MrAccess::LOCAL_WRITE).map_err(|e| e.to_string())?;
+    let mr = r
+        .register(4096, MrAccess::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
     let mut n = 0;
     let why = loop {
-        let recv = Sqe::two_sided(Opcode::Recv, 100 + n, v.handle(), mr.handle(), mr.addr(), 64);
+        let recv = Sqe::two_sided(
+            Opcode::Recv,
+            100 + n,
+            v.handle(),
+            mr.handle(),
+            mr.addr(),
+            64,
+        );
         // SAFETY: the region outlives the receives: the process exits with both.
         unsafe { r.submission().push(&recv) }.map_err(|e| e.to_string())?;
         r.submit().map_err(|e| e.to_string())?;
@@ -214,9 +237,12 @@ pub fn a_user_cannot_fill_what_others_need() -> Result<(), String> {
     let hog = hog.join()?;
     println!("  uid 1001 filled its shares: {hog}");
     println!("  meanwhile uid 1002: {other}");
-    let want = "vqps 4 Some(Quota), recvs 4 Some(Quota), exports 2 Some(Quota), listens 2 Some(Quota)";
+    let want =
+        "vqps 4 Some(Quota), recvs 4 Some(Quota), exports 2 Some(Quota), listens 2 Some(Quota)";
     check(hog == want, || format!("uid 1001: {hog}"))?;
-    check(other == want, || format!("uid 1002 while uid 1001 held its shares: {other}"))
+    check(other == want, || {
+        format!("uid 1002 while uid 1001 held its shares: {other}")
+    })
 }
 
 /// uid 1001 CONNECTs to uid 1000's service 300 times (its share of virtual QPs raised to
@@ -249,7 +275,10 @@ pub fn a_client_cannot_spend_a_listeners_share() -> Result<(), String> {
         }
         let own = reason(r.connect(LOCAL_GID, 0));
         signal(served_w)?;
-        let quota = refused.iter().filter(|&&w| w == Some(Reason::Quota)).count();
+        let quota = refused
+            .iter()
+            .filter(|&&w| w == Some(Reason::Quota))
+            .count();
         Ok(format!(
             "accepted {} refused {} (Quota {quota}), own CONNECT {own:?}",
             accepted.len(),
@@ -277,7 +306,9 @@ pub fn a_client_cannot_spend_a_listeners_share() -> Result<(), String> {
     let other = Child::spawn(move || {
         become_user(1002, 1 << 20)?;
         let mut r = ring()?;
-        r.connect(LOCAL_GID, service).map(|_| "served".to_string()).map_err(|e| e.to_string())
+        r.connect(LOCAL_GID, service)
+            .map(|_| "served".to_string())
+            .map_err(|e| e.to_string())
     })?
     .join()
     .map_err(|e| format!("uid 1002: {e}"))?;
@@ -292,5 +323,8 @@ pub fn a_client_cannot_spend_a_listeners_share() -> Result<(), String> {
         HOG - part
     );
     check(got == want, || format!("the listen: {got}, not {want}"))?;
-    check(hog == format!("{part} taken, {} refused", HOG - part), || format!("uid 1001: {hog}"))
+    check(
+        hog == format!("{part} taken, {} refused", HOG - part),
+        || format!("uid 1001: {hog}"),
+    )
 }

@@ -27,13 +27,16 @@ fn run(u: &mut Uring, entries: &[squeue::Entry128]) -> Result<Vec<(u64, i32, u64
         // SAFETY: every buffer the entries name is registered and outlives the wait.
         unsafe { u.submission().push(e) }.map_err(|e| e.to_string())?;
     }
-    u.submit_and_wait(entries.len()).map_err(|e| e.to_string())?;
+    u.submit_and_wait(entries.len())
+        .map_err(|e| e.to_string())?;
     let mut out: Vec<_> = u
         .completion()
         .map(|c| (c.user_data(), c.result(), c.big_cqe()[0]))
         .collect();
     out.sort_by_key(|c| c.0);
-    check(out.len() == entries.len(), || format!("{} entries, {out:?}", entries.len()))?;
+    check(out.len() == entries.len(), || {
+        format!("{} entries, {out:?}", entries.len())
+    })?;
     Ok(out)
 }
 
@@ -47,7 +50,10 @@ pub fn carried_entries_complete_into_io_uring() -> Result<(), String> {
     }
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
     let (mr, descriptor) = ok(&mut ring, Sqe::reg_mr(2, buf.addr(), 8192, access))?;
-    let (rmr, _) = ok(&mut ring, Sqe::import_mr(3, v, buf.addr(), 8192, descriptor))?;
+    let (rmr, _) = ok(
+        &mut ring,
+        Sqe::import_mr(3, v, buf.addr(), 8192, descriptor),
+    )?;
     let (mr, rmr, a) = (mr as u32, rmr as u32, buf.addr());
     let read = |k: u64| Sqe::one_sided(Opcode::Read, 0, v, mr, a + 4096 + 8 * k, 8, rmr, a + 8 * k);
 
@@ -68,7 +74,9 @@ pub fn carried_entries_complete_into_io_uring() -> Result<(), String> {
     check(buf.bytes()[4096..4608] == buf.bytes()[..512], || {
         "the READs did not copy the bytes".into()
     })?;
-    check(ring.completions().count() == 0, || "a carried entry's CQE reached the ring's CQ".into())?;
+    check(ring.completions().count() == 0, || {
+        "a carried entry's CQE reached the ring's CQ".into()
+    })?;
     // Refused by name: a virtual QP the ring does not have, a RECV.
     let stray = Sqe::one_sided(Opcode::Read, 0, 999, mr, a, 8, rmr, a);
     let recv = Sqe::two_sided(Opcode::Recv, 0, v, mr, a, 8);
@@ -77,23 +85,28 @@ pub fn carried_entries_complete_into_io_uring() -> Result<(), String> {
         .iter()
         .map(|c| outcome("entry", c.1, c.2).err().and_then(|e| e.reason()))
         .collect();
-    check(why == [Some(Reason::BadVqp), Some(Reason::NotThroughUring)], || {
-        format!("stray virtual QP and RECV: {got:?}")
-    })?;
+    check(
+        why == [Some(Reason::BadVqp), Some(Reason::NotThroughUring)],
+        || format!("stray virtual QP and RECV: {got:?}"),
+    )?;
     // Another command number, and an io_uring of 64-byte entries: refused whole.
     let other = opcode::UringCmd80::new(fd, CMD_OP + 1)
         .cmd(command(&Sqe::nop(0)))
         .build()
         .user_data(4);
     let got = run(&mut u, &[other])?;
-    check(got[0].1 == -libc::EOPNOTSUPP, || format!("another cmd_op: {got:?}"))?;
+    check(got[0].1 == -libc::EOPNOTSUPP, || {
+        format!("another cmd_op: {got:?}")
+    })?;
     let mut small = IoUring::new(8).map_err(|e| e.to_string())?;
     let e = opcode::UringCmd16::new(fd, CMD_OP).build().user_data(5);
     // SAFETY: the entry names no memory.
     unsafe { small.submission().push(&e) }.map_err(|e| e.to_string())?;
     small.submit_and_wait(1).map_err(|e| e.to_string())?;
     let res = small.completion().next().map(|c| c.result());
-    check(res == Some(-libc::EINVAL), || format!("64-byte SQEs: {res:?}"))?;
+    check(res == Some(-libc::EINVAL), || {
+        format!("64-byte SQEs: {res:?}")
+    })?;
     // A SEND with no receive posted, and nobody in krcore waiting: the device's tick
     // expires it at the deadline (before, it never completed, and io_uring's teardown
     // waited for it forever).
@@ -106,9 +119,17 @@ pub fn carried_entries_complete_into_io_uring() -> Result<(), String> {
     let ts = types::Timespec::new().sec(30);
     let args = types::SubmitArgs::new().timespec(&ts);
     let _ = u.submitter().submit_with_args(1, &args);
-    let got: Vec<_> = u.completion().map(|c| (c.result(), c.big_cqe()[0])).collect();
-    let why = got.first().and_then(|c| outcome("send", c.0, c.1).err()).and_then(|e| e.reason());
-    check(why == Some(Reason::NoReceiver), || format!("a SEND nobody receives: {got:?}"))?;
+    let got: Vec<_> = u
+        .completion()
+        .map(|c| (c.result(), c.big_cqe()[0]))
+        .collect();
+    let why = got
+        .first()
+        .and_then(|c| outcome("send", c.0, c.1).err())
+        .and_then(|e| e.reason());
+    check(why == Some(Reason::NoReceiver), || {
+        format!("a SEND nobody receives: {got:?}")
+    })?;
     // READs in flight when the ring's file closes: io_uring holds the file, and each
     // still completes.
     let reads: Vec<_> = (0..16).map(|k| carried(read(k), 200 + k)).collect();
@@ -132,7 +153,10 @@ fn unreceived_send(port: u16) -> Result<(krcore_uring::Ring, Uring, Buf), String
     let (a_end, _) = ok(&mut ring, Sqe::pair(1, LOCAL_GID, port, port))?;
     ok(&mut ring, Sqe::pair(2, LOCAL_GID, port, port))?;
     let buf = Buf::new(64);
-    let (mr, _) = ok(&mut ring, Sqe::reg_mr(3, buf.addr(), 64, MrAccess::LOCAL_WRITE))?;
+    let (mr, _) = ok(
+        &mut ring,
+        Sqe::reg_mr(3, buf.addr(), 64, MrAccess::LOCAL_WRITE),
+    )?;
     let send = Sqe::two_sided(Opcode::Send, 0, a_end as u32, mr as u32, buf.addr(), 8);
     let mut u: Uring = IoUring::builder().build(8).map_err(|e| e.to_string())?;
     let e = opcode::UringCmd80::new(types::Fd(ring.as_raw_fd()), CMD_OP)
@@ -167,9 +191,18 @@ fn expires_without_the_tick() -> Result<(), String> {
     let ts = types::Timespec::new().sec(10);
     let args = types::SubmitArgs::new().timespec(&ts);
     let _ = u.submitter().submit_with_args(1, &args);
-    let got: Vec<_> = u.completion().map(|c| (c.result(), c.big_cqe()[0])).collect();
-    let why = got.first().and_then(|c| outcome("send", c.0, c.1).err()).and_then(|e| e.reason());
-    println!("  meta_check_ms=0: the unreceived SEND ended {why:?} after {:?}", sent.elapsed());
+    let got: Vec<_> = u
+        .completion()
+        .map(|c| (c.result(), c.big_cqe()[0]))
+        .collect();
+    let why = got
+        .first()
+        .and_then(|c| outcome("send", c.0, c.1).err())
+        .and_then(|e| e.reason());
+    println!(
+        "  meta_check_ms=0: the unreceived SEND ended {why:?} after {:?}",
+        sent.elapsed()
+    );
     check(why == Some(Reason::NoReceiver), || {
         format!("a SEND nobody receives, 10 s past its 1 s deadline: {got:?}")
     })
@@ -220,7 +253,9 @@ fn a_stopped_tasks_io_uring_ends_without_spinning() -> Result<(), String> {
     let pid = p.pid();
     // C's end of the pipe closes when C is gone (P's closed before it stopped).
     let mut rest = Vec::new();
-    p.output().read_to_end(&mut rest).map_err(|e| e.to_string())?;
+    p.output()
+        .read_to_end(&mut rest)
+        .map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(500));
     let (busy0, all0) = cpu_ticks()?;
     std::thread::sleep(Duration::from_secs(3));
@@ -229,11 +264,17 @@ fn a_stopped_tasks_io_uring_ends_without_spinning() -> Result<(), String> {
     unsafe { libc::kill(pid, libc::SIGCONT) };
     let status = p.join();
     let busy = (busy1 - busy0) as f64 / (all1 - all0).max(1) as f64;
-    println!("  a stopped task's io_uring torn down: the machine {:.0}% busy over 3 s", busy * 100.0);
+    println!(
+        "  a stopped task's io_uring torn down: the machine {:.0}% busy over 3 s",
+        busy * 100.0
+    );
     status?;
     // Spinning takes a whole CPU of the guest's (two under the runner).
     check(busy < 0.3, || {
-        format!("the io_uring's teardown spun: the machine was {:.0}% busy", busy * 100.0)
+        format!(
+            "the io_uring's teardown spun: the machine was {:.0}% busy",
+            busy * 100.0
+        )
     })
 }
 
@@ -273,20 +314,26 @@ fn ends_promptly(exec: bool) -> Result<(), String> {
         if since.elapsed() > Duration::from_secs(20) {
             // SAFETY: our own child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-            return Err(format!("a process with a carried SEND in flight did not {how} in 20 s"));
+            return Err(format!(
+                "a process with a carried SEND in flight did not {how} in 20 s"
+            ));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    check(ready && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, || {
-        format!("the child failed to set up (ready {ready}, status {status:#x})")
-    })?;
+    check(
+        ready && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        || format!("the child failed to set up (ready {ready}, status {status:#x})"),
+    )?;
     let gone = since.elapsed();
     // io_uring's teardown, which runs on after the task, lets go of the ring's file too
     // (nothing else here holds the module).
     let refs = || std::fs::read_to_string("/sys/module/krcore/refcnt").unwrap_or_default();
     while refs().trim() != "0" {
         check(since.elapsed() < Duration::from_secs(20), || {
-            format!("20 s after the {how}, the module is still held ({} references)", refs().trim())
+            format!(
+                "20 s after the {how}, the module is still held ({} references)",
+                refs().trim()
+            )
         })?;
         std::thread::sleep(Duration::from_millis(10));
     }

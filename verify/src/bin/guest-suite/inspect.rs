@@ -143,7 +143,9 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
         || format!("krcore bw: {bw}"),
     )?;
     // perftest's -a, -D and a machine-readable form: a JSON object per size.
-    let sweep = sh(&[KRCORE, "lat", "-a", "--size", "64", "--iters", "20", "--json"])?;
+    let sweep = sh(&[
+        KRCORE, "lat", "-a", "--size", "64", "--iters", "20", "--json",
+    ])?;
     let rows: Vec<serde_json::Value> = sweep
         .lines()
         .map(serde_json::from_str)
@@ -152,7 +154,9 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
     let sizes: Vec<u64> = rows.iter().filter_map(|r| r["size"].as_u64()).collect();
     check(
         sizes == [8, 16, 32, 64]
-            && rows.iter().all(|r| r["ops"] == 20 && r["median_us"].as_f64().is_some_and(|m| m > 0.0)),
+            && rows
+                .iter()
+                .all(|r| r["ops"] == 20 && r["median_us"].as_f64().is_some_and(|m| m > 0.0)),
         || format!("krcore lat -a --json: {sweep}"),
     )?;
     let timed = sh(&[KRCORE, "bw", "-D", "0.3", "--size", "64", "--json"])?;
@@ -163,7 +167,9 @@ pub fn counters_tool_and_debug_points() -> Result<(), String> {
         || format!("krcore bw -D 0.3: {timed}"),
     )?;
     let served = the_far_side()?;
-    for out in [&devices, &counters, &rings, &peers, &lat, &bw, &sweep, &timed, &served] {
+    for out in [
+        &devices, &counters, &rings, &peers, &lat, &bw, &sweep, &timed, &served,
+    ] {
         for l in out.lines().take(12) {
             println!("  {l}");
         }
@@ -179,7 +185,15 @@ fn the_far_side() -> Result<String, String> {
     use std::process::{Command, Stdio};
     let node = "192.0.2.1";
     let mut server = Command::new(KRCORE)
-        .args(["serve", "--size", "4096", "--service", "7100", "--peers", "2"])
+        .args([
+            "serve",
+            "--size",
+            "4096",
+            "--service",
+            "7100",
+            "--peers",
+            "2",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -187,7 +201,20 @@ fn the_far_side() -> Result<String, String> {
     let mut said = String::new();
     let clients = (|| {
         // Listening once a CONNECT succeeds: retried until then.
-        let send_lat = [KRCORE, "lat", "--op", "send", "--node", node, "--service", "7100", "--size", "64", "--iters", "50"];
+        let send_lat = [
+            KRCORE,
+            "lat",
+            "--op",
+            "send",
+            "--node",
+            node,
+            "--service",
+            "7100",
+            "--size",
+            "64",
+            "--iters",
+            "50",
+        ];
         let mut lat = Err(String::new());
         for _ in 0..50 {
             lat = sh(&send_lat);
@@ -197,30 +224,61 @@ fn the_far_side() -> Result<String, String> {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         let lat = lat?;
-        check(lat.contains("SEND 64 B (echoed): 50 operations"), || format!("krcore lat --op send: {lat}"))?;
+        check(lat.contains("SEND 64 B (echoed): 50 operations"), || {
+            format!("krcore lat --op send: {lat}")
+        })?;
         let bw = sh(&[
-            KRCORE, "bw", "--op", "send", "--node", node, "--service", "7100", "--size", "1024", "--depth", "4",
-            "--iters", "64", "--json",
+            KRCORE,
+            "bw",
+            "--op",
+            "send",
+            "--node",
+            node,
+            "--service",
+            "7100",
+            "--size",
+            "1024",
+            "--depth",
+            "4",
+            "--iters",
+            "64",
+            "--json",
         ])?;
-        let j: serde_json::Value = serde_json::from_str(bw.trim()).map_err(|e| format!("krcore bw --op send: {e}: {bw}"))?;
-        check(j["ops"] == 64 && j["op"] == "send", || format!("krcore bw --op send: {bw}"))?;
+        let j: serde_json::Value = serde_json::from_str(bw.trim())
+            .map_err(|e| format!("krcore bw --op send: {e}: {bw}"))?;
+        check(j["ops"] == 64 && j["op"] == "send", || {
+            format!("krcore bw --op send: {bw}")
+        })?;
         Ok::<_, String>(format!("{lat}{bw}"))
     })();
     if clients.is_err() {
         // It would wait for its peers forever.
         let _ = server.kill();
     }
-    let out = server.wait_with_output().map_err(|e| format!("krcore serve: {e}"))?;
+    let out = server
+        .wait_with_output()
+        .map_err(|e| format!("krcore serve: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     said.push_str(&clients?);
     said.push_str(&text);
     // Each peer's messages: the warm-up's and the timed ones.
     let echoed: Vec<u64> = text
         .lines()
-        .filter_map(|l| l.split_once(" messages echoed")?.0.rsplit(' ').next()?.parse().ok())
+        .filter_map(|l| {
+            l.split_once(" messages echoed")?
+                .0
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect();
     check(out.status.success() && echoed == [51, 68], || {
-        format!("krcore serve ({}): {text}{}", out.status, String::from_utf8_lossy(&out.stderr))
+        format!(
+            "krcore serve ({}): {text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
     })?;
     Ok(said)
 }

@@ -28,7 +28,6 @@ pub(crate) struct Child {
 }
 
 impl Child {
-
     /// Forks; the child runs `f`, writes its `Ok` text to the pipe and exits 0, or
     /// prints its error and exits 1.
     pub(crate) fn spawn(f: impl FnOnce() -> Result<String, String>) -> Result<Child, String> {
@@ -458,7 +457,10 @@ pub fn a_pair_breaker_is_throttled() -> Result<(), String> {
         Ok(format!("{broke} {throttled}"))
     })?;
     let mut r = open(Builder::new(16))?;
-    let (v, _) = ok(&mut r, Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16))?;
+    let (v, _) = ok(
+        &mut r,
+        Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16),
+    )?;
     let v = v as u32;
     let buf = Buf::new(512);
     let access = MrAccess::LOCAL_WRITE | MrAccess::REMOTE_READ;
@@ -503,7 +505,10 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
     const SERVICE: u32 = 7;
     Child::spawn(|| {
         let mut r = open(Builder::new(16))?;
-        let (v, _) = ok(&mut r, Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16))?;
+        let (v, _) = ok(
+            &mut r,
+            Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16),
+        )?;
         let buf = Box::leak(Box::new(Buf::new(8)));
         let (mr, _) = ok(
             &mut r,
@@ -517,8 +522,14 @@ pub fn a_dead_rings_receive_is_reclaimed() -> Result<(), String> {
     })?
     .join()?;
     let mut r = open(Builder::new(16))?;
-    let (from, _) = ok(&mut r, Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16))?;
-    let (to, _) = ok(&mut r, Sqe::pair(2, LOCAL_GID, SERVICE as u16, SERVICE as u16))?;
+    let (from, _) = ok(
+        &mut r,
+        Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16),
+    )?;
+    let (to, _) = ok(
+        &mut r,
+        Sqe::pair(2, LOCAL_GID, SERVICE as u16, SERVICE as u16),
+    )?;
     let mut buf = Buf::new(64);
     let (mr, _) = ok(
         &mut r,
@@ -554,7 +565,10 @@ fn exchange(service: u32, pair: u8, role: u8, k: usize, start: Instant) -> Resul
     const SLOT: usize = 64;
     const LEN: u32 = 16;
     let mut r = open(Builder::new(128))?;
-    let (v, qpn) = ok(&mut r, Sqe::pair(1, LOCAL_GID, service as u16, service as u16))?;
+    let (v, qpn) = ok(
+        &mut r,
+        Sqe::pair(1, LOCAL_GID, service as u16, service as u16),
+    )?;
     let v = v as u32;
     let mut buf = Buf::new(2 * k * SLOT / 8);
     let size = (2 * k * SLOT) as u32;

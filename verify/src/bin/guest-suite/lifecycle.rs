@@ -110,7 +110,9 @@ fn clear_kmemleak() -> Result<(), String> {
 /// (make vm-test-debug) is the one that judges leaks.
 fn check_kmemleak(what: &str) -> Result<(), String> {
     if !kmemleak() {
-        println!("  kmemleak is not in this kernel: leaks after {what} are judged on the debug kernel");
+        println!(
+            "  kmemleak is not in this kernel: leaks after {what} are judged on the debug kernel"
+        );
         return Ok(());
     }
     // kmemleak reports an object only once it is older than 5 s, and only when its
@@ -196,12 +198,19 @@ fn judge_growth(ko: &str) -> Result<(), String> {
             println!(
                 "  {name}: {b} kB -> {a} kB ({:+} kB over 50 cycles, budget {})",
                 a - b,
-                if judged { format!("{budget} kB") } else { "none here".into() }
+                if judged {
+                    format!("{budget} kB")
+                } else {
+                    "none here".into()
+                }
             );
             over[k] = judged && a - b > budget;
             any |= over[k];
             check(!(over[k] && window == 1), || {
-                format!("{name} grew by {} kB in each of two runs of 50 load/unload cycles", a - b)
+                format!(
+                    "{name} grew by {} kB in each of two runs of 50 load/unload cycles",
+                    a - b
+                )
             })?;
         }
         if !any {

@@ -159,7 +159,10 @@ fn rings_in_namespace<T>(
         // SAFETY: a plain system call on this (child) process.
         let rc = unsafe { libc::unshare(libc::CLONE_NEWUSER) };
         check(rc == 0, || {
-            format!("unshare(CLONE_NEWUSER): {}", std::io::Error::last_os_error())
+            format!(
+                "unshare(CLONE_NEWUSER): {}",
+                std::io::Error::last_os_error()
+            )
         })?;
         signal(made_w)?;
         wait(mapped_r)?;
@@ -179,7 +182,9 @@ fn rings_in_namespace<T>(
             }
             // SAFETY: as above; 0 is the saved uid.
             let rc = unsafe { libc::setresuid(0, 0, 0) };
-            check(rc == 0, || format!("back to 0: {}", std::io::Error::last_os_error()))?;
+            check(rc == 0, || {
+                format!("back to 0: {}", std::io::Error::last_os_error())
+            })?;
         }
         signal(held_w)?;
         wait(go_r)?;
@@ -209,8 +214,9 @@ const MAPPED: u32 = 11;
 /// Uid 1000 outside is refused too, and uid 1001 is not.
 pub fn a_user_namespace_counts_as_its_owner() -> Result<(), String> {
     let _rings = Param::set("max_rings_per_user", "6")?;
-    let (inside, (outside, other)) =
-        rings_in_namespace(1000, 200_000, || Ok((rings_as(1000, 3)?, rings_as(1001, 3)?)))?;
+    let (inside, (outside, other)) = rings_in_namespace(1000, 200_000, || {
+        Ok((rings_as(1000, 3)?, rings_as(1001, 3)?))
+    })?;
     println!("  in uid 1000's namespace, one ring as each of {MAPPED} mapped uids (made, refused, all EDQUOT): {inside}");
     println!("  meanwhile uid 1000 outside: {outside}; uid 1001: {other}");
     check(inside == "6 5 true", || {
@@ -230,14 +236,21 @@ pub fn a_user_namespace_counts_as_its_owner() -> Result<(), String> {
 pub fn a_containers_uids_count_together() -> Result<(), String> {
     let _rings = Param::set("max_rings_per_user", "6")?;
     let (inside, (same_uid, root)) = rings_in_namespace(0, 300_000, || {
-        Ok((rings_as(300_001, 3)?, Device::open().and_then(|d| Builder::new(8).build(d)).is_ok()))
+        Ok((
+            rings_as(300_001, 3)?,
+            Device::open()
+                .and_then(|d| Builder::new(8).build(d))
+                .is_ok(),
+        ))
     })?;
     println!("  in root's namespace, one ring as each of {MAPPED} mapped uids (made, refused, all EDQUOT): {inside}");
     println!("  meanwhile uid 300001 outside: {same_uid}; root got one: {root}");
     check(inside == "6 5 true", || {
         format!("the container's uids got {inside} rings, not one quota of 6 together")
     })?;
-    check(same_uid == "3 None", || format!("uid 300001 outside got {same_uid}"))?;
+    check(same_uid == "3 None", || {
+        format!("uid 300001 outside got {same_uid}")
+    })?;
     check(root, || "root outside was refused a ring".into())
 }
 

@@ -40,13 +40,17 @@ pub fn caller_memory_registers_and_deregisters_on_drop() -> Result<(), String> {
     let mut v: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
     // Remote rights on lent memory: the region is dropped before `v` (below), never
     // forgotten. A safe registration with them is refused.
-    let refused = ring.register_slice(&mut v[..], ALL).err().and_then(|e| e.reason());
-    check(refused == Some(krcore_uring::abi::cqe::Reason::MrAccess), || {
-        format!("register_slice with remote rights: {refused:?}")
-    })?;
+    let refused = ring
+        .register_slice(&mut v[..], ALL)
+        .err()
+        .and_then(|e| e.reason());
+    check(
+        refused == Some(krcore_uring::abi::cqe::Reason::MrAccess),
+        || format!("register_slice with remote rights: {refused:?}"),
+    )?;
     // SAFETY: `reg` is dropped (deregistered) before `v`'s loan ends, never forgotten.
-    let mut reg = unsafe { ring.register_slice_remote(&mut v[..], ALL) }
-        .map_err(|e| e.to_string())?;
+    let mut reg =
+        unsafe { ring.register_slice_remote(&mut v[..], ALL) }.map_err(|e| e.to_string())?;
     let held = pinned_kb()?;
     check(held >= base + 8, || {
         format!("VmPin {base} -> {held} kB after registering 8 KiB")
@@ -85,8 +89,9 @@ pub fn caller_memory_registers_and_deregisters_on_drop() -> Result<(), String> {
     let (map, huge) = map_anonymous(len)?;
     // SAFETY: the mapping stays mapped until after the region is dropped, and nothing
     // but the region and the NIC touches it meanwhile.
-    let mut raw = unsafe { ring.register_slice_remote(std::slice::from_raw_parts_mut(map, len), ALL) }
-        .map_err(|e| e.to_string())?;
+    let mut raw =
+        unsafe { ring.register_slice_remote(std::slice::from_raw_parts_mut(map, len), ALL) }
+            .map_err(|e| e.to_string())?;
     let mut src = ring.register(64, ALL).map_err(|e| e.to_string())?;
     src.bytes_mut().copy_from_slice(&[0x5a; 64]);
     let d = raw.export().ok_or("no descriptor")?;
@@ -165,7 +170,8 @@ pub fn waits_are_bounded_and_receives_cancel() -> Result<(), String> {
     )?;
     // Giving up on it: DISCONNECT, after which the receive comes back Cancelled.
     // SAFETY: names no memory.
-    unsafe { ring.submission().push(&Sqe::disconnect(2, a.handle())) }.map_err(|e| e.to_string())?;
+    unsafe { ring.submission().push(&Sqe::disconnect(2, a.handle())) }
+        .map_err(|e| e.to_string())?;
     let mut got = Vec::new();
     while got.len() < 2 {
         ring.submit_and_wait_timeout(1, Duration::from_secs(10))

@@ -40,7 +40,10 @@ fn deadline() -> Result<Duration, String> {
 /// QpErrors. Any other failure, wrong bytes, or 5 s without a good READ is an error.
 fn reader(until: impl Fn(u64) -> bool) -> Result<(u64, u64), String> {
     let mut r = open(Builder::new(64))?;
-    let (v, _) = ok(&mut r, Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16))?;
+    let (v, _) = ok(
+        &mut r,
+        Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16),
+    )?;
     let v = v as u32;
     let mut buf = Buf::new(512);
     buf.bytes_mut()[..8].copy_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
@@ -77,8 +80,14 @@ pub fn unreceived_send_fails_by_the_deadline_breaking_nothing() -> Result<(), St
     let deadline = deadline()?;
     let mut r = open(Builder::new(64))?;
     // `v` sends; its peer connects and never posts a receive.
-    let (v, _) = ok(&mut r, Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16))?;
-    let (_peer, _) = ok(&mut r, Sqe::pair(2, LOCAL_GID, SERVICE as u16, SERVICE as u16))?;
+    let (v, _) = ok(
+        &mut r,
+        Sqe::pair(1, LOCAL_GID, SERVICE as u16, SERVICE as u16),
+    )?;
+    let (_peer, _) = ok(
+        &mut r,
+        Sqe::pair(2, LOCAL_GID, SERVICE as u16, SERVICE as u16),
+    )?;
     let buf = Buf::new(8);
     let (mr, _) = ok(
         &mut r,

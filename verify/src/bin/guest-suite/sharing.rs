@@ -25,7 +25,10 @@ pub fn worker(id: u64, hang: bool, service: Option<u32>) -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let mut r = Builder::new(64).build(dev).map_err(|e| e.to_string())?;
     let service = service.unwrap_or(SERVICE);
-    let (v, qpn) = ok(&mut r, Sqe::pair(1, LOCAL_GID, service as u16, service as u16))?;
+    let (v, qpn) = ok(
+        &mut r,
+        Sqe::pair(1, LOCAL_GID, service as u16, service as u16),
+    )?;
     let v = v as u32;
     let mut buf = Buf::new(512);
     for (i, b) in buf.bytes_mut()[..1024].iter_mut().enumerate() {
@@ -162,9 +165,15 @@ pub fn kill_9_in_flight_cleans_up() -> Result<(), String> {
     })?;
     // Both processes are gone: every MR they registered (pinned pages) is released.
     let left = mrs()?;
-    println!("  MRs left after both exited: {} (the module's {base})", left);
+    println!(
+        "  MRs left after both exited: {} (the module's {base})",
+        left
+    );
     check(left == base, || {
-        format!("{} of the workers' MRs still registered", left as i64 - base as i64)
+        format!(
+            "{} of the workers' MRs still registered",
+            left as i64 - base as i64
+        )
     })
 }
 

@@ -19,7 +19,10 @@ const DELAY: Duration = Duration::from_secs(1);
 /// A ring with a virtual QP connected to `service` and a registered 64-byte buffer.
 fn endpoint(service: u32) -> Result<(Ring, u32, u32, Buf), String> {
     let mut r = open(Builder::new(16))?;
-    let (v, _) = ok(&mut r, Sqe::pair(1, LOCAL_GID, service as u16, service as u16))?;
+    let (v, _) = ok(
+        &mut r,
+        Sqe::pair(1, LOCAL_GID, service as u16, service as u16),
+    )?;
     let buf = Buf::new(8);
     let access = MrAccess::LOCAL_WRITE;
     let (mr, _) = ok(&mut r, Sqe::reg_mr(2, buf.addr(), 64, access))?;
@@ -99,19 +102,28 @@ pub fn a_ring_fd_works_with_epoll() -> Result<(), String> {
     let (mut r, v, mr, buf) = endpoint(service)?;
     // SAFETY: plain system calls on descriptors this function owns.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    check(ep >= 0, || format!("epoll_create1: {}", std::io::Error::last_os_error()))?;
+    check(ep >= 0, || {
+        format!("epoll_create1: {}", std::io::Error::last_os_error())
+    })?;
     let mut ev = libc::epoll_event {
         events: libc::EPOLLIN as u32,
         u64: 7,
     };
     // SAFETY: `ev` is a live epoll_event.
     let rc = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, r.as_raw_fd(), &mut ev) };
-    check(rc == 0, || format!("epoll_ctl on the ring's fd: {}", std::io::Error::last_os_error()))?;
+    check(rc == 0, || {
+        format!(
+            "epoll_ctl on the ring's fd: {}",
+            std::io::Error::last_os_error()
+        )
+    })?;
     let ready = |timeout_ms: i32| -> Result<Vec<u32>, String> {
         let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
         // SAFETY: `out` has room for 4 events.
         let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 4, timeout_ms) };
-        check(n >= 0, || format!("epoll_wait: {}", std::io::Error::last_os_error()))?;
+        check(n >= 0, || {
+            format!("epoll_wait: {}", std::io::Error::last_os_error())
+        })?;
         Ok(out[..n as usize].iter().map(|e| e.events).collect())
     };
     let send = Sqe::two_sided(Opcode::Send, 3, v, mr, buf.addr(), 8);
@@ -119,7 +131,9 @@ pub fn a_ring_fd_works_with_epoll() -> Result<(), String> {
     unsafe { r.submission().push(&send) }.map_err(|e| e.to_string())?;
     r.submit().map_err(|e| e.to_string())?;
     let before = ready(0)?;
-    check(before.is_empty(), || format!("readable before the peer received: {before:?}"))?;
+    check(before.is_empty(), || {
+        format!("readable before the peer received: {before:?}")
+    })?;
     // The peer posts its receive and waits in user space, not in the kernel: nobody
     // sleeps on the device, so only the polled ring keeps completions routed (before,
     // they waited for the peer's ring to close, 3 s on).
@@ -138,13 +152,16 @@ pub fn a_ring_fd_works_with_epoll() -> Result<(), String> {
     let waited = t.elapsed();
     peer.join()?;
     println!("  epoll on the ring's fd: nothing before, {woke:?} after {waited:?}");
-    check(woke == [libc::EPOLLIN as u32] && waited < Duration::from_secs(2), || {
-        format!("epoll_wait gave {woke:?} after {waited:?}")
-    })?;
+    check(
+        woke == [libc::EPOLLIN as u32] && waited < Duration::from_secs(2),
+        || format!("epoll_wait gave {woke:?} after {waited:?}"),
+    )?;
     let c = collect(&mut r, 1)?;
     check(c[0].res == 8, || format!("SEND: {:?}", c[0]))?;
     let after = ready(0)?;
     // SAFETY: our own descriptor.
     unsafe { libc::close(ep) };
-    check(after.is_empty(), || format!("readable with the CQ read: {after:?}"))
+    check(after.is_empty(), || {
+        format!("readable with the CQ read: {after:?}")
+    })
 }

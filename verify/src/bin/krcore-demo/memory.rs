@@ -50,8 +50,14 @@ pub fn run(keys: u64, clients: usize, secs: u64) -> Res<()> {
         .line()
     );
     println!("memory node: published as `{NAME}`; serving verbs on rdma_cm port {PORT}");
-    verify::cm_verbs::serve(PORT, region.bytes_mut(), clients, secs, verify::cm_verbs::Recvs::Drop(0))
-        .map_err(|x| x.to_string())?;
+    verify::cm_verbs::serve(
+        PORT,
+        region.bytes_mut(),
+        clients,
+        secs,
+        verify::cm_verbs::Recvs::Drop(0),
+    )
+    .map_err(|x| x.to_string())?;
     ring.deregister(region).map_err(e)?;
     println!("memory node: done");
     Ok(())
