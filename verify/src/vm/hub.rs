@@ -6,7 +6,11 @@
 //!
 //! Guest `i`'s QEMU binds `guest-i.sock` and sends to `hub-i.sock`, which the hub binds.
 //! Frames to a guest that is not up (not booted yet, or killed) are dropped, as a
-//! switch port with nothing plugged in would.
+//! switch port with nothing plugged in would. Each guest's port has its own queue of
+//! [`PORT_QUEUE`] frames and its own thread: a guest that does not read (QEMU takes no
+//! frame before the guest's driver is up, and a booting guest under emulation takes
+//! seconds) fills its own queue and loses what comes past it, as a switch port's full
+//! buffer does, and never holds up the frames the others exchange.
 //!
 //! A lossy segment ([`Hub::start`]'s `lose_one_in`) loses RoCE frames sent to a QP other
 //! than the CM's (QP 1) at random, one in N on average: the loss an Ethernet without
@@ -18,6 +22,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -25,6 +30,13 @@ use std::time::Duration;
 /// Largest frame forwarded: an Ethernet frame at the guests' MTU (1500) with headers and
 /// the virtio-net header QEMU prepends, with room to spare.
 const MAX_FRAME: usize = 65536;
+
+/// Frames a guest's port holds for it while it does not read; past them, frames to it
+/// are lost. A guest's own socket holds 10 more (the host's `max_dgram_qlen`).
+pub const PORT_QUEUE: usize = 1024;
+
+/// How often a hub thread that waits looks at the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// A running hub; stops when dropped.
 pub struct Hub {
@@ -48,16 +60,33 @@ impl Hub {
     pub fn start(dir: &Path, n: usize, lose_one_in: Option<u32>) -> Result<Hub, String> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
+        let mut socks = Vec::new();
         for i in 0..n {
             let path = hub_socket(dir, i);
             let _ = std::fs::remove_file(&path);
             let sock = UnixDatagram::bind(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            // Wake now and then to see the stop flag.
-            sock.set_read_timeout(Some(Duration::from_millis(200)))
+            // Wake now and then to see the stop flag, reading and writing.
+            sock.set_read_timeout(Some(STOP_POLL))
+                .and_then(|_| sock.set_write_timeout(Some(STOP_POLL)))
                 .map_err(|e| e.to_string())?;
-            let peers: Vec<PathBuf> = (0..n)
-                .filter(|&j| j != i)
-                .map(|j| guest_socket(dir, j))
+            socks.push(sock);
+        }
+        // Each guest's port: its queue, drained by its own thread (through the socket
+        // the guest sends to).
+        let mut ports = Vec::new();
+        for (j, sock) in socks.iter().enumerate() {
+            let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(PORT_QUEUE);
+            let out = sock.try_clone().map_err(|e| e.to_string())?;
+            let (to, stop) = (guest_socket(dir, j), stop.clone());
+            threads.push(std::thread::spawn(move || drain(&out, &to, &rx, &stop)));
+            ports.push(tx);
+        }
+        for (i, sock) in socks.into_iter().enumerate() {
+            let peers: Vec<SyncSender<Vec<u8>>> = ports
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, tx)| tx.clone())
                 .collect();
             let stop = stop.clone();
             threads.push(std::thread::spawn(move || {
@@ -73,14 +102,37 @@ impl Hub {
                         }
                     }
                     for p in &peers {
-                        // A guest not up yet (or killed) has no socket: drop, as a switch
-                        // does for a port with nothing plugged in.
-                        let _ = sock.send_to(&frame[..len], p);
+                        // A full port loses the frame, as a switch's full buffer does.
+                        let _ = p.try_send(frame[..len].to_vec());
                     }
                 }
             }));
         }
         Ok(Hub { stop, threads })
+    }
+}
+
+/// A guest's port: sends what its queue holds to the guest at `to`, in order, each
+/// frame until the guest takes it or is not there (not booted yet, or killed: the
+/// frame is dropped, as a switch does for a port with nothing plugged in).
+fn drain(out: &UnixDatagram, to: &Path, rx: &Receiver<Vec<u8>>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let frame = match rx.recv_timeout(STOP_POLL) {
+            Ok(f) => f,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        while !stop.load(Ordering::Relaxed) {
+            match out.send_to(&frame, to) {
+                // Its socket is full (a write timeout): the guest is up but not reading.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                _ => break,
+            }
+        }
     }
 }
 
@@ -169,6 +221,60 @@ mod tests {
             .set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
         assert!(guests[0].recv(&mut buf).is_err(), "echoed to its sender");
+        drop(hub);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A guest that reads nothing (up, but its driver not yet: QEMU takes no frame)
+    /// holds up no one: guest 1 gets every frame guest 0 sends, and guest 2's port
+    /// keeps what it can hold.
+    #[test]
+    fn a_guest_that_does_not_read_holds_up_no_other() {
+        let (dir, hub, guests) = segment("stall", 3, None, Duration::from_secs(2));
+        let sent = 200;
+        let got = std::thread::scope(|sc| {
+            // A hub held up stops taking guest 0's frames: its sends time out.
+            guests[0]
+                .set_write_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            sc.spawn(|| {
+                for k in 0..sent {
+                    let frame = (k as u32).to_be_bytes();
+                    if guests[0].send_to(&frame, hub_socket(&dir, 0)).is_err() {
+                        break;
+                    }
+                }
+            });
+            let mut buf = [0u8; 16];
+            let mut got = Vec::new();
+            while got.len() < sent {
+                let Ok(n) = guests[1].recv(&mut buf) else {
+                    break;
+                };
+                got.push(u32::from_be_bytes(buf[..n].try_into().unwrap()));
+            }
+            got
+        });
+        if got.len() != sent {
+            // Its threads wait on guest 2 for good: not joined.
+            std::mem::forget(hub);
+            panic!("guest 1 got {} of {sent}: held up by guest 2", got.len());
+        }
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order");
+        // Guest 2 now reads: what its socket and its port held, in order, from the first.
+        let mut buf = [0u8; 16];
+        let mut late = Vec::new();
+        guests[2]
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        while let Ok(n) = guests[2].recv(&mut buf) {
+            late.push(u32::from_be_bytes(buf[..n].try_into().unwrap()));
+        }
+        assert_eq!(
+            late,
+            (0..sent as u32).collect::<Vec<_>>(),
+            "guest 2's frames"
+        );
         drop(hub);
         let _ = std::fs::remove_dir_all(&dir);
     }
