@@ -261,6 +261,9 @@ HOG_ROLES = --role "a:$(SMOKE) hogged-meta b c" --role "b:$(SMOKE) hog a c" --ro
 # The MetaServer on a holds each request 1 s (test_hold_serve_ms): serving runs on
 # the module's own queue, and a's unload waits for the request it holds.
 SERVING_ROLES = --role "a:$(SMOKE) serving b" --role "b:$(SMOKE) served a"
+# b's MetaServer work held 15 s a pass, PUBLISHes queued behind it: b's CONNECT to a
+# is dialed by a free worker at once.
+SLOW_META_ROLES = --role "a:$(SMOKE) meta 1" --role "b:$(SMOKE) meta-slow a"
 # Two users of b CONNECT 300 times to a's listen: b holds 256 of its 1,024 virtual QPs
 # (a client node's quarter), and c is served.
 CLIENT_PART_ROLES = --role "a:$(SMOKE) client-part b c" --role "b:$(SMOKE) client-hog a c" --role "c:$(SMOKE) client-other a b"
@@ -296,8 +299,8 @@ META3_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) export a kv" --role 
 MESSAGE3_ROLES = --role "a:$(SMOKE) meta 2" --role "b:$(SMOKE) messages c recv 64 a" --role "c:$(SMOKE) messages b send 64 a"
 TWO_SCENES = $(PING_ROLES) $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(CYCLES_ROLES) \
 	$(MUTUAL_ROLES) $(MESSAGE_ROLES) $(ECHO_ROLES) $(VANISH_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES) \
-	$(SERVING_ROLES) $(YANK_ROLES) $(FENCE_ROLES) $(CHURN_ROLES) $(SELF_ROLES) $(HOLD_ROLES) $(TOOL_ROLES) \
-	$(VERBS_ROLES)
+	$(SERVING_ROLES) $(SLOW_META_ROLES) $(YANK_ROLES) $(FENCE_ROLES) $(CHURN_ROLES) $(SELF_ROLES) $(HOLD_ROLES) \
+	$(TOOL_ROLES) $(VERBS_ROLES)
 THREE_SCENES = $(CONNECT3_ROLES) $(META3_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES) $(BOUNDED_ROLES) \
 	$(CLIENT_PART_ROLES) $(PINNER_ROLES) \
 	$(MESSAGE3_ROLES) $(CLIENTS_ROLES) $(NAMES_ROLES) $(SERVICES_ROLES)
@@ -323,7 +326,7 @@ vm-test-debug: kmod-debug host
 	@echo "[test] kernel-to-kernel connections between 2 and 3 guests on the debug kernel"
 	@$(VM_DEBUG) --timeout 3000 --nodes 2 $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(MUTUAL_ROLES) \
 		$(MESSAGE_ROLES_LATE) $(LISTENER_ROLES) $(VANISH_ROLES) $(YANK_ROLES) $(FENCE_ROLES) \
-		$(ECHO_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES) $(SERVING_ROLES)
+		$(ECHO_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES) $(SERVING_ROLES) $(SLOW_META_ROLES)
 	@$(VM_DEBUG) --timeout 1200 --nodes 3 $(BOUNDED_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES)
 	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 --lose-one-in 20 $(LOSSY_ROLES)

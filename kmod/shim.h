@@ -579,6 +579,8 @@ u16 krcore_shim_cm_port(void);
 bool krcore_shim_test_notice_echo(void);
 /* The cm_dial_delay_ms parameter (fault injection for tests). */
 u32 krcore_shim_cm_dial_delay_ms(void);
+/* The test_hold_meta_ms parameter (fault injection for tests: a slow MetaServer). */
+u32 krcore_shim_test_hold_meta_ms(void);
 /* Connects an RC QP on `dev` with `pd` and `cq` from local address src_gid to dst_gid
  * (IPv4-mapped) at cm_port, as connection `index` of a set (PEER), waiting up to
  * timeout_ms; 0 with the connection (a handle for the caller, released by _close or

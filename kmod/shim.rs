@@ -278,6 +278,7 @@ extern "C" {
     pub(crate) fn krcore_shim_cm_peer_gid(gid: *mut u8) -> c_int;
     pub(crate) fn krcore_shim_cm_port() -> u16;
     pub(crate) fn krcore_shim_cm_dial_delay_ms() -> u32;
+    pub(crate) fn krcore_shim_test_hold_meta_ms() -> u32;
     pub(crate) fn krcore_shim_test_notice_echo() -> bool;
     pub(crate) fn krcore_shim_cm_connect(
         dev: *mut IbDevice,

@@ -455,6 +455,15 @@ static uint test_hold_serve_ms;
 KRCORE_TEST_PARAM(test_hold_serve_ms, uint, 0600,
 		  "hold each MetaServer request this long before serving it, ms (shows where serving runs; default 0)");
 
+static uint test_hold_meta_ms;
+KRCORE_TEST_PARAM(test_hold_meta_ms, uint, 0600,
+		  "hold this node's MetaServer connection this long in each pass of its work, ms (a slow MetaServer; default 0)");
+
+u32 krcore_shim_test_hold_meta_ms(void)
+{
+	return READ_ONCE(test_hold_meta_ms);
+}
+
 struct krcore_meta_serving {
 	struct krcore_cm_conn *conn;
 	struct ib_device *dev;

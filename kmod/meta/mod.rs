@@ -76,7 +76,8 @@ pub(crate) struct Meta {
     incarnation: AtomicU64,
     /// Requests fail `Unreachable` until then, ms (the MetaServer did not answer).
     down_until_ms: AtomicI64,
-    /// Network work is due: a job waits, or this node must register first.
+    /// Network work is due: a job waits, or this node must register first. SeqCst,
+    /// as `MetaNet::working` (a worker that leaves the work to another relies on it).
     due: AtomicBool,
     /// The next network work checks that the MetaServer still holds this node's record.
     verify: AtomicBool,
@@ -121,7 +122,7 @@ impl Meta {
             return Some(Answer::Failed(Reason::Unreachable));
         }
         if self.incarnation.load(Ordering::Acquire) == 0 {
-            self.due.store(true, Ordering::Release);
+            self.due.store(true, Ordering::SeqCst);
             return Some(Answer::Pending);
         }
         None
@@ -129,7 +130,7 @@ impl Meta {
 
     fn mark<T>(&self, a: Answer<T>) -> Answer<T> {
         if matches!(a, Answer::Pending) {
-            self.due.store(true, Ordering::Release);
+            self.due.store(true, Ordering::SeqCst);
         }
         a
     }
@@ -197,7 +198,7 @@ impl Meta {
     /// A local export was revoked: its names go (a job).
     pub(crate) fn unpublish(&self, descriptor: u64) {
         if self.configured && self.client.lock().unpublish(descriptor) {
-            self.due.store(true, Ordering::Release);
+            self.due.store(true, Ordering::SeqCst);
         }
     }
 
@@ -211,7 +212,7 @@ impl Meta {
     /// Has the next network work register this node (when a MetaServer is named).
     pub(crate) fn ask_register(&self) {
         if self.configured {
-            self.due.store(true, Ordering::Release);
+            self.due.store(true, Ordering::SeqCst);
         }
     }
 
@@ -226,13 +227,13 @@ impl Meta {
             return false;
         }
         self.verify.store(true, Ordering::Release);
-        self.due.store(true, Ordering::Release);
+        self.due.store(true, Ordering::SeqCst);
         true
     }
 
     /// Whether network work is due.
     pub(crate) fn due(&self) -> bool {
-        self.due.load(Ordering::Acquire)
+        self.due.load(Ordering::SeqCst)
     }
 }
 
@@ -267,6 +268,12 @@ struct Serving {
 /// workqueue, nothing held) and by [`remove`](MetaNet::remove) to let the region go.
 pub(crate) struct MetaNet {
     link: Pin<KBox<Mutex<Link>>>,
+    /// A worker runs the MetaServer's work (and holds `link`, seconds at a time when
+    /// the MetaServer is slow or gone). Other workers leave the work to it rather than
+    /// queue on the mutex: they stay free for the device's dials, which no user's
+    /// lookup may hold up. It looks again for what came due meanwhile (SeqCst with
+    /// `Meta::due`: a worker that found it set, or its store, is seen).
+    working: AtomicBool,
     /// Serializes the region's writes (one request at a time), with what they use.
     serving: Pin<KBox<Mutex<Serving>>>,
     /// The region this node serves (null: none).
@@ -352,6 +359,7 @@ impl MetaNet {
         };
         Ok(MetaNet {
             link: KBox::pin_init(new_mutex!(link, "krcore_meta_link"), GFP_KERNEL)?,
+            working: AtomicBool::new(false),
             serving: KBox::pin_init(
                 new_mutex!(
                     Serving {
@@ -439,14 +447,27 @@ impl MetaNet {
     }
 
     /// Runs what is due for `meta` (connecting and registering first if needed), with
-    /// no other krcore lock held. Whether there was anything to do.
+    /// no other krcore lock held, unless another worker is running it (see
+    /// `working`). Whether there was anything to do, or is again.
     pub(crate) fn work(&self, meta: &Meta, dev: Option<Device>) -> bool {
-        let due = meta.due.swap(false, Ordering::AcqRel);
+        if self.working.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let did = self.work_alone(meta, dev);
+        self.working.store(false, Ordering::SeqCst);
+        did || meta.due() || self.probing()
+    }
+
+    /// [`work`](Self::work), by the one worker running it.
+    fn work_alone(&self, meta: &Meta, dev: Option<Device>) -> bool {
+        let due = meta.due.swap(false, Ordering::SeqCst);
         let probe = self.probe.swap(false, Ordering::AcqRel);
         if !due && !probe {
             return false;
         }
         let mut link = self.link.lock();
+        // SAFETY: plain calls; no lock but the link's held (a test's slow MetaServer).
+        unsafe { shim::krcore_shim_msleep(shim::krcore_shim_test_hold_meta_ms()) };
         let mut linked = match &dev {
             Some(dev) => self.ensure(&mut link, meta, dev),
             None => false,

@@ -228,6 +228,9 @@
 #                                   a node daemon of the three-guest figures (krcore-figures
 #                                   node) with META's node as the MetaServer, until the
 #                                   coordinator ends it
+#   cluster-smoke.sh meta-slow ROLE reload naming ROLE's node as the MetaServer; with the
+#                                   work on it held 15 s a pass and PUBLISHes queued, a
+#                                   CONNECT to ROLE's node must still be made at once
 #   cluster-smoke.sh demo memory KEYS CLIENTS
 #                                   the elastic key-value demo's memory node (make demo):
 #                                   reload serving the MetaServer; build a table of KEYS
@@ -1040,6 +1043,33 @@ hogged-meta)
   refused=$(count "holds its part of the listener's connections")
   echo "$KRCORE_NODE: connections refused as past their node's part: $refused"
   [ "$refused" -ge 1 ] || { echo "$KRCORE_NODE: no connection was refused as past its node's part" >&2; exit 1; }
+  unload
+  ;;
+meta-slow)
+  # A slow MetaServer holds up MetaServer work alone: with this node's connection to it
+  # held 15 s in each pass of that work (test_hold_meta_ms) and PUBLISHes queued behind
+  # it, one after another, a CONNECT to the MetaServer's node (a first contact: a set to
+  # dial) is still made by a free worker, at once.
+  meta=$(addr_of "$2") || exit 1
+  reload meta_server="$meta" || exit 1
+  # A PUBLISH (retried while the MetaServer is not up yet) registers this node.
+  "$REMOTE_MEMORY" export warm 1 >/dev/null 2>&1
+  [ "$(count "registered with the MetaServer")" -ge 1 ] || { echo "$KRCORE_NODE: not registered" >&2; fail_with_state; }
+  hold=/sys/module/krcore/parameters/test_hold_meta_ms
+  echo 15000 >"$hold" || exit 1
+  pids=""
+  for i in 1 2 3 4 5 6; do
+    "$REMOTE_MEMORY" export "slow-$i" 60 >/dev/null 2>&1 & pids="$pids $!"
+    sleep 0.3
+  done
+  out=$("$CONNECT_PEER" "$meta" 1 2>&1)
+  ok=$?
+  echo 0 >"$hold"
+  # shellcheck disable=SC2086 # pids, split
+  kill $pids 2>/dev/null
+  wait
+  echo "$KRCORE_NODE: with the MetaServer's work held: $out"
+  [ $ok -eq 0 ] || { echo "$KRCORE_NODE: a CONNECT waited for MetaServer work" >&2; fail_with_state; }
   unload
   ;;
 serving)
