@@ -59,6 +59,31 @@ pub struct Verdict {
     /// [`OUTPUT_KEPT`]: repeated under a failure's report, so that the end of a long
     /// log (all a CI summary may keep) still says why.
     pub output: Vec<String>,
+    /// The command's first [`WHY_KEPT`] lines that say an error (see [`says_why`]):
+    /// shown last under a failure's report, since the command's last lines are often a
+    /// state dump printed after its error.
+    pub why: Vec<String>,
+}
+
+/// How many of the command's error lines a [`Verdict`] keeps.
+pub const WHY_KEPT: usize = 3;
+
+/// Whether a line of the command's says why it failed: an error printed by a program
+/// or the smoke script, not a counter of failures.
+pub fn says_why(line: &str) -> bool {
+    let counter = line.contains("failed, all reasons") || line.contains("command failed");
+    !counter
+        && [
+            "Error",
+            "error:",
+            "FAILED",
+            " failed",
+            "timed out",
+            " not ",
+            "no ",
+        ]
+        .iter()
+        .any(|w| line.contains(w))
 }
 
 /// How many of the command's last console lines a [`Verdict`] keeps.
@@ -103,6 +128,9 @@ pub fn judge(console: &str) -> Verdict {
                 v.output.remove(0);
             }
             v.output.push(line.to_string());
+            if v.why.len() < WHY_KEPT && says_why(line) {
+                v.why.push(line.to_string());
+            }
         }
         // A panic may strike before the dump: kernel lines anywhere on the console count,
         // but only kernel lines (they start with a "[ time]" stamp), so that a test's own
@@ -138,6 +166,23 @@ mod tests {
         assert_eq!(
             v.output, want,
             "the last {OUTPUT_KEPT}, kernel lines left out"
+        );
+    }
+
+    #[test]
+    fn keeps_the_commands_first_error_lines() {
+        let c = "KRCORE-RUN-START\nconnecting\nError: connect: Unreachable\n\
+                 b: failed; the module's peers file:\n  failed, all reasons 3\n\
+                 b: no set in 30 s\nlast\nKRCORE-EXIT=1\n";
+        let v = judge(c);
+        assert_eq!(
+            v.why,
+            [
+                "Error: connect: Unreachable",
+                "b: failed; the module's peers file:",
+                "b: no set in 30 s"
+            ],
+            "counters left out"
         );
     }
 

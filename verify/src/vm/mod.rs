@@ -496,6 +496,19 @@ fn judged(cfg: &Config, verdict: console::Verdict, timed_out: bool, tag: &str) -
                 eprintln!("{tag}   {l}");
             }
         }
+        // Last, for a summary that keeps only the end: the module's last lines and
+        // what the command said went wrong.
+        let ours: Vec<&String> = verdict
+            .dmesg
+            .iter()
+            .filter(|l| l.contains("krcore:"))
+            .collect();
+        for l in &ours[ours.len().saturating_sub(4)..] {
+            eprintln!("{tag} module: {l}");
+        }
+        for l in &verdict.why {
+            eprintln!("{tag} why: {l}");
+        }
     } else {
         // The module's own lines, the last few of them (load/unload tests print many).
         let ours: Vec<&String> = verdict
