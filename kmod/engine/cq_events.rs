@@ -48,7 +48,8 @@ impl CqEvents {
     /// Queues the device's network work on the module's workers (each once, however
     /// often asked before it runs). Call under a ring's lock after the submission found the
     /// device alive: the removal marks it dead, then takes every ring's lock, before it
-    /// stops this item, so no kick comes after [`stop`](Self::stop).
+    /// stops this item, so no kick comes after [`stop`](Self::stop). Or from the device
+    /// watch's work (the prewarm, the tick), which is stopped before the removal begins.
     pub(crate) fn kick_net(&self) {
         let n = self.raw();
         if !n.is_null() {

@@ -271,8 +271,10 @@ pub(crate) struct MetaNet {
     /// A worker runs the MetaServer's work (and holds `link`, seconds at a time when
     /// the MetaServer is slow or gone). Other workers leave the work to it rather than
     /// queue on the mutex: they stay free for the device's dials, which no user's
-    /// lookup may hold up. It looks again for what came due meanwhile (SeqCst with
-    /// `Meta::due`: a worker that found it set, or its store, is seen).
+    /// lookup may hold up. It looks again for what came due meanwhile: SeqCst, as
+    /// `Meta::due` and `probe`, so a store of either before another worker found this
+    /// set is seen by this one's load after it clears it. Only the network workers run
+    /// the work (the tick and the prewarm kick them), so the rings are woken after it.
     working: AtomicBool,
     /// Serializes the region's writes (one request at a time), with what they use.
     serving: Pin<KBox<Mutex<Serving>>>,
@@ -436,14 +438,14 @@ impl MetaNet {
     pub(crate) fn ask_probe(&self) -> bool {
         let serving = self.serving();
         if serving {
-            self.probe.store(true, Ordering::Release);
+            self.probe.store(true, Ordering::SeqCst);
         }
         serving
     }
 
     /// Whether a probe is asked for.
     pub(crate) fn probing(&self) -> bool {
-        self.probe.load(Ordering::Acquire)
+        self.probe.load(Ordering::SeqCst)
     }
 
     /// Runs what is due for `meta` (connecting and registering first if needed), with
@@ -461,7 +463,7 @@ impl MetaNet {
     /// [`work`](Self::work), by the one worker running it.
     fn work_alone(&self, meta: &Meta, dev: Option<Device>) -> bool {
         let due = meta.due.swap(false, Ordering::SeqCst);
-        let probe = self.probe.swap(false, Ordering::AcqRel);
+        let probe = self.probe.swap(false, Ordering::SeqCst);
         if !due && !probe {
             return false;
         }

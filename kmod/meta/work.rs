@@ -15,7 +15,8 @@ impl DevCtx {
         self.meta.serve_if_named(&crate::meta::Device { ib, pd, gid });
         if self.shared.meta.id().is_none() {
             self.shared.meta.ask_register();
-            self.meta_work();
+            // On the network workers, as the tick's work (devctx's `krcore_rs_dev_tick`).
+            self.events.kick_net();
         }
     }
 

@@ -229,7 +229,7 @@
 #                                   node) with META's node as the MetaServer, until the
 #                                   coordinator ends it
 #   cluster-smoke.sh meta-slow ROLE reload naming ROLE's node as the MetaServer; with the
-#                                   work on it held 15 s a pass and PUBLISHes queued, a
+#                                   work on it held 30 s a pass and a PUBLISH waiting, a
 #                                   CONNECT to ROLE's node must still be made at once
 #   cluster-smoke.sh demo memory KEYS CLIENTS
 #                                   the elastic key-value demo's memory node (make demo):
@@ -1047,21 +1047,22 @@ hogged-meta)
   ;;
 meta-slow)
   # A slow MetaServer holds up MetaServer work alone: with this node's connection to it
-  # held 15 s in each pass of that work (test_hold_meta_ms) and PUBLISHes queued behind
-  # it, one after another, a CONNECT to the MetaServer's node (a first contact: a set to
-  # dial) is still made by a free worker, at once.
+  # held 30 s in each pass of that work (test_hold_meta_ms) and a PUBLISH waiting (its
+  # waiter asks again every 10 ms, which kicks every worker), a CONNECT to the
+  # MetaServer's node (a first contact: a set to dial) is still made by a free worker,
+  # at once.
   meta=$(addr_of "$2") || exit 1
   reload meta_server="$meta" || exit 1
-  # A PUBLISH (retried while the MetaServer is not up yet) registers this node.
-  "$REMOTE_MEMORY" export warm 1 >/dev/null 2>&1
+  # A PUBLISH registers this node (retried while the MetaServer is not up yet).
+  for _ in $(seq 30); do
+    "$REMOTE_MEMORY" export warm 1 >/dev/null 2>&1
+    [ "$(count "registered with the MetaServer")" -ge 1 ] && break
+  done
   [ "$(count "registered with the MetaServer")" -ge 1 ] || { echo "$KRCORE_NODE: not registered" >&2; fail_with_state; }
   hold=/sys/module/krcore/parameters/test_hold_meta_ms
-  echo 15000 >"$hold" || exit 1
-  pids=""
-  for i in 1 2 3 4 5 6; do
-    "$REMOTE_MEMORY" export "slow-$i" 60 >/dev/null 2>&1 & pids="$pids $!"
-    sleep 0.3
-  done
+  echo 30000 >"$hold" || exit 1
+  "$REMOTE_MEMORY" export slow 60 >/dev/null 2>&1 & pids=$!
+  sleep 0.5
   out=$("$CONNECT_PEER" "$meta" 1 2>&1)
   ok=$?
   echo 0 >"$hold"

@@ -401,7 +401,10 @@ extern "C" fn krcore_rs_dev_tick(ctx: *mut core::ffi::c_void) {
     // The MetaServer's node also checks that no member closed its region's key.
     let probe = dev.meta.ask_probe();
     if dev.shared.meta.check() || probe {
-        dev.meta_work();
+        // On the network workers, never here: a worker running MetaServer work leaves
+        // it to another that runs it (meta/mod.rs's `working`), and only a worker's
+        // pass wakes the rings its answers are for.
+        dev.events.kick_net();
     }
 }
 
