@@ -479,6 +479,15 @@ fn run_dir(what: &str) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// The kernel log's lines of the module's own.
+fn module_lines(verdict: &console::Verdict) -> Vec<&String> {
+    verdict
+        .dmesg
+        .iter()
+        .filter(|l| l.contains("krcore:"))
+        .collect()
+}
+
 /// Prints what the kernel log says (all of it when asked or when something went wrong,
 /// else krcore's last lines), each line after `tag`, and turns the verdict into an
 /// outcome.
@@ -498,11 +507,7 @@ fn judged(cfg: &Config, verdict: console::Verdict, timed_out: bool, tag: &str) -
         }
         // Last, for a summary that keeps only the end: the module's last lines and
         // what the command said went wrong.
-        let ours: Vec<&String> = verdict
-            .dmesg
-            .iter()
-            .filter(|l| l.contains("krcore:"))
-            .collect();
+        let ours = module_lines(&verdict);
         for l in &ours[ours.len().saturating_sub(4)..] {
             eprintln!("{tag} module: {l}");
         }
@@ -511,11 +516,7 @@ fn judged(cfg: &Config, verdict: console::Verdict, timed_out: bool, tag: &str) -
         }
     } else {
         // The module's own lines, the last few of them (load/unload tests print many).
-        let ours: Vec<&String> = verdict
-            .dmesg
-            .iter()
-            .filter(|l| l.contains("krcore:"))
-            .collect();
+        let ours = module_lines(&verdict);
         if ours.len() > 6 {
             eprintln!("{tag} dmesg: ... {} earlier krcore lines", ours.len() - 6);
         }
