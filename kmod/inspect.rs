@@ -5,7 +5,7 @@
 //! and recovery (`echo 'module krcore +p' > <debugfs>/dynamic_debug/control`). The text
 //! formats are abi's (`stats::Counters::write`, `cluster::peers::Peers::write`).
 
-use core::ffi::{c_int, c_uint, c_void, CStr};
+use core::ffi::{c_int, c_void, CStr};
 use core::fmt::Write;
 
 use crate::abi::cqe::Cqe;
@@ -14,31 +14,33 @@ use crate::abi::stats::Buf;
 use crate::device::Registry;
 use crate::shim;
 
-/// `krcore_rs_show`'s files (shim.h's `KRCORE_SHOW_*`).
-const SHOW_COUNTERS: c_uint = 0;
-const SHOW_PEERS: c_uint = 1;
+/// An inspection file: a section per device.
+#[derive(Clone, Copy)]
+pub(crate) enum Show {
+    /// `krcore/counters`: abi's `stats::Counters::write`.
+    Counters,
+    /// `krcore/peers`: the pool, listens, ports and peer table (`DevCtx::write_peers`).
+    Peers,
+}
 
-/// Writes debugfs file `which` into the shim's buffer; returns the bytes written (what
-/// does not fit is cut).
-#[no_mangle]
-extern "C" fn krcore_rs_show(which: c_uint, buf: *mut u8, cap: usize) -> usize {
-    // SAFETY: the shim passes a buffer of `cap` bytes that it owns for this call.
-    let mut w = Buf::new(unsafe { core::slice::from_raw_parts_mut(buf, cap) });
-    let _ = Registry::get().for_each_dev(|name: &CStr, dev| {
-        writeln!(w, "device {}", name.to_str().unwrap_or("?"))?;
-        match which {
-            SHOW_COUNTERS => dev.counters().write("", &mut w),
-            SHOW_PEERS => dev.write_peers(&mut w),
-            _ => Ok(()),
-        }
-    });
-    w.len()
+impl Show {
+    /// Writes this file's text, a section per device, into `w`; stops at `w`'s first
+    /// refusal.
+    pub(crate) fn write_text(self, w: &mut impl Write) -> core::fmt::Result {
+        Registry::get().for_each_dev(|name: &CStr, dev| {
+            writeln!(w, "device {}", name.to_str().unwrap_or("?"))?;
+            match self {
+                Show::Counters => dev.counters().write("", w),
+                Show::Peers => dev.write_peers(w),
+            }
+        })
+    }
 }
 
 /// Writes the fdinfo of the file whose context is `ctx` into the shim's buffer.
 #[no_mangle]
 extern "C" fn krcore_rs_fdinfo(ctx: *mut c_void, buf: *mut u8, cap: usize) -> usize {
-    // SAFETY: as in `krcore_rs_show`.
+    // SAFETY: the shim passes a buffer of `cap` bytes that it owns for this call.
     let mut w = Buf::new(unsafe { core::slice::from_raw_parts_mut(buf, cap) });
     // SAFETY: `ctx` is the live context of an open file (fdinfo holds the file).
     let ctx = unsafe { &*ctx.cast::<crate::ring::file::FileCtx>() };

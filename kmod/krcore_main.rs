@@ -3,7 +3,8 @@
 //! and hands applications rings mmapped from `/dev/krcore`.
 //!
 //! Rust owns every decision (through abi's sources) and every object; the C shim
-//! (shim.c) registers the misc device and the ib_client and forwards to Rust.
+//! (shim.c) registers the misc device and the ib_client and forwards to Rust; what
+//! differs between the kernel crates is kcompat.rs's.
 
 // The device context's pin-initializer expands one macro level per field.
 #![recursion_limit = "256"]
@@ -30,6 +31,8 @@ module! {
 /// The loaded module: owns the device registry that the C callbacks reach.
 struct KrCore {
     registry: Pin<KBox<device::Registry>>,
+    /// The inspection files; gone first at exit (their readers reach the registry).
+    debug: Option<kcompat::DebugFiles>,
 }
 
 impl kernel::Module for KrCore {
@@ -44,13 +47,24 @@ impl kernel::Module for KrCore {
             device::Registry::unpublish();
             return Err(Error::from_errno(ret));
         }
+        let debug = match kcompat::DebugFiles::new() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                // SAFETY: registered above; nothing has used it yet but the client's add.
+                unsafe { shim::krcore_shim_unregister() };
+                device::Registry::unpublish();
+                return Err(e);
+            }
+        };
         pr_info!("loaded, ABI version {}\n", abi::device::ABI_VERSION);
-        Ok(KrCore { registry })
+        Ok(KrCore { registry, debug })
     }
 }
 
 impl Drop for KrCore {
     fn drop(&mut self) {
+        // Waits for the inspection files' readers: none reaches the registry after this.
+        drop(self.debug.take());
         // SAFETY: registered in init. After this returns no file is open (the module is
         // pinned while one is) and the client's remove has run for every device.
         unsafe { shim::krcore_shim_unregister() };

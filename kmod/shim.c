@@ -5,7 +5,6 @@
  */
 #include <linux/cred.h>
 #include <linux/user_namespace.h>
-#include <linux/debugfs.h>
 #include <linux/seq_file.h>
 #include <linux/delay.h>
 #include <linux/eventfd.h>
@@ -140,9 +139,6 @@ static int krcore_fop_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_fla
 	return -EIOCBQUEUED;
 }
 
-/* What Rust writes for one read of an inspection file, at most. */
-#define KRCORE_SHOW_MAX (64 * 1024)
-
 /* Each ring's counters in /proc/PID/fdinfo/FD, for `krcore rings`. */
 static void krcore_fop_show_fdinfo(struct seq_file *m, struct file *f)
 {
@@ -165,33 +161,6 @@ static const struct file_operations krcore_fops = {
 	.uring_cmd = krcore_fop_uring_cmd,
 	.show_fdinfo = krcore_fop_show_fdinfo,
 	.llseek = noop_llseek,
-};
-
-/* debugfs krcore/counters and krcore/peers (root only, as debugfs is). */
-static struct dentry *krcore_debugfs;
-
-static int krcore_show(struct seq_file *m, void *unused)
-{
-	char *buf = kvmalloc(KRCORE_SHOW_MAX, GFP_KERNEL);
-
-	if (!buf)
-		return -ENOMEM;
-	seq_write(m, buf, krcore_rs_show((unsigned long)m->private, buf, KRCORE_SHOW_MAX));
-	kvfree(buf);
-	return 0;
-}
-
-static int krcore_show_open(struct inode *inode, struct file *f)
-{
-	return single_open(f, krcore_show, inode->i_private);
-}
-
-static const struct file_operations krcore_show_fops = {
-	.owner = THIS_MODULE,
-	.open = krcore_show_open,
-	.read = seq_read,
-	.llseek = seq_lseek,
-	.release = single_release,
 };
 
 void krcore_shim_dbg_connect(u16 ring, const u8 *gid, u32 service, int res, const char *why,
@@ -1189,12 +1158,6 @@ int krcore_shim_register(void)
 	ret = krcore_shim_cm_listen();
 	if (ret)
 		goto misc;
-	/* Inspection only: the module works without it (debugfs may be absent). */
-	krcore_debugfs = debugfs_create_dir("krcore", NULL);
-	debugfs_create_file("counters", 0444, krcore_debugfs, (void *)KRCORE_SHOW_COUNTERS,
-			    &krcore_show_fops);
-	debugfs_create_file("peers", 0444, krcore_debugfs, (void *)KRCORE_SHOW_PEERS,
-			    &krcore_show_fops);
 	return 0;
 misc:
 	misc_deregister(&krcore_misc);
@@ -1207,8 +1170,6 @@ cm:
 
 void krcore_shim_unregister(void)
 {
-	/* Waits for readers: none reaches the registry after this. */
-	debugfs_remove_recursive(krcore_debugfs);
 	krcore_shim_cm_stop();
 	misc_deregister(&krcore_misc);
 	ib_unregister_client(&krcore_client);

@@ -76,12 +76,18 @@ int krcore_rs_mmap(void *priv, struct vm_area_struct *vma, unsigned long pgoff,
 int krcore_rs_dev_add(struct ib_device *dev);
 void krcore_rs_dev_remove(struct ib_device *dev);
 
-/* The text of debugfs file `which` (KRCORE_SHOW_*) into buf, at most cap bytes; the
- * fdinfo of the file whose context is priv. Both return the bytes written. */
+/* The fdinfo of the file whose context is priv into buf, at most cap bytes; returns
+ * the bytes written. */
+size_t krcore_rs_fdinfo(void *priv, char *buf, size_t cap);
+
+/* 6.12 builds only (compat_6_12.c, what 6.12's kernel crate lacks): the inspection
+ * files in debugfs, added and removed, and their text, file `which` (KRCORE_SHOW_*)
+ * into buf, at most cap bytes, returning the bytes written. */
 #define KRCORE_SHOW_COUNTERS 0
 #define KRCORE_SHOW_PEERS 1
 size_t krcore_rs_show(unsigned int which, char *buf, size_t cap);
-size_t krcore_rs_fdinfo(void *priv, char *buf, size_t cap);
+void krcore_compat_debugfs_add(void);
+void krcore_compat_debugfs_remove(void);
 
 /* One step of an SQ polling thread: 0 keep polling, 1 sleep until woken (Rust has set
  * NEED_WAKEUP and rechecked the SQ), 2 nothing to do: yield, then keep polling. */
