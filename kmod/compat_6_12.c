@@ -5,7 +5,7 @@
  * from the kernel crate.
  *
  * The inspection files: debugfs krcore/counters and krcore/peers (root only, as
- * debugfs is), their text Rust's (kcompat.rs's krcore_rs_show).
+ * debugfs is), their names and texts Rust's (kcompat.rs's DebugFiles).
  */
 #include <linux/debugfs.h>
 #include <linux/module.h>
@@ -43,14 +43,15 @@ static const struct file_operations krcore_show_fops = {
 	.release = single_release,
 };
 
-/* Inspection only: the module works without it (debugfs may be absent). */
-void krcore_compat_debugfs_add(void)
+/* Inspection only: the module works without it (debugfs may be absent). File i is
+ * names[i], its text Rust's file i. */
+void krcore_compat_debugfs_add(const char *const *names, unsigned int n)
 {
+	unsigned long i;
+
 	krcore_debugfs = debugfs_create_dir("krcore", NULL);
-	debugfs_create_file("counters", 0444, krcore_debugfs, (void *)KRCORE_SHOW_COUNTERS,
-			    &krcore_show_fops);
-	debugfs_create_file("peers", 0444, krcore_debugfs, (void *)KRCORE_SHOW_PEERS,
-			    &krcore_show_fops);
+	for (i = 0; i < n; i++)
+		debugfs_create_file(names[i], 0444, krcore_debugfs, (void *)i, &krcore_show_fops);
 }
 
 /* Waits for readers: none reaches the registry after this. */

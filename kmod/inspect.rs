@@ -12,29 +12,33 @@ use crate::abi::cqe::Cqe;
 use crate::abi::engine::Trace;
 use crate::abi::stats::Buf;
 use crate::device::Registry;
+use crate::engine::devctx::DevCtx;
+use crate::kcompat::DebugFile;
 use crate::shim;
 
-/// An inspection file: a section per device.
-#[derive(Clone, Copy)]
-pub(crate) enum Show {
-    /// `krcore/counters`: abi's `stats::Counters::write`.
-    Counters,
-    /// `krcore/peers`: the pool, listens, ports and peer table (`DevCtx::write_peers`).
-    Peers,
-}
+/// The inspection files, debugfs `krcore/counters` and `krcore/peers` (kcompat.rs
+/// makes them).
+pub(crate) static FILES: [DebugFile; 2] = [
+    DebugFile {
+        name: c"counters",
+        text: |w| each_dev(w, |dev, w| dev.counters().write("", w)),
+    },
+    DebugFile {
+        name: c"peers",
+        text: |w| each_dev(w, |dev, w| dev.write_peers(w)),
+    },
+];
 
-impl Show {
-    /// Writes this file's text, a section per device, into `w`; stops at `w`'s first
-    /// refusal.
-    pub(crate) fn write_text(self, w: &mut impl Write) -> core::fmt::Result {
-        Registry::get().for_each_dev(|name: &CStr, dev| {
-            writeln!(w, "device {}", name.to_str().unwrap_or("?"))?;
-            match self {
-                Show::Counters => dev.counters().write("", w),
-                Show::Peers => dev.write_peers(w),
-            }
-        })
-    }
+/// Writes a section per device: its name's line, then what `f` writes of it. Stops at
+/// `w`'s first refusal.
+fn each_dev(
+    mut w: &mut dyn Write,
+    f: impl Fn(&DevCtx, &mut &mut dyn Write) -> core::fmt::Result,
+) -> core::fmt::Result {
+    Registry::get().for_each_dev(|name: &CStr, dev| {
+        writeln!(w, "device {}", name.to_str().unwrap_or("?"))?;
+        f(dev, &mut w)
+    })
 }
 
 /// Writes the fdinfo of the file whose context is `ctx` into the shim's buffer.

@@ -47,7 +47,7 @@ impl kernel::Module for KrCore {
             device::Registry::unpublish();
             return Err(Error::from_errno(ret));
         }
-        let debug = match kcompat::DebugFiles::new() {
+        let debug = match kcompat::DebugFiles::new(&inspect::FILES) {
             Ok(d) => Some(d),
             Err(e) => {
                 // SAFETY: registered above; nothing has used it yet but the client's add.
