@@ -399,7 +399,7 @@ extern "C" fn krcore_rs_meta_serve(
 extern "C" fn krcore_rs_cm_peer_request(pin: *const DevCtx, gid: *const u8, index: u8) -> c_int {
     // SAFETY: a live pin (the caller holds it); `gid` points at 16 bytes.
     let (ctx, gid) = unsafe { (&*pin, &*gid.cast::<[u8; 16]>()) };
-    match ctx.cm_request(gid, index as u32) {
+    match ctx.net().cm_request(gid, index as u32) {
         Ok(()) => 0,
         Err(e) => e.to_neg(),
     }
@@ -418,7 +418,7 @@ extern "C" fn krcore_rs_cm_adopt(
 ) -> bool {
     // SAFETY: a live pin (the caller holds it); `gid` points at 16 bytes.
     let (ctx, gid) = unsafe { (&*pin, &*gid.cast::<[u8; 16]>()) };
-    ctx.cm_adopt(gid, index as u32, PeerQp { conn, qp, qpn })
+    ctx.net().cm_adopt(gid, index as u32, PeerQp { conn, qp, qpn })
 }
 
 /// A peer kernel's hello from IPv4 address `from` (network order), on the listener

@@ -27,13 +27,6 @@ pub(crate) fn user_slice(addr: usize, len: usize) -> UserSlice {
     UserSlice::new(ptr, len)
 }
 
-/// The monotonic clock in milliseconds. 6.12's `Ktime` and 7.x's `Instant` both read
-/// `ktime_get`; 7.x's keeps the value private, so both builds read it here.
-pub(crate) fn now_ms() -> i64 {
-    // SAFETY: `ktime_get` may be called from any context once timekeeping is up.
-    (unsafe { kernel::bindings::ktime_get() }) / 1_000_000
-}
-
 /// Takes the last element out of `v`: 7.x's `KVec::pop`, which 6.12's lacks.
 pub(crate) fn pop<T>(v: &mut KVec<T>) -> Option<T> {
     #[cfg(not(krcore_kcrate_6_12))]

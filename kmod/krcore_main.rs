@@ -12,6 +12,7 @@
 use kernel::prelude::*;
 
 mod abi;
+mod clock;
 mod cluster;
 mod device;
 mod engine;

@@ -629,11 +629,6 @@ int krcore_shim_waitq_sleep(struct krcore_waitq *w, u32 seen, u32 timeout_us)
 	return r < 0 ? (int)r : 0;
 }
 
-u64 krcore_shim_now_us(void)
-{
-	return ktime_get_ns() / NSEC_PER_USEC;
-}
-
 struct ib_qp *krcore_shim_create_rc_qp(struct ib_pd *pd, struct ib_cq *cq, u32 send_depth,
 				       u32 recv_depth)
 {

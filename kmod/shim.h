@@ -352,7 +352,6 @@ void krcore_shim_waitq_poll_wait(struct krcore_waitq *w, struct file *f,
 				 struct poll_table_struct *pt);
 /* The wait_spin_us module parameter; the monotonic clock in us. */
 u32 krcore_shim_wait_spin_us(void);
-u64 krcore_shim_now_us(void);
 struct ib_qp *krcore_shim_create_rc_qp(struct ib_pd *pd, struct ib_cq *cq, u32 send_depth,
 				       u32 recv_depth);
 u32 krcore_shim_qp_num(struct ib_qp *qp);

@@ -199,7 +199,6 @@ extern "C" {
     pub(crate) fn krcore_shim_waitq_sleep(w: *mut WaitQ, seen: u32, timeout_us: u32) -> c_int;
     pub(crate) fn krcore_shim_waitq_poll_wait(w: *mut WaitQ, f: *mut FileC, pt: *mut PollTable);
     pub(crate) fn krcore_shim_wait_spin_us() -> u32;
-    pub(crate) fn krcore_shim_now_us() -> u64;
     pub(crate) fn krcore_shim_create_rc_qp(
         pd: *mut IbPd,
         cq: *mut IbCq,

@@ -300,8 +300,8 @@ module() {
   say "building krcore.ko ($kind build) for Linux $rel"
   in_root make -C "$tree_rel" M="$b_rel/kmod" CC=x86_64-linux-gnu-gcc-14 HOSTCC=x86_64-linux-gnu-gcc-14 \
     KERNELRELEASE="$rel" $knobs -j"$(nproc)" modules >"$b/build.log" 2>&1 \
-    || { grep -E 'error|warning|Error' "$b/build.log" | head -40 >&2; die "the module's build failed (log: $b/build.log)"; }
-  grep -E '^(warning|error)' "$b/build.log" >&2 || true
+    || { grep -E 'error|warning|Error| --> ' "$b/build.log" | head -40 >&2; die "the module's build failed (log: $b/build.log)"; }
+  grep -E '^(warning|error)| --> ' "$b/build.log" >&2 || true
   mkdir -p "$(dirname "$out")"
   cp "$b/kmod/krcore.ko" "$out"
   [ -z "${SUDO_UID:-}" ] || chown "$SUDO_UID:${SUDO_GID:-$SUDO_UID}" "$(dirname "$out")" "$out"

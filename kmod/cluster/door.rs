@@ -14,7 +14,7 @@ use kernel::prelude::*;
 use kernel::sync::Mutex;
 
 use crate::abi::cluster::auth::{Gate, Verdict, NONCE_LEN};
-use crate::engine::devctx::{coarse_ms, wall_ms};
+use crate::clock::{coarse_ms, wall_ms};
 use crate::shim::{self, IbCq, IbPd};
 
 /// The door of one device.

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
-//! A device context's network work for the cluster, on the device's own workers (never
-//! a caller's thread): the connection sets CONNECTs ask for dialed, the `cm_peer` set
+//! The cluster's network work on a device, on the device's own workers (never a
+//! caller's thread): the connection sets CONNECTs ask for dialed, the `cm_peer` set
 //! prewarmed, and cm.c's listener's question whether a peer's request for a set is
 //! taken (the both-at-once rule). Its door (door.rs) admits the peer first.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use kernel::prelude::*;
 
@@ -14,36 +14,39 @@ use crate::engine::fabric::MemberState;
 use crate::cluster::peer::{PeerQp, QPS_PER_SET};
 use crate::shim;
 
-use crate::engine::devctx::{now_us, DevCtx};
+use crate::clock::now_us;
 use crate::abi::engine::Fabric;
+use crate::cluster::door::Door;
+use crate::engine::cq_events::CqEvents;
+use crate::engine::fabric::Shared;
+use crate::engine::rings::Rings;
 
 /// How long the dial of a set waits after its first connection is up before it makes
 /// the rest, us: the waiters it woke run first.
 const REST_AFTER_US: u32 = 1_000;
 
-impl DevCtx {
-    /// Builds the QP pool if the device can have one now (the prewarm work item), then
-    /// serves the MetaServer if this is its node, registers with it, and connects to
-    /// the `cm_peer` kernel, if one is named.
-    pub(crate) fn prewarm(&self) {
-        // SAFETY: reads a module parameter.
-        if unsafe { shim::krcore_shim_prewarm_enabled() } && self.shared.members().prewarm() {
-            pr_debug!("QP pool ready\n");
-            self.meta_up();
-            self.dial_peer();
-        }
-    }
+/// What the cluster's network work drives of a device, borrowed from its context for
+/// a call: the peer sets (in the fabric's membership), the door peer kernels come in
+/// by, the CQ's event work (a set's notices need the CQ armed), the rings (woken as a
+/// set comes up) and whether the device is going away.
+pub(crate) struct Net<'a> {
+    pub(crate) shared: &'a Shared,
+    pub(crate) door: &'a Door,
+    pub(crate) events: &'a CqEvents,
+    pub(crate) rings: &'a Rings,
+    pub(crate) dead: &'a AtomicBool,
+}
 
+impl Net<'_> {
     /// Prewarms the set to the kernel named by the `cm_peer` parameter (peer.rs), with
     /// no lock held while it connects, and says how long it took.
-    fn dial_peer(&self) {
+    pub(crate) fn dial_peer(&self) {
         let mut peer = [0u8; 16];
         // SAFETY: `peer` has the 16 bytes of a GID.
         if unsafe { shim::krcore_shim_cm_peer_gid(peer.as_mut_ptr()) } != 0 {
             return;
         }
-        // SAFETY: plain call.
-        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        let now = crate::clock::coarse_ms();
         if !self.shared.members().g.peers.prewarm(&self.shared, &peer, now) {
             return;
         }
@@ -59,52 +62,9 @@ impl DevCtx {
         }
     }
 
-    /// The device's network work, on one of the module's workers (cq_events.rs), never
-    /// on a caller's thread: the connection sets CONNECTs asked for, and the
-    /// MetaServer's jobs, whoever's they are (several workers at once, each taking the
-    /// next job). When it did any, every ring is woken, so entries that waited for it
-    /// are taken again (a waiter steps, an eventfd is told).
-    pub(crate) fn net_work(&self) {
-        let mut did = false;
-        // Bounded: what comes due meanwhile is another kick's.
-        for _ in 0..64 {
-            if self.dead.load(Ordering::Acquire) {
-                return;
-            }
-            let dialed = self.dial();
-            if !dialed && !self.meta_work() {
-                break;
-            }
-            did = true;
-        }
-        // Answers from other nodes (a revocation's) come through the CQ.
-        if self.route() > 0 || did {
-            self.wake_rings();
-        }
-    }
-
-    /// Wakes every ring, so entries that waited for network work are taken again (a
-    /// waiter steps, an eventfd is told).
-    fn wake_rings(&self) {
-        let n = self.rings.lock().rings.len();
-        for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
-            r.ctx.lock().wake();
-        }
-    }
-
-    /// Queues the device's network work (see [`net_work`](Self::net_work)) if a worker
-    /// has any to do: a dial asked for, or MetaServer work due (a wait for another
-    /// node's answer, a revocation's, needs none: its completion wakes the ring). Under
-    /// the submitting ring's lock.
-    pub(crate) fn kick_net(&self) {
-        if self.shared.meta.due() || self.shared.members().g.peers.job_waiting() {
-            self.events.kick_net();
-        }
-    }
-
     /// Makes the connection set a CONNECT asked for (peer.rs), with no lock held.
     /// Whether there was one to make.
-    fn dial(&self) -> bool {
+    pub(crate) fn dial(&self) -> bool {
         let job = {
             let mut m = self.shared.members();
             m.g.peers.take_job().map(|j| (j, m.g.hw.peer_resources()))
@@ -176,7 +136,7 @@ impl DevCtx {
                         // Its peer's notices need the CQ armed (see `cq_event`); the
                         // CONNECTs waiting for it are taken again.
                         self.events.kick();
-                        self.wake_rings();
+                        self.rings.wake_all();
                         // The rest is made behind them: the CPU goes to the woken
                         // waiters first (they bind and return), not to the next dial.
                         // SAFETY: plain call; no lock held.
@@ -190,8 +150,7 @@ impl DevCtx {
         if self.dead.load(Ordering::SeqCst) {
             how = Attempt::Failed;
         }
-        // SAFETY: plain call (the clock the peer table's other times come from).
-        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        let now = crate::clock::coarse_ms();
         let set = self.shared.members().dialed(job, &rest, how, now);
         if pinned {
             if set {
@@ -206,8 +165,7 @@ impl DevCtx {
     /// A peer kernel at `addr` asks for connection `index` of a set (cm.c's listener):
     /// whether to accept it (see peer.rs).
     pub(crate) fn cm_request(&self, addr: &[u8; 16], index: u32) -> Result<(), Errno> {
-        // SAFETY: plain call.
-        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        let now = crate::clock::coarse_ms();
         let mut m = self.shared.members();
         let MemberState { peers, hw, .. } = &mut *m.g;
         // A request before this node's pool was built: no id for the rule yet, and no

@@ -358,8 +358,7 @@ impl PeerSets {
             return (None, None);
         }
         self.install(shared, slot, q, addr);
-        // SAFETY: plain call (the clock the peer table's other times come from).
-        let now = unsafe { shim::krcore_shim_coarse_ms() };
+        let now = crate::clock::coarse_ms();
         if !self.table.adopted(p, index, QPS_PER_SET as u32, now) {
             return (Some(slot), None);
         }

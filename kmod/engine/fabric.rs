@@ -511,8 +511,7 @@ impl Members<KStore> for MembersGuard<'_> {
             // This node's id, for the both-at-once rule (known once the pool is).
             self.g.peers.set_me(&own);
             if gid != own {
-                // SAFETY: plain call.
-                let now = unsafe { crate::shim::krcore_shim_coarse_ms() };
+                let now = crate::clock::coarse_ms();
                 return self.g.peers.connect(self.shared, &gid, service, now, user);
             }
         }
@@ -649,7 +648,7 @@ impl Fabric<KStore> for Shared {
         // full table takes nothing away yet: the caller waits for room.
         if let Some(rkey) = rkey {
             let live = self.far_live.load();
-            let now = crate::engine::devctx::coarse_ms();
+            let now = crate::clock::coarse_ms();
             let silent = {
                 let mut r = self.revocations.lock();
                 if r.begin(rkey, live, now) {
@@ -657,7 +656,7 @@ impl Fabric<KStore> for Shared {
                 } else {
                     // Room from revocations past their deadline (a closed ring's may
                     // have nobody to end them), whose silent QPs fail.
-                    let silent = r.expire(now, crate::engine::devctx::deadline_ms());
+                    let silent = r.expire(now, crate::clock::deadline_ms());
                     if !r.begin(rkey, live, now) {
                         drop(r);
                         self.revoke_waiting.store(true, Ordering::Release);
@@ -677,8 +676,8 @@ impl Fabric<KStore> for Shared {
     }
 
     fn revoke_far(&self, rkey: u32) -> Answer<()> {
-        let now = crate::engine::devctx::coarse_ms();
-        let deadline = crate::engine::devctx::deadline_ms();
+        let now = crate::clock::coarse_ms();
+        let deadline = crate::clock::deadline_ms();
         let progress = self.revocations.lock().progress(rkey, now, deadline);
         match progress {
             Progress::Done => Answer::Done(()),

@@ -12,4 +12,5 @@ pub(crate) mod devctx;
 pub(crate) mod fabric;
 pub(crate) mod keys;
 pub(crate) mod qp_bits;
+pub(crate) mod rings;
 pub(crate) mod store;

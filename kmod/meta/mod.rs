@@ -6,8 +6,8 @@
 //! IMPORT_NAME, and the revocation of a deregistered MR's names) and never waits there:
 //! what needs the network is a job. [`MetaNet`] (in the device context) holds the
 //! connection to the MetaServer under its own mutex, taken with no other krcore lock
-//! held, by whoever runs the jobs (devctx's `net_work`, on the device's own workers, and
-//! the device's tick; never a submitting process). Its first use connects (rdma_cm,
+//! held, by whoever runs the jobs (devctx's `net_work`, on the device's own workers;
+//! never a submitting process). Its first use connects (rdma_cm,
 //! milliseconds) and registers this node's record, which chooses its incarnation.
 //!
 //! The node named by the `meta_server` parameter also serves: at its device's prewarm it
@@ -62,11 +62,6 @@ const DOWN_MS: i64 = 1000;
 /// A connection to the MetaServer is given this long.
 const CONNECT_MS: u32 = 10_000;
 
-fn now_ms() -> i64 {
-    // SAFETY: plain call.
-    unsafe { shim::krcore_shim_coarse_ms() }
-}
-
 /// What rings ask of the MetaServer, and this node's identity in it (in the fabric).
 pub(crate) struct Meta {
     client: Pin<KBox<Mutex<MetaClient<KStore>>>>,
@@ -118,7 +113,7 @@ impl Meta {
     /// Why nothing can be asked now (`Failed`), or that this node must register first
     /// (`Pending`); `None` when requests can be served.
     fn gate<T>(&self) -> Option<Answer<T>> {
-        if !self.configured || now_ms() < self.down_until_ms.load(Ordering::Relaxed) {
+        if !self.configured || crate::clock::coarse_ms() < self.down_until_ms.load(Ordering::Relaxed) {
             return Some(Answer::Failed(Reason::Unreachable));
         }
         if self.incarnation.load(Ordering::Acquire) == 0 {
@@ -491,7 +486,7 @@ impl MetaNet {
             (l, ..) => l,
         };
         if !linked {
-            meta.down_until_ms.store(now_ms() + DOWN_MS, Ordering::Relaxed);
+            meta.down_until_ms.store(crate::clock::coarse_ms() + DOWN_MS, Ordering::Relaxed);
         }
         let Link {
             conn,

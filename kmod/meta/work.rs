@@ -1,32 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0
-//! A device context's MetaServer work: serving the region when this node is named for
-//! it, registering this node, and running the due jobs (on the device's workers and its
-//! tick).
+//! The MetaServer's work on a device: serving the region when this node is named for
+//! it, registering this node, and running the due jobs (on the device's network
+//! workers, which devctx's `net_work` runs).
 
-use crate::engine::devctx::DevCtx;
-use crate::abi::engine::Fabric;
+use super::{Device, Meta, MetaNet};
 
-impl DevCtx {
-    /// Serves the MetaServer's region if this node is named for it, then registers this
-    /// node (a MetaServer not up yet is tried again at the next request).
-    pub(crate) fn meta_up(&self) {
-        let dev = self.shared.members().g.hw.peer_resources();
-        let Some((ib, pd, _, gid)) = dev else { return };
-        self.meta.serve_if_named(&crate::meta::Device { ib, pd, gid });
-        if self.shared.meta.id().is_none() {
-            self.shared.meta.ask_register();
-            // On the network workers, as the tick's work (devctx's `krcore_rs_dev_tick`).
-            self.events.kick_net();
-        }
-    }
-
-    /// Runs the MetaServer's due jobs (meta/mod.rs). Whether there were any.
-    pub(crate) fn meta_work(&self) -> bool {
-        if !self.shared.meta.due() && !self.meta.probing() {
+impl MetaNet {
+    /// Serves the MetaServer's region if this node is named for it, then asks `meta` to
+    /// register this node (a MetaServer not up yet is tried again at the next request).
+    /// Whether that made work due: the caller kicks the network workers, which run it.
+    pub(crate) fn up(&self, meta: &Meta, dev: &Device) -> bool {
+        self.serve_if_named(dev);
+        if meta.id().is_some() {
             return false;
         }
-        let dev = self.shared.members().g.hw.peer_resources();
-        let dev = dev.map(|(ib, pd, _, gid)| crate::meta::Device { ib, pd, gid });
-        self.meta.work(&self.shared.meta, dev)
+        meta.ask_register();
+        true
+    }
+
+    /// Runs `meta`'s due jobs on the link to the MetaServer, `dev` naming the device's
+    /// verbs objects if it has its pool. Whether there were any.
+    pub(crate) fn run(&self, meta: &Meta, dev: impl FnOnce() -> Option<Device>) -> bool {
+        if !meta.due() && !self.probing() {
+            return false;
+        }
+        self.work(meta, dev())
     }
 }

@@ -44,7 +44,7 @@ impl Poller {
             SqPoll {
                 dev,
                 ring,
-                policy: PollPolicy::new(idle_ms, crate::kcompat::now_ms()),
+                policy: PollPolicy::new(idle_ms, crate::clock::now_ms()),
             },
             GFP_KERNEL_ACCOUNT,
         )?);
@@ -85,7 +85,7 @@ extern "C" fn krcore_rs_sqpoll_step(ctx: *mut c_void) -> c_int {
     // SAFETY: `ctx` is the SqPoll this thread was started on, alive until it stops, and
     // only this thread uses it.
     let p = unsafe { &mut *ctx.cast::<SqPoll>() };
-    let now = crate::kcompat::now_ms();
+    let now = crate::clock::now_ms();
     if p.policy.resume(now) {
         p.dev.woken(&p.ring);
     }

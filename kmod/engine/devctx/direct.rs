@@ -35,7 +35,7 @@ impl DevCtx {
                 return Ok(());
             }
         };
-        let started = crate::kcompat::now_ms();
+        let started = crate::clock::now_ms();
         let mut gave_up = false;
         let mut wcs = [WcC::default(); POLL_BATCH];
         let result = loop {
@@ -65,7 +65,7 @@ impl DevCtx {
                 // SIGKILL is never task work: a dying caller gives up at once.
                 // SAFETY: plain query of current.
                 let dying = unsafe { shim::krcore_shim_fatal_signal_pending() };
-                let patience_over = crate::kcompat::now_ms() - started > DIRECT_PATIENCE_MS;
+                let patience_over = crate::clock::now_ms() - started > DIRECT_PATIENCE_MS;
                 if !gave_up && (dying || patience_over) {
                     gave_up = true;
                     self.shared.qp(posted_on, |q, _| q.fail());

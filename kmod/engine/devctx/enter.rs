@@ -20,7 +20,8 @@ use crate::engine::backend::{self};
 use crate::ring::ctx::{RingAreas, RingCell, RingCtx};
 use crate::shim::{self};
 
-use super::{DevCtx, now_us};
+use super::DevCtx;
+use crate::clock::now_us;
 
 /// What a step of [`DevCtx::until`] asks for next.
 pub(super) enum Next<T> {
@@ -62,27 +63,11 @@ impl DevCtx {
         if self.dead.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
-        let mut t = self.rings.lock();
-        let slot = match t.rings.iter().position(|r| r.is_none()) {
-            Some(i) => i,
-            None if t.rings.len() < u16::MAX as usize => {
-                // Both tables grow together or not at all: a failure between two pushes
-                // would leave them of different lengths.
-                t.rings.reserve(1, GFP_KERNEL)?;
-                t.gens.reserve(1, GFP_KERNEL)?;
-                t.rings.push(None, GFP_KERNEL)?;
-                t.gens.push(0, GFP_KERNEL)?;
-                t.rings.len() - 1
-            }
-            None => return Err(EMFILE),
-        };
-        let gen = t.gens[slot].wrapping_add(1);
-        let ctx = RingCtx::setup(p, slot as u16, gen, user)?;
-        let areas = ctx.areas();
-        let ring = RingCell::new(ctx, slot as u16, gen)?;
-        t.gens[slot] = gen;
-        t.rings[slot] = Some(ring.clone());
-        Ok((ring, areas))
+        self.rings.bind(|slot, gen| {
+            let ctx = RingCtx::setup(p, slot, gen, user)?;
+            let areas = ctx.areas();
+            Ok((RingCell::new(ctx, slot, gen)?, areas))
+        })
     }
 
     /// Submits for `ring` as `caller`, routes completions, and with GETEVENTS waits
@@ -260,8 +245,7 @@ impl DevCtx {
             caller,
             // The tick-updated clock: one load per submission, where ktime_get reads the
             // clocksource (throttling needs ms, not ns).
-            // SAFETY: plain call.
-            now_ms: unsafe { shim::krcore_shim_coarse_ms() },
+            now_ms: crate::clock::coarse_ms(),
         };
         match ring.submit(&self.shared, max, cx) {
             Ok(s) if s.stall == Some(Stall::Register) => {

@@ -7,9 +7,11 @@
 //! Here: the context, its creation and removal, and what inspection reads. Its work is
 //! in a file per concern: the rings' side (`enter.rs`: setup, enter and its waits, the
 //! one-op ioctl, SQPOLL's step, close), routing (`route.rs`: the CQ, notices, recovery),
-//! the kernel-direct baseline (`direct.rs`), the cluster's network work
-//! (cluster/net.rs: dials, and what cm.c's listener asks) and the MetaServer's jobs
-//! (meta/work.rs).
+//! the kernel-direct baseline (`direct.rs`), entries io_uring carries (`uring.rs`), and
+//! which network work runs when (`net.rs`). The objects it holds do their own work,
+//! each beside its fields and lock: the rings' table (engine/rings.rs), the cluster's
+//! dials on the peer sets (cluster/net.rs's `Net`, what cm.c's listener asks too) and
+//! the MetaServer's jobs on its link (meta/work.rs's `MetaNet`).
 //!
 //! # Lock order
 //!
@@ -33,8 +35,8 @@
 //!    the engine's `unpublish`/`revoke_far`) and by routing, which post notices under it;
 //! 8. one pooled QP's mutex (fabric.rs): its accounting and posting on it; never two;
 //! 9. leaves, under which nothing is taken but cm.c's per-connection mutex: the device's
-//!    exports, its ring table (`rings`), a ring's completion inbox (ring/ctx.rs), the
-//!    CQ's arming (`arm`), the freed rings' counters (`retired`), what rings asked of
+//!    exports, its ring table and the freed rings' counters (rings.rs), a ring's completion inbox (ring/ctx.rs), the
+//!    CQ's arming (`arm`), what rings asked of
 //!    the MetaServer (meta/mod.rs's
 //!    `krcore_meta`), the node's held ports (fabric.rs's `krcore_ports`, taken under 4,
 //!    5 or 6 by CONNECT, LISTEN and a virtual QP's release), the set connections being drained (fabric.rs's `krcore_drains`),
@@ -93,41 +95,18 @@ use crate::engine::fabric::{MemberState, QpCell, Shared};
 use crate::meta::MetaNet;
 use crate::cluster::door::Door;
 use crate::cluster::peer::PeerSets;
-use crate::ring::ctx::RingCell;
 use crate::shim::{self, IbDevice};
 use crate::engine::store::KBuf;
 use crate::engine::qp_bits::AtomicQpBits;
+use crate::engine::rings::Rings;
 
 mod direct;
+mod net;
 mod enter;
 mod route;
 mod uring;
 
 pub(crate) use uring::Carried;
-
-/// The tick-updated clock the engine's times come from, ms.
-pub(crate) fn coarse_ms() -> i64 {
-    // SAFETY: plain call.
-    unsafe { shim::krcore_shim_coarse_ms() }
-}
-
-/// The wall clock, ms since the epoch (FRESH proofs' time).
-pub(crate) fn wall_ms() -> i64 {
-    // SAFETY: plain call.
-    unsafe { shim::krcore_shim_wall_ms() }
-}
-
-/// The requests' deadline (`request_timeout_ms`), ms.
-pub(crate) fn deadline_ms() -> i64 {
-    // SAFETY: reads a module parameter.
-    unsafe { shim::krcore_shim_request_timeout_ms() as i64 }
-}
-
-/// The monotonic clock, us.
-pub(crate) fn now_us() -> u64 {
-    // SAFETY: plain call.
-    unsafe { shim::krcore_shim_now_us() }
-}
 
 /// Work completions taken from the CQ per poll.
 const POLL_BATCH: usize = 16;
@@ -151,13 +130,6 @@ pub(crate) const RECVS: usize = 2048;
 /// send queues bound them (all may be on one shard's links).
 const WAITING: usize = POOL_QPS * SEND_DEPTH as usize;
 
-/// The rings bound to a device, by slot (a leaf lock).
-pub(crate) struct RingTable {
-    pub(crate) rings: KVec<Option<Arc<RingCell>>>,
-    /// Generation of each slot, bumped on reuse.
-    pub(crate) gens: KVec<u16>,
-}
-
 /// A device context.
 #[pin_data]
 pub(crate) struct DevCtx {
@@ -166,8 +138,9 @@ pub(crate) struct DevCtx {
     pub(crate) cq: Mutex<CqPoll>,
     /// QPs, membership, exports (fabric.rs).
     pub(crate) shared: Shared,
+    /// The rings bound to the device (rings.rs).
     #[pin]
-    pub(crate) rings: Mutex<RingTable>,
+    pub(crate) rings: Rings,
     #[pin]
     pub(crate) arm: Mutex<CqArm>,
     /// A ring may have completions in its inbox, or closed. Set by a swap, as verify's
@@ -185,9 +158,6 @@ pub(crate) struct DevCtx {
     /// their completions are routed, and the eventfd told, with nobody in the kernel
     /// (an application's event loop waits on the eventfd, not in enter).
     pub(crate) listeners: AtomicU32,
-    /// Counters of the rings freed from the table, as they last stood (a leaf lock).
-    #[pin]
-    pub(crate) retired: Mutex<Counters>,
     /// The device is gone.
     pub(crate) dead: AtomicBool,
     /// What cm.c's listener asks before it accepts a peer kernel (cluster/door.rs).
@@ -264,24 +234,16 @@ impl DevCtx {
             pin_init!(DevCtx {
                 cq <- new_mutex!(poll, "krcore_cq"),
                 shared,
-                rings <- new_mutex!(
-                    RingTable {
-                        rings: KVec::new(),
-                        gens: KVec::new(),
-                    },
-                    "krcore_rings"
-                ),
+                rings <- Rings::new(),
                 arm <- new_mutex!(CqArm(cq_ptr), "krcore_cq_arm"),
                 dirty: AtomicBool::new(false),
                 unpolled: AtomicBool::new(false),
                 sleepers: AtomicU32::new(0),
                 listeners: AtomicU32::new(0),
-                retired <- new_mutex!(Counters::ZERO, "krcore_retired"),
                 dead: AtomicBool::new(false),
                 door <- Door::new(verbs_pd, cq_ptr),
                 bad_notices: AtomicU64::new(0),
-                // SAFETY: reads a module parameter.
-                deadline_ms: unsafe { shim::krcore_shim_request_timeout_ms() } as i64,
+                deadline_ms: crate::clock::deadline_ms(),
                 failed_sets: AtomicQpBits::new(),
                 events,
                 meta,
@@ -299,13 +261,7 @@ impl DevCtx {
 
     /// The device's counters: the freed rings', every live ring's, and the recovery's.
     pub(crate) fn counters(&self) -> Counters {
-        let mut c = *self.retired.lock();
-        let n = self.rings.lock().rings.len();
-        for slot in 0..n {
-            if let Some(r) = self.ring_at(slot) {
-                c.add(&r.ctx.lock().engine().stats());
-            }
-        }
+        let mut c = self.rings.counters();
         c.recoveries = self.shared.members().g.recovery.recovered();
         let door = self.door.counts();
         (c.auth_refused, c.auth_replayed) = (door.refused, door.replayed);
@@ -333,7 +289,7 @@ impl DevCtx {
             write_listen_line(service, uid, ring, offers, w)?;
         }
         self.shared.ports(|p| p.write(w))?;
-        let now = coarse_ms();
+        let now = crate::clock::coarse_ms();
         self.shared.members().g.peers.write(now, w)
     }
 
@@ -372,17 +328,14 @@ impl DevCtx {
         self.shared.forget_drains();
         self.shared.uninstall_pool();
         self.shared.members().g.hw.destroy_qps();
-        let n = self.rings.lock().rings.len();
-        for slot in 0..n {
-            if let Some(r) = self.ring_at(slot) {
-                let mut ctx = r.ctx.lock();
-                ctx.engine().abandon(&self.shared);
-                // io_uring waits for the commands it carried: each fails now.
-                ctx.hand_back(0);
-                // A sleeper finds the device gone at once.
-                ctx.waitq().wake();
-            }
-        }
+        self.rings.each(|_, r| {
+            let mut ctx = r.ctx.lock();
+            ctx.engine().abandon(&self.shared);
+            // io_uring waits for the commands it carried: each fails now.
+            ctx.hand_back(0);
+            // A sleeper finds the device gone at once.
+            ctx.waitq().wake();
+        });
         cq.cq = core::ptr::null_mut();
         self.arm.lock().0 = core::ptr::null_mut();
         self.shared.members().g.hw.destroy();

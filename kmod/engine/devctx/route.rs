@@ -5,8 +5,6 @@
 
 use core::sync::atomic::Ordering;
 
-use kernel::sync::Arc;
-
 use crate::abi::cluster::notice::{Notice, NOTICE_LEN};
 use crate::abi::engine::{
     complete_wc, Completion, Fabric, FAR_WRITE_WR_ID, is_backend_wr_id, Links,
@@ -15,7 +13,6 @@ use crate::abi::engine::{
 use crate::engine::backend::{CqPoll, SetEnd, POOL_QPS, QPS};
 use crate::engine::fabric::MemberState;
 use crate::cluster::peer::QPS_PER_SET;
-use crate::ring::ctx::RingCell;
 use crate::shim::{self, WcC};
 
 use super::{DevCtx, POLL_BATCH};
@@ -92,14 +89,9 @@ impl DevCtx {
         polled
     }
 
-    /// The ring in `slot`, if any.
-    pub(crate) fn ring_at(&self, slot: usize) -> Option<Arc<RingCell>> {
-        self.rings.lock().rings.get(slot).cloned().flatten()
-    }
-
     /// Routes completion `c` of request `id` to its ring's inbox.
     pub(crate) fn deliver(&self, id: crate::abi::engine::WrId, c: Completion) {
-        if let Some(r) = self.ring_at(id.ring as usize) {
+        if let Some(r) = self.rings.at(id.ring as usize) {
             r.deliver(id, c);
             self.dirty.swap(true, Ordering::AcqRel);
         }
@@ -109,13 +101,9 @@ impl DevCtx {
     /// counted under its lock); frees closed rings with nothing left. Called under the
     /// CQ's lock, so completions reach each ring in routing order.
     pub(crate) fn flush_rings(&self) {
-        let n = self.rings.lock().rings.len();
-        for slot in 0..n {
-            let Some(r) = self.ring_at(slot) else {
-                continue;
-            };
+        self.rings.each(|slot, r| {
             if !r.take_dirty() {
-                continue;
+                return;
             }
             let mut ctx = r.ctx.lock();
             r.absorb(&mut ctx);
@@ -123,11 +111,7 @@ impl DevCtx {
                 if ctx.engine().release_idle(&self.shared) {
                     let last = ctx.engine().stats();
                     drop(ctx);
-                    self.retired.lock().add(&last);
-                    let mut t = self.rings.lock();
-                    if t.rings[slot].as_ref().is_some_and(|x| Arc::ptr_eq(x, &r)) {
-                        t.rings[slot] = None;
-                    }
+                    self.rings.free(slot, &r, &last);
                 }
             } else {
                 // Offers its listens were nudged for (abi's listen.rs): under the ring's
@@ -136,7 +120,7 @@ impl DevCtx {
                 ctx.engine().publish();
                 ctx.notify(self.sleepers.load(Ordering::Acquire) > 0);
             }
-        }
+        });
     }
 
     /// One step of abi's recovery of failed pooled QPs (engine/recovery.rs): sends that
@@ -145,7 +129,7 @@ impl DevCtx {
     /// recovered, under the membership lock, pairs fail, flush and are re-armed
     /// together. Nonzero when rings may have new CQEs.
     pub(crate) fn recover(&self) -> usize {
-        let now = crate::kcompat::now_ms();
+        let now = crate::clock::now_ms();
         let busy = self.shared.links_busy();
         let route = |id, c| self.deliver(id, c);
         let (mut n, failed) = sweep(&self.shared, busy, self.deadline_ms, now, route);
@@ -338,10 +322,9 @@ impl DevCtx {
             .map(|k| (POOL_QPS + k - k % QPS_PER_SET) as u32);
         if let Some(first) = first {
             let set = first..first + QPS_PER_SET as u32;
-            let n = self.rings.lock().rings.len();
-            for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
+            self.rings.each(|_, r| {
                 r.ctx.lock().engine().revoke_far(rkey, set.clone());
-            }
+            });
         }
         if !self.shared.revocations.lock().owe_ack(qp, rkey) {
             // No room to answer: the peer's wait ends at its deadline, failing the QP.
@@ -353,10 +336,7 @@ impl DevCtx {
     /// Closed rings may be waiting for a revocation to finish before their memory goes:
     /// the router looks at them again.
     pub(crate) fn touch_closed_rings(&self) {
-        let n = self.rings.lock().rings.len();
-        for r in (0..n).filter_map(|slot| self.ring_at(slot)) {
-            r.touch();
-        }
+        self.rings.each(|_, r| r.touch());
         self.dirty.store(true, Ordering::Release);
     }
 }

@@ -19,10 +19,10 @@ use crate::abi::engine::{uring_result, Caller, Context, One, Stall};
 use crate::abi::errno::Errno;
 use crate::abi::sqe::Sqe;
 use crate::ring::ctx::{RingCell, RingCtx};
-use crate::shim;
 
 use super::enter::{Ended, Next};
-use super::{deadline_ms, now_us, DevCtx};
+use super::DevCtx;
+use crate::clock::{deadline_ms, now_us};
 
 /// What became of a command's entry.
 pub(crate) enum Carried {
@@ -96,8 +96,7 @@ impl DevCtx {
         }
         let cx = Context {
             caller,
-            // SAFETY: plain call.
-            now_ms: unsafe { shim::krcore_shim_coarse_ms() },
+            now_ms: crate::clock::coarse_ms(),
         };
         let one = ctx.engine().submit_one(&self.shared, sqe, cmd, cx);
         let mine = ctx.hand_back(cmd);
