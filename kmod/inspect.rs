@@ -5,7 +5,7 @@
 //! and recovery (`echo 'module krcore +p' > <debugfs>/dynamic_debug/control`). The text
 //! formats are abi's (`stats::Counters::write`, `cluster::peers::Peers::write`).
 
-use core::ffi::{c_int, c_void, CStr};
+use core::ffi::{c_int, c_uint, c_void, CStr};
 use core::fmt::Write;
 
 use crate::abi::cqe::Cqe;
@@ -13,12 +13,19 @@ use crate::abi::engine::Trace;
 use crate::abi::stats::Buf;
 use crate::device::Registry;
 use crate::engine::devctx::DevCtx;
-use crate::kcompat::DebugFile;
 use crate::shim;
 
-/// The inspection files, debugfs `krcore/counters` and `krcore/peers` (kcompat.rs
-/// makes them).
-pub(crate) static FILES: [DebugFile; 2] = [
+/// A read-only debugfs file under `krcore/`: its name and what writes its text.
+pub(crate) struct DebugFile {
+    /// The file's name.
+    name: &'static CStr,
+    /// Writes the whole text; called for each read.
+    text: fn(&mut dyn Write) -> core::fmt::Result,
+}
+
+/// The inspection files, debugfs `krcore/counters` and `krcore/peers` (made by the
+/// shim, file `i` shown by `krcore_rs_show(i)`).
+static FILES: [DebugFile; 2] = [
     DebugFile {
         name: c"counters",
         text: |w| each_dev(w, |dev, w| dev.counters().write("", w)),
@@ -28,6 +35,41 @@ pub(crate) static FILES: [DebugFile; 2] = [
         text: |w| each_dev(w, |dev, w| dev.write_peers(w)),
     },
 ];
+
+/// The inspection files, there while this is held; dropping it waits for their
+/// readers.
+pub(crate) struct DebugFiles(());
+
+impl DebugFiles {
+    /// Adds the files (once, from the module's init).
+    pub(crate) fn add() -> DebugFiles {
+        let names = FILES.each_ref().map(|f| f.name.as_ptr());
+        // SAFETY: called once, before any reader; the names are static NUL-terminated
+        // strings, `FILES.len()` of them.
+        unsafe { shim::krcore_shim_debugfs_add(names.as_ptr(), names.len() as c_uint) };
+        DebugFiles(())
+    }
+}
+
+impl Drop for DebugFiles {
+    fn drop(&mut self) {
+        // SAFETY: added in `add`; waits for the files' readers.
+        unsafe { shim::krcore_shim_debugfs_remove() };
+    }
+}
+
+/// Writes the text of inspection file `which` into the shim's buffer of `cap` bytes;
+/// returns the bytes written (what does not fit is cut).
+#[no_mangle]
+extern "C" fn krcore_rs_show(which: c_uint, buf: *mut u8, cap: usize) -> usize {
+    let Some(file) = FILES.get(which as usize) else {
+        return 0;
+    };
+    // SAFETY: the shim passes a buffer of `cap` bytes that it owns for this call.
+    let mut w = Buf::new(unsafe { core::slice::from_raw_parts_mut(buf, cap) });
+    let _ = (file.text)(&mut w);
+    w.len()
+}
 
 /// Writes a section per device: its name's line, then what `f` writes of it. Stops at
 /// `w`'s first refusal.

@@ -33,7 +33,7 @@ module! {
 struct KrCore {
     registry: Pin<KBox<device::Registry>>,
     /// The inspection files; gone first at exit (their readers reach the registry).
-    debug: Option<kcompat::DebugFiles>,
+    debug: Option<inspect::DebugFiles>,
 }
 
 impl kernel::Module for KrCore {
@@ -48,15 +48,8 @@ impl kernel::Module for KrCore {
             device::Registry::unpublish();
             return Err(Error::from_errno(ret));
         }
-        let debug = match kcompat::DebugFiles::new(&inspect::FILES) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                // SAFETY: registered above; nothing has used it yet but the client's add.
-                unsafe { shim::krcore_shim_unregister() };
-                device::Registry::unpublish();
-                return Err(e);
-            }
-        };
+        // Last: nothing can fail after the listener took peers in.
+        let debug = Some(inspect::DebugFiles::add());
         pr_info!("loaded, ABI version {}\n", abi::device::ABI_VERSION);
         Ok(KrCore { registry, debug })
     }

@@ -5,6 +5,7 @@
  */
 #include <linux/cred.h>
 #include <linux/user_namespace.h>
+#include <linux/debugfs.h>
 #include <linux/seq_file.h>
 #include <linux/delay.h>
 #include <linux/eventfd.h>
@@ -162,6 +163,58 @@ static const struct file_operations krcore_fops = {
 	.show_fdinfo = krcore_fop_show_fdinfo,
 	.llseek = noop_llseek,
 };
+
+/* What Rust writes for one read of an inspection file, at most; the rest is cut. */
+#define KRCORE_SHOW_MAX (64 * 1024)
+
+static struct dentry *krcore_debugfs;
+
+static int krcore_show(struct seq_file *m, void *unused)
+{
+	char *buf = kvmalloc(KRCORE_SHOW_MAX, GFP_KERNEL);
+
+	if (!buf)
+		return -ENOMEM;
+	seq_write(m, buf, krcore_rs_show((unsigned long)m->private, buf, KRCORE_SHOW_MAX));
+	kvfree(buf);
+	return 0;
+}
+
+static int krcore_show_open(struct inode *inode, struct file *f)
+{
+	return single_open(f, krcore_show, inode->i_private);
+}
+
+static const struct file_operations krcore_show_fops = {
+	.owner = THIS_MODULE,
+	.open = krcore_show_open,
+	.read = seq_read,
+	.llseek = seq_lseek,
+	.release = single_release,
+};
+
+/*
+ * The inspection files, debugfs krcore/NAME (root only, as debugfs is): file i is
+ * names[i], its text Rust's file i (inspect.rs). Inspection only: the module works
+ * without them (debugfs may be absent). In C on both kernels: 7.x's kernel::debugfs
+ * leaves its file operations' owner unset, so a file held open across rmmod would be
+ * released through the freed module's operations; .owner here pins the module while
+ * one is open, as /dev/krcore's does.
+ */
+void krcore_shim_debugfs_add(const char *const *names, unsigned int n)
+{
+	unsigned long i;
+
+	krcore_debugfs = debugfs_create_dir("krcore", NULL);
+	for (i = 0; i < n; i++)
+		debugfs_create_file(names[i], 0444, krcore_debugfs, (void *)i, &krcore_show_fops);
+}
+
+/* Waits for readers: none reaches the registry after this. */
+void krcore_shim_debugfs_remove(void)
+{
+	debugfs_remove_recursive(krcore_debugfs);
+}
 
 void krcore_shim_dbg_connect(u16 ring, const u8 *gid, u32 service, int res, const char *why,
 			     int why_len)

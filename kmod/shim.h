@@ -80,12 +80,11 @@ void krcore_rs_dev_remove(struct ib_device *dev);
  * the bytes written. */
 size_t krcore_rs_fdinfo(void *priv, char *buf, size_t cap);
 
-/* 6.12 builds only (compat_6_12.c, what 6.12's kernel crate lacks): the inspection
- * files in debugfs, added and removed, and their text, file `which` (its index in
- * names) into buf, at most cap bytes, returning the bytes written. */
+/* The inspection files in debugfs, added (file i named names[i]) and removed, and
+ * their text: file `which` into buf, at most cap bytes, returning the bytes written. */
 size_t krcore_rs_show(unsigned int which, char *buf, size_t cap);
-void krcore_compat_debugfs_add(const char *const *names, unsigned int n);
-void krcore_compat_debugfs_remove(void);
+void krcore_shim_debugfs_add(const char *const *names, unsigned int n);
+void krcore_shim_debugfs_remove(void);
 
 /* One step of an SQ polling thread: 0 keep polling, 1 sleep until woken (Rust has set
  * NEED_WAKEUP and rechecked the SQ), 2 nothing to do: yield, then keep polling. */

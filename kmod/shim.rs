@@ -372,6 +372,8 @@ extern "C" {
     );
     pub(crate) fn krcore_shim_dbg_recovery(qp: u32, total: u64);
     pub(crate) fn krcore_shim_unregister();
+    pub(crate) fn krcore_shim_debugfs_add(names: *const *const c_char, n: core::ffi::c_uint);
+    pub(crate) fn krcore_shim_debugfs_remove();
     pub(crate) fn krcore_shim_dev_name(dev: *mut IbDevice) -> *const c_char;
     pub(crate) fn krcore_shim_dev_index(dev: *mut IbDevice) -> u32;
     pub(crate) fn krcore_shim_first_port(dev: *mut IbDevice) -> u32;

@@ -140,6 +140,9 @@ fn kasan() -> bool {
         .is_ok_and(|syms| syms.lines().any(|l| l.ends_with(" kasan_report")))
 }
 
+/// rmmod is refused while a file of the module's is open: /dev/krcore, and each
+/// inspection file in debugfs (closed after the module went, it would be released
+/// through the module's freed file operations).
 pub fn unload_refused_while_open() -> Result<(), String> {
     let dev = Device::open().map_err(|e| e.to_string())?;
     let r = sh(&["rmmod", "krcore"]);
@@ -148,6 +151,21 @@ pub fn unload_refused_while_open() -> Result<(), String> {
     })?;
     println!("  rmmod refused: {}", r.unwrap_err());
     drop(dev);
+    check(loaded(), || "module gone".into())?;
+    for name in ["counters", "peers"] {
+        let path = format!("/sys/kernel/debug/krcore/{name}");
+        let file = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+        let r = sh(&["rmmod", "krcore"]);
+        let refused = r.is_err() && loaded();
+        if !refused {
+            // Loaded again before the file closes, so the test's failure is reported
+            // rather than the kernel's.
+            let _ = module_path().and_then(|ko| sh(&["insmod", &ko]));
+        }
+        check(refused, || format!("rmmod succeeded while {path} was open"))?;
+        println!("  rmmod refused with {path} open");
+        drop(file);
+    }
     check(loaded(), || "module gone".into())
 }
 
