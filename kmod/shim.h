@@ -545,7 +545,13 @@ int krcore_rs_cm_accept_read(const void *data, u32 len, struct krcore_meta_offer
 void krcore_rs_cm_accept_write(const struct krcore_meta_offer *offer, const u8 *tag, u8 *out);
 /* Whose tag a transcript is for (abi's cluster::hello::Role): the dialer's, in its
  * PROVE; the listener's, in its accept; the listener's, in a yield. */
-enum krcore_cm_role { KRCORE_CM_INITIATOR = 0, KRCORE_CM_RESPONDER = 1, KRCORE_CM_YIELDER = 2 };
+enum krcore_cm_role {
+	KRCORE_CM_INITIATOR = 0,
+	KRCORE_CM_RESPONDER = 1,
+	KRCORE_CM_YIELDER = 2,
+	KRCORE_CM_BYE_INITIATOR = 3,
+	KRCORE_CM_BYE_RESPONDER = 4,
+};
 /* The bytes `role`'s tag is a MAC over. */
 void krcore_rs_cm_transcript(int role, const struct krcore_cm_bind *b, u8 *out);
 /* What a FRESH hello carries in place of the listener's nonce: the time `at_ms` (the
@@ -598,6 +604,14 @@ int krcore_shim_cm_connect(struct ib_device *dev, struct ib_pd *pd, struct ib_cq
 			   struct krcore_cm_conn **out, struct ib_qp **qp, u32 *qpn);
 /* Whether the connection broke (the peer disconnected, its device went). */
 bool krcore_shim_cm_broken(struct krcore_cm_conn *c);
+/* This end's farewell on set connection `c` (its kernel leaving): its tag
+ * (KRCORE_CM_TAG_LEN bytes at `tag`) over the connection's transcript; 0, or
+ * -ENOTCONN for one not up. */
+int krcore_shim_cm_farewell_tag(struct krcore_cm_conn *c, u8 *tag);
+/* The peer's farewell on `c` came with `tag`: whether it proves the peer's kernel is
+ * leaving. If it does, `c` is broken at once and its QP goes to the error state (on
+ * cm.c's workqueue), so its set fails (peer_gone). Any context; no lock taken. */
+bool krcore_shim_cm_farewell(struct krcore_cm_conn *c, const u8 *tag);
 /* Tears the connection down (unless its device's removal did) and releases the handle. */
 void krcore_shim_cm_close(struct krcore_cm_conn *c);
 /* The same, on cm.c's workqueue: for callers holding a krcore lock (see cm.c). */

@@ -293,6 +293,8 @@ extern "C" {
         qpn: *mut u32,
     ) -> c_int;
     pub(crate) fn krcore_shim_cm_broken(c: *mut CmConn) -> bool;
+    pub(crate) fn krcore_shim_cm_farewell_tag(c: *mut CmConn, tag: *mut u8) -> c_int;
+    pub(crate) fn krcore_shim_cm_farewell(c: *mut CmConn, tag: *const u8) -> bool;
     pub(crate) fn krcore_shim_cm_close_later(c: *mut CmConn);
     pub(crate) fn krcore_shim_cm_put(c: *mut CmConn);
     pub(crate) fn krcore_cm_own(c: *mut CmConn) -> bool;

@@ -138,6 +138,8 @@ struct krcore_cm_conn {
 	bool owned;
 	/* Tears an accepted connection down once its peer left (krcore_cm_wq). */
 	struct work_struct reap;
+	/* Its peer's proved farewell came: the QP goes to the error state (krcore_cm_wq). */
+	struct work_struct depart;
 	/* Closes a handle Rust let go of under its locks (krcore_shim_cm_close_later). */
 	struct work_struct close;
 	/* Remote access its QP grants (set at RTR, again at ESTABLISHED). */
@@ -494,6 +496,81 @@ static void krcore_cm_reap(struct work_struct *w)
 	krcore_cm_put(c);
 }
 
+/*
+ * The peer left: `c` is broken before its QP goes to the error state, so the router,
+ * finding it broken when the flushed notice receives complete, fails the set's QP for
+ * that reason (fabric.rs's fail_set_qp); a set with nothing in flight learns of it
+ * now, not at its next request's deadline. An accepted connection has no other owner to
+ * close it: it is reaped (queued once; the work holds a reference).
+ */
+static void krcore_cm_depart(struct krcore_cm_conn *c, bool error_qp)
+{
+	WRITE_ONCE(c->broken, true);
+	if (error_qp && c->kind == KRCORE_CM_PEER && c->qp_created) {
+		struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+
+		ib_modify_qp(c->qp, &attr, IB_QP_STATE);
+	}
+	if (c->accepted) {
+		refcount_inc(&c->refs);
+		if (!queue_work(krcore_cm_wq, &c->reap))
+			refcount_dec(&c->refs);
+	}
+}
+
+/* A proved farewell's departure, with the connection's lock: a teardown under way
+ * (abandoned) destroys the QP itself. */
+static void krcore_cm_depart_work(struct work_struct *w)
+{
+	struct krcore_cm_conn *c = container_of(w, struct krcore_cm_conn, depart);
+
+	mutex_lock(&c->lock);
+	if (!c->abandoned) {
+		pr_info("krcore: a peer kernel said farewell (proved): its connection closes\n");
+		krcore_cm_depart(c, true);
+	}
+	mutex_unlock(&c->lock);
+	krcore_cm_put(c);
+}
+
+/* Whether `c` carries a connection set: a dial, or an accepted connection Rust
+ * adopted into one. */
+static bool krcore_cm_carries_set(struct krcore_cm_conn *c)
+{
+	bool owned;
+
+	mutex_lock(&krcore_cm_lock);
+	owned = c->owned;
+	mutex_unlock(&krcore_cm_lock);
+	return c->kind == KRCORE_CM_PEER && (!c->accepted || owned);
+}
+
+/* The role of a farewell from this end of `c`, or from the other (abi's Role). */
+static enum krcore_cm_role krcore_cm_bye_role(const struct krcore_cm_conn *c, bool ours)
+{
+	return c->accepted == ours ? KRCORE_CM_BYE_RESPONDER : KRCORE_CM_BYE_INITIATOR;
+}
+
+int krcore_shim_cm_farewell_tag(struct krcore_cm_conn *c, u8 *tag)
+{
+	if (c->kind != KRCORE_CM_PEER || !READ_ONCE(c->established))
+		return -ENOTCONN;
+	return krcore_cm_tag(krcore_cm_bye_role(c, true), &c->bind, tag);
+}
+
+bool krcore_shim_cm_farewell(struct krcore_cm_conn *c, const u8 *tag)
+{
+	if (c->kind != KRCORE_CM_PEER || !READ_ONCE(c->established) ||
+	    !krcore_cm_tag_ok(krcore_cm_bye_role(c, false), &c->bind, tag))
+		return false;
+	/* Broken now (the flushes that follow find it so); the QP on the workqueue. */
+	WRITE_ONCE(c->broken, true);
+	refcount_inc(&c->refs);
+	if (!queue_work(krcore_cm_wq, &c->depart))
+		refcount_dec(&c->refs);
+	return true;
+}
+
 static void krcore_cm_close_work(struct work_struct *w)
 {
 	krcore_shim_cm_close(container_of(w, struct krcore_cm_conn, close));
@@ -592,30 +669,26 @@ static int krcore_cm_step(struct krcore_cm_conn *c, struct rdma_cm_id *id,
 			return -EPROTO;
 		return krcore_cm_up(c, krcore_cm_set_access(c->qp, c->access));
 	case RDMA_CM_EVENT_DISCONNECTED:
+		/*
+		 * A disconnect request proves nothing: any host on the path can send one
+		 * (its comm IDs and QP number crossed the wire in the clear). A set's
+		 * connection ends on its peer's proved farewell (krcore_shim_cm_farewell,
+		 * which comes first when the peer's kernel leaves), or when its QP fails;
+		 * this leaves it as it was. One no set carries (an accepted connection not
+		 * adopted, a MetaServer link) closes as before: losing it costs a retry.
+		 */
+		if (krcore_cm_carries_set(c)) {
+			/* Broken already: its farewell came first, as a leaving peer's does. */
+			if (!READ_ONCE(c->broken))
+				pr_info_ratelimited("krcore: an unproved disconnect request for a set's connection: the connection is kept\n");
+			return 0;
+		}
+		krcore_cm_depart(c, true);
+		return 0;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
-		WRITE_ONCE(c->broken, true);
-		/*
-		 * The peer closed (its module went): the CM leaves our QP as it was, so a set
-		 * with nothing in flight would learn of it only at its next request's
-		 * deadline. In the error state its work (the notice receives, always
-		 * posted) flushes now, and the router, finding the connection broken (set
-		 * above, before any flush completion is posted and polled), fails the set's
-		 * QP for that reason (fabric.rs's fail_set_qp).
-		 */
-		if (ev->event == RDMA_CM_EVENT_DISCONNECTED && c->kind == KRCORE_CM_PEER &&
-		    c->qp_created) {
-			struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
-
-			ib_modify_qp(c->qp, &attr, IB_QP_STATE);
-		}
-		/* An accepted connection has no other owner to close it: reap it (the work
-		 * holds a reference; queued once). */
-		if (c->accepted) {
-			refcount_inc(&c->refs);
-			if (!queue_work(krcore_cm_wq, &c->reap))
-				refcount_dec(&c->refs);
-		}
+		/* Our own device, or our own disconnect's end. */
+		krcore_cm_depart(c, false);
 		return 0;
 	case RDMA_CM_EVENT_REJECTED:
 		switch (krcore_rs_cm_refusal_read(ev->param.conn.private_data,
@@ -675,6 +748,7 @@ static struct krcore_cm_conn *krcore_cm_conn_alloc(struct ib_device *dev, struct
 	refcount_set(&c->refs, 1);
 	mutex_init(&c->lock);
 	INIT_WORK(&c->reap, krcore_cm_reap);
+	INIT_WORK(&c->depart, krcore_cm_depart_work);
 	INIT_WORK(&c->close, krcore_cm_close_work);
 	init_completion(&c->done);
 	init_completion(&c->torn);
@@ -1079,6 +1153,8 @@ static int krcore_cm_listen_handler(struct rdma_cm_id *id, struct rdma_cm_event 
 	krcore_cm_param(&p, c->kind);
 	/* This listener's proof, for this connection, and a MetaServer's region. */
 	bind.responder_qpn = id->qp->qp_num;
+	/* What its farewells, either way, are tags over. */
+	c->bind = bind;
 	ret = krcore_cm_tag(KRCORE_CM_RESPONDER, &bind, tag);
 	if (ret) {
 		krcore_cm_unaccept(c);

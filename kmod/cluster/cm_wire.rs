@@ -245,7 +245,9 @@ extern "C" fn krcore_rs_cm_transcript(role: c_int, b: *const CmBind, out: *mut u
     let role = match role {
         0 => Role::Initiator,
         1 => Role::Responder,
-        _ => Role::Yielder,
+        2 => Role::Yielder,
+        3 => Role::ByeInitiator,
+        _ => Role::ByeResponder,
     };
     // SAFETY: `out` has room for TRANSCRIPT_LEN bytes.
     unsafe { out.cast::<[u8; TRANSCRIPT_LEN]>().write(t.bytes(role)) };

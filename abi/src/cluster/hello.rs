@@ -305,6 +305,10 @@ pub enum Role {
     Responder,
     /// The listener's, in a yield (its QP number left out: it makes none).
     Yielder,
+    /// The dialer's, in its farewell on the connection (its kernel leaving).
+    ByeInitiator,
+    /// The listener's, in its farewell on the connection.
+    ByeResponder,
 }
 
 /// What a tag covers: the connection asked for and both ends of it, so that a tag
@@ -342,6 +346,8 @@ impl Transcript {
             Role::Initiator => b"KRC-INIT",
             Role::Responder => b"KRC-RESP",
             Role::Yielder => b"KRC-YILD",
+            Role::ByeInitiator => b"KRC-BYEI",
+            Role::ByeResponder => b"KRC-BYER",
         });
         b[8] = self.kind as u8;
         b[9] = self.index;
@@ -353,7 +359,7 @@ impl Transcript {
         b[24..28].copy_from_slice(&self.initiator_qpn.to_be_bytes());
         let responder_qpn = match role {
             Role::Initiator | Role::Yielder => 0,
-            Role::Responder => self.responder_qpn,
+            Role::Responder | Role::ByeInitiator | Role::ByeResponder => self.responder_qpn,
         };
         b[28..32].copy_from_slice(&responder_qpn.to_be_bytes());
         b[32..48].copy_from_slice(&self.nonce_i);
@@ -505,6 +511,27 @@ mod tests {
         };
         let base = t.bytes(Role::Responder);
         assert_ne!(t.bytes(Role::Initiator)[..8], base[..8]);
+        // Every role its own label: a tag of one is never another's (a farewell is no
+        // accept, and one end's farewell is not the other's).
+        let roles = [
+            Role::Initiator,
+            Role::Responder,
+            Role::Yielder,
+            Role::ByeInitiator,
+            Role::ByeResponder,
+        ];
+        for (i, a) in roles.iter().enumerate() {
+            for b in &roles[i + 1..] {
+                assert_ne!(t.bytes(*a)[..8], t.bytes(*b)[..8], "{a:?} {b:?}");
+            }
+        }
+        // A farewell comes once the connection is up: both QP numbers are bound.
+        let qpn = Transcript {
+            responder_qpn: 99,
+            ..t
+        };
+        assert_ne!(qpn.bytes(Role::ByeInitiator), t.bytes(Role::ByeInitiator));
+        assert_ne!(qpn.bytes(Role::ByeResponder), t.bytes(Role::ByeResponder));
         // The dialer cannot know the listener's QP number: its tag leaves it out.
         let other_qpn = Transcript {
             responder_qpn: 99,

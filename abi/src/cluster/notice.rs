@@ -10,13 +10,16 @@
 //!
 //! Kernels of the cluster trust each other (the connection carried the cluster key): a
 //! notice is checked for form and against the receiver's own tables, never taken as
-//! permission to reach memory the receiver did not advertise.
+//! permission to reach memory the receiver did not advertise. What ends a set
+//! ([`Notice::Farewell`]) is proved besides.
 
 /// Bytes of a notice on the wire.
 pub const NOTICE_LEN: usize = 32;
 
 /// "No link": a [`Notice::Hello`] from an end that knows no peer end yet.
 pub const NO_LINK: u64 = u64::MAX;
+
+use super::auth::TAG_LEN;
 
 const MAGIC: u16 = 0x4b4e; // "KN"
 
@@ -114,6 +117,18 @@ pub enum Notice {
         /// Some are.
         busy: bool,
     },
+    /// The sender's kernel is leaving (its module unloads, or its device goes): the
+    /// connection this comes on closes next, and its set with it. `tag` proves it (the
+    /// sender's farewell tag over the connection's transcript, [`Role::ByeInitiator`]
+    /// or [`Role::ByeResponder`]), so no host on the path ends a set by claiming a
+    /// departure: a CM disconnect that comes without one is not taken as one.
+    ///
+    /// [`Role::ByeInitiator`]: super::hello::Role::ByeInitiator
+    /// [`Role::ByeResponder`]: super::hello::Role::ByeResponder
+    Farewell {
+        /// The sender's tag.
+        tag: [u8; TAG_LEN],
+    },
 }
 
 /// Why a buffer is no notice.
@@ -135,6 +150,7 @@ const LEFT: u8 = 5;
 const REVOKE: u8 = 6;
 const REVOKE_ACK: u8 = 7;
 const USE: u8 = 8;
+const FAREWELL: u8 = 9;
 
 const HAS_IMM: u8 = 1;
 const PAIR: u8 = 1;
@@ -232,6 +248,10 @@ impl Notice {
                 (REVOKE_ACK, 0)
             }
             Notice::Use { busy } => (USE, if busy { BUSY } else { 0 }),
+            Notice::Farewell { tag } => {
+                put(&mut b, 4, tag);
+                (FAREWELL, 0)
+            }
         };
         b[2] = kind;
         b[3] = flags;
@@ -259,7 +279,10 @@ impl Notice {
                 ..
             } => (to, Some(super::super::engine::port_key(to_port, from_port))),
             Notice::Advert { to, .. } | Notice::Data { to, .. } | Notice::Left { to } => (to, None),
-            Notice::Revoke { .. } | Notice::RevokeAck { .. } | Notice::Use { .. } => return None,
+            Notice::Revoke { .. }
+            | Notice::RevokeAck { .. }
+            | Notice::Use { .. }
+            | Notice::Farewell { .. } => return None,
         };
         Some(match service {
             Some(service) if to == NO_LINK => {
@@ -320,6 +343,11 @@ impl Notice {
             USE => Notice::Use {
                 busy: flags & BUSY != 0,
             },
+            FAREWELL => {
+                let mut tag = [0u8; TAG_LEN];
+                tag.copy_from_slice(&b[4..4 + TAG_LEN]);
+                Notice::Farewell { tag }
+            }
             _ => return Err(BadNotice::Kind),
         })
     }
@@ -376,6 +404,9 @@ mod tests {
             Notice::RevokeAck { rkey: 0x1234 },
             Notice::Use { busy: true },
             Notice::Use { busy: false },
+            Notice::Farewell {
+                tag: core::array::from_fn(|i| i as u8 + 1),
+            },
         ];
         for n in all {
             assert_eq!(Notice::decode(&n.encode()), Ok(n));

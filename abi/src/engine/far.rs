@@ -350,7 +350,10 @@ impl<S: Store> Messages<S> {
             } => self.on_leave(gid, qp, [to_port, from_port], to, from, qps),
             Notice::Left { to } => self.on_left(gid, to, qps),
             // About exports: the device's (`cluster::revoke`), never a shard's.
-            Notice::Revoke { .. } | Notice::RevokeAck { .. } | Notice::Use { .. } => {}
+            Notice::Revoke { .. }
+            | Notice::RevokeAck { .. }
+            | Notice::Use { .. }
+            | Notice::Farewell { .. } => {}
         }
         self.flush_due(qps);
     }
@@ -938,7 +941,8 @@ impl<S: Store> Messages<S> {
             Notice::Data { .. }
             | Notice::Revoke { .. }
             | Notice::RevokeAck { .. }
-            | Notice::Use { .. } => {}
+            | Notice::Use { .. }
+            | Notice::Farewell { .. } => {}
         }
     }
 

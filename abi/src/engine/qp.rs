@@ -167,6 +167,11 @@ impl<S: Store> PhysQp<S> {
         self.failed.is_none() && self.notices < NOTICE_ROOM
     }
 
+    /// Notices posted that have not completed yet.
+    pub fn notices_out(&self) -> u32 {
+        self.notices
+    }
+
     /// A notice was posted.
     pub fn notice_posted(&mut self) {
         self.notices += 1;

@@ -293,10 +293,12 @@ impl DevCtx {
         self.shared.members().g.peers.write(now, w)
     }
 
-    /// cm.c is about to tear this device's connections down: nothing polls the CQ from
-    /// here (their QPs' flushed completions stay there, naming freed QPs); a routing
-    /// under way finishes first.
+    /// cm.c is about to tear this device's connections down: each peer is told (a
+    /// proved farewell), then nothing polls the CQ from here (their QPs' flushed
+    /// completions stay there, naming freed QPs); a routing under way finishes first.
     pub(crate) fn quiesce(&self) {
+        // Its peers told first, while the CQ is still routed.
+        self.farewell();
         let _cq = self.cq.lock();
         self.dead.store(true, Ordering::SeqCst);
         self.door.shut();

@@ -8,11 +8,18 @@ use core::sync::atomic::Ordering;
 
 use kernel::prelude::*;
 
-use crate::abi::engine::Fabric;
+use crate::abi::cluster::auth::TAG_LEN;
+use crate::abi::cluster::notice::Notice;
+use crate::abi::engine::{Fabric, QpBits};
 use crate::cluster::net::Net;
+use crate::engine::backend::POOL_QPS;
 use crate::shim;
 
 use super::DevCtx;
+
+/// How long a leaving kernel waits for its farewells to be taken, ms: a peer that is
+/// gone never acknowledges one (its set fails at that peer's next request instead).
+const FAREWELL_MS: i64 = 200;
 
 impl DevCtx {
     /// The parts the cluster's network work drives.
@@ -80,6 +87,48 @@ impl DevCtx {
     pub(crate) fn kick_net(&self) {
         if self.shared.meta.due() || self.shared.members().g.peers.job_waiting() {
             self.events.kick_net();
+        }
+    }
+
+    /// This kernel is leaving (its module unloads, or the device goes): tells each peer
+    /// kernel so on every QP of its set, with a farewell cm.c proves (a tag over that
+    /// connection's transcript), and waits for those notices to be taken, routing
+    /// meanwhile, [`FAREWELL_MS`] at most. The peer's set then fails at once
+    /// (peer_gone); the CM's disconnect request that follows proves nothing, so is not
+    /// taken as a departure. No lock held.
+    pub(crate) fn farewell(&self) {
+        let mut sent = QpBits::EMPTY;
+        // The device's QP cells: its pool's, then its sets' (as many as it keeps).
+        for slot in POOL_QPS..self.shared.qps.len() {
+            let mut tag = [0u8; TAG_LEN];
+            let made = {
+                // Under the QP's lock: a set's close clears `peer` there before it lets
+                // the connection go.
+                let c = self.shared.qps[slot].lock();
+                // SAFETY: a live connection (see above); `tag` has room for its bytes.
+                c.post.peer.is_some_and(|end| unsafe {
+                    shim::krcore_shim_cm_farewell_tag(end.conn, tag.as_mut_ptr()) == 0
+                })
+            };
+            if made && self.shared.post_notice(slot as u32, &Notice::Farewell { tag }) {
+                sent.insert(slot as u32);
+            }
+        }
+        let until = crate::clock::now_ms() + FAREWELL_MS;
+        while !sent.is_empty() && crate::clock::now_ms() < until {
+            self.route();
+            for slot in sent.iter() {
+                let q = self.shared.qps[slot as usize].lock();
+                if q.acct.notices_out() == 0 || q.acct.failed() {
+                    drop(q);
+                    sent.remove(slot);
+                }
+            }
+            // SAFETY: plain sleep, no lock held.
+            unsafe { shim::krcore_shim_msleep(1) };
+        }
+        if !sent.is_empty() {
+            pr_info!("{} farewells not taken in {} ms: their peers find the sets gone later\n", sent.len(), FAREWELL_MS);
         }
     }
 }

@@ -295,6 +295,18 @@ impl DevCtx {
             (_, Some(k)) => self.shared.shard(k).on_notice(gid, qp, n, inv, &self.shared),
             (Notice::Revoke { rkey }, _) => self.revoked_far(gid, qp, rkey),
             (Notice::Use { busy }, _) => self.shared.members().g.peers.far_use(qp, busy),
+            (Notice::Farewell { tag }, _) => {
+                // Under the QP's lock, as `notice_in` reads the connection.
+                let c = self.shared.qps[qp as usize].lock();
+                // SAFETY: a live connection (see `notice_in`); the tag is TAG_LEN bytes.
+                let proved = c.post.peer.is_some_and(|end| unsafe {
+                    shim::krcore_shim_cm_farewell(end.conn, tag.as_ptr())
+                });
+                if !proved {
+                    // A farewell no key made: a forgery (or a bug), changing nothing.
+                    self.bad_notices.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             (Notice::RevokeAck { rkey }, _) => {
                 if self.shared.revocations.lock().acked(rkey, qp) {
                     self.touch_closed_rings();
