@@ -260,6 +260,9 @@ TRUST_ROLES = --role "a:$(SMOKE) guard c" --role "b:$(SMOKE) member a c" --role 
 # A host that is no member (c) claims member b's address and floods a's listener with
 # bad proofs from it: b's first contacts with a are each admitted meanwhile.
 SPOOF_ROLES = --role "a:$(SMOKE) spoofed b" --role "b:$(SMOKE) victim a c" --role "c:$(SMOKE) spoofer a b"
+# A host on the path forges the CM's disconnect requests to both ends of a set's
+# connections (cm-intruder dreq): the importer's READs over it must all be answered.
+DREQ_ROLES = --role "a:$(SMOKE) dreq-importer b c" --role "b:$(SMOKE) dreq-held c" --role "c:$(SMOKE) dreq-forger a b"
 # One member's user program, with the key, asks the MetaServer's listener for 64 proved
 # connections: its node's part (8) is taken, and another node still publishes.
 HOG_ROLES = --role "a:$(SMOKE) hogged-meta b c" --role "b:$(SMOKE) hog a c" --role "c:$(SMOKE) hogged a b"
@@ -306,7 +309,7 @@ TWO_SCENES = $(PING_ROLES) $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(CYCLES_R
 	$(MUTUAL_ROLES) $(MESSAGE_ROLES) $(ECHO_ROLES) $(VANISH_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES) \
 	$(SERVING_ROLES) $(SLOW_META_ROLES) $(YANK_ROLES) $(FENCE_ROLES) $(CHURN_ROLES) $(SELF_ROLES) $(HOLD_ROLES) \
 	$(TOOL_ROLES) $(VERBS_ROLES)
-THREE_SCENES = $(CONNECT3_ROLES) $(META3_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES) $(BOUNDED_ROLES) \
+THREE_SCENES = $(CONNECT3_ROLES) $(META3_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(DREQ_ROLES) $(HOG_ROLES) $(BOUNDED_ROLES) \
 	$(CLIENT_PART_ROLES) $(PINNER_ROLES) \
 	$(MESSAGE3_ROLES) $(CLIENTS_ROLES) $(NAMES_ROLES) $(SERVICES_ROLES)
 vm-test-cluster: kmod-test host
@@ -332,7 +335,7 @@ vm-test-debug: kmod-debug host
 	@$(VM_DEBUG) --timeout 3000 --nodes 2 $(CM_ROLES) $(CONNECT_ROLES) $(META_ROLES) $(MUTUAL_ROLES) \
 		$(MESSAGE_ROLES_LATE) $(LISTENER_ROLES) $(VANISH_ROLES) $(YANK_ROLES) $(FENCE_ROLES) \
 		$(ECHO_ROLES) $(IMPOSTOR_ROLES) $(YIELDER_ROLES) $(SERVING_ROLES) $(SLOW_META_ROLES)
-	@$(VM_DEBUG) --timeout 1200 --nodes 3 $(BOUNDED_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(HOG_ROLES)
+	@$(VM_DEBUG) --timeout 1200 --nodes 3 $(BOUNDED_ROLES) $(TRUST_ROLES) $(SPOOF_ROLES) $(DREQ_ROLES) $(HOG_ROLES)
 	@$(VM_DEBUG) --timeout 900 --nodes 2 $(KILL_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 2 --lose-one-in 20 $(LOSSY_ROLES)
 	@$(VM_DEBUG) --timeout 600 --nodes 3 $(CROWD_ROLES)

@@ -184,6 +184,20 @@
 #                                   yields (its dial goes on as after any refusal)
 #   cluster-smoke.sh yielder ROLE   no module: refuse every request for 60 s with an
 #                                   unproved yield (cm-intruder yielder)
+#   cluster-smoke.sh dreq-held FORGER
+#                                   serve the MetaServer and publish kv (remote_memory
+#                                   hold); once FORGER forged DREQs to both ends of the
+#                                   importer's set, let the importer finish: its READs must
+#                                   all have been answered, and this kernel must have kept
+#                                   the set (its log says the DREQ came unproved)
+#   cluster-smoke.sh dreq-importer META FORGER
+#                                   once FORGER listens to the segment, import META's kv
+#                                   and READ it until META says done (remote_memory stay):
+#                                   every READ answered through the forged DREQs
+#   cluster-smoke.sh dreq-forger IMPORTER EXPORTER
+#                                   no module: listen to the segment and forge a DREQ to
+#                                   each end of every set connection made (cm-intruder
+#                                   dreq), then tell EXPORTER
 #   cluster-smoke.sh impostor ROLE  no module: accept ROLE's dial as a listener would,
 #                                   proving no key, and READ from its QP at once
 #                                   (cm-intruder impostor): it must not answer
@@ -748,6 +762,59 @@ yielder)
   barrier "$peer" 7531 120 || exit 1
   rc=0; wait $pid || rc=$?
   exit $rc
+  ;;
+dreq-held)
+  forger=$(addr_of "$2") || exit 1
+  reload meta_server="$KRCORE_ADDR" || exit 1
+  rm -f "$TMPDIR/go"
+  "$REMOTE_MEMORY" hold kv 150 "$TMPDIR/go" >"$TMPDIR/hold.out" 2>&1 &
+  pid=$!
+  barrier "$forger" 7511 300 || exit 1
+  # The importer READs on a while the forged DREQs land.
+  sleep 2
+  touch "$TMPDIR/go"
+  rc=0; wait $pid || rc=$?
+  sed "s/^/$KRCORE_NODE: /" "$TMPDIR/hold.out"
+  [ "$rc" = 0 ] || fail_with_state
+  klog | grep "unproved disconnect request" || {
+    echo "$KRCORE_NODE: no forged DREQ reached this kernel's CM" >&2
+    fail_with_state
+  }
+  sleep 3
+  unload
+  ;;
+dreq-importer)
+  forger=$(addr_of "$3") || exit 1
+  with_meta "$2" "$2"
+  barrier "$forger" 7510 300 || exit 1
+  "$REMOTE_MEMORY" stay "$peer" kv 150 || fail_with_state
+  klog | grep "unproved disconnect request" || {
+    echo "$KRCORE_NODE: no forged DREQ reached this kernel's CM" >&2
+    fail_with_state
+  }
+  unload
+  ;;
+dreq-forger)
+  importer=$(addr_of "$2") || exit 1
+  exporter=$(addr_of "$3") || exit 1
+  "$INTRUDER" dreq 60 >"$TMPDIR/dreq.out" 2>&1 &
+  pid=$!
+  sleep 1
+  barrier "$importer" 7510 300 || exit 1
+  # Done once a set's connections were seen made and forged at: the importer's set
+  # has QPS_PER_SET (2) of them.
+  for _ in $(seq 600); do
+    [ "$(grep -c "forged a DREQ to each end" "$TMPDIR/dreq.out")" -ge 2 ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  sed "s/^/$KRCORE_NODE: /" "$TMPDIR/dreq.out"
+  [ "$(grep -c "forged a DREQ to each end" "$TMPDIR/dreq.out")" -ge 2 ] || {
+    echo "$KRCORE_NODE: the set's connections were not seen made" >&2
+    exit 1
+  }
+  barrier "$exporter" 7511 300 || exit 1
   ;;
 impostor)
   peer=$(addr_of "$2") || exit 1

@@ -25,6 +25,12 @@
 //!   every request for SECS with a yield whose tag no key made (what any host on the
 //!   segment can send a dialer). The dialer must not yield: that would have it wait
 //!   for a set nobody makes.
+//! - `cm-intruder dreq SECS`: listens to the segment for SECS and, for every peer
+//!   connection it sees made between two members (a REQ carrying a krcore hello for a
+//!   set, its REP and RTU), forges a disconnect request (DREQ) to each end as from the
+//!   other, with the comm IDs and QP numbers those carried in the clear: what any host on
+//!   the path can send. Every CM frame's ICRC is checked against rxe's, so the forged ones
+//!   are as good. Exits 1 if it forged none. The members must keep their sets.
 //! - `cm-intruder impostor PORT SECS READ_SECS`: listens on PORT as a member would (SECS
 //!   at most), and accepts the first request (a member dialing this host) with an
 //!   accept that proves no key, then READs from the dialer's QP at once. The dialer
@@ -36,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use krcore_abi::cluster::hello::{Accept, Hello, Kind, Offer, Proof, Refusal, Step, HELLO_LEN};
 use verify::cm_verbs::{Client, Knock, Listener};
+use verify::roce::{self, CmMad};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -67,6 +74,8 @@ enum Cli {
         from: Ipv4Addr,
         secs: u64,
     },
+    /// For SECS, forge a DREQ to both ends of every set connection seen made.
+    Dreq { secs: u64 },
     /// Refuse every request on PORT for SECS with an unproved yield.
     Yielder { port: u16, secs: u64 },
     /// Hold COUNT proved MetaServer connections to ADDR's listener at PORT, from FROM,
@@ -321,7 +330,9 @@ fn setsockopt<T>(fd: i32, level: i32, name: i32, value: &T) -> std::io::Result<(
 }
 
 /// The first member's hello with a proof in the frames seen on eth0 within `secs`.
-fn capture(file: &str, secs: u64) -> Result<()> {
+/// eth0 in promiscuous mode, every frame on the segment: a raw socket (its fd, closed at
+/// exit) whose receives wait 200 ms at most, and eth0's index.
+fn sniffer() -> Result<(i32, i32)> {
     // SAFETY: plain socket call; the fd is closed at exit.
     let fd = unsafe {
         libc::socket(
@@ -335,10 +346,10 @@ fn capture(file: &str, secs: u64) -> Result<()> {
     }
     let name = std::ffi::CString::new("eth0")?;
     // SAFETY: a NUL-terminated name.
-    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
     // SAFETY: plain data.
     let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
-    mr.mr_ifindex = ifindex as i32;
+    mr.mr_ifindex = ifindex;
     mr.mr_type = libc::PACKET_MR_PROMISC as u16;
     setsockopt(fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
         .map_err(|e| format!("promiscuous eth0: {e}"))?;
@@ -348,17 +359,26 @@ fn capture(file: &str, secs: u64) -> Result<()> {
     };
     // A receive that ends without a frame only checks the clock again.
     let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv);
+    Ok((fd, ifindex))
+}
+
+/// The next frame into `buf` (None when the receive timed out).
+fn next_frame(fd: i32, buf: &mut [u8]) -> Option<&[u8]> {
+    // SAFETY: `buf` has room for its length.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    (n > 0).then(|| &buf[..n as usize])
+}
+
+fn capture(file: &str, secs: u64) -> Result<()> {
+    let (fd, _) = sniffer()?;
     let until = Instant::now() + Duration::from_secs(secs);
     let mut frame = vec![0u8; 2048];
     let mut frames = 0u64;
     while Instant::now() < until {
-        // SAFETY: `frame` has room for its length.
-        let n = unsafe { libc::recv(fd, frame.as_mut_ptr().cast(), frame.len(), 0) };
-        if n <= 0 {
+        let Some(f) = next_frame(fd, &mut frame) else {
             continue;
-        }
+        };
         frames += 1;
-        let f = &frame[..n as usize];
         // A proof, or the hello of the module before proofs (its key in the clear).
         let proof = |w: &&[u8]| Hello::read(w).is_some_and(|h| h.step.proof().is_some());
         let old = |w: &&[u8]| w[..4] == *b"KRC1" && (w[4] == 1 || w[4] == 2);
@@ -370,6 +390,136 @@ fn capture(file: &str, secs: u64) -> Result<()> {
         }
     }
     Err(format!("no member's proof among {frames} frames in {secs} s").into())
+}
+
+/// A connection seen being made: its dialer's (initiator's) and listener's
+/// (responder's) addresses, comm IDs and QP numbers.
+struct Seen {
+    i: CmMad,
+    r_comm: Option<u32>,
+    r_qpn: u32,
+}
+
+fn dreq(secs: u64) -> Result<()> {
+    let (fd, ifindex) = sniffer()?;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut frame = vec![0u8; 2048];
+    let (mut checked, mut forged) = (0u64, 0u64);
+    let mut seen: Vec<Seen> = Vec::new();
+    while Instant::now() < until {
+        let Some(f) = next_frame(fd, &mut frame) else {
+            continue;
+        };
+        let Some(m) = roce::parse_cm(f) else {
+            continue;
+        };
+        if !roce::icrc_ok(f) {
+            return Err(format!(
+                "a CM frame's ICRC is not the one computed here: {:02x?}",
+                &f[f.len() - 4..]
+            )
+            .into());
+        }
+        checked += 1;
+        let peer_hello = || {
+            m.body
+                .windows(HELLO_LEN)
+                .any(|w| Hello::read(w).is_some_and(|h| h.kind == Kind::Peer))
+        };
+        match m.attr {
+            roce::REQ if peer_hello() => seen.push(Seen {
+                i: m,
+                r_comm: None,
+                r_qpn: 0,
+            }),
+            roce::REP => {
+                // The reply to a request: the remote comm ID is the dialer's.
+                if let Some(c) = seen
+                    .iter_mut()
+                    .find(|c| c.i.ip_src == m.ip_dst && c.i.word(0) == m.word(4))
+                {
+                    (c.r_comm, c.r_qpn) = (Some(m.word(0)), m.qpn(12));
+                }
+            }
+            roce::RTU => {
+                let at = seen.iter().position(|c| {
+                    c.i.ip_src == m.ip_src
+                        && c.i.word(0) == m.word(0)
+                        && c.r_comm == Some(m.word(4))
+                });
+                let Some(c) = at.map(|k| seen.swap_remove(k)) else {
+                    continue;
+                };
+                // Once the listener took the RTU: the connection is up at both ends.
+                std::thread::sleep(Duration::from_millis(100));
+                let (i_comm, r_comm) = (c.i.word(0), c.r_comm.unwrap_or(0));
+                let to_dialer = roce::CmMad {
+                    eth_src: c.i.eth_dst,
+                    eth_dst: c.i.eth_src,
+                    ip_src: c.i.ip_dst,
+                    ip_dst: c.i.ip_src,
+                    attr: roce::DREQ,
+                    body: roce::dreq_body(r_comm, i_comm, c.i.qpn(32)),
+                };
+                let to_listener = roce::CmMad {
+                    eth_src: c.i.eth_src,
+                    eth_dst: c.i.eth_dst,
+                    ip_src: c.i.ip_src,
+                    ip_dst: c.i.ip_dst,
+                    attr: roce::DREQ,
+                    body: roce::dreq_body(i_comm, r_comm, c.r_qpn),
+                };
+                for d in [to_dialer, to_listener] {
+                    send_frame(
+                        fd,
+                        ifindex,
+                        &roce::cm_frame(&d, 0xc000 | (forged as u16 & 0xfff)),
+                    )?;
+                    forged += 1;
+                }
+                println!(
+                    "cm-intruder: forged a DREQ to each end of {}:{:#x} (QP {}) - {}:{:#x} (QP {})",
+                    Ipv4Addr::from(c.i.ip_src),
+                    i_comm,
+                    c.i.qpn(32),
+                    Ipv4Addr::from(c.i.ip_dst),
+                    r_comm,
+                    c.r_qpn
+                );
+            }
+            _ => {}
+        }
+    }
+    println!("cm-intruder: {forged} DREQs forged; {checked} CM frames seen, each ICRC as rxe's");
+    if forged == 0 {
+        return Err(format!("no set connection seen made in {secs} s").into());
+    }
+    Ok(())
+}
+
+/// Sends Ethernet frame `f` (its own source and destination) out of interface `ifindex`.
+fn send_frame(fd: i32, ifindex: i32, f: &[u8]) -> Result<()> {
+    // SAFETY: plain data.
+    let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    to.sll_family = libc::AF_PACKET as u16;
+    to.sll_ifindex = ifindex;
+    to.sll_halen = 6;
+    to.sll_addr[..6].copy_from_slice(&f[..6]);
+    // SAFETY: `f` and `to` are live for the call, of the sizes given.
+    let n = unsafe {
+        libc::sendto(
+            fd,
+            f.as_ptr().cast(),
+            f.len(),
+            0,
+            (&to as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if n != f.len() as isize {
+        return Err(format!("sending a frame: {}", std::io::Error::last_os_error()).into());
+    }
+    Ok(())
 }
 
 /// Accepts a member's dial with an accept that proves no key, and READs at once.
@@ -405,6 +555,7 @@ fn impostor(port: u16, secs: u64, read_secs: u64) -> Result<()> {
 fn main() -> Result<()> {
     match <Cli as clap::Parser>::parse() {
         Cli::Capture { file, secs } => capture(&file, secs),
+        Cli::Dreq { secs } => dreq(secs),
         Cli::Knock { addr, port, replay } => knocks(addr, port, replay),
         Cli::Impostor {
             port,
